@@ -1,0 +1,27 @@
+# The two commands of the README: `make demo` (set up, then run the main job) and `make test`.
+PY := .venv/bin/python
+QE := .venv/bin/quarl-edge
+
+.PHONY: setup demo demo-pretrained test test-slow bench header clean
+
+setup:
+	./scripts/setup.sh
+
+demo: setup
+	$(QE) demo
+
+demo-pretrained: setup
+	$(QE) demo --pretrained
+
+test: setup
+	$(PY) -m pytest -q
+
+# Long runs: full training to the target return, long fuzzing (see README).
+test-slow: setup
+	$(PY) -m pytest -q -m slow
+
+header:
+	$(PY) -m quarl_edge.protocol --header > firmware/core/qe_protocol.h
+
+clean:
+	rm -rf runs build .pytest_cache .hypothesis

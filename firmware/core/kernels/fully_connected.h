@@ -1,0 +1,36 @@
+/* FULLY_CONNECTED, reference kernels (bit-exact with TF Lite Micro's reference kernels).
+ * output[b][o] = act(bias[o] + sum_d input[b][d] * weights[o][d]); weights are [out][in]. */
+#ifndef QE_FULLY_CONNECTED_H
+#define QE_FULLY_CONNECTED_H
+
+#include <stdint.h>
+
+typedef struct {
+    int32_t input_offset;       /* -input zero point */
+    int32_t filter_offset;      /* -weights zero point (0: symmetric weights) */
+    int32_t output_offset;      /* +output zero point */
+    int32_t output_multiplier;  /* Q31 multiplier of input_scale*weight_scale/output_scale */
+    int32_t output_shift;       /* exponent, TFLite convention: > 0 shifts left */
+    int32_t activation_min;     /* fused activation, already in the quantized domain */
+    int32_t activation_max;
+    uint16_t batches;
+    uint16_t accum_depth;
+    uint16_t output_depth;
+} qe_fc_s8_params_t;
+
+/* bias may be NULL */
+void qe_fully_connected_s8(const qe_fc_s8_params_t *p, const int8_t *input,
+                           const int8_t *weights, const int32_t *bias, int8_t *output);
+
+typedef struct {
+    float activation_min;       /* -FLT_MAX/FLT_MAX when there is no fused activation */
+    float activation_max;
+    uint16_t batches;
+    uint16_t accum_depth;
+    uint16_t output_depth;
+} qe_fc_f32_params_t;
+
+void qe_fully_connected_f32(const qe_fc_f32_params_t *p, const float *input,
+                            const float *weights, const float *bias, float *output);
+
+#endif

@@ -1,0 +1,47 @@
+/* The contract between a generated model (converters/ writes model.c) and the harness.
+ *
+ * The generator emits, for one .tflite:
+ *   - const weights, biases and kernel parameters (in flash),
+ *   - one statically planned activation arena (`qe_arena`), tensors placed at fixed offsets,
+ *   - `qe_model_invoke()`: the static schedule, one kernel call per op, in order,
+ *   - `qe_model_info`: name, hash and the input/output tensor specs the harness reports in HELLO.
+ * The harness copies INFER payloads to the inputs' arena offsets, calls qe_model_invoke() and
+ * sends the outputs back. No heap, no recursion. */
+#ifndef QE_MODEL_H
+#define QE_MODEL_H
+
+#include <stdint.h>
+
+#define QE_MAX_DIMS 6
+
+#if defined(__GNUC__)
+#define QE_ALIGNED(n) __attribute__((aligned(n)))
+#else
+#define QE_ALIGNED(n)
+#endif
+
+typedef struct {
+    uint8_t dtype;                /* QE_DTYPE_* from qe_protocol.h */
+    uint8_t ndims;
+    uint16_t dims[QE_MAX_DIMS];
+    float scale;                  /* 0 for float tensors */
+    int32_t zero_point;
+    uint32_t arena_offset;        /* where the tensor lives in qe_arena */
+    uint32_t bytes;
+} qe_tensor_spec_t;
+
+typedef struct {
+    const char *name;
+    uint8_t hash[8];              /* first 8 bytes of the .tflite's SHA-256 */
+    uint32_t arena_bytes;
+    uint8_t n_inputs;
+    uint8_t n_outputs;
+    const qe_tensor_spec_t *inputs;
+    const qe_tensor_spec_t *outputs;
+} qe_model_info_t;
+
+extern const qe_model_info_t qe_model_info;
+extern uint8_t qe_arena[];
+void qe_model_invoke(void);
+
+#endif /* QE_MODEL_H */

@@ -1,0 +1,113 @@
+"""The board registry: one TOML file per board in boards/, validated on load.
+
+A board is data (what it is, how to build for it, how to reach it); code per board *family*
+lives in firmware/ports/<family>/ (C) and quarl_edge/launch.py (how to start or flash it)."""
+from __future__ import annotations
+
+import shutil
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import BoardError
+from .paths import boards_dir
+
+KINDS = ("host", "emulated", "real", "linux")
+COST_UNITS = ("ns", "cycles", "instructions")
+CONNECT_METHODS = ("pty", "qemu", "simavr", "serial", "agent")
+
+
+@dataclass(frozen=True)
+class Board:
+    id: str
+    name: str
+    kind: str
+    cpu: str
+    clock_hz: int
+    flash_bytes: int
+    ram_bytes: int
+    cost_unit: str
+    family: str
+    cc: str
+    cflags: tuple[str, ...]
+    ldflags: tuple[str, ...]
+    max_payload: int
+    install: str
+    connect: dict = field(default_factory=dict)
+    path: Path | None = None
+
+    @property
+    def connect_method(self) -> str:
+        return self.connect["method"]
+
+    def toolchain_installed(self) -> bool:
+        return shutil.which(self.cc) is not None
+
+
+def _require(data: dict, key: str, typ, where: str):
+    if key not in data:
+        raise BoardError(f"{where}: missing key '{key}'")
+    val = data[key]
+    if not isinstance(val, typ) or isinstance(val, bool) and typ is not bool:
+        raise BoardError(f"{where}: '{key}' must be {typ.__name__ if isinstance(typ, type) else typ}, "
+                         f"got {val!r}")
+    return val
+
+
+def _choice(data: dict, key: str, choices, where: str):
+    val = _require(data, key, str, where)
+    if val not in choices:
+        raise BoardError(f"{where}: '{key}' is {val!r}; expected one of {', '.join(choices)}")
+    return val
+
+
+def load_board_file(path: Path) -> Board:
+    where = str(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise BoardError(f"{where}: not valid TOML: {e}") from None
+    build = _require(data, "build", dict, where)
+    connect = _require(data, "connect", dict, where)
+    bid = _require(data, "id", str, where)
+    if bid != path.stem:
+        raise BoardError(f"{where}: id '{bid}' must match the file name '{path.stem}'")
+    for k in ("clock_hz", "flash_bytes", "ram_bytes"):
+        if _require(data, k, int, where) < 0:
+            raise BoardError(f"{where}: '{k}' must be >= 0")
+    _choice(connect, "method", CONNECT_METHODS, f"{where} [connect]")
+    max_payload = _require(build, "max_payload", int, f"{where} [build]")
+    if not 32 <= max_payload <= 0xFFFF:
+        raise BoardError(f"{where} [build]: max_payload must be in 32..65535")
+    return Board(
+        id=bid,
+        name=_require(data, "name", str, where),
+        kind=_choice(data, "kind", KINDS, where),
+        cpu=_require(data, "cpu", str, where),
+        clock_hz=data["clock_hz"],
+        flash_bytes=data["flash_bytes"],
+        ram_bytes=data["ram_bytes"],
+        cost_unit=_choice(data, "cost_unit", COST_UNITS, where),
+        family=_require(build, "family", str, f"{where} [build]"),
+        cc=_require(build, "cc", str, f"{where} [build]"),
+        cflags=tuple(_require(build, "cflags", list, f"{where} [build]")),
+        ldflags=tuple(build.get("ldflags", [])),
+        max_payload=max_payload,
+        install=build.get("install", ""),
+        connect=dict(connect),
+        path=path,
+    )
+
+
+def all_boards(directory: Path | None = None) -> dict[str, Board]:
+    directory = directory or boards_dir()
+    return {p.stem: load_board_file(p) for p in sorted(directory.glob("*.toml"))}
+
+
+def get_board(board_id: str, directory: Path | None = None) -> Board:
+    directory = directory or boards_dir()
+    path = directory / f"{board_id}.toml"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in directory.glob("*.toml")))
+        raise BoardError(f"unknown board '{board_id}'; known boards: {known}")
+    return load_board_file(path)

@@ -1,0 +1,25 @@
+"""Errors a user can cause. The CLI catches QuarlError once: one clear line, exit code 2."""
+
+
+class QuarlError(Exception):
+    """Base of every error caused by input, configuration or environment (not a bug)."""
+
+
+class ModelError(QuarlError):
+    """A .tflite file that is malformed or uses something the generator does not support."""
+
+
+class UnsupportedOpError(ModelError):
+    """An op, type or shape the firmware cannot run; the message names it."""
+
+
+class BoardError(QuarlError):
+    """A board file that is invalid, a board that is unknown or does not answer."""
+
+
+class ToolchainError(QuarlError):
+    """A compiler, emulator or flasher that is missing or failed; says how to install it."""
+
+
+class ProtocolError(BoardError):
+    """The board answered with an error frame or something that is not a valid reply."""

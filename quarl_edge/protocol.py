@@ -1,0 +1,251 @@
+"""The harness protocol, host side: the single source of its constants.
+
+docs/protocol.md describes the wire format. `firmware/core/qe_protocol.h` is generated from the
+constants here (`python -m quarl_edge.protocol --header`), and tests/test_protocol.py fails when
+the committed header drifts from them.
+"""
+from __future__ import annotations
+
+import binascii
+import struct
+import sys
+from dataclasses import dataclass, field
+
+VERSION = 1
+SYNC = b"\xA5\x5A"
+HEADER_SIZE = 7  # sync(2) version(1) cmd(1) seq(1) len(2)
+CRC_SIZE = 2
+REPLY_BIT = 0x80
+
+COMMANDS = {
+    "HELLO": 0x01,
+    "INFER": 0x02,
+    "BENCH": 0x03,
+    "MEM": 0x04,
+    "ECHO": 0x05,
+}
+CMD_ERROR = 0xFF
+
+ERRORS = {
+    1: ("BAD_CRC", "the CRC did not match"),
+    2: ("TOO_LONG", "the payload length exceeds the board's max_payload"),
+    3: ("UNKNOWN_CMD", "no such command"),
+    4: ("BAD_VERSION", "the frame's protocol version is not the board's"),
+    5: ("BAD_PAYLOAD", "the payload has the wrong size for the command"),
+}
+
+DTYPES = {  # code -> (name, numpy dtype string, size in bytes)
+    0: ("float32", "<f4", 4),
+    1: ("int8", "i1", 1),
+    2: ("int16", "<i2", 2),
+    3: ("int32", "<i4", 4),
+    4: ("uint8", "u1", 1),
+}
+DTYPE_CODES = {name: code for code, (name, _, _) in DTYPES.items()}
+
+COST_UNITS = {0: "ns", 1: "cycles", 2: "instructions"}
+COST_UNIT_CODES = {name: code for code, name in COST_UNITS.items()}
+
+
+def crc16(data: bytes) -> int:
+    """CRC-16/CCITT-FALSE (poly 0x1021, init 0xFFFF, no reflection, no final xor)."""
+    return binascii.crc_hqx(data, 0xFFFF)
+
+
+def encode_frame(cmd: int, payload: bytes = b"", seq: int = 0, version: int = VERSION) -> bytes:
+    if len(payload) > 0xFFFF:
+        raise ValueError(f"payload of {len(payload)} bytes does not fit a frame")
+    body = struct.pack("<BBBH", version, cmd, seq & 0xFF, len(payload)) + payload
+    return SYNC + body + struct.pack("<H", crc16(body))
+
+
+@dataclass
+class Frame:
+    version: int
+    cmd: int
+    seq: int
+    payload: bytes
+
+    @property
+    def is_error(self) -> bool:
+        return self.cmd == CMD_ERROR
+
+    def error(self) -> tuple[str, int, str]:
+        """(error name, failed command, message) of an error frame."""
+        code = self.payload[0] if self.payload else 0
+        failed = self.payload[1] if len(self.payload) > 1 else 0
+        name = ERRORS.get(code, (f"ERROR_{code}", ""))[0]
+        return name, failed, self.payload[2:].decode("ascii", "replace")
+
+
+class FrameDecoder:
+    """Incremental frame parser: feed() bytes, collect complete frames.
+
+    Garbage before a sync is skipped; a frame with a bad CRC is reported as such
+    (``bad_frames`` counts them) and parsing resynchronises on the next sync.
+    """
+
+    def __init__(self, max_payload: int = 0xFFFF):
+        self.buf = bytearray()
+        self.max_payload = max_payload
+        self.bad_frames = 0
+
+    def feed(self, data: bytes) -> list[Frame]:
+        self.buf += data
+        frames = []
+        while True:
+            start = self.buf.find(SYNC)
+            if start < 0:
+                # keep a trailing first sync byte, drop the rest
+                del self.buf[: max(0, len(self.buf) - 1)]
+                return frames
+            del self.buf[:start]
+            if len(self.buf) < HEADER_SIZE:
+                return frames
+            version, cmd, seq, length = struct.unpack_from("<BBBH", self.buf, 2)
+            if length > self.max_payload:
+                self.bad_frames += 1
+                del self.buf[:2]
+                continue
+            total = HEADER_SIZE + length + CRC_SIZE
+            if len(self.buf) < total:
+                return frames
+            body = bytes(self.buf[2 : HEADER_SIZE + length])
+            (crc,) = struct.unpack_from("<H", self.buf, HEADER_SIZE + length)
+            if crc != crc16(body):
+                self.bad_frames += 1
+                del self.buf[:2]
+                continue
+            frames.append(Frame(version, cmd, seq, bytes(self.buf[HEADER_SIZE : HEADER_SIZE + length])))
+            del self.buf[:total]
+
+
+# ----------------------------------------------------------------------------------- payloads
+@dataclass
+class TensorSpec:
+    dtype: str
+    shape: tuple[int, ...]
+    scale: float = 0.0
+    zero_point: int = 0
+
+    @property
+    def np_dtype(self) -> str:
+        return DTYPES[DTYPE_CODES[self.dtype]][1]
+
+    @property
+    def nbytes(self) -> int:
+        n = DTYPES[DTYPE_CODES[self.dtype]][2]
+        for d in self.shape:
+            n *= d
+        return n
+
+    def pack(self) -> bytes:
+        return (struct.pack("<BB", DTYPE_CODES[self.dtype], len(self.shape))
+                + struct.pack(f"<{len(self.shape)}H", *self.shape)
+                + struct.pack("<fi", self.scale, self.zero_point))
+
+
+@dataclass
+class Hello:
+    nonce: int
+    version: int
+    cost_unit: str
+    clock_hz: int
+    max_payload: int
+    board_id: str
+    model_name: str
+    model_hash: bytes
+    arena_bytes: int
+    inputs: list[TensorSpec] = field(default_factory=list)
+    outputs: list[TensorSpec] = field(default_factory=list)
+
+
+class _Reader:
+    def __init__(self, data: bytes):
+        self.data, self.pos = data, 0
+
+    def take(self, fmt: str):
+        vals = struct.unpack_from("<" + fmt, self.data, self.pos)
+        self.pos += struct.calcsize("<" + fmt)
+        return vals if len(vals) > 1 else vals[0]
+
+    def raw(self, n: int) -> bytes:
+        if self.pos + n > len(self.data):
+            raise struct.error("payload too short")
+        out = self.data[self.pos : self.pos + n]
+        self.pos += n
+        return out
+
+    def string(self) -> str:
+        return self.raw(self.take("B")).decode("ascii", "replace")
+
+    def tensor(self) -> TensorSpec:
+        code, ndims = self.take("BB")
+        dims = tuple(self.take("H") for _ in range(ndims))
+        scale, zp = self.take("fi")
+        return TensorSpec(DTYPES[code][0], dims, scale, zp)
+
+
+def parse_hello(payload: bytes) -> Hello:
+    r = _Reader(payload)
+    nonce, version, unit, clock, max_payload = r.take("IBBIH")
+    board, model, mhash = r.string(), r.string(), r.raw(8)
+    arena = r.take("I")
+    inputs = [r.tensor() for _ in range(r.take("B"))]
+    outputs = [r.tensor() for _ in range(r.take("B"))]
+    return Hello(nonce, version, COST_UNITS.get(unit, f"unit{unit}"), clock, max_payload,
+                 board, model, mhash, arena, inputs, outputs)
+
+
+def pack_hello(h: Hello) -> bytes:
+    """The board's HELLO reply (used by the Python linux agent and by tests)."""
+    def s(x: str) -> bytes:
+        b = x.encode("ascii")
+        return struct.pack("<B", len(b)) + b
+    return (struct.pack("<IBBIH", h.nonce, h.version, COST_UNIT_CODES[h.cost_unit], h.clock_hz,
+                        h.max_payload)
+            + s(h.board_id) + s(h.model_name) + h.model_hash[:8].ljust(8, b"\0")
+            + struct.pack("<I", h.arena_bytes)
+            + struct.pack("<B", len(h.inputs)) + b"".join(t.pack() for t in h.inputs)
+            + struct.pack("<B", len(h.outputs)) + b"".join(t.pack() for t in h.outputs))
+
+
+BENCH_REPLY = "<IIIQ"   # n, min, max, sum
+MEM_REPLY = "<IIIII"    # flash, ram, stack used, stack size, arena
+COST_FMT = "<I"
+
+
+# ------------------------------------------------------------------------------ C header
+def c_header() -> str:
+    lines = [
+        "/* GENERATED by `python -m quarl_edge.protocol --header` from quarl_edge/protocol.py.",
+        " * Do not edit: change the Python constants and regenerate (a test checks they agree).",
+        " * The wire format is described in docs/protocol.md. */",
+        "#ifndef QE_PROTOCOL_H",
+        "#define QE_PROTOCOL_H",
+        "",
+        f"#define QE_PROTO_VERSION {VERSION}",
+        f"#define QE_PROTO_SYNC0 0x{SYNC[0]:02X}",
+        f"#define QE_PROTO_SYNC1 0x{SYNC[1]:02X}",
+        f"#define QE_PROTO_HEADER_SIZE {HEADER_SIZE}",
+        f"#define QE_PROTO_CRC_SIZE {CRC_SIZE}",
+        f"#define QE_PROTO_REPLY_BIT 0x{REPLY_BIT:02X}",
+        f"#define QE_PROTO_CMD_ERROR 0x{CMD_ERROR:02X}",
+        "",
+    ]
+    lines += [f"#define QE_CMD_{name} 0x{code:02X}" for name, code in COMMANDS.items()]
+    lines.append("")
+    lines += [f"#define QE_ERR_{name} {code}  /* {text} */" for code, (name, text) in ERRORS.items()]
+    lines.append("")
+    lines += [f"#define QE_DTYPE_{name.upper()} {code}" for code, (name, _, _) in DTYPES.items()]
+    lines.append("")
+    lines += [f"#define QE_COST_{name.upper()} {code}" for code, name in COST_UNITS.items()]
+    lines += ["", "#endif /* QE_PROTOCOL_H */", ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--header"]:
+        sys.stdout.write(c_header())
+    else:
+        sys.exit("usage: python -m quarl_edge.protocol --header")

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs everything quarl-edge needs on a Debian-like machine: system packages (via apt when run
+# as root; otherwise prints the exact command), then a virtual environment in .venv with the
+# pinned Python packages and quarl-edge itself (editable, so firmware/ and boards/ are found).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# gcc builds the host board; the ARM/AVR toolchains and emulators serve the emulated boards.
+APT_PACKAGES=(gcc libc6-dev make)
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+    if [ "$(id -u)" = 0 ]; then
+        echo "setup: installing system packages: ${missing[*]}"
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+    else
+        echo "setup: missing system packages; run as root:" >&2
+        echo "  apt-get update && apt-get install -y --no-install-recommends ${missing[*]}" >&2
+        exit 1
+    fi
+fi
+
+PYTHON=${PYTHON:-python3}
+if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
+    echo "setup: quarl-edge's pinned stack (TensorFlow 2.15, tflite-runtime 2.14) needs Python 3.11;" \
+         "set PYTHON=/path/to/python3.11" >&2
+    exit 1
+fi
+if [ ! -x .venv/bin/python ]; then
+    "$PYTHON" -m venv .venv || { echo "setup: python venv failed; as root: apt-get install -y python3-venv" >&2; exit 1; }
+fi
+.venv/bin/python -m pip install -q --upgrade "pip>=24" 2>&1 | grep -v "^WARNING: Location" || true
+.venv/bin/python -m pip install -q -e '.[test]' 2>&1 | grep -v "^WARNING: Location" || true
+.venv/bin/python -c 'import quarl_edge.cli, tensorflow, tf_agents, tflite_runtime, tflite_micro' \
+    2>/dev/null || { echo "setup: the Python packages did not install; see pip's output above" >&2; exit 1; }
+echo "setup: ready (.venv)"

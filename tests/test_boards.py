@@ -1,0 +1,65 @@
+"""The board registry: every shipped board file loads; bad files give clear, named errors."""
+import pytest
+
+from quarl_edge.boards import all_boards, get_board, load_board_file
+from quarl_edge.errors import BoardError
+
+GOOD = """
+id = "{id}"
+name = "A board"
+kind = "emulated"
+cpu = "cortex-m4"
+clock_hz = 25000000
+flash_bytes = 4194304
+ram_bytes = 4194304
+cost_unit = "instructions"
+[build]
+family = "host"
+cc = "gcc"
+cflags = []
+max_payload = 512
+[connect]
+method = "pty"
+"""
+
+
+def test_shipped_boards_load_and_host_is_there():
+    boards = all_boards()
+    assert "host" in boards
+    host = boards["host"]
+    assert host.kind == "host" and host.cost_unit == "ns" and host.connect_method == "pty"
+    assert host.toolchain_installed()
+
+
+def write(tmp_path, name, text):
+    p = tmp_path / f"{name}.toml"
+    p.write_text(text)
+    return p
+
+
+def test_a_valid_file_round_trips(tmp_path):
+    b = load_board_file(write(tmp_path, "mine", GOOD.format(id="mine")))
+    assert (b.id, b.clock_hz, b.max_payload, b.cflags) == ("mine", 25_000_000, 512, ())
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda t: t.replace('kind = "emulated"', 'kind = "toaster"'), "'kind' is 'toaster'"),
+    (lambda t: t.replace('cost_unit = "instructions"', 'cost_unit = "seconds"'), "cost_unit"),
+    (lambda t: t.replace("clock_hz = 25000000", 'clock_hz = "fast"'), "'clock_hz' must be int"),
+    (lambda t: t.replace("clock_hz = 25000000\n", ""), "missing key 'clock_hz'"),
+    (lambda t: t.replace('method = "pty"', 'method = "carrier-pigeon"'), "method"),
+    (lambda t: t.replace("max_payload = 512", "max_payload = 4"), "max_payload"),
+    (lambda t: t + "\n[[[", "not valid TOML"),
+    (lambda t: t.replace('id = "mine"', 'id = "other"'), "must match the file name"),
+])
+def test_invalid_files_are_refused_with_the_reason(tmp_path, edit, message):
+    path = write(tmp_path, "mine", edit(GOOD.format(id="mine")))
+    with pytest.raises(BoardError) as e:
+        load_board_file(path)
+    assert message in str(e.value) and "mine.toml" in str(e.value)
+
+
+def test_unknown_board_lists_the_known_ones(tmp_path):
+    write(tmp_path, "alpha", GOOD.format(id="alpha"))
+    with pytest.raises(BoardError, match="unknown board 'beta'; known boards: alpha"):
+        get_board("beta", tmp_path)
