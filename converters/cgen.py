@@ -1,0 +1,490 @@
+"""Generate readable C99 for a .tflite model: the contract in firmware/core/qe_model.h.
+
+    generate("policy.tflite", "build/policy") -> GeneratedModel
+    python -m quarl_edge.converters.cgen policy.tflite build/policy [--name NAME]
+
+writes `model.c` (const weights and kernel parameters, the planned arena, `qe_model_invoke()` as a
+straight-line schedule, `qe_model_info`) and `model.json` (the same facts for the host). All
+validation happens here: an op, type or quantization the kernels cannot run raises
+`UnsupportedOpError` naming it; the generated code trusts its parameters.
+
+Supported: QUANTIZE float32->int8, DEQUANTIZE int8->float32, FULLY_CONNECTED int8 (per-tensor
+weights, fused NONE/RELU/RELU6/RELU_N1_TO_1, optional int32 bias) and float32.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from quarl_edge.errors import ModelError, QuarlError, UnsupportedOpError
+from quarl_edge.protocol import DTYPE_CODES, TensorSpec
+
+from . import planner, qmath
+from .tflite_model import Operator, Tensor, TFLiteModel, load
+
+QE_MAX_DIMS = 6
+SUPPORTED = ("QUANTIZE float32->int8", "DEQUANTIZE int8->float32",
+             "FULLY_CONNECTED int8 (per-tensor weights)", "FULLY_CONNECTED float32")
+IO_DTYPES = ("float32", "int8")
+
+
+@dataclass
+class GeneratedModel:
+    name: str
+    hash: bytes                         # first 8 bytes of the .tflite's SHA-256
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    arena_bytes: int
+    ops: list[str]
+    weight_bytes: int                   # const data emitted (weights, biases)
+    input_names: list[str] = field(default_factory=list)
+    output_names: list[str] = field(default_factory=list)
+    input_offsets: list[int] = field(default_factory=list)
+    output_offsets: list[int] = field(default_factory=list)
+    c_path: Path | None = None
+    json_path: Path | None = None
+
+    @property
+    def input_bytes(self) -> int:
+        return sum(t.nbytes for t in self.inputs)
+
+    @property
+    def output_bytes(self) -> int:
+        return sum(t.nbytes for t in self.outputs)
+
+
+# ----------------------------------------------------------------------------- C helpers
+def c_ident(name: str, prefix: str = "") -> str:
+    """A readable C identifier from a TFLite tensor name."""
+    first = name.split(";")[0]
+    s = re.sub(r"[^0-9A-Za-z]+", "_", first).strip("_")
+    s = s[-40:].lstrip("_") if len(s) > 40 else s
+    s = prefix + (s or "t")
+    return s if not s[0].isdigit() else "t_" + s
+
+
+def c_float(v: float) -> str:
+    """A float32 literal that reads back to exactly the same bits."""
+    f = float(np.float32(v))
+    if not np.isfinite(f):
+        raise ModelError(f"non-finite constant {f} cannot be emitted")
+    s = repr(f) if f == 0.0 else "%.9g" % f
+    if "e" not in s and "." not in s and "inf" not in s:
+        s += ".0"
+    return s + "f"
+
+
+def c_comment(text: str) -> str:
+    return text.replace("*/", "* /").replace("/*", "/ *")
+
+
+def c_array(ctype: str, name: str, values, per_line: int, fmt) -> str:
+    vals = [fmt(v) for v in np.asarray(values).ravel()]
+    lines = []
+    for i in range(0, len(vals), per_line):
+        lines.append("    " + ", ".join(vals[i:i + per_line]) + ",")
+    body = "\n".join(lines) if lines else "    0,"
+    return f"static const {ctype} {name}[{max(len(vals), 1)}] = {{\n{body}\n}};\n"
+
+
+def shape_str(t: Tensor) -> str:
+    return "[" + ",".join(str(d) for d in t.shape) + "]"
+
+
+# ----------------------------------------------------------------------- op lowering
+@dataclass
+class _Kernel:
+    op: Operator
+    call: str               # C statement, with @T<index>@ placeholders for arena pointers
+    params: str             # C definition of the const params struct
+    consts: list[str]       # C definitions of const arrays
+    const_bytes: int
+    comment: str
+
+
+def _unsupported(op: Operator, model: TFLiteModel, why: str = "") -> UnsupportedOpError:
+    types = []
+    for i in op.inputs:
+        if i >= 0:
+            t = model.tensors[i]
+            types.append(t.dtype + (" (const)" if t.is_constant else ""))
+    outs = [model.tensors[i].dtype for i in op.outputs]
+    msg = (f"op {op.index} {op.opcode} ({', '.join(types)} -> {', '.join(outs)}) is not supported"
+           + (f": {why}" if why else "") + f". Supported: {'; '.join(SUPPORTED)}")
+    return UnsupportedOpError(msg)
+
+
+def _per_tensor(t: Tensor, op: Operator, model: TFLiteModel, what: str) -> None:
+    if t.quantization is None:
+        raise _unsupported(op, model, f"{what} '{t.name}' has no quantization parameters")
+    if t.quantization.per_channel:
+        raise _unsupported(op, model, f"{what} '{t.name}' is quantized per channel "
+                                      f"({len(t.quantization.scale)} scales); only per-tensor is supported")
+    if not (np.isfinite(t.scale) and t.scale > 0):
+        raise _unsupported(op, model, f"{what} '{t.name}' has scale {t.scale}")
+
+
+def _activation_tensor(op: Operator, model: TFLiteModel, idx: int, dtype: str, what: str) -> Tensor:
+    t = model.tensors[idx]
+    if t.is_constant:
+        raise _unsupported(op, model, f"{what} '{t.name}' is a constant")
+    if t.dtype != dtype:
+        raise _unsupported(op, model, f"{what} '{t.name}' is {t.dtype}, expected {dtype}")
+    return t
+
+
+def _lower_affine(op: Operator, model: TFLiteModel, pname: str) -> _Kernel:
+    if len(op.inputs) != 1 or len(op.outputs) != 1:
+        raise _unsupported(op, model, "expected one input and one output")
+    src, dst = model.tensors[op.inputs[0]], model.tensors[op.outputs[0]]
+    if op.opcode == "QUANTIZE":
+        if (src.dtype, dst.dtype) != ("float32", "int8") or src.is_constant:
+            raise _unsupported(op, model)
+        q, fn, ctypes = dst, "qe_quantize_f32_s8", ("float", "int8_t")
+    else:
+        if src.dtype == "float16":
+            raise _unsupported(op, model, "float16 weights (an fp16-quantized model) are not supported")
+        if (src.dtype, dst.dtype) != ("int8", "float32") or src.is_constant:
+            raise _unsupported(op, model)
+        q, fn, ctypes = src, "qe_dequantize_s8_f32", ("int8_t", "float")
+    _per_tensor(q, op, model, "tensor")
+    if src.size != dst.size:
+        raise ModelError(f"op {op.index} {op.opcode}: input has {src.size} elements, output {dst.size}")
+    params = (f"static const qe_affine_params_t {pname} = {{\n"
+              f"    .scale = {c_float(q.scale)},\n    .zero_point = {q.zero_point},\n"
+              f"    .size = {src.size}u,\n}};\n")
+    call = (f"{fn}(&{pname}, (const {ctypes[0]} *)@T{src.index}@, ({ctypes[1]} *)@T{dst.index}@);")
+    comment = f"{op.opcode}: {src.describe()} -> {dst.describe()} (scale {q.scale:.9g}, zero point {q.zero_point})"
+    return _Kernel(op, call, params, [], 0, comment)
+
+
+def _lower_fully_connected(op: Operator, model: TFLiteModel, pname: str) -> _Kernel:
+    ins = op.inputs + [-1] * (3 - len(op.inputs))
+    if len(op.inputs) < 2 or len(op.outputs) != 1 or ins[0] < 0 or ins[1] < 0:
+        raise _unsupported(op, model, "expected input, weights, optional bias and one output")
+    x, w, out = model.tensors[ins[0]], model.tensors[ins[1]], model.tensors[op.outputs[0]]
+    bias = model.tensors[ins[2]] if ins[2] >= 0 else None
+    act = op.fused_activation or "NONE"
+    if act not in qmath.ACTIVATIONS:
+        raise _unsupported(op, model, f"fused activation {act}")
+    if op.options.get("weightsFormat", 0) != 0:
+        raise _unsupported(op, model, "shuffled weights format")
+    if not w.is_constant:
+        raise _unsupported(op, model, f"weights '{w.name}' are not constant")
+    if bias is not None and not bias.is_constant:
+        raise _unsupported(op, model, f"bias '{bias.name}' is not constant")
+    if x.dtype == "float32" and w.dtype in ("int8", "uint8", "int4"):
+        raise _unsupported(op, model, "float32 input with int8 weights is a hybrid (dynamic-range "
+                                      "quantized) model; convert with full int8 quantization "
+                                      "(representative dataset) or keep it float32")
+    if len(w.shape) != 2:
+        raise _unsupported(op, model, f"weights of shape {list(w.shape)}, expected [out, in]")
+    output_depth, accum_depth = w.shape
+    if not out.shape or out.shape[-1] != output_depth:
+        raise ModelError(f"op {op.index} FULLY_CONNECTED: output {list(out.shape)} does not end in "
+                         f"{output_depth} (weights {list(w.shape)})")
+    batches = out.size // output_depth if output_depth else 0
+    if accum_depth == 0 or x.size != batches * accum_depth:
+        raise ModelError(f"op {op.index} FULLY_CONNECTED: input {list(x.shape)} is not "
+                         f"{batches} batches of {accum_depth}")
+    for what, v in (("batches", batches), ("accum_depth", accum_depth), ("output_depth", output_depth)):
+        if not 0 < v <= 0xFFFF:
+            raise _unsupported(op, model, f"{what} {v} does not fit the kernel's uint16 field")
+    wname = c_ident(w.name, f"w{w.index}_")
+    comment_shapes = (f"{x.describe()} x {w.describe()}"
+                      + (f" + {bias.describe()}" if bias is not None else "")
+                      + f" -> {out.describe()}, {act}")
+
+    if x.dtype == "int8":
+        _activation_tensor(op, model, x.index, "int8", "input")
+        _activation_tensor(op, model, out.index, "int8", "output")
+        if w.dtype != "int8":
+            raise _unsupported(op, model, f"int8 input with {w.dtype} weights")
+        for t, what in ((x, "input"), (w, "weights"), (out, "output")):
+            _per_tensor(t, op, model, what)
+        if bias is not None and bias.dtype != "int32":
+            raise _unsupported(op, model, f"bias '{bias.name}' is {bias.dtype}, expected int32")
+        if bias is not None and bias.size != output_depth:
+            raise ModelError(f"op {op.index} FULLY_CONNECTED: bias has {bias.size} values, "
+                             f"expected {output_depth}")
+        if bias is not None:
+            # TFLM refuses a bias whose scale is not input_scale * weight_scale (within 2 %
+            # of an output step): the kernel adds it to the accumulator as is.
+            product = float(np.float32(x.scale)) * float(np.float32(w.scale))
+            if abs(product - bias.scale) / out.scale > 0.02:
+                raise ModelError(f"op {op.index} FULLY_CONNECTED: bias scale {bias.scale:g} is "
+                                 f"not input scale x weight scale ({product:g})")
+        # int32 accumulator: reject shapes/values that could overflow it (UB in C).
+        worst = (accum_depth * (128 + abs(w.zero_point)) * (128 + abs(x.zero_point))
+                 + (int(np.abs(bias.data.astype(np.int64)).max()) if bias is not None else 0))
+        if worst > qmath.INT32_MAX:
+            raise _unsupported(op, model, f"the int32 accumulator could overflow "
+                                          f"(accum_depth {accum_depth})")
+        real = qmath.effective_scale(x.scale, w.scale, out.scale)
+        multiplier, shift = qmath.quantize_multiplier(real)
+        if not -31 <= shift <= 30:
+            raise _unsupported(op, model, f"requantization scale {real:g} is out of range")
+        act_min, act_max = qmath.activation_range_quantized(act, out.scale, out.zero_point)
+        consts = [f"/* {c_comment(w.describe())}, scale {w.scale:.9g} */\n"
+                  + c_array("int8_t", wname, w.data, 16, lambda v: str(int(v)))]
+        const_bytes = w.size
+        bname = "NULL"
+        if bias is not None:
+            bname = c_ident(bias.name, f"b{bias.index}_")
+            consts.append(f"/* {c_comment(bias.describe())} */\n"
+                          + c_array("int32_t", bname, bias.data, 8, lambda v: str(int(v))))
+            const_bytes += 4 * bias.size
+        params = (f"static const qe_fc_s8_params_t {pname} = {{\n"
+                  f"    .input_offset = {-x.zero_point},\n"
+                  f"    .filter_offset = {-w.zero_point},\n"
+                  f"    .output_offset = {out.zero_point},\n"
+                  f"    .output_multiplier = {multiplier},  /* {real:.17g} = m * 2^(shift - 31) */\n"
+                  f"    .output_shift = {shift},\n"
+                  f"    .activation_min = {act_min},\n"
+                  f"    .activation_max = {act_max},\n"
+                  f"    .batches = {batches}u,\n    .accum_depth = {accum_depth}u,\n"
+                  f"    .output_depth = {output_depth}u,\n}};\n")
+        call = (f"qe_fully_connected_s8(&{pname}, (const int8_t *)@T{x.index}@, {wname}, "
+                f"{bname}, (int8_t *)@T{out.index}@);")
+        return _Kernel(op, call, params, consts, const_bytes, "FULLY_CONNECTED int8: " + comment_shapes)
+
+    if x.dtype == "float32":
+        _activation_tensor(op, model, x.index, "float32", "input")
+        _activation_tensor(op, model, out.index, "float32", "output")
+        if w.dtype != "float32":
+            raise _unsupported(op, model, f"float32 input with {w.dtype} weights")
+        if bias is not None and (bias.dtype != "float32" or bias.size != output_depth):
+            raise _unsupported(op, model, f"bias '{bias.name}' {bias.dtype} {list(bias.shape)}")
+        for arr, t in ((w.data, w), (bias.data if bias is not None else None, bias)):
+            if arr is not None and not np.all(np.isfinite(arr)):
+                raise ModelError(f"op {op.index} FULLY_CONNECTED: '{t.name}' holds inf or NaN")
+        lo, hi = qmath.activation_range_float(act)
+        consts = [f"/* {c_comment(w.describe())} */\n" + c_array("float", wname, w.data, 6, c_float)]
+        const_bytes = 4 * w.size
+        bname = "NULL"
+        if bias is not None:
+            bname = c_ident(bias.name, f"b{bias.index}_")
+            consts.append(f"/* {c_comment(bias.describe())} */\n"
+                          + c_array("float", bname, bias.data, 6, c_float))
+            const_bytes += 4 * bias.size
+        fl = lambda v: "-FLT_MAX" if v == -qmath.FLT_MAX else "FLT_MAX" if v == qmath.FLT_MAX else c_float(v)  # noqa: E731
+        params = (f"static const qe_fc_f32_params_t {pname} = {{\n"
+                  f"    .activation_min = {fl(lo)},\n    .activation_max = {fl(hi)},\n"
+                  f"    .batches = {batches}u,\n    .accum_depth = {accum_depth}u,\n"
+                  f"    .output_depth = {output_depth}u,\n}};\n")
+        call = (f"qe_fully_connected_f32(&{pname}, (const float *)@T{x.index}@, {wname}, "
+                f"{bname}, (float *)@T{out.index}@);")
+        return _Kernel(op, call, params, consts, const_bytes, "FULLY_CONNECTED float32: " + comment_shapes)
+
+    raise _unsupported(op, model, f"input type {x.dtype}")
+
+
+_LOWER = {
+    "QUANTIZE": _lower_affine,
+    "DEQUANTIZE": _lower_affine,
+    "FULLY_CONNECTED": _lower_fully_connected,
+}
+
+
+# ------------------------------------------------------------------------------ generate
+def _model_name(name: str | None, path: Path) -> str:
+    raw = name if name is not None else path.stem
+    s = re.sub(r"[^0-9A-Za-z_.-]+", "_", raw).strip("_")[:63]
+    if not s:
+        raise ModelError(f"model name {raw!r} has no usable characters")
+    return s
+
+
+def _io_spec(t: Tensor, what: str) -> TensorSpec:
+    if t.dtype not in IO_DTYPES:
+        raise UnsupportedOpError(f"graph {what} '{t.name}' has type {t.dtype}; "
+                                 f"supported: {', '.join(IO_DTYPES)}")
+    if len(t.shape) > QE_MAX_DIMS or any(d > 0xFFFF for d in t.shape):
+        raise UnsupportedOpError(f"graph {what} '{t.name}' has shape {list(t.shape)}; at most "
+                                 f"{QE_MAX_DIMS} dimensions of at most 65535")
+    if t.is_constant:
+        raise UnsupportedOpError(f"graph {what} '{t.name}' is a constant")
+    if t.dtype == "int8":
+        if t.quantization is None or t.quantization.per_channel:
+            raise UnsupportedOpError(f"graph {what} '{t.name}' is int8 without per-tensor quantization")
+        return TensorSpec("int8", tuple(t.shape), float(t.scale), int(t.zero_point))
+    return TensorSpec("float32", tuple(t.shape), 0.0, 0)
+
+
+def generate(tflite_path, out_dir, name: str | None = None) -> GeneratedModel:
+    """Generate out_dir/model.c and out_dir/model.json for a .tflite model."""
+    path = Path(tflite_path)
+    model = load(path)
+    mname = _model_name(name, path)
+    if model.n_subgraphs != 1:
+        raise UnsupportedOpError(f"the model has {model.n_subgraphs} subgraphs (control flow); "
+                                 "only single-graph models are supported")
+    if not model.inputs or not model.outputs:
+        raise ModelError(f"{path}: the graph has no inputs or no outputs")
+
+    # Validate and lower every op first: nothing is written for a model we cannot run.
+    kernels = []
+    for op in model.operators:
+        lower = _LOWER.get(op.opcode)
+        if lower is None:
+            raise _unsupported(op, model)
+        kernels.append(lower(op, model, f"op{op.index}_params"))
+    inputs = [_io_spec(t, "input") for t in model.input_tensors()]
+    outputs = [_io_spec(t, "output") for t in model.output_tensors()]
+
+    # Activation tensors and their lifetimes (op indices; graph inputs live from before op 0,
+    # graph outputs until after the last op, since the harness reads and writes around invoke).
+    n_ops = len(model.operators)
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    for i in model.inputs:
+        first[i] = -1
+        last[i] = -1
+    for op in model.operators:
+        for i in op.inputs:
+            if i >= 0 and not model.tensors[i].is_constant:
+                if i not in first:
+                    raise ModelError(f"{path}: op {op.index} {op.opcode} reads tensor "
+                                     f"'{model.tensors[i].name}' before anything writes it")
+                last[i] = max(last[i], op.index)
+        for i in op.outputs:
+            if i in first:
+                raise ModelError(f"{path}: tensor '{model.tensors[i].name}' is written twice")
+            first[i] = last[i] = op.index
+    for i in model.outputs:
+        if i not in first:
+            raise ModelError(f"{path}: graph output '{model.tensors[i].name}' is never written")
+        last[i] = n_ops
+    act_ids = sorted(first)
+    bufs = [planner.Buffer(model.tensors[i].nbytes, first[i], last[i]) for i in act_ids]
+    mem = planner.plan(bufs, alignment=16)
+    planner.check(bufs, mem, alignment=16)
+    offset = {i: mem.offsets[k] for k, i in enumerate(act_ids)}
+    arena_bytes = max(mem.arena_bytes, 16)
+
+    gm = GeneratedModel(
+        name=mname, hash=model.hash8, inputs=inputs, outputs=outputs, arena_bytes=arena_bytes,
+        ops=[op.opcode for op in model.operators], weight_bytes=sum(k.const_bytes for k in kernels),
+        input_names=[t.name for t in model.input_tensors()],
+        output_names=[t.name for t in model.output_tensors()],
+        input_offsets=[offset[i] for i in model.inputs],
+        output_offsets=[offset[i] for i in model.outputs],
+    )
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    gm.c_path = out / "model.c"
+    gm.json_path = out / "model.json"
+    gm.c_path.write_text(_emit_c(model, gm, kernels, act_ids, offset, path))
+    gm.json_path.write_text(json.dumps(_json(gm, model, path), indent=2) + "\n")
+    return gm
+
+
+def _pointer(offset: dict[int, int]):
+    def sub(m: re.Match) -> str:
+        return f"(qe_arena + {offset[int(m.group(1))]}u)"
+    return sub
+
+
+def _spec_c(t: Tensor, spec: TensorSpec, off: int) -> str:
+    dims = list(spec.shape) + [0] * (QE_MAX_DIMS - len(spec.shape))
+    return (f"    {{ QE_DTYPE_{spec.dtype.upper()}, {len(spec.shape)}u, "
+            f"{{ {', '.join(str(d) + 'u' for d in dims)} }}, {c_float(spec.scale)}, "
+            f"{spec.zero_point}, {off}u, {spec.nbytes}u }},  /* {c_comment(t.name)} */")
+
+
+def _emit_c(model: TFLiteModel, gm: GeneratedModel, kernels: list[_Kernel], act_ids: list[int],
+            offset: dict[int, int], path: Path) -> str:
+    L: list[str] = []
+    L.append(f"/* GENERATED by quarl_edge.converters.cgen from {c_comment(path.name)}: do not edit.\n"
+             f" * model {gm.name}, sha256 {model.sha256.hex()}\n"
+             f" * {len(kernels)} ops, {gm.weight_bytes} bytes of weights, {gm.arena_bytes} bytes of arena.\n"
+             f" * Requantization: TFLM double rounding (see firmware/core/requant.h). */")
+    L.append("#include <float.h>\n#include <stddef.h>\n#include <stdint.h>\n")
+    L.append('#include "qe_model.h"\n#include "qe_protocol.h"\n'
+             '#include "kernels/fully_connected.h"\n#include "kernels/quantize.h"\n')
+    L.append(f"#define QE_ARENA_BYTES {gm.arena_bytes}u\n")
+    L.append("/* Activation arena: tensor -> offset (bytes), live from op to op.")
+    for i in act_ids:
+        t = model.tensors[i]
+        L.append(f" *   {offset[i]:6d}  {t.nbytes:6d} B  {c_comment(t.describe())}")
+    L.append(" */\nuint8_t qe_arena[QE_ARENA_BYTES] QE_ALIGNED(16);\n")
+
+    L.append("/* ---------------------------------------------------------------- constants */")
+    for k in kernels:
+        L.append(f"/* op {k.op.index}: {c_comment(k.comment)} */")
+        for c in k.consts:
+            L.append(c)
+        L.append(k.params)
+
+    sub = _pointer(offset)
+    L.append("/* ----------------------------------------------------------------- schedule */")
+    L.append("void qe_model_invoke(void)\n{")
+    for k in kernels:
+        L.append(f"    /* op {k.op.index}: {c_comment(k.comment)} */")
+        L.append("    " + re.sub(r"@T(\d+)@", sub, k.call))
+    L.append("}\n")
+
+    L.append("/* ------------------------------------------------------------------- info */")
+    L.append("static const qe_tensor_spec_t qe_model_inputs[] = {")
+    for i, spec in zip(model.inputs, gm.inputs):
+        L.append(_spec_c(model.tensors[i], spec, offset[i]))
+    L.append("};\nstatic const qe_tensor_spec_t qe_model_outputs[] = {")
+    for i, spec in zip(model.outputs, gm.outputs):
+        L.append(_spec_c(model.tensors[i], spec, offset[i]))
+    L.append("};\n")
+    hash_c = ", ".join(f"0x{b:02x}" for b in gm.hash)
+    L.append("const qe_model_info_t qe_model_info = {\n"
+             f"    \"{gm.name}\",\n    {{ {hash_c} }},\n    QE_ARENA_BYTES,\n"
+             f"    {len(gm.inputs)}u,\n    {len(gm.outputs)}u,\n"
+             "    qe_model_inputs,\n    qe_model_outputs,\n};\n")
+    return "\n".join(L)
+
+
+def _json(gm: GeneratedModel, model: TFLiteModel, path: Path) -> dict:
+    def spec(s: TensorSpec, name: str, off: int) -> dict:
+        d = asdict(s)
+        d["shape"] = list(s.shape)
+        d.update(name=name, arena_offset=off, bytes=s.nbytes)
+        return d
+    return {
+        "name": gm.name,
+        "hash": gm.hash.hex(),
+        "sha256": model.sha256.hex(),
+        "source": path.name,
+        "arena_bytes": gm.arena_bytes,
+        "weight_bytes": gm.weight_bytes,
+        "ops": gm.ops,
+        "inputs": [spec(s, n, o) for s, n, o in zip(gm.inputs, gm.input_names, gm.input_offsets)],
+        "outputs": [spec(s, n, o) for s, n, o in zip(gm.outputs, gm.output_names, gm.output_offsets)],
+        "rounding": qmath.ROUNDING,
+        "generator": "quarl_edge.converters.cgen",
+    }
+
+
+# ---------------------------------------------------------------------------------- CLI
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m quarl_edge.converters.cgen",
+                                 description="Generate model.c and model.json from a .tflite model.")
+    ap.add_argument("model", help="the .tflite file")
+    ap.add_argument("out_dir", help="directory to write model.c and model.json into")
+    ap.add_argument("--name", help="model name reported by the board (default: file stem)")
+    args = ap.parse_args(argv)
+    try:
+        gm = generate(args.model, args.out_dir, name=args.name)
+    except QuarlError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"{gm.c_path}: {gm.name} ({gm.hash.hex()}), ops {' '.join(gm.ops)}, "
+          f"{gm.weight_bytes} B weights, {gm.arena_bytes} B arena")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

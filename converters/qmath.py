@@ -1,0 +1,221 @@
+"""Python twins of the integer arithmetic in the C kernels (and in TF Lite Micro's reference kernels).
+
+Everything here is bit-exact with `firmware/core/requant.c` and the kernels under
+`firmware/core/kernels/`, which are bit-exact with the TFLM reference kernels. The generator
+uses these functions to precompute kernel parameters; the tests use them as a third opinion.
+
+Rounding variant
+----------------
+TFLM's `MultiplyByQuantizedMultiplier` has two builds, selected by `TFLITE_SINGLE_ROUNDING`:
+
+* double rounding (the default, `TFLITE_SINGLE_ROUNDING=0`): gemmlowp's
+  `SaturatingRoundingDoublingHighMul` (round half up on the Q31 product) followed by
+  `RoundingDivideByPOT` (round half away from zero on the right shift);
+* single rounding: one 64-bit product, one `+ 2^(n-1)` and one arithmetic shift (round half up).
+
+The host interpreter in the pinned `tflite-micro` pip package uses **double rounding**. That was
+established empirically against the interpreter (tests/test_qmath.py):
+`test_tflm_interpreter_uses_double_rounding` runs an int8 FULLY_CONNECTED with scales 1, 1, 4
+(multiplier 2^30, shift -1): accumulators -2, -6, -10 come out -1, -2, -3, where single rounding
+gives 0, -1, -2; it then runs every int8 input through FCs with non-power-of-two multipliers.
+`test_tflm_rounding_on_random_multipliers` drives random multipliers with bias-chosen
+accumulators at which double rounding, single rounding (half up) and a single round-half-away
+disagree: only double rounding matches every output.
+
+Only the double-rounding variant exists in C (firmware/core/requant.c); the single-rounding
+twin is kept here so the tests can show they tell the two apart.
+
+The effective FULLY_CONNECTED scale is a double product (see `effective_scale`), also settled
+against the interpreter.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+ROUNDING = "double"  # gemmlowp SRDHM + RoundingDivideByPOT, as TFLM's default build
+
+INT32_MIN = -(1 << 31)
+INT32_MAX = (1 << 31) - 1
+
+
+# ------------------------------------------------------------------------------ helpers
+def _round_half_away(x: float) -> float:
+    """std::round / TfLiteRound on a double: half away from zero."""
+    return math.copysign(math.floor(abs(x) + 0.5), x)
+
+
+def _wrap_int32(x: int) -> int:
+    """Two's-complement wrap, what an int32 overflow does on every target we build for."""
+    return ((x + (1 << 31)) % (1 << 32)) - (1 << 31)
+
+
+def _trunc_div(n: int, d: int) -> int:
+    """C integer division (truncation toward zero), d > 0."""
+    q = abs(n) // d
+    return q if n >= 0 else -q
+
+
+# ------------------------------------------------------------------- QuantizeMultiplier
+def quantize_multiplier(real: float, single_rounding: bool = False) -> tuple[int, int]:
+    """TFLite's QuantizeMultiplier: real ~= multiplier * 2^(shift - 31), multiplier in [2^30, 2^31).
+
+    frexp, round half away from zero on q * 2^31, the q == 2^31 case (halve, shift + 1), and
+    shifts below -31 flushed to (0, 0). `single_rounding=True` adds the clamp of shifts above 30
+    that only the single-rounding build does.
+    """
+    real = float(real)
+    if not math.isfinite(real):
+        raise ValueError(f"cannot quantize a non-finite multiplier ({real})")
+    if real == 0.0:
+        return 0, 0
+    q, shift = math.frexp(real)
+    q_fixed = int(_round_half_away(q * float(1 << 31)))
+    assert abs(q_fixed) <= (1 << 31)
+    if q_fixed == (1 << 31):
+        q_fixed //= 2
+        shift += 1
+    if shift < -31:
+        shift, q_fixed = 0, 0
+    if single_rounding and shift > 30:
+        shift, q_fixed = 30, (1 << 31) - 1
+    return q_fixed, shift
+
+
+def effective_scale(input_scale: float, filter_scale: float, output_scale: float) -> float:
+    """The real FULLY_CONNECTED multiplier exactly as the pinned TFLM computes it:
+    (double)input_scale * (double)filter_scale / (double)output_scale, all three float32 values
+    widened to double first.
+
+    Some TFLite/TFLM sources (`GetQuantizedConvolutionMultipler`) multiply the two scales in
+    float32 before widening; the interpreter we test against does not. This was settled
+    empirically (tests/test_qmath.py::test_tflm_effective_scale_is_a_double_product): over
+    bias-driven accumulators where the variants' multipliers round differently, only the
+    double product reproduces every TFLM output.
+    """
+    return float(np.float32(input_scale)) * float(np.float32(filter_scale)) / float(np.float32(output_scale))
+
+
+# ------------------------------------------------------- MultiplyByQuantizedMultiplier
+def saturating_rounding_doubling_high_mul(a: int, b: int) -> int:
+    """gemmlowp SaturatingRoundingDoublingHighMul on int32: round(a * b / 2^31), ties up."""
+    if a == b == INT32_MIN:
+        return INT32_MAX
+    ab = a * b
+    nudge = (1 << 30) if ab >= 0 else 1 - (1 << 30)
+    return _trunc_div(ab + nudge, 1 << 31)
+
+
+def rounding_divide_by_pot(x: int, exponent: int) -> int:
+    """gemmlowp RoundingDivideByPOT: x / 2^exponent, ties away from zero."""
+    if not 0 <= exponent <= 31:
+        raise ValueError(f"exponent {exponent} outside [0, 31]")
+    mask = (1 << exponent) - 1
+    remainder = x & mask
+    threshold = (mask >> 1) + (1 if x < 0 else 0)
+    return (x >> exponent) + (1 if remainder > threshold else 0)
+
+
+def multiply_by_quantized_multiplier(x: int, multiplier: int, shift: int) -> int:
+    """TFLM's MultiplyByQuantizedMultiplier(int32 x, ...), default (double-rounding) build.
+
+    A positive shift multiplies x by 2^shift first, in int32 (wrapping, as the C does).
+    """
+    x, multiplier, shift = int(x), int(multiplier), int(shift)
+    left = shift if shift > 0 else 0
+    right = -shift if shift < 0 else 0
+    return rounding_divide_by_pot(
+        saturating_rounding_doubling_high_mul(_wrap_int32(x << left), multiplier), right)
+
+
+def multiply_by_quantized_multiplier_single(x: int, multiplier: int, shift: int) -> int:
+    """The single-rounding build (TFLITE_SINGLE_ROUNDING=1), for comparison only."""
+    total_shift = 31 - int(shift)
+    return (int(x) * int(multiplier) + (1 << (total_shift - 1))) >> total_shift
+
+
+def multiply_by_quantized_multiplier_np(x, multiplier: int, shift: int) -> np.ndarray:
+    """Vectorised `multiply_by_quantized_multiplier` over an int32 array (one multiplier)."""
+    x = np.asarray(x, dtype=np.int64)
+    multiplier, shift = int(multiplier), int(shift)
+    left = shift if shift > 0 else 0
+    right = -shift if shift < 0 else 0
+    a = ((x << left) + (1 << 31)) % (1 << 32) - (1 << 31)          # int32 wrap
+    ab = a * multiplier                                              # |ab| < 2^62
+    nudge = np.where(ab >= 0, 1 << 30, 1 - (1 << 30))
+    n = ab + nudge
+    high = np.where(n >= 0, n >> 31, -((-n) >> 31))                  # truncating division
+    if multiplier == INT32_MIN:
+        high = np.where(a == INT32_MIN, INT32_MAX, high)
+    mask = (1 << right) - 1
+    remainder = high & mask
+    threshold = (mask >> 1) + (high < 0)
+    return ((high >> right) + (remainder > threshold)).astype(np.int64)
+
+
+# ---------------------------------------------------------------- quantize / dequantize
+def round_half_away_f32(v) -> np.ndarray:
+    """roundf() on float32 values (half away from zero), returned as float64 integers."""
+    v = np.asarray(v, dtype=np.float32).astype(np.float64)   # exact
+    return np.where(v >= 0, np.floor(v + 0.5), -np.floor(-v + 0.5))
+
+
+def quantize_f32(x, scale: float, zero_point: int, qmin: int = -128, qmax: int = 127) -> np.ndarray:
+    """TFLM AffineQuantize float32 -> int8: clamp(roundf(x / (float)scale) + zero_point).
+
+    The division is float32. Where TFLM's float->int32 cast is undefined (|x / scale| >= 2^31,
+    NaN) our kernel saturates finite values and maps NaN to qmin; this twin does the same.
+    """
+    q = np.asarray(x, dtype=np.float32) / np.float32(scale)
+    r = round_half_away_f32(q)
+    r = np.where(np.isnan(r), -np.inf, r)
+    r = np.clip(r, -(1 << 20), 1 << 20)
+    return np.clip(r.astype(np.int64) + int(zero_point), qmin, qmax).astype(np.int64)
+
+
+def dequantize(q, scale: float, zero_point: int) -> np.ndarray:
+    """TFLM Dequantize int8 -> float32: (float)((double)scale * (q - zero_point))."""
+    q = np.asarray(q, dtype=np.int64)
+    return (float(np.float32(scale)) * (q - int(zero_point)).astype(np.float64)).astype(np.float32)
+
+
+def quantize_activation_bound(value: float, scale: float, zero_point: int) -> int:
+    """`zero_point + (int)roundf(value / scale)` in float32, as CalculateActivationRangeQuantized."""
+    q = np.float32(value) / np.float32(scale)
+    r = float(round_half_away_f32(q))
+    if not -2.0 ** 31 <= r <= 2.0 ** 31 - 1:
+        raise ValueError(f"activation bound {value} overflows int32 at scale {scale}")
+    return int(zero_point) + int(r)
+
+
+ACTIVATIONS = ("NONE", "RELU", "RELU6", "RELU_N1_TO_1")
+
+
+def activation_range_quantized(activation: str, scale: float, zero_point: int,
+                               qmin: int = -128, qmax: int = 127) -> tuple[int, int]:
+    """TFLM CalculateActivationRangeQuantized for a fused activation."""
+    if activation == "NONE":
+        return qmin, qmax
+    if activation == "RELU":
+        return max(qmin, quantize_activation_bound(0.0, scale, zero_point)), qmax
+    if activation == "RELU6":
+        return (max(qmin, quantize_activation_bound(0.0, scale, zero_point)),
+                min(qmax, quantize_activation_bound(6.0, scale, zero_point)))
+    if activation == "RELU_N1_TO_1":
+        return (max(qmin, quantize_activation_bound(-1.0, scale, zero_point)),
+                min(qmax, quantize_activation_bound(1.0, scale, zero_point)))
+    raise ValueError(f"fused activation {activation} has no quantized range")
+
+
+FLT_MAX = float(np.finfo(np.float32).max)
+
+
+def activation_range_float(activation: str) -> tuple[float, float]:
+    """TFLM CalculateActivationRange<float>: lowest()/max() when there is no activation."""
+    return {
+        "NONE": (-FLT_MAX, FLT_MAX),
+        "RELU": (0.0, FLT_MAX),
+        "RELU6": (0.0, 6.0),
+        "RELU_N1_TO_1": (-1.0, 1.0),
+    }[activation]

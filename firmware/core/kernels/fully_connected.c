@@ -1,0 +1,74 @@
+/* FULLY_CONNECTED reference kernels, bit-exact with TF Lite Micro's
+ * reference_integer_ops::FullyConnected (int8, per-tensor) and reference_ops::FullyConnected
+ * (float32). Weights are [output_depth][accum_depth], inputs/outputs [batches][depth].
+ * Parameters are precomputed by the generator (converters/cgen.py, converters/qmath.py). */
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fully_connected.h"
+#include "../requant.h"
+
+void qe_fully_connected_s8(const qe_fc_s8_params_t *p, const int8_t *input,
+                           const int8_t *weights, const int32_t *bias, int8_t *output)
+{
+    const uint32_t batches = p->batches;
+    const uint32_t accum_depth = p->accum_depth;
+    const uint32_t output_depth = p->output_depth;
+    uint32_t b, o, d;
+
+    for (b = 0; b < batches; ++b) {
+        const int8_t *in = input + b * accum_depth;
+        for (o = 0; o < output_depth; ++o) {
+            const int8_t *w = weights + o * accum_depth;
+            int32_t acc = 0;
+            for (d = 0; d < accum_depth; ++d) {
+                acc += ((int32_t)w[d] + p->filter_offset) * ((int32_t)in[d] + p->input_offset);
+            }
+            if (bias != NULL) {
+                acc += bias[o];
+            }
+            acc = qe_multiply_by_quantized_multiplier(acc, p->output_multiplier, p->output_shift);
+            acc += p->output_offset;
+            if (acc < p->activation_min) {
+                acc = p->activation_min;
+            }
+            if (acc > p->activation_max) {
+                acc = p->activation_max;
+            }
+            output[b * output_depth + o] = (int8_t)acc;
+        }
+    }
+}
+
+void qe_fully_connected_f32(const qe_fc_f32_params_t *p, const float *input,
+                            const float *weights, const float *bias, float *output)
+{
+    const uint32_t batches = p->batches;
+    const uint32_t accum_depth = p->accum_depth;
+    const uint32_t output_depth = p->output_depth;
+    uint32_t b, o, d;
+
+    for (b = 0; b < batches; ++b) {
+        const float *in = input + b * accum_depth;
+        for (o = 0; o < output_depth; ++o) {
+            const float *w = weights + o * accum_depth;
+            float total = 0.0f;
+            float value;
+            /* Same order as TFLM: one running float sum from d = 0 up, then + bias (+ 0.0f when
+             * there is none, which turns -0.0 into +0.0 exactly as TFLM does). Build with
+             * -ffp-contract=off so no multiply-add gets fused. */
+            for (d = 0; d < accum_depth; ++d) {
+                total += in[d] * w[d];
+            }
+            value = total + ((bias != NULL) ? bias[o] : 0.0f);
+            /* std::min(std::max(x, lo), hi): NaN passes through, +inf clamps to hi. */
+            if (value < p->activation_min) {
+                value = p->activation_min;
+            }
+            if (p->activation_max < value) {
+                value = p->activation_max;
+            }
+            output[b * output_depth + o] = value;
+        }
+    }
+}

@@ -1,0 +1,49 @@
+/* QUANTIZE float32 -> int8, bit-exact with TF Lite Micro's reference_ops::AffineQuantize:
+ *     q = clamp(roundf(x / scale) + zero_point, -128, 127)
+ * with the division in float and roundf rounding half away from zero.
+ *
+ * Where TFLM's float -> int32 conversion is undefined behaviour (|x / scale| >= 2^31, NaN) this
+ * kernel is defined instead: finite values saturate (to -128 or 127), NaN gives -128. */
+#include <stdint.h>
+
+#include "quantize.h"
+
+/* roundf() without libm: half away from zero. |v| < 2^23 here, so (int32_t)v is exact truncation
+ * and v - trunc(v) is exact. */
+static float qe_round_half_away(float v)
+{
+    const float t = (float)(int32_t)v;
+    const float frac = v - t;
+    if (frac >= 0.5f) {
+        return t + 1.0f;
+    }
+    if (frac <= -0.5f) {
+        return t - 1.0f;
+    }
+    return t;
+}
+
+void qe_quantize_f32_s8(const qe_affine_params_t *p, const float *input, int8_t *output)
+{
+    uint32_t i;
+    for (i = 0; i < p->size; ++i) {
+        const float v = input[i] / p->scale;
+        int32_t q;
+        /* Any |round(v)| >= 256 saturates whatever the zero point (|zero_point| <= 128). */
+        if (v >= 1024.0f) {
+            q = 1024;
+        } else if (v <= -1024.0f || v != v) {
+            q = -1024;
+        } else {
+            q = (int32_t)qe_round_half_away(v);
+        }
+        q += p->zero_point;
+        if (q < -128) {
+            q = -128;
+        }
+        if (q > 127) {
+            q = 127;
+        }
+        output[i] = (int8_t)q;
+    }
+}

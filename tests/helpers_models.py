@@ -1,0 +1,232 @@
+"""Shared test helpers: build/convert small models, generate C, compile and run it, run TFLM.
+
+    model = random_mlp(seed, input_dim, widths, activations, weight_scale)
+    tfl = convert(model, "int8")              # "float", "int8", "int8_io", "dynamic", "fp16"
+    exe = build_generated(tfl_path, tmp_dir)  # cgen + gcc -> (GeneratedModel, driver path)
+    out = run_driver(exe, records)            # raw bytes in, raw bytes out
+    ref = tflm_run(tfl_bytes, inputs)         # golden outputs from the tflite-micro interpreter
+
+`fc_model(...)` / `affine_model(...)` write tiny .tflite files directly with the flatbuffers
+schema, for exact control over scales, zero points and shapes.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+CORE = ROOT / "firmware" / "core"
+DRIVER = ROOT / "tests" / "c" / "run_model.c"
+CFLAGS = ["-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-ffp-contract=off", f"-I{CORE}"]
+
+
+def gcc() -> str:
+    cc = shutil.which("gcc")
+    if cc is None:
+        import pytest
+        pytest.skip("gcc is not installed")
+    return cc
+
+
+def core_sources() -> list[Path]:
+    return [CORE / "requant.c"] + sorted((CORE / "kernels").glob("*.c"))
+
+
+def compile_c(sources, out: Path, extra: list[str] | None = None) -> Path:
+    cmd = [gcc(), *CFLAGS, *(extra or []), *map(str, sources), "-o", str(out)]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise AssertionError(f"gcc failed:\n{' '.join(cmd)}\n{res.stderr}")
+    return out
+
+
+def compile_driver(model_dir: Path, exe: Path | None = None) -> Path:
+    """gcc the generated model.c + core kernels + tests/c/run_model.c into a driver binary."""
+    model_dir = Path(model_dir)
+    return compile_c([model_dir / "model.c", *core_sources(), DRIVER], exe or model_dir / "run_model")
+
+
+def build_generated(tflite_path, out_dir, name: str | None = None):
+    """Generate C for a .tflite and compile the batch driver: (GeneratedModel, exe path)."""
+    from quarl_edge.converters import cgen
+    gm = cgen.generate(tflite_path, out_dir, name=name)
+    return gm, compile_driver(Path(out_dir))
+
+
+def run_driver(exe: Path, records: bytes) -> bytes:
+    res = subprocess.run([str(exe)], input=records, capture_output=True, timeout=60)
+    if res.returncode != 0:
+        raise AssertionError(f"{exe} exited {res.returncode}: {res.stderr.decode(errors='replace')}")
+    return res.stdout
+
+
+def tflm_run(model_bytes: bytes, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """Golden outputs: each record (the array for input 0) through the tflite-micro host
+    interpreter; returns the first output of each record."""
+    from tflite_micro.python.tflite_micro import runtime
+    it = runtime.Interpreter.from_bytes(bytes(model_bytes))
+    outs = []
+    for x in inputs:
+        it.set_input(x, 0)
+        it.invoke()
+        outs.append(np.array(it.get_output(0), copy=True))
+    return outs
+
+
+# ------------------------------------------------------------------- Keras models
+def random_mlp(seed: int, input_dim: int, widths: list[int], activations: list[str],
+               weight_scale: float = 1.0, use_bias: list[bool] | None = None):
+    """A Sequential MLP with deterministic random weights scaled by `weight_scale`."""
+    import tensorflow as tf
+    tf.keras.utils.set_random_seed(seed)
+    use_bias = use_bias or [True] * len(widths)
+    layers = [tf.keras.Input((input_dim,))]
+    for w, a, b in zip(widths, activations, use_bias):
+        layers.append(tf.keras.layers.Dense(w, activation=None if a == "none" else a, use_bias=b))
+    model = tf.keras.Sequential(layers)
+    rng = np.random.default_rng(seed)
+    for layer in model.layers:
+        ws = layer.get_weights()
+        new = [rng.standard_normal(ws[0].shape).astype(np.float32) * weight_scale / np.sqrt(ws[0].shape[0])]
+        if len(ws) > 1:
+            new.append(rng.standard_normal(ws[1].shape).astype(np.float32) * 0.5)
+        layer.set_weights(new)
+    return model
+
+
+def convert(model, mode: str, calib: np.ndarray | None = None) -> bytes:
+    """Convert a Keras model with the real TFLite converter.
+
+    mode: "float" (no quantization), "int8" (full int8, float I/O), "int8_io" (full int8, int8
+    I/O), "dynamic" (dynamic-range: int8 weights, float activations), "fp16" (float16 weights).
+    `calib` is the representative dataset (rows of the input) for the int8 modes.
+    """
+    import tensorflow as tf
+    c = tf.lite.TFLiteConverter.from_keras_model(model)
+    if mode != "float":
+        c.optimizations = [tf.lite.Optimize.DEFAULT]
+    if mode in ("int8", "int8_io"):
+        if calib is None:
+            calib = np.random.default_rng(0).standard_normal((64, model.input_shape[-1]))
+        calib = np.asarray(calib, np.float32)
+
+        def rep():
+            for row in calib:
+                yield [row[None, :]]
+        c.representative_dataset = rep
+        c.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+        if mode == "int8_io":
+            c.inference_input_type = tf.int8
+            c.inference_output_type = tf.int8
+    elif mode == "fp16":
+        c.target_spec.supported_types = [tf.float16]
+    elif mode not in ("float", "dynamic"):
+        raise ValueError(mode)
+    return c.convert()
+
+
+# ------------------------------------------------------------ hand-built flatbuffers
+def schema():
+    from tflite_micro.tensorflow.lite.micro.python import schema_py_generated as s
+    return s
+
+
+def quant(scale, zp):
+    s = schema()
+    q = s.QuantizationParametersT()
+    q.scale = [float(v) for v in np.atleast_1d(scale)]
+    q.zeroPoint = [int(v) for v in np.atleast_1d(zp)]
+    return q
+
+
+def tensor(name, shape, ttype, buf, q=None):
+    s = schema()
+    t = s.TensorT()
+    t.name, t.shape, t.type, t.buffer, t.quantization = name, np.array(shape, np.int32), ttype, buf, q
+    return t
+
+
+def build_tflite(tensors, buffers, ops, inputs, outputs) -> bytes:
+    """Pack a one-subgraph model. tensors: TensorT list; buffers: list of bytes|None (index 0
+    must be None); ops: list of (builtin op name, inputs, outputs, options object or None)."""
+    import flatbuffers
+    s = schema()
+    m = s.ModelT()
+    m.version, m.description = 3, "quarl-edge test model"
+    names = []
+    for name, *_ in ops:
+        if name not in names:
+            names.append(name)
+    m.operatorCodes = []
+    for name in names:
+        oc = s.OperatorCodeT()
+        code = getattr(s.BuiltinOperator, name)
+        oc.builtinCode, oc.deprecatedBuiltinCode, oc.version = code, min(code, 127), 1
+        m.operatorCodes.append(oc)
+    m.buffers = []
+    for data in buffers:
+        b = s.BufferT()
+        if data is not None:
+            b.data = np.frombuffer(bytes(data), np.uint8)
+        m.buffers.append(b)
+    sg = s.SubGraphT()
+    sg.tensors, sg.inputs, sg.outputs, sg.name = tensors, list(inputs), list(outputs), "main"
+    sg.operators = []
+    for name, ins, outs, options in ops:
+        op = s.OperatorT()
+        op.opcodeIndex, op.inputs, op.outputs = names.index(name), list(ins), list(outs)
+        if options is not None:
+            op.builtinOptionsType = getattr(s.BuiltinOptions, type(options).__name__[:-1])
+            op.builtinOptions = options
+        sg.operators.append(op)
+    m.subgraphs = [sg]
+    b = flatbuffers.Builder(1024)
+    b.Finish(m.Pack(b), file_identifier=b"TFL3")
+    return bytes(b.Output())
+
+
+def fc_model(weights, input_q, weight_scale, output_q, bias=None, activation="NONE",
+             input_shape=None, output_shape=None, keep_num_dims=False, weight_zp=0) -> bytes:
+    """int8 input -> FULLY_CONNECTED -> int8 output with exact quantization parameters.
+
+    input_q/output_q: (scale, zero_point); weight_scale may be a list (per-channel)."""
+    s = schema()
+    w = np.asarray(weights, np.int8)
+    out_depth, depth = w.shape
+    input_shape = input_shape or [1, depth]
+    output_shape = output_shape or [int(np.prod(input_shape)) // depth, out_depth]
+    ws = np.atleast_1d(weight_scale)
+    tensors = [
+        tensor("input", input_shape, s.TensorType.INT8, 1, quant(*input_q)),
+        tensor("fc/weights", list(w.shape), s.TensorType.INT8, 2, quant(ws, [weight_zp] * len(ws))),
+        tensor("output", output_shape, s.TensorType.INT8, 3, quant(*output_q)),
+    ]
+    buffers = [None, None, w.tobytes(), None]
+    ins = [0, 1, -1]
+    if bias is not None:
+        tensors.append(tensor("fc/bias", [out_depth], s.TensorType.INT32, 4,
+                               quant(np.float32(input_q[0]) * np.float32(ws[0]), 0)))
+        buffers.append(np.asarray(bias, np.int32).tobytes())
+        ins = [0, 1, 3]
+    if len(ws) > 1:
+        tensors[1].quantization.quantizedDimension = 0
+    opt = s.FullyConnectedOptionsT()
+    opt.fusedActivationFunction = getattr(s.ActivationFunctionType, activation)
+    opt.keepNumDims = keep_num_dims
+    return build_tflite(tensors, buffers, [("FULLY_CONNECTED", ins, [2], opt)], [0], [2])
+
+
+def affine_model(op: str, size: int, scale: float, zero_point: int) -> bytes:
+    """A single QUANTIZE (float32 -> int8) or DEQUANTIZE (int8 -> float32) model."""
+    s = schema()
+    q = quant(scale, zero_point)
+    f = tensor("x_float", [1, size], s.TensorType.FLOAT32, 1)
+    i = tensor("x_int8", [1, size], s.TensorType.INT8, 2, q)
+    tensors = [f, i] if op == "QUANTIZE" else [i, f]
+    return build_tflite(tensors, [None, None, None], [(op, [0], [1], None)], [0], [1])
