@@ -59,6 +59,12 @@ def encode_frame(cmd: int, payload: bytes = b"", seq: int = 0, version: int = VE
     return SYNC + body + struct.pack("<H", crc16(body))
 
 
+def resync_bytes(max_payload: int = 0xFFFF) -> bytes:
+    """Zeros that complete any frame a false sync may have started on the board (zeros never form
+    a sync); the board answers at most one BAD_CRC and is then idle."""
+    return bytes(min(max_payload, 4096) + HEADER_SIZE + CRC_SIZE)
+
+
 @dataclass
 class Frame:
     version: int

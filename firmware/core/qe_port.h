@@ -20,6 +20,10 @@
 #endif
 
 void qe_port_init(void);
+/* Run fn (the harness) and return when it returns. An MCU port with nothing special to do
+ * implements it as `{ fn(); }`; the host port runs fn on its own painted stack to measure the
+ * stack high-water mark (firmware/ports/host/port.c). */
+void qe_port_run(void (*fn)(void));
 /* Blocking read of one byte; returns -1 when the link is gone (the harness then returns). */
 int qe_port_read_byte(void);
 void qe_port_write(const uint8_t *data, uint32_t n);

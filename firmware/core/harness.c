@@ -1,0 +1,296 @@
+/* The on-device harness: see harness.h. Requests and replies are described in docs/protocol.md.
+ *
+ * RAM: the frame layer's receive buffer (protocol.c), a copy of the last INFER input
+ * (QE_INPUT_COPY_BYTES, default QE_MAX_PAYLOAD: an INFER payload never exceeds it; a build
+ * that knows the model's input size can pass it to save RAM) and a few locals. Replies are
+ * streamed from the arena, so there is no reply buffer. */
+#include <string.h>
+
+#include "qe_protocol.h"
+#include "qe_port.h"
+#include "qe_model.h"
+#include "protocol.h"
+#include "harness.h"
+
+#ifndef QE_INPUT_COPY_BYTES
+#define QE_INPUT_COPY_BYTES QE_MAX_PAYLOAD
+#endif
+
+/* Set QE_ERROR_MESSAGES=0 to drop the error texts (they cost RAM on AVR, where string
+ * literals live in .data); error frames then carry only their code and command. */
+#ifndef QE_ERROR_MESSAGES
+#define QE_ERROR_MESSAGES 1
+#endif
+#if QE_ERROR_MESSAGES
+#define QE_MSG(s) (s)
+#else
+#define QE_MSG(s) ((const char *)0)
+#endif
+
+/* Output tensors go on the wire straight from the arena, so the arena's byte order must be the
+ * protocol's (little-endian): true for x86, Cortex-M and AVR. */
+#if defined(__BYTE_ORDER__) && defined(__ORDER_LITTLE_ENDIAN__)
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the harness sends arena bytes verbatim and needs a little-endian target"
+#endif
+#endif
+
+#define QE_REPLY(cmd) ((uint8_t)((cmd) | QE_PROTO_REPLY_BIT))
+
+/* The last INFER input, restored before every BENCH run: a planner may place an output or a
+ * scratch tensor over an input (in-place arena), so after one invoke the arena no longer holds
+ * the input. Zero until the first INFER (BENCH before INFER runs on zeros). */
+static uint8_t last_input[QE_INPUT_COPY_BYTES];
+
+static uint32_t tensors_bytes(const qe_tensor_spec_t *t, uint8_t n)
+{
+    uint32_t sum = 0;
+    uint8_t i;
+    for (i = 0; i < n; i++)
+        sum += t[i].bytes;
+    return sum;
+}
+
+static void restore_inputs(void)
+{
+    const qe_model_info_t *m = &qe_model_info;
+    uint32_t off = 0;
+    uint8_t i;
+    for (i = 0; i < m->n_inputs; i++) {
+        memcpy(qe_arena + m->inputs[i].arena_offset, last_input + off, m->inputs[i].bytes);
+        off += m->inputs[i].bytes;
+    }
+}
+
+static uint32_t run_once(void)
+{
+    qe_port_cost_start();
+    qe_model_invoke();
+    return qe_port_cost_stop();
+}
+
+static uint32_t rd_u16(const uint8_t *p) { return (uint32_t)p[0] | ((uint32_t)p[1] << 8); }
+
+static uint32_t rd_u32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
+static void bad_payload(const qe_frame_t *f, const char *msg)
+{
+    qe_tx_error(f->seq, QE_ERR_BAD_PAYLOAD, f->cmd, msg);
+}
+
+/* ------------------------------------------------------------------------------- HELLO */
+static uint8_t str_len(const char *s)
+{
+    uint8_t n = 0;
+    if (s) {
+        while (s[n] != '\0' && n < 255u)
+            n++;
+    }
+    return n;
+}
+
+static void tx_str(const char *s)
+{
+    uint8_t n = str_len(s);
+    qe_tx_u8(n);
+    qe_tx_bytes((const uint8_t *)s, n);
+}
+
+static uint8_t spec_ndims(const qe_tensor_spec_t *t)
+{
+    return t->ndims > QE_MAX_DIMS ? (uint8_t)QE_MAX_DIMS : t->ndims;
+}
+
+static uint32_t specs_wire_bytes(const qe_tensor_spec_t *t, uint8_t n)
+{
+    uint32_t sum = 0;
+    uint8_t i;
+    for (i = 0; i < n; i++)   /* u8 dtype, u8 ndims, ndims x u16, f32 scale, i32 zero point */
+        sum += 2u + 2u * spec_ndims(&t[i]) + 8u;
+    return sum;
+}
+
+static void tx_specs(const qe_tensor_spec_t *t, uint8_t n)
+{
+    uint8_t i, d;
+    qe_tx_u8(n);
+    for (i = 0; i < n; i++) {
+        uint8_t nd = spec_ndims(&t[i]);
+        qe_tx_u8(t[i].dtype);
+        qe_tx_u8(nd);
+        for (d = 0; d < nd; d++)
+            qe_tx_u16(t[i].dims[d]);
+        qe_tx_f32(t[i].scale);
+        qe_tx_i32(t[i].zero_point);
+    }
+}
+
+static void do_hello(const qe_frame_t *f)
+{
+    const qe_model_info_t *m = &qe_model_info;
+    uint32_t len;
+
+    if (f->len != 4u) {
+        bad_payload(f, QE_MSG("HELLO takes a u32 nonce"));
+        return;
+    }
+    len = 4u + 1u + 1u + 4u + 2u                 /* nonce, version, cost unit, clock, max_payload */
+        + 1u + str_len(QE_BOARD_ID) + 1u + str_len(m->name)
+        + 8u + 4u                                /* model hash, arena bytes */
+        + 1u + specs_wire_bytes(m->inputs, m->n_inputs)
+        + 1u + specs_wire_bytes(m->outputs, m->n_outputs);
+    qe_tx_begin(QE_REPLY(QE_CMD_HELLO), f->seq, (uint16_t)len);   /* < 12 kB even for 255+255 specs */
+    qe_tx_u32(rd_u32(f->payload));
+    qe_tx_u8(QE_PROTO_VERSION);
+    qe_tx_u8((uint8_t)(QE_COST_UNIT));
+    qe_tx_u32((uint32_t)(QE_CLOCK_HZ));
+    qe_tx_u16((uint16_t)(QE_MAX_PAYLOAD));
+    tx_str(QE_BOARD_ID);
+    tx_str(m->name);
+    qe_tx_bytes(m->hash, 8u);
+    qe_tx_u32(m->arena_bytes);
+    tx_specs(m->inputs, m->n_inputs);
+    tx_specs(m->outputs, m->n_outputs);
+    qe_tx_end();
+}
+
+/* ------------------------------------------------------------------------------- INFER */
+static void do_infer(const qe_frame_t *f)
+{
+    const qe_model_info_t *m = &qe_model_info;
+    uint32_t in_bytes = tensors_bytes(m->inputs, m->n_inputs);
+    uint32_t out_bytes = tensors_bytes(m->outputs, m->n_outputs);
+    uint32_t cost;
+    uint8_t i;
+
+    if (f->len != in_bytes) {
+        bad_payload(f, QE_MSG("INFER payload size differs from the inputs' bytes"));
+        return;
+    }
+    if (in_bytes > sizeof last_input) {
+        bad_payload(f, QE_MSG("inputs exceed QE_INPUT_COPY_BYTES"));
+        return;
+    }
+    if (4u + out_bytes > 0xFFFFu) {
+        bad_payload(f, QE_MSG("outputs do not fit a frame"));
+        return;
+    }
+    memcpy(last_input, f->payload, in_bytes);
+    restore_inputs();
+    cost = run_once();
+    qe_tx_begin(QE_REPLY(QE_CMD_INFER), f->seq, (uint16_t)(4u + out_bytes));
+    qe_tx_u32(cost);
+    for (i = 0; i < m->n_outputs; i++)
+        qe_tx_bytes(qe_arena + m->outputs[i].arena_offset, m->outputs[i].bytes);
+    qe_tx_end();
+}
+
+/* ------------------------------------------------------------------------------- BENCH */
+static void do_bench(const qe_frame_t *f)
+{
+    uint32_t n, i, c, lo = 0xFFFFFFFFu, hi = 0;
+    uint64_t sum = 0;
+
+    if (f->len != 2u || rd_u16(f->payload) == 0u) {
+        bad_payload(f, QE_MSG("BENCH takes a u16 n >= 1"));
+        return;
+    }
+    n = rd_u16(f->payload);
+    for (i = 0; i < n; i++) {
+        restore_inputs();   /* outside the measurement */
+        c = run_once();
+        if (c < lo)
+            lo = c;
+        if (c > hi)
+            hi = c;
+        sum += c;
+    }
+    qe_tx_begin(QE_REPLY(QE_CMD_BENCH), f->seq, 4u + 4u + 4u + 8u);
+    qe_tx_u32(n);
+    qe_tx_u32(lo);
+    qe_tx_u32(hi);
+    qe_tx_u64(sum);
+    qe_tx_end();
+}
+
+/* --------------------------------------------------------------------------------- MEM */
+static void do_mem(const qe_frame_t *f)
+{
+    if (f->len != 0u) {
+        bad_payload(f, QE_MSG("MEM takes no payload"));
+        return;
+    }
+    qe_tx_begin(QE_REPLY(QE_CMD_MEM), f->seq, 5u * 4u);
+    qe_tx_u32(qe_port_flash_bytes());
+    qe_tx_u32(qe_port_ram_bytes());
+    qe_tx_u32(qe_port_stack_used());
+    qe_tx_u32(qe_port_stack_size());
+    qe_tx_u32(qe_model_info.arena_bytes);
+    qe_tx_end();
+}
+
+/* -------------------------------------------------------------------------------- ECHO */
+static void do_echo(const qe_frame_t *f)
+{
+    qe_tx_begin(QE_REPLY(QE_CMD_ECHO), f->seq, f->len);
+    qe_tx_bytes(f->payload, f->len);
+    qe_tx_end();
+}
+
+/* ---------------------------------------------------------------------------- dispatch */
+static const char *rx_error_text(uint8_t code)
+{
+    switch (code) {
+    case QE_ERR_BAD_CRC: return QE_MSG("CRC mismatch");
+    case QE_ERR_TOO_LONG: return QE_MSG("length exceeds max_payload");
+    case QE_ERR_BAD_VERSION: return QE_MSG("protocol version mismatch");
+    default: return QE_MSG("malformed frame");
+    }
+}
+
+static void handle(qe_rx_status_t st, const qe_frame_t *f)
+{
+    if (st == QE_RX_ERROR) {
+        /* The failed command is the header's cmd byte: the host can tell which request it was
+         * (for BAD_CRC it may itself be corrupted). */
+        qe_tx_error(f->seq, f->error, f->cmd, rx_error_text(f->error));
+        return;
+    }
+    switch (f->cmd) {
+    case QE_CMD_HELLO: do_hello(f); break;
+    case QE_CMD_INFER: do_infer(f); break;
+    case QE_CMD_BENCH: do_bench(f); break;
+    case QE_CMD_MEM: do_mem(f); break;
+    case QE_CMD_ECHO: do_echo(f); break;
+    default:
+        /* A frame with the reply bit set (a reply or error frame: our own output looped back by
+         * a tty still echoing, or another board) is not a request: answering it could start an
+         * endless error ping-pong, so it is dropped silently. */
+        if (f->cmd & QE_PROTO_REPLY_BIT)
+            break;
+        qe_tx_error(f->seq, QE_ERR_UNKNOWN_CMD, f->cmd, QE_MSG("unknown command"));
+        break;
+    }
+}
+
+void qe_harness_run(void)
+{
+    qe_frame_t f;
+    int c;
+
+    qe_rx_reset();
+    for (;;) {
+        qe_rx_status_t st;
+        c = qe_port_read_byte();
+        if (c < 0)
+            return;
+        st = qe_rx_push((uint8_t)c, &f);
+        while (st != QE_RX_NONE) {
+            handle(st, &f);
+            st = qe_rx_poll(&f);
+        }
+    }
+}
