@@ -1,0 +1,105 @@
+"""DQN training: a tiny real run writes every artefact; the Keras twin equals the agent's net."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from quarl_edge.errors import QuarlError  # noqa: E402
+from quarl_edge.train import (DQNConfig, load_keras, mlp_q_values, train)  # noqa: E402
+
+TINY = dict(learning_starts=100, eval_every=100, eval_episodes=2, log_every=50, batch_size=32,
+            train_every=50, updates_per_train=10,
+            hidden=(16, 8), target_update_period=50)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("run")
+    info = train("CartPole-v1", "dqn", 300, 3, out, progress=False, **TINY)
+    return out, info
+
+
+def test_tiny_run_writes_every_artefact(tiny_run):
+    out, info = tiny_run
+    assert (out / "policy" / "saved_model.pb").is_file()
+    assert (out / "qnet.keras").is_file()
+    saved = json.loads((out / "run.json").read_text())
+    assert saved == info
+    assert saved["env"] == "CartPole-v1" and saved["algo"] == "dqn" and saved["seed"] == 3
+    assert saved["steps"] == 300 and saved["train_seconds"] > 0
+    assert saved["obs_shape"] == [4] and saved["n_actions"] == 2
+    assert saved["network"]["hidden"] == [16, 8]
+    assert saved["hyperparameters"]["batch_size"] == 32
+    assert saved["hyperparameters"]["double"] is True
+    assert saved["best_step"] in (100, 200, 300)
+    assert saved["versions"]["tf-agents"] == "0.19.0"
+
+    rows = list(csv.DictReader((out / "train_curve.csv").open()))
+    assert list(rows[0]) == ["step", "train_return", "greedy_return", "loss"]
+    assert [int(r["step"]) for r in rows] == [50, 100, 150, 200, 250, 300]
+    greedy = [float(r["greedy_return"]) for r in rows if r["greedy_return"]]
+    assert len(greedy) == 3 and max(greedy) == saved["best_greedy_return"]
+    assert rows[0]["loss"] == "" and rows[-1]["loss"] != ""  # training starts at step 100
+    assert float(rows[-1]["train_return"]) > 0
+
+
+def test_keras_twin_equals_the_saved_agent_network(tiny_run):
+    import tensorflow as tf
+    from tf_agents.trajectories import time_step as ts
+
+    out, _ = tiny_run
+    model = load_keras(out)
+    assert model.input_shape == (None, 4) and model.output_shape == (None, 2)
+    assert model.inputs[0].dtype == tf.float32
+
+    rng = np.random.default_rng(0)
+    obs = rng.normal(scale=[1.0, 2.0, 0.1, 2.0], size=(500, 4)).astype(np.float32)
+    q = model(obs).numpy()
+    np.testing.assert_allclose(q, mlp_q_values(model.get_weights(), obs), rtol=1e-5, atol=1e-5)
+
+    policy = tf.saved_model.load(str(out / "policy"))
+    # the SavedModel's variables are the Q-network's (the target network is not exported)
+    saved = sorted((v.numpy() for v in policy.model_variables), key=lambda a: (a.shape, a.sum()))
+    ours = sorted(model.get_weights(), key=lambda a: (a.shape, a.sum()))
+    assert len(saved) == len(ours)
+    for a, b in zip(saved, ours):
+        np.testing.assert_array_equal(a, b)
+
+    step = ts.restart(tf.constant(obs), batch_size=len(obs))
+    actions = policy.action(step, ()).action.numpy()
+    gap = np.abs(q[:, 0] - q[:, 1])
+    clear = gap > 1e-4  # exact near-ties may resolve either way
+    np.testing.assert_array_equal(actions[clear], q.argmax(axis=1)[clear])
+
+
+def test_unknown_algo_env_and_option():
+    with pytest.raises(QuarlError, match="known: dqn"):
+        train("CartPole-v1", "a3c", 10, 0, "/nonexistent/never-written")
+    with pytest.raises(QuarlError, match="NoSuchEnv-v3"):
+        train("NoSuchEnv-v3", "dqn", 10, 0, "/nonexistent/never-written")
+    with pytest.raises(QuarlError, match="learnig_rate"):
+        train("CartPole-v1", "dqn", 10, 0, "/nonexistent/never-written", learnig_rate=1e-3)
+    with pytest.raises(QuarlError, match="steps"):
+        DQNConfig(steps=0)
+
+
+def test_dqn_refuses_continuous_actions(tmp_path):
+    with pytest.raises(QuarlError, match="Discrete"):
+        train("Pendulum-v1", "dqn", 10, 0, tmp_path, progress=False)
+
+
+def test_load_keras_without_a_run(tmp_path):
+    with pytest.raises(QuarlError, match="no trained model"):
+        load_keras(tmp_path)
+
+
+@pytest.mark.slow
+def test_default_cartpole_training_reaches_450(tmp_path):
+    info = train("CartPole-v1", "dqn", None, 1, tmp_path, progress=False)
+    assert info["best_greedy_return"] >= 450, info
