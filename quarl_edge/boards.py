@@ -77,8 +77,8 @@ def load_board_file(path: Path) -> Board:
             raise BoardError(f"{where}: '{k}' must be >= 0")
     _choice(connect, "method", CONNECT_METHODS, f"{where} [connect]")
     max_payload = _require(build, "max_payload", int, f"{where} [build]")
-    if not 32 <= max_payload <= 0xFFFF:
-        raise BoardError(f"{where} [build]: max_payload must be in 32..65535")
+    if not 32 <= max_payload <= 4096:   # the host's resync (protocol.md) covers 4096
+        raise BoardError(f"{where} [build]: max_payload must be in 32..4096")
     return Board(
         id=bid,
         name=_require(data, "name", str, where),

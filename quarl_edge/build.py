@@ -1,0 +1,114 @@
+"""Build: .tflite -> generated C (converters/cgen) -> firmware ELF for one board, with a memory report.
+
+The firmware is firmware/core (harness, protocol, kernels) + firmware/ports/<family> + the
+generated model.c, compiled with the board's compiler and flags from boards/<id>.toml."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from elftools.elf.constants import SH_FLAGS
+from elftools.elf.elffile import ELFFile
+
+from .boards import Board
+from .errors import QuarlError, ToolchainError
+from .paths import firmware_dir
+
+COMMON_CFLAGS = ("-std=c99", "-Wall", "-Wextra", "-Werror", "-ffp-contract=off")
+COST_MACROS = {"ns": "QE_COST_NS", "cycles": "QE_COST_CYCLES", "instructions": "QE_COST_INSTRUCTIONS"}
+
+
+@dataclass
+class MemoryReport:
+    flash_bytes: int          # allocated sections with contents (code, constants, .data image)
+    ram_bytes: int            # writable allocated sections (.data, .bss, stack section if any)
+    arena_bytes: int          # the model's activation arena (part of ram_bytes)
+    weights_bytes: int        # the model's constant data (part of flash_bytes)
+    stack_bytes: int | None = None  # high-water, measured on the board (MEM)
+
+
+@dataclass
+class Firmware:
+    board: Board
+    model_path: Path
+    elf: Path
+    out_dir: Path
+    model_info: dict          # model.json written by the generator
+    memory: MemoryReport
+
+
+def elf_memory(elf: Path) -> tuple[int, int]:
+    """(flash, ram) in bytes from the ELF's section headers."""
+    flash = ram = 0
+    with elf.open("rb") as f:
+        for sec in ELFFile(f).iter_sections():
+            flags = sec["sh_flags"]
+            if not flags & SH_FLAGS.SHF_ALLOC:
+                continue
+            if sec["sh_type"] != "SHT_NOBITS":
+                flash += sec["sh_size"]
+            if flags & SH_FLAGS.SHF_WRITE:
+                ram += sec["sh_size"]
+    return flash, ram
+
+
+def firmware_sources(board: Board) -> list[Path]:
+    fw = firmware_dir()
+    port = fw / "ports" / board.family
+    if not port.is_dir():
+        raise QuarlError(f"board {board.id}: no port for family '{board.family}' in {port}")
+    return (sorted((fw / "core").glob("*.c")) + sorted((fw / "core" / "kernels").glob("*.c"))
+            + sorted(port.glob("*.c")))
+
+
+def compile_firmware(board: Board, sources: list[Path], out_elf: Path, extra_flags=()) -> None:
+    cc = shutil.which(board.cc)
+    if cc is None:
+        raise ToolchainError(f"compiler '{board.cc}' for board {board.id} is not installed; "
+                             f"install it with: {board.install or 'your package manager'}")
+    fw = firmware_dir()
+    port = fw / "ports" / board.family
+    defines = [f'-DQE_BOARD_ID="{board.id}"', f"-DQE_CLOCK_HZ={board.clock_hz}u",
+               f"-DQE_COST_UNIT={COST_MACROS[board.cost_unit]}",
+               f"-DQE_MAX_PAYLOAD={board.max_payload}u"]
+    cmd = [cc, *COMMON_CFLAGS, *board.cflags, *extra_flags, *defines,
+           f"-I{fw / 'core'}", f"-I{port}", *map(str, sources), "-o", str(out_elf),
+           *board.ldflags]
+    (out_elf.parent / "build.cmd").write_text(" ".join(cmd) + "\n")
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise ToolchainError(f"building firmware for {board.id} failed:\n{proc.stderr.strip()}")
+
+
+def build(model_path: Path, board: Board, out_dir: Path, extra_flags=()) -> Firmware:
+    """Generate C for `model_path` and compile the firmware for `board` into `out_dir`."""
+    from .converters.cgen import generate  # the generator pulls in the flatbuffer schema
+
+    model_path = Path(model_path)
+    if not model_path.is_file():
+        raise QuarlError(f"no model at {model_path}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    gen_dir = out_dir / "gen"
+    generate(model_path, gen_dir, name=model_path.stem)
+    info = json.loads((gen_dir / "model.json").read_text())
+    elf = out_dir / "firmware.elf"
+    # BENCH replays the last INFER input from a copy; size it to this model's inputs (AVR RAM).
+    input_bytes = sum(int(t["bytes"]) for t in info["inputs"])
+    if input_bytes > board.max_payload:
+        raise QuarlError(f"the model's inputs take {input_bytes} B; board {board.id} accepts frames "
+                         f"of at most {board.max_payload} B")
+    compile_firmware(board, firmware_sources(board) + [gen_dir / "model.c"], elf,
+                     (f"-DQE_INPUT_COPY_BYTES={max(input_bytes, 1)}u", *extra_flags))
+    flash, ram = elf_memory(elf)
+    memory = MemoryReport(flash, ram, int(info["arena_bytes"]), int(info["weight_bytes"]))
+    if board.flash_bytes and flash > board.flash_bytes:
+        raise QuarlError(f"firmware for {board.id} needs {flash} B of flash; the board has "
+                         f"{board.flash_bytes} B")
+    if board.ram_bytes and ram > board.ram_bytes:
+        raise QuarlError(f"firmware for {board.id} needs {ram} B of RAM; the board has "
+                         f"{board.ram_bytes} B")
+    (out_dir / "memory.json").write_text(json.dumps(asdict(memory), indent=2) + "\n")
+    return Firmware(board, model_path, elf, out_dir, info, memory)

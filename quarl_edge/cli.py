@@ -1,0 +1,209 @@
+"""The `quarl-edge` command line: argument parsing only; each stage lives in its own module."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from .errors import QuarlError
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")   # keep TensorFlow's start-up chatter out
+
+
+def resolve_model(target: str, scheme: str | None) -> tuple[Path, Path]:
+    """RUN_OR_MODEL -> (model .tflite, build directory)."""
+    path = Path(target)
+    if path.is_dir():
+        from .hil import model_path
+        scheme = scheme or "int8"
+        return model_path(path, scheme), path / "build"
+    if path.is_file():
+        return path, path.parent / "build"
+    raise QuarlError(f"{target} is neither a run directory nor a .tflite file")
+
+
+def cmd_train(a):
+    from .train import train
+    info = train(a.env, a.algo, steps=a.steps, seed=a.seed, out=Path(a.out))
+    print(json.dumps(info, indent=2) if a.json else
+          f"trained {a.algo} on {a.env} in {info.get('train_seconds', 0):.0f} s; best greedy "
+          f"validation return {info.get('best_greedy_return')}; run in {a.out}")
+
+
+def cmd_quantize(a):
+    from .quantize import quantize
+    for scheme in a.scheme:
+        path = quantize(Path(a.run), scheme, calib_size=a.calib_size)
+        print(f"{scheme:8s} {path}  {path.stat().st_size:,} B")
+
+
+def cmd_build(a):
+    from .boards import get_board
+    from .build import build
+    board = get_board(a.board)
+    model, build_root = resolve_model(a.target, a.model)
+    fw = build(model, board, Path(a.out) if a.out else build_root / board.id / model.stem)
+    m = fw.memory
+    print(f"firmware: {fw.elf}\n"
+          f"  flash  {m.flash_bytes:>9,} B   (weights and parameters {m.weights_bytes:,} B)\n"
+          f"  RAM    {m.ram_bytes:>9,} B   (model arena {m.arena_bytes:,} B)\n"
+          f"  stack  measured on the board: `quarl-edge validate` or `hil` report it")
+
+
+def cmd_flash(a):
+    import time
+    from .boards import get_board
+    from .launch import BoardSession
+    board = get_board(a.board)
+    model, build_root = resolve_model(a.target, a.model)
+    with BoardSession(model, board, build_root / board.id / model.stem, port=a.port) as s:
+        print(f"board '{board.id}' runs {s.info.model_name} on {s.running.url} "
+              f"({s.info.cost_unit} cost unit); Ctrl-C stops it", flush=True)
+        if board.connect_method == "pty" and not a.port:
+            try:
+                while s.running.alive():
+                    time.sleep(0.5)
+            except KeyboardInterrupt:
+                pass
+
+
+def cmd_validate(a):
+    from .boards import get_board
+    from .validate import validate
+    board = get_board(a.board)
+    model = Path(a.model)
+    res = validate(model, board, model.parent / "build" / board.id / model.stem,
+                   inputs=Path(a.inputs) if a.inputs else None, random_n=a.random,
+                   save_outputs=Path(a.save_outputs) if a.save_outputs else None, port=a.port,
+                   seed=a.seed)
+    if a.json:
+        print(json.dumps(res, indent=2))
+    else:
+        lat = res["latency"]
+        print(f"{res['n']} inputs on '{res['board']}': bit_exact={res['bit_exact']} "
+              f"max_abs_diff={res['max_abs_diff']:g}; latency median {lat['median']:,.0f} "
+              f"{lat['unit']} (p99 {lat['p99']:,.0f}); memory {res['memory']}")
+    return 0 if res["bit_exact"] else 1
+
+
+def cmd_hil(a):
+    from .boards import get_board
+    from .hil import run_hil
+    res = run_hil(Path(a.run), a.model, get_board(a.board), a.episodes, seed=a.seed, port=a.port)
+    if a.json:
+        print(json.dumps(res, indent=2))
+    else:
+        lat = res["latency"]
+        print(f"{res['model']} on '{res['board']}', {res['episodes']} episodes of {res['env']}: "
+              f"return {res['mean_return']:.1f} ± {res['std_return']:.1f} (tflite-runtime "
+              f"{res['host_mean_return']:.1f}, fp32 {res['fp32_mean_return']:.1f}); agreement "
+              f"{res['agreement']:.3f}; latency median {lat['median']:,.0f} {lat['unit']}; "
+              f"{res['steps_per_s']:.0f} steps/s")
+
+
+def cmd_demo(a):
+    from .demo import demo
+    demo(pretrained=a.pretrained, board_id=a.board, episodes=a.episodes, workdir=Path(a.workdir),
+         steps=a.steps)
+
+
+def cmd_boards(a):
+    from .boards import all_boards
+    boards = all_boards()
+    if a.json:
+        print(json.dumps({b.id: {"name": b.name, "kind": b.kind, "cpu": b.cpu, "clock_hz": b.clock_hz,
+                                 "flash_bytes": b.flash_bytes, "ram_bytes": b.ram_bytes,
+                                 "cost_unit": b.cost_unit, "installed": b.toolchain_installed()}
+                          for b in boards.values()}, indent=2))
+        return
+    print(f"{'board':16s} {'kind':9s} {'cpu':12s} {'clock':>10s} {'flash':>10s} {'RAM':>10s} "
+          f"{'unit':13s} toolchain")
+    for b in boards.values():
+        print(f"{b.id:16s} {b.kind:9s} {b.cpu:12s} {b.clock_hz or '-':>10} {b.flash_bytes or '-':>10} "
+              f"{b.ram_bytes or '-':>10} {b.cost_unit:13s} "
+              f"{'installed' if b.toolchain_installed() else 'missing: ' + b.install}")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="quarl-edge", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("train", help="train a policy with TF-Agents")
+    s.add_argument("--env", default="CartPole-v1")
+    s.add_argument("--algo", default="dqn")
+    s.add_argument("--steps", type=int, default=None, help="environment steps (default: per algo/env)")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--out", required=True, help="run directory to create")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_train)
+
+    s = sub.add_parser("quantize", help="convert a trained run to .tflite models")
+    s.add_argument("run")
+    s.add_argument("--scheme", nargs="+", default=["fp32", "fp16", "int8"])
+    s.add_argument("--calib-size", type=int, default=1000, help="calibration observations (int8)")
+    s.set_defaults(fn=cmd_quantize)
+
+    for name, fn, help_ in (("build", cmd_build, "generate C and build the firmware"),
+                            ("flash", cmd_flash, "build and flash (start) the firmware")):
+        s = sub.add_parser(name, help=help_)
+        s.add_argument("target", metavar="RUN_OR_MODEL")
+        s.add_argument("--board", default="host")
+        s.add_argument("--model", default=None, help="scheme when RUN_OR_MODEL is a run (default int8)")
+        if name == "build":
+            s.add_argument("--out", default=None, help="build directory")
+        else:
+            s.add_argument("--port", default=None, help="serial port or pyserial URL")
+        s.set_defaults(fn=fn)
+
+    s = sub.add_parser("validate", help="compare on-board outputs with TF Lite Micro")
+    s.add_argument("model", metavar="MODEL.tflite")
+    s.add_argument("--board", default="host")
+    g = s.add_mutually_exclusive_group()
+    g.add_argument("--inputs", help="inputs .npy of shape (n, *input_shape[1:])")
+    g.add_argument("--random", type=int, default=None, metavar="N")
+    s.add_argument("--save-outputs", default=None)
+    s.add_argument("--port", default=None)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_validate)
+
+    s = sub.add_parser("hil", help="hardware-in-the-loop evaluation")
+    s.add_argument("run", metavar="RUN")
+    s.add_argument("--model", default="int8", help="scheme: fp32, int8, ...")
+    s.add_argument("--board", default="host")
+    s.add_argument("--episodes", type=int, default=20)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--port", default=None)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_hil)
+
+    s = sub.add_parser("demo", help="the whole pipeline on CartPole, one table at the end")
+    s.add_argument("--pretrained", action="store_true", help="use examples/cartpole_dqn, skip training")
+    s.add_argument("--board", default="host")
+    s.add_argument("--episodes", type=int, default=20)
+    s.add_argument("--steps", type=int, default=None)
+    s.add_argument("--workdir", default="runs")
+    s.set_defaults(fn=cmd_demo)
+
+    s = sub.add_parser("boards", help="list the boards in boards/")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_boards)
+    return p
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.fn(args) or 0
+    except QuarlError as e:
+        print(f"quarl-edge: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("quarl-edge: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,160 @@
+"""Hardware-in-the-loop evaluation: Gymnasium runs on the host, the board chooses every action.
+
+The same episodes (same seeds) are also played by the same model on tflite-runtime (the host
+reference) and by the fp32 Keras network, so the board's return can be compared exactly."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Callable
+
+import gymnasium as gym
+import numpy as np
+
+from .boards import Board
+from .errors import QuarlError
+from .launch import BoardSession
+from .reference import TFLiteRuntime
+from .runner import latency_summary
+
+
+def load_run(run_dir: Path) -> dict:
+    meta = Path(run_dir) / "run.json"
+    if not meta.is_file():
+        raise QuarlError(f"{run_dir} is not a run directory (no run.json); train one with "
+                         "`quarl-edge train` or use examples/cartpole_dqn")
+    return json.loads(meta.read_text())
+
+
+def model_path(run_dir: Path, scheme: str) -> Path:
+    path = Path(run_dir) / "models" / f"{scheme}.tflite"
+    if not path.is_file():
+        raise QuarlError(f"no {scheme} model in {run_dir}/models; make it with "
+                         f"`quarl-edge quantize {run_dir} --scheme {scheme}`")
+    return path
+
+
+def to_action(output: np.ndarray, space: gym.Space):
+    """A policy output -> an environment action: argmax of Q-values for discrete spaces."""
+    out = np.asarray(output, dtype=np.float64).reshape(-1)
+    if isinstance(space, gym.spaces.Discrete):
+        return int(np.argmax(out))
+    return np.clip(out.reshape(space.shape), space.low, space.high).astype(space.dtype)
+
+
+def play(env_id: str, act: Callable[[np.ndarray], object], seeds: list[int],
+         on_episode: Callable[[int, float, int], None] | None = None):
+    """Play one episode per seed; returns (returns, visited observations, actions taken)."""
+    env = gym.make(env_id)
+    returns, observations, actions = [], [], []
+    try:
+        for seed in seeds:
+            obs, _ = env.reset(seed=seed)
+            total, done, steps = 0.0, False, 0
+            while not done:
+                a = act(obs)
+                observations.append(obs)
+                actions.append(a)
+                obs, r, terminated, truncated, _ = env.step(a)
+                total += float(r)
+                steps += 1
+                done = terminated or truncated
+            returns.append(total)
+            if on_episode:
+                on_episode(seed, total, steps)
+    finally:
+        env.close()
+    return returns, np.asarray(observations, dtype=np.float32), actions
+
+
+def dequantized(y: np.ndarray, spec) -> np.ndarray:
+    if spec.dtype == "float32":
+        return y.astype(np.float32)
+    return (y.astype(np.float32) - spec.zero_point) * spec.scale
+
+
+def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int = 0,
+            port: str | None = None, progress: bool = False) -> dict:
+    run_dir = Path(run_dir)
+    meta = load_run(run_dir)
+    env_id = meta["env"]
+    mpath = model_path(run_dir, scheme)
+    seeds = list(range(seed, seed + episodes))
+    space = gym.make(env_id).action_space
+    results_dir = run_dir / "results"
+    results_dir.mkdir(exist_ok=True)
+    log_path = results_dir / f"hil_{board.id}_{scheme}.episodes.jsonl"
+    log = log_path.open("w")
+
+    def log_episode(tag):
+        def f(s, ret, steps):
+            log.write(json.dumps({"who": tag, "seed": s, "return": ret, "steps": steps}) + "\n")
+            log.flush()
+        return f
+
+    costs: list[int] = []
+    with BoardSession(mpath, board, run_dir / "build" / board.id / scheme, port=port) as s:
+        in_spec, out_spec = s.info.inputs[0], s.info.outputs[0]
+        if in_spec.dtype != "float32":
+            raise QuarlError("HIL needs a model with float input (quantize with float I/O)")
+
+        def board_act(obs):
+            (y,), cost = s.link.infer([obs.reshape(in_spec.shape)])
+            costs.append(cost)
+            return to_action(dequantized(y, out_spec), space)
+
+        t0 = time.perf_counter()
+        returns, visited, board_actions = play(env_id, board_act, seeds, log_episode("board"))
+        wall = time.perf_counter() - t0
+        memory = s.memory()
+        unit = s.info.cost_unit
+
+    host = TFLiteRuntime(mpath)
+    host_returns, _, _ = play(env_id, lambda o: to_action(host.run([o])[0], space), seeds,
+                              log_episode("tflite-runtime"))
+
+    from .train import load_keras
+    keras_model = load_keras(run_dir)
+    fp32_fn = _batched(keras_model)
+    fp32_returns, _, _ = play(env_id, lambda o: to_action(fp32_fn(o[None])[0], space), seeds,
+                              log_episode("fp32"))
+    fp32_actions = [to_action(q, space) for q in fp32_fn(visited)]
+    if isinstance(space, gym.spaces.Discrete):
+        agreement = float(np.mean([a == b for a, b in zip(board_actions, fp32_actions)]))
+    else:  # continuous: 1 - mean normalised distance
+        span = np.asarray(space.high - space.low, dtype=np.float64)
+        dist = np.abs(np.asarray(board_actions) - np.asarray(fp32_actions)) / span
+        agreement = float(1.0 - dist.mean())
+    log.close()
+
+    result = {
+        "board": board.id,
+        "model": scheme,
+        "env": env_id,
+        "episodes": episodes,
+        "seeds": seeds,
+        "returns": returns,
+        "mean_return": float(np.mean(returns)),
+        "std_return": float(np.std(returns)),
+        "host_mean_return": float(np.mean(host_returns)),
+        "host_std_return": float(np.std(host_returns)),
+        "fp32_mean_return": float(np.mean(fp32_returns)),
+        "fp32_std_return": float(np.std(fp32_returns)),
+        "agreement": agreement,
+        "latency": latency_summary(costs, unit),
+        "steps_per_s": len(board_actions) / wall if wall > 0 else None,
+        "memory": memory,
+    }
+    (results_dir / f"hil_{board.id}_{scheme}.json").write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+def _batched(keras_model):
+    import tensorflow as tf
+
+    @tf.function(reduce_retracing=True)
+    def f(x):
+        return keras_model(x, training=False)
+
+    return lambda x: f(tf.convert_to_tensor(np.asarray(x, dtype=np.float32))).numpy()

@@ -1,0 +1,105 @@
+"""validate: run inputs through a model on the board and compare with TF Lite Micro on the host."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .boards import Board
+from .errors import QuarlError
+from .launch import BoardSession
+from .reference import TFLiteRuntime, TFLMReference
+from .runner import latency_summary
+
+
+def input_range(model_path: Path) -> tuple[float, float] | None:
+    """The float range the model's first QUANTIZE op can represent (None for float models)."""
+    rt = TFLiteRuntime(model_path)
+    idx = rt.inputs[0]["index"]
+    tensors = {t["index"]: t for t in rt.interp.get_tensor_details()}
+    for op in rt.interp._get_ops_details():
+        if op["op_name"] == "QUANTIZE" and idx in list(op["inputs"]):
+            t = tensors[op["outputs"][0]]
+            scale, zp = t["quantization"]
+            info = np.iinfo(t["dtype"])
+            return scale * (info.min - zp), scale * (info.max - zp)
+    return None
+
+
+def random_inputs(model_path: Path, shape: tuple[int, ...], dtype, n: int, seed: int) -> np.ndarray:
+    """Random inputs that cover the representable range and, on purpose, saturate beyond it."""
+    rng = np.random.default_rng(seed)
+    shape = (n, *shape[1:])
+    dtype = np.dtype(dtype)
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, info.max, size=shape, endpoint=True).astype(dtype)
+    rng_range = input_range(model_path)
+    lo, hi = rng_range if rng_range else (-4.0, 4.0)
+    mid, half = (lo + hi) / 2, (hi - lo) / 2
+    x = mid + half * rng.uniform(-1.5, 1.5, size=shape)          # 1/3 of values saturate
+    return x.astype(dtype)
+
+
+def load_inputs(path: Path, shape: tuple[int, ...], dtype) -> np.ndarray:
+    try:
+        x = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise QuarlError(f"cannot read inputs {path}: {e}") from None
+    want = tuple(shape[1:])
+    if x.dtype != np.dtype(dtype) or tuple(x.shape[1:]) != want:
+        raise QuarlError(f"{path} holds {x.dtype} {x.shape}; the model needs "
+                         f"{np.dtype(dtype)} with shape (n, {', '.join(map(str, want))})")
+    return x
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
+def validate(model_path: Path, board: Board, out_dir: Path, inputs: Path | None = None,
+             random_n: int | None = None, save_outputs: Path | None = None, port: str | None = None,
+             seed: int = 0) -> dict:
+    model_path = Path(model_path)
+    ref = TFLMReference(model_path)
+    if len(ref.inputs) != 1 or len(ref.outputs) != 1:
+        raise QuarlError("validate supports models with one input and one output")
+    in_d, out_d = ref.inputs[0], ref.outputs[0]
+    in_shape = tuple(int(v) for v in in_d["shape"])
+    if inputs is not None:
+        xs = load_inputs(inputs, in_shape, in_d["dtype"])
+    else:
+        xs = random_inputs(model_path, in_shape, in_d["dtype"], random_n or 100, seed)
+
+    board_out, costs = [], []
+    with BoardSession(model_path, board, out_dir, port=port) as s:
+        for x in xs:
+            (y,), cost = s.link.infer([x.reshape(in_shape)])
+            board_out.append(y)
+            costs.append(cost)
+        memory = s.memory()
+        unit = s.info.cost_unit
+
+    exact, max_diff, mismatches = True, 0.0, 0
+    for x, y in zip(xs, board_out):
+        (r,) = ref.run([x.reshape(in_shape)])
+        r = r.reshape(y.shape)
+        if not same_bits(y, r):
+            exact = False
+            mismatches += 1
+        diff = np.abs(y.astype(np.float64) - r.astype(np.float64))
+        max_diff = max(max_diff, float(np.nanmax(diff)) if diff.size else 0.0)
+
+    if save_outputs is not None:
+        np.save(save_outputs, np.stack(board_out).reshape(len(xs), *y.shape[1:]).astype(out_d["dtype"]))
+    return {
+        "board": board.id,
+        "model": str(model_path),
+        "n": int(len(xs)),
+        "bit_exact": exact,
+        "mismatches": mismatches,
+        "max_abs_diff": max_diff,
+        "latency": latency_summary(costs, unit),
+        "memory": {k: memory.get(k) for k in ("flash_bytes", "ram_bytes", "stack_bytes", "arena_bytes")},
+    }

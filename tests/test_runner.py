@@ -1,0 +1,98 @@
+"""The serial runner's failure paths: a board that does not answer, a port that does not exist,
+replies that are not ours. (The live harness is exercised in test_harness.py and test_e2e_host.py.)"""
+import os
+import struct
+import threading
+import time
+import tty
+
+import pytest
+import serial
+
+from quarl_edge import protocol as P
+from quarl_edge.errors import BoardError, ProtocolError
+from quarl_edge.runner import BoardLink
+
+
+def test_missing_port_is_a_clear_error():
+    with pytest.raises(BoardError, match="cannot open serial port /dev/does-not-exist"):
+        BoardLink("/dev/does-not-exist")
+
+
+def test_a_silent_board_times_out_with_a_hint():
+    master, slave = os.openpty()       # nobody serves the other end
+    tty.setraw(slave)
+    try:
+        with BoardLink(os.ttyname(slave)) as link:
+            t0 = time.monotonic()
+            with pytest.raises(BoardError, match="no HELLO answer .* is the firmware running"):
+                link.hello(total_timeout=1.0)
+            assert time.monotonic() - t0 < 3
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
+def test_loopback_echo_of_our_own_request_is_not_taken_as_a_reply():
+    # loop:// sends our HELLO request back to us: same seq, but not a reply frame.
+    with BoardLink("loop://") as link:
+        with pytest.raises(BoardError, match="no HELLO answer"):
+            link.hello(total_timeout=0.6)
+
+
+def fake_board(fd, reply_for):
+    """Answers each request frame on `fd` with reply_for(frame) (bytes to write)."""
+    dec = P.FrameDecoder()
+    def loop():
+        while True:
+            try:
+                data = os.read(fd, 4096)
+            except OSError:
+                return
+            if not data:
+                return
+            for f in dec.feed(data):
+                os.write(fd, reply_for(f))
+    threading.Thread(target=loop, daemon=True).start()
+
+
+def test_error_frames_become_protocol_errors_with_the_error_name():
+    master, slave = os.openpty()
+    tty.setraw(slave)
+    msg = b"no such command"
+    fake_board(master, lambda f: P.encode_frame(P.CMD_ERROR, bytes([3, f.cmd]) + msg, f.seq))
+    try:
+        with BoardLink(os.ttyname(slave)) as link:
+            with pytest.raises(ProtocolError, match="MEM with UNKNOWN_CMD: no such command"):
+                link.command("MEM", timeout=2)
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
+def test_handshake_ignores_garbage_and_stale_nonces():
+    master, slave = os.openpty()
+    tty.setraw(slave)
+    hello = P.Hello(0, P.VERSION, "ns", 0, 256, "fake", "m", b"12345678", 64,
+                    [P.TensorSpec("float32", (1, 4))], [P.TensorSpec("float32", (1, 2))])
+    calls = []
+
+    def reply(f):
+        calls.append(f)
+        (nonce,) = struct.unpack("<I", f.payload[:4])
+        if len(calls) == 1:   # first answer: line noise plus a reply with a wrong nonce
+            hello.nonce = nonce ^ 1
+            return b"\x00\xffnoise" + P.encode_frame(0x81, P.pack_hello(hello), f.seq)
+        hello.nonce = nonce
+        return P.encode_frame(0x81, P.pack_hello(hello), f.seq)
+
+    fake_board(master, reply)
+    try:
+        with BoardLink(os.ttyname(slave)) as link:
+            info = link.hello(total_timeout=3)
+            assert len(calls) >= 2
+            assert info.board_id == "fake" and info.inputs[0].shape == (1, 4)
+            assert info.outputs[0].dtype == "float32" and info.max_payload == 256
+    finally:
+        os.close(master)
+        os.close(slave)
