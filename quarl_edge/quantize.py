@@ -170,19 +170,8 @@ def convert_keras(model, scheme: str, calibration: np.ndarray | None = None) -> 
 
 # ---------------------------------------------------------------------------------- running
 def _interpreter(model_path: Path):
-    from tflite_runtime.interpreter import Interpreter, OpResolverType
-    model_path = Path(model_path)
-    if not model_path.is_file():
-        raise QuarlError(f"no model at {model_path}")
-    try:
-        # builtin kernels only: no XNNPACK delegate, so the op list is the model's own
-        interpreter = Interpreter(
-            model_path=str(model_path),
-            experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
-        interpreter.allocate_tensors()
-    except (ValueError, RuntimeError) as e:
-        raise ModelError(f"tflite-runtime cannot load {model_path}: {e}") from None
-    return interpreter
+    from .reference import tflite_runtime_interpreter
+    return tflite_runtime_interpreter(model_path)
 
 
 def model_ops(model_path: Path) -> list[str]:

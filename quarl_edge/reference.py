@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import ModelError
+from .errors import ModelError, QuarlError
 
 
 def io_counts(model_path: Path) -> tuple[int, int]:
@@ -40,16 +40,28 @@ class TFLMReference:
         return [np.array(self.interp.get_output(i)) for i in range(len(self.outputs))]
 
 
+def tflite_runtime_interpreter(model_path: Path):
+    """A tflite-runtime Interpreter with its builtin kernels only (no XNNPACK delegate, so the
+    ops that run are the model's own), tensors allocated."""
+    from tflite_runtime.interpreter import Interpreter, OpResolverType
+    model_path = Path(model_path)
+    if not model_path.is_file():
+        raise QuarlError(f"no model at {model_path}")
+    try:
+        interpreter = Interpreter(
+            model_path=str(model_path),
+            experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+        interpreter.allocate_tensors()
+    except (ValueError, RuntimeError) as e:
+        raise ModelError(f"tflite-runtime cannot load {model_path}: {e}") from None
+    return interpreter
+
+
 class TFLiteRuntime:
     """Runs a .tflite with tflite-runtime (the interpreter an embedded Linux board would use)."""
 
     def __init__(self, model_path: Path):
-        from tflite_runtime.interpreter import Interpreter
-        try:
-            self.interp = Interpreter(model_path=str(model_path))
-            self.interp.allocate_tensors()
-        except Exception as e:
-            raise ModelError(f"tflite-runtime cannot load {model_path}: {e}") from None
+        self.interp = tflite_runtime_interpreter(model_path)
         self.inputs = self.interp.get_input_details()
         self.outputs = self.interp.get_output_details()
 
