@@ -34,8 +34,7 @@ def prepare_run(pretrained: bool, workdir: Path, steps: int | None, seed: int) -
     from .train import train
     run = workdir / f"cartpole_dqn-{time.strftime('%Y%m%d-%H%M%S')}"
     print(f"[1/5] training DQN on CartPole-v1 into {run}")
-    kwargs = {"steps": steps} if steps else {}
-    info = train("CartPole-v1", "dqn", out=run, seed=seed, **kwargs)
+    info = train("CartPole-v1", "dqn", steps=steps, seed=seed, out=run)
     print(f"      trained in {info.get('train_seconds', 0):.0f} s, best greedy validation return "
           f"{info.get('best_greedy_return')}")
     return run

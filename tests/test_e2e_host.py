@@ -122,3 +122,18 @@ def test_build_prints_the_memory_report(run_copy):
 def test_unknown_board_is_named(run_copy):
     proc = cli("hil", run_copy, "--board", "toaster", expect=2)
     assert "unknown board 'toaster'" in proc.stderr and "host" in proc.stderr
+
+
+def test_demo_pretrained_prints_the_table(tmp_path):
+    out = cli("demo", "--pretrained", "--episodes", "2", "--workdir", tmp_path).stdout
+    assert "board 'host'" in out and "tflite-runtime (host)" in out and "TensorFlow (host)" in out
+    assert out.count(" ns (p99") == 2          # fp32 and int8 firmware latencies, in ns
+
+
+def test_train_then_quantize_through_the_cli(tmp_path):
+    run = tmp_path / "run"
+    info = json.loads(cli("train", "--env", "CartPole-v1", "--algo", "dqn", "--steps", "300",
+                          "--seed", "3", "--out", run, "--json").stdout)
+    assert info["env"] == "CartPole-v1" and info["steps"] == 300
+    out = cli("quantize", run, "--scheme", "fp32", "int8").stdout
+    assert (run / "models" / "int8.tflite").is_file() and "int8" in out
