@@ -50,7 +50,7 @@ def demo(pretrained: bool = False, board_id: str = "host", episodes: int = 20,
     if not pretrained:
         from .quantize import quantize
         for scheme in SCHEMES:
-            quantize(run, scheme)
+            quantize(run, scheme, verbose=False)
     for scheme in SCHEMES:
         print(f"      {scheme:5s} {model_path(run, scheme).stat().st_size:8,d} B")
 
