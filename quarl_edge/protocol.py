@@ -87,14 +87,21 @@ class Frame:
 class FrameDecoder:
     """Incremental frame parser: feed() bytes, collect complete frames.
 
-    Garbage before a sync is skipped; a frame with a bad CRC is reported as such
-    (``bad_frames`` counts them) and parsing resynchronises on the next sync.
+    Garbage before a sync is skipped; a frame that fails (too long, bad CRC, or — when
+    `version` is given, as on a board — another protocol version, checked as soon as the header
+    is in) is recorded in ``errors`` as (error code, cmd, seq), and parsing rescans the bytes
+    after its sync.
     """
 
-    def __init__(self, max_payload: int = 0xFFFF):
+    def __init__(self, max_payload: int = 0xFFFF, version: int | None = None):
         self.buf = bytearray()
         self.max_payload = max_payload
-        self.bad_frames = 0
+        self.version = version
+        self.errors: list[tuple[int, int, int]] = []
+
+    @property
+    def bad_frames(self) -> int:
+        return len(self.errors)
 
     def feed(self, data: bytes) -> list[Frame]:
         self.buf += data
@@ -109,8 +116,10 @@ class FrameDecoder:
             if len(self.buf) < HEADER_SIZE:
                 return frames
             version, cmd, seq, length = struct.unpack_from("<BBBH", self.buf, 2)
-            if length > self.max_payload:
-                self.bad_frames += 1
+            error = (4 if self.version is not None and version != self.version else
+                     2 if length > self.max_payload else 0)
+            if error:
+                self.errors.append((error, cmd, seq))
                 del self.buf[:2]
                 continue
             total = HEADER_SIZE + length + CRC_SIZE
@@ -119,7 +128,7 @@ class FrameDecoder:
             body = bytes(self.buf[2 : HEADER_SIZE + length])
             (crc,) = struct.unpack_from("<H", self.buf, HEADER_SIZE + length)
             if crc != crc16(body):
-                self.bad_frames += 1
+                self.errors.append((1, cmd, seq))
                 del self.buf[:2]
                 continue
             frames.append(Frame(version, cmd, seq, bytes(self.buf[HEADER_SIZE : HEADER_SIZE + length])))

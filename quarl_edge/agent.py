@@ -1,0 +1,170 @@
+"""The harness of `linux` boards (Raspberry Pi class): a small Python agent that runs a .tflite
+with tflite-runtime and answers the same protocol as the C firmware (docs/protocol.md), over a
+serial device, a TCP port or its own stdin/stdout (behind a pty when tested here).
+
+    python -m quarl_edge.agent MODEL.tflite --stdio                 # behind a pty
+    python -m quarl_edge.agent MODEL.tflite --serial /dev/ttyGS0    # a USB gadget / UART
+    python -m quarl_edge.agent MODEL.tflite --tcp 0.0.0.0:5555      # one client at a time
+
+It needs only numpy, pyserial (for --serial) and tflite-runtime, so it runs on the board itself.
+Costs are nanoseconds of the board's monotonic clock around invoke(). A malformed frame gets an
+error frame, as from the firmware; the agent never stops on bad input.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import resource
+import socket
+import struct
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from . import protocol as P
+
+MAX_PAYLOAD = 4096
+DTYPE_NAMES = {np.dtype(np.float32): "float32", np.dtype(np.int8): "int8",
+               np.dtype(np.int16): "int16", np.dtype(np.int32): "int32", np.dtype(np.uint8): "uint8"}
+
+
+class Agent:
+    def __init__(self, model_path: Path, board_id: str = "linux-tflite"):
+        from .reference import tflite_runtime_interpreter
+        self.model_path = Path(model_path)
+        data = self.model_path.read_bytes()
+        self.model_hash = hashlib.sha256(data).digest()[:8]
+        self.interp = tflite_runtime_interpreter(self.model_path)
+        self.inputs = self.interp.get_input_details()
+        self.outputs = self.interp.get_output_details()
+        self.board_id = board_id
+        self.flash_bytes = len(data)
+        self.decoder = P.FrameDecoder(MAX_PAYLOAD, version=P.VERSION)
+        self.last_input: list[np.ndarray] | None = None
+
+    def spec(self, d) -> P.TensorSpec:
+        scale, zp = d["quantization"]
+        return P.TensorSpec(DTYPE_NAMES[np.dtype(d["dtype"])], tuple(int(v) for v in d["shape"]),
+                            float(scale), int(zp))
+
+    # ---------------------------------------------------------------------- commands
+    def _invoke(self, inputs: list[np.ndarray]) -> int:
+        for d, x in zip(self.inputs, inputs):
+            self.interp.set_tensor(d["index"], x)
+        t0 = time.monotonic_ns()
+        self.interp.invoke()
+        return min(time.monotonic_ns() - t0, 0xFFFFFFFF)
+
+    def handle(self, f: P.Frame) -> bytes:
+        """One request frame -> the reply frame's bytes."""
+        def reply(payload: bytes) -> bytes:
+            return P.encode_frame(f.cmd | P.REPLY_BIT, payload, f.seq)
+
+        def error(code: int, msg: str) -> bytes:
+            return P.encode_frame(P.CMD_ERROR, bytes([code, f.cmd]) + msg.encode(), f.seq)
+
+        cmd, payload = f.cmd, f.payload
+        if cmd == P.COMMANDS["HELLO"]:
+            if len(payload) != 4:
+                return error(5, "HELLO takes a u32 nonce")
+            (nonce,) = struct.unpack("<I", payload)
+            return reply(P.pack_hello(P.Hello(
+                nonce, P.VERSION, "ns", 0, MAX_PAYLOAD, self.board_id, self.model_path.stem[:255],
+                self.model_hash, 0, [self.spec(d) for d in self.inputs],
+                [self.spec(d) for d in self.outputs])))
+        if cmd == P.COMMANDS["INFER"]:
+            specs = [self.spec(d) for d in self.inputs]
+            if len(payload) != sum(s.nbytes for s in specs):
+                return error(5, "INFER payload does not match the inputs' size")
+            inputs, pos = [], 0
+            for s in specs:
+                inputs.append(np.frombuffer(payload, s.np_dtype, count=int(np.prod(s.shape)),
+                                            offset=pos).reshape(s.shape))
+                pos += s.nbytes
+            self.last_input = inputs
+            cost = self._invoke(inputs)
+            outs = b"".join(self.interp.get_tensor(d["index"]).tobytes() for d in self.outputs)
+            return reply(struct.pack(P.COST_FMT, cost) + outs)
+        if cmd == P.COMMANDS["BENCH"]:
+            if len(payload) != 2:
+                return error(5, "BENCH takes a u16 count")
+            (n,) = struct.unpack("<H", payload)
+            if n == 0:
+                return error(5, "BENCH needs n >= 1")
+            inputs = self.last_input or [np.zeros(d["shape"], d["dtype"]) for d in self.inputs]
+            costs = [self._invoke(inputs) for _ in range(n)]
+            return reply(struct.pack(P.BENCH_REPLY, n, min(costs), max(costs), sum(costs)))
+        if cmd == P.COMMANDS["MEM"]:
+            if payload:
+                return error(5, "MEM takes no payload")
+            rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+            return reply(struct.pack(P.MEM_REPLY, self.flash_bytes, min(rss, 0xFFFFFFFF), 0, 0, 0))
+        if cmd == P.COMMANDS["ECHO"]:
+            return reply(payload)
+        return error(3, f"unknown command 0x{cmd:02X}")
+
+    def feed(self, data: bytes) -> bytes:
+        """Bytes in -> reply bytes out (error frames for frames that failed to parse)."""
+        out = []
+        for f in self.decoder.feed(data):
+            if f.cmd & P.REPLY_BIT:
+                continue            # a looped-back reply: never answer it
+            out.append(self.handle(f))
+        for code, cmd, seq in self.decoder.errors:
+            out.append(P.encode_frame(P.CMD_ERROR, bytes([code, cmd]) + P.ERRORS[code][0].encode(), seq))
+        self.decoder.errors.clear()
+        return b"".join(out)
+
+
+def serve_fds(agent: Agent, rfd: int, wfd: int) -> None:
+    while True:
+        try:
+            data = os.read(rfd, 4096)
+        except OSError:             # the pty's other side is gone
+            return
+        if not data:
+            return
+        out = agent.feed(data)
+        if out:
+            os.write(wfd, out)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="quarl_edge.agent", description=__doc__.splitlines()[0])
+    ap.add_argument("model", type=Path)
+    g = ap.add_mutually_exclusive_group(required=True)
+    g.add_argument("--stdio", action="store_true")
+    g.add_argument("--serial", metavar="DEVICE")
+    g.add_argument("--tcp", metavar="HOST:PORT")
+    ap.add_argument("--board-id", default="linux-tflite")
+    ap.add_argument("--baudrate", type=int, default=115200)
+    a = ap.parse_args(argv)
+    agent = Agent(a.model, a.board_id)
+    if a.stdio:
+        import tty
+        if os.isatty(0):
+            tty.setraw(0)
+        serve_fds(agent, 0, 1)
+    elif a.serial:
+        import serial
+        with serial.Serial(a.serial, a.baudrate, timeout=0.1) as port:
+            while True:
+                out = agent.feed(port.read(max(1, port.in_waiting)))
+                if out:
+                    port.write(out)
+    else:
+        host, _, port = a.tcp.rpartition(":")
+        with socket.create_server((host or "0.0.0.0", int(port))) as srv:
+            print(f"agent: listening on {a.tcp}", file=sys.stderr, flush=True)
+            while True:
+                conn, _ = srv.accept()
+                with conn:
+                    serve_fds(agent, conn.fileno(), conn.fileno())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
