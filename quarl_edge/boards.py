@@ -34,7 +34,9 @@ class Board:
     max_payload: int
     install: str
     connect: dict = field(default_factory=dict)
+    usb: tuple[tuple[int, int], ...] = ()   # USB (VID, PID) pairs of the board's serial port
     path: Path | None = None
+    shared: tuple[str, ...] = ()   # extra firmware/ports/<dir>/ compiled with the family's port
 
     @property
     def connect_method(self) -> str:
@@ -79,6 +81,16 @@ def load_board_file(path: Path) -> Board:
     max_payload = _require(build, "max_payload", int, f"{where} [build]")
     if not 32 <= max_payload <= 4096:   # the host's resync (protocol.md) covers 4096
         raise BoardError(f"{where} [build]: max_payload must be in 32..4096")
+    shared = build.get("shared", [])
+    if not isinstance(shared, list) or not all(isinstance(s, str) and s for s in shared):
+        raise BoardError(f"{where} [build]: 'shared' must be a list of port directory names")
+    usb = []
+    for item in data.get("usb", []):
+        try:
+            vid, pid = (int(x, 16) for x in str(item).split(":"))
+        except ValueError:
+            raise BoardError(f"{where}: usb entries are 'VID:PID' in hex, got {item!r}") from None
+        usb.append((vid, pid))
     return Board(
         id=bid,
         name=_require(data, "name", str, where),
@@ -95,7 +107,9 @@ def load_board_file(path: Path) -> Board:
         max_payload=max_payload,
         install=build.get("install", ""),
         connect=dict(connect),
+        usb=tuple(usb),
         path=path,
+        shared=tuple(shared),
     )
 
 

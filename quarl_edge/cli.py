@@ -126,6 +126,23 @@ def cmd_boards(a):
               f"{'installed' if b.toolchain_installed() else 'missing: ' + b.install}")
 
 
+def cmd_ports(a):
+    from .ports import list_ports
+    ports = list_ports()
+    if a.json:
+        print(json.dumps([{"device": p.device, "usb": p.usb_id, "description": p.description,
+                           "serial_number": p.serial_number, "boards": p.boards} for p in ports],
+                         indent=2))
+        return
+    if not ports:
+        print("no serial ports found (a board over USB shows up as /dev/ttyACM* or /dev/ttyUSB*; "
+              "on Linux your user needs the 'dialout' group)")
+        return
+    print(f"{'device':20s} {'usb':10s} {'board':24s} description")
+    for p in ports:
+        print(f"{p.device:20s} {p.usb_id:10s} {', '.join(p.boards) or '?':24s} {p.description}")
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="quarl-edge", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -186,6 +203,10 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--steps", type=int, default=None)
     s.add_argument("--workdir", default="runs")
     s.set_defaults(fn=cmd_demo)
+
+    s = sub.add_parser("ports", help="list attached serial ports and recognise our boards")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_ports)
 
     s = sub.add_parser("boards", help="list the boards in boards/")
     s.add_argument("--json", action="store_true")

@@ -63,3 +63,20 @@ def test_unknown_board_lists_the_known_ones(tmp_path):
     write(tmp_path, "alpha", GOOD.format(id="alpha"))
     with pytest.raises(BoardError, match="unknown board 'beta'; known boards: alpha"):
         get_board("beta", tmp_path)
+
+
+def test_usb_ids_recognise_boards(tmp_path):
+    from quarl_edge.ports import list_ports, match_boards
+    write(tmp_path, "nucleo", GOOD.format(id="nucleo").replace("[build]", 'usb = ["0483:374B", "0483:374e"]\n[build]'))
+    boards = {"nucleo": load_board_file(tmp_path / "nucleo.toml")}
+    assert boards["nucleo"].usb == ((0x0483, 0x374B), (0x0483, 0x374E))
+    assert match_boards(0x0483, 0x374E, boards) == ["nucleo"]
+    assert match_boards(0x0483, 0x0001, boards) == [] and match_boards(None, None, boards) == []
+    for p in list_ports(boards):          # the real pyserial enumeration of this machine
+        assert p.device.startswith("/dev/")
+
+
+def test_bad_usb_id_is_refused(tmp_path):
+    path = write(tmp_path, "mine", GOOD.format(id="mine").replace("[build]", 'usb = ["stlink"]\n[build]'))
+    with pytest.raises(BoardError, match="usb entries are 'VID:PID'"):
+        load_board_file(path)
