@@ -8,8 +8,28 @@ straight-line schedule, `qe_model_info`) and `model.json` (the same facts for th
 validation happens here: an op, type or quantization the kernels cannot run raises
 `UnsupportedOpError` naming it; the generated code trusts its parameters.
 
-Supported: QUANTIZE float32->int8, DEQUANTIZE int8->float32, FULLY_CONNECTED int8 (per-tensor
-weights, fused NONE/RELU/RELU6/RELU_N1_TO_1, optional int32 bias) and float32.
+Supported (everything else is refused by name, with the op's index and types):
+
+- QUANTIZE float32 -> int8 / int16, DEQUANTIZE int8 / int16 -> float32 (int16: zero point 0);
+- FULLY_CONNECTED: int8 with per-tensor or per-channel (symmetric) weights, int16x8 (int16
+  activations, int8 weights, int64 bias, per tensor or per channel), float32; fused
+  NONE/RELU/RELU6/RELU_N1_TO_1, optional bias;
+- RELU, RELU6, TANH, LOGISTIC: int8 as a 256-entry table computed here with TFLM's arithmetic
+  (gemmlowp fixed point for TANH/LOGISTIC; see converters/qmath.py), float32 directly (TANH and
+  LOGISTIC call tanhf/expf, passed in by the generated code: such a model links with -lm);
+- RESHAPE, SQUEEZE, EXPAND_DIMS: no code, the output aliases the input's bytes.
+
+Memory plan: one arena, tensors placed by liveness (converters/planner.py); reshapes alias, and
+an element-wise op writes over its input when that input dies there and is not a graph
+input/output. On every model compared so far the arena is at most TFLM's activation arena for
+the same model (asserted in tests/test_arena_vs_tflm.py; printed by benchmarks/arena_vs_tflm.py).
+
+Dynamic-range (hybrid: float activations, int8 weights) and float16-weight models are refused,
+with a message saying to use the fp32 or a full-integer model. Expanding their weights to
+float32 here would run, but the result would be an fp32 model in disguise: its flash cost is
+the fp32 model's, and it could not be validated against TF Lite Micro, which cannot run either
+kind (its host interpreter rejects them), so "bit-exact with TFLM" would have no reference.
+Users who want float run the fp32 model; users who want small weights run full int8.
 """
 from __future__ import annotations
 
@@ -29,9 +49,10 @@ from . import planner, qmath
 from .tflite_model import Operator, Tensor, TFLiteModel, load
 
 QE_MAX_DIMS = 6
-SUPPORTED = ("QUANTIZE float32->int8", "DEQUANTIZE int8->float32",
-             "FULLY_CONNECTED int8 (per-tensor weights)", "FULLY_CONNECTED float32")
-IO_DTYPES = ("float32", "int8")
+SUPPORTED = ("QUANTIZE float32->int8/int16", "DEQUANTIZE int8/int16->float32",
+             "FULLY_CONNECTED int8 (per-tensor or per-channel weights), int16x8, float32",
+             "RELU/RELU6/TANH/LOGISTIC int8 and float32", "RESHAPE/SQUEEZE/EXPAND_DIMS (alias)")
+IO_DTYPES = ("float32", "int8", "int16")
 
 
 @dataclass
@@ -93,6 +114,11 @@ def c_array(ctype: str, name: str, values, per_line: int, fmt) -> str:
     return f"static const {ctype} {name}[{max(len(vals), 1)}] = {{\n{body}\n}};\n"
 
 
+def _c_int64(v) -> str:
+    v = int(v)
+    return "(-9223372036854775807LL - 1)" if v == -(1 << 63) else f"{v}LL"
+
+
 def shape_str(t: Tensor) -> str:
     return "[" + ",".join(str(d) for d in t.shape) + "]"
 
@@ -106,6 +132,8 @@ class _Kernel:
     consts: list[str]       # C definitions of const arrays
     const_bytes: int
     comment: str
+    alias: bool = False     # RESHAPE-like: no code, the output is the input's bytes
+    inplace: bool = False   # element-wise: the output may take over the input's buffer
 
 
 def _unsupported(op: Operator, model: TFLiteModel, why: str = "") -> UnsupportedOpError:
@@ -139,21 +167,30 @@ def _activation_tensor(op: Operator, model: TFLiteModel, idx: int, dtype: str, w
     return t
 
 
+_AFFINE = {
+    ("QUANTIZE", "float32", "int8"): ("qe_quantize_f32_s8", "float", "int8_t"),
+    ("QUANTIZE", "float32", "int16"): ("qe_quantize_f32_s16", "float", "int16_t"),
+    ("DEQUANTIZE", "int8", "float32"): ("qe_dequantize_s8_f32", "int8_t", "float"),
+    ("DEQUANTIZE", "int16", "float32"): ("qe_dequantize_s16_f32", "int16_t", "float"),
+}
+
+
 def _lower_affine(op: Operator, model: TFLiteModel, pname: str) -> _Kernel:
     if len(op.inputs) != 1 or len(op.outputs) != 1:
         raise _unsupported(op, model, "expected one input and one output")
     src, dst = model.tensors[op.inputs[0]], model.tensors[op.outputs[0]]
-    if op.opcode == "QUANTIZE":
-        if (src.dtype, dst.dtype) != ("float32", "int8") or src.is_constant:
-            raise _unsupported(op, model)
-        q, fn, ctypes = dst, "qe_quantize_f32_s8", ("float", "int8_t")
-    else:
-        if src.dtype == "float16":
-            raise _unsupported(op, model, "float16 weights (an fp16-quantized model) are not supported")
-        if (src.dtype, dst.dtype) != ("int8", "float32") or src.is_constant:
-            raise _unsupported(op, model)
-        q, fn, ctypes = src, "qe_dequantize_s8_f32", ("int8_t", "float")
+    if op.opcode == "DEQUANTIZE" and src.dtype == "float16":
+        raise _unsupported(op, model, "float16 weights (an fp16-quantized model) are not supported; "
+                                      "use the fp32 or a full-integer model")
+    entry = _AFFINE.get((op.opcode, src.dtype, dst.dtype))
+    if entry is None or src.is_constant:
+        raise _unsupported(op, model)
+    fn, ctypes = entry[0], entry[1:]
+    q = dst if op.opcode == "QUANTIZE" else src
     _per_tensor(q, op, model, "tensor")
+    if "int16" in (src.dtype, dst.dtype) and q.zero_point != 0:
+        raise _unsupported(op, model, f"int16 tensor '{q.name}' has zero point {q.zero_point}; "
+                                      "TFLM's int16 kernels need 0")
     if src.size != dst.size:
         raise ModelError(f"op {op.index} {op.opcode}: input has {src.size} elements, output {dst.size}")
     params = (f"static const qe_affine_params_t {pname} = {{\n"
@@ -200,6 +237,11 @@ def _lower_fully_connected(op: Operator, model: TFLiteModel, pname: str) -> _Ker
     comment_shapes = (f"{x.describe()} x {w.describe()}"
                       + (f" + {bias.describe()}" if bias is not None else "")
                       + f" -> {out.describe()}, {act}")
+
+    if (x.dtype == "int16" or (x.dtype == "int8" and w.quantization is not None
+                               and w.quantization.per_channel)):
+        return _lower_fc_pc(op, model, pname, x, w, bias, out, act, batches, accum_depth,
+                            output_depth, wname, comment_shapes)
 
     if x.dtype == "int8":
         _activation_tensor(op, model, x.index, "int8", "input")
@@ -285,11 +327,161 @@ def _lower_fully_connected(op: Operator, model: TFLiteModel, pname: str) -> _Ker
     raise _unsupported(op, model, f"input type {x.dtype}")
 
 
+def _lower_fc_pc(op, model, pname, x, w, bias, out, act, batches, accum_depth, output_depth,
+                 wname, comment_shapes) -> _Kernel:
+    """int8 FULLY_CONNECTED with per-channel weights, and the int16x8 one (per tensor or per
+    channel): TFLM's FullyConnectedPerChannel and FullyConnected<int64_t> for int16."""
+    dt = x.dtype
+    _activation_tensor(op, model, x.index, dt, "input")
+    _activation_tensor(op, model, out.index, dt, "output")
+    if w.dtype != "int8":
+        raise _unsupported(op, model, f"{dt} input with {w.dtype} weights")
+    for t, what in ((x, "input"), (out, "output")):
+        _per_tensor(t, op, model, what)
+    wq = w.quantization
+    if wq is None:
+        raise _unsupported(op, model, f"weights '{w.name}' have no quantization parameters")
+    n_ch = len(wq.scale)
+    if n_ch > 1 and (n_ch != output_depth or wq.quantized_dimension != 0):
+        raise _unsupported(op, model, f"weights '{w.name}' have {n_ch} scales along dimension "
+                                      f"{wq.quantized_dimension}; expected {output_depth} along 0")
+    if n_ch > 1 and np.any(wq.zero_point != 0):
+        raise _unsupported(op, model, f"per-channel weights '{w.name}' are not symmetric")
+    if not np.all(np.isfinite(wq.scale) & (wq.scale > 0)):
+        raise _unsupported(op, model, f"weights '{w.name}' have a non-positive scale")
+    if dt == "int8" and len(out.shape) != 2:
+        raise _unsupported(op, model, f"per-channel int8 output of rank {len(out.shape)} "
+                                      f"(TFLM's per-channel kernel reads [batches, depth] only)")
+    if dt == "int16":
+        for t, what in ((x, "input"), (out, "output")):
+            if t.zero_point != 0:
+                raise _unsupported(op, model, f"int16 {what} '{t.name}' has zero point {t.zero_point}")
+        if n_ch == 1 and int(wq.zero_point[0]) != 0:
+            raise _unsupported(op, model, f"int16x8 weights '{w.name}' are not symmetric")
+    bias_ctype = "int64_t" if dt == "int16" else "int32_t"
+    if bias is not None:
+        if bias.dtype != bias_ctype[:-2]:
+            raise _unsupported(op, model, f"{dt} FULLY_CONNECTED with {bias.dtype} bias "
+                                          f"'{bias.name}', expected {bias_ctype[:-2]}")
+        if bias.size != output_depth:
+            raise ModelError(f"op {op.index} FULLY_CONNECTED: bias has {bias.size} values, "
+                             f"expected {output_depth}")
+    qmin, qmax = (-128, 127) if dt == "int8" else (-32768, 32767)
+    worst = accum_depth * 128 * (abs(qmin) + abs(x.zero_point)) + (
+        int(np.abs(bias.data.astype(np.int64)).max()) if bias is not None else 0)
+    limit = qmath.INT32_MAX if dt == "int8" else (1 << 47) - 1
+    if worst > limit:
+        raise _unsupported(op, model, f"the accumulator could overflow (accum_depth {accum_depth})")
+    mults, shifts = [], []
+    for c in range(n_ch):
+        real = qmath.effective_scale(x.scale, float(wq.scale[c]), out.scale)
+        m, sh = qmath.quantize_multiplier(real)
+        if not -31 <= sh <= (30 if dt == "int8" else 7):
+            raise _unsupported(op, model, f"requantization scale {real:g} is out of range")
+        mults.append(m)
+        shifts.append(sh)
+    act_min, act_max = qmath.activation_range_quantized(act, out.scale, out.zero_point, qmin, qmax)
+    ctype = "int8_t" if dt == "int8" else "int16_t"
+    consts = [f"/* {c_comment(w.describe())}, {n_ch} scale(s) */\n"
+              + c_array("int8_t", wname, w.data, 16, lambda v: str(int(v))),
+              c_array("int32_t", f"{pname}_mult", mults, 6, str),
+              c_array("int8_t", f"{pname}_shift", shifts, 16, str)]
+    const_bytes = w.size + 5 * n_ch
+    bname = "NULL"
+    if bias is not None:
+        bname = c_ident(bias.name, f"b{bias.index}_")
+        consts.append(f"/* {c_comment(bias.describe())} */\n"
+                      + c_array(bias_ctype, bname, bias.data, 6, _c_int64 if dt == "int16" else str))
+        const_bytes += bias.data.itemsize * bias.size
+    params = (f"static const qe_fc_pc_params_t {pname} = {{\n"
+              f"    .input_offset = {-x.zero_point},\n    .output_offset = {out.zero_point},\n"
+              f"    .activation_min = {act_min},\n    .activation_max = {act_max},\n"
+              f"    .multipliers = {pname}_mult,\n    .shifts = {pname}_shift,\n"
+              f"    .channel_stride = {1 if n_ch > 1 else 0}u,\n"
+              f"    .batches = {batches}u,\n    .accum_depth = {accum_depth}u,\n"
+              f"    .output_depth = {output_depth}u,\n}};\n")
+    fn = "qe_fully_connected_s8_pc" if dt == "int8" else "qe_fully_connected_s16"
+    call = (f"{fn}(&{pname}, (const {ctype} *)@T{x.index}@, {wname}, {bname}, "
+            f"({ctype} *)@T{out.index}@);")
+    kind = "per-channel int8" if dt == "int8" else f"int16x8 ({'per channel' if n_ch > 1 else 'per tensor'})"
+    return _Kernel(op, call, params, consts, const_bytes, f"FULLY_CONNECTED {kind}: " + comment_shapes)
+
+
+def _same_shape_io(op: Operator, model: TFLiteModel) -> tuple[Tensor, Tensor]:
+    if len([i for i in op.inputs if i >= 0]) < 1 or len(op.outputs) != 1:
+        raise _unsupported(op, model, "expected one input and one output")
+    x, y = model.tensors[op.inputs[0]], model.tensors[op.outputs[0]]
+    if x.is_constant:
+        raise _unsupported(op, model, f"input '{x.name}' is a constant")
+    if x.dtype != y.dtype:
+        raise _unsupported(op, model, f"input {x.dtype} and output {y.dtype} differ")
+    if x.size != y.size:
+        raise ModelError(f"op {op.index} {op.opcode}: input has {x.size} elements, output {y.size}")
+    return x, y
+
+
+def _lower_unary(op: Operator, model: TFLiteModel, pname: str) -> _Kernel:
+    """RELU, RELU6, TANH, LOGISTIC: int8 as a precomputed 256-entry table, float32 directly."""
+    x, y = _same_shape_io(op, model)
+    what = f"{op.opcode} {x.dtype}: {x.describe()} -> {y.describe()}"
+    if x.dtype == "float32":
+        fn = {"RELU": "qe_relu_f32({n}u, {i}, {o});", "RELU6": "qe_relu6_f32({n}u, {i}, {o});",
+              "TANH": "qe_tanh_f32({n}u, tanhf, {i}, {o});",
+              "LOGISTIC": "qe_logistic_f32({n}u, expf, {i}, {o});"}[op.opcode]
+        call = fn.format(n=x.size, i=f"(const float *)@T{x.index}@", o=f"(float *)@T{y.index}@")
+        return _Kernel(op, call, "", [], 0, what, inplace=True)
+    if x.dtype != "int8":
+        raise _unsupported(op, model, f"{x.dtype} {op.opcode}; supported: int8 and float32")
+    _per_tensor(x, op, model, "input")
+    _per_tensor(y, op, model, "output")
+    if op.opcode in ("TANH", "LOGISTIC"):
+        want = (1.0 / 128, 0) if op.opcode == "TANH" else (1.0 / 256, -128)
+        if (float(y.scale), y.zero_point) != want:
+            raise _unsupported(op, model, f"int8 {op.opcode} output '{y.name}' has scale {y.scale:g} "
+                                          f"and zero point {y.zero_point}; TFLM's kernel produces "
+                                          f"scale {want[0]:g}, zero point {want[1]}")
+        try:
+            table = qmath.tanh_logistic_lut_s8(op.opcode, x.scale, x.zero_point)
+        except ValueError as exc:
+            raise _unsupported(op, model, f"input scale {x.scale:g}: {exc}") from None
+    elif op.opcode == "RELU":
+        table = qmath.relu_lut_s8(x.scale, x.zero_point, y.scale, y.zero_point)
+    else:
+        if (float(x.scale), x.zero_point) != (float(y.scale), y.zero_point):
+            raise _unsupported(op, model, "int8 RELU6 with different input and output quantization "
+                                          "(TFLM's kernel does not rescale)")
+        table = qmath.relu6_lut_s8(x.scale, x.zero_point)
+    tname = f"{pname}_table"
+    consts = [f"/* {op.opcode} int8 for input scale {x.scale:.9g}, zero point {x.zero_point}: "
+              f"output[q] = table[q + 128] */\n" + c_array("int8_t", tname, table, 16, str)]
+    call = (f"qe_lut_s8({tname}, {x.size}u, (const int8_t *)@T{x.index}@, "
+            f"(int8_t *)@T{y.index}@);")
+    return _Kernel(op, call, "", consts, 256, what + " (lookup table)", inplace=True)
+
+
+def _lower_reshape(op: Operator, model: TFLiteModel, pname: str) -> _Kernel:
+    """RESHAPE, SQUEEZE, EXPAND_DIMS: the output is the input's bytes, no code (an alias)."""
+    x, y = _same_shape_io(op, model)
+    if y.quantization is not None or x.quantization is not None:
+        if (x.scale, x.zero_point) != (y.scale, y.zero_point):
+            raise _unsupported(op, model, "input and output quantization differ")
+    return _Kernel(op, "", "", [], 0, f"{op.opcode}: {x.describe()} -> {y.describe()} (alias, no code)",
+                   alias=True)
+
+
 _LOWER = {
     "QUANTIZE": _lower_affine,
     "DEQUANTIZE": _lower_affine,
     "FULLY_CONNECTED": _lower_fully_connected,
+    "RELU": _lower_unary,
+    "RELU6": _lower_unary,
+    "TANH": _lower_unary,
+    "LOGISTIC": _lower_unary,
+    "RESHAPE": _lower_reshape,
+    "SQUEEZE": _lower_reshape,
+    "EXPAND_DIMS": _lower_reshape,
 }
+KERNEL_HEADERS = ("activations_f32.h", "fully_connected.h", "lut.h", "quantize.h")
 
 
 # ------------------------------------------------------------------------------ generate
@@ -310,10 +502,10 @@ def _io_spec(t: Tensor, what: str) -> TensorSpec:
                                  f"{QE_MAX_DIMS} dimensions of at most 65535")
     if t.is_constant:
         raise UnsupportedOpError(f"graph {what} '{t.name}' is a constant")
-    if t.dtype == "int8":
+    if t.dtype in ("int8", "int16"):
         if t.quantization is None or t.quantization.per_channel:
-            raise UnsupportedOpError(f"graph {what} '{t.name}' is int8 without per-tensor quantization")
-        return TensorSpec("int8", tuple(t.shape), float(t.scale), int(t.zero_point))
+            raise UnsupportedOpError(f"graph {what} '{t.name}' is {t.dtype} without per-tensor quantization")
+        return TensorSpec(t.dtype, tuple(t.shape), float(t.scale), int(t.zero_point))
     return TensorSpec("float32", tuple(t.shape), 0.0, 0)
 
 
@@ -362,10 +554,17 @@ def generate(tflite_path, out_dir, name: str | None = None) -> GeneratedModel:
             raise ModelError(f"{path}: graph output '{model.tensors[i].name}' is never written")
         last[i] = n_ops
     act_ids = sorted(first)
-    bufs = [planner.Buffer(model.tensors[i].nbytes, first[i], last[i]) for i in act_ids]
+    root = _alias_roots(model, kernels, first, last)
+    roots = sorted(set(root.values()))
+    bufs = []
+    for r in roots:
+        group = [i for i in act_ids if root[i] == r]
+        bufs.append(planner.Buffer(max(model.tensors[i].nbytes for i in group),
+                                   min(first[i] for i in group), max(last[i] for i in group)))
     mem = planner.plan(bufs, alignment=16)
     planner.check(bufs, mem, alignment=16)
-    offset = {i: mem.offsets[k] for k, i in enumerate(act_ids)}
+    root_offset = {r: mem.offsets[k] for k, r in enumerate(roots)}
+    offset = {i: root_offset[root[i]] for i in act_ids}
     arena_bytes = max(mem.arena_bytes, 16)
 
     gm = GeneratedModel(
@@ -384,6 +583,31 @@ def generate(tflite_path, out_dir, name: str | None = None) -> GeneratedModel:
     gm.c_path.write_text(_emit_c(model, gm, kernels, act_ids, offset, path))
     gm.json_path.write_text(json.dumps(_json(gm, model, path), indent=2) + "\n")
     return gm
+
+
+def _alias_roots(model: TFLiteModel, kernels: list[_Kernel], first: dict[int, int],
+                 last: dict[int, int]) -> dict[int, int]:
+    """Which activation tensors share one buffer: tensor -> the tensor whose buffer it uses.
+
+    A RESHAPE-like op's output always shares its input's bytes (no code runs; the bytes are
+    read-only views of each other). An element-wise op (lookup table, float activation) writes
+    its output over its input when that is safe: the input and everything sharing its buffer
+    are used for the last time by this op, and none of them is a graph input or output (the
+    harness reads those around qe_model_invoke)."""
+    root = {i: i for i in first}
+    io = set(model.inputs) | set(model.outputs)
+    for k in kernels:
+        if not (k.alias or k.inplace):
+            continue
+        src, dst = k.op.inputs[0], k.op.outputs[0]
+        r = root[src]
+        if k.inplace:
+            group = [t for t in root if root[t] == r]
+            if (any(last[t] > k.op.index for t in group) or any(t in io for t in group + [dst])
+                    or model.tensors[dst].nbytes != model.tensors[src].nbytes):
+                continue
+        root[dst] = r
+    return root
 
 
 def _pointer(offset: dict[int, int]):
@@ -406,9 +630,9 @@ def _emit_c(model: TFLiteModel, gm: GeneratedModel, kernels: list[_Kernel], act_
              f" * model {gm.name}, sha256 {model.sha256.hex()}\n"
              f" * {len(kernels)} ops, {gm.weight_bytes} bytes of weights, {gm.arena_bytes} bytes of arena.\n"
              f" * Requantization: TFLM double rounding (see firmware/core/requant.h). */")
-    L.append("#include <float.h>\n#include <stddef.h>\n#include <stdint.h>\n")
+    L.append("#include <float.h>\n#include <math.h>\n#include <stddef.h>\n#include <stdint.h>\n")
     L.append('#include "qe_model.h"\n#include "qe_protocol.h"\n'
-             '#include "kernels/fully_connected.h"\n#include "kernels/quantize.h"\n')
+             + "".join(f'#include "kernels/{h}"\n' for h in KERNEL_HEADERS))
     L.append(f"#define QE_ARENA_BYTES {gm.arena_bytes}u\n")
     L.append("/* Activation arena: tensor -> offset (bytes), live from op to op.")
     for i in act_ids:
@@ -421,14 +645,16 @@ def _emit_c(model: TFLiteModel, gm: GeneratedModel, kernels: list[_Kernel], act_
         L.append(f"/* op {k.op.index}: {c_comment(k.comment)} */")
         for c in k.consts:
             L.append(c)
-        L.append(k.params)
+        if k.params:
+            L.append(k.params)
 
     sub = _pointer(offset)
     L.append("/* ----------------------------------------------------------------- schedule */")
     L.append("void qe_model_invoke(void)\n{")
     for k in kernels:
         L.append(f"    /* op {k.op.index}: {c_comment(k.comment)} */")
-        L.append("    " + re.sub(r"@T(\d+)@", sub, k.call))
+        if k.call:
+            L.append("    " + re.sub(r"@T(\d+)@", sub, k.call))
     L.append("}\n")
 
     L.append("/* ------------------------------------------------------------------- info */")

@@ -219,3 +219,189 @@ def activation_range_float(activation: str) -> tuple[float, float]:
         "RELU6": (0.0, 6.0),
         "RELU_N1_TO_1": (-1.0, 1.0),
     }[activation]
+
+
+# ------------------------------------------------------------------ int16 / int64 paths
+def quantize_f32_int16(x, scale: float, zero_point: int = 0) -> np.ndarray:
+    """AffineQuantize float32 -> int16 (same arithmetic as int8, int16 clamp)."""
+    return quantize_f32(x, scale, zero_point, -32768, 32767)
+
+
+def multiply_by_quantized_multiplier_int64(x: int, multiplier: int, shift: int) -> int:
+    """TFLM's MultiplyByQuantizedMultiplier(int64 x, ...) (the int16x8 FULLY_CONNECTED path):
+    the Q31 multiplier is reduced to Q15 (rounding), then one 64-bit multiply, one `+ 2^(n-1)`
+    and one arithmetic shift by 15 - shift; the result is truncated to int32."""
+    multiplier, shift = int(multiplier), int(shift)
+    if not -31 <= shift < 8:
+        raise ValueError(f"shift {shift} outside [-31, 8)")
+    reduced = (multiplier + (1 << 15)) >> 16 if multiplier < 0x7FFF0000 else 0x7FFF
+    total = 15 - shift
+    return _wrap_int32((int(x) * reduced + (1 << (total - 1))) >> total)
+
+
+def reduced_multiplier_q15(multiplier: int) -> int:
+    return (int(multiplier) + (1 << 15)) >> 16 if int(multiplier) < 0x7FFF0000 else 0x7FFF
+
+
+# ------------------------------------------------------- gemmlowp fixed-point functions
+# Python twins of gemmlowp's fixedpoint.h scalar int32 arithmetic, as TFLM's int8 TANH and
+# LOGISTIC use it (reference_integer_ops::Tanh / ::Logistic). A raw int32 with `ib` integer
+# bits represents raw / 2^(31 - ib).
+def _srdhm(a: int, b: int) -> int:
+    return saturating_rounding_doubling_high_mul(_wrap_int32(a), _wrap_int32(b))
+
+
+def _rdbp(x: int, e: int) -> int:
+    return rounding_divide_by_pot(_wrap_int32(x), e)
+
+
+def _sat_mul_pot(x: int, exponent: int) -> int:
+    """SaturatingRoundingMultiplyByPOT<exponent> on int32."""
+    x = _wrap_int32(x)
+    if exponent == 0:
+        return x
+    if exponent < 0:
+        return rounding_divide_by_pot(x, -exponent)
+    threshold = (1 << (31 - exponent)) - 1
+    if x > threshold:
+        return INT32_MAX
+    if x < -threshold:
+        return INT32_MIN
+    return _wrap_int32(x << exponent)
+
+
+def _rounding_half_sum(a: int, b: int) -> int:
+    s = a + b
+    return _trunc_div(s + (1 if s >= 0 else -1), 2)
+
+
+def _exp_quarter(a: int) -> int:
+    """exp(x) for x in [-1/4, 0), Q0.31 in and out."""
+    constant_term, one_third = 1895147668, 715827883
+    x = _wrap_int32(a + (1 << 28))
+    x2 = _srdhm(x, x)
+    x3 = _srdhm(x2, x)
+    x4 = _srdhm(x2, x2)
+    x4_over_4 = _rdbp(x4, 2)
+    poly = _rdbp(_wrap_int32(_srdhm(_wrap_int32(x4_over_4 + x3), one_third) + x2), 1)
+    return _wrap_int32(constant_term + _srdhm(constant_term, _wrap_int32(x + poly)))
+
+
+_EXP_BARREL = ((-2, 1672461947), (-1, 1302514674), (0, 790015084), (1, 290630308),
+               (2, 39332535), (3, 720401), (4, 242))
+
+
+def exp_on_negative_values(a: int, ib: int) -> int:
+    """gemmlowp exp_on_negative_values: a (ib integer bits, a <= 0) -> exp(a) in Q0.31."""
+    frac = 31 - ib
+    quarter = 1 << (frac - 2)
+    a_mod = _wrap_int32((a & (quarter - 1)) - quarter)
+    result = _exp_quarter(_sat_mul_pot(a_mod, ib))
+    remainder = _wrap_int32(a_mod - a)
+    for exponent, mult in _EXP_BARREL:
+        if ib > exponent and remainder & (1 << (frac + exponent)):
+            result = _srdhm(result, mult)
+    if ib > 5 and a < -(1 << (36 - ib)):
+        result = 0
+    if a == 0:
+        result = INT32_MAX
+    return result
+
+
+def _newton_reciprocal(half_denominator: int) -> int:
+    """The three Newton-Raphson steps shared by 1/(1+x) and (1-x)/(1+x); Q2.29 result."""
+    x = _wrap_int32(1515870810 + _srdhm(half_denominator, -1010580540))
+    for _ in range(3):
+        hdx = _srdhm(half_denominator, x)
+        one_minus = _wrap_int32((1 << 29) - hdx)
+        x = _wrap_int32(x + _sat_mul_pot(_srdhm(x, one_minus), 2))
+    return x
+
+
+def fixed_tanh(a: int, ib: int) -> int:
+    """gemmlowp tanh: a with ib integer bits -> tanh(a) in Q0.31."""
+    n = a if a < 0 else _wrap_int32(-a)
+    e = exp_on_negative_values(n, ib + 1)                       # ExactMulByPot<1>
+    x = _newton_reciprocal(_rounding_half_sum(e, INT32_MAX))
+    t = _sat_mul_pot(_wrap_int32(x - (1 << 29)), 2)               # Rescale<0>(x - 1)
+    if a == 0:
+        return 0
+    return _wrap_int32(-t) if a < 0 else t
+
+
+def fixed_logistic(a: int, ib: int) -> int:
+    """gemmlowp logistic: a with ib integer bits -> 1 / (1 + exp(-a)) in Q0.31."""
+    abs_a = a if a > 0 else _wrap_int32(-a)
+    e = exp_on_negative_values(_wrap_int32(-abs_a), ib)
+    x = _newton_reciprocal(_rounding_half_sum(e, INT32_MAX))
+    pos = _sat_mul_pot(x, 1)                                      # Rescale<0>(ExactMulByPot<-1>)
+    if a == 0:
+        return 1 << 30
+    return pos if a > 0 else _wrap_int32(INT32_MAX - pos)
+
+
+# -------------------------------------------------- int8 element-wise ops as lookup tables
+def _frexp_multiplier(real: float) -> tuple[int, int]:
+    """TFLM TANH/LOGISTIC Prepare: frexp, then (int32)round(q * 2^31) with no 2^31 fix-up."""
+    q, shift = math.frexp(real)
+    m = int(_round_half_away(q * float(1 << 31)))
+    if m >= (1 << 31):
+        raise ValueError(f"input multiplier {real!r} rounds to 2^31 (TFLM overflows int32 there)")
+    return m, shift
+
+
+def _input_radius(input_integer_bits: int, input_left_shift: int, total_signed_bits: int = 31) -> int:
+    """TFLM CalculateInputRadius, in double as the C++ does."""
+    if input_left_shift < 0:
+        raise ValueError(f"input left shift {input_left_shift} < 0 (scale too small)")
+    max_rescaled = (1.0 * ((1 << input_integer_bits) - 1)
+                    * float(1 << (total_signed_bits - input_integer_bits)) / float(1 << input_left_shift))
+    return int(math.floor(max_rescaled))
+
+
+def tanh_logistic_lut_s8(kind: str, input_scale: float, input_zero_point: int) -> np.ndarray:
+    """The 256 outputs (index: input + 128) of TFLM's int8 TANH or LOGISTIC for this input
+    quantization. Output quantization is fixed by the op: TANH 1/128 and 0, LOGISTIC 1/256
+    and -128."""
+    real = float(np.float32(input_scale)) * float(1 << 27)       # kInputIntegerBits = 4
+    multiplier, shift = _frexp_multiplier(real)
+    radius = _input_radius(4, shift)
+    out = np.empty(256, np.int64)
+    for k, q in enumerate(range(-128, 128)):
+        x = q - int(input_zero_point)
+        if x <= -radius:
+            out[k] = -128
+        elif x >= radius:
+            out[k] = 127
+        else:
+            a = multiply_by_quantized_multiplier(x, multiplier, shift)
+            if kind == "TANH":
+                y = rounding_divide_by_pot(fixed_tanh(a, 4), 31 - 7)
+                out[k] = min(max(y, -128), 127)
+            elif kind == "LOGISTIC":
+                y = rounding_divide_by_pot(fixed_logistic(a, 4), 31 - 8)
+                out[k] = min(max(y - 128, -128), 127)
+            else:
+                raise ValueError(kind)
+    return out.astype(np.int8)
+
+
+def relu_lut_s8(input_scale: float, input_zp: int, output_scale: float, output_zp: int) -> np.ndarray:
+    """TFLM int8 RELU (ReluQuantized: requantize, then clamp at 0), as a 256-entry table."""
+    real = float(np.float32(input_scale)) / float(np.float32(output_scale))
+    multiplier, shift = quantize_multiplier(real)
+    lo = max(-128, int(output_zp) + int(round_half_away_f32(np.float32(0.0) / np.float32(output_scale))))
+    out = np.empty(256, np.int64)
+    for k, q in enumerate(range(-128, 128)):
+        v = int(output_zp) + multiply_by_quantized_multiplier(q - int(input_zp), multiplier, shift)
+        out[k] = min(max(v, lo), 127)
+    return out.astype(np.int8)
+
+
+def relu6_lut_s8(input_scale: float, input_zp: int) -> np.ndarray:
+    """TFLM int8 RELU6 (no requantization: clamp to [zero, six] in the input's quantization)."""
+    six = int(input_zp) + int(round_half_away_f32(np.float32(6.0) / np.float32(input_scale)))
+    six = min(max(six, -128), 127)
+    zero = int(input_zp)
+    q = np.arange(-128, 128)
+    return np.minimum(np.maximum(q, zero), six).astype(np.int8)

@@ -39,7 +39,7 @@ def core_sources() -> list[Path]:
 
 
 def compile_c(sources, out: Path, extra: list[str] | None = None) -> Path:
-    cmd = [gcc(), *CFLAGS, *(extra or []), *map(str, sources), "-o", str(out)]
+    cmd = [gcc(), *CFLAGS, *(extra or []), *map(str, sources), "-o", str(out), "-lm"]
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:
         raise AssertionError(f"gcc failed:\n{' '.join(cmd)}\n{res.stderr}")
@@ -84,6 +84,7 @@ def random_mlp(seed: int, input_dim: int, widths: list[int], activations: list[s
                weight_scale: float = 1.0, use_bias: list[bool] | None = None):
     """A Sequential MLP with deterministic random weights scaled by `weight_scale`."""
     import tensorflow as tf
+    tf.keras.backend.clear_session()     # layer names (input_1, dense ...) independent of test order
     tf.keras.utils.set_random_seed(seed)
     use_bias = use_bias or [True] * len(widths)
     layers = [tf.keras.Input((input_dim,))]
@@ -104,14 +105,14 @@ def convert(model, mode: str, calib: np.ndarray | None = None) -> bytes:
     """Convert a Keras model with the real TFLite converter.
 
     mode: "float" (no quantization), "int8" (full int8, float I/O), "int8_io" (full int8, int8
-    I/O), "dynamic" (dynamic-range: int8 weights, float activations), "fp16" (float16 weights).
+    I/O), "int16x8" (int16 activations, int8 weights, int64 bias, float I/O), "dynamic" (dynamic-range: int8 weights, float activations), "fp16" (float16 weights).
     `calib` is the representative dataset (rows of the input) for the int8 modes.
     """
     import tensorflow as tf
     c = tf.lite.TFLiteConverter.from_keras_model(model)
     if mode != "float":
         c.optimizations = [tf.lite.Optimize.DEFAULT]
-    if mode in ("int8", "int8_io"):
+    if mode in ("int8", "int8_io", "int16x8"):
         if calib is None:
             calib = np.random.default_rng(0).standard_normal((64, model.input_shape[-1]))
         calib = np.asarray(calib, np.float32)
@@ -120,7 +121,9 @@ def convert(model, mode: str, calib: np.ndarray | None = None) -> bytes:
             for row in calib:
                 yield [row[None, :]]
         c.representative_dataset = rep
-        c.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+        c.target_spec.supported_ops = [
+            tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8
+            if mode == "int16x8" else tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
         if mode == "int8_io":
             c.inference_input_type = tf.int8
             c.inference_output_type = tf.int8
@@ -230,3 +233,90 @@ def affine_model(op: str, size: int, scale: float, zero_point: int) -> bytes:
     i = tensor("x_int8", [1, size], s.TensorType.INT8, 2, q)
     tensors = [f, i] if op == "QUANTIZE" else [i, f]
     return build_tflite(tensors, [None, None, None], [(op, [0], [1], None)], [0], [1])
+
+
+# ---------------------------------------------------------------- generic one-op models
+_TT = {"float32": "FLOAT32", "int8": "INT8", "int16": "INT16", "int32": "INT32", "int64": "INT64"}
+
+
+def op_model(op: str, inputs, outputs, options=None, op2=None) -> bytes:
+    """A one-op (or two-op, with `op2`) model from tensor descriptions.
+
+    inputs/outputs: lists of dicts {shape, dtype, q=(scale, zp) | None, data=ndarray | None}.
+    Constant inputs (with data) are not graph inputs. op2: (op name, options, out dict) applied
+    to the first op's output; the graph output is then op2's output."""
+    s = schema()
+    tensors, buffers = [], [None]
+    graph_inputs, op_inputs = [], []
+
+    def add(d, name):
+        buf = len(buffers)
+        data = d.get("data")
+        buffers.append(None if data is None else np.asarray(data, d["dtype"]).tobytes())
+        q = d.get("q")
+        qq = None
+        if q is not None:
+            qq = quant(q[0], q[1])
+            if len(np.atleast_1d(q[0])) > 1:
+                qq.quantizedDimension = d.get("qdim", 0)
+        tensors.append(tensor(name, list(d["shape"]), getattr(s.TensorType, _TT[d["dtype"]]), buf, qq))
+        return len(tensors) - 1
+
+    for k, d in enumerate(inputs):
+        if d is None:
+            op_inputs.append(-1)
+            continue
+        i = add(d, f"in{k}")
+        op_inputs.append(i)
+        if d.get("data") is None:
+            graph_inputs.append(i)
+    outs = [add(d, f"out{k}") for k, d in enumerate(outputs)]
+    ops = [(op, op_inputs, outs, options)]
+    if op2 is not None:
+        name2, opt2, out2 = op2
+        o2 = add(out2, "out_b")
+        ops.append((name2, [outs[0]], [o2], opt2))
+        outs = [o2]
+    return build_tflite(tensors, buffers, ops, graph_inputs, outs)
+
+
+def unary_model(op: str, shape, dtype: str, in_q=None, out_q=None, options=None) -> bytes:
+    return op_model(op, [dict(shape=shape, dtype=dtype, q=in_q)],
+                    [dict(shape=shape, dtype=dtype, q=out_q)], options)
+
+
+def tflm_arena(model_bytes: bytes, input_arrays=None) -> dict:
+    """TF Lite Micro's own arena use for a model, from the RecordingMicroAllocator report
+    (`Interpreter.print_allocations`, written to stderr by C++: captured through fd 2).
+
+    Returns {"head": ..., "tail": ..., "total": ...} in bytes. `head` is the non-persistent
+    section, where TFLM's greedy planner places activation tensors and scratch buffers: the
+    figure comparable to our planned arena. `tail` holds TFLM's persistent bookkeeping
+    (tensor structs, node structs, kernel op data) that generated code keeps in flash instead."""
+    import re
+    import sys
+    import tempfile
+    from tflite_micro.python.tflite_micro import runtime
+    it = runtime.Interpreter.from_bytes(bytes(model_bytes))
+    for k, d in enumerate(it.get_input_details(i) for i in range(1)):
+        x = np.zeros(d["shape"], d["dtype"]) if input_arrays is None else input_arrays[k]
+        it.set_input(x, k)
+    it.invoke()
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as f:
+        os.dup2(f.fileno(), 2)
+        try:
+            it.print_allocations()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        f.seek(0)
+        text = f.read().decode(errors="replace")
+    out = {}
+    for key in ("total", "head", "tail"):
+        m = re.search(rf"Arena allocation {key} (\d+) bytes", text)
+        if m is None:
+            raise AssertionError(f"no 'Arena allocation {key}' in TFLM's report:\n{text}")
+        out[key] = int(m.group(1))
+    return out

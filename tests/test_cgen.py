@@ -92,8 +92,9 @@ def test_cli(int8_model, tmp_path):
 def _keras_unsupported(kind: str) -> bytes:
     import tensorflow as tf
     tf.keras.utils.set_random_seed(0)
-    if kind == "tanh":
-        m = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(3, activation="tanh")])
+    if kind == "sin":
+        m = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(3),
+                                 tf.keras.layers.Lambda(tf.math.sin)])
         return convert(m, "float")
     if kind == "conv":
         m = tf.keras.Sequential([tf.keras.Input((8, 8, 1)), tf.keras.layers.Conv2D(2, 3),
@@ -107,7 +108,7 @@ def _keras_unsupported(kind: str) -> bytes:
 
 
 @pytest.mark.parametrize("kind, words", [
-    ("tanh", ["TANH", "float32"]),
+    ("sin", ["SIN", "float32"]),
     ("conv", ["CONV_2D"]),
     ("dynamic", ["FULLY_CONNECTED", "hybrid", "int8"]),
     ("fp16", ["DEQUANTIZE", "float16"]),
@@ -122,20 +123,35 @@ def test_unsupported_keras_models_are_named(tmp_path, kind, words):
     assert not (tmp_path / "gen" / "model.c").exists()
 
 
-def test_per_channel_fc_is_rejected(tmp_path):
+def test_per_channel_fc_needs_symmetric_weights(tmp_path):
     path = tmp_path / "pc.tflite"
-    path.write_bytes(fc_model([[1, 2], [3, 4]], (0.1, 0), [0.01, 0.02], (0.1, 0)))
-    with pytest.raises(UnsupportedOpError, match="FULLY_CONNECTED.*per channel"):
+    path.write_bytes(fc_model([[1, 2], [3, 4]], (0.1, 0), [0.01, 0.02], (0.1, 0), weight_zp=3))
+    with pytest.raises(UnsupportedOpError, match="FULLY_CONNECTED.*per-channel weights .* not symmetric"):
         cgen.generate(path, tmp_path / "gen")
 
 
-def test_int16_quantize_is_rejected(tmp_path):
+def test_per_channel_fc_is_generated(tmp_path):
+    path = tmp_path / "pc.tflite"
+    path.write_bytes(fc_model([[1, 2], [3, 4]], (0.1, 0), [0.01, 0.02], (0.1, 0)))
+    gm = cgen.generate(path, tmp_path / "gen")
+    assert "qe_fully_connected_s8_pc(" in gm.c_path.read_text()
+
+
+def test_int16_quantize_with_zero_point_is_rejected(tmp_path):
     s = schema()
     tensors = [tensor("x", [1, 4], s.TensorType.FLOAT32, 1),
-               tensor("q", [1, 4], s.TensorType.INT16, 2, quant(0.01, 0))]
+               tensor("q", [1, 4], s.TensorType.INT16, 2, quant(0.01, 5))]
     path = tmp_path / "q16.tflite"
     path.write_bytes(build_tflite(tensors, [None, None, None], [("QUANTIZE", [0], [1], None)], [0], [1]))
-    with pytest.raises(UnsupportedOpError, match=r"QUANTIZE \(float32 -> int16\)"):
+    with pytest.raises(UnsupportedOpError, match=r"QUANTIZE \(float32 -> int16\).*zero point 5"):
+        cgen.generate(path, tmp_path / "gen")
+
+
+def test_int16_tanh_is_refused_by_name(tmp_path):
+    from helpers_models import unary_model
+    path = tmp_path / "t16.tflite"
+    path.write_bytes(unary_model("TANH", [1, 4], "int16", (1 / 4096, 0), (1 / 32768, 0)))
+    with pytest.raises(UnsupportedOpError, match=r"TANH \(int16 -> int16\).*int16 TANH"):
         cgen.generate(path, tmp_path / "gen")
 
 

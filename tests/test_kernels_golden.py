@@ -25,6 +25,7 @@ N_INPUTS = 2000
 
 def _compare(model_bytes: bytes, inputs: np.ndarray, workdir: Path, label: str) -> dict:
     """Run `inputs` (N records, each shaped like the model input) through TFLM and the C driver."""
+    workdir.mkdir(parents=True, exist_ok=True)
     path = workdir / "model.tflite"
     path.write_bytes(model_bytes)
     gm, exe = build_generated(path, workdir / "gen")
@@ -47,7 +48,7 @@ def _compare(model_bytes: bytes, inputs: np.ndarray, workdir: Path, label: str) 
         bad = ref != got
         if bad.any():
             i = np.argwhere(bad)[0][0]
-            pytest.fail(f"{label}: {bad.sum()} of {bad.size} int8 outputs differ from TFLM; "
+            pytest.fail(f"{label}: {bad.sum()} of {bad.size} integer outputs differ from TFLM; "
                         f"record {i}: tflm {ref[i].ravel().tolist()} c {got[i].ravel().tolist()}")
     return {"gm": gm, "ref": ref, "got": got}
 

@@ -24,4 +24,9 @@ int32_t qe_rounding_divide_by_pot(int32_t x, int32_t exponent);
  * shift in [-31, 30]; shift > 0 multiplies x by 2^shift first, in int32 (wrapping). */
 int32_t qe_multiply_by_quantized_multiplier(int32_t x, int32_t multiplier, int32_t shift);
 
+/* TFLM's MultiplyByQuantizedMultiplier(int64_t x, ...), used by the int16x8 kernels: the Q31
+ * multiplier is first reduced to Q15 (rounded), then x * m15 + 2^(14 - shift) is shifted right
+ * by 15 - shift (round half up) and truncated to int32. |x| < 2^47, shift in [-31, 7]. */
+int32_t qe_multiply_by_quantized_multiplier_64(int64_t x, int32_t multiplier, int32_t shift);
+
 #endif /* QE_REQUANT_H */

@@ -14,3 +14,12 @@ void qe_dequantize_s8_f32(const qe_affine_params_t *p, const int8_t *input, floa
         output[i] = p->scale * (float)((int32_t)input[i] - p->zero_point);
     }
 }
+
+/* int16: |q - zero_point| < 2^17, so the float product is again exactly the rounded double one. */
+void qe_dequantize_s16_f32(const qe_affine_params_t *p, const int16_t *input, float *output)
+{
+    uint32_t i;
+    for (i = 0; i < p->size; ++i) {
+        output[i] = p->scale * (float)((int32_t)input[i] - p->zero_point);
+    }
+}

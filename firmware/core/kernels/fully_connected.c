@@ -72,3 +72,64 @@ void qe_fully_connected_f32(const qe_fc_f32_params_t *p, const float *input,
         }
     }
 }
+
+void qe_fully_connected_s8_pc(const qe_fc_pc_params_t *p, const int8_t *input,
+                              const int8_t *weights, const int32_t *bias, int8_t *output)
+{
+    uint32_t b, o, d;
+
+    for (b = 0; b < p->batches; ++b) {
+        const int8_t *in = input + b * p->accum_depth;
+        for (o = 0; o < p->output_depth; ++o) {
+            const int8_t *w = weights + o * p->accum_depth;
+            const uint32_t c = o * p->channel_stride;
+            int32_t acc = 0;
+            for (d = 0; d < p->accum_depth; ++d) {
+                acc += (int32_t)w[d] * ((int32_t)in[d] + p->input_offset);
+            }
+            if (bias != NULL) {
+                acc += bias[o];
+            }
+            acc = qe_multiply_by_quantized_multiplier(acc, p->multipliers[c], p->shifts[c]);
+            acc += p->output_offset;
+            if (acc < p->activation_min) {
+                acc = p->activation_min;
+            }
+            if (acc > p->activation_max) {
+                acc = p->activation_max;
+            }
+            output[b * p->output_depth + o] = (int8_t)acc;
+        }
+    }
+}
+
+void qe_fully_connected_s16(const qe_fc_pc_params_t *p, const int16_t *input,
+                            const int8_t *weights, const int64_t *bias, int16_t *output)
+{
+    uint32_t b, o, d;
+
+    for (b = 0; b < p->batches; ++b) {
+        const int16_t *in = input + b * p->accum_depth;
+        for (o = 0; o < p->output_depth; ++o) {
+            const int8_t *w = weights + o * p->accum_depth;
+            const uint32_t c = o * p->channel_stride;
+            int64_t acc = 0;
+            int32_t scaled;
+            for (d = 0; d < p->accum_depth; ++d) {
+                acc += (int32_t)w[d] * ((int32_t)in[d] + p->input_offset);
+            }
+            if (bias != NULL) {
+                acc += bias[o];
+            }
+            scaled = qe_multiply_by_quantized_multiplier_64(acc, p->multipliers[c], p->shifts[c]);
+            scaled += p->output_offset;
+            if (scaled < p->activation_min) {
+                scaled = p->activation_min;
+            }
+            if (scaled > p->activation_max) {
+                scaled = p->activation_max;
+            }
+            output[b * p->output_depth + o] = (int16_t)scaled;
+        }
+    }
+}

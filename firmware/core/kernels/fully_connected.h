@@ -33,4 +33,31 @@ typedef struct {
 void qe_fully_connected_f32(const qe_fc_f32_params_t *p, const float *input,
                             const float *weights, const float *bias, float *output);
 
+/* Per-channel requantization (int8 per-channel weights, and the int16x8 path): one multiplier
+ * and shift per output channel, or one for all when channel_stride is 0. Weights are
+ * symmetric here (no filter offset), as TFLM's per-channel kernels assume. */
+typedef struct {
+    int32_t input_offset;       /* -input zero point (int16x8: 0) */
+    int32_t output_offset;      /* +output zero point (int16x8: 0) */
+    int32_t activation_min;
+    int32_t activation_max;
+    const int32_t *multipliers; /* Q31, per channel */
+    const int8_t *shifts;       /* TFLite convention, per channel */
+    uint8_t channel_stride;     /* 1: per channel, 0: one multiplier for all channels */
+    uint16_t batches;
+    uint16_t accum_depth;
+    uint16_t output_depth;
+} qe_fc_pc_params_t;
+
+/* int8 input/output, int8 per-channel weights, int32 bias (may be NULL): TFLM
+ * reference_integer_ops::FullyConnectedPerChannel. */
+void qe_fully_connected_s8_pc(const qe_fc_pc_params_t *p, const int8_t *input,
+                              const int8_t *weights, const int32_t *bias, int8_t *output);
+
+/* int16 input/output, int8 weights, int64 bias (may be NULL), int64 accumulator and the
+ * 64-bit MultiplyByQuantizedMultiplier: TFLM's int16x8 FullyConnected (per tensor or per
+ * channel). */
+void qe_fully_connected_s16(const qe_fc_pc_params_t *p, const int16_t *input,
+                            const int8_t *weights, const int64_t *bias, int16_t *output);
+
 #endif

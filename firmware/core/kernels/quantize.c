@@ -1,4 +1,4 @@
-/* QUANTIZE float32 -> int8, bit-exact with TF Lite Micro's reference_ops::AffineQuantize:
+/* QUANTIZE float32 -> int8 / int16, bit-exact with TF Lite Micro's reference_ops::AffineQuantize:
  *     q = clamp(roundf(x / scale) + zero_point, -128, 127)
  * with the division in float and roundf rounding half away from zero.
  *
@@ -23,21 +23,25 @@ static float qe_round_half_away(float v)
     return t;
 }
 
+/* roundf(x / scale) + zero_point as int32, saturated far outside any int16 range. */
+static int32_t qe_quantize_one(const qe_affine_params_t *p, float x)
+{
+    const float v = x / p->scale;
+    /* Any |round(v)| >= 2^17 saturates int8 and int16 whatever the zero point. */
+    if (v >= 131072.0f) {
+        return 131072 + p->zero_point;
+    }
+    if (v <= -131072.0f || v != v) {
+        return -131072 + p->zero_point;
+    }
+    return (int32_t)qe_round_half_away(v) + p->zero_point;
+}
+
 void qe_quantize_f32_s8(const qe_affine_params_t *p, const float *input, int8_t *output)
 {
     uint32_t i;
     for (i = 0; i < p->size; ++i) {
-        const float v = input[i] / p->scale;
-        int32_t q;
-        /* Any |round(v)| >= 256 saturates whatever the zero point (|zero_point| <= 128). */
-        if (v >= 1024.0f) {
-            q = 1024;
-        } else if (v <= -1024.0f || v != v) {
-            q = -1024;
-        } else {
-            q = (int32_t)qe_round_half_away(v);
-        }
-        q += p->zero_point;
+        int32_t q = qe_quantize_one(p, input[i]);
         if (q < -128) {
             q = -128;
         }
@@ -45,5 +49,20 @@ void qe_quantize_f32_s8(const qe_affine_params_t *p, const float *input, int8_t 
             q = 127;
         }
         output[i] = (int8_t)q;
+    }
+}
+
+void qe_quantize_f32_s16(const qe_affine_params_t *p, const float *input, int16_t *output)
+{
+    uint32_t i;
+    for (i = 0; i < p->size; ++i) {
+        int32_t q = qe_quantize_one(p, input[i]);
+        if (q < -32768) {
+            q = -32768;
+        }
+        if (q > 32767) {
+            q = 32767;
+        }
+        output[i] = (int16_t)q;
     }
 }
