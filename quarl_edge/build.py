@@ -55,13 +55,53 @@ def elf_memory(elf: Path) -> tuple[int, int]:
     return flash, ram
 
 
+def port_dirs(board: Board) -> list[Path]:
+    """The family's port directory, then the shared port directories the board file names
+    (`[build] shared`, e.g. "cortex-m"): all are compiled and on the include path."""
+    ports = firmware_dir() / "ports"
+    dirs = []
+    for name in (board.family, *board.shared):
+        d = ports / name
+        if not d.is_dir():
+            what = "port for family" if name == board.family else "shared port directory"
+            raise QuarlError(f"board {board.id}: no {what} '{name}' in {ports}")
+        dirs.append(d)
+    return dirs
+
+
 def firmware_sources(board: Board) -> list[Path]:
     fw = firmware_dir()
-    port = fw / "ports" / board.family
-    if not port.is_dir():
-        raise QuarlError(f"board {board.id}: no port for family '{board.family}' in {port}")
     return (sorted((fw / "core").glob("*.c")) + sorted((fw / "core" / "kernels").glob("*.c"))
-            + sorted(port.glob("*.c")))
+            + [c for d in port_dirs(board) for c in sorted(d.glob("*.c"))])
+
+
+def expand_flag(board: Board, flag: str) -> str:
+    """Board-relative paths in cflags/ldflags: {port} = firmware/ports/<family>, {ports} =
+    firmware/ports, {firmware} = firmware (e.g. "-T{port}/mps2.ld")."""
+    fw = firmware_dir()
+    for key, val in (("{port}", fw / "ports" / board.family), ("{ports}", fw / "ports"),
+                     ("{firmware}", fw)):
+        flag = flag.replace(key, str(val))
+    return flag
+
+
+def board_defines(board: Board) -> list[str]:
+    defines = [f'-DQE_BOARD_ID="{board.id}"', f"-DQE_CLOCK_HZ={board.clock_hz}u",
+               f"-DQE_COST_UNIT={COST_MACROS[board.cost_unit]}",
+               f"-DQE_MAX_PAYLOAD={board.max_payload}u"]
+    if board.connect_method == "qemu":
+        # The port turns SysTick ticks into instructions: it needs QEMU's -icount shift and the
+        # SysTick clock of the emulated machine (boards/<id>.toml [connect]).
+        for key, macro in (("icount_shift", "QE_ICOUNT_SHIFT"), ("systick_hz", "QE_SYSTICK_HZ")):
+            val = board.connect.get(key)
+            if not isinstance(val, int) or isinstance(val, bool) or val <= 0:
+                raise QuarlError(f"board {board.id}: [connect] needs a positive integer '{key}'")
+            defines.append(f"-D{macro}={val}{'u' if key == 'systick_hz' else ''}")
+    return defines
+
+
+# What GNU ld says when a section does not fit its MEMORY region.
+_LD_OVERFLOW = ("will not fit in region", "overflowed by")
 
 
 def compile_firmware(board: Board, sources: list[Path], out_elf: Path, extra_flags=()) -> None:
@@ -70,17 +110,20 @@ def compile_firmware(board: Board, sources: list[Path], out_elf: Path, extra_fla
         raise ToolchainError(f"compiler '{board.cc}' for board {board.id} is not installed; "
                              f"install it with: {board.install or 'your package manager'}")
     fw = firmware_dir()
-    port = fw / "ports" / board.family
-    defines = [f'-DQE_BOARD_ID="{board.id}"', f"-DQE_CLOCK_HZ={board.clock_hz}u",
-               f"-DQE_COST_UNIT={COST_MACROS[board.cost_unit]}",
-               f"-DQE_MAX_PAYLOAD={board.max_payload}u"]
-    cmd = [cc, *COMMON_CFLAGS, *board.cflags, *extra_flags, *defines,
-           f"-I{fw / 'core'}", f"-I{port}", *map(str, sources), "-o", str(out_elf),
-           *board.ldflags]
+    includes = [f"-I{fw / 'core'}", *(f"-I{d}" for d in port_dirs(board))]
+    cmd = [cc, *COMMON_CFLAGS, *(expand_flag(board, f) for f in board.cflags), *extra_flags,
+           *board_defines(board), *includes, *map(str, sources), "-o", str(out_elf),
+           *(expand_flag(board, f) for f in board.ldflags)]
     (out_elf.parent / "build.cmd").write_text(" ".join(cmd) + "\n")
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
+        if any(s in proc.stderr for s in _LD_OVERFLOW):
+            lines = [ln for ln in proc.stderr.splitlines() if any(s in ln for s in _LD_OVERFLOW)]
+            raise QuarlError(f"firmware for {board.id} does not fit the board's memory "
+                             f"(linker: {'; '.join(ln.split(': ', 1)[-1] for ln in lines)})")
         raise ToolchainError(f"building firmware for {board.id} failed:\n{proc.stderr.strip()}")
+    # Warnings are errors when compiling (-Werror); the linker's warnings are kept here.
+    (out_elf.parent / "build.log").write_text(proc.stderr)
 
 
 def build(model_path: Path, board: Board, out_dir: Path, extra_flags=()) -> Firmware:

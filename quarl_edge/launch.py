@@ -4,13 +4,20 @@ One small class per way of reaching a board (the `[connect] method` in boards/<i
 Each is a context manager with a `url` that pyserial's serial_for_url() opens."""
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import signal
+import socket
 import subprocess
+import sys
+import tempfile
+import time
 import tty
 from pathlib import Path
 
 from .boards import Board
-from .errors import BoardError
+from .errors import BoardError, ToolchainError
 
 
 class RunningBoard:
@@ -71,6 +78,172 @@ class HostPty(RunningBoard):
         self._stderr.close()
 
 
+def _die_with_parent() -> None:
+    """preexec_fn: the child gets SIGTERM when we die, so no emulator outlives a killed host."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
+    except Exception:   # not Linux: teardown then relies on stop()
+        pass
+
+
+def _check_arm_elf(elf: Path) -> None:
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+    try:
+        with elf.open("rb") as f:
+            e = ELFFile(f)
+            ok = e["e_machine"] == "EM_ARM" and any(seg["p_type"] == "PT_LOAD" for seg in e.iter_segments())
+    except (OSError, ELFError) as err:
+        raise BoardError(f"{elf} is not a firmware ELF: {err}") from None
+    if not ok:
+        raise BoardError(f"{elf} is not an ARM firmware ELF (machine {e['e_machine']})")
+
+
+class Qemu(RunningBoard):
+    """An emulated Cortex-M board: qemu-system-arm runs the firmware ELF with instruction counting
+    (-icount shift=N, so SysTick counts instructions exactly and repeatably), its serial port 0 on
+    a TCP socket (socket://127.0.0.1:PORT, QEMU picks a free port), and a QMP control socket.
+
+    QEMU starts paused (-S); we read the chosen port through QMP (query-chardev), then `cont`.
+    Bytes the firmware sends before the host connects are dropped by QEMU, which is harmless:
+    the firmware only ever answers requests, and the HELLO handshake retries. The firmware ends
+    the emulator through semihosting on a fault (exit code and message in `describe_exit()`)."""
+
+    START_TIMEOUT_S = 10.0
+
+    def __init__(self, board: Board, elf: Path):
+        exe = board.connect.get("qemu", "qemu-system-arm")
+        qemu = shutil.which(exe)
+        if qemu is None:
+            raise ToolchainError(f"'{exe}' (the emulator for board {board.id}) is not installed; "
+                                 f"install it with: {board.connect.get('install') or 'apt-get install --no-install-recommends qemu-system-arm'}")
+        machine, shift = board.connect.get("machine"), board.connect.get("icount_shift")
+        if not isinstance(machine, str) or not isinstance(shift, int):
+            raise BoardError(f"board {board.id}: [connect] needs 'machine' (a QEMU machine name) "
+                             "and 'icount_shift' (an integer)")
+        self.board = board
+        self.elf = Path(elf)
+        _check_arm_elf(self.elf)   # QEMU would run any other file as a raw image, silently
+        self._dir = Path(tempfile.mkdtemp(prefix="qe-qemu-"))   # short path: AF_UNIX limit
+        self._qmp_path = self._dir / "qmp.sock"
+        self._qmp: socket.socket | None = None
+        self._qmp_buf = b""
+        self._log_path = self.elf.with_suffix(".qemu.log")
+        self._log = open(self._log_path, "wb")
+        self.cmd = [qemu, "-machine", machine, "-kernel", str(self.elf), "-display", "none",
+                    "-monitor", "none", "-nodefaults", "-nic", "none", "-icount", f"shift={shift}",
+                    "-semihosting-config", "enable=on,target=native",
+                    "-chardev", "socket,id=ser0,host=127.0.0.1,port=0,server=on,wait=off,nodelay=on",
+                    "-serial", "chardev:ser0",
+                    "-qmp", f"unix:{self._qmp_path},server=on,wait=off", "-S",
+                    *board.connect.get("extra_args", [])]
+        self.proc = subprocess.Popen(self.cmd, stdin=subprocess.DEVNULL, stdout=self._log,
+                                     stderr=subprocess.STDOUT, close_fds=True,
+                                     preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+        try:
+            self._qmp_connect()
+            self.url = f"socket://127.0.0.1:{self._serial_port()}"
+            self._qmp_command("cont")
+        except BaseException:
+            self.stop()
+            raise
+
+    # ------------------------------------------------------------------------------ QMP
+    def _dead(self, doing: str) -> BoardError:
+        try:                 # QEMU closes its sockets first, then exits: give it a moment
+            self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            pass
+        return BoardError(f"QEMU ({self.board.connect.get('machine')}) for board {self.board.id} "
+                          f"{self.describe_exit()} while {doing}; command: {' '.join(self.cmd)}")
+
+    def _qmp_connect(self) -> None:
+        deadline = time.monotonic() + self.START_TIMEOUT_S
+        while True:
+            if self.proc.poll() is not None:
+                raise self._dead("starting")
+            if self._qmp_path.exists():
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                try:
+                    sock.connect(str(self._qmp_path))
+                    break
+                except OSError:
+                    sock.close()
+            if time.monotonic() > deadline:
+                raise BoardError(f"QEMU for board {self.board.id} did not open its QMP socket "
+                                 f"within {self.START_TIMEOUT_S:.0f} s")
+            time.sleep(0.005)
+        sock.settimeout(self.START_TIMEOUT_S)
+        self._qmp = sock
+        self._qmp_read()                       # the greeting
+        self._qmp_command("qmp_capabilities")
+
+    def _qmp_read(self) -> dict:
+        """The next reply or greeting (events are skipped)."""
+        while True:
+            while b"\n" not in self._qmp_buf:
+                try:
+                    chunk = self._qmp.recv(65536)
+                except OSError:
+                    chunk = b""
+                if not chunk:
+                    raise self._dead("answering QMP")
+                self._qmp_buf += chunk
+            line, self._qmp_buf = self._qmp_buf.split(b"\n", 1)
+            msg = json.loads(line)
+            if "event" not in msg:
+                return msg
+
+    def _qmp_command(self, name: str):
+        self._qmp.sendall(json.dumps({"execute": name}).encode() + b"\n")
+        reply = self._qmp_read()
+        if "error" in reply:
+            raise BoardError(f"QEMU refused QMP '{name}': {reply['error'].get('desc', reply)}")
+        return reply.get("return")
+
+    def _serial_port(self) -> int:
+        for dev in self._qmp_command("query-chardev"):
+            if dev.get("label") == "ser0":    # "tcp:127.0.0.1:PORT,server=on"
+                return int(dev["filename"].split(",")[0].rsplit(":", 1)[1])
+        raise BoardError("QEMU did not report the serial port's TCP socket (query-chardev)")
+
+    # ------------------------------------------------------------------------ lifecycle
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def describe_exit(self) -> str:
+        code = self.proc.poll()
+        if code is None:
+            return "still running"
+        if not self._log.closed:
+            self._log.flush()
+        out = self._log_path.read_text(errors="replace").strip()[-500:]
+        how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        return how + (f": {out}" if out else "")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None and self._qmp is not None:
+            try:                                       # a clean quit first
+                self._qmp.settimeout(1.0)
+                self._qmp.sendall(b'{"execute": "quit"}\n')
+                self.proc.wait(timeout=2)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=3)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self._qmp is not None:
+            self._qmp.close()
+            self._qmp = None
+        self._log.close()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
 class ExternalPort(RunningBoard):
     """A board someone else started or flashed: we only know its port (--port)."""
 
@@ -82,6 +255,8 @@ def start(board: Board, elf: Path) -> RunningBoard:
     method = board.connect_method
     if method == "pty":
         return HostPty(elf)
+    if method == "qemu":
+        return Qemu(board, elf)
     raise BoardError(f"board {board.id}: starting boards by '{method}' is not supported yet; "
                      "flash it yourself and pass --port")
 
@@ -130,11 +305,17 @@ class BoardSession:
             raise
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type=None, exc=None, tb=None):
+        # A board that died mid-session: say how (exit code, the emulator's last words).
+        detail = ""
+        if isinstance(exc, BoardError) and self.running is not None and not self.running.alive():
+            detail = self.running.describe_exit()
         if self.link is not None:
             self.link.close()
         if self.running is not None:
             self.running.stop()
+        if detail and "(board " not in str(exc):
+            raise BoardError(f"{exc} (board {detail})") from None
 
     def memory(self) -> dict:
         """Flash/RAM from the ELF (when we built it) or the board, stack high-water from the board."""

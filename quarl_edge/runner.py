@@ -87,7 +87,10 @@ class BoardLink:
             raise BoardError(f"writing to {self.url} failed: {e}") from None
 
     def _read_frames(self) -> list[P.Frame]:
-        data = self.ser.read(max(1, self.ser.in_waiting))
+        try:
+            data = self.ser.read(max(1, self.ser.in_waiting))
+        except serial.SerialException as e:   # e.g. an emulator's TCP socket closed
+            raise BoardError(f"the board stopped: reading from {self.url} failed: {e}") from None
         if data and self.trace:
             print(f"[trace {time.monotonic():.4f}] <- {data.hex(' ')}", file=sys.stderr)
         return self.decoder.feed(data) if data else []
