@@ -43,13 +43,13 @@ class HostPty(RunningBoard):
     """The host build runs as a child process whose stdin/stdout is the master side of a
     pseudo-terminal; the slave side (a real tty device, raw mode) is the board's serial port."""
 
-    def __init__(self, elf: Path):
+    def __init__(self, elf: Path, argv: list[str] | None = None, log: Path | None = None):
         master, slave = os.openpty()
         tty.setraw(slave)
         self.url = os.ttyname(slave)
         self._slave = slave
-        self._stderr = open(Path(elf).with_suffix(".stderr.log"), "wb")
-        self.proc = subprocess.Popen([str(elf)], stdin=master, stdout=master,
+        self._stderr = open(log or Path(elf).with_suffix(".stderr.log"), "wb")
+        self.proc = subprocess.Popen(argv or [str(elf)], stdin=master, stdout=master,
                                      stderr=self._stderr, close_fds=True)
         os.close(master)
 
@@ -257,8 +257,50 @@ def start(board: Board, elf: Path) -> RunningBoard:
         return HostPty(elf)
     if method == "qemu":
         return Qemu(board, elf)
+    if method == "agent":   # a linux board's agent, run here behind a pty (`elf` is the .tflite)
+        log = Path(tempfile.mkdtemp(prefix="quarl-edge-agent-")) / "agent.stderr.log"
+        return HostPty(elf, [sys.executable, "-m", "quarl_edge.agent", str(elf), "--stdio",
+                             "--board-id", board.id], log)
     raise BoardError(f"board {board.id}: starting boards by '{method}' is not supported yet; "
                      "flash it yourself and pass --port")
+
+
+AGENT_FILES = ("__init__.py", "agent.py", "protocol.py", "reference.py", "errors.py")
+
+
+def ssh_deploy_commands(board: Board, model_path: Path, target: str) -> tuple[list[list[str]], str]:
+    """The commands that put the agent and a model on a linux board over SSH and start it there,
+    as argument lists (no local shell), and the port URL it will answer on."""
+    import shlex
+    pkg = Path(__file__).resolve().parent
+    port = int(board.connect.get("tcp_port", 5555))
+    remote_dir = "quarl-edge-agent"
+    start_cmd = (f"cd {remote_dir} && (pkill -f 'quarl_edge.agent' || true) && nohup python3 -m "
+                 f"quarl_edge.agent model.tflite --tcp 0.0.0.0:{port} --board-id "
+                 f"{shlex.quote(board.id)} > agent.log 2>&1 < /dev/null &")
+    cmds = [
+        ["ssh", target, f"mkdir -p {remote_dir}/quarl_edge"],
+        ["scp", "-q", *(str(pkg / f) for f in AGENT_FILES), f"{target}:{remote_dir}/quarl_edge/"],
+        ["scp", "-q", str(model_path), f"{target}:{remote_dir}/model.tflite"],
+        ["ssh", target, start_cmd],
+    ]
+    host = target.rsplit("@", 1)[-1]
+    return cmds, f"socket://{host}:{port}"
+
+
+def ssh_deploy(board: Board, model_path: Path, target: str) -> str:
+    """Copy the agent and the model to a linux board and start it; returns the port URL."""
+    cmds, url = ssh_deploy_commands(board, model_path, target)
+    for tool in ("ssh", "scp"):
+        if shutil.which(tool) is None:
+            raise ToolchainError(f"'{tool}' is not installed; install it with: "
+                                 "apt-get install --no-install-recommends openssh-client")
+    for cmd in cmds:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        if proc.returncode != 0:
+            raise BoardError(f"deploying to {target} failed at `{' '.join(cmd[:2])} ...`: "
+                             f"{proc.stderr.strip()[-500:]}")
+    return url
 
 
 def model_hash(model_path: Path) -> bytes:
@@ -286,6 +328,8 @@ class BoardSession:
         try:
             if self.port:
                 self.running = ExternalPort(self.port)
+            elif self.board.connect_method == "agent":   # runs the .tflite itself: nothing to build
+                self.running = start(self.board, self.model_path)
             else:
                 self.firmware = build(self.model_path, self.board, self.out_dir)
                 self.running = start(self.board, self.firmware.elf)

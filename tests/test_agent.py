@@ -122,3 +122,34 @@ def test_tcp_transport(tmp_path):
     finally:
         proc.terminate()
         proc.wait(5)
+
+
+def test_linux_board_validate_and_hil_through_the_cli(tmp_path):
+    import json
+    run = tmp_path / "run"
+    shutil.copytree(MODELS.parent, run, ignore=shutil.ignore_patterns("build", "results"))
+    def cli(*args):
+        p = subprocess.run([sys.executable, "-m", "quarl_edge.cli", *map(str, args)],
+                           capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr[-2000:]
+        return json.loads(p.stdout)
+    v = cli("validate", run / "models" / "int8.tflite", "--board", "linux-tflite", "--random", "50",
+            "--json")
+    # tflite-runtime's int8 kernels vs TF Lite Micro's: the same reference arithmetic
+    assert v["board"] == "linux-tflite" and v["bit_exact"] is True and v["latency"]["unit"] == "ns"
+    h = cli("hil", run, "--model", "int8", "--board", "linux-tflite", "--episodes", "2", "--json")
+    assert h["mean_return"] == h["host_mean_return"]
+
+
+def test_ssh_deploy_commands_are_argument_lists_that_start_the_agent(tmp_path):
+    from quarl_edge.boards import get_board
+    from quarl_edge.launch import AGENT_FILES, ssh_deploy_commands
+    board = get_board("linux-tflite")
+    cmds, url = ssh_deploy_commands(board, MODELS / "int8.tflite", "pi@raspberrypi.local")
+    assert url == "socket://raspberrypi.local:5555"
+    assert all(isinstance(c, list) and c[0] in ("ssh", "scp") for c in cmds)
+    copied = [Path(a).name for c in cmds if c[0] == "scp" for a in c[2:-1]]
+    assert set(AGENT_FILES) <= set(copied) and "int8.tflite" in copied
+    for name in AGENT_FILES:   # every file the agent imports exists and is what we copy
+        assert (Path(__file__).resolve().parents[1] / "quarl_edge" / name).is_file()
+    assert "quarl_edge.agent model.tflite --tcp 0.0.0.0:5555" in cmds[-1][-1]
