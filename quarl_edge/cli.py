@@ -35,8 +35,22 @@ def cmd_train(a):
 def cmd_quantize(a):
     from .quantize import quantize
     for scheme in a.scheme:
-        path = quantize(Path(a.run), scheme, calib_size=a.calib_size)
+        path = quantize(Path(a.run), scheme, calib_size=a.calib_size,
+                        qat={"steps": a.qat_steps} if a.qat_steps is not None else None)
         print(f"{scheme:8s} {path}  {path.stat().st_size:,} B")
+
+
+def cmd_sweep(a):
+    from .quantize import nbit_sweep
+    rows = nbit_sweep(Path(a.run), bits=a.bits, seeds=range(a.seed, a.seed + a.episodes),
+                      modes=a.mode, per_channel=a.per_channel)
+    if a.json:
+        print(json.dumps(rows, indent=2))
+        return
+    print(f"{'mode':20s} {'bits':>4s} {'return (mean ± std)':>20s} {'agree':>6s}")
+    for r in rows:
+        print(f"{r['mode']:20s} {r['bits']:4d} {r['mean_return']:11.1f} ± {r['std_return']:6.1f} "
+              f"{r['agreement']:6.3f}")
 
 
 def cmd_build(a):
@@ -160,7 +174,20 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("run")
     s.add_argument("--scheme", nargs="+", default=["fp32", "fp16", "int8"])
     s.add_argument("--calib-size", type=int, default=1000, help="calibration observations (int8)")
+    s.add_argument("--qat-steps", type=int, default=None,
+                   help="qat-int8: env steps of fine-tuning in the RL loop (default 5000)")
     s.set_defaults(fn=cmd_quantize)
+
+    s = sub.add_parser("sweep", help="n-bit fake-quantization sweep (QuaRL): return vs bits")
+    s.add_argument("run", metavar="RUN")
+    s.add_argument("--bits", type=int, nargs="+", default=list(range(2, 9)))
+    s.add_argument("--mode", nargs="+", default=["weights+activations", "weights"],
+                   choices=["weights+activations", "weights", "activations"])
+    s.add_argument("--per-channel", action="store_true", help="per-output-channel weight ranges")
+    s.add_argument("--episodes", type=int, default=20, help="test seeds SEED..SEED+N-1")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_sweep)
 
     for name, fn, help_ in (("build", cmd_build, "generate C and build the firmware"),
                             ("flash", cmd_flash, "build and flash (start) the firmware")):

@@ -97,12 +97,19 @@ class GymnasiumEnv(py_environment.PyEnvironment):
         self.gym_env.close()
 
 
+# The environments of the classic study (studies/classic.toml); LunarLander needs box2d.
+KNOWN_ENVS = ("CartPole-v1", "Acrobot-v1", "MountainCar-v0", "LunarLander-v3", "Pendulum-v1",
+              "MountainCarContinuous-v0", "LunarLanderContinuous-v3")
+
+
 def make_gym(env_id: str, **kwargs) -> gym.Env:
     """`gymnasium.make` with unknown ids turned into a QuarlError naming the id."""
     try:
         return gym.make(env_id, **kwargs)
     except gym.error.Error as e:  # NameNotFound, VersionNotFound, NamespaceNotFound, ...
-        raise QuarlError(f"unknown Gymnasium environment {env_id!r}: {e}") from None
+        raise QuarlError(f"unknown Gymnasium environment {env_id!r}: {e}; known (with tuned "
+                         f"defaults): {', '.join(KNOWN_ENVS)}; any registered Gymnasium id "
+                         "works") from None
 
 
 def make_env(env_id: str, seed: int | None = None, discount: float = 1.0,
@@ -125,3 +132,62 @@ def run_episode(env: GymnasiumEnv, act: Callable[[np.ndarray], int], seed: int,
         if step.is_last():
             break
     return total, np.stack(observations)
+
+
+# ----------------------------------------------------------------- policies as network outputs
+def output_to_action(output: np.ndarray, space: gym.Space):
+    """A policy network's output -> an environment action.
+
+    Discrete spaces: argmax of the outputs (Q-values or logits), shifted by the space's start.
+    Box spaces: the output is the action itself (a deterministic actor), clipped to the bounds."""
+    out = np.asarray(output, dtype=np.float64).reshape(-1)
+    if isinstance(space, gym.spaces.Discrete):
+        return int(np.argmax(out)) + int(space.start)
+    return np.clip(out.reshape(space.shape), space.low, space.high).astype(space.dtype)
+
+
+def outputs_to_actions(outputs: np.ndarray, space: gym.Space) -> np.ndarray:
+    """output_to_action over a batch [k, n_out] -> [k] ints or [k, *shape] floats."""
+    outputs = np.asarray(outputs, dtype=np.float64)
+    if isinstance(space, gym.spaces.Discrete):
+        return outputs.argmax(axis=1) + int(space.start)
+    return np.clip(outputs.reshape((-1, *space.shape)), space.low, space.high).astype(space.dtype)
+
+
+def play_batched(env_id: str, policy: Callable[[np.ndarray], np.ndarray], seeds,
+                 record: bool = False, max_steps: int = 100_000):
+    """One episode per seed, all in lockstep: `policy` maps a batch of observations [k, *obs]
+    to a batch of network outputs [k, n_out] (turned into actions by `outputs_to_actions`).
+
+    Returns the undiscounted returns (float64 [len(seeds)]) and, with `record`, the visited
+    observations [n, *obs] (episode after episode, in seed order)."""
+    seeds = list(seeds)
+    envs = [make_gym(env_id) for _ in seeds]
+    space = envs[0].action_space
+    obs = [np.asarray(e.reset(seed=int(s))[0], dtype=np.float32) for e, s in zip(envs, seeds)]
+    returns = np.zeros(len(seeds))
+    alive = list(range(len(seeds)))
+    visited: list[list[np.ndarray]] = [[] for _ in seeds]
+    try:
+        for _ in range(max_steps):
+            if not alive:
+                break
+            batch = np.stack([obs[i] for i in alive])
+            actions = outputs_to_actions(policy(batch), space)
+            still = []
+            for i, a in zip(alive, actions):
+                if record:
+                    visited[i].append(obs[i])
+                o, r, terminated, truncated, _ = envs[i].step(a.item() if np.ndim(a) == 0 else a)
+                returns[i] += float(r)
+                obs[i] = np.asarray(o, dtype=np.float32)
+                if not (terminated or truncated):
+                    still.append(i)
+            alive = still
+    finally:
+        for e in envs:
+            e.close()
+    if not record:
+        return returns, None
+    flat = [o for v in visited for o in v]
+    return returns, np.stack(flat).astype(np.float32)

@@ -8,6 +8,16 @@ Schemes (SCHEMES maps each name to its converter):
   fp16  float16 weights (dequantized to float32 at load time), float32 compute and I/O
   int8  full integer: every op int8 with float32 input/output, so the graph is
         QUANTIZE -> FULLY_CONNECTED... -> DEQUANTIZE; weights int8 per-tensor, biases int32
+  dyn-int8  dynamic range: int8 weights, float32 activations and I/O; FULLY_CONNECTED quantizes
+        its input on the fly (hybrid kernels; no calibration)
+  int16x8  int16 activations, int8 weights, int64 biases (the converter's
+        EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8), calibrated, float32 I/O
+  qat-int8  quantization-aware training (quarl_edge/qat.py): the network is fine-tuned with
+        fake quantization in the RL loop, then converted to full int8 with float32 I/O
+        (QUANTIZE -> FULLY_CONNECTED... -> DEQUANTIZE), ranges learned in training
+
+The network is RUN/qnet.keras (DQN) or RUN/policy.keras (the deterministic actor of the other
+algorithms); run.json's "model_file" names it.
 
 Calibration data are observations from rollouts of the run's own greedy policy with a little
 epsilon (for coverage of states just off the greedy path), on seeds CALIBRATION_SEED_BASE + k,
@@ -57,10 +67,38 @@ def _int8(converter, calibration) -> None:
     converter.inference_output_type = tf.float32
 
 
+def _dyn_int8(converter, calibration) -> None:
+    import tensorflow as tf
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+
+
+def _int16x8(converter, calibration) -> None:
+    import tensorflow as tf
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.representative_dataset = lambda: ([x[None]] for x in calibration)
+    converter.target_spec.supported_ops = [
+        tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8]
+    converter.inference_input_type = tf.float32
+    converter.inference_output_type = tf.float32
+
+
+def _qat_int8(converter, calibration) -> None:
+    """For a fake-quantized (tfmot) model: its ranges are learned, so no representative data;
+    Optimize.DEFAULT and the inference types only (supported_ops=INT8 would demand a dataset)."""
+    import tensorflow as tf
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.inference_input_type = tf.float32
+    converter.inference_output_type = tf.float32
+
+
 SCHEMES: dict[str, Scheme] = {
     "fp32": Scheme(_fp32, False, "float32"),
     "fp16": Scheme(_fp16, False, "float16 weights, float32 compute"),
     "int8": Scheme(_int8, True, "full integer int8, float32 I/O"),
+    "dyn-int8": Scheme(_dyn_int8, False, "int8 weights, float32 activations (dynamic range)"),
+    "int16x8": Scheme(_int16x8, True, "int16 activations, int8 weights, float32 I/O"),
+    "qat-int8": Scheme(_qat_int8, True, "quantization-aware fine-tuning in the RL loop, "
+                                        "then full integer int8, float32 I/O"),
 }
 
 
@@ -73,32 +111,40 @@ def collect_calibration(run_dir: Path, size: int = 1000, episodes: int = 10, see
                         epsilon: float = CALIBRATION_EPSILON) -> np.ndarray:
     """`size` observations from epsilon-greedy rollouts of the run's Q-network (see
     rollout_observations)."""
-    from .train import load_keras, load_run
+    from .train import load_keras, load_run, mlp_forward, mlp_layers
 
     run = load_run(run_dir)
-    return rollout_observations(run["env"], load_keras(run_dir).get_weights(), int(run["n_actions"]),
+    layers = mlp_layers(load_keras(run_dir))
+    return rollout_observations(run["env"], lambda x: mlp_forward(layers, x), run.get("n_actions"),
                                 size, episodes, seed, epsilon)
 
 
-def rollout_observations(env_id: str, weights: list[np.ndarray], n_actions: int, size: int = 1000,
+def rollout_observations(env_id: str, weights, n_actions: int | None = None, size: int = 1000,
                          episodes: int = 10, seed: int = 0,
                          epsilon: float = CALIBRATION_EPSILON) -> np.ndarray:
-    """`size` observations from epsilon-greedy rollouts of the MLP Q-network `weights`.
+    """`size` observations from epsilon-greedy rollouts of a policy network.
 
-    Runs at least `episodes` episodes (more if they give fewer than `size` observations), on
-    seeds CALIBRATION_SEED_BASE + 1000 * seed + k, then subsamples `size` of them."""
-    from .envs import make_env, run_episode
+    `weights`: the [W1, b1, ...] of a relu MLP Q-network, or any callable observation batch ->
+    network outputs (Q-values, logits or a deterministic actor's actions; see
+    envs.output_to_action). With probability `epsilon` a uniformly random action is taken
+    instead. Runs at least `episodes` episodes (more if they give fewer than `size`
+    observations), on seeds CALIBRATION_SEED_BASE + 1000 * seed + k, then subsamples `size`."""
+    from .envs import make_env, output_to_action, run_episode
     from .train import mlp_q_values
 
     if size <= 0 or episodes <= 0:
         raise QuarlError(f"calibration needs positive size and episodes, got {size} and {episodes}")
+    forward = weights if callable(weights) else (lambda x: mlp_q_values(weights, x))
     rng = np.random.default_rng(seed)
     env = make_env(env_id)
+    space = env.gym_env.action_space
 
-    def act(obs: np.ndarray) -> int:
+    def act(obs: np.ndarray):
         if rng.random() < epsilon:
-            return int(rng.integers(n_actions))
-        return int(np.argmax(mlp_q_values(weights, obs[None])[0]))
+            if hasattr(space, "n"):
+                return int(space.start) + int(rng.integers(int(space.n)))
+            return rng.uniform(space.low, space.high).astype(space.dtype)
+        return output_to_action(forward(obs[None])[0], space)
 
     chunks, count, k = [], 0, 0
     while k < episodes or count < size:
@@ -114,8 +160,10 @@ def rollout_observations(env_id: str, weights: list[np.ndarray], n_actions: int,
 
 # ------------------------------------------------------------------------------- conversion
 def quantize(run_dir: Path, scheme: str, calib_size: int = 1000, calib_episodes: int = 10,
-             seed: int = 0, verbose: bool = True) -> Path:
-    """Convert RUN/qnet.keras with `scheme`; returns the path of RUN/models/<scheme>.tflite."""
+             seed: int = 0, verbose: bool = True, qat: dict | None = None) -> Path:
+    """Convert the run's network with `scheme`; returns the path of RUN/models/<scheme>.tflite.
+
+    `qat`: options of qat.QATConfig for the qat-int8 scheme (e.g. {"steps": 2000})."""
     if scheme not in SCHEMES:
         raise QuarlError(f"unknown quantization scheme {scheme!r}; known: {', '.join(SCHEMES)}")
     from .train import load_keras
@@ -127,6 +175,9 @@ def quantize(run_dir: Path, scheme: str, calib_size: int = 1000, calib_episodes:
     if spec.needs_calibration:
         calibration = collect_calibration(run_dir, calib_size, calib_episodes, seed)
         np.save(run_dir / "calibration.npy", calibration)
+    if scheme == "qat-int8":
+        from .qat import qat_finetune
+        model = qat_finetune(run_dir, calibration, seed=seed, progress=verbose, **(qat or {}))
 
     flatbuffer = convert_keras(model, scheme, calibration)
 
@@ -211,3 +262,108 @@ def tflite_runner(model_path: Path) -> Callable[[np.ndarray], np.ndarray]:
 
     run.input_details, run.output_details = inp, outp
     return run
+
+
+# ------------------------------------------------------------------ n-bit fake quantization
+# QuaRL's sweep: weights and activations fake-quantized to n bits (2..8) with min/max ranges,
+# the number of levels really restricted to 2**n. Computed in numpy, bit-for-bit the arithmetic
+# of tf.quantization.fake_quant_with_min_max_vars (narrow_range=False): the range is nudged so
+# that 0 is exactly representable, values are clamped to it and rounded half up.
+def fake_quant(x: np.ndarray, bits: int, lo, hi) -> np.ndarray:
+    """`x` fake-quantized to 2**bits levels over [lo, hi]; lo/hi may be arrays broadcasting
+    against x (per channel). As in TF, the grid keeps the step (hi - lo) / (2**bits - 1) and is
+    shifted so that 0 is a level (a range not holding 0 is shifted to start or end at 0)."""
+    if not 2 <= int(bits) <= 16:
+        raise QuarlError(f"bits must be in 2..16, got {bits}")
+    x = np.asarray(x, np.float32)
+    lo, hi = np.asarray(lo, np.float32), np.asarray(hi, np.float32)
+    qmax = np.float32(2 ** int(bits) - 1)
+    scale = (hi - lo) / qmax
+    scale = np.where(scale > 0, scale, np.float32(1.0)).astype(np.float32)
+    zero = np.clip(np.floor(-lo / scale + np.float32(0.5)), 0, qmax)
+    nlo, nhi = (0 - zero) * scale, (qmax - zero) * scale
+    q = np.floor((np.clip(x, nlo, nhi) - nlo) / scale + np.float32(0.5))
+    return (q * scale + nlo).astype(np.float32)
+
+
+def fake_quant_weights(w: np.ndarray, bits: int, per_channel: bool = False) -> np.ndarray:
+    """A kernel [in, out] fake-quantized with its own min/max (per output channel if asked)."""
+    w = np.asarray(w, np.float32)
+    if per_channel:
+        return fake_quant(w, bits, np.minimum(w.min(axis=0, keepdims=True), 0),
+                          np.maximum(w.max(axis=0, keepdims=True), 0))
+    return fake_quant(w, bits, min(float(w.min()), 0.0), max(float(w.max()), 0.0))
+
+
+def activation_ranges(layers, calibration: np.ndarray) -> list[tuple[float, float]]:
+    """(min, max) of the input and of each layer's output on `calibration` (float network),
+    widened to hold 0 as TFLite and tfmot do (else TF's nudging would shift the whole grid:
+    Q-values in [62, 114] would be clamped to [0, 52])."""
+    from .train import mlp_forward
+    x = np.asarray(calibration, np.float32).reshape(len(calibration), -1)
+    ranges = [(min(float(x.min()), 0.0), max(float(x.max()), 0.0))]
+    for layer in layers:
+        x = mlp_forward([layer], x)
+        ranges.append((min(float(x.min()), 0.0), max(float(x.max()), 0.0)))
+    return ranges
+
+
+def fake_quant_forward(layers, calibration: np.ndarray, weight_bits: int | None,
+                       activation_bits: int | None, per_channel: bool = False):
+    """A numpy batch forward of the MLP `layers` (train.mlp_layers) with n-bit fake-quantized
+    weights (biases stay float, as in QuaRL) and n-bit activations (the input and every layer's
+    output, ranges from `calibration`). None leaves that part in float32."""
+    from .train import ACTIVATIONS
+    ranges = activation_ranges(layers, calibration)
+    qlayers = [(k if weight_bits is None else fake_quant_weights(k, weight_bits, per_channel), b, a)
+               for k, b, a in layers]
+
+    def forward(obs: np.ndarray) -> np.ndarray:
+        x = np.asarray(obs, np.float32).reshape(len(obs), -1)
+        if activation_bits is not None:
+            x = fake_quant(x, activation_bits, *ranges[0])
+        for i, (k, b, act) in enumerate(qlayers):
+            x = ACTIVATIONS[act](x @ k + b).astype(np.float32)
+            if activation_bits is not None:
+                x = fake_quant(x, activation_bits, *ranges[i + 1])
+        return x
+
+    forward.layers = qlayers
+    return forward
+
+
+def nbit_sweep(run_dir: Path, bits=range(2, 9), seeds=range(20), calib_size: int = 1000,
+               modes=("weights+activations", "weights"), per_channel: bool = False) -> list[dict]:
+    """QuaRL's n-bit sweep of a run: greedy return (and agreement with fp32 on the states fp32
+    visits) on test `seeds` for each bit width and mode; the first row is fp32."""
+    from .analysis import compare_outputs
+    from .envs import make_gym, play_batched
+    from .train import load_keras, load_run, mlp_forward, mlp_layers
+
+    run_dir = Path(run_dir)
+    env_id = load_run(run_dir)["env"]
+    space = make_gym(env_id).action_space
+    layers = mlp_layers(load_keras(run_dir))
+    calibration = collect_calibration(run_dir, calib_size, seed=0)
+    seeds = list(seeds)
+
+    def ref(x):
+        return mlp_forward(layers, x)
+
+    ref_returns, states = play_batched(env_id, ref, seeds, record=True)
+    rows = [{"mode": "fp32", "bits": 32, "mean_return": float(np.mean(ref_returns)),
+             "std_return": float(np.std(ref_returns)), "agreement": 1.0}]
+    ref_out = ref(states)
+    for mode in modes:
+        if mode not in ("weights+activations", "weights", "activations"):
+            raise QuarlError(f"unknown sweep mode {mode!r}; known: weights+activations, weights, "
+                             "activations")
+        for n in bits:
+            f = fake_quant_forward(layers, calibration, None if mode == "activations" else n,
+                                   None if mode == "weights" else n, per_channel)
+            returns, _ = play_batched(env_id, f, seeds)
+            row = {"mode": mode, "bits": int(n), "mean_return": float(np.mean(returns)),
+                   "std_return": float(np.std(returns))}
+            row.update(compare_outputs(ref_out, f(states), space))
+            rows.append(row)
+    return rows

@@ -127,10 +127,53 @@ def keras_q_model(obs_shape: tuple[int, ...], hidden: tuple[int, ...], n_actions
     return tf.keras.Model(inp, out, name="qnet")
 
 
+ACTIVATIONS = {"linear": lambda x: x, "relu": lambda x: np.maximum(x, 0.0), "tanh": np.tanh}
+
+
+def mlp_layers(model) -> list[tuple[np.ndarray, np.ndarray, str]]:
+    """The Dense layers of a plain Keras MLP as (kernel, bias, activation name)."""
+    layers = []
+    for layer in model.layers:
+        if layer.__class__.__name__ in ("InputLayer", "Flatten"):
+            continue
+        if layer.__class__.__name__ != "Dense":
+            raise QuarlError(f"layer {layer.name} ({layer.__class__.__name__}) is not Dense: "
+                             "only MLPs are supported")
+        act = layer.get_config()["activation"]
+        if act not in ACTIVATIONS:
+            raise QuarlError(f"layer {layer.name}: activation {act!r} is not supported")
+        kernel, bias = layer.get_weights()
+        layers.append((kernel, bias, act))
+    return layers
+
+
+def mlp_forward(layers: list[tuple[np.ndarray, np.ndarray, str]], obs: np.ndarray) -> np.ndarray:
+    """Outputs of the MLP `layers` (from mlp_layers) for a batch of observations, in numpy."""
+    x = np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)
+    for kernel, bias, act in layers:
+        x = ACTIVATIONS[act](x @ kernel + bias)
+    return x
+
+
+# The plain Keras network each algorithm exports into the run directory (what gets converted).
+MODEL_FILES = {"dqn": "qnet.keras", "ppo": "policy.keras", "sac": "policy.keras",
+               "td3": "policy.keras", "ddpg": "policy.keras"}
+
+
+def model_path(run_dir: Path) -> Path:
+    """RUN/<model file>: run.json's "model_file" (qnet.keras for runs that predate it)."""
+    meta = Path(run_dir) / "run.json"
+    name = "qnet.keras"
+    if meta.is_file():
+        name = json.loads(meta.read_text()).get("model_file", name)
+    return Path(run_dir) / name
+
+
 def load_keras(run_dir: Path):
-    """The Q-network of a run (RUN/qnet.keras) as a tf.keras model."""
+    """The run's policy network (RUN/qnet.keras for DQN, RUN/policy.keras for the actor of the
+    other algorithms) as a tf.keras model: float32 observations -> Q-values, logits or actions."""
     import tensorflow as tf
-    path = Path(run_dir) / "qnet.keras"
+    path = model_path(run_dir)
     if not path.is_file():
         raise QuarlError(f"no trained model at {path}: run `train` into {run_dir} first")
     return tf.keras.models.load_model(path, compile=False)
@@ -309,6 +352,8 @@ def train_dqn(env_id: str, seed: int, out: Path, config: DQNConfig, progress: bo
         "final_train_return": float(np.mean(recent_returns)) if recent_returns else None,
         "obs_shape": list(obs_shape),
         "n_actions": n_actions,
+        "model_file": MODEL_FILES["dqn"],
+        "action_space": _space_info(env.gym_env.action_space),
         "network": {"type": "mlp", "hidden": list(cfg.hidden), "activation": "relu"},
         "hyperparameters": {k: (list(v) if isinstance(v, tuple) else v)
                             for k, v in asdict(cfg).items()},
@@ -320,7 +365,457 @@ def train_dqn(env_id: str, seed: int, out: Path, config: DQNConfig, progress: bo
     return info
 
 
-ALGOS = {"dqn": (DQNConfig, train_dqn)}
+# ------------------------------------------------------------------ actor networks (PPO, SAC, ...)
+def keras_mlp(obs_shape: tuple[int, ...], layers: list[tuple[np.ndarray, np.ndarray, str]],
+              name: str = "policy"):
+    """A plain tf.keras MLP float32 [None, *obs_shape] -> [None, n_out] holding `layers`
+    ((kernel, bias, activation) as from mlp_layers / actor_layers)."""
+    import tensorflow as tf
+    inp = tf.keras.Input(shape=obs_shape, dtype=tf.float32, name="observation")
+    x = tf.keras.layers.Flatten()(inp) if len(obs_shape) != 1 else inp
+    dense = []
+    for i, (kernel, bias, act) in enumerate(layers):
+        last = i == len(layers) - 1
+        dense.append(tf.keras.layers.Dense(kernel.shape[1], activation=act,
+                                           name="output" if last else f"dense_{i}"))
+        x = dense[-1](x)
+    model = tf.keras.Model(inp, x, name=name)
+    for layer, (kernel, bias, _) in zip(dense, layers):
+        layer.set_weights([kernel, bias])
+    return model
+
+
+def _dense_layers(net) -> list:
+    """The Dense layers of a TF-Agents network, in call order (depth first)."""
+    import tensorflow as tf
+    out = []
+
+    def walk(layer):
+        for sub in getattr(layer, "layers", []):
+            if isinstance(sub, tf.keras.layers.Dense):
+                out.append(sub)
+            else:
+                walk(sub)
+    walk(net)
+    return out
+
+
+def actor_layers(net, act_spec) -> list[tuple[np.ndarray, np.ndarray, str]]:
+    """The deterministic (greedy) policy of a TF-Agents actor network as a plain MLP.
+
+    - CategoricalProjectionNetwork (PPO, discrete): the logits layer; action = argmax.
+    - NormalProjectionNetwork (PPO, continuous): the means layer, tanh, scaled to the bounds
+      (tanh_squash_to_spec); action = the mean.
+    - TanhNormalProjectionNetwork (SAC): the means half of the projection layer, tanh, scaled
+      (SquashToSpecNormal's mode).
+    - ActorNetwork (DDPG, TD3): its tanh action layer, scaled (scale_to_spec).
+    The bounds scaling (center + half_range * tanh) is a last Dense layer with a diagonal kernel
+    ("output"), so the exported network is FULLY_CONNECTED/TANH ops only."""
+    dense = _dense_layers(net)
+    layers = []
+    for d in dense:
+        kernel, bias = (w.astype(np.float32) for w in d.get_weights())
+        layers.append([kernel, bias, d.get_config()["activation"]])
+    kind = type(net).__name__
+    projection = ""
+    if kind == "ActorDistributionNetwork":
+        projection = type(tf_nest_first(net._projection_networks)).__name__
+    if projection == "CategoricalProjectionNetwork":
+        return [tuple(x) for x in layers]
+    if np.issubdtype(act_spec.dtype, np.integer):
+        raise QuarlError(f"unsupported actor {kind}/{projection} for discrete actions")
+    n = int(np.prod(act_spec.shape))
+    if projection == "TanhNormalProjectionNetwork":
+        kernel, bias, _ = layers[-1]
+        layers[-1] = [kernel[:, :n], bias[:n], "tanh"]
+    elif projection == "NormalProjectionNetwork":
+        layers[-1][2] = "tanh"
+    elif kind != "ActorNetwork":
+        raise QuarlError(f"unsupported actor network {kind}/{projection}")
+    if layers[-1][2] != "tanh":
+        raise RuntimeError(f"actor head is {layers[-1][2]}, expected tanh")
+    low = np.broadcast_to(np.asarray(act_spec.minimum, np.float32), act_spec.shape).reshape(-1)
+    high = np.broadcast_to(np.asarray(act_spec.maximum, np.float32), act_spec.shape).reshape(-1)
+    half, center = (high - low) / 2, (high + low) / 2
+    layers.append([np.diag(half).astype(np.float32), center.astype(np.float32), "linear"])
+    return [tuple(x) for x in layers]
+
+
+def tf_nest_first(x):
+    import tensorflow as tf
+    return tf.nest.flatten(x)[0]
+
+
+def _batched_step(x):
+    import tensorflow as tf
+    return tf.nest.map_structure(lambda v: tf.convert_to_tensor(v)[None], x)
+
+
+def _unbatched(x):
+    import tensorflow as tf
+    return tf.nest.map_structure(lambda v: v[0], x)
+
+
+def _validation_return(env_id: str, layers, episodes: int) -> float:
+    from .envs import play_batched
+    seeds = [VALIDATION_SEED_BASE + k for k in range(episodes)]
+    return float(np.mean(play_batched(env_id, lambda x: mlp_forward(layers, x), seeds)[0]))
+
+
+def _save_actor_run(out: Path, algo: str, env_id: str, seed: int, cfg, agent, actor_net, env,
+                    best: dict, train_seconds: float, recent_returns, extra: dict) -> dict:
+    """Write policy/ (greedy PolicySaver), policy.keras (checked against the agent's greedy
+    policy) and run.json for an actor-critic run; returns run.json's contents."""
+    import tensorflow as tf
+    from tf_agents.policies import greedy_policy, policy_saver
+    from tf_agents.trajectories import time_step as ts
+
+    obs_spec, act_spec = env.observation_spec(), env.action_spec()
+    obs_shape = tuple(int(d) for d in obs_spec.shape)
+    actor_net.set_weights(best["net_weights"])
+    policy = greedy_policy.GreedyPolicy(agent.policy)
+    policy_dir = out / "policy"
+    if policy_dir.exists():
+        shutil.rmtree(policy_dir)
+    policy_saver.PolicySaver(policy, batch_size=None).save(str(policy_dir))
+
+    layers = actor_layers(actor_net, act_spec)
+    model = keras_mlp(obs_shape, layers)
+    low = np.asarray(obs_spec.minimum, np.float32)
+    high = np.asarray(obs_spec.maximum, np.float32)
+    rng = np.random.default_rng(seed + 1)
+    probe = rng.uniform(np.maximum(low, -3), np.minimum(high, 3),
+                        size=(256, *obs_shape)).astype(np.float32)
+    step = ts.restart(tf.constant(probe), batch_size=len(probe))
+    agent_actions = policy.action(step).action.numpy()
+    keras_out = model(probe, training=False).numpy()
+    if np.issubdtype(act_spec.dtype, np.integer):
+        top2 = np.sort(keras_out, axis=1)[:, -2:]
+        clear = (top2[:, 1] - top2[:, 0]) > 1e-4
+        ok = np.array_equal(keras_out.argmax(1)[clear] + int(act_spec.minimum),
+                            agent_actions.reshape(-1)[clear])
+    else:
+        ok = np.allclose(np.clip(keras_out.reshape(agent_actions.shape), act_spec.minimum,
+                                 act_spec.maximum), agent_actions, rtol=1e-4, atol=1e-4)
+    if not ok:
+        raise RuntimeError(f"the Keras copy of the {algo} actor disagrees with its greedy policy")
+    model.save(out / MODEL_FILES[algo])
+
+    space = env.gym_env.action_space
+    info = {
+        "env": env_id,
+        "algo": algo,
+        "seed": seed,
+        "steps": cfg.steps,
+        "train_seconds": round(train_seconds, 2),
+        "best_greedy_return": best["return"],
+        "best_step": best["step"],
+        "validation_seeds": [VALIDATION_SEED_BASE, VALIDATION_SEED_BASE + cfg.eval_episodes - 1],
+        "final_train_return": float(np.mean(recent_returns)) if recent_returns else None,
+        "obs_shape": list(obs_shape),
+        "model_file": MODEL_FILES[algo],
+        "action_space": _space_info(space),
+        "network": {"type": "mlp", "hidden": list(cfg.hidden), "activation": "relu",
+                    "head": layers[-1][2] if hasattr(space, "n") else "tanh, scaled to bounds"},
+        "hyperparameters": {k: (list(v) if isinstance(v, tuple) else v)
+                            for k, v in asdict(cfg).items()},
+        "versions": package_versions(),
+        **extra,
+    }
+    if hasattr(space, "n"):
+        info["n_actions"] = int(space.n)
+    (out / "run.json").write_text(json.dumps(info, indent=2) + "\n")
+    return info
+
+
+def _space_info(space) -> dict:
+    if hasattr(space, "n"):
+        return {"type": "discrete", "n": int(space.n), "start": int(space.start)}
+    return {"type": "box", "shape": list(space.shape), "low": np.asarray(space.low).tolist(),
+            "high": np.asarray(space.high).tolist()}
+
+
+@dataclass
+class PPOConfig:
+    """PPO with the clipped objective (PPOClipAgent), GAE; discrete or continuous actions."""
+    steps: int = 200_000
+    hidden: tuple[int, ...] = (64, 64)     # actor MLP (relu); the value net has the same shape
+    learning_rate: float = 3e-4
+    collect_steps: int = 2048              # env steps per iteration (one batch of experience)
+    epochs: int = 10                       # passes over each batch
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    clip_ratio: float = 0.2
+    entropy_regularization: float = 0.0
+    normalize_rewards: bool = True
+    eval_episodes: int = 10                # greedy validation after every iteration
+
+    def __post_init__(self):
+        self.hidden = tuple(int(h) for h in self.hidden)
+        if self.steps <= 0 or self.collect_steps <= 0:
+            raise QuarlError(f"steps and collect_steps must be positive, got {self.steps}, "
+                             f"{self.collect_steps}")
+
+
+@dataclass
+class OffPolicyConfig:
+    """SAC, TD3 and DDPG (continuous actions): replay buffer, actor and Q critic, soft targets."""
+    steps: int = 20_000
+    hidden: tuple[int, ...] = (64, 64)     # actor MLP (relu)
+    critic_hidden: tuple[int, ...] = (64, 64)
+    actor_learning_rate: float = 1e-3
+    critic_learning_rate: float = 1e-3
+    alpha_learning_rate: float = 3e-4      # SAC's entropy temperature
+    batch_size: int = 256
+    gamma: float = 0.99
+    tau: float = 0.005
+    buffer_size: int = 100_000
+    learning_starts: int = 1_000           # env steps (random actions) before the first update
+    train_every: int = 64                  # env steps per round ...
+    updates_per_train: int = 64            # ... and gradient steps per round (1 per env step)
+    exploration_noise: float = 0.1         # TD3: Gaussian std; DDPG: OU std (action units)
+    eval_every: int = 1_000
+    eval_episodes: int = 10
+
+    def __post_init__(self):
+        self.hidden = tuple(int(h) for h in self.hidden)
+        self.critic_hidden = tuple(int(h) for h in self.critic_hidden)
+        if self.steps <= 0:
+            raise QuarlError(f"steps must be positive, got {self.steps}")
+
+
+def _agent_env(env_id: str, seed: int, algo: str, continuous_only: bool):
+    from .envs import make_env
+    env = make_env(env_id, seed=seed)
+    act_spec = env.action_spec()
+    if continuous_only and np.issubdtype(act_spec.dtype, np.integer):
+        raise QuarlError(f"{algo} needs a Box (continuous) action space; {env_id} has "
+                         f"{env.gym_env.action_space} (use dqn or ppo)")
+    if np.issubdtype(act_spec.dtype, np.integer) and act_spec.shape != ():
+        raise QuarlError(f"only a single Discrete action is supported; {env_id} has "
+                         f"{env.gym_env.action_space}")
+    return env
+
+
+def train_ppo(env_id: str, seed: int, out: Path, config: PPOConfig, progress: bool = True) -> dict:
+    import tensorflow as tf
+    from tf_agents.agents.ppo import ppo_clip_agent
+    from tf_agents.networks import actor_distribution_network, value_network
+    from tf_agents.replay_buffers import tf_uniform_replay_buffer
+    from tf_agents.specs import tensor_spec
+    from tf_agents.trajectories import trajectory
+    from tqdm import tqdm
+
+    cfg = config
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    tf.keras.utils.set_random_seed(seed)
+    env = _agent_env(env_id, seed, "ppo", continuous_only=False)
+    obs_spec = tensor_spec.from_spec(env.observation_spec())
+    act_spec = tensor_spec.from_spec(env.action_spec())
+    actor_net = actor_distribution_network.ActorDistributionNetwork(
+        obs_spec, act_spec, fc_layer_params=cfg.hidden)
+    value_net = value_network.ValueNetwork(obs_spec, fc_layer_params=cfg.hidden)
+    agent = ppo_clip_agent.PPOClipAgent(
+        tensor_spec.from_spec(env.time_step_spec()), act_spec,
+        optimizer=tf.keras.optimizers.Adam(learning_rate=cfg.learning_rate),
+        actor_net=actor_net, value_net=value_net,
+        importance_ratio_clipping=cfg.clip_ratio, lambda_value=cfg.gae_lambda,
+        discount_factor=cfg.gamma, entropy_regularization=cfg.entropy_regularization,
+        num_epochs=cfg.epochs, use_gae=True, normalize_observations=False,
+        normalize_rewards=cfg.normalize_rewards, train_step_counter=tf.Variable(0, dtype=tf.int64))
+    agent.initialize()
+    collect = common_function(agent.collect_policy.action)
+    agent_train = common_function(agent.train)
+    replay = tf_uniform_replay_buffer.TFUniformReplayBuffer(
+        agent.collect_data_spec, batch_size=1, max_length=cfg.collect_steps + 1000)
+
+    curve_file = (out / "train_curve.csv").open("w", newline="")
+    curve = csv.writer(curve_file)
+    curve.writerow(["step", "train_return", "greedy_return", "loss"])
+    recent: deque[float] = deque(maxlen=20)
+    best = {"return": -np.inf, "step": 0, "net_weights": actor_net.get_weights()}
+    t0 = time.perf_counter()
+    time_step, episode_return, step = env.reset(), 0.0, 0
+    bar = tqdm(total=cfg.steps, desc=f"ppo {env_id}", disable=not progress, mininterval=1.0,
+               unit="step")
+    while step < cfg.steps:
+        n = min(cfg.collect_steps, cfg.steps - step)
+        for _ in range(n):
+            bts = _batched_step(time_step)
+            pstep = collect(bts)
+            next_ts = env.step(pstep.action.numpy()[0])
+            replay.add_batch(trajectory.from_transition(bts, pstep, _batched_step(next_ts)))
+            episode_return += float(next_ts.reward)
+            if next_ts.is_last():
+                recent.append(episode_return)
+                episode_return = 0.0
+                first = env.step(pstep.action.numpy()[0])  # auto reset; boundary trajectory
+                replay.add_batch(trajectory.from_transition(_batched_step(next_ts), pstep,
+                                                            _batched_step(first)))
+                next_ts = first
+            time_step = next_ts
+        step += n
+        bar.update(n)
+        loss = float(agent_train(replay.gather_all()).loss)
+        replay.clear()
+        layers = actor_layers(actor_net, env.action_spec())
+        greedy = _validation_return(env_id, layers, cfg.eval_episodes)
+        if greedy >= best["return"]:
+            best = {"return": greedy, "step": step, "net_weights": actor_net.get_weights()}
+        curve.writerow([step, float(np.mean(recent)) if recent else "", greedy, f"{loss:.5g}"])
+        curve_file.flush()
+        bar.set_postfix(greedy=f"{greedy:.0f}", best=f"{best['return']:.0f}")
+    bar.close()
+    curve_file.close()
+    info = _save_actor_run(out, "ppo", env_id, seed, cfg, agent, actor_net, env, best,
+                           time.perf_counter() - t0, recent, {})
+    env.close()
+    return info
+
+
+def common_function(fn):
+    from tf_agents.utils import common
+    return common.function(fn)
+
+
+def train_off_policy(algo: str, env_id: str, seed: int, out: Path, config: OffPolicyConfig,
+                     progress: bool = True) -> dict:
+    import tensorflow as tf
+    from tf_agents.agents.ddpg import actor_network, critic_network, ddpg_agent
+    from tf_agents.agents.sac import sac_agent, tanh_normal_projection_network
+    from tf_agents.agents.td3 import td3_agent
+    from tf_agents.networks import actor_distribution_network
+    from tf_agents.replay_buffers import tf_uniform_replay_buffer
+    from tf_agents.specs import tensor_spec
+    from tf_agents.trajectories import policy_step, trajectory
+    from tqdm import tqdm
+
+    cfg = config
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    tf.keras.utils.set_random_seed(seed)
+    rng = np.random.default_rng(seed)
+    env = _agent_env(env_id, seed, algo, continuous_only=True)
+    obs_spec = tensor_spec.from_spec(env.observation_spec())
+    act_spec = tensor_spec.from_spec(env.action_spec())
+    ts_spec = tensor_spec.from_spec(env.time_step_spec())
+    critic_kw = dict(joint_fc_layer_params=cfg.critic_hidden)
+    if algo == "sac":
+        critic_kw.update(kernel_initializer="glorot_uniform", last_kernel_initializer="glorot_uniform")
+    critic_net = critic_network.CriticNetwork((obs_spec, act_spec), **critic_kw)
+    adam = tf.keras.optimizers.Adam
+    counter = tf.Variable(0, dtype=tf.int64)
+    if algo == "sac":
+        actor_net = actor_distribution_network.ActorDistributionNetwork(
+            obs_spec, act_spec, fc_layer_params=cfg.hidden,
+            continuous_projection_net=tanh_normal_projection_network.TanhNormalProjectionNetwork)
+        agent = sac_agent.SacAgent(
+            ts_spec, act_spec, critic_network=critic_net, actor_network=actor_net,
+            actor_optimizer=adam(cfg.actor_learning_rate),
+            critic_optimizer=adam(cfg.critic_learning_rate),
+            alpha_optimizer=adam(cfg.alpha_learning_rate), target_update_tau=cfg.tau,
+            target_update_period=1, td_errors_loss_fn=tf.math.squared_difference,
+            gamma=cfg.gamma, train_step_counter=counter)
+    else:
+        actor_net = actor_network.ActorNetwork(obs_spec, act_spec, fc_layer_params=cfg.hidden)
+        common_kw = dict(actor_network=actor_net, critic_network=critic_net,
+                         actor_optimizer=adam(cfg.actor_learning_rate),
+                         critic_optimizer=adam(cfg.critic_learning_rate),
+                         target_update_tau=cfg.tau, gamma=cfg.gamma, train_step_counter=counter)
+        if algo == "td3":
+            agent = td3_agent.Td3Agent(ts_spec, act_spec, exploration_noise_std=cfg.exploration_noise,
+                                       **common_kw)
+        else:
+            agent = ddpg_agent.DdpgAgent(ts_spec, act_spec, ou_stddev=cfg.exploration_noise,
+                                         ou_damping=0.15, **common_kw)
+    agent.initialize()
+    collect = common_function(agent.collect_policy.action)
+    agent_train = common_function(agent.train)
+    replay = tf_uniform_replay_buffer.TFUniformReplayBuffer(
+        agent.collect_data_spec, batch_size=1, max_length=cfg.buffer_size)
+    samples = iter(replay.as_dataset(sample_batch_size=cfg.batch_size, num_steps=2).prefetch(2))
+    space = env.gym_env.action_space
+
+    curve_file = (out / "train_curve.csv").open("w", newline="")
+    curve = csv.writer(curve_file)
+    curve.writerow(["step", "train_return", "greedy_return", "loss"])
+    recent: deque[float] = deque(maxlen=20)
+    best = {"return": -np.inf, "step": 0, "net_weights": actor_net.get_weights()}
+    loss = float("nan")
+    t0 = time.perf_counter()
+    time_step, episode_return = env.reset(), 0.0
+    policy_state = agent.collect_policy.get_initial_state(1)
+    bar = tqdm(range(1, cfg.steps + 1), desc=f"{algo} {env_id}", disable=not progress,
+               mininterval=1.0, unit="step")
+    for step in bar:
+        bts = _batched_step(time_step)
+        if step <= cfg.learning_starts:
+            action = rng.uniform(space.low, space.high).astype(np.float32)
+            pstep = policy_step.PolicyStep(tf.constant(action[None]), policy_state, ())
+        else:
+            pstep = collect(bts, policy_state)
+            policy_state = pstep.state
+            action = pstep.action.numpy()[0]
+        pstep = policy_step.PolicyStep(pstep.action, (), ())
+        next_ts = env.step(action)
+        replay.add_batch(trajectory.from_transition(bts, pstep, _batched_step(next_ts)))
+        episode_return += float(next_ts.reward)
+        if next_ts.is_last():
+            recent.append(episode_return)
+            episode_return = 0.0
+            first = env.step(action)
+            replay.add_batch(trajectory.from_transition(_batched_step(next_ts), pstep,
+                                                        _batched_step(first)))
+            next_ts = first
+            policy_state = agent.collect_policy.get_initial_state(1)
+        time_step = next_ts
+        if step >= cfg.learning_starts and step % cfg.train_every == 0:
+            for _ in range(cfg.updates_per_train):
+                experience, _ = next(samples)
+                loss = float(agent_train(experience).loss)
+        greedy = None
+        if step % cfg.eval_every == 0 or step == cfg.steps:
+            greedy = _validation_return(env_id, actor_layers(actor_net, env.action_spec()),
+                                        cfg.eval_episodes)
+            if greedy >= best["return"]:
+                best = {"return": greedy, "step": step, "net_weights": actor_net.get_weights()}
+            bar.set_postfix(greedy=f"{greedy:.0f}", best=f"{best['return']:.0f}")
+            curve.writerow([step, float(np.mean(recent)) if recent else "", greedy,
+                            "" if np.isnan(loss) else f"{loss:.5g}"])
+            curve_file.flush()
+    bar.close()
+    curve_file.close()
+    info = _save_actor_run(out, algo, env_id, seed, cfg, agent, actor_net, env, best,
+                           time.perf_counter() - t0, recent, {})
+    env.close()
+    return info
+
+
+def _off_policy(algo):
+    def fn(env_id, seed, out, config, progress=True):
+        return train_off_policy(algo, env_id, seed, out, config, progress)
+    return fn
+
+
+ALGOS = {"dqn": (DQNConfig, train_dqn), "ppo": (PPOConfig, train_ppo),
+         "sac": (OffPolicyConfig, _off_policy("sac")), "td3": (OffPolicyConfig, _off_policy("td3")),
+         "ddpg": (OffPolicyConfig, _off_policy("ddpg"))}
+
+# Defaults per (algo, env) on top of the config dataclass's defaults; documented in the README.
+DEFAULTS: dict[tuple[str, str], dict] = {
+    ("dqn", "Acrobot-v1"): {"steps": 50_000},
+    ("dqn", "MountainCar-v0"): {"steps": 120_000, "epsilon_decay_steps": 40_000},
+    ("dqn", "LunarLander-v3"): {"steps": 200_000, "hidden": (128, 128),
+                                "learning_rate": 6.3e-4, "epsilon_decay_steps": 24_000},
+    ("ppo", "CartPole-v1"): {"steps": 50_000, "collect_steps": 1024},
+    ("ppo", "Pendulum-v1"): {"steps": 200_000, "collect_steps": 2048, "gae_lambda": 0.95},
+    ("ppo", "LunarLanderContinuous-v3"): {"steps": 500_000},
+    ("sac", "Pendulum-v1"): {"steps": 15_000},
+    ("sac", "MountainCarContinuous-v0"): {"steps": 50_000},
+    ("td3", "Pendulum-v1"): {"steps": 15_000},
+    ("ddpg", "Pendulum-v1"): {"steps": 15_000},
+}
 
 
 def train(env_id: str, algo: str, steps: int | None, seed: int, out: Path,
@@ -329,13 +824,14 @@ def train(env_id: str, algo: str, steps: int | None, seed: int, out: Path,
     write the run directory `out`. `overrides` set other fields of the algo's config dataclass.
     Returns the contents of run.json."""
     if algo not in ALGOS:
-        raise QuarlError(f"unknown algorithm {algo!r}; known: {', '.join(sorted(ALGOS))}")
+        raise QuarlError(f"unknown algorithm {algo!r}; known: {', '.join(ALGOS)}")
     config_cls, train_fn = ALGOS[algo]
     known = {f.name for f in fields(config_cls)}
     unknown = sorted(set(overrides) - known)
     if unknown:
         raise QuarlError(f"unknown {algo} option(s) {', '.join(unknown)}; "
                          f"known: {', '.join(sorted(known))}")
+    overrides = {**DEFAULTS.get((algo, env_id), {}), **overrides}
     if steps is not None:
         overrides["steps"] = int(steps)
     config = config_cls(**overrides)

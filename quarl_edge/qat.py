@@ -1,0 +1,276 @@
+"""Quantization-aware training (QAT) in the RL loop, for the `qat-int8` scheme.
+
+QuaRL's finding is that QAT matches or beats post-training quantization, and this module does
+QAT the RL way: the trained network is copied into a fake-quantized tfmot model (TensorFlow
+Model Optimization's `quantize_model`, default 8-bit scheme: per-tensor symmetric int8 weights,
+asymmetric int8 activations), and the *RL algorithm itself* keeps training it.
+
+For DQN (the only algorithm supported so far): double DQN with the run's own n-step return,
+gamma, batch size and gradient clipping, Huber TD loss, on a replay buffer filled by the current
+fake-quantized policy (epsilon-greedy) during fine-tuning; a fake-quantized target network copied
+every `target_update_period` gradient steps. Gradients pass the fake quantizers straight
+through; activation ranges follow their moving averages.
+
+Before fine-tuning, the fake quantizers' ranges are initialised from the float network instead of
+tfmot's default [-6, 6] (which would clip DQN Q-values of 30-100): activation ranges from the
+calibration observations, weight ranges from the weights. The step-0 model is therefore close
+to post-training int8, and fine-tuning starts from there.
+
+The greedy fake-quantized policy is evaluated on the validation seeds (10_000 + k, as in
+training; never the test seeds) every `eval_every` env steps, and the best one is kept (ties:
+the later). quantize.py converts it with Optimize.DEFAULT and float32 inference types into
+QUANTIZE -> FULLY_CONNECTED... -> DEQUANTIZE. `RUN/qat.json` records the fine-tuning curve.
+
+Seeds: replay collection starts at QAT_SEED_BASE + 1000 * seed (distinct from test, validation
+and calibration seeds).
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import numpy as np
+
+from .errors import QuarlError
+
+QAT_SEED_BASE = 30_000
+
+
+@dataclass
+class QATConfig:
+    steps: int = 5_000               # env steps of fine-tuning (0: only initialise the ranges)
+    learning_rate: float = 1e-4      # smaller than training's: this starts from a good policy
+    epsilon: float = 0.05            # exploration while collecting
+    train_every: int | None = None   # None: the run's values (DQN: 256 env steps,
+    updates_per_train: int | None = None   # 128 gradient steps per round,
+    target_update_period: int | None = None  # target copy every 128 gradient steps)
+    eval_every: int = 1_000
+    eval_episodes: int = 10
+
+    def __post_init__(self):
+        if self.steps < 0:
+            raise QuarlError(f"qat steps must be >= 0, got {self.steps}")
+
+
+def _activation_ranges(model, calibration: np.ndarray) -> dict[str, tuple[float, float]]:
+    """Per Dense layer name: the (min, max) of its output on the calibration data; "input" too."""
+    from .train import mlp_forward, mlp_layers
+    x = np.asarray(calibration, np.float32).reshape(len(calibration), -1)
+    ranges = {"input": (float(x.min()), float(x.max()))}
+    names = [layer.name for layer in model.layers if layer.__class__.__name__ == "Dense"]
+    for name, layer in zip(names, mlp_layers(model)):
+        x = mlp_forward([layer], x)
+        ranges[name] = (float(x.min()), float(x.max()))
+    return ranges
+
+
+def qat_model(model, calibration: np.ndarray):
+    """A fake-quantized tfmot copy of the Keras MLP `model` (its weights; the original is left
+    untouched), its quantizer ranges initialised from `calibration` and the weights."""
+    import tensorflow as tf
+    import tensorflow_model_optimization as tfmot
+
+    copy = tf.keras.models.clone_model(model)
+    copy.set_weights(model.get_weights())
+    qmodel = tfmot.quantization.keras.quantize_model(copy)
+    ranges = _activation_ranges(model, calibration)
+    kernels = {layer.name: layer.get_weights()[0] for layer in model.layers
+               if layer.__class__.__name__ == "Dense"}
+    for layer in qmodel.layers:
+        kind = layer.__class__.__name__
+        if kind == "QuantizeLayer":
+            name = "input"
+        elif kind.startswith("QuantizeWrapper"):
+            name = layer.layer.name
+        else:
+            continue
+        for v in layer.weights:
+            leaf = v.name.split("/")[-1].split(":")[0]
+            if leaf.endswith(("kernel_min", "kernel_max")) and name in kernels:
+                r = float(np.abs(kernels[name]).max())
+                lo, hi = -r, r
+            elif (leaf.endswith(("post_activation_min", "post_activation_max"))
+                  or (kind == "QuantizeLayer" and leaf.endswith(("_min", "_max")))) \
+                    and name in ranges:  # the input layer is quantize_layer_<k> after the first
+                lo, hi = ranges[name]
+            else:
+                continue
+            lo, hi = min(lo, 0.0), max(hi, 0.0)  # a range always holds 0 (exact zero point)
+            v.assign(lo if leaf.endswith("min") else hi)
+    return qmodel
+
+
+class NStepReplay:
+    """A numpy replay buffer of consecutive transitions with n-step returns at sampling time.
+
+    `terminated` stops the return without bootstrapping; `truncated` (time limit) stops it and
+    bootstraps from the cut-off observation."""
+
+    def __init__(self, capacity: int, obs_shape: tuple[int, ...], n_step: int, gamma: float):
+        self.obs = np.zeros((capacity, *obs_shape), np.float32)
+        self.next_obs = np.zeros((capacity, *obs_shape), np.float32)
+        self.act = np.zeros(capacity, np.int64)
+        self.rew = np.zeros(capacity, np.float32)
+        self.term = np.zeros(capacity, bool)
+        self.end = np.zeros(capacity, bool)  # terminated or truncated
+        self.n, self.gamma, self.size, self.capacity = n_step, gamma, 0, capacity
+
+    def add(self, obs, act, rew, next_obs, terminated, truncated):
+        if self.size == self.capacity:
+            raise QuarlError("QAT replay buffer full")
+        i = self.size
+        self.obs[i], self.act[i], self.rew[i], self.next_obs[i] = obs, act, rew, next_obs
+        self.term[i], self.end[i] = terminated, terminated or truncated
+        self.size += 1
+
+    def returns(self, idx: np.ndarray):
+        """(n-step discounted return, bootstrap observation, bootstrap discount) for each start."""
+        ret = np.zeros(len(idx), np.float32)
+        disc = np.ones(len(idx), np.float32)
+        boot = np.zeros(len(idx), np.int64)
+        open_ = np.ones(len(idx), bool)
+        for k in range(self.n):
+            j = np.minimum(idx + k, self.size - 1)
+            take = open_ & (idx + k < self.size)
+            ret[take] += disc[take] * self.rew[j[take]]
+            disc[take] *= self.gamma
+            boot[take] = j[take]
+            stop = take & self.end[j]
+            disc[stop & self.term[j]] = 0.0
+            open_ &= ~stop & take
+        return ret, self.next_obs[boot], disc
+
+    def sample(self, rng: np.random.Generator, batch: int):
+        idx = rng.integers(0, self.size, size=batch)
+        ret, boot_obs, disc = self.returns(idx)
+        return self.obs[idx], self.act[idx], ret, boot_obs, disc
+
+
+def qat_finetune(run_dir: Path, calibration: np.ndarray, seed: int = 0, progress: bool = False,
+                 **options):
+    """Fine-tune the run's network with fake quantization in the RL loop; returns the tfmot model
+    (the best on the validation seeds), ready for quantize.convert_keras(model, "qat-int8")."""
+    from .train import load_keras, load_run
+
+    run_dir = Path(run_dir)
+    run = load_run(run_dir)
+    known = {f.name for f in fields(QATConfig)}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise QuarlError(f"unknown qat option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    cfg = QATConfig(**options)
+    if run.get("algo", "dqn") != "dqn":
+        raise QuarlError(f"qat-int8 fine-tunes in the RL loop of dqn only; this run is "
+                         f"{run.get('algo')!r} (known: dqn)")
+    if calibration is None:
+        raise QuarlError("qat-int8 needs calibration observations to initialise its ranges")
+    model = load_keras(run_dir)
+    return finetune_dqn(model, run, calibration, cfg, seed, run_dir / "qat.json", progress)
+
+
+def finetune_dqn(model, run: dict, calibration: np.ndarray, cfg: QATConfig, seed: int,
+                 log_path: Path | None = None, progress: bool = False):
+    import tensorflow as tf
+    from tqdm import tqdm
+
+    from .envs import make_gym, play_batched
+    from .train import VALIDATION_SEED_BASE
+
+    hp = run.get("hyperparameters", {})
+    gamma, n_step = float(hp.get("gamma", 0.99)), int(hp.get("n_step", 1))
+    double, batch = bool(hp.get("double", True)), int(hp.get("batch_size", 64))
+    clip = hp.get("gradient_clipping")
+    train_every = cfg.train_every or int(hp.get("train_every", 256))
+    updates = cfg.updates_per_train or int(hp.get("updates_per_train", 128))
+    target_period = cfg.target_update_period or int(hp.get("target_update_period", 128))
+    env_id = run["env"]
+
+    tf.keras.utils.set_random_seed(seed)
+    rng = np.random.default_rng(seed)
+    qmodel = qat_model(model, calibration)
+    target = qat_model(model, calibration)
+    target.set_weights(qmodel.get_weights())
+    optimizer = tf.keras.optimizers.Adam(learning_rate=cfg.learning_rate)
+
+    @tf.function(reduce_retracing=True)
+    def q_values(x):
+        return qmodel(x, training=False)
+
+    @tf.function
+    def train_step(obs, act, ret, boot_obs, disc):
+        with tf.GradientTape() as tape:
+            q = qmodel(obs, training=True)
+            q_a = tf.gather(q, act, batch_dims=1)
+            q_boot = target(boot_obs, training=False)
+            if double:
+                best = tf.argmax(qmodel(boot_obs, training=False), axis=1)
+                q_next = tf.gather(q_boot, best, batch_dims=1)
+            else:
+                q_next = tf.reduce_max(q_boot, axis=1)
+            y = tf.stop_gradient(ret + disc * q_next)
+            err = tf.abs(y - q_a)
+            loss = tf.reduce_mean(tf.where(err < 1.0, 0.5 * err ** 2, err - 0.5))  # Huber, delta 1
+        variables = qmodel.trainable_variables
+        grads = tape.gradient(loss, variables)
+        if clip:
+            grads, _ = tf.clip_by_global_norm(grads, float(clip))
+        optimizer.apply_gradients(zip(grads, variables))
+        return loss
+
+    def policy(x):
+        return q_values(tf.constant(x)).numpy()
+
+    val_seeds = [VALIDATION_SEED_BASE + k for k in range(cfg.eval_episodes)]
+
+    def validate() -> float:
+        return float(np.mean(play_batched(env_id, policy, val_seeds)[0]))
+
+    curve = [{"step": 0, "greedy_return": validate(), "loss": None}]
+    best = {"return": curve[0]["greedy_return"], "step": 0, "weights": qmodel.get_weights()}
+
+    env = make_gym(env_id)
+    n_actions = int(env.action_space.n)
+    replay = NStepReplay(max(cfg.steps, 1), env.observation_space.shape, n_step, gamma)
+    obs, _ = env.reset(seed=QAT_SEED_BASE + 1000 * seed)
+    obs = np.asarray(obs, np.float32)
+    grad_steps, loss = 0, None
+    t0 = time.perf_counter()
+    bar = tqdm(range(1, cfg.steps + 1), desc=f"qat {env_id}", disable=not progress,
+               mininterval=1.0, unit="step")
+    for step in bar:
+        if rng.random() < cfg.epsilon:
+            action = int(rng.integers(n_actions))
+        else:
+            action = int(np.argmax(policy(obs[None])[0]))
+        nxt, r, terminated, truncated, _ = env.step(action)
+        nxt = np.asarray(nxt, np.float32)
+        replay.add(obs, action, r, nxt, terminated, truncated)
+        obs = nxt
+        if terminated or truncated:
+            obs = np.asarray(env.reset()[0], np.float32)
+        if step % train_every == 0 and replay.size >= batch:
+            for _ in range(updates):
+                o, a, ret, bo, d = replay.sample(rng, batch)
+                loss = float(train_step(o, a, ret, bo, d))
+                grad_steps += 1
+                if grad_steps % target_period == 0:
+                    target.set_weights(qmodel.get_weights())
+        if step % cfg.eval_every == 0 or step == cfg.steps:
+            greedy = validate()
+            curve.append({"step": step, "greedy_return": greedy, "loss": loss})
+            if greedy >= best["return"]:
+                best = {"return": greedy, "step": step, "weights": qmodel.get_weights()}
+            bar.set_postfix(greedy=f"{greedy:.0f}", best=f"{best['return']:.0f}")
+    bar.close()
+    env.close()
+    qmodel.set_weights(best["weights"])
+    if log_path is not None:
+        Path(log_path).write_text(json.dumps({
+            "config": asdict(cfg), "seed": seed, "gamma": gamma, "n_step": n_step,
+            "double": double, "gradient_steps": grad_steps,
+            "seconds": round(time.perf_counter() - t0, 2),
+            "best_step": best["step"], "best_validation_return": best["return"],
+            "curve": curve}, indent=2) + "\n")
+    return qmodel

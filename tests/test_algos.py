@@ -1,0 +1,91 @@
+"""PPO, SAC, TD3, DDPG: tiny real runs through the Gymnasium adapter; each exports a plain Keras
+policy network (policy.keras) equal to the agent's greedy policy, which quantize converts."""
+from __future__ import annotations
+
+import json
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from quarl_edge.errors import QuarlError  # noqa: E402
+from quarl_edge.train import ALGOS, DEFAULTS, MODEL_FILES, load_keras, train  # noqa: E402
+
+PPO_TINY = dict(collect_steps=100, epochs=1, eval_episodes=1, hidden=(8, 8))
+OFF_TINY = dict(learning_starts=50, train_every=50, updates_per_train=5, batch_size=16,
+                eval_every=100, eval_episodes=1, hidden=(8, 8), critic_hidden=(8, 8))
+# default suite: one discrete (PPO, categorical logits) and one continuous actor (SAC, tanh);
+# the other actor heads (PPO's Normal projection, the TD3/DDPG ActorNetwork) under slow
+CASES = [("ppo", "CartPole-v1", PPO_TINY), ("sac", "Pendulum-v1", OFF_TINY),
+         pytest.param("ppo", "Pendulum-v1", PPO_TINY, marks=pytest.mark.slow),
+         pytest.param("td3", "Pendulum-v1", OFF_TINY, marks=pytest.mark.slow),
+         pytest.param("ddpg", "Pendulum-v1", OFF_TINY, marks=pytest.mark.slow)]
+
+
+def _greedy_actions(run, obs):
+    import tensorflow as tf
+    from tf_agents.trajectories import time_step as ts
+    policy = tf.saved_model.load(str(run / "policy"))
+    return policy.action(ts.restart(tf.constant(obs), batch_size=len(obs)), ()).action.numpy()
+
+
+@pytest.mark.parametrize("algo,env_id,tiny", CASES)
+def test_tiny_run_exports_the_greedy_policy_as_keras(tmp_path, algo, env_id, tiny):
+    info = train(env_id, algo, 200, 1, tmp_path, progress=False, **tiny)
+    saved = json.loads((tmp_path / "run.json").read_text())
+    assert saved == info and saved["algo"] == algo and saved["env"] == env_id
+    assert saved["model_file"] == "policy.keras" == MODEL_FILES[algo]
+    assert saved["steps"] == 200 and np.isfinite(saved["best_greedy_return"])
+    assert (tmp_path / "train_curve.csv").is_file()
+    model = load_keras(tmp_path)
+    rng = np.random.default_rng(0)
+    obs = rng.uniform(-1, 1, size=(64, *saved["obs_shape"])).astype(np.float32)
+    out = model(obs).numpy()
+    actions = _greedy_actions(tmp_path, obs)
+    if saved["action_space"]["type"] == "discrete":
+        assert saved["n_actions"] == 2 and out.shape == (64, 2)
+        assert saved["network"]["head"] == "linear"  # logits; action = argmax
+        top2 = np.sort(out, axis=1)[:, -2:]
+        clear = top2[:, 1] - top2[:, 0] > 1e-4
+        np.testing.assert_array_equal(out.argmax(1)[clear], actions[clear])
+    else:  # deterministic actor: tanh, then the diagonal layer scaling to [-2, 2]
+        assert out.shape == (64, 1) and np.all(np.abs(out) <= 2.0 + 1e-5)
+        np.testing.assert_allclose(out, actions, rtol=1e-4, atol=1e-4)
+        assert [layer.get_config()["activation"] for layer in model.layers[1:]][-2:] == [
+            "tanh", "linear"]
+        _check_quantized_continuous_actor(tmp_path)
+
+
+def _check_quantized_continuous_actor(tmp_path):
+    from quarl_edge.quantize import model_ops, quantize, tflite_runner
+    path = quantize(tmp_path, "int8", calib_size=100, verbose=False)
+    assert model_ops(path) == ["QUANTIZE"] + ["FULLY_CONNECTED"] * 3 + [
+        "TANH", "FULLY_CONNECTED", "DEQUANTIZE"]
+    calib = np.load(tmp_path / "calibration.npy")
+    assert calib.shape == (100, 3)
+    run = tflite_runner(path)
+    q = np.stack([run(x) for x in calib[:50]])
+    ref = load_keras(tmp_path)(calib[:50]).numpy()
+    assert np.abs(q - ref).max() < 0.1  # action units; Pendulum's range is [-2, 2]
+
+
+def test_errors_list_the_known_algorithms_and_envs(tmp_path):
+    with pytest.raises(QuarlError, match="known: dqn, ppo, sac, td3, ddpg"):
+        train("CartPole-v1", "a2c", 10, 0, tmp_path)
+    with pytest.raises(QuarlError, match="NoSuchEnv-v0.*Pendulum-v1"):
+        train("NoSuchEnv-v0", "sac", 10, 0, tmp_path)
+    with pytest.raises(QuarlError, match="Box"):
+        train("CartPole-v1", "sac", 10, 0, tmp_path, progress=False)
+    with pytest.raises(QuarlError, match="unknown ppo option"):
+        train("CartPole-v1", "ppo", 10, 0, tmp_path, learning_rat=1.0)
+
+
+def test_defaults_per_algo_and_env_are_valid_options():
+    from dataclasses import fields
+    assert list(ALGOS) == ["dqn", "ppo", "sac", "td3", "ddpg"]
+    for (algo, env_id), options in DEFAULTS.items():
+        known = {f.name for f in fields(ALGOS[algo][0])}
+        assert set(options) <= known, (algo, env_id)
+        ALGOS[algo][0](**options)
