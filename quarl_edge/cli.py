@@ -72,10 +72,18 @@ def cmd_flash(a):
     from .launch import BoardSession
     board = get_board(a.board)
     model, build_root = resolve_model(a.target, a.model)
-    with BoardSession(model, board, build_root / board.id / model.stem, port=a.port) as s:
+    port = a.port
+    if a.ssh:
+        from .launch import ssh_deploy
+        if board.kind != "linux":
+            raise QuarlError(f"--ssh deploys to linux boards; {board.id} is {board.kind}")
+        port = ssh_deploy(board, model, a.ssh)
+    with BoardSession(model, board, build_root / board.id / model.stem, port=port) as s:
+        started_here = not port and board.kind in ("host", "emulated", "linux")
         print(f"board '{board.id}' runs {s.info.model_name} on {s.running.url} "
-              f"({s.info.cost_unit} cost unit); Ctrl-C stops it", flush=True)
-        if board.connect_method == "pty" and not a.port:
+              f"({s.info.cost_unit} cost unit)" + ("; Ctrl-C stops it" if started_here else ""),
+              flush=True)
+        if started_here:   # the board lives as long as this command: keep it up
             try:
                 while s.running.alive():
                     time.sleep(0.5)
@@ -115,6 +123,20 @@ def cmd_hil(a):
               f"{res['host_mean_return']:.1f}, fp32 {res['fp32_mean_return']:.1f}); agreement "
               f"{res['agreement']:.3f}; latency median {lat['median']:,.0f} {lat['unit']}; "
               f"{res['steps_per_s']:.0f} steps/s")
+
+
+def cmd_bench(a):
+    from .bench import run_bench, select_boards
+    rows = run_bench(Path(a.run), select_boards(a.boards), n=a.n,
+                     out=Path(a.out) if a.out else None, progress=not a.json)
+    if a.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        from .bench import markdown
+        print(markdown(rows))
+
+
+DEMO_BOARD = "mps2-an386"
 
 
 def cmd_demo(a):
@@ -199,6 +221,8 @@ def parser() -> argparse.ArgumentParser:
             s.add_argument("--out", default=None, help="build directory")
         else:
             s.add_argument("--port", default=None, help="serial port or pyserial URL")
+            s.add_argument("--ssh", default=None, metavar="USER@HOST",
+                           help="linux boards: copy the agent and model over SSH and start it")
         s.set_defaults(fn=fn)
 
     s = sub.add_parser("validate", help="compare on-board outputs with TF Lite Micro")
@@ -225,11 +249,20 @@ def parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("demo", help="the whole pipeline on CartPole, one table at the end")
     s.add_argument("--pretrained", action="store_true", help="use examples/cartpole_dqn, skip training")
-    s.add_argument("--board", default="host")
+    s.add_argument("--board", default=DEMO_BOARD, help=f"default {DEMO_BOARD} (Cortex-M4F under QEMU)")
     s.add_argument("--episodes", type=int, default=20)
     s.add_argument("--steps", type=int, default=None)
     s.add_argument("--workdir", default="runs")
     s.set_defaults(fn=cmd_demo)
+
+    s = sub.add_parser("bench", help="cost per inference and memory per board and precision")
+    s.add_argument("run", metavar="RUN")
+    s.add_argument("--boards", default="all-emulated",
+                   help="'all-emulated' or a comma-separated list of board ids")
+    s.add_argument("-n", type=int, default=100, help="inferences per BENCH")
+    s.add_argument("--out", default=None, help="results directory (default RUN/results)")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_bench)
 
     s = sub.add_parser("ports", help="list attached serial ports and recognise our boards")
     s.add_argument("--json", action="store_true")

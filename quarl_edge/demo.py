@@ -40,7 +40,7 @@ def prepare_run(pretrained: bool, workdir: Path, steps: int | None, seed: int) -
     return run
 
 
-def demo(pretrained: bool = False, board_id: str = "host", episodes: int = 20,
+def demo(pretrained: bool = False, board_id: str = "mps2-an386", episodes: int = 20,
          workdir: Path = Path("runs"), steps: int | None = None, seed: int = 0) -> list[dict]:
     board = get_board(board_id)
     workdir.mkdir(parents=True, exist_ok=True)

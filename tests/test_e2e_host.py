@@ -125,7 +125,7 @@ def test_unknown_board_is_named(run_copy):
 
 
 def test_demo_pretrained_prints_the_table(tmp_path):
-    out = cli("demo", "--pretrained", "--episodes", "2", "--workdir", tmp_path).stdout
+    out = cli("demo", "--pretrained", "--board", "host", "--episodes", "2", "--workdir", tmp_path).stdout
     assert "board 'host'" in out and "tflite-runtime (host)" in out and "TensorFlow (host)" in out
     assert out.count(" ns (p99") == 2          # fp32 and int8 firmware latencies, in ns
 
@@ -137,3 +137,8 @@ def test_train_then_quantize_through_the_cli(tmp_path):
     assert info["env"] == "CartPole-v1" and info["steps"] == 300
     out = cli("quantize", run, "--scheme", "fp32", "int8").stdout
     assert (run / "models" / "int8.tflite").is_file() and "int8" in out
+
+
+def test_demo_defaults_to_the_emulated_cortex_m4():
+    from quarl_edge.cli import parser
+    assert parser().parse_args(["demo"]).board == "mps2-an386"
