@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import numpy as np  # noqa: E402
 
-from helpers_models import CORE, convert, random_mlp, tflm_arena  # noqa: E402
+from helpers_models import CORE, convert, random_cnn, random_mlp, tflm_arena  # noqa: E402
 
 ARM = ["arm-none-eabi-gcc", "-mcpu=cortex-m4", "-mthumb"]
 
@@ -42,11 +42,14 @@ def default_models(tmp: Path) -> list[Path]:
         ("ppo_tanh_64x64_int8_io", random_mlp(2, 8, [64, 64, 2], ["tanh", "tanh", "tanh"]), "int8_io"),
         ("ppo_tanh_64x64_fp32", random_mlp(2, 8, [64, 64, 2], ["tanh", "tanh", "tanh"]), "float"),
         ("sac_256x256_int8", random_mlp(3, 17, [256, 256, 6], ["relu", "relu", "tanh"]), "int8"),
+        ("cnn_16x16x2_maxpool_int8", random_cnn(1, pool="max"), "int8"),
+        ("cnn_16x16x2_maxpool_int8_io", random_cnn(1, pool="max"), "int8_io"),
+        ("cnn_16x16x2_gap_fp32", random_cnn(1, pool="gap"), "float"),
     ]
     paths = []
     for name, model, mode in specs:
-        c = calib if model.input_shape[-1] == 8 else np.random.default_rng(0).standard_normal(
-            (128, model.input_shape[-1]))
+        c = calib if tuple(model.input_shape[1:]) == (8,) else np.random.default_rng(0).standard_normal(
+            (128, *model.input_shape[1:]))
         p = tmp / f"{name}.tflite"
         p.write_bytes(convert(model, mode, c))
         paths.append(p)

@@ -17,7 +17,24 @@ Supported (everything else is refused by name, with the op's index and types):
 - RELU, RELU6, TANH, LOGISTIC: int8 as a 256-entry table computed here with TFLM's arithmetic
   (gemmlowp fixed point for TANH/LOGISTIC; see converters/qmath.py), float32 directly (TANH and
   LOGISTIC call tanhf/expf, passed in by the generated code: such a model links with -lm);
-- RESHAPE, SQUEEZE, EXPAND_DIMS: no code, the output aliases the input's bytes.
+- RESHAPE, SQUEEZE, EXPAND_DIMS: no code, the output aliases the input's bytes;
+- SOFTMAX over the last axis: int8 -> int8 with TFLM's output quantization (1/256, -128), its
+  gemmlowp fixed-point arithmetic with the exp of every possible difference to the row max
+  precomputed here as a 256-entry int32 table (depth <= 511); float32 with expf (links -lm);
+- CONV_2D (no groups) and DEPTHWISE_CONV_2D (any depth multiplier): int8 with per-channel or
+  per-tensor symmetric weights and int32 bias (TFLM's ConvPerChannel/DepthwiseConvPerChannel),
+  float32; any stride and dilation, SAME/VALID padding, fused NONE/RELU/RELU6/RELU_N1_TO_1;
+- MAX_POOL_2D, AVERAGE_POOL_2D: int8 (input and output quantization equal, as TFLM does not
+  rescale; the average rounds half away from zero by integer division) and float32;
+- ADD, MUL: int8 (TFLM's schemes: ADD rescales both inputs to twice the larger scale after a
+  left shift of 20; MUL rescales the product) and float32; numpy broadcasting up to 6-D, either
+  input may be a constant; fused activations;
+- CONCATENATION along any axis: float32, int16, int32, and int8 when every input has the
+  output's quantization (TFLM's kernel copies bytes without rescaling; the interpreter refuses
+  other int8 cases, and so do we);
+- MEAN over one contiguous run of axes (e.g. the spatial axes of NHWC, keep_dims or not): int8
+  (TFLM's integer QuantizedMeanOrSum: 1/n folded into the Q31 multiplier), float32;
+- ARG_MAX along one axis: int8 or float32 input, int32 output (first maximum wins).
 
 Memory plan: one arena, tensors placed by liveness (converters/planner.py); reshapes alias, and
 an element-wise op writes over its input when that input dies there and is not a graph
@@ -51,8 +68,13 @@ from .tflite_model import Operator, Tensor, TFLiteModel, load
 QE_MAX_DIMS = 6
 SUPPORTED = ("QUANTIZE float32->int8/int16", "DEQUANTIZE int8/int16->float32",
              "FULLY_CONNECTED int8 (per-tensor or per-channel weights), int16x8, float32",
-             "RELU/RELU6/TANH/LOGISTIC int8 and float32", "RESHAPE/SQUEEZE/EXPAND_DIMS (alias)")
-IO_DTYPES = ("float32", "int8", "int16")
+             "RELU/RELU6/TANH/LOGISTIC int8 and float32", "RESHAPE/SQUEEZE/EXPAND_DIMS (alias)",
+             "SOFTMAX int8 (output 1/256, -128) and float32",
+             "CONV_2D/DEPTHWISE_CONV_2D int8 (per-channel or per-tensor symmetric weights) and float32",
+             "MAX_POOL_2D/AVERAGE_POOL_2D int8 and float32", "ADD/MUL int8 and float32 (broadcasting)",
+             "CONCATENATION float32/int8 (equal quantization)/int16/int32",
+             "MEAN over contiguous axes int8 and float32", "ARG_MAX int8/float32 -> int32")
+IO_DTYPES = ("float32", "int8", "int16", "int32")
 
 
 @dataclass
@@ -111,7 +133,8 @@ def c_array(ctype: str, name: str, values, per_line: int, fmt) -> str:
     for i in range(0, len(vals), per_line):
         lines.append("    " + ", ".join(vals[i:i + per_line]) + ",")
     body = "\n".join(lines) if lines else "    0,"
-    return f"static const {ctype} {name}[{max(len(vals), 1)}] = {{\n{body}\n}};\n"
+    # QE_FLASH (firmware/core/qe_flash.h): empty except on AVR, where it keeps the array in flash.
+    return f"static const QE_FLASH {ctype} {name}[{max(len(vals), 1)}] = {{\n{body}\n}};\n"
 
 
 def _c_int64(v) -> str:
@@ -143,8 +166,10 @@ def _unsupported(op: Operator, model: TFLiteModel, why: str = "") -> Unsupported
             t = model.tensors[i]
             types.append(t.dtype + (" (const)" if t.is_constant else ""))
     outs = [model.tensors[i].dtype for i in op.outputs]
+    shapes = (", ".join(shape_str(model.tensors[i]) for i in op.inputs if i >= 0) + " -> "
+              + ", ".join(shape_str(model.tensors[i]) for i in op.outputs))
     msg = (f"op {op.index} {op.opcode} ({', '.join(types)} -> {', '.join(outs)}) is not supported"
-           + (f": {why}" if why else "") + f". Supported: {'; '.join(SUPPORTED)}")
+           + (f": {why}" if why else "") + f". Shapes: {shapes}. Supported: {'; '.join(SUPPORTED)}")
     return UnsupportedOpError(msg)
 
 
@@ -276,7 +301,7 @@ def _lower_fully_connected(op: Operator, model: TFLiteModel, pname: str) -> _Ker
         consts = [f"/* {c_comment(w.describe())}, scale {w.scale:.9g} */\n"
                   + c_array("int8_t", wname, w.data, 16, lambda v: str(int(v)))]
         const_bytes = w.size
-        bname = "NULL"
+        bname = "QE_FLASH_NULL"   # no bias (firmware/core/qe_flash.h)
         if bias is not None:
             bname = c_ident(bias.name, f"b{bias.index}_")
             consts.append(f"/* {c_comment(bias.describe())} */\n"
@@ -309,7 +334,7 @@ def _lower_fully_connected(op: Operator, model: TFLiteModel, pname: str) -> _Ker
         lo, hi = qmath.activation_range_float(act)
         consts = [f"/* {c_comment(w.describe())} */\n" + c_array("float", wname, w.data, 6, c_float)]
         const_bytes = 4 * w.size
-        bname = "NULL"
+        bname = "QE_FLASH_NULL"   # no bias (firmware/core/qe_flash.h)
         if bias is not None:
             bname = c_ident(bias.name, f"b{bias.index}_")
             consts.append(f"/* {c_comment(bias.describe())} */\n"
@@ -387,7 +412,7 @@ def _lower_fc_pc(op, model, pname, x, w, bias, out, act, batches, accum_depth, o
               c_array("int32_t", f"{pname}_mult", mults, 6, str),
               c_array("int8_t", f"{pname}_shift", shifts, 16, str)]
     const_bytes = w.size + 5 * n_ch
-    bname = "NULL"
+    bname = "QE_FLASH_NULL"   # no bias (firmware/core/qe_flash.h)
     if bias is not None:
         bname = c_ident(bias.name, f"b{bias.index}_")
         consts.append(f"/* {c_comment(bias.describe())} */\n"
@@ -469,6 +494,523 @@ def _lower_reshape(op: Operator, model: TFLiteModel, pname: str) -> _Kernel:
                    alias=True)
 
 
+# ------------------------------------------------------------ shared helpers for new ops
+def _opt(op: Operator, key: str, default=None):
+    v = op.options.get(key, default)
+    return default if v is None else v
+
+
+def _const_operand(t: Tensor, ctype: str, fmt, consts: list[str], per_line: int = 12) -> str:
+    """A constant operand as a C const array (appended to consts); returns its name."""
+    name = c_ident(t.name, f"c{t.index}_")
+    # an operand the kernel also takes from the arena: a RAM pointer, so no QE_FLASH here
+    consts.append(f"/* {c_comment(t.describe())} */\n"
+                  + _ram_array(c_array(ctype, name, t.data, per_line, fmt)))
+    return name
+
+
+def _ram_array(definition: str) -> str:
+    """A c_array definition without QE_FLASH (for operands passed as ordinary pointers)."""
+    return definition.replace("static const QE_FLASH ", "static const ", 1)
+
+
+def _operand(t: Tensor, ctype: str, fmt, consts: list[str]) -> str:
+    """A C pointer expression for an input: the arena placeholder or a const array."""
+    if t.is_constant:
+        return _const_operand(t, ctype, fmt, consts)
+    return f"(const {ctype} *)@T{t.index}@"
+
+
+def _u16(op: Operator, model: TFLiteModel, what: str, v: int) -> int:
+    if not 0 < v <= 0xFFFF:
+        raise _unsupported(op, model, f"{what} {v} does not fit the kernel's uint16 field")
+    return int(v)
+
+
+def _fl(v: float) -> str:
+    return "-FLT_MAX" if v == -qmath.FLT_MAX else "FLT_MAX" if v == qmath.FLT_MAX else c_float(v)
+
+
+_PADDING = {0: "SAME", 1: "VALID"}
+
+
+def _window(op: Operator, model: TFLiteModel, x: Tensor, out: Tensor, k_h: int, k_w: int,
+            depth_multiplier: int = 1) -> tuple[dict, str]:
+    """TFLM's ComputePaddingHeightWidth for an NHWC op; checks the output shape.
+    Returns (window fields, a one-line description)."""
+    if len(x.shape) != 4 or len(out.shape) != 4:
+        raise _unsupported(op, model, f"input {list(x.shape)} and output {list(out.shape)} must be "
+                                      f"4-D (NHWC)")
+    padding = _PADDING.get(_opt(op, "padding", 0))
+    if padding is None:
+        raise _unsupported(op, model, f"padding type {op.options.get('padding')}")
+    sh, sw = int(_opt(op, "strideH", 1)), int(_opt(op, "strideW", 1))
+    dh, dw = int(_opt(op, "dilationHFactor", 1)), int(_opt(op, "dilationWFactor", 1))
+    if min(sh, sw, dh, dw) < 1:
+        raise _unsupported(op, model, f"stride {sh}x{sw} / dilation {dh}x{dw}")
+    n, ih, iw, ic = x.shape
+    on, oh, ow, oc = out.shape
+    pads = []
+    for what, i, k, s, d, o in (("height", ih, k_h, sh, dh, oh), ("width", iw, k_w, sw, dw, ow)):
+        eff = (k - 1) * d + 1
+        want = (i + s - 1) // s if padding == "SAME" else (i + s - eff) // s
+        if want != o:
+            raise ModelError(f"op {op.index} {op.opcode}: output {what} {o}, but {padding} padding "
+                             f"of {i} with a {k}-wide window (stride {s}, dilation {d}) gives {want}")
+        pads.append(max((o - 1) * s + eff - i, 0) // 2)
+    if on != n:
+        raise ModelError(f"op {op.index} {op.opcode}: input batch {n}, output batch {on}")
+    g = dict(batches=n, in_h=ih, in_w=iw, in_c=ic, out_h=oh, out_w=ow, out_c=oc, k_h=k_h, k_w=k_w,
+             stride_h=sh, stride_w=sw, dil_h=dh, dil_w=dw, pad_top=pads[0], pad_left=pads[1],
+             depth_multiplier=depth_multiplier)
+    for key, v in g.items():
+        if key.startswith("pad_"):
+            if v > 0xFFFF:
+                raise _unsupported(op, model, f"{key} {v} does not fit uint16")
+        else:
+            _u16(op, model, key, v)
+    desc = (f"{k_h}x{k_w} window, stride {sh}x{sw}, dilation {dh}x{dw}, {padding} "
+            f"(pad top {pads[0]}, left {pads[1]})")
+    return g, desc
+
+
+def _window_c(g: dict) -> str:
+    return ("    .g = {\n" + "".join(f"        .{k} = {v}u,\n" for k, v in g.items()) + "    },\n")
+
+
+def _act(op: Operator, model: TFLiteModel) -> str:
+    act = op.fused_activation or "NONE"
+    if act not in qmath.ACTIVATIONS:
+        raise _unsupported(op, model, f"fused activation {act}")
+    return act
+
+
+# ----------------------------------------------------------- CONV_2D, DEPTHWISE_CONV_2D
+def _lower_conv(op: Operator, model: TFLiteModel, pname: str) -> _Kernel:
+    """CONV_2D and DEPTHWISE_CONV_2D: int8 (per-channel or per-tensor symmetric weights, int32
+    bias) as TFLM's ConvPerChannel / DepthwiseConvPerChannel, and float32."""
+    depthwise = op.opcode == "DEPTHWISE_CONV_2D"
+    ins = op.inputs + [-1] * (3 - len(op.inputs))
+    if len(op.inputs) < 2 or len(op.outputs) != 1 or ins[0] < 0 or ins[1] < 0:
+        raise _unsupported(op, model, "expected input, filter, optional bias and one output")
+    x, w, out = model.tensors[ins[0]], model.tensors[ins[1]], model.tensors[op.outputs[0]]
+    bias = model.tensors[ins[2]] if ins[2] >= 0 else None
+    act = _act(op, model)
+    if not w.is_constant or (bias is not None and not bias.is_constant):
+        raise _unsupported(op, model, "the filter and bias must be constant")
+    if x.is_constant:
+        raise _unsupported(op, model, f"input '{x.name}' is a constant")
+    if x.dtype != out.dtype:
+        raise _unsupported(op, model, f"input {x.dtype}, output {out.dtype}")
+    if x.dtype == "float32" and w.dtype in ("int8", "uint8", "int4"):
+        raise _unsupported(op, model, "float32 input with int8 weights is a hybrid (dynamic-range "
+                                      "quantized) model; use full int8 or float32")
+    if len(w.shape) != 4:
+        raise _unsupported(op, model, f"filter of shape {list(w.shape)}, expected 4-D")
+    if depthwise:
+        one, k_h, k_w, oc = w.shape
+        ic = x.shape[3] if len(x.shape) == 4 else 0
+        if one != 1 or ic == 0 or oc % ic:
+            raise _unsupported(op, model, f"depthwise filter {list(w.shape)} for input {list(x.shape)}")
+        dm = oc // ic
+        opt_dm = int(_opt(op, "depthMultiplier", 0))
+        if opt_dm not in (0, dm):
+            raise _unsupported(op, model, f"depth_multiplier option {opt_dm}, but the shapes give {dm}")
+        g, desc = _window(op, model, x, out, k_h, k_w, dm)
+        qdim = 3
+    else:
+        oc, k_h, k_w, fic = w.shape
+        g, desc = _window(op, model, x, out, k_h, k_w)
+        if fic != g["in_c"]:
+            raise _unsupported(op, model, f"grouped convolution (filter depth {fic}, input depth "
+                                          f"{g['in_c']})")
+        dm = 1
+        qdim = 0
+    if g["out_c"] != oc:
+        raise ModelError(f"op {op.index} {op.opcode}: output depth {g['out_c']}, filter gives {oc}")
+    if bias is not None and bias.size != oc:
+        raise ModelError(f"op {op.index} {op.opcode}: bias has {bias.size} values, expected {oc}")
+    kind = "DEPTHWISE_CONV_2D" if depthwise else "CONV_2D"
+    fn = "qe_depthwise_conv" if depthwise else "qe_conv"
+    wname = c_ident(w.name, f"w{w.index}_")
+    comment = (f"{kind} {x.dtype}: {x.describe()} * {w.describe()}"
+               + (f" + {bias.describe()}" if bias is not None else "")
+               + f" -> {out.describe()}; {desc}" + (f", depth multiplier {dm}" if depthwise else "")
+               + f", {act}")
+
+    if x.dtype == "float32":
+        if w.dtype != "float32" or (bias is not None and bias.dtype != "float32"):
+            raise _unsupported(op, model, f"float32 input with {w.dtype} filter")
+        lo, hi = qmath.activation_range_float(act)
+        consts = [f"/* {c_comment(w.describe())} */\n" + c_array("float", wname, w.data, 6, c_float)]
+        bname = "QE_FLASH_NULL"   # no bias (firmware/core/qe_flash.h)
+        if bias is not None:
+            bname = c_ident(bias.name, f"b{bias.index}_")
+            consts.append(f"/* {c_comment(bias.describe())} */\n" + c_array("float", bname, bias.data, 6, c_float))
+        params = (f"static const qe_conv_f32_params_t {pname} = {{\n" + _window_c(g)
+                  + f"    .activation_min = {_fl(lo)},\n    .activation_max = {_fl(hi)},\n}};\n")
+        call = (f"{fn}_f32(&{pname}, (const float *)@T{x.index}@, {wname}, {bname}, "
+                f"(float *)@T{out.index}@);")
+        return _Kernel(op, call, params, consts, 4 * (w.size + (bias.size if bias is not None else 0)),
+                       comment)
+
+    if x.dtype != "int8":
+        raise _unsupported(op, model, f"{x.dtype} {kind}; supported: int8 and float32")
+    if w.dtype != "int8":
+        raise _unsupported(op, model, f"int8 input with {w.dtype} filter")
+    for t, what in ((x, "input"), (out, "output")):
+        _per_tensor(t, op, model, what)
+    wq = w.quantization
+    if wq is None:
+        raise _unsupported(op, model, f"filter '{w.name}' has no quantization parameters")
+    n_ch = len(wq.scale)
+    if n_ch > 1 and (n_ch != oc or wq.quantized_dimension != qdim):
+        raise _unsupported(op, model, f"filter '{w.name}' has {n_ch} scales along dimension "
+                                      f"{wq.quantized_dimension}; expected {oc} along {qdim}")
+    if np.any(wq.zero_point != 0):
+        raise _unsupported(op, model, f"filter '{w.name}' is not symmetric (zero point "
+                                      f"{int(wq.zero_point[0])}); TFLM's int8 kernels need 0")
+    if not np.all(np.isfinite(wq.scale) & (wq.scale > 0)):
+        raise _unsupported(op, model, f"filter '{w.name}' has a non-positive scale")
+    if bias is not None and bias.dtype != "int32":
+        raise _unsupported(op, model, f"bias '{bias.name}' is {bias.dtype}, expected int32")
+    taps = k_h * k_w * (1 if depthwise else g["in_c"])
+    worst = taps * 128 * (128 + abs(x.zero_point)) + (
+        int(np.abs(bias.data.astype(np.int64)).max()) if bias is not None else 0)
+    if worst > qmath.INT32_MAX:
+        raise _unsupported(op, model, f"the int32 accumulator could overflow ({taps} taps)")
+    mults, shifts = [], []
+    for c in range(oc):
+        real = qmath.effective_scale(x.scale, float(wq.scale[c if n_ch > 1 else 0]), out.scale)
+        m, sh = qmath.quantize_multiplier(real)
+        if not -31 <= sh <= 30:
+            raise _unsupported(op, model, f"requantization scale {real:g} is out of range")
+        mults.append(m)
+        shifts.append(sh)
+    act_min, act_max = qmath.activation_range_quantized(act, out.scale, out.zero_point)
+    consts = [f"/* {c_comment(w.describe())}, {n_ch} scale(s) */\n"
+              + c_array("int8_t", wname, w.data, 16, lambda v: str(int(v))),
+              c_array("int32_t", f"{pname}_mult", mults, 6, str),
+              c_array("int8_t", f"{pname}_shift", shifts, 16, str)]
+    bname = "QE_FLASH_NULL"   # no bias (firmware/core/qe_flash.h)
+    if bias is not None:
+        bname = c_ident(bias.name, f"b{bias.index}_")
+        consts.append(f"/* {c_comment(bias.describe())} */\n" + c_array("int32_t", bname, bias.data, 6, str))
+    params = (f"static const qe_conv_s8_params_t {pname} = {{\n" + _window_c(g)
+              + f"    .input_offset = {-x.zero_point},\n    .output_offset = {out.zero_point},\n"
+              f"    .activation_min = {act_min},\n    .activation_max = {act_max},\n"
+              f"    .multipliers = {pname}_mult,\n    .shifts = {pname}_shift,\n}};\n")
+    call = (f"{fn}_s8(&{pname}, (const int8_t *)@T{x.index}@, {wname}, {bname}, "
+            f"(int8_t *)@T{out.index}@);")
+    return _Kernel(op, call, params, consts,
+                   w.size + 5 * oc + (4 * bias.size if bias is not None else 0), comment)
+
+
+# -------------------------------------------------------- MAX_POOL_2D, AVERAGE_POOL_2D
+def _lower_pool(op: Operator, model: TFLiteModel, pname: str) -> _Kernel:
+    if len(op.inputs) != 1 or len(op.outputs) != 1:
+        raise _unsupported(op, model, "expected one input and one output")
+    x, out = model.tensors[op.inputs[0]], model.tensors[op.outputs[0]]
+    if x.is_constant or x.dtype != out.dtype:
+        raise _unsupported(op, model, "input must be an activation of the output's type")
+    act = _act(op, model)
+    k_h, k_w = int(_opt(op, "filterHeight", 0)), int(_opt(op, "filterWidth", 0))
+    if min(k_h, k_w) < 1:
+        raise _unsupported(op, model, f"window {k_h}x{k_w}")
+    g, desc = _window(op, model, x, out, k_h, k_w)
+    if g["dil_h"] != 1 or g["dil_w"] != 1:
+        raise _unsupported(op, model, "dilated pooling")
+    if g["out_c"] != g["in_c"]:
+        raise ModelError(f"op {op.index} {op.opcode}: input depth {g['in_c']}, output {g['out_c']}")
+    # every window must overlap the image (TFLM's AveragePool fails on an empty one)
+    for o, s, pad, k, i in ((g["out_h"], g["stride_h"], g["pad_top"], k_h, g["in_h"]),
+                            (g["out_w"], g["stride_w"], g["pad_left"], k_w, g["in_w"])):
+        for j in range(o):
+            start = j * s - pad
+            if min(start + k, i) - max(start, 0) <= 0:
+                raise _unsupported(op, model, "a pooling window lies entirely in the padding")
+    kind = "max" if op.opcode == "MAX_POOL_2D" else "average"
+    comment = f"{op.opcode} {x.dtype}: {x.describe()} -> {out.describe()}; {desc}, {act}"
+    if x.dtype == "float32":
+        lo, hi = qmath.activation_range_float(act)
+        params = (f"static const qe_pool_f32_params_t {pname} = {{\n" + _window_c(g)
+                  + f"    .activation_min = {_fl(lo)},\n    .activation_max = {_fl(hi)},\n}};\n")
+        call = (f"qe_{kind}_pool_f32(&{pname}, (const float *)@T{x.index}@, "
+                f"(float *)@T{out.index}@);")
+        return _Kernel(op, call, params, [], 0, comment)
+    if x.dtype != "int8":
+        raise _unsupported(op, model, f"{x.dtype} {op.opcode}; supported: int8 and float32")
+    _per_tensor(x, op, model, "input")
+    _per_tensor(out, op, model, "output")
+    if (float(x.scale), x.zero_point) != (float(out.scale), out.zero_point):
+        raise _unsupported(op, model, "int8 pooling with different input and output quantization "
+                                      "(TFLM's kernel does not rescale)")
+    lo, hi = qmath.activation_range_quantized(act, out.scale, out.zero_point)
+    params = (f"static const qe_pool_s8_params_t {pname} = {{\n" + _window_c(g)
+              + f"    .activation_min = {lo},\n    .activation_max = {hi},\n}};\n")
+    call = f"qe_{kind}_pool_s8(&{pname}, (const int8_t *)@T{x.index}@, (int8_t *)@T{out.index}@);"
+    return _Kernel(op, call, params, [], 0, comment)
+
+
+# ----------------------------------------------------------------------------- SOFTMAX
+def _lower_softmax(op: Operator, model: TFLiteModel, pname: str) -> _Kernel:
+    x, y = _same_shape_io(op, model)
+    if not x.shape:
+        raise _unsupported(op, model, "a scalar input")
+    depth = x.shape[-1]
+    outer = x.size // depth if depth else 0
+    beta = float(np.float32(_opt(op, "beta", 0.0)))   # TFLM: 0 without options
+    what = f"SOFTMAX {x.dtype}: {x.describe()} -> {y.describe()}, beta {beta:g}, over the last axis"
+    if x.dtype == "float32":
+        params = (f"static const qe_softmax_f32_params_t {pname} = {{\n    .beta = {c_float(beta)},\n"
+                  f"    .outer = {outer}u,\n    .depth = {depth}u,\n}};\n")
+        call = f"qe_softmax_f32(&{pname}, expf, (const float *)@T{x.index}@, (float *)@T{y.index}@);"
+        return _Kernel(op, call, params, [], 0, what, inplace=True)
+    if x.dtype != "int8":
+        raise _unsupported(op, model, f"{x.dtype} SOFTMAX; supported: int8 and float32")
+    _per_tensor(x, op, model, "input")
+    _per_tensor(y, op, model, "output")
+    if (float(y.scale), y.zero_point) != (1.0 / 256, -128):
+        raise _unsupported(op, model, f"int8 SOFTMAX output '{y.name}' has scale {y.scale:g} and zero "
+                                      f"point {y.zero_point}; TFLM needs scale 1/256, zero point -128")
+    if not 1 <= depth <= 511:
+        raise _unsupported(op, model, f"int8 SOFTMAX over {depth} values; at most 511 (the Q12 sum "
+                                      f"and TFLM's final shift stay in range)")
+    try:
+        mult, shift, diff_min = qmath.softmax_params_s8(x.scale, beta)
+    except ValueError as exc:
+        raise _unsupported(op, model, f"input scale {x.scale:g}: {exc}") from None
+    table = qmath.softmax_exp_table_s8(mult, shift, diff_min)
+    tname = f"{pname}_exp"
+    consts = [f"/* SOFTMAX int8, input scale {x.scale:.9g}, beta {beta:g}: exp of -k input steps "
+              f"in Q0.31 (TFLM multiplier {mult}, left shift {shift}, diff_min {diff_min}) */\n"
+              + c_array("int32_t", tname, table, 6, str)]
+    params = (f"static const qe_softmax_s8_params_t {pname} = {{\n    .exp_table = {tname},\n"
+              f"    .outer = {outer}u,\n    .depth = {depth}u,\n}};\n")
+    call = f"qe_softmax_s8(&{pname}, (const int8_t *)@T{x.index}@, (int8_t *)@T{y.index}@);"
+    return _Kernel(op, call, params, consts, 4 * 256, what, inplace=True)
+
+
+# ----------------------------------------------------------------------------- ADD, MUL
+def _broadcast(op: Operator, model: TFLiteModel, a: Tensor, b: Tensor, out: Tensor) -> str:
+    """The qe_broadcast_t initializer for out = a (op) b with numpy broadcasting."""
+    rank = len(out.shape)
+    if max(len(a.shape), len(b.shape)) > rank or rank > 6:
+        raise _unsupported(op, model, f"shapes {list(a.shape)}, {list(b.shape)} -> {list(out.shape)}")
+    try:
+        want = tuple(np.broadcast_shapes(a.shape, b.shape))
+    except ValueError:
+        raise ModelError(f"op {op.index} {op.opcode}: shapes {list(a.shape)} and {list(b.shape)} "
+                         f"do not broadcast") from None
+    if want != tuple(out.shape):
+        raise ModelError(f"op {op.index} {op.opcode}: {list(a.shape)} and {list(b.shape)} broadcast "
+                         f"to {list(want)}, the output is {list(out.shape)}")
+    for d in out.shape:
+        _u16(op, model, "output dimension", d)
+    if tuple(a.shape) == tuple(b.shape) == tuple(out.shape) or out.size == 0:
+        return f"    .bc = {{ .size = {out.size}u, .ndims = 0u }},\n"
+
+    def strides(t: Tensor) -> list[int]:
+        shape = [1] * (rank - len(t.shape)) + list(t.shape)
+        st, acc = [0] * rank, 1
+        for d in range(rank - 1, -1, -1):
+            st[d] = acc if shape[d] != 1 else 0
+            acc *= shape[d]
+        return st
+    fmt = lambda v: "{ " + ", ".join(f"{x}u" for x in v) + " }"  # noqa: E731
+    return (f"    .bc = {{\n        .size = {out.size}u,\n        .ndims = {rank}u,\n"
+            f"        .dims = {fmt(out.shape)},\n        .stride1 = {fmt(strides(a))},\n"
+            f"        .stride2 = {fmt(strides(b))},\n    }},\n")
+
+
+def _lower_binary(op: Operator, model: TFLiteModel, pname: str) -> _Kernel:
+    """ADD and MUL, int8 (TFLM's rescaling) and float32, with broadcasting."""
+    if len(op.inputs) != 2 or len(op.outputs) != 1 or min(op.inputs) < 0:
+        raise _unsupported(op, model, "expected two inputs and one output")
+    a, b = model.tensors[op.inputs[0]], model.tensors[op.inputs[1]]
+    out = model.tensors[op.outputs[0]]
+    act = _act(op, model)
+    if not (a.dtype == b.dtype == out.dtype):
+        raise _unsupported(op, model, f"inputs {a.dtype}, {b.dtype}, output {out.dtype} differ")
+    if a.is_constant and b.is_constant:
+        raise _unsupported(op, model, "both inputs are constant")
+    bc = _broadcast(op, model, a, b, out)
+    shapes = f"{a.describe()} {'+' if op.opcode == 'ADD' else '*'} {b.describe()} -> {out.describe()}, {act}"
+    consts: list[str] = []
+    fn = op.opcode.lower()
+    inplace = not a.is_constant
+    if a.dtype == "float32":
+        lo, hi = qmath.activation_range_float(act)
+        pa, pb = (_operand(t, "float", c_float, consts) for t in (a, b))
+        params = (f"static const qe_binary_f32_params_t {pname} = {{\n{bc}"
+                  f"    .activation_min = {_fl(lo)},\n    .activation_max = {_fl(hi)},\n}};\n")
+        call = f"qe_{fn}_f32(&{pname}, {pa}, {pb}, (float *)@T{out.index}@);"
+        cb = sum(4 * t.size for t in (a, b) if t.is_constant)
+        return _Kernel(op, call, params, consts, cb, f"{op.opcode} float32: {shapes}", inplace=inplace)
+    if a.dtype != "int8":
+        raise _unsupported(op, model, f"{a.dtype} {op.opcode}; supported: int8 and float32")
+    for t, what in ((a, "input 1"), (b, "input 2"), (out, "output")):
+        _per_tensor(t, op, model, what)
+    lo, hi = qmath.activation_range_quantized(act, out.scale, out.zero_point)
+    pa, pb = (_operand(t, "int8_t", lambda v: str(int(v)), consts) for t in (a, b))
+    head = (f"{bc}    .input1_offset = {-a.zero_point},\n    .input2_offset = {-b.zero_point},\n"
+            f"    .output_offset = {out.zero_point},\n")
+    tail = f"    .activation_min = {lo},\n    .activation_max = {hi},\n}};\n"
+    if op.opcode == "ADD":
+        try:
+            (m1, s1), (m2, s2), (mo, so) = qmath.add_params_s8(a.scale, b.scale, out.scale)
+        except ValueError as exc:
+            raise _unsupported(op, model, str(exc)) from None
+        params = (f"static const qe_add_s8_params_t {pname} = {{\n{head}"
+                  f"    .left_shift = 20,\n"
+                  f"    .input1_multiplier = {m1},\n    .input1_shift = {s1},\n"
+                  f"    .input2_multiplier = {m2},\n    .input2_shift = {s2},\n"
+                  f"    .output_multiplier = {mo},\n    .output_shift = {so},\n{tail}")
+    else:
+        real = (float(np.float32(a.scale)) * float(np.float32(b.scale)) / float(np.float32(out.scale)))
+        m, sh = qmath.quantize_multiplier(real)
+        if not -31 <= sh <= 30:
+            raise _unsupported(op, model, f"requantization scale {real:g} is out of range")
+        params = (f"static const qe_mul_s8_params_t {pname} = {{\n{head}"
+                  f"    .output_multiplier = {m},\n    .output_shift = {sh},\n{tail}")
+    call = f"qe_{fn}_s8(&{pname}, {pa}, {pb}, (int8_t *)@T{out.index}@);"
+    cb = sum(t.size for t in (a, b) if t.is_constant)
+    return _Kernel(op, call, params, consts, cb, f"{op.opcode} int8: {shapes}", inplace=inplace)
+
+
+# ------------------------------------------------------------------------ CONCATENATION
+def _lower_concatenation(op: Operator, model: TFLiteModel, pname: str) -> _Kernel:
+    if not op.inputs or len(op.outputs) != 1 or min(op.inputs) < 0 or len(op.inputs) > 255:
+        raise _unsupported(op, model, "expected 1..255 inputs and one output")
+    out = model.tensors[op.outputs[0]]
+    xs = [model.tensors[i] for i in op.inputs]
+    if _act(op, model) != "NONE":
+        raise _unsupported(op, model, f"fused activation {op.fused_activation}")
+    rank = len(out.shape)
+    axis = int(_opt(op, "axis", 0))
+    axis = axis + rank if axis < 0 else axis
+    if not 0 <= axis < rank:
+        raise _unsupported(op, model, f"axis {_opt(op, 'axis', 0)} for rank {rank}")
+    if out.dtype not in ("float32", "int8", "int16", "int32"):
+        raise _unsupported(op, model, f"{out.dtype} CONCATENATION")
+    for t in xs:
+        if t.dtype != out.dtype:
+            raise _unsupported(op, model, f"input '{t.name}' is {t.dtype}, output {out.dtype}")
+        if len(t.shape) != rank or any(t.shape[d] != out.shape[d] for d in range(rank) if d != axis):
+            raise ModelError(f"op {op.index} CONCATENATION: input {list(t.shape)} does not fit output "
+                             f"{list(out.shape)} along axis {axis}")
+        if out.dtype in ("int8", "int16"):
+            _per_tensor(t, op, model, f"input '{t.name}'")
+            if (float(t.scale), t.zero_point) != (float(out.scale), out.zero_point):
+                raise _unsupported(op, model, f"{out.dtype} input '{t.name}' (scale {t.scale:g}, zero point "
+                                              f"{t.zero_point}) and output (scale {out.scale:g}, zero point "
+                                              f"{out.zero_point}) differ: TFLM's kernel copies bytes "
+                                              f"without rescaling and needs one quantization")
+    if sum(t.shape[axis] for t in xs) != out.shape[axis]:
+        raise ModelError(f"op {op.index} CONCATENATION: inputs do not add up to {list(out.shape)}")
+    outer = int(np.prod(out.shape[:axis], dtype=np.int64))
+    blocks = [int(np.prod(t.shape[axis:], dtype=np.int64)) * t.itemsize for t in xs]
+    consts: list[str] = []
+    ptrs = []
+    for t in xs:
+        if t.is_constant:
+            name = c_ident(t.name, f"c{t.index}_")
+            consts.append(f"/* {c_comment(t.describe())} (raw bytes) */\n"
+                          + _ram_array(c_array("uint8_t", name, np.frombuffer(t.data.tobytes(), np.uint8),
+                                               16, str)))
+            ptrs.append(name)
+        else:
+            ptrs.append(f"(const uint8_t *)@T{t.index}@")
+    consts.append(c_array("uint32_t", f"{pname}_block", blocks, 8, lambda v: f"{v}u"))
+    params = (f"static const qe_concatenation_params_t {pname} = {{\n    .outer = {outer}u,\n"
+              f"    .n_inputs = {len(xs)}u,\n    .block_bytes = {pname}_block,\n}};\n")
+    call = ("{ const uint8_t *const ins[" + str(len(xs)) + "] = { " + ", ".join(ptrs) + " }; "
+            f"qe_concatenation(&{pname}, ins, (uint8_t *)@T{out.index}@); }}")
+    comment = (f"CONCATENATION {out.dtype} along axis {axis}: "
+               + " ++ ".join(t.describe() for t in xs) + f" -> {out.describe()}")
+    cb = sum(t.nbytes for t in xs if t.is_constant) + 4 * len(xs)
+    return _Kernel(op, call, params, consts, cb, comment)
+
+
+# --------------------------------------------------------------------- MEAN, ARG_MAX
+def _axis_values(op: Operator, model: TFLiteModel, rank: int) -> list[int]:
+    if len(op.inputs) != 2 or len(op.outputs) != 1 or min(op.inputs) < 0:
+        raise _unsupported(op, model, "expected an input, a constant axis and one output")
+    ax = model.tensors[op.inputs[1]]
+    if not ax.is_constant or ax.dtype not in ("int32", "int64"):
+        raise _unsupported(op, model, f"axis '{ax.name}' must be a constant int32/int64 tensor")
+    vals = []
+    for v in np.asarray(ax.data).ravel():
+        v = int(v) + rank if int(v) < 0 else int(v)
+        if not 0 <= v < rank:
+            raise _unsupported(op, model, f"axis {int(v)} for rank {rank}")
+        vals.append(v)
+    return sorted(set(vals))
+
+
+def _outer_inner(shape, lo: int, hi: int) -> tuple[int, int, int]:
+    p = lambda s: int(np.prod(s, dtype=np.int64))  # noqa: E731
+    return p(shape[:lo]), p(shape[lo:hi + 1]), p(shape[hi + 1:])
+
+
+def _lower_mean(op: Operator, model: TFLiteModel, pname: str) -> _Kernel:
+    x, out = model.tensors[op.inputs[0]], model.tensors[op.outputs[0]]
+    axes = _axis_values(op, model, len(x.shape))
+    if x.is_constant or x.dtype != out.dtype:
+        raise _unsupported(op, model, "input must be an activation of the output's type")
+    if not axes or axes != list(range(axes[0], axes[-1] + 1)):
+        raise _unsupported(op, model, f"axes {axes} are not one contiguous run of dimensions")
+    outer, reduce, inner = _outer_inner(x.shape, axes[0], axes[-1])
+    if out.size != outer * inner or reduce == 0:
+        raise ModelError(f"op {op.index} MEAN: output {list(out.shape)} for {list(x.shape)} over {axes}")
+    what = (f"MEAN {x.dtype}: {x.describe()} over axes {axes} -> {out.describe()} "
+            f"({outer} x {reduce} x {inner})")
+    if x.dtype == "float32":
+        params = (f"static const qe_mean_params_t {pname} = {{\n    .outer = {outer}u,\n"
+                  f"    .reduce = {reduce}u,\n    .inner = {inner}u,\n}};\n")
+        call = f"qe_mean_f32(&{pname}, (const float *)@T{x.index}@, (float *)@T{out.index}@);"
+        return _Kernel(op, call, params, [], 0, what)
+    if x.dtype != "int8":
+        raise _unsupported(op, model, f"{x.dtype} MEAN; supported: int8 and float32")
+    _per_tensor(x, op, model, "input")
+    _per_tensor(out, op, model, "output")
+    if reduce * 255 > qmath.INT32_MAX:
+        raise _unsupported(op, model, f"MEAN over {reduce} values could overflow the int32 sum")
+    try:
+        mult, shift = qmath.mean_params_s8(x.scale, out.scale, reduce)
+    except ValueError as exc:
+        raise _unsupported(op, model, str(exc)) from None
+    params = (f"static const qe_mean_params_t {pname} = {{\n    .outer = {outer}u,\n"
+              f"    .reduce = {reduce}u,\n    .inner = {inner}u,\n"
+              f"    .sum_offset = {-x.zero_point * reduce},\n"
+              f"    .multiplier = {mult},\n    .shift = {shift},\n"
+              f"    .output_zero_point = {out.zero_point},\n}};\n")
+    call = f"qe_mean_s8(&{pname}, (const int8_t *)@T{x.index}@, (int8_t *)@T{out.index}@);"
+    return _Kernel(op, call, params, [], 0, what)
+
+
+def _lower_arg_max(op: Operator, model: TFLiteModel, pname: str) -> _Kernel:
+    x, out = model.tensors[op.inputs[0]], model.tensors[op.outputs[0]]
+    axes = _axis_values(op, model, len(x.shape))
+    if len(axes) != 1:
+        raise _unsupported(op, model, f"axes {axes}; ARG_MAX takes one")
+    if x.is_constant or x.dtype not in ("int8", "float32"):
+        raise _unsupported(op, model, f"{x.dtype} input; supported: int8 and float32")
+    if out.dtype != "int32":
+        raise _unsupported(op, model, f"{out.dtype} output (the protocol carries int32: convert "
+                                      f"with tf.argmax(..., output_type=tf.int32))")
+    outer, n, inner = _outer_inner(x.shape, axes[0], axes[0])
+    if out.size != outer * inner or n == 0:
+        raise ModelError(f"op {op.index} ARG_MAX: output {list(out.shape)} for {list(x.shape)}")
+    ct = "int8_t" if x.dtype == "int8" else "float"
+    params = (f"static const qe_arg_max_params_t {pname} = {{\n    .outer = {outer}u,\n"
+              f"    .axis = {n}u,\n    .inner = {inner}u,\n}};\n")
+    call = (f"qe_arg_max_{'s8' if x.dtype == 'int8' else 'f32'}(&{pname}, (const {ct} *)@T{x.index}@, "
+            f"(int32_t *)@T{out.index}@);")
+    return _Kernel(op, call, params, [], 0,
+                   f"ARG_MAX {x.dtype}: {x.describe()} along axis {axes[0]} -> {out.describe()}")
+
+
 _LOWER = {
     "QUANTIZE": _lower_affine,
     "DEQUANTIZE": _lower_affine,
@@ -480,8 +1022,20 @@ _LOWER = {
     "RESHAPE": _lower_reshape,
     "SQUEEZE": _lower_reshape,
     "EXPAND_DIMS": _lower_reshape,
+    "SOFTMAX": _lower_softmax,
+    "CONV_2D": _lower_conv,
+    "DEPTHWISE_CONV_2D": _lower_conv,
+    "MAX_POOL_2D": _lower_pool,
+    "AVERAGE_POOL_2D": _lower_pool,
+    "ADD": _lower_binary,
+    "MUL": _lower_binary,
+    "CONCATENATION": _lower_concatenation,
+    "MEAN": _lower_mean,
+    "ARG_MAX": _lower_arg_max,
 }
-KERNEL_HEADERS = ("activations_f32.h", "fully_connected.h", "lut.h", "quantize.h")
+KERNEL_HEADERS = ("activations_f32.h", "add.h", "arg_max.h", "concatenation.h", "conv.h",
+                  "depthwise_conv.h", "fully_connected.h", "lut.h", "mean.h", "mul.h", "pooling.h",
+                  "quantize.h", "softmax.h")
 
 
 # ------------------------------------------------------------------------------ generate
@@ -506,7 +1060,7 @@ def _io_spec(t: Tensor, what: str) -> TensorSpec:
         if t.quantization is None or t.quantization.per_channel:
             raise UnsupportedOpError(f"graph {what} '{t.name}' is {t.dtype} without per-tensor quantization")
         return TensorSpec(t.dtype, tuple(t.shape), float(t.scale), int(t.zero_point))
-    return TensorSpec("float32", tuple(t.shape), 0.0, 0)
+    return TensorSpec(t.dtype, tuple(t.shape), 0.0, 0)
 
 
 def generate(tflite_path, out_dir, name: str | None = None) -> GeneratedModel:
@@ -641,9 +1195,16 @@ def _emit_c(model: TFLiteModel, gm: GeneratedModel, kernels: list[_Kernel], act_
     L.append(" */\nuint8_t qe_arena[QE_ARENA_BYTES] QE_ALIGNED(16);\n")
 
     L.append("/* ---------------------------------------------------------------- constants */")
-    for k in kernels:
+    emitted: set[str] = set()     # a constant tensor shared by two ops (the converter
+    for k in kernels:              # dedupes equal buffers, e.g. zero biases) is emitted once
         L.append(f"/* op {k.op.index}: {c_comment(k.comment)} */")
         for c in k.consts:
+            m = re.search(r"static const (?:QE_FLASH )?\w+ (\w+)\[", c)
+            if m is not None and m.group(1) in emitted:
+                L.append(f"/* {m.group(1)}: defined above (a constant shared with an earlier op) */")
+                continue
+            if m is not None:
+                emitted.add(m.group(1))
             L.append(c)
         if k.params:
             L.append(k.params)

@@ -405,3 +405,105 @@ def relu6_lut_s8(input_scale: float, input_zp: int) -> np.ndarray:
     zero = int(input_zp)
     q = np.arange(-128, 128)
     return np.minimum(np.maximum(q, zero), six).astype(np.int8)
+
+
+# ------------------------------------------------------------------------------ SOFTMAX
+SOFTMAX_SCALED_DIFF_BITS = 5       # kScaledDiffIntegerBits
+SOFTMAX_ACCUM_BITS = 12            # kAccumulationIntegerBits
+
+
+def softmax_params_s8(input_scale: float, beta: float) -> tuple[int, int, int]:
+    """TFLM int8 SOFTMAX Prepare (PreprocessSoftmaxScaling, CalculateInputRadius), double
+    rounding build: (input_multiplier, input_left_shift, diff_min).
+
+    real = min(beta * input_scale * 2^26, 2^31 - 1) in double (beta and scale are float32
+    values widened), quantized with QuantizeMultiplier (the shift must be >= 0);
+    diff_min = -floor((2^5 - 1) * 2^26 / 2^left_shift)."""
+    real = float(np.float32(beta)) * float(np.float32(input_scale)) * float(1 << (31 - SOFTMAX_SCALED_DIFF_BITS))
+    real = min(real, float((1 << 31) - 1))
+    multiplier, shift = quantize_multiplier(real)
+    if shift < 0:
+        raise ValueError(f"beta * input scale {real / 2 ** 26:g} is too small (left shift {shift} < 0)")
+    radius = math.floor(((1 << SOFTMAX_SCALED_DIFF_BITS) - 1)
+                        * float(1 << (31 - SOFTMAX_SCALED_DIFF_BITS)) / float(1 << shift))
+    return multiplier, shift, -int(radius)
+
+
+def _count_leading_zeros32(x: int) -> int:
+    x &= 0xFFFFFFFF
+    return 32 - x.bit_length()
+
+
+def softmax_s8(x, multiplier: int, left_shift: int, diff_min: int) -> np.ndarray:
+    """TFLM reference_ops::Softmax for int8 -> int8 (output scale 1/256, zero point -128) over
+    the last axis: gemmlowp exp on the rescaled differences to the row max, a Q12 sum, its
+    reciprocal (one_over_one_plus_x) and a final rounding shift. Slow (pure Python)."""
+    x = np.asarray(x, dtype=np.int64)
+    depth = x.shape[-1]
+    rows = x.reshape(-1, depth)
+    out = np.empty_like(rows)
+    for r, row in enumerate(rows):
+        mx = int(row.max())
+        exps = []
+        total = 0
+        for v in row:
+            diff = int(v) - mx
+            if diff >= diff_min:
+                scaled = _srdhm(_wrap_int32(diff << left_shift), multiplier)
+                e = exp_on_negative_values(scaled, SOFTMAX_SCALED_DIFF_BITS)
+                total = _wrap_int32(total + _rdbp(e, SOFTMAX_ACCUM_BITS))
+                exps.append(e)
+            else:
+                exps.append(None)
+        headroom_plus_one = _count_leading_zeros32(total)
+        num_bits_over_unit = SOFTMAX_ACCUM_BITS - headroom_plus_one
+        shifted_minus_one = _wrap_int32(((total << headroom_plus_one) & 0xFFFFFFFF) - (1 << 31))
+        recip = _sat_mul_pot(_newton_reciprocal(_rounding_half_sum(shifted_minus_one, INT32_MAX)), 1)
+        for c, e in enumerate(exps):
+            if e is None:
+                out[r, c] = -128
+            else:
+                y = _rdbp(_srdhm(recip, e), num_bits_over_unit + 31 - 8) - 128
+                out[r, c] = min(max(y, -128), 127)
+    return out.reshape(x.shape).astype(np.int8)
+
+
+def softmax_exp_table_s8(multiplier: int, left_shift: int, diff_min: int) -> np.ndarray:
+    """exp of every int8 difference to the row max, as TFLM computes it inside its int8 SOFTMAX:
+    table[k] = exp_on_negative_values(SRDHM(-k * 2^left_shift, multiplier)) in Q0.31 (5 integer
+    bits in), for k = 0..255; 0 where -k < diff_min (TFLM skips those elements, and a 0 there
+    gives the same sum and the same -128 output)."""
+    out = np.zeros(256, np.int64)
+    for k in range(256):
+        if -k >= diff_min:
+            scaled = _srdhm(_wrap_int32(-k << left_shift), multiplier)
+            out[k] = exp_on_negative_values(scaled, SOFTMAX_SCALED_DIFF_BITS)
+    return out
+
+
+def add_params_s8(s1: float, s2: float, s_out: float, left_shift: int = 20):
+    """TFLM int8 ADD Prepare: ((m1, shift1), (m2, shift2), (m_out, shift_out)), all shifts <= 0
+    (QuantizeMultiplierSmallerThanOneExp). Raises ValueError where TFLM's checks would fail."""
+    s1, s2, s_out = (float(np.float32(v)) for v in (s1, s2, s_out))
+    twice_max = 2.0 * max(s1, s2)
+    reals = (s1 / twice_max, s2 / twice_max, twice_max / (float(1 << left_shift) * s_out))
+    res = []
+    for r in reals:
+        if not 0.0 < r < 1.0:
+            raise ValueError(f"ADD rescaling multiplier {r:g} is not in (0, 1): the output scale "
+                             f"{s_out:g} is too small for input scales {s1:g}, {s2:g}")
+        res.append(quantize_multiplier(r))
+    return res
+
+
+def mean_params_s8(input_scale: float, output_scale: float, n: int) -> tuple[int, int]:
+    """TFLM int8 MEAN (reference_ops::QuantizedMeanOrSum): QuantizeMultiplier of
+    (double)input_scale / (double)output_scale, then 1/n folded in: k = min(floor(log2 n), 32,
+    31 + shift); multiplier * 2^k / n (int64, truncating), shift - k."""
+    real = float(np.float32(input_scale)) / float(np.float32(output_scale))
+    multiplier, shift = quantize_multiplier(real)
+    if not -31 <= shift <= 30:
+        raise ValueError(f"MEAN rescaling {real:g} is out of range")
+    k = min(int(n).bit_length() - 1, 32, 31 + shift)
+    return int((multiplier << k) // int(n)), shift - k
+

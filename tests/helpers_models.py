@@ -46,10 +46,37 @@ def compile_c(sources, out: Path, extra: list[str] | None = None) -> Path:
     return out
 
 
+_KERNEL_OBJECTS: dict[str, list[Path]] = {}
+
+
+def kernel_objects() -> list[Path]:
+    """The core kernels compiled once per test process (keyed by their sources' contents), so
+    each generated model only compiles its own model.c and the driver."""
+    import hashlib
+    import tempfile
+    srcs = core_sources()
+    h = hashlib.sha256(" ".join(CFLAGS).encode())
+    for src in srcs + sorted(CORE.glob("*.h")) + sorted((CORE / "kernels").glob("*.h")):
+        h.update(src.name.encode() + src.read_bytes())
+    key = h.hexdigest()[:16]
+    if key not in _KERNEL_OBJECTS:
+        d = Path(tempfile.mkdtemp(prefix=f"qe-kernels-{key}-"))
+        objs = []
+        for src in srcs:
+            obj = d / (src.stem + ".o")
+            cmd = [gcc(), *CFLAGS, "-c", str(src), "-o", str(obj)]
+            res = subprocess.run(cmd, capture_output=True, text=True)
+            if res.returncode != 0:
+                raise AssertionError(f"gcc failed:\n{' '.join(cmd)}\n{res.stderr}")
+            objs.append(obj)
+        _KERNEL_OBJECTS[key] = objs
+    return _KERNEL_OBJECTS[key]
+
+
 def compile_driver(model_dir: Path, exe: Path | None = None) -> Path:
     """gcc the generated model.c + core kernels + tests/c/run_model.c into a driver binary."""
     model_dir = Path(model_dir)
-    return compile_c([model_dir / "model.c", *core_sources(), DRIVER], exe or model_dir / "run_model")
+    return compile_c([model_dir / "model.c", DRIVER, *kernel_objects()], exe or model_dir / "run_model")
 
 
 def build_generated(tflite_path, out_dir, name: str | None = None):
@@ -114,7 +141,7 @@ def convert(model, mode: str, calib: np.ndarray | None = None) -> bytes:
         c.optimizations = [tf.lite.Optimize.DEFAULT]
     if mode in ("int8", "int8_io", "int16x8"):
         if calib is None:
-            calib = np.random.default_rng(0).standard_normal((64, model.input_shape[-1]))
+            calib = np.random.default_rng(0).standard_normal((64, *model.input_shape[1:]))
         calib = np.asarray(calib, np.float32)
 
         def rep():
@@ -320,3 +347,97 @@ def tflm_arena(model_bytes: bytes, input_arrays=None) -> dict:
             raise AssertionError(f"no 'Arena allocation {key}' in TFLM's report:\n{text}")
         out[key] = int(m.group(1))
     return out
+
+
+def tflm_run_multi(model_bytes: bytes, records: list[list[np.ndarray]]) -> list[list[np.ndarray]]:
+    """Like tflm_run for models with several inputs and outputs: each record is a list of the
+    input arrays in graph order; returns, per record, the list of all outputs."""
+    from tflite_micro.python.tflite_micro import runtime
+    # the interpreter's default arena (10x the model's size) is too small for hand-built models
+    # with few weights and large activations
+    it = runtime.Interpreter.from_bytes(bytes(model_bytes), arena_size=max(10 * len(model_bytes), 1 << 20))
+    n_out = len(parse_outputs(model_bytes))
+    outs = []
+    for rec in records:
+        for k, x in enumerate(rec):
+            it.set_input(x, k)
+        it.invoke()
+        outs.append([np.array(it.get_output(k), copy=True) for k in range(n_out)])
+    return outs
+
+
+def parse_outputs(model_bytes: bytes) -> list[int]:
+    from quarl_edge.converters.tflite_model import parse
+    return parse(model_bytes).outputs
+
+
+def compare_generated(model_bytes: bytes, inputs: list[np.ndarray], workdir, label: str,
+                      float_rtol: float = 0.0) -> dict:
+    """Generated C (through tests/c/run_model.c) against the tflite-micro interpreter for a model
+    with any number of inputs/outputs. inputs: one array per graph input, each N records.
+    Integer outputs must be identical; float outputs bit-identical unless float_rtol > 0."""
+    import pytest
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    path = workdir / "model.tflite"
+    path.write_bytes(model_bytes)
+    gm, exe = build_generated(path, workdir / "gen")
+    assert len(inputs) == len(gm.inputs)
+    arrs = [np.ascontiguousarray(x, dtype=s.np_dtype).reshape((-1, *s.shape))
+            for x, s in zip(inputs, gm.inputs)]
+    n = len(arrs[0])
+    records = b"".join(b"".join(a[i].tobytes() for a in arrs) for i in range(n))
+    raw = run_driver(exe, records)
+    per = sum(s.nbytes for s in gm.outputs)
+    assert len(raw) == n * per
+    ref = tflm_run_multi(model_bytes, [[a[i] for a in arrs] for i in range(n)])
+    got_all = []
+    for k, s in enumerate(gm.outputs):
+        off = sum(o.nbytes for o in gm.outputs[:k])
+        got = np.stack([np.frombuffer(raw[i * per + off:i * per + off + s.nbytes], s.np_dtype)
+                        for i in range(n)]).reshape((n, *s.shape))
+        r = np.stack([x[k] for x in ref]).reshape(got.shape)
+        assert r.dtype == got.dtype, (r.dtype, got.dtype)
+        if s.dtype == "float32":
+            both_nan = np.isnan(r) & np.isnan(got)
+            if float_rtol > 0:
+                close = np.isclose(got, r, rtol=float_rtol, atol=0) | both_nan | (got == r)
+                bad = ~close
+            else:
+                bad = (r.view("<u4") != got.view("<u4")) & ~both_nan
+            if bad.any():
+                diff = np.abs(r.astype(np.float64) - got.astype(np.float64))[bad]
+                pytest.fail(f"{label}: output {k}: {bad.sum()} of {bad.size} float outputs differ "
+                            f"from TFLM, max abs diff {diff.max():.3g}; first at record "
+                            f"{np.argwhere(bad)[0][0]}")
+        else:
+            bad = r != got
+            if bad.any():
+                i = np.argwhere(bad)[0][0]
+                pytest.fail(f"{label}: output {k}: {bad.sum()} of {bad.size} integer outputs differ "
+                            f"from TFLM; record {i}: tflm {r[i].ravel()[:32].tolist()} "
+                            f"c {got[i].ravel()[:32].tolist()}")
+        got_all.append(got)
+    return {"gm": gm, "got": got_all}
+
+
+def random_cnn(seed: int, input_shape=(16, 16, 2), pool: str = "max", n_actions: int = 4,
+               depth_multiplier: int = 1, head: str = "softmax", filters: int = 8):
+    """A small CNN policy: conv 3x3 stride 2 (SAME, relu) -> depthwise 3x3 (SAME, relu6) ->
+    pool ("max", "avg": 2x2; "gap": global average = MEAN) -> flatten -> dense 32 relu -> dense
+    n_actions with `head` ("softmax" or None)."""
+    import tensorflow as tf
+    tf.keras.backend.clear_session()
+    tf.keras.utils.set_random_seed(seed)
+    inp = tf.keras.Input(tuple(input_shape))
+    x = tf.keras.layers.Conv2D(filters, 3, strides=2, padding="same", activation="relu")(inp)
+    x = tf.keras.layers.DepthwiseConv2D(3, padding="same", depth_multiplier=depth_multiplier,
+                                        activation="relu6")(x)
+    if pool == "max":
+        x = tf.keras.layers.MaxPool2D(2)(x)
+    elif pool == "avg":
+        x = tf.keras.layers.AveragePooling2D(2)(x)
+    x = tf.keras.layers.GlobalAveragePooling2D()(x) if pool == "gap" else tf.keras.layers.Flatten()(x)
+    x = tf.keras.layers.Dense(32, activation="relu")(x)
+    out = tf.keras.layers.Dense(n_actions, activation=head)(x)
+    return tf.keras.Model(inp, out)

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers_models import convert, op_model, random_mlp, tflm_arena, unary_model
+from helpers_models import convert, op_model, random_cnn, random_mlp, tflm_arena, unary_model
 from quarl_edge.converters import cgen
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,6 +25,10 @@ def _models():
     yield "tanh_policy_int8", convert(random_mlp(4, 8, [64, 32, 2], ["tanh", "relu", "tanh"]), "int8")
     yield "relu_int16x8", convert(random_mlp(4, 8, [48, 2], ["relu", "none"]), "int16x8")
     yield "float_tanh_1x300", unary_model("TANH", [1, 300], "float32")
+    calib = np.random.default_rng(0).standard_normal((32, 16, 16, 2))
+    yield "cnn_maxpool_int8", convert(random_cnn(5, pool="max"), "int8", calib)
+    yield "cnn_avgpool_int8_io", convert(random_cnn(5, pool="avg", depth_multiplier=2), "int8_io", calib)
+    yield "cnn_gap_fp32", convert(random_cnn(5, pool="gap"), "float", calib)
     shape = dict(shape=[2], dtype="int32", data=np.array([10, 10], np.int32))
     yield "reshape_then_relu", op_model("RESHAPE", [dict(shape=[1, 100], dtype="int8", q=(0.1, 0)), shape],
                                         [dict(shape=[10, 10], dtype="int8", q=(0.1, 0))], None,

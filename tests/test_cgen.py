@@ -57,7 +57,7 @@ def test_generated_model_info(int8_model, tmp_path):
     assert src.count("qe_fully_connected_s8(") == 2
     assert "/* op 1: FULLY_CONNECTED int8:" in src           # one comment per op
     assert "serving_default_input_1:0 [1, 6] float32" in src  # tensor names and shapes
-    assert "static const int8_t w" in src                    # const weights
+    assert "static const QE_FLASH int8_t w" in src           # const weights (flash on AVR)
 
     exe = compile_driver(tmp_path)
     line = subprocess.run([str(exe), "--info"], capture_output=True, text=True, check=True).stdout
@@ -96,8 +96,8 @@ def _keras_unsupported(kind: str) -> bytes:
         m = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(3),
                                  tf.keras.layers.Lambda(tf.math.sin)])
         return convert(m, "float")
-    if kind == "conv":
-        m = tf.keras.Sequential([tf.keras.Input((8, 8, 1)), tf.keras.layers.Conv2D(2, 3),
+    if kind == "conv":      # CONV_2D is supported, grouped convolution is not
+        m = tf.keras.Sequential([tf.keras.Input((8, 8, 2)), tf.keras.layers.Conv2D(2, 3, groups=2),
                                  tf.keras.layers.Flatten(), tf.keras.layers.Dense(2)])
         return convert(m, "float")
     if kind == "dynamic":   # dynamic-range quantization only touches weights >= 1024 elements
@@ -109,7 +109,7 @@ def _keras_unsupported(kind: str) -> bytes:
 
 @pytest.mark.parametrize("kind, words", [
     ("sin", ["SIN", "float32"]),
-    ("conv", ["CONV_2D"]),
+    ("conv", ["CONV_2D", "float32", "grouped convolution", "Shapes: [1,8,8,2], [2,3,3,1], [2] -> [1,6,6,2]"]),
     ("dynamic", ["FULLY_CONNECTED", "hybrid", "int8"]),
     ("fp16", ["DEQUANTIZE", "float16"]),
 ])

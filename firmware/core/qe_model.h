@@ -12,6 +12,8 @@
 
 #include <stdint.h>
 
+#include "qe_flash.h"   /* QE_FLASH: the qualifier of the generated const arrays */
+
 #define QE_MAX_DIMS 6
 
 #if defined(__GNUC__)

@@ -34,7 +34,7 @@ int32_t qe_multiply_by_quantized_multiplier(int32_t x, int32_t multiplier, int32
 
 int32_t qe_multiply_by_quantized_multiplier_64(int64_t x, int32_t multiplier, int32_t shift)
 {
-    const int32_t reduced = (multiplier < 0x7FFF0000) ? ((multiplier + (1 << 15)) >> 16) : 0x7FFF;
+    const int32_t reduced = (multiplier < 0x7FFF0000) ? ((multiplier + ((int32_t)1 << 15)) >> 16) : 0x7FFF;
     const int32_t total_shift = 15 - shift;
     const int64_t result = x * (int64_t)reduced + ((int64_t)1 << (total_shift - 1));
     /* Arithmetic right shift, then the int32 truncation TFLM's static_cast does. */

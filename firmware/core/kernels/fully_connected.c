@@ -9,7 +9,8 @@
 #include "../requant.h"
 
 void qe_fully_connected_s8(const qe_fc_s8_params_t *p, const int8_t *input,
-                           const int8_t *weights, const int32_t *bias, int8_t *output)
+                           const QE_FLASH int8_t *weights, const QE_FLASH int32_t *bias,
+                           int8_t *output)
 {
     const uint32_t batches = p->batches;
     const uint32_t accum_depth = p->accum_depth;
@@ -19,12 +20,12 @@ void qe_fully_connected_s8(const qe_fc_s8_params_t *p, const int8_t *input,
     for (b = 0; b < batches; ++b) {
         const int8_t *in = input + b * accum_depth;
         for (o = 0; o < output_depth; ++o) {
-            const int8_t *w = weights + o * accum_depth;
+            const QE_FLASH int8_t *w = weights + o * accum_depth;
             int32_t acc = 0;
             for (d = 0; d < accum_depth; ++d) {
                 acc += ((int32_t)w[d] + p->filter_offset) * ((int32_t)in[d] + p->input_offset);
             }
-            if (bias != NULL) {
+            if (bias != QE_FLASH_NULL) {
                 acc += bias[o];
             }
             acc = qe_multiply_by_quantized_multiplier(acc, p->output_multiplier, p->output_shift);
@@ -41,7 +42,8 @@ void qe_fully_connected_s8(const qe_fc_s8_params_t *p, const int8_t *input,
 }
 
 void qe_fully_connected_f32(const qe_fc_f32_params_t *p, const float *input,
-                            const float *weights, const float *bias, float *output)
+                            const QE_FLASH float *weights, const QE_FLASH float *bias,
+                            float *output)
 {
     const uint32_t batches = p->batches;
     const uint32_t accum_depth = p->accum_depth;
@@ -51,7 +53,7 @@ void qe_fully_connected_f32(const qe_fc_f32_params_t *p, const float *input,
     for (b = 0; b < batches; ++b) {
         const float *in = input + b * accum_depth;
         for (o = 0; o < output_depth; ++o) {
-            const float *w = weights + o * accum_depth;
+            const QE_FLASH float *w = weights + o * accum_depth;
             float total = 0.0f;
             float value;
             /* Same order as TFLM: one running float sum from d = 0 up, then + bias (+ 0.0f when
@@ -60,7 +62,7 @@ void qe_fully_connected_f32(const qe_fc_f32_params_t *p, const float *input,
             for (d = 0; d < accum_depth; ++d) {
                 total += in[d] * w[d];
             }
-            value = total + ((bias != NULL) ? bias[o] : 0.0f);
+            value = total + ((bias != QE_FLASH_NULL) ? bias[o] : 0.0f);
             /* std::min(std::max(x, lo), hi): NaN passes through, +inf clamps to hi. */
             if (value < p->activation_min) {
                 value = p->activation_min;
@@ -74,20 +76,21 @@ void qe_fully_connected_f32(const qe_fc_f32_params_t *p, const float *input,
 }
 
 void qe_fully_connected_s8_pc(const qe_fc_pc_params_t *p, const int8_t *input,
-                              const int8_t *weights, const int32_t *bias, int8_t *output)
+                              const QE_FLASH int8_t *weights, const QE_FLASH int32_t *bias,
+                              int8_t *output)
 {
     uint32_t b, o, d;
 
     for (b = 0; b < p->batches; ++b) {
         const int8_t *in = input + b * p->accum_depth;
         for (o = 0; o < p->output_depth; ++o) {
-            const int8_t *w = weights + o * p->accum_depth;
+            const QE_FLASH int8_t *w = weights + o * p->accum_depth;
             const uint32_t c = o * p->channel_stride;
             int32_t acc = 0;
             for (d = 0; d < p->accum_depth; ++d) {
                 acc += (int32_t)w[d] * ((int32_t)in[d] + p->input_offset);
             }
-            if (bias != NULL) {
+            if (bias != QE_FLASH_NULL) {
                 acc += bias[o];
             }
             acc = qe_multiply_by_quantized_multiplier(acc, p->multipliers[c], p->shifts[c]);
@@ -104,21 +107,22 @@ void qe_fully_connected_s8_pc(const qe_fc_pc_params_t *p, const int8_t *input,
 }
 
 void qe_fully_connected_s16(const qe_fc_pc_params_t *p, const int16_t *input,
-                            const int8_t *weights, const int64_t *bias, int16_t *output)
+                            const QE_FLASH int8_t *weights, const QE_FLASH int64_t *bias,
+                            int16_t *output)
 {
     uint32_t b, o, d;
 
     for (b = 0; b < p->batches; ++b) {
         const int16_t *in = input + b * p->accum_depth;
         for (o = 0; o < p->output_depth; ++o) {
-            const int8_t *w = weights + o * p->accum_depth;
+            const QE_FLASH int8_t *w = weights + o * p->accum_depth;
             const uint32_t c = o * p->channel_stride;
             int64_t acc = 0;
             int32_t scaled;
             for (d = 0; d < p->accum_depth; ++d) {
                 acc += (int32_t)w[d] * ((int32_t)in[d] + p->input_offset);
             }
-            if (bias != NULL) {
+            if (bias != QE_FLASH_NULL) {
                 acc += bias[o];
             }
             scaled = qe_multiply_by_quantized_multiplier_64(acc, p->multipliers[c], p->shifts[c]);

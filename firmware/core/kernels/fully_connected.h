@@ -5,6 +5,8 @@
 
 #include <stdint.h>
 
+#include "../qe_flash.h"
+
 typedef struct {
     int32_t input_offset;       /* -input zero point */
     int32_t filter_offset;      /* -weights zero point (0: symmetric weights) */
@@ -18,9 +20,10 @@ typedef struct {
     uint16_t output_depth;
 } qe_fc_s8_params_t;
 
-/* bias may be NULL */
+/* bias may be QE_FLASH_NULL */
 void qe_fully_connected_s8(const qe_fc_s8_params_t *p, const int8_t *input,
-                           const int8_t *weights, const int32_t *bias, int8_t *output);
+                           const QE_FLASH int8_t *weights, const QE_FLASH int32_t *bias,
+                           int8_t *output);
 
 typedef struct {
     float activation_min;       /* -FLT_MAX/FLT_MAX when there is no fused activation */
@@ -31,7 +34,8 @@ typedef struct {
 } qe_fc_f32_params_t;
 
 void qe_fully_connected_f32(const qe_fc_f32_params_t *p, const float *input,
-                            const float *weights, const float *bias, float *output);
+                            const QE_FLASH float *weights, const QE_FLASH float *bias,
+                            float *output);
 
 /* Per-channel requantization (int8 per-channel weights, and the int16x8 path): one multiplier
  * and shift per output channel, or one for all when channel_stride is 0. Weights are
@@ -41,23 +45,25 @@ typedef struct {
     int32_t output_offset;      /* +output zero point (int16x8: 0) */
     int32_t activation_min;
     int32_t activation_max;
-    const int32_t *multipliers; /* Q31, per channel */
-    const int8_t *shifts;       /* TFLite convention, per channel */
+    const QE_FLASH int32_t *multipliers; /* Q31, per channel */
+    const QE_FLASH int8_t *shifts;       /* TFLite convention, per channel */
     uint8_t channel_stride;     /* 1: per channel, 0: one multiplier for all channels */
     uint16_t batches;
     uint16_t accum_depth;
     uint16_t output_depth;
 } qe_fc_pc_params_t;
 
-/* int8 input/output, int8 per-channel weights, int32 bias (may be NULL): TFLM
+/* int8 input/output, int8 per-channel weights, int32 bias (may be QE_FLASH_NULL): TFLM
  * reference_integer_ops::FullyConnectedPerChannel. */
 void qe_fully_connected_s8_pc(const qe_fc_pc_params_t *p, const int8_t *input,
-                              const int8_t *weights, const int32_t *bias, int8_t *output);
+                              const QE_FLASH int8_t *weights, const QE_FLASH int32_t *bias,
+                              int8_t *output);
 
-/* int16 input/output, int8 weights, int64 bias (may be NULL), int64 accumulator and the
+/* int16 input/output, int8 weights, int64 bias (may be QE_FLASH_NULL), int64 accumulator and the
  * 64-bit MultiplyByQuantizedMultiplier: TFLM's int16x8 FullyConnected (per tensor or per
  * channel). */
 void qe_fully_connected_s16(const qe_fc_pc_params_t *p, const int16_t *input,
-                            const int8_t *weights, const int64_t *bias, int16_t *output);
+                            const QE_FLASH int8_t *weights, const QE_FLASH int64_t *bias,
+                            int16_t *output);
 
 #endif

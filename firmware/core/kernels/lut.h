@@ -10,7 +10,9 @@
 
 #include <stdint.h>
 
+#include "../qe_flash.h"
+
 /* output[i] = table[input[i] + 128]; input and output may be the same buffer. */
-void qe_lut_s8(const int8_t table[256], uint32_t size, const int8_t *input, int8_t *output);
+void qe_lut_s8(const QE_FLASH int8_t table[256], uint32_t size, const int8_t *input, int8_t *output);
 
 #endif

@@ -1,0 +1,114 @@
+/* See conv.h. Loop order and accumulation order as TFLM's reference kernels: for each output
+ * pixel and channel, filter rows, filter columns, input channels; points outside the image
+ * (padding) are skipped. Parameters are precomputed by converters/cgen.py. */
+#include <stddef.h>
+#include <stdint.h>
+
+#include "conv.h"
+#include "../requant.h"
+
+void qe_conv_s8(const qe_conv_s8_params_t *p, const int8_t *input, const QE_FLASH int8_t *filter,
+                const QE_FLASH int32_t *bias, int8_t *output)
+{
+    const qe_window_t *g = &p->g;
+    int32_t b, oy, ox, oc, ky, kx, c;
+
+    for (b = 0; b < g->batches; ++b) {
+        for (oy = 0; oy < g->out_h; ++oy) {
+            const int32_t iy0 = oy * (int32_t)g->stride_h - (int32_t)g->pad_top;
+            for (ox = 0; ox < g->out_w; ++ox) {
+                const int32_t ix0 = ox * (int32_t)g->stride_w - (int32_t)g->pad_left;
+                int8_t *out = output + (((uint32_t)b * g->out_h + (uint32_t)oy) * g->out_w
+                                        + (uint32_t)ox) * g->out_c;
+                for (oc = 0; oc < g->out_c; ++oc) {
+                    int32_t acc = 0;
+                    for (ky = 0; ky < g->k_h; ++ky) {
+                        const int32_t iy = iy0 + (int32_t)g->dil_h * ky;
+                        if (iy < 0 || iy >= (int32_t)g->in_h) {
+                            continue;
+                        }
+                        for (kx = 0; kx < g->k_w; ++kx) {
+                            const int32_t ix = ix0 + (int32_t)g->dil_w * kx;
+                            const int8_t *in;
+                            const QE_FLASH int8_t *f;
+                            if (ix < 0 || ix >= (int32_t)g->in_w) {
+                                continue;
+                            }
+                            in = input + (((uint32_t)b * g->in_h + (uint32_t)iy) * g->in_w
+                                          + (uint32_t)ix) * g->in_c;
+                            f = filter + (((uint32_t)oc * g->k_h + (uint32_t)ky) * g->k_w
+                                          + (uint32_t)kx) * g->in_c;
+                            for (c = 0; c < g->in_c; ++c) {
+                                acc += (int32_t)f[c] * ((int32_t)in[c] + p->input_offset);
+                            }
+                        }
+                    }
+                    if (bias != QE_FLASH_NULL) {
+                        acc += bias[oc];
+                    }
+                    acc = qe_multiply_by_quantized_multiplier(acc, p->multipliers[oc], p->shifts[oc]);
+                    acc += p->output_offset;
+                    if (acc < p->activation_min) {
+                        acc = p->activation_min;
+                    }
+                    if (acc > p->activation_max) {
+                        acc = p->activation_max;
+                    }
+                    out[oc] = (int8_t)acc;
+                }
+            }
+        }
+    }
+}
+
+void qe_conv_f32(const qe_conv_f32_params_t *p, const float *input, const QE_FLASH float *filter,
+                 const QE_FLASH float *bias, float *output)
+{
+    const qe_window_t *g = &p->g;
+    int32_t b, oy, ox, oc, ky, kx, c;
+
+    for (b = 0; b < g->batches; ++b) {
+        for (oy = 0; oy < g->out_h; ++oy) {
+            const int32_t iy0 = oy * (int32_t)g->stride_h - (int32_t)g->pad_top;
+            for (ox = 0; ox < g->out_w; ++ox) {
+                const int32_t ix0 = ox * (int32_t)g->stride_w - (int32_t)g->pad_left;
+                float *out = output + (((uint32_t)b * g->out_h + (uint32_t)oy) * g->out_w
+                                       + (uint32_t)ox) * g->out_c;
+                for (oc = 0; oc < g->out_c; ++oc) {
+                    float total = 0.0f;
+                    float value;
+                    for (ky = 0; ky < g->k_h; ++ky) {
+                        const int32_t iy = iy0 + (int32_t)g->dil_h * ky;
+                        if (iy < 0 || iy >= (int32_t)g->in_h) {
+                            continue;
+                        }
+                        for (kx = 0; kx < g->k_w; ++kx) {
+                            const int32_t ix = ix0 + (int32_t)g->dil_w * kx;
+                            const float *in;
+                            const QE_FLASH float *f;
+                            if (ix < 0 || ix >= (int32_t)g->in_w) {
+                                continue;
+                            }
+                            in = input + (((uint32_t)b * g->in_h + (uint32_t)iy) * g->in_w
+                                          + (uint32_t)ix) * g->in_c;
+                            f = filter + (((uint32_t)oc * g->k_h + (uint32_t)ky) * g->k_w
+                                          + (uint32_t)kx) * g->in_c;
+                            for (c = 0; c < g->in_c; ++c) {
+                                total += in[c] * f[c];
+                            }
+                        }
+                    }
+                    /* total + bias (+ 0.0f without one), then std::min(std::max(x, lo), hi) */
+                    value = total + ((bias != QE_FLASH_NULL) ? bias[oc] : 0.0f);
+                    if (value < p->activation_min) {
+                        value = p->activation_min;
+                    }
+                    if (p->activation_max < value) {
+                        value = p->activation_max;
+                    }
+                    out[oc] = value;
+                }
+            }
+        }
+    }
+}

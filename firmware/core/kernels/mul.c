@@ -1,0 +1,48 @@
+/* See mul.h. */
+#include <stdint.h>
+
+#include "mul.h"
+#include "../requant.h"
+
+void qe_mul_s8(const qe_mul_s8_params_t *p, const int8_t *input1, const int8_t *input2,
+               int8_t *output)
+{
+    qe_broadcast_it_t it;
+    uint32_t i;
+
+    qe_broadcast_begin(&it);
+    for (i = 0; i < p->bc.size; ++i) {
+        const int32_t v1 = p->input1_offset + (int32_t)input1[it.off1];
+        const int32_t v2 = p->input2_offset + (int32_t)input2[it.off2];
+        int32_t out = p->output_offset + qe_multiply_by_quantized_multiplier(
+            v1 * v2, p->output_multiplier, p->output_shift);
+        if (out < p->activation_min) {
+            out = p->activation_min;
+        }
+        if (out > p->activation_max) {
+            out = p->activation_max;
+        }
+        output[i] = (int8_t)out;
+        qe_broadcast_next(&p->bc, &it);
+    }
+}
+
+void qe_mul_f32(const qe_binary_f32_params_t *p, const float *input1, const float *input2,
+                float *output)
+{
+    qe_broadcast_it_t it;
+    uint32_t i;
+
+    qe_broadcast_begin(&it);
+    for (i = 0; i < p->bc.size; ++i) {
+        float v = input1[it.off1] * input2[it.off2];
+        if (v < p->activation_min) {
+            v = p->activation_min;
+        }
+        if (p->activation_max < v) {
+            v = p->activation_max;
+        }
+        output[i] = v;
+        qe_broadcast_next(&p->bc, &it);
+    }
+}
