@@ -87,17 +87,21 @@ def _die_with_parent() -> None:
         pass
 
 
-def _check_arm_elf(elf: Path) -> None:
+def _check_elf(elf: Path, machine: str = "EM_ARM", arch: str = "ARM") -> None:
     from elftools.common.exceptions import ELFError
     from elftools.elf.elffile import ELFFile
     try:
         with elf.open("rb") as f:
             e = ELFFile(f)
-            ok = e["e_machine"] == "EM_ARM" and any(seg["p_type"] == "PT_LOAD" for seg in e.iter_segments())
+            ok = e["e_machine"] == machine and any(seg["p_type"] == "PT_LOAD" for seg in e.iter_segments())
     except (OSError, ELFError) as err:
         raise BoardError(f"{elf} is not a firmware ELF: {err}") from None
     if not ok:
-        raise BoardError(f"{elf} is not an ARM firmware ELF (machine {e['e_machine']})")
+        raise BoardError(f"{elf} is not an {arch} firmware ELF (machine {e['e_machine']})")
+
+
+def _check_arm_elf(elf: Path) -> None:
+    _check_elf(elf, "EM_ARM", "ARM")
 
 
 class Qemu(RunningBoard):
@@ -244,6 +248,135 @@ class Qemu(RunningBoard):
         shutil.rmtree(self._dir, ignore_errors=True)
 
 
+SIMAVR_BRIDGE_SOURCE = Path(__file__).with_name("simavr_bridge.c")
+SIMAVR_INCLUDE_DIRS = (Path("/usr/include/simavr"), Path("/usr/local/include/simavr"))
+SIMAVR_INSTALL = ("apt-get install --no-install-recommends simavr gcc-avr avr-libc libsimavr-dev "
+                  "libsimavrparts1")
+
+
+def simavr_bridge(cache_dir: Path, install: str = SIMAVR_INSTALL) -> Path:
+    """The simavr bridge (quarl_edge/simavr_bridge.c) compiled with the host's gcc against
+    libsimavr and libsimavrparts, cached in cache_dir and rebuilt when its source or the compile
+    command changes. Missing headers or libraries are a ToolchainError with the install hint."""
+    import hashlib
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        raise ToolchainError("the simavr bridge needs the host C compiler 'gcc'; install it with: "
+                             "apt-get install --no-install-recommends gcc libc6-dev")
+    # simavr's part headers include its core headers without the "simavr/" prefix
+    includes = [d for d in SIMAVR_INCLUDE_DIRS if (d / "sim_avr.h").is_file()]
+    if not includes:
+        raise ToolchainError(f"the simavr bridge cannot be built: simavr's headers (sim_avr.h in "
+                             f"{' or '.join(map(str, SIMAVR_INCLUDE_DIRS))}) are missing; "
+                             f"install them with: {install}")
+    src = SIMAVR_BRIDGE_SOURCE
+    exe = Path(cache_dir) / "simavr_bridge"
+    flags = ["-std=c99", "-Wall", "-Wextra", "-O2", f"-I{includes[0]}"]
+    libs = ["-lsimavrparts", "-lsimavr", "-lpthread", "-lutil"]
+    stamp = hashlib.sha256(src.read_bytes() + " ".join([gcc, *flags, *libs]).encode()).hexdigest()
+    stamp_path = exe.with_name(exe.name + ".sha256")
+    if exe.is_file() and stamp_path.is_file() and stamp_path.read_text().strip() == stamp:
+        return exe
+    exe.parent.mkdir(parents=True, exist_ok=True)
+    tmp = exe.with_name(f"{exe.name}.{os.getpid()}.tmp")
+    proc = subprocess.run([gcc, *flags, str(src), "-o", str(tmp), *libs],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        err = proc.stderr.strip()
+        if "cannot find -lsimavr" in err:
+            raise ToolchainError(f"the simavr bridge cannot be built: simavr's libraries are "
+                                 f"missing; install them with: {install}\n{err[-1000:]}")
+        raise ToolchainError(f"building the simavr bridge ({src}) failed:\n{err[-3000:]}")
+    os.replace(tmp, exe)
+    stamp_path.write_text(stamp + "\n")
+    return exe
+
+
+class Simavr(RunningBoard):
+    """An emulated AVR board: simavr (cycle-accurate, so costs are real CPU cycles) runs the
+    firmware ELF inside a small bridge program on libsimavr (quarl_edge/simavr_bridge.c, compiled
+    on first use and cached in the firmware's build directory) that connects USART0 to a
+    pseudo-terminal and prints its path; pyserial opens that pty like any serial port. (The
+    `simavr` command-line tool cannot be fed input, so it is not used.)
+
+    Bytes the firmware sends before the host opens the pty are lost, which is harmless: the
+    firmware only ever answers requests, and the HELLO handshake retries. A bridge that exits
+    (firmware could not be loaded, stopped or crashed; killed) is reported with its exit code and
+    the last lines of its output (`describe_exit()`)."""
+
+    START_TIMEOUT_S = 10.0
+    PTY_MARK = b"qe-simavr-pty "
+    EXIT_CODES = {2: "could not load the firmware", 3: "the firmware stopped", 4: "the firmware crashed"}
+
+    def __init__(self, board: Board, elf: Path):
+        mcu = board.connect.get("mcu")
+        freq = board.connect.get("frequency", board.clock_hz)
+        if not isinstance(mcu, str) or not mcu or not isinstance(freq, int) or isinstance(freq, bool) \
+                or freq <= 0:
+            raise BoardError(f"board {board.id}: [connect] needs 'mcu' (simavr's name for the MCU) "
+                             "and a positive integer 'frequency' (Hz)")
+        self.board = board
+        self.elf = Path(elf)
+        _check_elf(self.elf, "EM_AVR", "AVR")
+        install = board.connect.get("install") or SIMAVR_INSTALL
+        bridge = simavr_bridge(self.elf.parent, install)
+        self._log_path = self.elf.with_suffix(".simavr.log")
+        self._log = open(self._log_path, "wb")
+        self.cmd = [str(bridge), str(self.elf), mcu, str(freq)]
+        self.proc = subprocess.Popen(self.cmd, stdin=subprocess.DEVNULL, stdout=self._log,
+                                     stderr=subprocess.STDOUT, close_fds=True,
+                                     preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+        try:
+            self.url = self._wait_for_pty()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_for_pty(self) -> str:
+        deadline = time.monotonic() + self.START_TIMEOUT_S
+        while True:
+            data = self._log_path.read_bytes()
+            at = data.find(self.PTY_MARK)
+            if at >= 0 and b"\n" in data[at:]:
+                return data[at + len(self.PTY_MARK):].split(b"\n", 1)[0].decode().strip()
+            if self.proc.poll() is not None:
+                raise BoardError(f"simavr ({self.board.connect.get('mcu')}) for board {self.board.id} "
+                                 f"{self.describe_exit()} while starting; command: {' '.join(self.cmd)}")
+            if time.monotonic() > deadline:
+                raise BoardError(f"simavr for board {self.board.id} did not open its serial pty within "
+                                 f"{self.START_TIMEOUT_S:.0f} s; command: {' '.join(self.cmd)}")
+            time.sleep(0.005)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def describe_exit(self) -> str:
+        code = self.proc.poll()
+        if code is None:
+            return "still running"
+        if not self._log.closed:
+            self._log.flush()
+        out = self._log_path.read_text(errors="replace").strip()[-500:]
+        if code < 0:
+            how = f"was killed by signal {-code}"
+        else:
+            how = f"exited with code {code}"
+            if code in self.EXIT_CODES:
+                how += f" ({self.EXIT_CODES[code]})"
+        return how + (f": {out}" if out else "")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=3)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+
+
 class ExternalPort(RunningBoard):
     """A board someone else started or flashed: we only know its port (--port)."""
 
@@ -257,6 +390,8 @@ def start(board: Board, elf: Path) -> RunningBoard:
         return HostPty(elf)
     if method == "qemu":
         return Qemu(board, elf)
+    if method == "simavr":
+        return Simavr(board, elf)
     if method == "agent":   # a linux board's agent, run here behind a pty (`elf` is the .tflite)
         log = Path(tempfile.mkdtemp(prefix="quarl-edge-agent-")) / "agent.stderr.log"
         return HostPty(elf, [sys.executable, "-m", "quarl_edge.agent", str(elf), "--stdio",
