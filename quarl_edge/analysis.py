@@ -87,3 +87,75 @@ def evaluate_models(run_dir: Path, schemes, seeds=TEST_SEEDS) -> dict:
         res["size"] = path.stat().st_size
         out[scheme] = res
     return out
+
+
+# ------------------------------------------------------------------- weights and distributions
+def _moments(w: np.ndarray) -> dict:
+    """min, max, range, std and excess kurtosis (Fisher: 0 for a normal distribution)."""
+    w = np.asarray(w, np.float64).reshape(-1)
+    std = float(w.std())
+    kurt = float(np.mean((w - w.mean()) ** 4) / std ** 4 - 3.0) if std > 0 else 0.0
+    return {"n": int(w.size), "min": float(w.min()), "max": float(w.max()),
+            "range": float(w.max() - w.min()), "std": std, "kurtosis": kurt,
+            "abs_max": float(np.abs(w).max())}
+
+
+def weight_stats(layers) -> dict:
+    """Per-layer statistics of the kernels (weights) of an MLP given as train.mlp_layers
+    (kernel, bias, activation) tuples or as a list of kernels, and of all kernels together:
+    {"layers": [{"layer": i, "shape": [...], "min", "max", "range", "std", "kurtosis",
+    "abs_max", "n", "bias_abs_max"}, ...], "all": {...}}. Biases are left out of the moments
+    (QuaRL's weight distributions are the kernels'), their largest magnitude is given."""
+    out = []
+    kernels = []
+    for i, layer in enumerate(layers):
+        kernel, bias = (layer[0], layer[1]) if isinstance(layer, (tuple, list)) else (layer, None)
+        kernel = np.asarray(kernel)
+        kernels.append(kernel.reshape(-1))
+        row = {"layer": i, "shape": list(kernel.shape), **_moments(kernel)}
+        if bias is not None and np.size(bias):
+            row["bias_abs_max"] = float(np.abs(bias).max())
+        out.append(row)
+    return {"layers": out, "all": _moments(np.concatenate(kernels))}
+
+
+def weight_quantiles(layers, n: int = 101) -> list[float]:
+    """`n` evenly spaced quantiles (0..100 %) of all kernel weights of an MLP: a compact,
+    poolable description of the weight distribution (the report draws histograms from it)."""
+    w = np.concatenate([np.asarray(layer[0] if isinstance(layer, (tuple, list)) else layer)
+                        .reshape(-1) for layer in layers]).astype(np.float64)
+    return [float(q) for q in np.quantile(w, np.linspace(0.0, 1.0, n))]
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    z = np.asarray(logits, np.float64)
+    z = z - z.max(axis=-1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def policy_kl(ref_logits: np.ndarray, logits: np.ndarray) -> float:
+    """Mean KL(pi_fp32 || pi_quantized) in nats over a batch of states, for policies whose
+    exported network gives the logits of a categorical distribution (discrete PPO). The
+    quantized probabilities are floored at 1e-12 so that a probability quantized to exactly 0
+    gives a large, finite divergence."""
+    p = softmax(ref_logits)
+    log_p = np.log(np.maximum(p, 1e-300))
+    log_q = np.log(np.maximum(softmax(logits), 1e-12))
+    return float(np.mean(np.sum(p * (log_p - log_q), axis=-1)))
+
+
+def random_policy_return(env_id: str, seeds=TEST_SEEDS, rng_seed: int = 0) -> float:
+    """Mean return of the uniformly random policy on `seeds` (the floor a trained policy's
+    return is normalised against: (R - R_random) / (R_fp32 - R_random))."""
+    from .envs import make_gym, play_batched
+    space = make_gym(env_id).action_space
+    rng = np.random.default_rng(rng_seed)
+    if hasattr(space, "n"):
+        policy = lambda x: rng.random((len(x), int(space.n)))  # noqa: E731  argmax: uniform
+    else:
+        low = np.asarray(space.low, np.float32).reshape(-1)
+        high = np.asarray(space.high, np.float32).reshape(-1)
+        policy = lambda x: rng.uniform(low, high, size=(len(x), low.size))  # noqa: E731
+    returns, _ = play_batched(env_id, policy, seeds)
+    return float(np.mean(returns))

@@ -136,6 +136,27 @@ def cmd_bench(a):
         print(markdown(rows))
 
 
+def cmd_study(a):
+    from .study import run_study
+    summary = run_study(Path(a.config), out=Path(a.out) if a.out else None, workers=a.workers,
+                        resume=a.resume, ray_address=a.ray,
+                        echo=None if a.json else (lambda s: print(s, flush=True)))
+    if a.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        counts = ", ".join(f"{n} {s}" for s, n in sorted(summary["status"].items()))
+        print(f"study {summary['study']}: {counts} of {summary['rows']} rows in "
+              f"{summary['seconds']} s; results in {summary['results']}")
+    return 0 if set(summary["status"]) <= {"ok", "skipped"} else 1
+
+
+def cmd_report(a):
+    from .report import write_report
+    paths = write_report(Path(a.results), Path(a.out) if a.out else None,
+                         tolerance=a.tolerance)
+    print(f"report: {paths['markdown']}\n        {paths['html']}")
+
+
 DEMO_BOARD = "mps2-an386"
 
 
@@ -263,6 +284,23 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--out", default=None, help="results directory (default RUN/results)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_bench)
+
+    s = sub.add_parser("study", help="run a grid of (algo, env, seed, scheme) cells from a TOML file")
+    s.add_argument("config", metavar="CONFIG.toml")
+    s.add_argument("--workers", type=int, default=1, help="parallel processes (one run each)")
+    s.add_argument("--resume", action="store_true", help="continue OUT/results.jsonl")
+    s.add_argument("--out", default=None, help="output directory (default results/<study name>)")
+    s.add_argument("--ray", default=None, metavar="ADDRESS",
+                   help="run the grid on an existing Ray cluster (needs ray installed)")
+    s.add_argument("--json", action="store_true", help="print only the summary, as JSON")
+    s.set_defaults(fn=cmd_study)
+
+    s = sub.add_parser("report", help="Markdown + HTML report with figures from a study's results")
+    s.add_argument("results", metavar="RESULTS.jsonl")
+    s.add_argument("--out", default=None, help="report directory (default: next to RESULTS)")
+    s.add_argument("--tolerance", type=float, default=0.05,
+                   help="relative return loss still counted as 'no loss' (default 0.05)")
+    s.set_defaults(fn=cmd_report)
 
     s = sub.add_parser("ports", help="list attached serial ports and recognise our boards")
     s.add_argument("--json", action="store_true")

@@ -1,0 +1,739 @@
+"""A QuaRL-style study: a grid of (algo, env, seed, scheme) cells from a TOML file, run in
+parallel, resumable, one JSON line per finished cell.
+
+    quarl-edge study CONFIG.toml [--workers N] [--resume] [--json] [--out DIR] [--ray ADDRESS]
+
+The config (see studies/smoke.toml, studies/classic.toml):
+
+    [study]
+    name = "classic"
+    seeds = [0, 1, 2]                 # training seeds
+    schemes = ["fp32", "int8", ...]   # quantize.SCHEMES
+    episodes = 20                     # greedy evaluation on test seeds 0..episodes-1 ...
+    # eval_seeds = [0, 5, 7]          # ... or on these seeds
+    calib_size = 1000                 # calibration observations (integer schemes)
+    qat_steps = 5000                  # qat-int8: env steps of fine-tuning in the RL loop
+    sweep_modes = ["weights+activations"]
+
+    [[task]]                          # one per (algo, env): the training budget and overrides
+    algo = "dqn"
+    env = "CartPole-v1"
+    steps = 40000                     # default: train.DEFAULTS / the algo's config dataclass
+    # seeds, schemes, episodes, eval_seeds, calib_size, qat_steps: override [study]
+    [task.options]                    # other fields of the algo's config dataclass
+    learning_starts = 1000
+    [task.qat]                        # other fields of qat.QATConfig
+    eval_episodes = 5
+
+    [[sweep]]                         # QuaRL's n-bit sweep on the runs of a task
+    algo = "dqn"
+    env = "CartPole-v1"
+    bits = [2, 3, 4, 5, 6, 7, 8]
+    # modes = ["weights+activations", "weights"]
+
+Everything in the config is checked before anything runs (unknown algo, env, scheme, option,
+an algo that cannot act in an env's action space); errors name the offending entry.
+
+A *run* is one training of (algo, env, seed), cached in OUT/runs/<algo>-<env>-s<seed>/ and reused
+by all its schemes and sweep points: the cells of one run form a group, and a group is the unit
+of work of a worker, so the same run is never trained twice concurrently. A run directory is
+reused when its run.json records the same training budget and options; a training killed before
+it wrote run.json is redone.
+
+OUT/results.jsonl gets one JSON object per line, written by the main process only, flushed and
+fsync'ed per row, with plain strings and numbers:
+
+    {"kind": "run",  "algo": "dqn", "env": "CartPole-v1", "seed": 0, ...}  training + fp32 Keras
+                     return, per-layer weight statistics, weight quantiles (for histograms)
+    {"kind": "cell", "algo": "dqn", "env": "CartPole-v1", "seed": 0, "scheme": "int8",
+                     "status": "ok" | "skipped" | "error", ...}  return over the eval seeds
+                     (tflite-runtime), agreement with fp32, ties, KL (discrete PPO), model size
+    {"kind": "sweep", ..., "mode": "weights+activations", "bits": 4, ...}
+
+`--resume` skips every row already in the file whose status is ok or skipped (errors are tried
+again); a last line cut by a kill is dropped. Without --resume an existing non-empty results
+file is refused. The report (quarl_edge/report.py) keeps the last row per key.
+
+Workers are spawned processes (multiprocessing "spawn" context) that die with the main process
+(Linux PR_SET_PDEATHSIG), so a killed study leaves no process writing behind it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from .errors import QuarlError
+
+# Algorithms whose RL loop qat.py can fine-tune in (qat.qat_finetune refuses the others).
+QAT_ALGOS = ("dqn",)
+SWEEP_MODES = ("weights+activations", "weights", "activations")
+RAY_PIN = "ray==2.60.0"
+STATUS_DONE = ("ok", "skipped")
+
+STUDY_KEYS = {"name", "seeds", "schemes", "episodes", "eval_seeds", "calib_size", "qat_steps",
+              "sweep_modes", "description"}
+TASK_KEYS = {"algo", "env", "steps", "seeds", "schemes", "episodes", "eval_seeds", "calib_size",
+             "qat_steps", "options", "qat", "note"}
+SWEEP_KEYS = {"algo", "env", "bits", "modes", "seeds", "episodes", "eval_seeds", "calib_size"}
+
+
+# ------------------------------------------------------------------------------------ config
+@dataclass
+class Task:
+    algo: str
+    env: str
+    steps: int | None
+    seeds: list[int]
+    schemes: list[str]
+    eval_seeds: list[int]
+    calib_size: int
+    qat_steps: int
+    options: dict = field(default_factory=dict)
+    qat: dict = field(default_factory=dict)
+
+
+@dataclass
+class Sweep:
+    algo: str
+    env: str
+    bits: list[int]
+    modes: list[str]
+    seeds: list[int]
+    eval_seeds: list[int]
+    calib_size: int
+
+
+@dataclass
+class Study:
+    name: str
+    tasks: list[Task]
+    sweeps: list[Sweep]
+    path: Path | None = None
+
+
+def _eval_seeds(d: dict, default: list[int], where: str) -> list[int]:
+    if "eval_seeds" in d and "episodes" in d:
+        raise QuarlError(f"{where}: give either episodes or eval_seeds, not both")
+    if "eval_seeds" in d:
+        seeds = [int(s) for s in d["eval_seeds"]]
+    elif "episodes" in d:
+        n = int(d["episodes"])
+        if n <= 0:
+            raise QuarlError(f"{where}: episodes must be positive, got {n}")
+        seeds = list(range(n))
+    else:
+        seeds = list(default)
+    if not seeds:
+        raise QuarlError(f"{where}: no evaluation seeds")
+    return seeds
+
+
+def _check_keys(d: dict, known: set[str], where: str) -> None:
+    unknown = sorted(set(d) - known)
+    if unknown:
+        raise QuarlError(f"{where}: unknown key(s) {', '.join(unknown)}; known: "
+                         f"{', '.join(sorted(known))}")
+
+
+def _check_env(algo: str, env_id: str, where: str) -> None:
+    """Unknown env ids, missing optional dependencies (box2d) and action spaces the algo cannot
+    act in, without importing TensorFlow."""
+    import gymnasium as gym
+    try:
+        env = gym.make(env_id)
+    except gym.error.DependencyNotInstalled as e:
+        raise QuarlError(f"{where}: environment {env_id!r} needs a missing package ({e}); for "
+                         "Box2D environments: pip install box2d==2.3.10") from None
+    except gym.error.Error as e:
+        from .envs import KNOWN_ENVS  # imports tf_agents: only on this path
+        raise QuarlError(f"{where}: unknown Gymnasium environment {env_id!r} ({e}); known (with "
+                         f"tuned defaults): {', '.join(KNOWN_ENVS)}") from None
+    space = env.action_space
+    env.close()
+    discrete = isinstance(space, gym.spaces.Discrete)
+    if algo == "dqn" and not discrete:
+        raise QuarlError(f"{where}: dqn needs a Discrete action space; {env_id} has {space}")
+    if algo in ("sac", "td3", "ddpg") and discrete:
+        raise QuarlError(f"{where}: {algo} needs a Box (continuous) action space; {env_id} has "
+                         f"{space}")
+
+
+def load_study(path: Path) -> Study:
+    """Parse and check a study TOML file; raises QuarlError naming the first bad entry."""
+    from .quantize import SCHEMES
+    from .train import ALGOS
+
+    path = Path(path)
+    if not path.is_file():
+        raise QuarlError(f"study config {path} not found")
+    try:
+        raw = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise QuarlError(f"{path}: invalid TOML: {e}") from None
+    _check_keys(raw, {"study", "task", "sweep"}, str(path))
+    top = raw.get("study", {})
+    _check_keys(top, STUDY_KEYS, f"{path} [study]")
+    name = str(top.get("name", path.stem))
+    d_seeds = [int(s) for s in top.get("seeds", [0])]
+    d_schemes = list(top.get("schemes", ["fp32", "int8"]))
+    d_eval = _eval_seeds(top, list(range(20)), f"{path} [study]")
+    d_calib = int(top.get("calib_size", 1000))
+    d_qat = int(top.get("qat_steps", 5000))
+    d_modes = list(top.get("sweep_modes", ["weights+activations"]))
+
+    tasks: list[Task] = []
+    seen = set()
+    for i, t in enumerate(raw.get("task", [])):
+        where = f"{path} [[task]] #{i + 1}"
+        _check_keys(t, TASK_KEYS, where)
+        if "algo" not in t or "env" not in t:
+            raise QuarlError(f"{where}: needs algo and env")
+        algo, env_id = str(t["algo"]), str(t["env"])
+        where = f"{where} ({algo}, {env_id})"
+        if algo not in ALGOS:
+            raise QuarlError(f"{where}: unknown algorithm {algo!r}; known: {', '.join(ALGOS)}")
+        if (algo, env_id) in seen:
+            raise QuarlError(f"{where}: ({algo}, {env_id}) appears twice")
+        seen.add((algo, env_id))
+        schemes = list(t.get("schemes", d_schemes))
+        for s in schemes:
+            if s not in SCHEMES:
+                raise QuarlError(f"{where}: unknown quantization scheme {s!r}; known: "
+                                 f"{', '.join(SCHEMES)}")
+        if len(set(schemes)) != len(schemes):
+            raise QuarlError(f"{where}: a scheme is listed twice in {schemes}")
+        options = dict(t.get("options", {}))
+        config_cls = ALGOS[algo][0]
+        known = {f.name for f in fields(config_cls)} - {"steps"}
+        bad = sorted(set(options) - known)
+        if bad:
+            raise QuarlError(f"{where}: unknown {algo} option(s) {', '.join(bad)}; known: "
+                             f"{', '.join(sorted(known))}")
+        qat = dict(t.get("qat", {}))
+        from .qat import QATConfig
+        qknown = {f.name for f in fields(QATConfig)} - {"steps"}
+        bad = sorted(set(qat) - qknown)
+        if bad:
+            raise QuarlError(f"{where}: unknown qat option(s) {', '.join(bad)}; known: "
+                             f"{', '.join(sorted(qknown))}")
+        steps = t.get("steps")
+        if steps is not None and int(steps) <= 0:
+            raise QuarlError(f"{where}: steps must be positive, got {steps}")
+        _check_env(algo, env_id, where)
+        try:  # the algo's config dataclass checks the values too
+            from .train import DEFAULTS
+            config_cls(**{**DEFAULTS.get((algo, env_id), {}), **options,
+                          **({"steps": int(steps)} if steps is not None else {})})
+        except TypeError as e:
+            raise QuarlError(f"{where}: invalid options: {e}") from None
+        tasks.append(Task(algo, env_id, None if steps is None else int(steps),
+                          [int(s) for s in t.get("seeds", d_seeds)], schemes,
+                          _eval_seeds(t, d_eval, where), int(t.get("calib_size", d_calib)),
+                          int(t.get("qat_steps", d_qat)), options, qat))
+    if not tasks:
+        raise QuarlError(f"{path}: no [[task]] entries")
+
+    sweeps: list[Sweep] = []
+    by_task = {(t.algo, t.env): t for t in tasks}
+    for i, s in enumerate(raw.get("sweep", [])):
+        where = f"{path} [[sweep]] #{i + 1}"
+        _check_keys(s, SWEEP_KEYS, where)
+        key = (str(s.get("algo")), str(s.get("env")))
+        if key not in by_task:
+            raise QuarlError(f"{where}: ({key[0]}, {key[1]}) is not a [[task]] of this study")
+        task = by_task[key]
+        bits = [int(b) for b in s.get("bits", range(2, 9))]
+        bad = [b for b in bits if not 2 <= b <= 16]
+        if bad:
+            raise QuarlError(f"{where}: bits must be in 2..16, got {bad}")
+        modes = list(s.get("modes", d_modes))
+        for m in modes:
+            if m not in SWEEP_MODES:
+                raise QuarlError(f"{where}: unknown sweep mode {m!r}; known: "
+                                 f"{', '.join(SWEEP_MODES)}")
+        seeds = [int(x) for x in s.get("seeds", task.seeds)]
+        if not set(seeds) <= set(task.seeds):
+            raise QuarlError(f"{where}: seeds {seeds} are not all trained by the task "
+                             f"(seeds {task.seeds})")
+        sweeps.append(Sweep(key[0], key[1], bits, modes, seeds,
+                            _eval_seeds(s, task.eval_seeds, where),
+                            int(s.get("calib_size", task.calib_size))))
+    return Study(name, tasks, sweeps, path)
+
+
+# ------------------------------------------------------------------------------ the grid
+def row_key(row: dict) -> tuple:
+    """The identity of a results row: what --resume and the report deduplicate on."""
+    kind = row.get("kind")
+    base = (kind, row.get("algo"), row.get("env"), row.get("seed"))
+    if kind == "cell":
+        return base + (row.get("scheme"),)
+    if kind == "sweep":
+        return base + (row.get("mode"), row.get("bits"))
+    return base
+
+
+def run_dir_name(algo: str, env_id: str, seed: int) -> str:
+    return f"{algo}-{env_id}-s{seed}"
+
+
+def plan(study: Study) -> list[dict]:
+    """The groups of work, one per (algo, env, seed): what to train and which rows it yields."""
+    groups = []
+    for t in study.tasks:
+        sweeps = [s for s in study.sweeps if (s.algo, s.env) == (t.algo, t.env)]
+        for seed in t.seeds:
+            keys = [("run", t.algo, t.env, seed)]
+            keys += [("cell", t.algo, t.env, seed, s) for s in t.schemes]
+            sw = []
+            for s in sweeps:
+                if seed not in s.seeds:
+                    continue
+                sw.append({"bits": s.bits, "modes": s.modes, "eval_seeds": s.eval_seeds,
+                           "calib_size": s.calib_size})
+                keys.append(("sweep", t.algo, t.env, seed, "fp32", 32))
+                keys += [("sweep", t.algo, t.env, seed, m, b) for m in s.modes for b in s.bits]
+            groups.append({"algo": t.algo, "env": t.env, "seed": seed, "steps": t.steps,
+                           "options": t.options, "schemes": t.schemes,
+                           "eval_seeds": t.eval_seeds, "calib_size": t.calib_size,
+                           "qat_steps": t.qat_steps, "qat": t.qat, "sweeps": sw,
+                           "keys": list(dict.fromkeys(keys))})
+    return groups
+
+
+def read_results(path: Path) -> list[dict]:
+    """Rows of a results file; a last line cut by a kill (no newline, not JSON) is ignored."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    rows = []
+    lines = path.read_text().split("\n")
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i == len(lines) - 1:  # the unterminated last line
+                continue
+            raise QuarlError(f"{path}: line {i + 1} is not JSON") from None
+    return rows
+
+
+def latest_rows(rows: list[dict]) -> dict[tuple, dict]:
+    """The last row per key (a retried error is replaced by its retry)."""
+    out: dict[tuple, dict] = {}
+    for r in rows:
+        out[row_key(r)] = r
+    return out
+
+
+def _repair_tail(path: Path) -> None:
+    """Cut an unterminated last line (a write interrupted by a kill) before appending."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    data = path.read_bytes()
+    if data.endswith(b"\n"):
+        return
+    cut = data.rfind(b"\n") + 1
+    with path.open("r+b") as f:
+        f.truncate(cut)
+
+
+# ------------------------------------------------------------------------------ the work
+def _jsonable(x):
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, float) and not np.isfinite(x):
+        return None
+    return x
+
+
+def _train_matches(run_dir: Path, group: dict) -> bool:
+    meta = run_dir / "run.json"
+    if not meta.is_file() or not (run_dir / "study-train.json").is_file():
+        return False
+    try:
+        want = json.loads((run_dir / "study-train.json").read_text())
+    except json.JSONDecodeError:
+        return False
+    return want == _train_spec(group)
+
+
+def _train_spec(group: dict) -> dict:
+    return _jsonable({"algo": group["algo"], "env": group["env"], "seed": group["seed"],
+                      "steps": group["steps"], "options": group["options"]})
+
+
+def _limit_threads(threads: int) -> None:
+    import tensorflow as tf
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(threads)
+    except RuntimeError:  # TF already initialised in this process
+        pass
+
+
+def run_group(group: dict, out: Path, done: set, emit: Callable[[dict], None],
+              log: Callable[[str], None] = lambda s: None) -> None:
+    """Train (or reuse) one run and produce its pending rows, calling emit(row) per row."""
+    from .analysis import (batch_runner, evaluate_runner, keras_runner, policy_kl,
+                           random_policy_return, weight_quantiles, weight_stats)
+    from .envs import make_gym, play_batched
+    from .quantize import nbit_sweep, quantize, tflite_runner
+    from .train import load_keras, load_run, mlp_layers, train
+
+    algo, env_id, seed = group["algo"], group["env"], group["seed"]
+    base = {"study": group.get("study"), "algo": algo, "env": env_id, "seed": seed}
+    pending = [k for k in map(tuple, group["keys"]) if k not in done]
+    if not pending:
+        return
+    run_dir = Path(out) / "runs" / run_dir_name(algo, env_id, seed)
+    t0 = time.perf_counter()
+    cached = _train_matches(run_dir, group)
+    if not cached:
+        log(f"train {algo} {env_id} seed {seed} ({group['steps'] or 'default'} steps)")
+        if run_dir.exists():
+            shutil.rmtree(run_dir)
+        train(env_id, algo, group["steps"], seed, run_dir, progress=False, **group["options"])
+        (run_dir / "study-train.json").write_text(json.dumps(_train_spec(group)) + "\n")
+    info = load_run(run_dir)
+    train_wall = time.perf_counter() - t0
+    model = load_keras(run_dir)
+    layers = mlp_layers(model)
+    reference = keras_runner(model)
+    space = make_gym(env_id).action_space
+    logits = algo == "ppo" and hasattr(space, "n")   # discrete PPO exports logits
+    eval_seeds = group["eval_seeds"]
+    ref_returns, states = play_batched(env_id, reference, eval_seeds, record=True)
+    ref_mean = float(np.mean(ref_returns))
+    stats = weight_stats(layers)
+
+    if ("run", algo, env_id, seed) in pending:
+        emit({"kind": "run", **base, "status": "ok", "steps": info.get("steps"),
+              "cached": cached, "train_seconds": info.get("train_seconds"),
+              "wall_seconds": round(train_wall, 2),
+              "best_validation_return": info.get("best_greedy_return"),
+              "eval_seeds": list(eval_seeds), "fp32_return": ref_mean,
+              "fp32_std_return": float(np.std(ref_returns)),
+              "returns": [float(r) for r in ref_returns],
+              "random_return": random_policy_return(env_id, eval_seeds),
+              "n_params": int(sum(k.size + b.size for k, b, _ in layers)),
+              "output": "logits" if logits else ("q_values" if algo == "dqn" else "action"),
+              "weights": stats, "weight_quantiles": weight_quantiles(layers),
+              "run_dir": str(run_dir)})
+
+    summary = {"weight_range": stats["all"]["range"], "weight_std": stats["all"]["std"],
+               "weight_kurtosis": stats["all"]["kurtosis"]}
+    for scheme in group["schemes"]:
+        key = ("cell", algo, env_id, seed, scheme)
+        if key not in pending:
+            continue
+        row = {"kind": "cell", **base, "scheme": scheme}
+        if scheme == "qat-int8" and algo not in QAT_ALGOS:
+            emit({**row, "status": "skipped",
+                  "reason": f"qat-int8 fine-tunes in the RL loop of {', '.join(QAT_ALGOS)} only "
+                            f"(quarl_edge/qat.py); {algo} is not supported"})
+            continue
+        t1 = time.perf_counter()
+        try:
+            qat = {"steps": group["qat_steps"], **group["qat"]} if scheme == "qat-int8" else None
+            path = quantize(run_dir, scheme, calib_size=group["calib_size"], seed=0,
+                            verbose=False, qat=qat)
+            runner = batch_runner(tflite_runner(path))
+            res = evaluate_runner(env_id, runner, eval_seeds, reference, states)
+            kl = None
+            if logits:
+                kl = policy_kl(reference(states), runner(states))
+            emit({**row, "status": "ok", **res, "kl": kl, "fp32_return": ref_mean,
+                  "eval_seeds": list(eval_seeds), "size_bytes": path.stat().st_size,
+                  **summary, "seconds": round(time.perf_counter() - t1, 2),
+                  "run_dir": str(run_dir)})
+        except Exception as e:  # this scheme failed; the run's other cells go on
+            emit({**row, "status": "error", "reason": _reason(e)})
+
+    for sw in group["sweeps"]:
+        want = [("fp32", 32)] + [(m, b) for m in sw["modes"] for b in sw["bits"]]
+        todo = [(m, b) for m, b in want if ("sweep", algo, env_id, seed, m, b) in pending]
+        if not todo:
+            continue
+        t1 = time.perf_counter()
+        bits = sorted({b for m, b in todo if m != "fp32"}) or sw["bits"][:1]
+        modes = [m for m in sw["modes"] if any(mm == m for mm, _ in todo)] or sw["modes"][:1]
+        try:
+            rows = nbit_sweep(run_dir, bits=bits, seeds=sw["eval_seeds"],
+                              calib_size=sw["calib_size"], modes=modes)
+        except Exception as e:
+            for m, b in todo:
+                emit({"kind": "sweep", **base, "mode": m, "bits": b, "status": "error",
+                      "reason": _reason(e)})
+            continue
+        secs = round(time.perf_counter() - t1, 2)
+        for r in rows:
+            if (r["mode"], r["bits"]) not in todo:
+                continue
+            todo.remove((r["mode"], r["bits"]))
+            emit({"kind": "sweep", **base, "status": "ok", **r,
+                  "eval_seeds": list(sw["eval_seeds"]), "fp32_return": ref_mean,
+                  "seconds": secs})
+
+
+def _reason(e: Exception) -> str:
+    text = str(e).strip()
+    first = text.splitlines()[0] if text else ""
+    return first if isinstance(e, QuarlError) else f"{type(e).__name__}: {first}"
+
+
+# --------------------------------------------------------------------------- the workers
+def _die_with_parent() -> None:
+    """Linux: the kernel kills this process when its parent dies (prctl PR_SET_PDEATHSIG)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+        try:
+            libc = ctypes.CDLL("libc.so.6", use_errno=True)
+            libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+        except OSError:
+            pass
+
+
+def _worker(tasks, results, out: str, done: list, threads: int, parent: int) -> None:
+    _die_with_parent()
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    _quiet()
+    _limit_threads(threads)
+    done_set = {tuple(k) for k in done}
+    while True:
+        group = tasks.get()
+        if group is None:
+            return
+        gid = (group["algo"], group["env"], group["seed"])
+        try:
+            run_group(group, Path(out), done_set, lambda row: results.put(("row", row)),
+                      lambda msg: results.put(("log", msg)))
+        except Exception as e:  # a failed training: its pending rows are errors
+            results.put(("fail", gid, _reason(e)))
+        results.put(("done", gid))
+
+
+def _quiet() -> None:
+    import logging
+    import warnings
+    warnings.filterwarnings("ignore")
+    logging.getLogger("absl").setLevel(logging.ERROR)
+    try:
+        import tensorflow as tf
+        tf.get_logger().setLevel(logging.ERROR)
+    except ImportError:
+        pass
+
+
+class _Writer:
+    """The results file: one JSON line per row, flushed and fsync'ed."""
+
+    def __init__(self, path: Path, done: dict, echo: Callable[[dict], None]):
+        self.path, self.done, self.echo = path, done, echo
+        _repair_tail(path)
+        self.f = path.open("a")
+
+    def write(self, row: dict) -> None:
+        row = _jsonable({**row, "time": time.strftime("%Y-%m-%dT%H:%M:%S")})
+        self.f.write(json.dumps(row, separators=(", ", ": ")) + "\n")
+        self.f.flush()
+        os.fsync(self.f.fileno())
+        self.done[row_key(row)] = row
+        self.echo(row)
+
+    def fail_group(self, group: dict, reason: str) -> None:
+        for key in map(tuple, group["keys"]):
+            if key in self.done and self.done[key].get("status") in STATUS_DONE:
+                continue
+            kind, algo, env_id, seed, *rest = key
+            row = {"kind": kind, "study": group.get("study"), "algo": algo, "env": env_id,
+                   "seed": seed, "status": "error", "reason": reason}
+            if kind == "cell":
+                row["scheme"] = rest[0]
+            elif kind == "sweep":
+                row["mode"], row["bits"] = rest
+            self.write(row)
+
+    def close(self) -> None:
+        self.f.close()
+
+
+def _describe(row: dict) -> str:
+    what = {"run": "run", "cell": row.get("scheme"),
+            "sweep": f"sweep {row.get('mode')} {row.get('bits')} bits"}.get(row["kind"])
+    head = f"{row['algo']:4s} {row['env']:24s} seed {row['seed']}  {what}"
+    if row.get("status") != "ok":
+        return f"{head}: {row.get('status')} ({row.get('reason')})"
+    if row["kind"] == "run":
+        return f"{head}: fp32 return {row['fp32_return']:.1f} (validation {row.get('best_validation_return')})"
+    extra = f", agree {row['agreement']:.3f}" if row.get("agreement") is not None else ""
+    if row.get("kl") is not None:
+        extra += f", KL {row['kl']:.2e}"
+    if row.get("size_bytes"):
+        extra += f", {row['size_bytes']:,} B"
+    return f"{head}: return {row['mean_return']:.1f}{extra}"
+
+
+def run_study(config: Path, out: Path | None = None, workers: int = 1, resume: bool = False,
+              ray_address: str | None = None, echo: Callable[[str], None] | None = None) -> dict:
+    """Run (or resume) the study in `config`; returns a summary dict."""
+    study = load_study(config)
+    out = Path(out) if out else Path("results") / study.name
+    if workers < 1:
+        raise QuarlError(f"--workers must be >= 1, got {workers}")
+    ray = None
+    if ray_address:
+        try:
+            import ray  # noqa: F811
+        except ImportError:
+            raise QuarlError(f"install {RAY_PIN} to use --ray (pip install {RAY_PIN}, or "
+                             "pip install -e '.[ray]')") from None
+    out.mkdir(parents=True, exist_ok=True)
+    results = out / "results.jsonl"
+    prior = read_results(results)
+    if prior and not resume:
+        raise QuarlError(f"{results} already holds {len(prior)} rows: use --resume to continue "
+                         "it, or another --out")
+    lock = _lock(out)
+    try:
+        if study.path.resolve() != (out / "study.toml").resolve():
+            shutil.copy(study.path, out / "study.toml")  # what the results were made with
+        done = {k: r for k, r in latest_rows(prior).items() if r.get("status") in STATUS_DONE}
+        groups = plan(study)
+        for g in groups:
+            g["study"] = study.name
+        todo = [g for g in groups if any(tuple(k) not in done for k in g["keys"])]
+        keys = [tuple(k) for g in groups for k in g["keys"]]
+        say = echo or (lambda s: None)
+        say(f"study {study.name}: {len(groups)} runs, {len(keys)} rows; "
+            f"{sum(k in done for k in keys)} done, {len(todo)} runs to do; results in {results}")
+        writer = _Writer(results, dict(latest_rows(prior)), lambda r: say(_describe(r)))
+        t0 = time.perf_counter()
+        try:
+            if not todo:
+                pass
+            elif ray is not None:
+                _run_ray(ray, ray_address, todo, out, set(done), writer, say)
+            elif workers == 1:
+                _quiet()
+                for g in todo:
+                    try:
+                        run_group(g, out, set(done), writer.write, say)
+                    except Exception as e:  # as in the workers: the run's rows become errors
+                        writer.fail_group(g, _reason(e))
+            else:
+                _run_pool(todo, out, set(done), workers, writer, say)
+        finally:
+            writer.close()
+        rows = latest_rows(read_results(results))
+        want = {tuple(k) for g in groups for k in g["keys"]}
+        status = {}
+        for k in want:
+            s = rows.get(k, {}).get("status", "missing")
+            status[s] = status.get(s, 0) + 1
+        return {"study": study.name, "results": str(results), "rows": len(want),
+                "status": status, "seconds": round(time.perf_counter() - t0, 1)}
+    finally:
+        lock.close()
+
+
+def _lock(out: Path):
+    import fcntl
+    f = (out / ".study.lock").open("w")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.close()
+        raise QuarlError(f"another study is running into {out} (lock {out / '.study.lock'})") from None
+    return f
+
+
+def _run_pool(todo: list[dict], out: Path, done: set, workers: int, writer: _Writer,
+              say: Callable[[str], None]) -> None:
+    import multiprocessing as mp
+    import queue as queue_mod
+    ctx = mp.get_context("spawn")
+    tasks, results = ctx.Queue(), ctx.Queue()
+    n = min(workers, len(todo))
+    threads = max(1, (os.cpu_count() or 1) // n)
+    for g in todo:  # in the config's order
+        tasks.put(g)
+    for _ in range(n):
+        tasks.put(None)
+    procs = [ctx.Process(target=_worker, args=(tasks, results, str(out), sorted(done, key=str),
+                                               threads, os.getpid()), daemon=True)
+             for _ in range(n)]
+    for p in procs:
+        p.start()
+    by_id = {(g["algo"], g["env"], g["seed"]): g for g in todo}
+    finished = 0
+    try:
+        while finished < len(todo):
+            try:
+                msg = results.get(timeout=2.0)
+            except queue_mod.Empty:
+                if not any(p.is_alive() for p in procs):
+                    for gid, g in by_id.items():
+                        writer.fail_group(g, "worker process died")
+                    raise QuarlError("all study workers died; see the rows marked error")
+                continue
+            if msg[0] == "row":
+                writer.write(msg[1])
+            elif msg[0] == "log":
+                say(msg[1])
+            elif msg[0] == "fail":
+                writer.fail_group(by_id[msg[1]], msg[2])
+            elif msg[0] == "done":
+                by_id.pop(msg[1], None)
+                finished += 1
+    finally:
+        for p in procs:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+
+
+def _run_ray(ray, address: str, todo: list[dict], out: Path, done: set, writer: _Writer,
+             say: Callable[[str], None]) -> None:
+    """The same groups as Ray tasks (one CPU each) on an existing cluster. OUT must be on a
+    filesystem every node sees (run directories are written there). Rows come back per group."""
+    ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
+
+    @ray.remote(num_cpus=1)
+    def remote_group(group, out_dir, done_keys):
+        rows = []
+        _quiet()
+        try:
+            run_group(group, Path(out_dir), {tuple(k) for k in done_keys}, rows.append)
+            return rows, None
+        except Exception as e:
+            return rows, _reason(e)
+
+    done_keys = sorted(done, key=str)
+    futures = {remote_group.remote(g, str(out.resolve()), done_keys): g for g in todo}
+    while futures:
+        ready, _ = ray.wait(list(futures), num_returns=1)
+        g = futures.pop(ready[0])
+        rows, err = ray.get(ready[0])
+        for r in rows:
+            writer.write(r)
+        if err:
+            writer.fail_group(g, err)

@@ -1,0 +1,133 @@
+"""The report: verdicts on QuaRL's claims are computed from the rows (agree, disagree, partly,
+insufficient data), duplicates resolve to the last row, figures are real PNGs, the HTML is
+self-contained. Synthetic results here; the smoke study's real ones in test_study.py."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from quarl_edge.errors import QuarlError
+from quarl_edge.report import Results, claims, normalised_loss, spearman, write_report
+
+
+def _run(algo, env, seed, fp32, rnd, wrange, eval_seeds=(0, 1, 2)):
+    stats = {"n": 10, "min": -wrange / 2, "max": wrange / 2, "range": wrange, "std": wrange / 6,
+             "kurtosis": 0.5, "abs_max": wrange / 2}
+    return {"kind": "run", "study": "synthetic", "algo": algo, "env": env, "seed": seed,
+            "status": "ok", "steps": 1000, "train_seconds": 1.0, "best_validation_return": fp32,
+            "eval_seeds": list(eval_seeds), "fp32_return": fp32, "random_return": rnd,
+            "weights": {"layers": [{"layer": 0, "shape": [4, 2], **stats}], "all": stats},
+            "weight_quantiles": list(np.linspace(-wrange / 2, wrange / 2, 101)),
+            "output": "q_values"}
+
+
+def _cell(algo, env, seed, scheme, ret, fp32, size=1000, kl=None, eval_seeds=(0, 1, 2)):
+    return {"kind": "cell", "study": "synthetic", "algo": algo, "env": env, "seed": seed,
+            "scheme": scheme, "status": "ok", "mean_return": ret, "std_return": 0.0,
+            "returns": [ret] * 3, "fp32_return": fp32, "agreement": 0.9, "ties": 0.0, "kl": kl,
+            "size_bytes": size, "eval_seeds": list(eval_seeds)}
+
+
+def _sweep(algo, env, seed, mode, bits, ret):
+    return {"kind": "sweep", "study": "synthetic", "algo": algo, "env": env, "seed": seed,
+            "status": "ok", "mode": mode, "bits": bits, "mean_return": ret, "std_return": 0.0,
+            "agreement": 1.0 if mode == "fp32" else 0.8, "eval_seeds": [0, 1, 2]}
+
+
+def _grid(loss_of_range, qat_delta, sweep_loss=0.0):
+    """6 DQN runs (fp32 200, random 0), weight ranges 1..6, int8 loss = loss_of_range(range),
+    qat-int8 = int8 + qat_delta, a sweep with 6..8 bits losing `sweep_loss` of the gain."""
+    rows = []
+    for i, env in enumerate(["CartPole-v1", "Acrobot-v1"]):
+        for seed in range(3):
+            wrange = 1.0 + 3 * i + seed
+            rows.append(_run("dqn", env, seed, 200.0, 0.0, wrange))
+            rows.append(_cell("dqn", env, seed, "fp32", 200.0, 200.0, size=20_000))
+            int8 = 200.0 * (1 - loss_of_range(wrange))
+            rows.append(_cell("dqn", env, seed, "int8", int8, 200.0, size=7_000))
+            rows.append(_cell("dqn", env, seed, "qat-int8", int8 + qat_delta, 200.0, size=7_000))
+            rows.append(_sweep("dqn", env, seed, "fp32", 32, 200.0))
+            for b in (2, 6, 7, 8):
+                rows.append(_sweep("dqn", env, seed, "weights+activations", b,
+                                   10.0 if b == 2 else 200.0 * (1 - sweep_loss)))
+    return rows
+
+
+def _verdicts(rows, tol=0.05):
+    return {c["claim"]: c["verdict"] for c in claims(Results(rows), tol)}
+
+
+C1, C2, C3 = ("6-8 bit policies lose no reward", "QAT >= PTQ (and often >= fp32)",
+              "wider weight distributions quantize worse")
+
+
+def test_claims_agree():
+    rows = _grid(lambda r: 0.004 * r, qat_delta=+1.0)  # int8 loss 0.4 %..2.4 %, grows with range
+    v = _verdicts(rows)
+    assert v == {C1: "agree", C2: "agree", C3: "agree"}
+    cl = {c["claim"]: c for c in claims(Results(rows), 0.05)}
+    assert cl[C1]["n"] == 6 * 2 + 6 * 3  # int8 + qat-int8 cells, 6/7/8-bit sweep points
+    assert "30 of 30 policies at 6-8 bits are within 5%" in cl[C1]["evidence"][0]
+    assert "6 of 6 runs" in cl[C2]["evidence"][0] and "strictly better in 6" in cl[C2]["evidence"][0]
+    assert "Spearman rho = +1.00" in cl[C3]["evidence"][0] and "-> agree" in cl[C3]["evidence"][0]
+
+
+def test_claims_disagree():
+    rows = _grid(lambda r: 0.5 - 0.05 * r, qat_delta=-40.0, sweep_loss=0.3)  # wider: less loss
+    v = _verdicts(rows)
+    assert v[C1] == "disagree" and v[C2] == "disagree"
+    assert v[C3] == "disagree"  # the sweep's loss is constant here: insufficient on its own
+    cl = {c["claim"]: c for c in claims(Results(rows), 0.05)}
+    assert "Spearman rho = -1.00" in cl[C3]["evidence"][0]
+
+
+def test_partly_and_tolerance():
+    rows = _grid(lambda r: 0.04 if r < 4 else 0.08, qat_delta=0.0)
+    assert _verdicts(rows, 0.05)[C1] == "partly agree"  # int8 3 of 6, qat 3 of 6, sweep 18/18
+    assert _verdicts(rows, 0.10)[C1] == "agree"
+    assert _verdicts(rows)[C2] == "agree"  # equal counts as >= PTQ
+
+
+def test_insufficient_data_and_not_learned_runs():
+    rows = _grid(lambda r: 0.0, qat_delta=0.0)
+    v = _verdicts(rows)
+    assert v[C3] == "insufficient data"  # no variation in the loss
+    # runs that did not beat a random policy are left out of every claim
+    unlearned = [dict(r, random_return=300.0) if r["kind"] == "run" else r for r in rows]
+    assert set(_verdicts(unlearned).values()) == {"insufficient data"}
+    only_fp32 = [r for r in rows if r["kind"] == "run" or r.get("scheme") == "fp32"]
+    assert set(_verdicts(only_fp32).values()) == {"insufficient data"}
+
+
+def test_normalised_loss_and_spearman():
+    assert normalised_loss(200.0, 180.0, 20.0) == pytest.approx(20 / 180)
+    assert normalised_loss(-150.0, -165.0, -1200.0) == pytest.approx(15 / 1050)  # Pendulum
+    assert normalised_loss(10.0, 5.0, 20.0) is None  # fp32 no better than random
+    assert spearman([1, 2, 3, 4], [1, 2, 2, 5]) > 0.9
+    assert spearman([1, 2, 3], [5, 5, 5]) is None
+
+
+def test_report_files_last_row_wins_and_self_contained_html(tmp_path):
+    rows = _grid(lambda r: 0.004 * r, qat_delta=+1.0)
+    err = {**rows[2], "status": "error", "reason": "boom", "mean_return": None}
+    path = tmp_path / "results.jsonl"
+    # an error for int8 of the first run, then its successful retry: the retry is used
+    path.write_text("".join(json.dumps(r) + "\n" for r in [err] + rows) + '{"kind": "ce')
+    out = write_report(path, tmp_path / "rep")
+    md = out["markdown"].read_text()
+    assert "boom" not in md and "Skipped and failed" not in md
+    assert "| DQN CartPole-v1 | int8 | 3 |" in md
+    assert len(out["figures"]) == 4
+    for f in out["figures"]:
+        assert f.read_bytes()[:4] == b"\x89PNG" and f.parent == tmp_path / "rep"
+    page = out["html"].read_text()
+    assert page.startswith("<!DOCTYPE html>") and "<script" not in page
+    assert "http" not in page.replace('charset="utf-8"', "")
+    assert json.loads(out["claims"].read_text())[0]["verdict"] == "agree"
+    with pytest.raises(QuarlError, match="no results file"):
+        write_report(tmp_path / "nope.jsonl")
+    (tmp_path / "other.jsonl").write_text('{"kind": "bench"}\n')
+    with pytest.raises(QuarlError, match="unknown kind 'bench'"):
+        write_report(tmp_path / "other.jsonl")

@@ -1,0 +1,294 @@
+"""The study runner: config checks before anything runs, the smoke study through the CLI (and the
+report on it), and a real subprocess killed with SIGKILL mid-grid then resumed: no row lost,
+none repeated, finished runs not retrained, no worker left behind."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from quarl_edge.analysis import policy_kl, weight_stats
+from quarl_edge.errors import QuarlError
+from quarl_edge.study import load_study, plan, read_results, row_key
+
+ROOT = Path(__file__).resolve().parents[1]
+CLI = [sys.executable, "-m", "quarl_edge.cli"]
+ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+
+TINY_DQN = """
+[task.options]
+learning_starts = 200
+train_every = 200
+updates_per_train = 16
+eval_every = 400
+eval_episodes = 2
+hidden = [16, 16]
+select_int8 = false
+"""
+
+
+def _write(tmp_path, text, name="study.toml"):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+# ------------------------------------------------------------------------------ config checks
+GOOD = """
+[study]
+name = "t"
+seeds = [0]
+schemes = ["fp32", "int8"]
+episodes = 3
+[[task]]
+algo = "dqn"
+env = "CartPole-v1"
+steps = 100
+"""
+
+
+@pytest.mark.parametrize("edit,match", [
+    (('algo = "dqn"', 'algo = "a2c"'), r"unknown algorithm 'a2c'.*known: dqn, ppo"),
+    (('env = "CartPole-v1"', 'env = "NoSuchEnv-v0"'), r"\(dqn, NoSuchEnv-v0\).*unknown Gymnasium environment 'NoSuchEnv-v0'"),
+    (('"fp32", "int8"', '"fp32", "int4"'), r"unknown quantization scheme 'int4'.*known: fp32, fp16"),
+    (('steps = 100', 'steps = 100\n[task.options]\nlearning_rat = 1.0'), r"unknown dqn option\(s\) learning_rat"),
+    (('algo = "dqn"', 'algo = "sac"'), r"sac needs a Box"),
+    (('episodes = 3', 'episodez = 3'), r"\[study\]: unknown key\(s\) episodez"),
+    (('steps = 100', 'steps = 0'), r"steps must be positive"),
+])
+def test_config_errors_name_the_bad_entry(tmp_path, edit, match):
+    with pytest.raises(QuarlError, match=match):
+        load_study(_write(tmp_path, GOOD.replace(*edit)))
+
+
+def test_sweep_errors_and_the_plan(tmp_path):
+    bad = GOOD + '[[sweep]]\nalgo = "ppo"\nenv = "CartPole-v1"\nbits = [4]\n'
+    with pytest.raises(QuarlError, match=r"\(ppo, CartPole-v1\) is not a \[\[task\]\]"):
+        load_study(_write(tmp_path, bad))
+    bad = GOOD + '[[sweep]]\nalgo = "dqn"\nenv = "CartPole-v1"\nbits = [1]\n'
+    with pytest.raises(QuarlError, match="bits must be in 2..16"):
+        load_study(_write(tmp_path, bad))
+    bad = GOOD + '[[sweep]]\nalgo = "dqn"\nenv = "CartPole-v1"\nmodes = ["bias"]\n'
+    with pytest.raises(QuarlError, match="unknown sweep mode 'bias'"):
+        load_study(_write(tmp_path, bad))
+    ok = GOOD.replace("seeds = [0]", "seeds = [0, 1]") + (
+        '[[sweep]]\nalgo = "dqn"\nenv = "CartPole-v1"\nbits = [3, 8]\nseeds = [1]\n')
+    groups = plan(load_study(_write(tmp_path, ok)))
+    assert [g["seed"] for g in groups] == [0, 1]
+    assert groups[0]["keys"] == [("run", "dqn", "CartPole-v1", 0),
+                                 ("cell", "dqn", "CartPole-v1", 0, "fp32"),
+                                 ("cell", "dqn", "CartPole-v1", 0, "int8")]
+    assert groups[1]["keys"][-3:] == [("sweep", "dqn", "CartPole-v1", 1, "fp32", 32),
+                                      ("sweep", "dqn", "CartPole-v1", 1, "weights+activations", 3),
+                                      ("sweep", "dqn", "CartPole-v1", 1, "weights+activations", 8)]
+    assert groups[0]["eval_seeds"] == [0, 1, 2]
+
+
+def test_the_shipped_configs_are_valid():
+    smoke = load_study(ROOT / "studies" / "smoke.toml")
+    assert [(t.algo, t.env, t.schemes) for t in smoke.tasks] == [
+        ("dqn", "CartPole-v1", ["fp32", "int8", "int16x8"])]
+    assert smoke.sweeps[0].bits == [2, 4, 8]
+    classic = load_study(ROOT / "studies" / "classic.toml")  # needs box2d for LunarLander
+    assert len(classic.tasks) == 11 and all(t.seeds == [0, 1, 2] for t in classic.tasks)
+    assert {(s.algo, s.env) for s in classic.sweeps} == {("dqn", "CartPole-v1"),
+                                                          ("ppo", "Pendulum-v1")}
+    assert all(s.bits == list(range(2, 9)) for s in classic.sweeps)
+    rows = sum(len(g["keys"]) for g in plan(classic))
+    assert rows == 33 * 7 + 6 * 15  # per run: a run row + 6 schemes; sweeps: fp32 + 2 modes x 7
+
+
+def test_unknown_config_fails_through_the_cli_before_anything_runs(tmp_path):
+    cfg = _write(tmp_path, GOOD.replace('"fp32", "int8"', '"fp32", "int3"'))
+    p = subprocess.run(CLI + ["study", str(cfg), "--out", str(tmp_path / "out")],
+                       capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=120)
+    assert p.returncode == 2 and "unknown quantization scheme 'int3'" in p.stderr
+    assert not (tmp_path / "out").exists()
+
+
+# ------------------------------------------------------------------------ analysis additions
+def test_weight_stats_and_kl():
+    rng = np.random.default_rng(0)
+    k1, k2 = rng.normal(size=(200, 300)), rng.uniform(-2, 1, size=(300, 4))
+    s = weight_stats([(k1, np.zeros(300), "relu"), (k2, np.ones(4), "linear")])
+    assert [layer["shape"] for layer in s["layers"]] == [[200, 300], [300, 4]]
+    assert abs(s["layers"][0]["kurtosis"]) < 0.05 and abs(s["layers"][0]["std"] - 1) < 0.01
+    assert s["layers"][1]["kurtosis"] == pytest.approx(-1.2, abs=0.15)  # uniform: -6/5
+    assert s["layers"][1]["min"] >= -2 and s["layers"][1]["range"] == pytest.approx(3, abs=0.01)
+    assert s["layers"][1]["bias_abs_max"] == 1.0 and s["all"]["n"] == 200 * 300 + 300 * 4
+    logits = rng.normal(size=(50, 3))
+    assert policy_kl(logits, logits) == pytest.approx(0.0, abs=1e-12)
+    assert policy_kl(logits, logits + 5.0) == pytest.approx(0.0, abs=1e-9)  # shift-invariant
+    p = np.array([[0.0, 1.0]])
+    assert policy_kl(p, p[:, ::-1]) == pytest.approx(0.4621171572600097)  # (e-1)/(e+1) * 1
+    assert policy_kl(p, p * 2) > 0
+
+
+# ----------------------------------------------------------------------- smoke through the CLI
+def test_smoke_study_and_report_through_the_cli(tmp_path):
+    out = tmp_path / "smoke"
+    t0 = time.perf_counter()
+    p = subprocess.run(CLI + ["study", str(ROOT / "studies" / "smoke.toml"), "--out", str(out),
+                              "--json"], capture_output=True, text=True, env=ENV, cwd=ROOT,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert time.perf_counter() - t0 < 60
+    summary = json.loads(p.stdout)
+    assert summary["status"] == {"ok": 8} and summary["rows"] == 8
+    text = (out / "results.jsonl").read_text()
+    assert '"algo": "dqn", "env": "CartPole-v1"' in text and '"scheme": "int8"' in text
+    rows = read_results(out / "results.jsonl")
+    assert len(rows) == 8 and len({row_key(r) for r in rows}) == 8
+    run = rows[0]
+    assert run["kind"] == "run" and len(run["returns"]) == 10 and run["random_return"] < 40
+    assert len(run["weights"]["layers"]) == 3 and len(run["weight_quantiles"]) == 101
+    cells = {r["scheme"]: r for r in rows if r["kind"] == "cell"}
+    assert list(cells) == ["fp32", "int8", "int16x8"]
+    assert cells["fp32"]["agreement"] == 1.0 and cells["fp32"]["mean_return"] == run["fp32_return"]
+    assert cells["int8"]["size_bytes"] < cells["fp32"]["size_bytes"] / 2
+    assert all(r["kl"] is None and r["eval_seeds"] == list(range(10)) for r in cells.values())
+    sweep = [(r["mode"], r["bits"]) for r in rows if r["kind"] == "sweep"]
+    assert sweep == [("fp32", 32)] + [("weights+activations", b) for b in (2, 4, 8)]
+    # the run is cached: resuming a finished study does nothing
+    p = subprocess.run(CLI + ["study", str(ROOT / "studies" / "smoke.toml"), "--out", str(out),
+                              "--resume"], capture_output=True, text=True, env=ENV, cwd=ROOT,
+                       timeout=120)
+    assert p.returncode == 0 and "8 done, 0 runs to do" in p.stdout
+    assert len(read_results(out / "results.jsonl")) == 8
+    # without --resume an existing results file is refused
+    p = subprocess.run(CLI + ["study", str(ROOT / "studies" / "smoke.toml"), "--out", str(out)],
+                       capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=120)
+    assert p.returncode == 2 and "--resume" in p.stderr
+
+    # the report on the smoke results
+    p = subprocess.run(CLI + ["report", str(out / "results.jsonl"), "--out", str(out / "report")],
+                       capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    md = (out / "report" / "report.md").read_text()
+    for png in ("return_vs_precision", "return_vs_bits", "weight_histograms", "model_size"):
+        assert f"]({png}.png)" in md
+        assert (out / "report" / f"{png}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "| 6-8 bit policies lose no reward |" in md
+    assert "| QAT >= PTQ (and often >= fp32) | **insufficient data** | 0 |" in md
+    assert "| wider weight distributions quantize worse | **insufficient data** |" in md
+    assert f"{cells['int8']['mean_return']:,.1f}" in md  # numbers come from the results
+    page = (out / "report" / "report.html").read_text()
+    assert "<table>" in page and 'src="return_vs_bits.png"' in page
+    assert "http://" not in page and "https://" not in page and "<script" not in page
+
+
+# ------------------------------------------------------------------- kill -9 mid-grid, resume
+KILL_STUDY = """
+[study]
+name = "killme"
+seeds = [0, 1]
+schemes = ["fp32", "dyn-int8", "int8"]
+episodes = 3
+calib_size = 100
+
+[[task]]
+algo = "dqn"
+env = "CartPole-v1"
+steps = 800
+""" + TINY_DQN + """
+[[task]]
+algo = "ppo"
+env = "CartPole-v1"
+steps = 256
+seeds = [0]
+schemes = ["fp32", "int8", "qat-int8"]
+[task.options]
+collect_steps = 128
+epochs = 1
+eval_episodes = 1
+hidden = [8, 8]
+"""
+
+
+def _children(pid: int) -> set[int]:
+    out = set()
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            out |= {int(c) for c in (task / "children").read_text().split()}
+        except OSError:
+            pass
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def test_sigkill_mid_grid_then_resume_loses_and_repeats_nothing(tmp_path):
+    cfg = _write(tmp_path, KILL_STUDY)
+    out = tmp_path / "out"
+    results = out / "results.jsonl"
+    expected = {k for g in plan(load_study(cfg)) for k in g["keys"]}
+    assert len(expected) == 2 * 4 + 4
+
+    proc = subprocess.Popen(CLI + ["study", str(cfg), "--out", str(out), "--workers", "2"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV, cwd=ROOT)
+    children: set[int] = set()
+    deadline = time.time() + 180
+    try:
+        while time.time() < deadline:
+            children |= _children(proc.pid)
+            n = len(read_results(results)) if results.is_file() else 0
+            if n >= 2:
+                break
+            assert proc.poll() is None, "the study finished or failed before it could be killed"
+            time.sleep(0.05)
+        else:
+            pytest.fail("no rows within 180 s")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    before = results.read_text()
+    rows_before = read_results(results)
+    assert 2 <= len(rows_before) < len(expected), "the kill should land mid-grid"
+    # the workers die with the main process (PR_SET_PDEATHSIG): nothing writes behind our back
+    deadline = time.time() + 10
+    while any(_alive(c) for c in children) and time.time() < deadline:
+        time.sleep(0.1)
+    assert children and not any(_alive(c) for c in children)
+    assert results.read_text() == before
+    # a write cut by the kill: an unterminated last line is dropped on resume
+    with results.open("a") as f:
+        f.write('{"kind": "cell", "study": "killme", "algo": "dq')
+    finished_runs = {(r["algo"], r["env"], r["seed"]) for r in rows_before if r["kind"] == "run"}
+    mtimes = {k: (out / "runs" / f"{k[0]}-{k[1]}-s{k[2]}" / "run.json").stat().st_mtime_ns
+              for k in finished_runs}
+
+    p = subprocess.run(CLI + ["study", str(cfg), "--out", str(out), "--workers", "2", "--resume",
+                              "--json"], capture_output=True, text=True, env=ENV, cwd=ROOT,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert json.loads(p.stdout)["status"] == {"ok": 11, "skipped": 1}
+    text = results.read_text()
+    assert text.startswith(before) and text.endswith("\n")
+    rows = read_results(results)
+    keys = [row_key(r) for r in rows]
+    assert len(keys) == len(set(keys)), "a finished row was repeated"
+    assert set(keys) == expected, "a row is missing"
+    assert rows[:len(rows_before)] == rows_before
+    for k, mtime in mtimes.items():  # finished trainings were reused, not redone
+        assert (out / "runs" / f"{k[0]}-{k[1]}-s{k[2]}" / "run.json").stat().st_mtime_ns == mtime
+    by_key = {row_key(r): r for r in rows}
+    qat = by_key[("cell", "ppo", "CartPole-v1", 0, "qat-int8")]
+    assert qat["status"] == "skipped" and "dqn only" in qat["reason"]
+    # discrete PPO exports logits: KL between the fp32 and quantized action distributions
+    fp32 = by_key[("cell", "ppo", "CartPole-v1", 0, "fp32")]
+    int8 = by_key[("cell", "ppo", "CartPole-v1", 0, "int8")]
+    assert fp32["kl"] == pytest.approx(0.0, abs=1e-9) and int8["kl"] >= 0.0
+    assert by_key[("run", "ppo", "CartPole-v1", 0)]["output"] == "logits"
+    assert by_key[("cell", "dqn", "CartPole-v1", 1, "int8")]["kl"] is None
