@@ -50,3 +50,17 @@ def test_every_model_kind_is_bit_exact_on_every_board(board, models, tmp_path):
             assert res["bit_exact"] is True, (board.id, name, res)
         assert res["latency"]["unit"] == board.cost_unit
         assert res["memory"]["stack_bytes"] > 0, (board.id, name)
+
+
+def test_integer_policies_on_the_avr(models, tmp_path):
+    """atmega328p (2 KiB RAM, 64-byte frames): the integer kinds, plus a CNN small enough for it.
+    Float TANH/LOGISTIC/SOFTMAX need libm's tanhf/expf, which avr-libc lacks (not supported)."""
+    from quarl_edge.boards import get_board
+    board = get_board("atmega328p")
+    small_cnn = tmp_path / "cnn_small_int8_io.tflite"
+    calib = np.random.default_rng(0).normal(size=(200, 5, 5, 2)).astype(np.float32)
+    small_cnn.write_bytes(convert(random_cnn(4, (5, 5, 2), "max", filters=4), "int8_io", calib))
+    for path in (models["tanh_head_int8"], models["int16x8_mlp"], models["sigmoid_int8_io"], small_cnn):
+        res = validate(path, board, tmp_path / path.stem, random_n=12, seed=2)
+        assert res["bit_exact"] is True, (path.stem, res)
+        assert res["latency"]["unit"] == "cycles" and res["memory"]["stack_bytes"] > 0
