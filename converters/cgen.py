@@ -451,8 +451,8 @@ def _lower_unary(op: Operator, model: TFLiteModel, pname: str) -> _Kernel:
     what = f"{op.opcode} {x.dtype}: {x.describe()} -> {y.describe()}"
     if x.dtype == "float32":
         fn = {"RELU": "qe_relu_f32({n}u, {i}, {o});", "RELU6": "qe_relu6_f32({n}u, {i}, {o});",
-              "TANH": "qe_tanh_f32({n}u, tanhf, {i}, {o});",
-              "LOGISTIC": "qe_logistic_f32({n}u, expf, {i}, {o});"}[op.opcode]
+              "TANH": "qe_tanh_f32({n}u, qe_libm_tanhf, {i}, {o});",
+              "LOGISTIC": "qe_logistic_f32({n}u, qe_libm_expf, {i}, {o});"}[op.opcode]
         call = fn.format(n=x.size, i=f"(const float *)@T{x.index}@", o=f"(float *)@T{y.index}@")
         return _Kernel(op, call, "", [], 0, what, inplace=True)
     if x.dtype != "int8":
@@ -764,7 +764,7 @@ def _lower_softmax(op: Operator, model: TFLiteModel, pname: str) -> _Kernel:
     if x.dtype == "float32":
         params = (f"static const qe_softmax_f32_params_t {pname} = {{\n    .beta = {c_float(beta)},\n"
                   f"    .outer = {outer}u,\n    .depth = {depth}u,\n}};\n")
-        call = f"qe_softmax_f32(&{pname}, expf, (const float *)@T{x.index}@, (float *)@T{y.index}@);"
+        call = f"qe_softmax_f32(&{pname}, qe_libm_expf, (const float *)@T{x.index}@, (float *)@T{y.index}@);"
         return _Kernel(op, call, params, [], 0, what, inplace=True)
     if x.dtype != "int8":
         raise _unsupported(op, model, f"{x.dtype} SOFTMAX; supported: int8 and float32")
@@ -1185,6 +1185,10 @@ def _emit_c(model: TFLiteModel, gm: GeneratedModel, kernels: list[_Kernel], act_
              f" * {len(kernels)} ops, {gm.weight_bytes} bytes of weights, {gm.arena_bytes} bytes of arena.\n"
              f" * Requantization: TFLM double rounding (see firmware/core/requant.h). */")
     L.append("#include <float.h>\n#include <math.h>\n#include <stddef.h>\n#include <stdint.h>\n")
+    L.append("/* libm as float(float) on every target: avr-libc declares tanhf/expf as double(double)\n"
+             " * (double is 32-bit there), which does not convert to the kernels' function type. */\n"
+             "static inline float qe_libm_tanhf(float x) { return (float)tanhf(x); }\n"
+             "static inline float qe_libm_expf(float x) { return (float)expf(x); }\n")
     L.append('#include "qe_model.h"\n#include "qe_protocol.h"\n'
              + "".join(f'#include "kernels/{h}"\n' for h in KERNEL_HEADERS))
     L.append(f"#define QE_ARENA_BYTES {gm.arena_bytes}u\n")

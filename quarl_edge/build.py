@@ -5,6 +5,7 @@ generated model.c, compiled with the board's compiler and flags from boards/<id>
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import subprocess
 from dataclasses import asdict, dataclass
@@ -114,7 +115,7 @@ def compile_firmware(board: Board, sources: list[Path], out_elf: Path, extra_fla
     cmd = [cc, *COMMON_CFLAGS, *(expand_flag(board, f) for f in board.cflags), *extra_flags,
            *board_defines(board), *includes, *map(str, sources), "-o", str(out_elf),
            *(expand_flag(board, f) for f in board.ldflags)]
-    (out_elf.parent / "build.cmd").write_text(" ".join(cmd) + "\n")
+    (out_elf.parent / "build.cmd").write_text(shlex.join(cmd) + "\n")   # re-runnable in a shell
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         if any(s in proc.stderr for s in _LD_OVERFLOW):

@@ -53,8 +53,8 @@ def test_every_model_kind_is_bit_exact_on_every_board(board, models, tmp_path):
 
 
 def test_integer_policies_on_the_avr(models, tmp_path):
-    """atmega328p (2 KiB RAM, 64-byte frames): the integer kinds, plus a CNN small enough for it.
-    Float TANH/LOGISTIC/SOFTMAX need libm's tanhf/expf, which avr-libc lacks (not supported)."""
+    """atmega328p (2 KiB RAM, 64-byte frames): the integer kinds, a CNN small enough for it, and
+    a float tanh head (avr-libc's tanhf: within an ulp or so of glibc's)."""
     from quarl_edge.boards import get_board
     board = get_board("atmega328p")
     small_cnn = tmp_path / "cnn_small_int8_io.tflite"
@@ -64,3 +64,5 @@ def test_integer_policies_on_the_avr(models, tmp_path):
         res = validate(path, board, tmp_path / path.stem, random_n=12, seed=2)
         assert res["bit_exact"] is True, (path.stem, res)
         assert res["latency"]["unit"] == "cycles" and res["memory"]["stack_bytes"] > 0
+    res = validate(models["tanh_head_float"], board, tmp_path / "float", random_n=12, seed=2)
+    assert res["max_rel_diff"] <= 1e-6, res
