@@ -27,7 +27,7 @@ def select_boards(spec: str) -> list[Board]:
     out: list[Board] = []
     for item in (x.strip() for x in spec.split(",") if x.strip()):
         if item == "all-emulated":
-            out += [b for b in boards.values() if b.kind == "emulated" and b.connect_method == "qemu"]
+            out += [b for b in boards.values() if b.kind == "emulated"]
         else:
             out.append(get_board(item))
     return list({b.id: b for b in out}.values())
