@@ -39,19 +39,17 @@ class RunningBoard:
         return ""
 
 
-class HostPty(RunningBoard):
-    """The host build runs as a child process whose stdin/stdout is the master side of a
-    pseudo-terminal; the slave side (a real tty device, raw mode) is the board's serial port."""
+class ChildProcess(RunningBoard):
+    """A board that is a child process of ours (the host build, an emulator) writing its
+    diagnostics to a log file: alive / how it died / terminate-then-kill, in one place."""
 
-    def __init__(self, elf: Path, argv: list[str] | None = None, log: Path | None = None):
-        master, slave = os.openpty()
-        tty.setraw(slave)
-        self.url = os.ttyname(slave)
-        self._slave = slave
-        self._stderr = open(log or Path(elf).with_suffix(".stderr.log"), "wb")
-        self.proc = subprocess.Popen(argv or [str(elf)], stdin=master, stdout=master,
-                                     stderr=self._stderr, close_fds=True)
-        os.close(master)
+    EXIT_CODES: dict[int, str] = {}
+    proc: subprocess.Popen
+    _log_path: Path
+
+    def _open_log(self, path: Path) -> None:
+        self._log_path = Path(path)
+        self._log = open(self._log_path, "wb")
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -60,11 +58,18 @@ class HostPty(RunningBoard):
         code = self.proc.poll()
         if code is None:
             return "still running"
-        self._stderr.flush()
-        err = Path(self._stderr.name).read_text(errors="replace").strip()[-500:]
-        return f"exited with code {code}" + (f": {err}" if err else "")
+        if not self._log.closed:
+            self._log.flush()
+        out = self._log_path.read_text(errors="replace").strip()[-500:]
+        if code < 0:
+            how = f"was killed by signal {-code}"
+        else:
+            how = f"exited with code {code}"
+            if code in self.EXIT_CODES:
+                how += f" ({self.EXIT_CODES[code]})"
+        return how + (f": {out}" if out else "")
 
-    def stop(self) -> None:
+    def _terminate(self) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -72,10 +77,32 @@ class HostPty(RunningBoard):
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+    def stop(self) -> None:
+        self._terminate()
+        self._log.close()
+
+
+class HostPty(ChildProcess):
+    """The host build runs as a child process whose stdin/stdout is the master side of a
+    pseudo-terminal; the slave side (a real tty device, raw mode) is the board's serial port."""
+
+    def __init__(self, elf: Path, argv: list[str] | None = None, log: Path | None = None):
+        master, slave = os.openpty()
+        tty.setraw(slave)
+        self.url = os.ttyname(slave)
+        self._slave = slave
+        self._open_log(log or Path(elf).with_suffix(".stderr.log"))
+        self.proc = subprocess.Popen(argv or [str(elf)], stdin=master, stdout=master,
+                                     stderr=self._log, close_fds=True)
+        os.close(master)
+
+    def stop(self) -> None:
+        self._terminate()
         if self._slave is not None:
             os.close(self._slave)
             self._slave = None
-        self._stderr.close()
+        self._log.close()
 
 
 def _die_with_parent() -> None:
@@ -104,7 +131,7 @@ def _check_arm_elf(elf: Path) -> None:
     _check_elf(elf, "EM_ARM", "ARM")
 
 
-class Qemu(RunningBoard):
+class Qemu(ChildProcess):
     """An emulated Cortex-M board: qemu-system-arm runs the firmware ELF with instruction counting
     (-icount shift=N, so SysTick counts instructions exactly and repeatably), its serial port 0 on
     a TCP socket (socket://127.0.0.1:PORT, QEMU picks a free port), and a QMP control socket.
@@ -133,8 +160,7 @@ class Qemu(RunningBoard):
         self._qmp_path = self._dir / "qmp.sock"
         self._qmp: socket.socket | None = None
         self._qmp_buf = b""
-        self._log_path = self.elf.with_suffix(".qemu.log")
-        self._log = open(self._log_path, "wb")
+        self._open_log(self.elf.with_suffix(".qemu.log"))
         self.cmd = [qemu, "-machine", machine, "-kernel", str(self.elf), "-display", "none",
                     "-monitor", "none", "-nodefaults", "-nic", "none", "-icount", f"shift={shift}",
                     "-semihosting-config", "enable=on,target=native",
@@ -213,19 +239,6 @@ class Qemu(RunningBoard):
         raise BoardError("QEMU did not report the serial port's TCP socket (query-chardev)")
 
     # ------------------------------------------------------------------------ lifecycle
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def describe_exit(self) -> str:
-        code = self.proc.poll()
-        if code is None:
-            return "still running"
-        if not self._log.closed:
-            self._log.flush()
-        out = self._log_path.read_text(errors="replace").strip()[-500:]
-        how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
-        return how + (f": {out}" if out else "")
-
     def stop(self) -> None:
         if self.proc.poll() is None and self._qmp is not None:
             try:                                       # a clean quit first
@@ -234,13 +247,7 @@ class Qemu(RunningBoard):
                 self.proc.wait(timeout=2)
             except (OSError, subprocess.TimeoutExpired):
                 pass
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=3)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        self._terminate()
         if self._qmp is not None:
             self._qmp.close()
             self._qmp = None
@@ -293,7 +300,7 @@ def simavr_bridge(cache_dir: Path, install: str = SIMAVR_INSTALL) -> Path:
     return exe
 
 
-class Simavr(RunningBoard):
+class Simavr(ChildProcess):
     """An emulated AVR board: simavr (cycle-accurate, so costs are real CPU cycles) runs the
     firmware ELF inside a small bridge program on libsimavr (quarl_edge/simavr_bridge.c, compiled
     on first use and cached in the firmware's build directory) that connects USART0 to a
@@ -321,8 +328,7 @@ class Simavr(RunningBoard):
         _check_elf(self.elf, "EM_AVR", "AVR")
         install = board.connect.get("install") or SIMAVR_INSTALL
         bridge = simavr_bridge(self.elf.parent, install)
-        self._log_path = self.elf.with_suffix(".simavr.log")
-        self._log = open(self._log_path, "wb")
+        self._open_log(self.elf.with_suffix(".simavr.log"))
         self.cmd = [str(bridge), str(self.elf), mcu, str(freq)]
         self.proc = subprocess.Popen(self.cmd, stdin=subprocess.DEVNULL, stdout=self._log,
                                      stderr=subprocess.STDOUT, close_fds=True,
@@ -348,33 +354,6 @@ class Simavr(RunningBoard):
                                  f"{self.START_TIMEOUT_S:.0f} s; command: {' '.join(self.cmd)}")
             time.sleep(0.005)
 
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def describe_exit(self) -> str:
-        code = self.proc.poll()
-        if code is None:
-            return "still running"
-        if not self._log.closed:
-            self._log.flush()
-        out = self._log_path.read_text(errors="replace").strip()[-500:]
-        if code < 0:
-            how = f"was killed by signal {-code}"
-        else:
-            how = f"exited with code {code}"
-            if code in self.EXIT_CODES:
-                how += f" ({self.EXIT_CODES[code]})"
-        return how + (f": {out}" if out else "")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=3)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
 
 
 class ExternalPort(RunningBoard):
