@@ -45,6 +45,18 @@ class Board:
     def toolchain_installed(self) -> bool:
         return shutil.which(self.cc) is not None
 
+    def missing_tools(self) -> list[tuple[str, str]]:
+        """(what is missing, how to install it) for this board's compiler and emulator."""
+        missing = []
+        if not self.toolchain_installed():
+            missing.append((self.cc, self.install))
+        tool = {"qemu": "qemu-system-arm"}.get(self.connect_method)
+        if tool and shutil.which(tool) is None:
+            missing.append((tool, self.connect.get("install", "")))
+        if self.connect_method == "simavr" and not Path("/usr/include/simavr/sim_avr.h").is_file():
+            missing.append(("libsimavr-dev", self.connect.get("install", "")))
+        return missing
+
 
 def _require(data: dict, key: str, typ, where: str):
     if key not in data:

@@ -172,7 +172,8 @@ def cmd_boards(a):
     if a.json:
         print(json.dumps({b.id: {"name": b.name, "kind": b.kind, "cpu": b.cpu, "clock_hz": b.clock_hz,
                                  "flash_bytes": b.flash_bytes, "ram_bytes": b.ram_bytes,
-                                 "cost_unit": b.cost_unit, "installed": b.toolchain_installed()}
+                                 "cost_unit": b.cost_unit, "installed": not b.missing_tools(),
+                                 "missing": [m for m, _ in b.missing_tools()]}
                           for b in boards.values()}, indent=2))
         return
     print(f"{'board':16s} {'kind':9s} {'cpu':12s} {'clock':>10s} {'flash':>10s} {'RAM':>10s} "
@@ -180,7 +181,8 @@ def cmd_boards(a):
     for b in boards.values():
         print(f"{b.id:16s} {b.kind:9s} {b.cpu:12s} {b.clock_hz or '-':>10} {b.flash_bytes or '-':>10} "
               f"{b.ram_bytes or '-':>10} {b.cost_unit:13s} "
-              f"{'installed' if b.toolchain_installed() else 'missing: ' + b.install}")
+              + ("installed" if not b.missing_tools() else
+                 "; ".join(f"missing {m} ({how})" for m, how in b.missing_tools())))
 
 
 def cmd_ports(a):

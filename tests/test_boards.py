@@ -80,3 +80,26 @@ def test_bad_usb_id_is_refused(tmp_path):
     path = write(tmp_path, "mine", GOOD.format(id="mine").replace("[build]", 'usb = ["stlink"]\n[build]'))
     with pytest.raises(BoardError, match="usb entries are 'VID:PID'"):
         load_board_file(path)
+
+
+def test_boards_lists_every_board_with_its_tools(tmp_path):
+    import json
+    import subprocess
+    import sys
+    p = subprocess.run([sys.executable, "-m", "quarl_edge.cli", "boards", "--json"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    listed = json.loads(p.stdout)
+    assert set(listed) == set(all_boards())
+    assert listed["host"]["installed"] is True and listed["host"]["missing"] == []
+    assert {b["kind"] for b in listed.values()} >= {"host", "emulated", "linux"}
+
+
+def test_a_missing_emulator_is_named_with_its_install_command(tmp_path):
+    text = GOOD.format(id="mine").replace('method = "pty"', 'method = "qemu"\ninstall = "apt-get install qemu-x"')
+    b = load_board_file(write(tmp_path, "mine", text))
+    import shutil as sh
+    missing = dict(b.missing_tools())
+    assert ("qemu-system-arm" in missing) == (sh.which("qemu-system-arm") is None)
+    nocc = load_board_file(write(tmp_path, "mine", text.replace('cc = "gcc"', 'cc = "no-such-cc"')))
+    assert "no-such-cc" in dict(nocc.missing_tools())
