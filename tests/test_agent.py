@@ -3,7 +3,6 @@ through the same BoardLink over a real pty, and over TCP."""
 import os
 import shutil
 import socket
-import struct
 import subprocess
 import sys
 import time
@@ -15,7 +14,6 @@ import pytest
 
 from quarl_edge import protocol as P
 from quarl_edge.agent import Agent
-from quarl_edge.errors import ProtocolError
 from quarl_edge.launch import model_hash
 from quarl_edge.reference import TFLiteRuntime
 from quarl_edge.runner import BoardLink

@@ -1,6 +1,5 @@
 """Every kind of policy the generator supports, validated bit-exact against TF Lite Micro on the
 host board and on every emulated board (issue 4's "done when")."""
-from pathlib import Path
 
 import numpy as np
 import pytest

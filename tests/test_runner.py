@@ -7,7 +7,6 @@ import time
 import tty
 
 import pytest
-import serial
 
 from quarl_edge import protocol as P
 from quarl_edge.errors import BoardError, ProtocolError
