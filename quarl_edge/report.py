@@ -319,12 +319,19 @@ def fig_return_vs_precision(res: Results, path: Path) -> bool:
         ax.set_title(_task_name(t), fontsize=10)
         ax.set_ylabel("greedy return")
         ax.legend(fontsize=7, loc="best")
-    for ax in list(axes.flat)[len(tasks):]:
-        ax.axis("off")
-    fig.suptitle("Return per precision (dots: seeds, bar: mean)")
+    return _save(fig, path, axes, len(tasks), "Return per precision (dots: seeds, bar: mean)")
+
+
+def _save(fig, path: Path, axes=None, used: int = 0, title: str | None = None) -> bool:
+    """Hide a grid's unused panels, title, lay out, write the PNG and free the figure."""
+    if axes is not None:
+        for ax in list(axes.flat)[used:]:
+            ax.axis("off")
+    if title:
+        fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _plt().close(fig)
     return True
 
 
@@ -350,13 +357,7 @@ def fig_return_vs_bits(res: Results, path: Path) -> bool:
         ax.set_ylabel("greedy return")
         ax.set_title(_task_name(t), fontsize=10)
         ax.legend(fontsize=7)
-    for ax in list(axes.flat)[len(tasks):]:
-        ax.axis("off")
-    fig.suptitle("n-bit sweep: return vs bits (mean ± std over seeds)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+    return _save(fig, path, axes, len(tasks), "n-bit sweep: return vs bits (mean ± std over seeds)")
 
 
 def fig_weight_histograms(res: Results, path: Path) -> bool:
@@ -384,13 +385,7 @@ def fig_weight_histograms(res: Results, path: Path) -> bool:
         ax.text(0.02, 0.95, f"range {rng_:.2f}\nkurtosis {kurt:.1f}", transform=ax.transAxes,
                 va="top", fontsize=8)
         ax.set_xlabel("kernel weight")
-    for ax in list(axes.flat)[len(algos):]:
-        ax.axis("off")
-    fig.suptitle("Kernel weights per algorithm (pooled over runs)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+    return _save(fig, path, axes, len(algos), "Kernel weights per algorithm (pooled over runs)")
 
 
 def fig_model_size(res: Results, path: Path) -> bool:
@@ -411,10 +406,7 @@ def fig_model_size(res: Results, path: Path) -> bool:
     ax.set_ylabel(".tflite size (KiB)")
     ax.legend(fontsize=7, ncol=min(len(schemes), 6))
     ax.set_title("Model size per scheme")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+    return _save(fig, path)
 
 
 # ------------------------------------------------------------------------------ the document
