@@ -352,6 +352,21 @@ def _lower_fully_connected(op: Operator, model: TFLiteModel, pname: str) -> _Ker
     raise _unsupported(op, model, f"input type {x.dtype}")
 
 
+def _weight_quantization(op, model, w, what: str, n_out: int, qdim: int):
+    """The quantization of int8 weights `w` (`what`: "weights" or "filter"), checked: present,
+    one scale per tensor or one per output channel along `qdim`, every scale finite and > 0."""
+    wq = w.quantization
+    if wq is None:
+        raise _unsupported(op, model, f"{what} '{w.name}': no quantization parameters")
+    n_ch = len(wq.scale)
+    if n_ch > 1 and (n_ch != n_out or wq.quantized_dimension != qdim):
+        raise _unsupported(op, model, f"{what} '{w.name}': {n_ch} scales along dimension "
+                                      f"{wq.quantized_dimension}; expected {n_out} along {qdim}")
+    if not np.all(np.isfinite(wq.scale) & (wq.scale > 0)):
+        raise _unsupported(op, model, f"{what} '{w.name}': a scale is not finite and positive")
+    return wq
+
+
 def _lower_fc_pc(op, model, pname, x, w, bias, out, act, batches, accum_depth, output_depth,
                  wname, comment_shapes) -> _Kernel:
     """int8 FULLY_CONNECTED with per-channel weights, and the int16x8 one (per tensor or per
@@ -363,17 +378,10 @@ def _lower_fc_pc(op, model, pname, x, w, bias, out, act, batches, accum_depth, o
         raise _unsupported(op, model, f"{dt} input with {w.dtype} weights")
     for t, what in ((x, "input"), (out, "output")):
         _per_tensor(t, op, model, what)
-    wq = w.quantization
-    if wq is None:
-        raise _unsupported(op, model, f"weights '{w.name}' have no quantization parameters")
+    wq = _weight_quantization(op, model, w, "weights", output_depth, 0)
     n_ch = len(wq.scale)
-    if n_ch > 1 and (n_ch != output_depth or wq.quantized_dimension != 0):
-        raise _unsupported(op, model, f"weights '{w.name}' have {n_ch} scales along dimension "
-                                      f"{wq.quantized_dimension}; expected {output_depth} along 0")
     if n_ch > 1 and np.any(wq.zero_point != 0):
         raise _unsupported(op, model, f"per-channel weights '{w.name}' are not symmetric")
-    if not np.all(np.isfinite(wq.scale) & (wq.scale > 0)):
-        raise _unsupported(op, model, f"weights '{w.name}' have a non-positive scale")
     if dt == "int8" and len(out.shape) != 2:
         raise _unsupported(op, model, f"per-channel int8 output of rank {len(out.shape)} "
                                       f"(TFLM's per-channel kernel reads [batches, depth] only)")
@@ -660,18 +668,11 @@ def _lower_conv(op: Operator, model: TFLiteModel, pname: str) -> _Kernel:
         raise _unsupported(op, model, f"int8 input with {w.dtype} filter")
     for t, what in ((x, "input"), (out, "output")):
         _per_tensor(t, op, model, what)
-    wq = w.quantization
-    if wq is None:
-        raise _unsupported(op, model, f"filter '{w.name}' has no quantization parameters")
+    wq = _weight_quantization(op, model, w, "filter", oc, qdim)
     n_ch = len(wq.scale)
-    if n_ch > 1 and (n_ch != oc or wq.quantized_dimension != qdim):
-        raise _unsupported(op, model, f"filter '{w.name}' has {n_ch} scales along dimension "
-                                      f"{wq.quantized_dimension}; expected {oc} along {qdim}")
     if np.any(wq.zero_point != 0):
         raise _unsupported(op, model, f"filter '{w.name}' is not symmetric (zero point "
                                       f"{int(wq.zero_point[0])}); TFLM's int8 kernels need 0")
-    if not np.all(np.isfinite(wq.scale) & (wq.scale > 0)):
-        raise _unsupported(op, model, f"filter '{w.name}' has a non-positive scale")
     if bias is not None and bias.dtype != "int32":
         raise _unsupported(op, model, f"bias '{bias.name}' is {bias.dtype}, expected int32")
     taps = k_h * k_w * (1 if depthwise else g["in_c"])
