@@ -16,6 +16,15 @@
  *  - QE_COST_CYCLES (hardware): the processor clock drives SysTick, ticks are cycles.
  * The count includes the few instructions of starting and reading the counter (a constant).
  *
+ * On silicon the counter can be another one (cortexm.h, chosen by the board's cflags):
+ *  - -DQE_CORTEXM_DWT (Cortex-M3/M4/M7/M33): the DWT cycle counter CYCCNT, enabled once at
+ *    start-up (DEMCR.TRCENA, the CoreSight lock opened, CYCCNTENA) and cleared for every
+ *    measurement. No interrupt is involved, so nothing is added per 2^24 cycles. CYCCNT is 32 bits
+ *    wide and its wrap cannot be seen: a measurement of 2^32 cycles or more (23.9 s at 180 MHz,
+ *    7.2 s at 600 MHz) is reported modulo 2^32. Cycles include the core's stalls (flash wait
+ *    states, bus contention): what the inference really took on this board.
+ *  - -DQE_CORTEXM_FAMILY_COST: the family port's qe_family_cost_*() (cores without SysTick).
+ *
  * Memory: flash and static RAM (including the stack section) from linker symbols; the stack
  * high-water mark by counting the words below the stack that still hold the reset-time paint. */
 #include <stdint.h>
@@ -38,10 +47,28 @@ typedef char qe_icount_resolution_check[
 #elif QE_COST_UNIT != QE_COST_CYCLES
 #error "Cortex-M ports count instructions (QEMU -icount) or cycles (SysTick on the core clock)"
 #endif
+#if (defined(QE_CORTEXM_DWT) || defined(QE_CORTEXM_FAMILY_COST)) && QE_COST_UNIT != QE_COST_CYCLES
+#error "QE_CORTEXM_DWT and QE_CORTEXM_FAMILY_COST count cycles on silicon: cost_unit = \"cycles\""
+#endif
+#if defined(QE_CORTEXM_DWT) && defined(QE_CORTEXM_FAMILY_COST)
+#error "one cost counter: QE_CORTEXM_DWT or QE_CORTEXM_FAMILY_COST, not both"
+#endif
+#if defined(QE_CORTEXM_DWT) && (__ARM_ARCH_PROFILE != 'M' || !defined(__ARM_ARCH_7M__) \
+    && !defined(__ARM_ARCH_7EM__) && !defined(__ARM_ARCH_8M_MAIN__) && !defined(__ARM_ARCH_8_1M_MAIN__))
+#error "QE_CORTEXM_DWT: ARMv6-M and ARMv8-M Baseline cores (M0, M0+, M23) have no cycle counter"
+#endif
 
 void qe_port_init(void)
 {
     qe_uart_init();
+#if defined(QE_CORTEXM_DWT)
+    QE_DEMCR |= QE_DEMCR_TRCENA;
+    QE_DWT_LAR = QE_DWT_LAR_KEY;
+    QE_DWT_CYCCNT = 0u;
+    QE_DWT_CTRL |= QE_DWT_CTRL_CYCCNTENA;
+#elif defined(QE_CORTEXM_FAMILY_COST)
+    qe_family_cost_init();
+#endif
 }
 
 void qe_port_run(void (*fn)(void))
@@ -82,6 +109,8 @@ void qe_port_write(const uint8_t *data, uint32_t n)
 }
 
 /* ---------------------------------------------------------------------------------- cost */
+/* Always defined (the vector table names it); its interrupt is only enabled by the SysTick
+ * counter below, never with QE_CORTEXM_DWT or QE_CORTEXM_FAMILY_COST. */
 static volatile uint32_t systick_wraps;
 
 void qe_systick_handler(void);
@@ -90,6 +119,29 @@ void qe_systick_handler(void)
     systick_wraps++;
 }
 
+#if defined(QE_CORTEXM_DWT)
+void qe_port_cost_start(void)
+{
+    QE_DWT_CYCCNT = 0u;
+}
+
+uint32_t qe_port_cost_stop(void)
+{
+    return QE_DWT_CYCCNT;
+}
+
+#elif defined(QE_CORTEXM_FAMILY_COST)
+void qe_port_cost_start(void)
+{
+    qe_family_cost_start();
+}
+
+uint32_t qe_port_cost_stop(void)
+{
+    return qe_family_cost_stop();
+}
+
+#else
 /* CSR keeps CLKSOURCE set while SysTick is stopped: QEMU rescales the current value when the
  * clock source changes, so clearing the whole register before reading CVR corrupts the count. */
 void qe_port_cost_start(void)
@@ -125,6 +177,7 @@ uint32_t qe_port_cost_stop(void)
 #endif
     return cost > 0xFFFFFFFFull ? 0xFFFFFFFFu : (uint32_t)cost;
 }
+#endif /* cost counter */
 
 /* -------------------------------------------------------------------------------- memory */
 uint32_t qe_port_flash_bytes(void) { return (uint32_t)(uintptr_t)__qe_flash_used; }

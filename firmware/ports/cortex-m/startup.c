@@ -3,7 +3,8 @@
  * paint the stack with QE_STACK_PAINT (the MEM command counts the words still painted), then
  * main(). A fault or an unexpected return from main() ends an emulator through semihosting with
  * a non-zero exit code and a message on its console, so the host sees a dead board at once
- * instead of a silent one. */
+ * instead of a silent one. Real boards (-DQE_SEMIHOSTING=0: no debugger to answer `bkpt`) halt
+ * in a loop instead, the reason in qe_halt_code (cortexm.h). */
 #include <stdint.h>
 
 #include "cortexm.h"
@@ -43,6 +44,9 @@ const qe_vector_t qe_vectors[16 + QE_NUM_IRQS] = {
     [16 ... 16 + QE_NUM_IRQS - 1] = qe_irq_handler,
 };
 
+volatile uint32_t qe_halt_code;
+
+#if QE_SEMIHOSTING
 void qe_semihost_write0(const char *msg)
 {
     register uint32_t r0 __asm("r0") = 0x04u;   /* SYS_WRITE0 */
@@ -60,6 +64,22 @@ void qe_semihost_exit(uint32_t code)
     for (;;)
         __asm volatile("bkpt 0xAB" : "+r"(r0) : "r"(r1) : "memory");
 }
+#else
+void qe_semihost_write0(const char *msg)
+{
+    (void)msg;
+}
+
+/* No debugger on a real board: halt where a debugger attached later can look. Interrupts off, so
+ * nothing runs any more; a plain loop, not WFI (a sleeping STM32 core can refuse a debugger). */
+void qe_semihost_exit(uint32_t code)
+{
+    qe_irq_disable();
+    qe_halt_code = code;
+    for (;;)
+        __asm volatile("" ::: "memory");
+}
+#endif
 
 void qe_fault_handler(void)
 {
