@@ -1,0 +1,142 @@
+"""Remedies for the RL-specific failure of int8 policies with an argmax head (DQN Q-values, the
+logits of a discrete PPO policy): Q-values share a large offset and differ by a small action
+gap, so the int8 *output* quantization (one step = range / 255) collapses the best actions into
+ties, and argmax then picks the first of them.
+
+Three remedies, each evaluated in the study as its own scheme next to plain `int8`:
+
+  int8-centred  advantage-style centring folded into the last layer before conversion:
+                W' = W - mean_over_actions(W), b' = b - mean(b). The argmax and the softmax are
+                unchanged in float, the output range loses the shared offset, so the int8 step
+                gets finer. A real .tflite (quantize.SCHEMES), deployable as any int8 model.
+  int8-acc      the int8 model, but the greedy action is the argmax of the last
+                FULLY_CONNECTED's int32 accumulators (bias added, before requantization), scaled
+                per output channel by input_scale * weight_scale[c]: nothing is rounded to int8
+                at the head, so no tie that float did not have. Computed here exactly from the
+                interpreter's own int8 input to that layer (integer arithmetic, so it is what a
+                board computing the same sum gets).
+  int8-i16head  the int8 model with its last layer's accumulators requantized to int16 instead
+                of int8 (symmetric, zero point 0, scale = calibrated max |output| / 32767, as
+                TFLite's 16-bit activations): 256x finer than the int8 head. TFLite has no
+                FULLY_CONNECTED with int8 input and int16 output, so this one is a numpy
+                emulation (real-valued rescale, round half away from zero, saturate to int16),
+                not a .tflite.
+
+Continuous-action policies (SAC/TD3/DDPG actors, PPO on Box spaces) have no argmax head: the
+remedies do not apply and the study records such cells as skipped.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from .errors import ModelError, QuarlError
+
+# Evaluation-only remedies: the int8 model with another readout of its head.
+RUNNERS = ("int8-acc", "int8-i16head")
+# All remedies (int8-centred is a conversion scheme in quantize.SCHEMES).
+NAMES = ("int8-centred", *RUNNERS)
+
+
+def centre_head(model):
+    """A copy of the Keras MLP `model` whose last Dense layer outputs Q - mean_a(Q) (logits minus
+    their mean): argmax and softmax are unchanged, the shared offset is gone."""
+    import tensorflow as tf
+    dense = [layer for layer in model.layers if layer.__class__.__name__ == "Dense"]
+    if not dense:
+        raise QuarlError("int8-centred: the network has no Dense layer to centre")
+    last = dense[-1]
+    if last.get_config()["activation"] != "linear":
+        raise QuarlError(f"int8-centred: the last layer {last.name} has activation "
+                         f"{last.get_config()['activation']!r}; centring needs a linear head")
+    centred = tf.keras.models.clone_model(model)
+    centred.set_weights(model.get_weights())
+    kernel, bias = last.get_weights()
+    centred.get_layer(last.name).set_weights([kernel - kernel.mean(axis=1, keepdims=True),
+                                              bias - bias.mean()])
+    return centred
+
+
+class HeadAccumulators:
+    """Runs an int8 .tflite and returns, per observation, the last FULLY_CONNECTED's int32
+    accumulators (input . weights + bias, exact integers) and their per-channel real scale."""
+
+    def __init__(self, model_path: Path):
+        from tflite_runtime.interpreter import Interpreter, OpResolverType
+        self.path = Path(model_path)
+        self.interp = Interpreter(
+            model_path=str(self.path), experimental_preserve_all_tensors=True,
+            experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+        self.interp.allocate_tensors()
+        fcs = [op for op in self.interp._get_ops_details() if op["op_name"] == "FULLY_CONNECTED"]
+        if not fcs:
+            raise ModelError(f"{self.path.name}: no FULLY_CONNECTED layer: the accumulator "
+                             "readout needs one at the head")
+        head = fcs[-1]
+        details = {t["index"]: t for t in self.interp.get_tensor_details()}
+        x_i, w_i, b_i = (list(head["inputs"]) + [-1])[:3]
+        x, w = details[x_i], details[w_i]
+        if np.dtype(x["dtype"]) != np.int8 or np.dtype(w["dtype"]) != np.int8:
+            raise ModelError(f"{self.path.name}: the head FULLY_CONNECTED is "
+                             f"{np.dtype(x['dtype']).name} x {np.dtype(w['dtype']).name}; the "
+                             "accumulator readout needs an int8 x int8 layer (an int8 model)")
+        self.x_index = x_i
+        self.x_zero = int(x["quantization_parameters"]["zero_points"][0])
+        x_scale = float(x["quantization_parameters"]["scales"][0])
+        self.weights = self.interp.get_tensor(w_i).astype(np.int64)      # [out, in]
+        w_zero = w["quantization_parameters"]["zero_points"]
+        if np.any(w_zero != 0):
+            raise ModelError(f"{self.path.name}: int8 weights with a non-zero zero point")
+        w_scales = np.asarray(w["quantization_parameters"]["scales"], np.float64)
+        self.bias = (self.interp.get_tensor(b_i).astype(np.int64) if b_i >= 0
+                     else np.zeros(len(self.weights), np.int64))
+        # Per-channel (or per-tensor, broadcast) real value of one accumulator unit.
+        self.scale = (x_scale * np.broadcast_to(w_scales, (len(self.weights),))).astype(np.float64)
+        self.inp = self.interp.get_input_details()[0]
+
+    def accumulators(self, obs: np.ndarray) -> np.ndarray:
+        """int64 [n_out] accumulators of the head for one observation."""
+        inp = self.inp
+        x = np.asarray(obs, dtype=np.float32).reshape(tuple(inp["shape"]))
+        if np.issubdtype(np.dtype(inp["dtype"]), np.integer):
+            s, z = inp["quantization"]
+            info = np.iinfo(inp["dtype"])
+            x = np.clip(np.round(x / s) + z, info.min, info.max).astype(inp["dtype"])
+        self.interp.set_tensor(inp["index"], x)
+        self.interp.invoke()
+        xq = self.interp.get_tensor(self.x_index).reshape(-1).astype(np.int64) - self.x_zero
+        return self.weights @ xq + self.bias
+
+
+def accumulator_runner(model_path: Path) -> Callable[[np.ndarray], np.ndarray]:
+    """int8-acc: per observation, the head's accumulators in real units (float64)."""
+    head = HeadAccumulators(model_path)
+    return lambda obs: head.accumulators(obs) * head.scale
+
+
+def _round_half_away(x: np.ndarray) -> np.ndarray:
+    return np.sign(x) * np.floor(np.abs(x) + 0.5)
+
+
+def int16_head_runner(model_path: Path, calibration: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    """int8-i16head: the head's accumulators requantized to int16 (symmetric, scale from the
+    calibration observations' largest |output|), returned dequantized."""
+    head = HeadAccumulators(model_path)
+    peak = max(float(np.max(np.abs(head.accumulators(o) * head.scale))) for o in calibration)
+    out_scale = max(peak, 1e-12) / 32767.0
+
+    def run(obs: np.ndarray) -> np.ndarray:
+        real = head.accumulators(obs) * head.scale
+        q = np.clip(_round_half_away(real / out_scale), -32768, 32767)
+        return q * out_scale
+
+    run.out_scale = out_scale
+    return run
+
+
+def is_argmax_head(env_id: str) -> bool:
+    """True when the policy's action is the argmax of its outputs (a discrete action space)."""
+    from .envs import make_gym
+    return hasattr(make_gym(env_id).action_space, "n")

@@ -1,0 +1,136 @@
+"""The int8 tie remedies for argmax heads (quarl_edge/remedies.py): int8-centred (a real
+.tflite from the real converter), int8-acc and int8-i16head (readouts of the int8 model's head
+accumulators, run through tflite-runtime). Uses a copy of the shipped example DQN run."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from quarl_edge import remedies  # noqa: E402
+from quarl_edge.analysis import keras_runner  # noqa: E402
+from quarl_edge.errors import QuarlError  # noqa: E402
+from quarl_edge.paths import examples_dir  # noqa: E402
+from quarl_edge.quantize import quantize, tflite_runner  # noqa: E402
+from quarl_edge.train import load_keras  # noqa: E402
+
+EXAMPLE = examples_dir() / "cartpole_dqn"
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    run = tmp_path_factory.mktemp("run")
+    for name in ("run.json", "qnet.keras"):
+        shutil.copy(EXAMPLE / name, run / name)
+    return run
+
+
+@pytest.fixture(scope="module")
+def int8(run_dir):
+    return quantize(run_dir, "int8", calib_size=300, verbose=False)
+
+
+@pytest.fixture(scope="module")
+def probe(run_dir, int8):
+    return np.load(run_dir / "calibration.npy")
+
+
+def test_accumulators_requantize_to_the_int8_models_own_output(int8, probe):
+    """The head's accumulators, rescaled to the int8 output's scale and zero point, give the
+    model's int8 output (TFLite's fixed-point requantization may differ by one step at a
+    rounding boundary, nowhere more): the readout really is that layer's sum."""
+    head = remedies.HeadAccumulators(int8)
+    run = tflite_runner(int8)
+    out = run.output_details
+    # The int8 model's output is DEQUANTIZE(int8): read the int8 tensor feeding it.
+    deq = [op for op in head.interp._get_ops_details() if op["op_name"] == "DEQUANTIZE"][-1]
+    q_index = deq["inputs"][0]
+    s_out, z_out = [t for t in head.interp.get_tensor_details() if t["index"] == q_index][0]["quantization"]
+    diffs = []
+    for obs in probe[:200]:
+        acc = head.accumulators(obs)
+        mine = np.clip(np.round(acc * head.scale / s_out) + z_out, -128, 127)
+        theirs = head.interp.get_tensor(q_index).reshape(-1).astype(np.int64)
+        diffs.append(np.abs(mine - theirs))
+        assert np.allclose(run(obs), (theirs - z_out) * s_out, atol=1e-6)   # same model
+    diffs = np.concatenate(diffs)
+    assert diffs.max() <= 1
+    assert np.mean(diffs == 0) > 0.95
+    assert out["dtype"] == np.float32
+
+
+def test_accumulator_readout_removes_the_int8_ties(run_dir, int8, probe):
+    ref = keras_runner(load_keras(run_dir))(probe)
+    plain = np.stack([tflite_runner(int8)(o) for o in probe])
+    acc = np.stack([remedies.accumulator_runner(int8)(o) for o in probe])
+
+    def ties(q):
+        top2 = np.sort(q, axis=1)[:, -2:]
+        return np.mean(top2[:, 0] == top2[:, 1])
+
+    assert ties(plain) > 0.05          # the problem exists on this policy ...
+    assert ties(acc) < ties(plain) / 10    # ... and the readout removes nearly all of it
+    # (Agreement with float need not rise: the body's int8 noise is larger than CartPole's
+    # action gap, and a tie resolved to action 0 is right about as often as a noisy argmax.)
+    # Real units: the readout approximates the float Q-values to a few int8 output steps.
+    assert np.max(np.abs(acc - ref)) < 0.05 * np.ptp(ref)
+
+
+def test_int16_head_is_the_accumulator_readout_on_a_16_bit_grid(int8, probe):
+    run = remedies.int16_head_runner(int8, probe)
+    exact = remedies.accumulator_runner(int8)
+    for obs in probe[:100]:
+        q = run(obs)
+        assert np.all(np.abs(q - exact(obs)) <= run.out_scale / 2 + 1e-12)
+        steps = q / run.out_scale
+        assert np.allclose(steps, np.round(steps)) and np.all(np.abs(steps) <= 32768)
+
+
+def test_centred_head_keeps_argmax_and_removes_the_offset(run_dir, probe):
+    model = load_keras(run_dir)
+    centred = remedies.centre_head(model)
+    q, c = model(probe).numpy(), centred(probe).numpy()
+    assert np.allclose(c.mean(axis=1), 0, atol=1e-4)
+    assert np.allclose(q - q.mean(axis=1, keepdims=True), c, atol=1e-4)
+    assert np.array_equal(q.argmax(1), c.argmax(1))
+    # CartPole's offset dominates typical Q-values (a few off-policy states reach far out).
+    assert np.median(np.abs(q)) > 100 * np.median(np.abs(c))
+    # The original model is untouched.
+    assert np.array_equal(model(probe).numpy(), q)
+
+
+def test_int8_centred_is_a_real_int8_tflite_with_a_finer_output_step(run_dir, int8):
+    path = quantize(run_dir, "int8-centred", calib_size=300, verbose=False)
+    plain_scale = tflite_runner(int8).output_details
+    centred = remedies.HeadAccumulators(path)
+    assert path.name == "int8-centred.tflite"
+    deq = [op for op in centred.interp._get_ops_details() if op["op_name"] == "DEQUANTIZE"][-1]
+    q = [t for t in centred.interp.get_tensor_details() if t["index"] == deq["inputs"][0]][0]
+    plain = remedies.HeadAccumulators(int8)
+    pdeq = [op for op in plain.interp._get_ops_details() if op["op_name"] == "DEQUANTIZE"][-1]
+    pq = [t for t in plain.interp.get_tensor_details() if t["index"] == pdeq["inputs"][0]][0]
+    assert np.dtype(q["dtype"]) == np.int8
+    # Finer, though only ~1.4x here: off-policy calibration states still span a wide range.
+    assert q["quantization"][0] < pq["quantization"][0]
+    assert plain_scale["dtype"] == np.float32
+
+
+def test_centring_refuses_continuous_action_policies(run_dir, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    meta = json.loads((run / "run.json").read_text())
+    meta["env"] = "Pendulum-v1"
+    (run / "run.json").write_text(json.dumps(meta))
+    with pytest.raises(QuarlError, match="continuous actions"):
+        quantize(run, "int8-centred", verbose=False)
+
+
+def test_accumulator_readout_refuses_a_float_model(run_dir):
+    path = quantize(run_dir, "fp32", verbose=False)
+    with pytest.raises(Exception, match="int8"):
+        remedies.HeadAccumulators(path)
