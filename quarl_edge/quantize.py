@@ -15,6 +15,9 @@ Schemes (SCHEMES maps each name to its converter):
   qat-int8  quantization-aware training (quarl_edge/qat.py): the network is fine-tuned with
         fake quantization in the RL loop, then converted to full int8 with float32 I/O
         (QUANTIZE -> FULLY_CONNECTED... -> DEQUANTIZE), ranges learned in training
+  int8-centred  int8, after folding advantage-style centring into the last layer (Q - mean_a Q;
+        argmax unchanged): a remedy for int8 ties of argmax heads (quarl_edge/remedies.py);
+        discrete-action policies only
 
 The network is RUN/qnet.keras (DQN) or RUN/policy.keras (the deterministic actor of the other
 algorithms); run.json's "model_file" names it.
@@ -46,6 +49,8 @@ class Scheme:
     convert: Callable  # (tf.lite.TFLiteConverter, calibration: np.ndarray | None) -> None
     needs_calibration: bool
     description: str
+    prepare: Callable | None = None   # Keras model -> Keras model before conversion
+    argmax_head_only: bool = False    # only for discrete-action policies (argmax of the outputs)
 
 
 def _fp32(converter, calibration) -> None:
@@ -82,6 +87,11 @@ def _int16x8(converter, calibration) -> None:
     converter.inference_output_type = tf.float32
 
 
+def _centre(model):
+    from .remedies import centre_head
+    return centre_head(model)
+
+
 def _qat_int8(converter, calibration) -> None:
     """For a fake-quantized (tfmot) model: its ranges are learned, so no representative data;
     Optimize.DEFAULT and the inference types only (supported_ops=INT8 would demand a dataset)."""
@@ -99,6 +109,8 @@ SCHEMES: dict[str, Scheme] = {
     "int16x8": Scheme(_int16x8, True, "int16 activations, int8 weights, float32 I/O"),
     "qat-int8": Scheme(_qat_int8, True, "quantization-aware fine-tuning in the RL loop, "
                                         "then full integer int8, float32 I/O"),
+    "int8-centred": Scheme(_int8, True, "int8 after centring the outputs over actions "
+                                        "(argmax heads only)", prepare=_centre, argmax_head_only=True),
 }
 
 
@@ -166,11 +178,19 @@ def quantize(run_dir: Path, scheme: str, calib_size: int = 1000, calib_episodes:
     `qat`: options of qat.QATConfig for the qat-int8 scheme (e.g. {"steps": 2000})."""
     if scheme not in SCHEMES:
         raise QuarlError(f"unknown quantization scheme {scheme!r}; known: {', '.join(SCHEMES)}")
-    from .train import load_keras
+    from .train import load_keras, load_run
 
     run_dir = Path(run_dir)
     spec = SCHEMES[scheme]
+    if spec.argmax_head_only:
+        from .remedies import is_argmax_head
+        env_id = load_run(run_dir)["env"]
+        if not is_argmax_head(env_id):
+            raise QuarlError(f"scheme {scheme} applies to discrete-action policies (argmax of "
+                             f"the outputs); {env_id} has continuous actions")
     model = load_keras(run_dir)
+    if spec.prepare is not None:
+        model = spec.prepare(model)
     calibration = None
     if spec.needs_calibration:
         calibration = collect_calibration(run_dir, calib_size, calib_episodes, seed)
