@@ -8,7 +8,7 @@ The config (see studies/smoke.toml, studies/classic.toml):
     [study]
     name = "classic"
     seeds = [0, 1, 2]                 # training seeds
-    schemes = ["fp32", "int8", ...]   # quantize.SCHEMES
+    schemes = ["fp32", "int8", ...]   # quantize.SCHEMES, and remedies.RUNNERS (int8-acc, ...)
     episodes = 20                     # greedy evaluation on test seeds 0..episodes-1 ...
     # eval_seeds = [0, 5, 7]          # ... or on these seeds
     calib_size = 1000                 # calibration observations (integer schemes)
@@ -170,6 +170,7 @@ def _check_env(algo: str, env_id: str, where: str) -> None:
 def load_study(path: Path) -> Study:
     """Parse and check a study TOML file; raises QuarlError naming the first bad entry."""
     from .quantize import SCHEMES
+    from .remedies import RUNNERS as REMEDY_RUNNERS
     from .train import ALGOS
 
     path = Path(path)
@@ -206,9 +207,9 @@ def load_study(path: Path) -> Study:
         seen.add((algo, env_id))
         schemes = list(t.get("schemes", d_schemes))
         for s in schemes:
-            if s not in SCHEMES:
+            if s not in SCHEMES and s not in REMEDY_RUNNERS:
                 raise QuarlError(f"{where}: unknown quantization scheme {s!r}; known: "
-                                 f"{', '.join(SCHEMES)}")
+                                 f"{', '.join([*SCHEMES, *REMEDY_RUNNERS])}")
         if len(set(schemes)) != len(schemes):
             raise QuarlError(f"{where}: a scheme is listed twice in {schemes}")
         options = dict(t.get("options", {}))
@@ -393,6 +394,7 @@ def run_group(group: dict, out: Path, done: set, emit: Callable[[dict], None],
     from .analysis import (batch_runner, evaluate_runner, keras_runner, policy_kl,
                            random_policy_return, weight_quantiles, weight_stats)
     from .envs import make_gym, play_batched
+    from . import remedies
     from .quantize import nbit_sweep, quantize, tflite_runner
     from .train import load_keras, load_run, mlp_layers, train
 
@@ -416,7 +418,8 @@ def run_group(group: dict, out: Path, done: set, emit: Callable[[dict], None],
     layers = mlp_layers(model)
     reference = keras_runner(model)
     space = make_gym(env_id).action_space
-    logits = algo == "ppo" and hasattr(space, "n")   # discrete PPO exports logits
+    argmax_head = hasattr(space, "n")
+    logits = algo == "ppo" and argmax_head   # discrete PPO exports logits
     eval_seeds = group["eval_seeds"]
     ref_returns, states = play_batched(env_id, reference, eval_seeds, record=True)
     ref_mean = float(np.mean(ref_returns))
@@ -448,12 +451,24 @@ def run_group(group: dict, out: Path, done: set, emit: Callable[[dict], None],
                   "reason": f"qat-int8 fine-tunes in the RL loop of {', '.join(QAT_ALGOS)} only "
                             f"(quarl_edge/qat.py); {algo} is not supported"})
             continue
+        if scheme in remedies.NAMES and not argmax_head:
+            emit({**row, "status": "skipped",
+                  "reason": f"{scheme} is a remedy for argmax heads (quarl_edge/remedies.py); "
+                            f"{env_id} has continuous actions"})
+            continue
         t1 = time.perf_counter()
         try:
             qat = {"steps": group["qat_steps"], **group["qat"]} if scheme == "qat-int8" else None
-            path = quantize(run_dir, scheme, calib_size=group["calib_size"], seed=0,
-                            verbose=False, qat=qat)
-            runner = batch_runner(tflite_runner(path))
+            # The readout remedies run the int8 model with another readout of its head.
+            path = quantize(run_dir, "int8" if scheme in remedies.RUNNERS else scheme,
+                            calib_size=group["calib_size"], seed=0, verbose=False, qat=qat)
+            if scheme == "int8-acc":
+                runner = batch_runner(remedies.accumulator_runner(path))
+            elif scheme == "int8-i16head":
+                calibration = np.load(run_dir / "calibration.npy")
+                runner = batch_runner(remedies.int16_head_runner(path, calibration))
+            else:
+                runner = batch_runner(tflite_runner(path))
             res = evaluate_runner(env_id, runner, eval_seeds, reference, states)
             kl = None
             if logits:

@@ -94,7 +94,7 @@ def test_sweep_errors_and_the_plan(tmp_path):
 def test_the_shipped_configs_are_valid():
     smoke = load_study(ROOT / "studies" / "smoke.toml")
     assert [(t.algo, t.env, t.schemes) for t in smoke.tasks] == [
-        ("dqn", "CartPole-v1", ["fp32", "int8", "int16x8"])]
+        ("dqn", "CartPole-v1", ["fp32", "int8", "int16x8", "int8-acc", "int8-centred"])]
     assert smoke.sweeps[0].bits == [2, 4, 8]
     classic = load_study(ROOT / "studies" / "classic.toml")  # needs box2d for LunarLander
     assert len(classic.tasks) == 11 and all(t.seeds == [0, 1, 2] for t in classic.tasks)
@@ -102,7 +102,7 @@ def test_the_shipped_configs_are_valid():
                                                           ("ppo", "Pendulum-v1")}
     assert all(s.bits == list(range(2, 9)) for s in classic.sweeps)
     rows = sum(len(g["keys"]) for g in plan(classic))
-    assert rows == 33 * 7 + 6 * 15  # per run: a run row + 6 schemes; sweeps: fp32 + 2 modes x 7
+    assert rows == 33 * 10 + 6 * 15  # per run: a run row + 9 schemes; sweeps: fp32 + 2 modes x 7
 
 
 def test_unknown_config_fails_through_the_cli_before_anything_runs(tmp_path):
@@ -141,16 +141,19 @@ def test_smoke_study_and_report_through_the_cli(tmp_path):
     assert p.returncode == 0, p.stderr[-3000:]
     assert time.perf_counter() - t0 < 60
     summary = json.loads(p.stdout)
-    assert summary["status"] == {"ok": 8} and summary["rows"] == 8
+    assert summary["status"] == {"ok": 10} and summary["rows"] == 10
     text = (out / "results.jsonl").read_text()
     assert '"algo": "dqn", "env": "CartPole-v1"' in text and '"scheme": "int8"' in text
     rows = read_results(out / "results.jsonl")
-    assert len(rows) == 8 and len({row_key(r) for r in rows}) == 8
+    assert len(rows) == 10 and len({row_key(r) for r in rows}) == 10
     run = rows[0]
     assert run["kind"] == "run" and len(run["returns"]) == 10 and run["random_return"] < 40
     assert len(run["weights"]["layers"]) == 3 and len(run["weight_quantiles"]) == 101
     cells = {r["scheme"]: r for r in rows if r["kind"] == "cell"}
-    assert list(cells) == ["fp32", "int8", "int16x8"]
+    assert list(cells) == ["fp32", "int8", "int16x8", "int8-acc", "int8-centred"]
+    # the accumulator readout has (next to) no ties; the plain int8 head may have many
+    assert cells["int8-acc"]["ties"] <= min(cells["int8"]["ties"], 0.01)
+    assert cells["int8-acc"]["size_bytes"] == cells["int8"]["size_bytes"]   # same model
     assert cells["fp32"]["agreement"] == 1.0 and cells["fp32"]["mean_return"] == run["fp32_return"]
     assert cells["int8"]["size_bytes"] < cells["fp32"]["size_bytes"] / 2
     assert all(r["kl"] is None and r["eval_seeds"] == list(range(10)) for r in cells.values())
@@ -160,8 +163,8 @@ def test_smoke_study_and_report_through_the_cli(tmp_path):
     p = subprocess.run(CLI + ["study", str(ROOT / "studies" / "smoke.toml"), "--out", str(out),
                               "--resume"], capture_output=True, text=True, env=ENV, cwd=ROOT,
                        timeout=120)
-    assert p.returncode == 0 and "8 done, 0 runs to do" in p.stdout
-    assert len(read_results(out / "results.jsonl")) == 8
+    assert p.returncode == 0 and "10 done, 0 runs to do" in p.stdout
+    assert len(read_results(out / "results.jsonl")) == 10
     # without --resume an existing results file is refused
     p = subprocess.run(CLI + ["study", str(ROOT / "studies" / "smoke.toml"), "--out", str(out)],
                        capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=120)
