@@ -31,6 +31,10 @@ The claims (Krishnan et al., Quantized Reinforcement Learning):
      the sweep's points), with a permutation p-value. Agree if rho > 0 with p < 0.05, disagree
      if rho < 0 with p < 0.05, otherwise inconclusive; fewer than 4 runs, or no variation in
      the loss, is insufficient data.
+
+Tie remedies (quarl_edge/remedies.py) for argmax heads: per task, int8 against int8-centred,
+int8-acc and int8-i16head (mean return over seeds, ties, agreement); the winner is the highest
+mean return (several when equal; "all equal" when no scheme differs).
 """
 from __future__ import annotations
 
@@ -45,7 +49,9 @@ import numpy as np
 from .errors import QuarlError
 from .study import latest_rows, read_results
 
-SCHEME_ORDER = ["fp32", "fp16", "dyn-int8", "int8", "int16x8", "qat-int8"]
+SCHEME_ORDER = ["fp32", "fp16", "dyn-int8", "int8", "int16x8", "qat-int8", "int8-centred",
+                "int8-acc", "int8-i16head"]
+REMEDIES = ("int8-centred", "int8-acc", "int8-i16head")   # quarl_edge/remedies.py
 EIGHT_BIT = ("int8", "dyn-int8", "qat-int8")
 AGREE_SHARE, DISAGREE_SHARE = 0.9, 0.5
 
@@ -275,6 +281,33 @@ def claims(res: Results, tolerance: float) -> list[dict]:
     return out
 
 
+def remedy_table(res: Results) -> list[dict]:
+    """Per task with an argmax head: int8 and each tie remedy (mean return, ties, agreement over
+    the seeds that have all of them), and which wins."""
+    out = []
+    for t in res.tasks:
+        cells = [r for r in res.ok_cells if _task(r) == t and r["scheme"] in ("int8", *REMEDIES)]
+        if not any(r["scheme"] in REMEDIES for r in cells):
+            continue
+        rows = {}
+        for s in ("int8", *REMEDIES):
+            cs = [r for r in cells if r["scheme"] == s]
+            if not cs:
+                continue
+            losses = [v for v in (res.loss(r) for r in cs) if v is not None]
+            rows[s] = {"seeds": sorted(r["seed"] for r in cs),
+                       "mean_return": float(np.mean([r["mean_return"] for r in cs])),
+                       "std_return": float(np.std([r["mean_return"] for r in cs])),
+                       "loss": float(np.mean(losses)) if losses else None,
+                       "ties": float(np.mean([r.get("ties") or 0.0 for r in cs])),
+                       "agreement": float(np.mean([r["agreement"] for r in cs]))}
+        best = max(rows.values(), key=lambda v: v["mean_return"])["mean_return"]
+        top = [s for s, v in rows.items() if v["mean_return"] >= best - 1e-9]
+        winner = "all equal" if len(top) == len(rows) > 1 else " = ".join(top)
+        out.append({"task": _task_name(t), "schemes": rows, "winner": winner})
+    return out
+
+
 # ------------------------------------------------------------------------------- figures
 def _plt():
     import matplotlib
@@ -481,6 +514,26 @@ def _blocks(res: Results, tolerance: float, figures: dict[str, bool], source: Pa
                    "KL: mean KL divergence of the action distributions, for policies whose "
                    "network outputs logits (discrete PPO)."))
 
+    table = remedy_table(res)
+    if table:
+        B.append(("h", 2, "Tie remedies for argmax heads (DQN, discrete PPO)"))
+        B.append(("p", "int8 rounds Q-values (logits) to 256 levels across their whole range, so "
+                       "actions whose values differ by less than one step tie and argmax takes "
+                       "the first. int8-centred folds Q - mean(Q) into the last layer before "
+                       "conversion (a real .tflite); int8-acc takes argmax over the last layer's "
+                       "int32 accumulators of the int8 model (exact integer readout); "
+                       "int8-i16head requantizes those accumulators to int16 (numpy emulation: "
+                       "no TFLite op does int8 -> int16)."))
+        rows = []
+        for item in table:
+            for s, v in item["schemes"].items():
+                rows.append([item["task"], s, ",".join(map(str, v["seeds"])),
+                             f"{v['mean_return']:,.1f} ± {v['std_return']:,.1f}",
+                             _pct(v["loss"]), f"{v['ties']:.3f}", f"{v['agreement']:.3f}",
+                             item["winner"] if s == "int8" else ""])
+        B.append(("table", ["task", "scheme", "seeds", "return (mean ± std over seeds)",
+                            "normalised loss", "ties", "agreement", "winner"], rows))
+
     B.append(("h", 2, "n-bit sweep"))
     if figures.get("return_vs_bits"):
         B.append(("img", "return_vs_bits.png", "return vs bits"))
@@ -514,10 +567,14 @@ def _blocks(res: Results, tolerance: float, figures: dict[str, bool], source: Pa
 
     if res.other:
         B.append(("h", 2, "Skipped and failed"))
-        rows = [[r["kind"], _task_name(_task(r)), str(r.get("seed")),
-                 str(r.get("scheme") or (f"{r.get('mode')} {r.get('bits')}" if r["kind"] == "sweep" else "")),
-                 str(r.get("status")), str(r.get("reason", ""))] for r in res.other]
-        B.append(("table", ["kind", "task", "seed", "what", "status", "reason"], rows))
+        grouped = defaultdict(list)   # one line per (kind, task, what, status, reason): its seeds
+        for r in res.other:
+            what = str(r.get("scheme") or (f"{r.get('mode')} {r.get('bits')}"
+                                           if r["kind"] == "sweep" else ""))
+            grouped[(r["kind"], _task_name(_task(r)), what, str(r.get("status")),
+                     str(r.get("reason", "")))].append(str(r.get("seed")))
+        rows = [[k[0], k[1], ",".join(seeds), k[2], k[3], k[4]] for k, seeds in grouped.items()]
+        B.append(("table", ["kind", "task", "seeds", "what", "status", "reason"], rows))
     return B
 
 
@@ -608,5 +665,7 @@ def write_report(results: Path, out: Path | None = None, tolerance: float = 0.05
     page = out / "report.html"
     page.write_text(to_html(blocks, blocks[0][2]))
     (out / "claims.json").write_text(json.dumps(claims(res, tolerance), indent=2) + "\n")
+    (out / "remedies.json").write_text(json.dumps(remedy_table(res), indent=2) + "\n")
     return {"markdown": md, "html": page, "claims": out / "claims.json",
+            "remedies": out / "remedies.json",
             "figures": [out / f"{k}.png" for k, v in figures.items() if v]}

@@ -131,3 +131,39 @@ def test_report_files_last_row_wins_and_self_contained_html(tmp_path):
     (tmp_path / "other.jsonl").write_text('{"kind": "bench"}\n')
     with pytest.raises(QuarlError, match="unknown kind 'bench'"):
         write_report(tmp_path / "other.jsonl")
+
+
+def test_remedy_table_picks_the_winner_per_task(tmp_path):
+    from quarl_edge.report import remedy_table
+    rows = []
+    for seed in range(2):
+        rows.append(_run("dqn", "Acrobot-v1", seed, -80.0, -500.0, 1.0))
+        for scheme, ret, ties in (("int8", -120.0, 0.3), ("int8-centred", -130.0, 0.1),
+                                  ("int8-acc", -85.0 - seed, 0.0), ("int8-i16head", -90.0, 0.0)):
+            rows.append({**_cell("dqn", "Acrobot-v1", seed, scheme, ret, -80.0), "ties": ties})
+        rows.append(_run("dqn", "CartPole-v1", seed, 500.0, 20.0, 1.0))
+        for scheme in ("int8", "int8-acc"):
+            rows.append(_cell("dqn", "CartPole-v1", seed, scheme, 500.0, 500.0))
+        # a continuous task: its remedy cells are skipped, so it has no remedy row
+        rows.append(_run("sac", "Pendulum-v1", seed, -150.0, -1200.0, 1.0))
+        rows.append(_cell("sac", "Pendulum-v1", seed, "int8", -150.0, -150.0))
+        rows.append({"kind": "cell", "study": "synthetic", "algo": "sac", "env": "Pendulum-v1",
+                     "seed": seed, "scheme": "int8-acc", "status": "skipped",
+                     "reason": "continuous actions"})
+    table = {t["task"]: t for t in remedy_table(Results(rows))}
+    assert list(table) == ["DQN Acrobot-v1", "DQN CartPole-v1"]
+    acro = table["DQN Acrobot-v1"]
+    assert acro["winner"] == "int8-acc"
+    assert acro["schemes"]["int8-acc"]["mean_return"] == pytest.approx(-85.5)
+    assert acro["schemes"]["int8"]["ties"] == pytest.approx(0.3)
+    assert acro["schemes"]["int8-centred"]["loss"] == pytest.approx(50 / 420)
+    assert table["DQN CartPole-v1"]["winner"] == "all equal"
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = write_report(path, tmp_path / "rep")
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "## Tie remedies for argmax heads" in md
+    assert "| DQN Acrobot-v1 | int8 | 0,1 | -120.0 ± 0.0 |" in md
+    # skipped rows collapse to one line per reason, seeds listed
+    assert "| cell | SAC Pendulum-v1 | 0,1 | int8-acc | skipped | continuous actions |" in md
+    assert json.loads(out["remedies"].read_text())[0]["winner"] == "int8-acc"
