@@ -37,15 +37,40 @@ class Board:
     usb: tuple[tuple[int, int], ...] = ()   # USB (VID, PID) pairs of the board's serial port
     path: Path | None = None
     shared: tuple[str, ...] = ()   # extra firmware/ports/<dir>/ compiled with the family's port
+    flashers: tuple[str, ...] = ()  # [flash] tools, in order of preference (real boards)
+    flash_config: dict = field(default_factory=dict)   # tool -> its [flash.<tool>] table
+    flash_timeout_s: float | None = None                # [flash] timeout_s
 
     @property
     def connect_method(self) -> str:
         return self.connect["method"]
 
+    @property
+    def baud(self) -> int:
+        """The serial port's baud rate ([connect] baud; only real serial ports use it)."""
+        return self.connect.get("baud", 115200)
+
+    @property
+    def reset_on_open_ms(self) -> int:
+        """How long the board is busy after the host opens its port ([connect] reset_on_open_ms:
+        e.g. the Arduino Uno resets on DTR and runs its boot loader first)."""
+        return self.connect.get("reset_on_open_ms", 0)
+
     def toolchain_installed(self) -> bool:
         return shutil.which(self.cc) is not None
 
     def missing_tools(self) -> list[tuple[str, str]]:
+        """(what is missing, how to install it) for this board's compiler and emulator, and for
+        a real board its flash tools when none of them is installed (any one will do; copying
+        to the board's USB drive needs no program)."""
+        missing = self.missing_build_tools()
+        status = self.flasher_status()
+        if status and not any(s["status"] in ("ok", "copy") for s in status):
+            missing.append((" or ".join(s["program"] for s in status),
+                            " or ".join(s["install"] for s in status)))
+        return missing
+
+    def missing_build_tools(self) -> list[tuple[str, str]]:
         """(what is missing, how to install it) for this board's compiler and emulator."""
         missing = []
         if not self.toolchain_installed():
@@ -56,6 +81,11 @@ class Board:
         if self.connect_method == "simavr" and not Path("/usr/include/simavr/sim_avr.h").is_file():
             missing.append(("libsimavr-dev", self.connect.get("install", "")))
         return missing
+
+    def flasher_status(self) -> list[dict]:
+        """Per flash tool: 'ok', 'missing' (with its install command) or 'copy' (to a drive)."""
+        from .flash import tool_status
+        return tool_status(self)
 
 
 def _require(data: dict, key: str, typ, where: str):
@@ -75,6 +105,76 @@ def _choice(data: dict, key: str, choices, where: str):
     return val
 
 
+def _flash_section(data: dict, where: str) -> tuple[tuple[str, ...], dict, float | None]:
+    """[flash]: `tools` in order of preference, one known tool each, and a [flash.<tool>] table
+    with that tool's keys (flash.TOOLS says which are required)."""
+    from .flash import TOOLS
+    if "flash" not in data:
+        if data.get("kind") == "real":
+            raise BoardError(f"{where}: a real board needs a [flash] table with 'tools' "
+                             f"(known tools: {', '.join(TOOLS)})")
+        return (), {}, None
+    flash = _require(data, "flash", dict, where)
+    path, where = where, f"{where} [flash]"
+    tools = _require(flash, "tools", list, where)
+    if not tools or not all(isinstance(t, str) for t in tools):
+        raise BoardError(f"{where}: 'tools' must be a non-empty list of tool names")
+    for t in tools:
+        if t not in TOOLS:
+            raise BoardError(f"{where}: unknown flash tool '{t}'; known tools: {', '.join(TOOLS)}")
+    if len(set(tools)) != len(tools):
+        raise BoardError(f"{where}: 'tools' lists a tool twice")
+    timeout = flash.get("timeout_s")
+    if timeout is not None and (not isinstance(timeout, (int, float)) or isinstance(timeout, bool)
+                                or timeout <= 0):
+        raise BoardError(f"{where}: 'timeout_s' must be a positive number of seconds")
+    for key, val in flash.items():
+        if key in ("tools", "timeout_s"):
+            continue
+        if key not in TOOLS:
+            raise BoardError(f"{where}: unknown key or table '{key}'; known tools: {', '.join(TOOLS)}")
+        if key not in tools:
+            raise BoardError(f"{where}: [flash.{key}] is given but '{key}' is not in 'tools'")
+        if not isinstance(val, dict):
+            raise BoardError(f"{where}: '{key}' must be a table [flash.{key}]")
+    config = {}
+    for t in tools:
+        spec, sub = TOOLS[t], f"{path} [flash.{t}]"
+        cfg = dict(flash.get(t, {}))
+        if t == "openocd" and isinstance(cfg.get("config"), str):
+            cfg["config"] = [cfg["config"]]
+        if spec.required and t not in flash:
+            raise BoardError(f"{sub}: flash tool '{t}' needs a [flash.{t}] table with "
+                             f"{', '.join(repr(k) for k in spec.required)}")
+        for k, typ in spec.required.items():
+            _require(cfg, k, typ, sub)
+        for k, typ in spec.optional.items():
+            if k in cfg:
+                _require(cfg, k, typ, sub)
+        unknown = set(cfg) - set(spec.required) - set(spec.optional)
+        if unknown:
+            known = ", ".join([*spec.required, *spec.optional]) or "none"
+            raise BoardError(f"{sub}: unknown key(s) {', '.join(sorted(unknown))}; known: {known}")
+        for k in ("config", "commands"):
+            if k in cfg and not all(isinstance(c, str) and c for c in cfg[k]):
+                raise BoardError(f"{sub}: '{k}' must be a list of strings")
+        if t == "openocd" and not cfg["config"]:
+            raise BoardError(f"{sub}: 'config' must name at least one OpenOCD .cfg file")
+        for k in ("baud", "family_id", "base"):
+            if k in cfg and cfg[k] < 0:
+                raise BoardError(f"{sub}: '{k}' must be >= 0")
+        config[t] = cfg
+    return tuple(tools), config, (float(timeout) if timeout is not None else None)
+
+
+def _connect_serial(connect: dict, where: str) -> None:
+    for key, low in (("baud", 1), ("reset_on_open_ms", 0)):
+        if key in connect:
+            val = _require(connect, key, int, where)
+            if val < low:
+                raise BoardError(f"{where}: '{key}' must be >= {low}")
+
+
 def load_board_file(path: Path) -> Board:
     where = str(path)
     try:
@@ -90,6 +190,8 @@ def load_board_file(path: Path) -> Board:
         if _require(data, k, int, where) < 0:
             raise BoardError(f"{where}: '{k}' must be >= 0")
     _choice(connect, "method", CONNECT_METHODS, f"{where} [connect]")
+    _connect_serial(connect, f"{where} [connect]")
+    flashers, flash_config, flash_timeout = _flash_section(data, where)
     max_payload = _require(build, "max_payload", int, f"{where} [build]")
     if not 32 <= max_payload <= 4096:   # the host's resync (protocol.md) covers 4096
         raise BoardError(f"{where} [build]: max_payload must be in 32..4096")
@@ -122,6 +224,9 @@ def load_board_file(path: Path) -> Board:
         usb=tuple(usb),
         path=path,
         shared=tuple(shared),
+        flashers=flashers,
+        flash_config=flash_config,
+        flash_timeout_s=flash_timeout,
     )
 
 

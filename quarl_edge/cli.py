@@ -78,9 +78,18 @@ def cmd_flash(a):
         if board.kind != "linux":
             raise QuarlError(f"--ssh deploys to linux boards; {board.id} is {board.kind}")
         port = ssh_deploy(board, model, a.ssh)
-    with BoardSession(model, board, build_root / board.id / model.stem, port=port) as s:
+    with BoardSession(model, board, build_root / board.id / model.stem, port=port,
+                      flasher=a.flasher, drive=a.drive, flash=True) as s:
         started_here = not port and board.kind in ("host", "emulated", "linux")
-        print(f"board '{board.id}' runs {s.info.model_name} on {s.running.url} "
+        flashed = getattr(s.running, "result", None)
+        if flashed is not None:
+            where = (f"the {flashed.drive} drive" if flashed.drive else
+                     " ".join(flashed.command[:2]) + " ...")
+            print(f"flashed {flashed.image.name} with {flashed.tool} ({where})", flush=True)
+            for note in flashed.notes:
+                print(f"note: {note}", file=sys.stderr)
+        found = " (found by its USB id)" if getattr(s.running, "found_by_usb", False) else ""
+        print(f"board '{board.id}' runs {s.info.model_name} on {s.running.url}{found} "
               f"({s.info.cost_unit} cost unit)" + ("; Ctrl-C stops it" if started_here else ""),
               flush=True)
         if started_here:   # the board lives as long as this command: keep it up
@@ -93,13 +102,15 @@ def cmd_flash(a):
 
 def cmd_validate(a):
     from .boards import get_board
+    from .launch import flash_options
     from .validate import validate
     board = get_board(a.board)
     model = Path(a.model)
-    res = validate(model, board, model.parent / "build" / board.id / model.stem,
-                   inputs=Path(a.inputs) if a.inputs else None, random_n=a.random,
-                   save_outputs=Path(a.save_outputs) if a.save_outputs else None, port=a.port,
-                   seed=a.seed)
+    with flash_options(a.flasher, a.drive):
+        res = validate(model, board, model.parent / "build" / board.id / model.stem,
+                       inputs=Path(a.inputs) if a.inputs else None, random_n=a.random,
+                       save_outputs=Path(a.save_outputs) if a.save_outputs else None,
+                       port=a.port, seed=a.seed)
     if a.json:
         print(json.dumps(res, indent=2))
     else:
@@ -113,7 +124,10 @@ def cmd_validate(a):
 def cmd_hil(a):
     from .boards import get_board
     from .hil import run_hil
-    res = run_hil(Path(a.run), a.model, get_board(a.board), a.episodes, seed=a.seed, port=a.port)
+    from .launch import flash_options
+    with flash_options(a.flasher, a.drive):
+        res = run_hil(Path(a.run), a.model, get_board(a.board), a.episodes, seed=a.seed,
+                      port=a.port)
     if a.json:
         print(json.dumps(res, indent=2))
     else:
@@ -127,8 +141,10 @@ def cmd_hil(a):
 
 def cmd_bench(a):
     from .bench import run_bench, select_boards
-    rows = run_bench(Path(a.run), select_boards(a.boards), n=a.n,
-                     out=Path(a.out) if a.out else None, progress=not a.json)
+    from .launch import flash_options
+    with flash_options(a.flasher, a.drive):
+        rows = run_bench(Path(a.run), select_boards(a.boards), n=a.n,
+                         out=Path(a.out) if a.out else None, progress=not a.json)
     if a.json:
         print(json.dumps(rows, indent=2))
     else:
@@ -168,21 +184,29 @@ def cmd_demo(a):
 
 def cmd_boards(a):
     from .boards import all_boards
+    from .flash import describe_tools
     boards = all_boards()
+    rows = []
+    for b in boards.values():
+        missing = b.missing_tools()
+        rows.append((b, missing, describe_tools(b) if b.flashers else "-"))
     if a.json:
         print(json.dumps({b.id: {"name": b.name, "kind": b.kind, "cpu": b.cpu, "clock_hz": b.clock_hz,
                                  "flash_bytes": b.flash_bytes, "ram_bytes": b.ram_bytes,
-                                 "cost_unit": b.cost_unit, "installed": not b.missing_tools(),
-                                 "missing": [m for m, _ in b.missing_tools()]}
-                          for b in boards.values()}, indent=2))
+                                 "cost_unit": b.cost_unit, "installed": not missing,
+                                 "missing": [m for m, _ in missing],
+                                 "flasher": b.flasher_status(), "flasher_text": flasher}
+                          for b, missing, flasher in rows}, indent=2))
         return
-    print(f"{'board':16s} {'kind':9s} {'cpu':12s} {'clock':>10s} {'flash':>10s} {'RAM':>10s} "
-          f"{'unit':13s} toolchain")
-    for b in boards.values():
-        print(f"{b.id:16s} {b.kind:9s} {b.cpu:12s} {b.clock_hz or '-':>10} {b.flash_bytes or '-':>10} "
-              f"{b.ram_bytes or '-':>10} {b.cost_unit:13s} "
-              + ("installed" if not b.missing_tools() else
-                 "; ".join(f"missing {m} ({how})" for m, how in b.missing_tools())))
+    print(f"{'board':16s} {'kind':9s} {'cpu':14s} {'clock':>10s} {'flash':>10s} {'RAM':>10s} "
+          f"{'unit':13s} {'toolchain':10s} flasher")
+    for b, _, flasher in rows:
+        build_missing = b.missing_build_tools()    # the flasher column speaks for the flashers
+        toolchain = ("installed" if not build_missing else
+                     "; ".join(f"missing {m} ({how})" for m, how in build_missing))
+        print(f"{b.id:16s} {b.kind:9s} {b.cpu:14s} {b.clock_hz or '-':>10} "
+              f"{b.flash_bytes or '-':>10} {b.ram_bytes or '-':>10} {b.cost_unit:13s} "
+              f"{toolchain:10s} {flasher}")
 
 
 def cmd_ports(a):
@@ -200,6 +224,15 @@ def cmd_ports(a):
     print(f"{'device':20s} {'usb':10s} {'board':24s} description")
     for p in ports:
         print(f"{p.device:20s} {p.usb_id:10s} {', '.join(p.boards) or '?':24s} {p.description}")
+
+
+def add_flash_options(s) -> None:
+    s.add_argument("--flasher", default=None, metavar="TOOL",
+                   help="real boards: the flash tool to use (one of the board's [flash] tools; "
+                        "default: the first one installed)")
+    s.add_argument("--drive", default=None, metavar="PATH",
+                   help="real boards flashed by copying (DAPLink, UF2): the board's mounted USB "
+                        "drive (default: found by its volume label)")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -243,9 +276,12 @@ def parser() -> argparse.ArgumentParser:
         if name == "build":
             s.add_argument("--out", default=None, help="build directory")
         else:
-            s.add_argument("--port", default=None, help="serial port or pyserial URL")
+            s.add_argument("--port", default=None,
+                           help="serial port or pyserial URL; real boards: the port to flash "
+                                "through (avrdude) and talk on (default: found by USB VID:PID)")
             s.add_argument("--ssh", default=None, metavar="USER@HOST",
                            help="linux boards: copy the agent and model over SSH and start it")
+            add_flash_options(s)
         s.set_defaults(fn=fn)
 
     s = sub.add_parser("validate", help="compare on-board outputs with TF Lite Micro")
@@ -255,7 +291,10 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--inputs", help="inputs .npy of shape (n, *input_shape[1:])")
     g.add_argument("--random", type=int, default=None, metavar="N")
     s.add_argument("--save-outputs", default=None)
-    s.add_argument("--port", default=None)
+    s.add_argument("--port", default=None,
+                   help="the board's serial port (a real board must run this model already); "
+                        "without it a real board is built, flashed and found by USB VID:PID")
+    add_flash_options(s)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_validate)
@@ -266,7 +305,10 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--board", default="host")
     s.add_argument("--episodes", type=int, default=20)
     s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--port", default=None)
+    s.add_argument("--port", default=None,
+                   help="the board's serial port (a real board must run this model already); "
+                        "without it a real board is built, flashed and found by USB VID:PID")
+    add_flash_options(s)
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_hil)
 
@@ -284,6 +326,7 @@ def parser() -> argparse.ArgumentParser:
                    help="'all-emulated' or a comma-separated list of board ids")
     s.add_argument("-n", type=int, default=100, help="inferences per BENCH")
     s.add_argument("--out", default=None, help="results directory (default RUN/results)")
+    add_flash_options(s)
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_bench)
 

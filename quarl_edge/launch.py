@@ -4,6 +4,8 @@ One small class per way of reaching a board (the `[connect] method` in boards/<i
 Each is a context manager with a `url` that pyserial's serial_for_url() opens."""
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import os
 import shutil
@@ -363,8 +365,37 @@ class ExternalPort(RunningBoard):
         self.url = url
 
 
-def start(board: Board, elf: Path) -> RunningBoard:
+class FlashedBoard(RunningBoard):
+    """A real board over USB: flashed here with its vendor tool (quarl_edge/flash.py), then
+    reached on its serial port: `port` if given (--port), else the one attached port with the
+    board's USB VID:PID (boards/<id>.toml `usb`), waited for while the board re-enumerates."""
+
+    PORT_WAIT_S = 10.0
+
+    def __init__(self, board: Board, elf: Path, port: str | None = None,
+                 flasher: str | None = None, drive: str | None = None):
+        from .flash import flash
+        from .ports import find_port
+        self.board = board
+        self.result = flash(board, Path(elf), port=port, flasher=flasher, drive=drive)
+        self.tool = self.result.tool
+        self.url = port or self.result.port or find_port(board, wait_s=self.PORT_WAIT_S)
+        self.found_by_usb = port is None and self.result.port is None
+
+    def describe_exit(self) -> str:
+        how = f"was flashed with {self.tool}"
+        if self.found_by_usb:
+            how += f"; {self.url} was found by its USB id"
+        return how
+
+
+def start(board: Board, elf: Path, port: str | None = None, flasher: str | None = None,
+          drive: str | None = None) -> RunningBoard:
+    """Start the firmware `elf` on `board`; `port`, `flasher` and `drive` are for real boards
+    (connect method 'serial'), which are flashed and then reached on their serial port."""
     method = board.connect_method
+    if method == "serial":
+        return FlashedBoard(board, elf, port, flasher, drive)
     if method == "pty":
         return HostPty(elf)
     if method == "qemu":
@@ -422,16 +453,39 @@ def model_hash(model_path: Path) -> bytes:
     return hashlib.sha256(Path(model_path).read_bytes()).digest()[:8]
 
 
+_FLASH_OPTIONS: contextvars.ContextVar[dict | None] = contextvars.ContextVar("flash_options",
+                                                                             default=None)
+
+
+@contextlib.contextmanager
+def flash_options(flasher: str | None = None, drive: str | None = None):
+    """--flasher/--drive for every BoardSession opened inside (validate, hil and bench open
+    theirs deep inside; the CLI sets the user's choice here once)."""
+    token = _FLASH_OPTIONS.set({"flasher": flasher, "drive": drive})
+    try:
+        yield
+    finally:
+        _FLASH_OPTIONS.reset(token)
+
+
 class BoardSession:
     """Build (unless a port is given), start, connect and handshake; stop everything on exit.
 
     With `port`, the board is assumed to run firmware for `model_path` already (flashed earlier);
-    the model hash in its HELLO must match."""
+    the model hash in its HELLO must match. `flash=True` builds and flashes a real board even
+    then (`quarl-edge flash --port`: the port to flash through and talk on). A real board
+    without `port` is always built, flashed (`flasher`, `drive`: quarl_edge/flash.py) and found
+    by its USB VID:PID. After opening a real board's port we wait its `reset_on_open_ms`."""
 
     def __init__(self, model_path: Path, board: Board, out_dir: Path, port: str | None = None,
-                 trace: bool = False):
+                 trace: bool = False, flasher: str | None = None, drive: str | None = None,
+                 flash: bool = False):
         self.model_path, self.board, self.out_dir, self.port = Path(model_path), board, out_dir, port
         self.trace = trace
+        opts = _FLASH_OPTIONS.get() or {}
+        self.flasher = flasher if flasher is not None else opts.get("flasher")
+        self.drive = drive if drive is not None else opts.get("drive")
+        self.flash = flash and board.connect_method == "serial"
         self.firmware = None
         self.running: RunningBoard | None = None
         self.link = None
@@ -440,14 +494,20 @@ class BoardSession:
         from .build import build
         from .runner import BoardLink
         try:
-            if self.port:
+            if self.port and not self.flash:
                 self.running = ExternalPort(self.port)
             elif self.board.connect_method == "agent":   # runs the .tflite itself: nothing to build
                 self.running = start(self.board, self.model_path)
             else:
                 self.firmware = build(self.model_path, self.board, self.out_dir)
-                self.running = start(self.board, self.firmware.elf)
-            self.link = BoardLink(self.running.url, trace=self.trace, alive=self.running.alive)
+                self.running = start(self.board, self.firmware.elf, port=self.port,
+                                     flasher=self.flasher, drive=self.drive)
+            serial_port = self.board.connect_method == "serial"
+            self.link = BoardLink(self.running.url, trace=self.trace, alive=self.running.alive,
+                                  **({"baudrate": self.board.baud} if serial_port else {}))
+            if serial_port and self.board.reset_on_open_ms:
+                # opening the port reset the board (DTR): its boot loader runs first
+                time.sleep(self.board.reset_on_open_ms / 1000)
             try:
                 self.info = self.link.hello()
             except BoardError as e:

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .boards import Board, all_boards
+from .errors import BoardError
 
 
 @dataclass
@@ -32,3 +33,36 @@ def list_ports(boards: dict[str, Board] | None = None) -> list[PortInfo]:
     return [PortInfo(p.device, p.description or "", p.vid, p.pid, p.serial_number,
                      match_boards(p.vid, p.pid, boards))
             for p in sorted(lp.comports(), key=lambda p: p.device)]
+
+
+def _usb_ids(board: Board) -> str:
+    return " or ".join(f"{v:04x}:{p:04x}" for v, p in board.usb)
+
+
+def find_port(board: Board, wait_s: float = 0.0, poll_s: float = 0.25) -> str:
+    """The one attached serial port whose USB VID:PID is one of the board's (`usb` in its board
+    file), waiting up to `wait_s` for it to appear (a board re-enumerates after flashing).
+    None attached, or several: a BoardError saying so (and to pass --port)."""
+    import time
+    if not board.usb:
+        raise BoardError(f"board {board.id} has no USB ids ('usb' in {board.path}) to find its "
+                         "serial port by; pass --port")
+    deadline = time.monotonic() + wait_s
+    while True:
+        attached = list_ports({board.id: board})
+        matches = [p for p in attached if p.boards]
+        if len(matches) == 1:
+            return matches[0].device
+        if len(matches) > 1:
+            listed = ", ".join(f"{p.device} ({p.usb_id}"
+                               + (f", serial {p.serial_number}" if p.serial_number else "")
+                               + (f", {p.description}" if p.description else "") + ")"
+                               for p in matches)
+            raise BoardError(f"several serial ports have board {board.id}'s USB id "
+                             f"({_usb_ids(board)}): {listed}; pass --port")
+        if time.monotonic() >= deadline:
+            others = ", ".join(f"{p.device} ({p.usb_id})" for p in attached)
+            raise BoardError(f"no serial port with USB id {_usb_ids(board)} (board {board.id}) is "
+                             "attached" + (f" (attached: {others})" if others else "")
+                             + "; plug the board in, or pass --port")
+        time.sleep(poll_s)

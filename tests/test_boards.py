@@ -103,3 +103,29 @@ def test_a_missing_emulator_is_named_with_its_install_command(tmp_path):
     assert ("qemu-system-arm" in missing) == (sh.which("qemu-system-arm") is None)
     nocc = load_board_file(write(tmp_path, "mine", text.replace('cc = "gcc"', 'cc = "no-such-cc"')))
     assert "no-such-cc" in dict(nocc.missing_tools())
+
+
+def test_shipped_real_boards_say_how_they_are_flashed_and_reached():
+    from quarl_edge.flash import TOOLS
+    for b in all_boards().values():
+        if b.kind != "real":
+            assert b.flashers == () or b.connect_method == "serial"
+            continue
+        assert b.flashers and all(t in TOOLS for t in b.flashers), b.id
+        assert b.connect_method == "serial" and b.baud > 0 and b.reset_on_open_ms >= 0, b.id
+        assert b.usb, f"{b.id}: no USB VID:PID to find its serial port by"
+        assert [s["tool"] for s in b.flasher_status()] == list(b.flashers)
+
+
+def test_a_real_board_without_any_installed_flasher_is_not_installed(tmp_path):
+    text = GOOD.format(id="mine").replace('kind = "emulated"', 'kind = "real"').replace(
+        'method = "pty"', 'method = "serial"\nbaud = 57600') + (
+        '\n[flash]\ntools = ["pyocd"]\n[flash.pyocd]\ntarget = "x"\n')
+    b = load_board_file(write(tmp_path, "mine", text))
+    import shutil as sh
+    assert b.baud == 57600 and b.reset_on_open_ms == 0
+    if sh.which("pyocd") is None:
+        assert ("pyocd", "pip install pyocd") in b.missing_tools()
+    daplink = load_board_file(write(tmp_path, "mine", text.replace(
+        'tools = ["pyocd"]', 'tools = ["daplink", "pyocd"]\n[flash.daplink]\nvolume = "MB"')))
+    assert daplink.missing_tools() == daplink.missing_build_tools() == []
