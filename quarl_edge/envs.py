@@ -100,16 +100,46 @@ class GymnasiumEnv(py_environment.PyEnvironment):
 # The environments of the classic study (studies/classic.toml); LunarLander needs box2d.
 KNOWN_ENVS = ("CartPole-v1", "Acrobot-v1", "MountainCar-v0", "LunarLander-v3", "Pendulum-v1",
               "MountainCarContinuous-v0", "LunarLanderContinuous-v3")
+# The MuJoCo tasks (studies/mujoco.toml, SAC and TD3 defaults in train.DEFAULTS): they need the
+# optional `mujoco` extra of pyproject.toml (scripts/setup.sh installs it).
+MUJOCO_ENVS = ("HalfCheetah-v5", "Hopper-v5")
+MUJOCO_INSTALL = "pip install -e '.[mujoco]' (or: pip install mujoco==3.17.0 imageio==2.38.1)"
+BOX2D_INSTALL = "pip install box2d==2.3.10"
+
+
+def install_hint(env_id: str) -> str:
+    """How to install what the Gymnasium environment `env_id` needs beyond the default
+    dependencies ("" if nothing known), from its registered entry point; no import of the env."""
+    try:
+        entry = str(gym.spec(env_id).entry_point)
+    except gym.error.Error:
+        return ""
+    if entry.startswith("gymnasium.envs.mujoco"):
+        return f"MuJoCo environments need the mujoco extra: {MUJOCO_INSTALL}"
+    if entry.startswith("gymnasium.envs.box2d"):
+        return f"Box2D environments: {BOX2D_INSTALL}"
+    return ""
+
+
+def missing_dependency_error(env_id: str, e: BaseException) -> QuarlError:
+    hint = install_hint(env_id)
+    return QuarlError(f"Gymnasium environment {env_id!r} needs a package that is not installed "
+                      f"({e})" + (f"; {hint}" if hint else ""))
 
 
 def make_gym(env_id: str, **kwargs) -> gym.Env:
-    """`gymnasium.make` with unknown ids turned into a QuarlError naming the id."""
+    """`gymnasium.make` with unknown ids turned into a QuarlError naming the id, and missing
+    optional packages (mujoco, imageio, box2d) into one saying what to install."""
     try:
         return gym.make(env_id, **kwargs)
+    except gym.error.DependencyNotInstalled as e:  # e.g. MuJoCo envs without the mujoco wheel
+        raise missing_dependency_error(env_id, e) from None
+    except ImportError as e:  # e.g. mujoco installed but imageio missing (mujoco_rendering)
+        raise missing_dependency_error(env_id, e) from None
     except gym.error.Error as e:  # NameNotFound, VersionNotFound, NamespaceNotFound, ...
         raise QuarlError(f"unknown Gymnasium environment {env_id!r}: {e}; known (with tuned "
-                         f"defaults): {', '.join(KNOWN_ENVS)}; any registered Gymnasium id "
-                         "works") from None
+                         f"defaults): {', '.join(KNOWN_ENVS + MUJOCO_ENVS)}; any registered "
+                         "Gymnasium id works") from None
 
 
 def make_env(env_id: str, seed: int | None = None, discount: float = 1.0,

@@ -145,18 +145,18 @@ def _check_keys(d: dict, known: set[str], where: str) -> None:
 
 
 def _check_env(algo: str, env_id: str, where: str) -> None:
-    """Unknown env ids, missing optional dependencies (box2d) and action spaces the algo cannot
-    act in, without importing TensorFlow."""
+    """Unknown env ids, missing optional dependencies (box2d, mujoco) and action spaces the algo
+    cannot act in, without importing TensorFlow."""
     import gymnasium as gym
     try:
         env = gym.make(env_id)
-    except gym.error.DependencyNotInstalled as e:
-        raise QuarlError(f"{where}: environment {env_id!r} needs a missing package ({e}); for "
-                         "Box2D environments: pip install box2d==2.3.10") from None
+    except (gym.error.DependencyNotInstalled, ImportError) as e:
+        from .envs import missing_dependency_error  # imports tf_agents: only on this path
+        raise QuarlError(f"{where}: {missing_dependency_error(env_id, e)}") from None
     except gym.error.Error as e:
-        from .envs import KNOWN_ENVS  # imports tf_agents: only on this path
+        from .envs import KNOWN_ENVS, MUJOCO_ENVS  # imports tf_agents: only on this path
         raise QuarlError(f"{where}: unknown Gymnasium environment {env_id!r} ({e}); known (with "
-                         f"tuned defaults): {', '.join(KNOWN_ENVS)}") from None
+                         f"tuned defaults): {', '.join(KNOWN_ENVS + MUJOCO_ENVS)}") from None
     space = env.action_space
     env.close()
     discrete = isinstance(space, gym.spaces.Discrete)
