@@ -36,7 +36,8 @@ if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv || { echo "setup: python venv failed; as root: apt-get install -y python3-venv" >&2; exit 1; }
 fi
 .venv/bin/python -m pip install -q --upgrade "pip>=24" 2>&1 | grep -v "^WARNING: Location" || true
-.venv/bin/python -m pip install -q -e '.[test]' 2>&1 | grep -v "^WARNING: Location" || true
+# mujoco (~26 MB wheel): the MuJoCo tasks and their tests (tests/test_mujoco.py skips without it)
+.venv/bin/python -m pip install -q -e '.[test,mujoco]' 2>&1 | grep -v "^WARNING: Location" || true
 .venv/bin/python -c 'import quarl_edge.cli, tensorflow, tf_agents, tflite_runtime, tflite_micro' \
     2>/dev/null || { echo "setup: the Python packages did not install; see pip's output above" >&2; exit 1; }
 echo "setup: ready (.venv)"
