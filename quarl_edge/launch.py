@@ -377,6 +377,9 @@ class FlashedBoard(RunningBoard):
         from .flash import flash
         from .ports import find_port
         self.board = board
+        if port is None and not board.usb:     # say so before the board is flashed, not after
+            raise BoardError(f"board {board.id} has no USB id in its board file to find its "
+                             "serial port by; pass --port (its serial adapter's port)")
         self.result = flash(board, Path(elf), port=port, flasher=flasher, drive=drive)
         self.tool = self.result.tool
         self.url = port or self.result.port or find_port(board, wait_s=self.PORT_WAIT_S)

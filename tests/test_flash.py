@@ -596,3 +596,14 @@ def test_real_picotool_reads_our_uf2(tiny_elf, tmp_path):
     p = subprocess.run(["picotool", "info", "-a", str(image)], capture_output=True, text=True,
                        timeout=60, check=False)
     assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_a_board_without_usb_id_needs_port_before_it_is_flashed(tmp_path, monkeypatch):
+    from quarl_edge import launch
+    b = real_board(tmp_path, 'tools = ["teensy"]\n[flash.teensy]\nmcu = "TEENSY41"')
+    b = type(b)(**{**b.__dict__, "usb": ()})
+    calls = []
+    monkeypatch.setattr(F, "flash", lambda *a, **k: calls.append(a))
+    with pytest.raises(BoardError, match="no USB id in its board file .*; pass --port"):
+        launch.start(b, tmp_path / "firmware.elf")
+    assert calls == []
