@@ -406,6 +406,7 @@ def flash(board: Board, elf: Path, port: str | None = None, flasher: str | None 
     serial port for tools that flash through it (avrdude; default: found by the board's USB
     VID:PID), `drive` the mounted USB drive for drive-copy tools (default: found by its label)."""
     tool = pick_tool(board, flasher)
+    elf = Path(elf).resolve()       # the tools may run elsewhere (cwd); their messages name it
     cfg = board.flash_config.get(tool, {})
     timeout = timeout or board.flash_timeout_s or DEFAULT_TIMEOUT_S
     image = write_image(board, tool, elf)

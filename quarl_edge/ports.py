@@ -61,8 +61,8 @@ def find_port(board: Board, wait_s: float = 0.0, poll_s: float = 0.25) -> str:
             raise BoardError(f"several serial ports have board {board.id}'s USB id "
                              f"({_usb_ids(board)}): {listed}; pass --port")
         if time.monotonic() >= deadline:
-            others = ", ".join(f"{p.device} ({p.usb_id})" for p in attached)
+            others = ", ".join(f"{p.device} ({p.usb_id})" for p in attached if p.vid is not None)
             raise BoardError(f"no serial port with USB id {_usb_ids(board)} (board {board.id}) is "
-                             "attached" + (f" (attached: {others})" if others else "")
+                             "attached" + (f" (USB serial ports: {others})" if others else "")
                              + "; plug the board in, or pass --port")
         time.sleep(poll_s)

@@ -446,7 +446,7 @@ def test_the_serial_port_is_found_by_usb_id(tmp_path, monkeypatch):
     with pytest.raises(BoardError) as e:
         find_port(b)
     assert str(e.value) == ("no serial port with USB id 1234:5678 (board mine) is attached "
-                            "(attached: /dev/ttyUSB0 (0403:6001)); plug the board in, or pass --port")
+                            "(USB serial ports: /dev/ttyUSB0 (0403:6001)); plug the board in, or pass --port")
     fake_ports(monkeypatch, [FakePort("/dev/ttyACM0", 0x1234, 0x5678, "A1"),
                              FakePort("/dev/ttyACM1", 0x1234, 0x5678, "B2")])
     with pytest.raises(BoardError, match=r"several serial ports have board mine's USB id "
