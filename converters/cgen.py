@@ -51,6 +51,7 @@ Users who want float run the fp32 model; users who want small weights run full i
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 import sys
@@ -263,6 +264,9 @@ def _lower_fully_connected(op: Operator, model: TFLiteModel, pname: str) -> _Ker
                       + (f" + {bias.describe()}" if bias is not None else "")
                       + f" -> {out.describe()}, {act}")
 
+    if op.options.get(HEAD_READOUT_OPTION):
+        return _lower_fc_acc(op, model, pname, x, w, bias, out, act, batches, accum_depth,
+                             output_depth, wname, comment_shapes)
     if (x.dtype == "int16" or (x.dtype == "int8" and w.quantization is not None
                                and w.quantization.per_channel)):
         return _lower_fc_pc(op, model, pname, x, w, bias, out, act, batches, accum_depth,
@@ -365,6 +369,83 @@ def _weight_quantization(op, model, w, what: str, n_out: int, qdim: int):
     if not np.all(np.isfinite(wq.scale) & (wq.scale > 0)):
         raise _unsupported(op, model, f"{what} '{w.name}': a scale is not finite and positive")
     return wq
+
+
+# ------------------------------------------------------------ int8-acc: the accumulator head
+# quarl_edge/remedies.py: a model tagged with metadata "quarl_edge.head" = "accumulators" ends in
+# FULLY_CONNECTED(int8) -> DEQUANTIZE; its greedy action is to be the argmax of that layer's
+# int32 accumulators. The rewrite drops the DEQUANTIZE and lets the FULLY_CONNECTED write the
+# graph's float32 output itself: (float)acc * (input_scale * weight_scale[o]).
+HEAD_METADATA = "quarl_edge.head"
+HEAD_READOUT_OPTION = "_quarl_edge_head_accumulators"   # marks the rewritten op (not a TFLite option)
+
+
+def _apply_head_readout(model: TFLiteModel) -> TFLiteModel:
+    value = model.metadata.get(HEAD_METADATA)
+    if value is None:
+        return model
+    if value != b"accumulators":
+        raise ModelError(f"{model.path}: metadata {HEAD_METADATA} = {value!r}; the generator knows "
+                         "only b'accumulators'")
+    why = "the accumulator head (int8-acc) needs a graph ending in FULLY_CONNECTED(int8) -> DEQUANTIZE"
+    if len(model.outputs) != 1:
+        raise UnsupportedOpError(f"{why}, with one output; this one has {len(model.outputs)}")
+    producer = {o: op for op in model.operators for o in op.outputs}
+    deq = producer.get(model.outputs[0])
+    fc = producer.get(deq.inputs[0]) if deq is not None and deq.opcode == "DEQUANTIZE" else None
+    if fc is None or fc.opcode != "FULLY_CONNECTED":
+        raise UnsupportedOpError(f"{why}; its output comes from "
+                                 f"{deq.opcode if deq is not None else 'no op'}")
+    head = fc.outputs[0]
+    readers = [op.index for op in model.operators if head in op.inputs]
+    if readers != [deq.index] or head in model.outputs:
+        raise UnsupportedOpError(f"{why}; the int8 head output is also read elsewhere")
+    if (fc.fused_activation or "NONE") != "NONE":
+        raise UnsupportedOpError(f"{why} without a fused activation; it has {fc.fused_activation}")
+    rewritten = dataclasses.replace(fc, outputs=[deq.outputs[0]],
+                                    options={**fc.options, HEAD_READOUT_OPTION: True})
+    ops = [rewritten if op.index == fc.index else op for op in model.operators if op is not deq]
+    return dataclasses.replace(model, operators=ops)
+
+
+def _lower_fc_acc(op, model, pname, x, w, bias, out, act, batches, accum_depth, output_depth,
+                  wname, comment_shapes) -> _Kernel:
+    _activation_tensor(op, model, x.index, "int8", "input")
+    _activation_tensor(op, model, out.index, "float32", "output")
+    if w.dtype != "int8":
+        raise _unsupported(op, model, f"accumulator head with {w.dtype} weights")
+    _per_tensor(x, op, model, "input")
+    wq = _weight_quantization(op, model, w, "weights", output_depth, 0)
+    if np.any(wq.zero_point != 0):
+        raise _unsupported(op, model, f"accumulator head weights '{w.name}' are not symmetric")
+    if bias is not None and (bias.dtype != "int32" or bias.size != output_depth):
+        raise _unsupported(op, model, f"bias '{bias.name}' {bias.dtype} {list(bias.shape)}")
+    worst = accum_depth * 128 * (128 + abs(x.zero_point)) + (
+        int(np.abs(bias.data.astype(np.int64)).max()) if bias is not None else 0)
+    if worst > qmath.INT32_MAX:
+        raise _unsupported(op, model, f"the int32 accumulator could overflow (accum_depth {accum_depth})")
+    n_ch = len(wq.scale)
+    # float32 of the double product of the two float32 scales (remedies.HeadAccumulators too).
+    scales = [float(np.float32(float(np.float32(x.scale)) * float(np.float32(sc)))) for sc in wq.scale]
+    consts = [f"/* {c_comment(w.describe())}, {n_ch} scale(s) */\n"
+              + c_array("int8_t", wname, w.data, 16, lambda v: str(int(v))),
+              c_array("float", f"{pname}_scales", scales, 6, c_float)]
+    const_bytes = w.size + 4 * n_ch
+    bname = "QE_FLASH_NULL"
+    if bias is not None:
+        bname = c_ident(bias.name, f"b{bias.index}_")
+        consts.append(f"/* {c_comment(bias.describe())} */\n"
+                      + c_array("int32_t", bname, bias.data, 8, lambda v: str(int(v))))
+        const_bytes += 4 * bias.size
+    params = (f"static const qe_fc_s8_acc_params_t {pname} = {{\n"
+              f"    .input_offset = {-x.zero_point},\n    .scales = {pname}_scales,\n"
+              f"    .channel_stride = {1 if n_ch > 1 else 0}u,\n"
+              f"    .batches = {batches}u,\n    .accum_depth = {accum_depth}u,\n"
+              f"    .output_depth = {output_depth}u,\n}};\n")
+    call = (f"qe_fully_connected_s8_acc_f32(&{pname}, (const int8_t *)@T{x.index}@, {wname}, "
+            f"{bname}, (float *)@T{out.index}@);")
+    return _Kernel(op, call, params, consts, const_bytes,
+                   "FULLY_CONNECTED int8 -> float32 accumulator head (int8-acc): " + comment_shapes)
 
 
 def _lower_fc_pc(op, model, pname, x, w, bias, out, act, batches, accum_depth, output_depth,
@@ -1067,7 +1148,7 @@ def _io_spec(t: Tensor, what: str) -> TensorSpec:
 def generate(tflite_path, out_dir, name: str | None = None) -> GeneratedModel:
     """Generate out_dir/model.c and out_dir/model.json for a .tflite model."""
     path = Path(tflite_path)
-    model = load(path)
+    model = _apply_head_readout(load(path))
     mname = _model_name(name, path)
     if model.n_subgraphs != 1:
         raise UnsupportedOpError(f"the model has {model.n_subgraphs} subgraphs (control flow); "

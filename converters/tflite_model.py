@@ -123,6 +123,7 @@ class TFLiteModel:
     inputs: list[int]
     outputs: list[int]
     n_subgraphs: int = 1
+    metadata: dict[str, bytes] = field(default_factory=dict)   # the model's named metadata buffers
 
     @property
     def hash8(self) -> bytes:
@@ -257,6 +258,11 @@ def _convert(model, data: bytes, path: str) -> TFLiteModel:
                                   check_indices(_ints(op.outputs), f"operator {i} ({opname})", False),
                                   options))
 
+    metadata = {}
+    for m in model.metadata or []:
+        raw = _buffer_bytes(model, data, int(m.buffer), path)
+        metadata[_name(m.name)] = raw if raw is not None else b""
+
     return TFLiteModel(
         path=path,
         sha256=hashlib.sha256(data).digest(),
@@ -267,4 +273,5 @@ def _convert(model, data: bytes, path: str) -> TFLiteModel:
         inputs=check_indices(_ints(sg.inputs), "the graph input list", False),
         outputs=check_indices(_ints(sg.outputs), "the graph output list", False),
         n_subgraphs=len(subgraphs),
+        metadata=metadata,
     )

@@ -137,3 +137,25 @@ void qe_fully_connected_s16(const qe_fc_pc_params_t *p, const int16_t *input,
         }
     }
 }
+
+void qe_fully_connected_s8_acc_f32(const qe_fc_s8_acc_params_t *p, const int8_t *input,
+                                   const QE_FLASH int8_t *weights, const QE_FLASH int32_t *bias,
+                                   float *output)
+{
+    uint32_t b, o, d;
+
+    for (b = 0; b < p->batches; ++b) {
+        const int8_t *in = input + b * p->accum_depth;
+        for (o = 0; o < p->output_depth; ++o) {
+            const QE_FLASH int8_t *w = weights + o * p->accum_depth;
+            int32_t acc = 0;
+            for (d = 0; d < p->accum_depth; ++d) {
+                acc += (int32_t)w[d] * ((int32_t)in[d] + p->input_offset);
+            }
+            if (bias != QE_FLASH_NULL) {
+                acc += bias[o];
+            }
+            output[b * p->output_depth + o] = (float)acc * p->scales[o * p->channel_stride];
+        }
+    }
+}

@@ -66,4 +66,21 @@ void qe_fully_connected_s16(const qe_fc_pc_params_t *p, const int16_t *input,
                             const QE_FLASH int8_t *weights, const QE_FLASH int64_t *bias,
                             int16_t *output);
 
+/* The accumulator readout of quarl-edge's int8-acc scheme (not a TFLite op; quarl_edge/remedies.py):
+ * int8 input and per-tensor or per-channel symmetric int8 weights, and instead of requantizing
+ * to int8, output[b][o] = (float)(sum_d w[o][d] * (in[b][d] + input_offset) + bias[o]) * scales[o]
+ * in float32. argmax over it has none of the ties that rounding to 256 levels makes. */
+typedef struct {
+    int32_t input_offset;       /* -input zero point */
+    const QE_FLASH float *scales; /* input_scale * weight_scale[o] (float32 of the double product) */
+    uint8_t channel_stride;     /* 1: per channel, 0: one scale for all outputs */
+    uint16_t batches;
+    uint16_t accum_depth;
+    uint16_t output_depth;
+} qe_fc_s8_acc_params_t;
+
+void qe_fully_connected_s8_acc_f32(const qe_fc_s8_acc_params_t *p, const int8_t *input,
+                                   const QE_FLASH int8_t *weights, const QE_FLASH int32_t *bias,
+                                   float *output);
+
 #endif
