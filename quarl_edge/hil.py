@@ -15,7 +15,6 @@ import numpy as np
 from .boards import Board
 from .errors import QuarlError
 from .launch import BoardSession
-from .reference import TFLiteRuntime
 from .runner import latency_summary
 
 
@@ -110,7 +109,8 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
         memory = s.memory()
         unit = s.info.cost_unit
 
-    host = TFLiteRuntime(mpath)
+    from .remedies import host_reference
+    host = host_reference(mpath)   # tflite-runtime (int8-acc: the head's accumulator readout)
     host_returns, _, _ = play(env_id, lambda o: to_action(host.run([o])[0], space), seeds,
                               log_episode("tflite-runtime"))
 

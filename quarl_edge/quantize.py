@@ -18,6 +18,10 @@ Schemes (SCHEMES maps each name to its converter):
   int8-centred  int8, after folding advantage-style centring into the last layer (Q - mean_a Q;
         argmax unchanged): a remedy for int8 ties of argmax heads (quarl_edge/remedies.py);
         discrete-action policies only
+  int8-acc  the int8 model tagged (metadata "quarl_edge.head" = "accumulators") so that its
+        greedy action is the argmax of the last layer's int32 accumulators: tflite-runtime runs it
+        as plain int8, the generated firmware and the host references read the accumulators
+        (quarl_edge/remedies.py); discrete-action policies only
 
 The network is RUN/qnet.keras (DQN) or RUN/policy.keras (the deterministic actor of the other
 algorithms); run.json's "model_file" names it.
@@ -50,6 +54,7 @@ class Scheme:
     needs_calibration: bool
     description: str
     prepare: Callable | None = None   # Keras model -> Keras model before conversion
+    finish: Callable | None = None    # .tflite bytes -> .tflite bytes after conversion
     argmax_head_only: bool = False    # only for discrete-action policies (argmax of the outputs)
 
 
@@ -92,6 +97,11 @@ def _centre(model):
     return centre_head(model)
 
 
+def _tag_accumulators(flatbuffer: bytes) -> bytes:
+    from .remedies import tag_head
+    return tag_head(flatbuffer)
+
+
 def _qat_int8(converter, calibration) -> None:
     """For a fake-quantized (tfmot) model: its ranges are learned, so no representative data;
     Optimize.DEFAULT and the inference types only (supported_ops=INT8 would demand a dataset)."""
@@ -111,6 +121,9 @@ SCHEMES: dict[str, Scheme] = {
                                         "then full integer int8, float32 I/O"),
     "int8-centred": Scheme(_int8, True, "int8 after centring the outputs over actions "
                                         "(argmax heads only)", prepare=_centre, argmax_head_only=True),
+    "int8-acc": Scheme(_int8, True, "int8; greedy action from the head's int32 accumulators "
+                                    "(argmax heads only)", finish=_tag_accumulators,
+                       argmax_head_only=True),
 }
 
 
@@ -200,6 +213,8 @@ def quantize(run_dir: Path, scheme: str, calib_size: int = 1000, calib_episodes:
         model = qat_finetune(run_dir, calibration, seed=seed, progress=verbose, **(qat or {}))
 
     flatbuffer = convert_keras(model, scheme, calibration)
+    if spec.finish is not None:
+        flatbuffer = spec.finish(flatbuffer)
 
     out = run_dir / "models" / f"{scheme}.tflite"
     out.parent.mkdir(parents=True, exist_ok=True)

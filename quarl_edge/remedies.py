@@ -12,9 +12,12 @@ Three remedies, each evaluated in the study as its own scheme next to plain `int
   int8-acc      the int8 model, but the greedy action is the argmax of the last
                 FULLY_CONNECTED's int32 accumulators (bias added, before requantization), scaled
                 per output channel by input_scale * weight_scale[c]: nothing is rounded to int8
-                at the head, so no tie that float did not have. Computed here exactly from the
-                interpreter's own int8 input to that layer (integer arithmetic, so it is what a
-                board computing the same sum gets).
+                at the head, so no tie that float did not have. A real .tflite: the int8 model
+                plus a metadata entry "quarl_edge.head" = "accumulators". TFLite ignores it (its
+                output stays the int8 head); our generator (converters/cgen.py) reads it and
+                makes the head write float32 (float)acc * scale[c] on the board, and the host's
+                references (validate, hil) compute the same from the interpreter's own int8
+                input to that layer (`HeadAccumulators.readout_f32`), bit for bit.
   int8-i16head  the int8 model with its last layer's accumulators requantized to int16 instead
                 of int8 (symmetric, zero point 0, scale = calibrated max |output| / 32767, as
                 TFLite's 16-bit activations): 256x finer than the int8 head. TFLite has no
@@ -35,9 +38,36 @@ import numpy as np
 from .errors import ModelError, QuarlError
 
 # Evaluation-only remedies: the int8 model with another readout of its head.
-RUNNERS = ("int8-acc", "int8-i16head")
-# All remedies (int8-centred is a conversion scheme in quantize.SCHEMES).
-NAMES = ("int8-centred", *RUNNERS)
+RUNNERS = ("int8-i16head",)
+# All remedies (int8-centred and int8-acc are conversion schemes in quantize.SCHEMES).
+NAMES = ("int8-centred", "int8-acc", *RUNNERS)
+
+HEAD_METADATA = "quarl_edge.head"    # .tflite metadata name; value b"accumulators"
+HEAD_ACCUMULATORS = b"accumulators"
+
+
+def tag_head(flatbuffer: bytes, value: bytes = HEAD_ACCUMULATORS) -> bytes:
+    """The .tflite `flatbuffer` with metadata HEAD_METADATA = value added (or replaced)."""
+    import flatbuffers
+    from tflite_micro.tensorflow.lite.micro.python import schema_py_generated as schema
+    model = schema.ModelT.InitFromObj(schema.Model.GetRootAs(flatbuffer, 0))
+    buf = schema.BufferT()
+    buf.data = np.frombuffer(value, dtype=np.uint8)
+    model.buffers.append(buf)
+    entry = schema.MetadataT()
+    entry.name = HEAD_METADATA
+    entry.buffer = len(model.buffers) - 1
+    keep = [m for m in (model.metadata or []) if m.name not in (HEAD_METADATA, HEAD_METADATA.encode())]
+    model.metadata = [*keep, entry]
+    builder = flatbuffers.Builder(len(flatbuffer) + 1024)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    return bytes(builder.Output())
+
+
+def head_readout(model_path: Path) -> bytes | None:
+    """The model's HEAD_METADATA value (b"accumulators"), or None for a plain model."""
+    from .converters.tflite_model import load
+    return load(model_path).metadata.get(HEAD_METADATA)
 
 
 def centre_head(model):
@@ -92,8 +122,10 @@ class HeadAccumulators:
         w_scales = np.asarray(w["quantization_parameters"]["scales"], np.float64)
         self.bias = (self.interp.get_tensor(b_i).astype(np.int64) if b_i >= 0
                      else np.zeros(len(self.weights), np.int64))
-        # Per-channel (or per-tensor, broadcast) real value of one accumulator unit.
+        # Per-channel (or per-tensor, broadcast) real value of one accumulator unit; scale_f32 is
+        # what the generated C multiplies by (the float32 product, computed in double).
         self.scale = (x_scale * np.broadcast_to(w_scales, (len(self.weights),))).astype(np.float64)
+        self.scale_f32 = self.scale.astype(np.float32)
         self.inp = self.interp.get_input_details()[0]
 
     def accumulators(self, obs: np.ndarray) -> np.ndarray:
@@ -108,6 +140,37 @@ class HeadAccumulators:
         self.interp.invoke()
         xq = self.interp.get_tensor(self.x_index).reshape(-1).astype(np.int64) - self.x_zero
         return self.weights @ xq + self.bias
+
+
+    def readout_f32(self, obs: np.ndarray) -> np.ndarray:
+        """float32 [n_out]: (float)acc * scale_f32, as the board's int8-acc head computes it."""
+        return self.accumulators(obs).astype(np.float32) * self.scale_f32
+
+
+class AccumulatorHeadReference:
+    """The host reference for an int8-acc model, with the interface of reference.TFLiteRuntime
+    (inputs, outputs, run): its output is the head's float32 accumulator readout, what the
+    generated firmware returns for such a model."""
+
+    def __init__(self, model_path: Path):
+        self.head = HeadAccumulators(model_path)
+        self.inputs = self.head.interp.get_input_details()
+        out = dict(self.head.interp.get_output_details()[0])
+        out["dtype"], out["quantization"] = np.float32, (0.0, 0)
+        self.outputs = [out]
+
+    def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        y = self.head.readout_f32(inputs[0])
+        return [y.reshape(tuple(self.outputs[0]["shape"]))]
+
+
+def host_reference(model_path: Path, micro: bool = False):
+    """The reference a board's outputs are compared with: TF Lite Micro (micro=True) or
+    tflite-runtime for a plain model, the accumulator readout for an int8-acc model."""
+    from .reference import TFLiteRuntime, TFLMReference
+    if head_readout(model_path) == HEAD_ACCUMULATORS:
+        return AccumulatorHeadReference(model_path)
+    return TFLMReference(model_path) if micro else TFLiteRuntime(model_path)
 
 
 def accumulator_runner(model_path: Path) -> Callable[[np.ndarray], np.ndarray]:

@@ -8,7 +8,7 @@ The config (see studies/smoke.toml, studies/classic.toml):
     [study]
     name = "classic"
     seeds = [0, 1, 2]                 # training seeds
-    schemes = ["fp32", "int8", ...]   # quantize.SCHEMES, and remedies.RUNNERS (int8-acc, ...)
+    schemes = ["fp32", "int8", ...]   # quantize.SCHEMES, and remedies.RUNNERS (int8-i16head)
     episodes = 20                     # greedy evaluation on test seeds 0..episodes-1 ...
     # eval_seeds = [0, 5, 7]          # ... or on these seeds
     calib_size = 1000                 # calibration observations (integer schemes)
@@ -462,7 +462,7 @@ def run_group(group: dict, out: Path, done: set, emit: Callable[[dict], None],
             # The readout remedies run the int8 model with another readout of its head.
             path = quantize(run_dir, "int8" if scheme in remedies.RUNNERS else scheme,
                             calib_size=group["calib_size"], seed=0, verbose=False, qat=qat)
-            if scheme == "int8-acc":
+            if remedies.head_readout(path) == remedies.HEAD_ACCUMULATORS:   # int8-acc
                 runner = batch_runner(remedies.accumulator_runner(path))
             elif scheme == "int8-i16head":
                 calibration = np.load(run_dir / "calibration.npy")

@@ -8,7 +8,7 @@ import numpy as np
 from .boards import Board
 from .errors import QuarlError
 from .launch import BoardSession
-from .reference import TFLiteRuntime, TFLMReference
+from .reference import TFLiteRuntime
 from .runner import latency_summary
 
 
@@ -61,8 +61,9 @@ def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
 def validate(model_path: Path, board: Board, out_dir: Path, inputs: Path | None = None,
              random_n: int | None = None, save_outputs: Path | None = None, port: str | None = None,
              seed: int = 0) -> dict:
+    from .remedies import host_reference
     model_path = Path(model_path)
-    ref = TFLMReference(model_path)
+    ref = host_reference(model_path, micro=True)   # TF Lite Micro (int8-acc: its head readout)
     if len(ref.inputs) != 1 or len(ref.outputs) != 1:
         raise QuarlError("validate supports models with one input and one output")
     in_d, out_d = ref.inputs[0], ref.outputs[0]

@@ -134,3 +134,110 @@ def test_accumulator_readout_refuses_a_float_model(run_dir):
     path = quantize(run_dir, "fp32", verbose=False)
     with pytest.raises(Exception, match="int8"):
         remedies.HeadAccumulators(path)
+
+
+# ------------------------------------------- int8-acc on the board: generated C vs reference
+def test_int8_acc_model_is_the_int8_model_plus_a_tag(run_dir, int8):
+    from quarl_edge.converters.tflite_model import load
+    acc = quantize(run_dir, "int8-acc", calib_size=300, verbose=False)
+    assert remedies.head_readout(acc) == b"accumulators" and remedies.head_readout(int8) is None
+    a, b = load(acc), load(int8)
+    assert [op.opcode for op in a.operators] == [op.opcode for op in b.operators]
+    probe = np.load(run_dir / "calibration.npy")[:50]
+    plain, tagged = tflite_runner(int8), tflite_runner(acc)     # TFLite ignores the tag
+    assert all(np.array_equal(plain(o), tagged(o)) for o in probe)
+
+
+def _head_golden(model_bytes: bytes, inputs: np.ndarray, workdir):
+    """Generate + compile the tagged model with gcc, run `inputs`, compare bit for bit with
+    AccumulatorHeadReference. Returns (generated model, board outputs)."""
+    from helpers_models import build_generated, run_driver
+    workdir.mkdir(parents=True, exist_ok=True)
+    path = workdir / "model.tflite"
+    path.write_bytes(remedies.tag_head(model_bytes))
+    gm, exe = build_generated(path, workdir / "gen")
+    assert gm.outputs[0].dtype == "float32" and "DEQUANTIZE" not in gm.ops[1:]
+    ref = remedies.AccumulatorHeadReference(path)
+    x = np.ascontiguousarray(inputs, np.float32).reshape((-1, *gm.inputs[0].shape))
+    got = np.frombuffer(run_driver(exe, x.tobytes()), np.float32).reshape(len(x), -1)
+    want = np.stack([ref.run([xi])[0].reshape(-1) for xi in x])
+    assert got.view("<u4").tolist() == want.view("<u4").tolist()
+    return gm, got
+
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=4, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2 ** 16), input_dim=st.integers(1, 16),
+       widths=st.lists(st.integers(1, 40), min_size=1, max_size=3),
+       offset=st.sampled_from([0.0, 50.0, -300.0]), weight_scale=st.sampled_from([0.1, 1.0, 8.0]))
+def test_generated_accumulator_head_is_bit_exact(tmp_path_factory, seed, input_dim, widths,
+                                                 offset, weight_scale):
+    """Random MLPs from the real converter, with Q-value-like output offsets, through the
+    generated int8-acc head (gcc): float32 outputs bit-identical to the host reference, on
+    calibration-like and saturating inputs."""
+    from helpers_models import convert, random_mlp
+    acts = ["relu"] * (len(widths) - 1) + ["none"]
+    keras = random_mlp(seed, input_dim, widths, acts, weight_scale)
+    last = keras.layers[-1]
+    k, b = last.get_weights()
+    last.set_weights([k, b + np.float32(offset)])
+    rng = np.random.default_rng(seed)
+    model = convert(keras, "int8", rng.standard_normal((64, input_dim)).astype(np.float32))
+    x = rng.standard_normal((120, input_dim)).astype(np.float32)
+    x[::5] *= 1000.0                                                   # saturate the input
+    _head_golden(model, x, tmp_path_factory.mktemp("head"))
+
+
+def test_accumulator_head_per_channel_weights(tmp_path):
+    """Per-channel weights (hand-built: the converter quantizes Dense per tensor): each output's
+    own scale."""
+    from helpers_models import fc_model, schema
+    import flatbuffers
+    fc = fc_model([[127, -128, 3], [5, 6, -7]], (0.05, 3), [0.01, 0.3], (0.2, -5), bias=[1000, -20])
+    # float input -> QUANTIZE -> FC -> DEQUANTIZE -> float output, as the converter emits
+    s = schema()
+    m = s.ModelT.InitFromObj(s.Model.GetRootAs(fc, 0))
+    sg = m.subgraphs[0]
+    f_in = s.TensorT(); f_in.name, f_in.shape, f_in.type, f_in.buffer = b"x", [1, 3], s.TensorType.FLOAT32, 0
+    f_out = s.TensorT(); f_out.name, f_out.shape, f_out.type, f_out.buffer = b"y", [1, 2], s.TensorType.FLOAT32, 0
+    sg.tensors += [f_in, f_out]
+    nt = len(sg.tensors)
+    for name in ("QUANTIZE", "DEQUANTIZE"):
+        oc = s.OperatorCodeT(); oc.builtinCode = oc.deprecatedBuiltinCode = getattr(s.BuiltinOperator, name)
+        oc.version = 1
+        m.operatorCodes.append(oc)
+    q = s.OperatorT(); q.opcodeIndex, q.inputs, q.outputs = len(m.operatorCodes) - 2, [nt - 2], [0]
+    dq = s.OperatorT(); dq.opcodeIndex, dq.inputs, dq.outputs = len(m.operatorCodes) - 1, [2], [nt - 1]
+    sg.operators = [q, *sg.operators, dq]
+    sg.inputs, sg.outputs = [nt - 2], [nt - 1]
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(m.Pack(builder), file_identifier=b"TFL3")
+    rng = np.random.default_rng(1)
+    x = rng.uniform(-20, 20, (64, 3)).astype(np.float32)
+    gm, got = _head_golden(bytes(builder.Output()), x, tmp_path)
+    assert "qe_fully_connected_s8_acc_f32(" in gm.c_path.read_text()
+    assert ".channel_stride = 1u" in gm.c_path.read_text()
+
+
+def test_accumulator_head_refuses_a_graph_without_an_fc_dequantize_tail(tmp_path):
+    from helpers_models import fc_model
+    from quarl_edge.converters import cgen
+    from quarl_edge.errors import UnsupportedOpError
+    path = tmp_path / "m.tflite"      # int8 in -> FC -> int8 out: no DEQUANTIZE at the end
+    path.write_bytes(remedies.tag_head(fc_model([[1, 2]], (0.1, 0), 0.01, (0.1, 0))))
+    with pytest.raises(UnsupportedOpError, match="FULLY_CONNECTED\\(int8\\) -> DEQUANTIZE"):
+        cgen.generate(path, tmp_path / "gen")
+
+
+def test_int8_acc_validates_bit_exact_on_the_host_board(run_dir):
+    """The whole path: quantize int8-acc -> build the host firmware -> validate over the
+    serial protocol against the accumulator reference (random inputs, a third saturating)."""
+    from quarl_edge.boards import get_board
+    from quarl_edge.validate import validate
+    acc = quantize(run_dir, "int8-acc", calib_size=300, verbose=False)
+    res = validate(acc, get_board("host"), run_dir / "build" / "host", random_n=200)
+    assert res["bit_exact"] and res["n"] == 200 and res["mismatches"] == 0
