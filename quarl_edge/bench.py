@@ -33,8 +33,10 @@ def select_boards(spec: str) -> list[Board]:
     return list({b.id: b for b in out}.values())
 
 
-def bench_cell(run_dir: Path, board: Board, scheme: str, n: int, obs: np.ndarray) -> dict:
-    with BoardSession(model_path(run_dir, scheme), board, run_dir / "build" / board.id / scheme) as s:
+def bench_cell(run_dir: Path, board: Board, scheme: str, n: int, obs: np.ndarray,
+               flasher: str | None = None, drive: str | None = None) -> dict:
+    with BoardSession(model_path(run_dir, scheme), board, run_dir / "build" / board.id / scheme,
+                      flasher=flasher, drive=drive) as s:
         spec = s.info.inputs[0]
         if spec.dtype != "float32":
             raise QuarlError("bench feeds float observations; the model's input must be float32")
@@ -49,7 +51,8 @@ def bench_cell(run_dir: Path, board: Board, scheme: str, n: int, obs: np.ndarray
 
 
 def run_bench(run_dir: Path, boards: list[Board], n: int = 100, out: Path | None = None,
-              progress: bool = True) -> list[dict]:
+              progress: bool = True, flasher: str | None = None,
+              drive: str | None = None) -> list[dict]:
     run_dir = Path(run_dir)
     calib = run_dir / "calibration.npy"
     obs = np.load(calib)[0] if calib.is_file() else None
@@ -63,7 +66,7 @@ def run_bench(run_dir: Path, boards: list[Board], n: int = 100, out: Path | None
                     print(f"  {board.id:16s} {scheme} ...", flush=True)
                 x = obs if obs is not None else np.zeros(1, np.float32)
                 try:
-                    row = bench_cell(run_dir, board, scheme, n, x)
+                    row = bench_cell(run_dir, board, scheme, n, x, flasher, drive)
                 except QuarlError as e:        # e.g. does not fit: a result too, not a crash
                     row = {"board": board.id, "cpu": board.cpu, "precision": scheme, "error": str(e)}
                 rows.append(row)

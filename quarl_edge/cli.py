@@ -102,15 +102,13 @@ def cmd_flash(a):
 
 def cmd_validate(a):
     from .boards import get_board
-    from .launch import flash_options
     from .validate import validate
     board = get_board(a.board)
     model = Path(a.model)
-    with flash_options(a.flasher, a.drive):
-        res = validate(model, board, model.parent / "build" / board.id / model.stem,
-                       inputs=Path(a.inputs) if a.inputs else None, random_n=a.random,
-                       save_outputs=Path(a.save_outputs) if a.save_outputs else None,
-                       port=a.port, seed=a.seed)
+    res = validate(model, board, model.parent / "build" / board.id / model.stem,
+                   inputs=Path(a.inputs) if a.inputs else None, random_n=a.random,
+                   save_outputs=Path(a.save_outputs) if a.save_outputs else None,
+                   port=a.port, seed=a.seed, flasher=a.flasher, drive=a.drive)
     if a.json:
         print(json.dumps(res, indent=2))
     else:
@@ -124,10 +122,8 @@ def cmd_validate(a):
 def cmd_hil(a):
     from .boards import get_board
     from .hil import run_hil
-    from .launch import flash_options
-    with flash_options(a.flasher, a.drive):
-        res = run_hil(Path(a.run), a.model, get_board(a.board), a.episodes, seed=a.seed,
-                      port=a.port)
+    res = run_hil(Path(a.run), a.model, get_board(a.board), a.episodes, seed=a.seed,
+                  port=a.port, flasher=a.flasher, drive=a.drive)
     if a.json:
         print(json.dumps(res, indent=2))
     else:
@@ -141,10 +137,9 @@ def cmd_hil(a):
 
 def cmd_bench(a):
     from .bench import run_bench, select_boards
-    from .launch import flash_options
-    with flash_options(a.flasher, a.drive):
-        rows = run_bench(Path(a.run), select_boards(a.boards), n=a.n,
-                         out=Path(a.out) if a.out else None, progress=not a.json)
+    rows = run_bench(Path(a.run), select_boards(a.boards), n=a.n,
+                     out=Path(a.out) if a.out else None, progress=not a.json,
+                     flasher=a.flasher, drive=a.drive)
     if a.json:
         print(json.dumps(rows, indent=2))
     else:

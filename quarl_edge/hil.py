@@ -74,7 +74,8 @@ def dequantized(y: np.ndarray, spec) -> np.ndarray:
 
 
 def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int = 0,
-            port: str | None = None, progress: bool = False) -> dict:
+            port: str | None = None, progress: bool = False, flasher: str | None = None,
+            drive: str | None = None) -> dict:
     run_dir = Path(run_dir)
     meta = load_run(run_dir)
     env_id = meta["env"]
@@ -93,7 +94,8 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
         return f
 
     costs: list[int] = []
-    with BoardSession(mpath, board, run_dir / "build" / board.id / scheme, port=port) as s:
+    with BoardSession(mpath, board, run_dir / "build" / board.id / scheme, port=port,
+                      flasher=flasher, drive=drive) as s:
         in_spec, out_spec = s.info.inputs[0], s.info.outputs[0]
         if in_spec.dtype != "float32":
             raise QuarlError("HIL needs a model with float input (quantize with float I/O)")

@@ -4,8 +4,6 @@ One small class per way of reaching a board (the `[connect] method` in boards/<i
 Each is a context manager with a `url` that pyserial's serial_for_url() opens."""
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import json
 import os
 import shutil
@@ -456,21 +454,6 @@ def model_hash(model_path: Path) -> bytes:
     return hashlib.sha256(Path(model_path).read_bytes()).digest()[:8]
 
 
-_FLASH_OPTIONS: contextvars.ContextVar[dict | None] = contextvars.ContextVar("flash_options",
-                                                                             default=None)
-
-
-@contextlib.contextmanager
-def flash_options(flasher: str | None = None, drive: str | None = None):
-    """--flasher/--drive for every BoardSession opened inside (validate, hil and bench open
-    theirs deep inside; the CLI sets the user's choice here once)."""
-    token = _FLASH_OPTIONS.set({"flasher": flasher, "drive": drive})
-    try:
-        yield
-    finally:
-        _FLASH_OPTIONS.reset(token)
-
-
 class BoardSession:
     """Build (unless a port is given), start, connect and handshake; stop everything on exit.
 
@@ -485,9 +468,7 @@ class BoardSession:
                  flash: bool = False):
         self.model_path, self.board, self.out_dir, self.port = Path(model_path), board, out_dir, port
         self.trace = trace
-        opts = _FLASH_OPTIONS.get() or {}
-        self.flasher = flasher if flasher is not None else opts.get("flasher")
-        self.drive = drive if drive is not None else opts.get("drive")
+        self.flasher, self.drive = flasher, drive
         self.flash = flash and board.connect_method == "serial"
         self.firmware = None
         self.running: RunningBoard | None = None

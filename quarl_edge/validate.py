@@ -60,7 +60,9 @@ def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
 
 def validate(model_path: Path, board: Board, out_dir: Path, inputs: Path | None = None,
              random_n: int | None = None, save_outputs: Path | None = None, port: str | None = None,
-             seed: int = 0) -> dict:
+             seed: int = 0, flasher: str | None = None, drive: str | None = None) -> dict:
+    """Run inputs on the board and compare with the host reference. flasher/drive: how a real
+    board is flashed (quarl_edge/flash.py)."""
     from .remedies import host_reference
     model_path = Path(model_path)
     ref = host_reference(model_path, micro=True)   # TF Lite Micro (int8-acc: its head readout)
@@ -74,7 +76,7 @@ def validate(model_path: Path, board: Board, out_dir: Path, inputs: Path | None 
         xs = random_inputs(model_path, in_shape, in_d["dtype"], random_n or 100, seed)
 
     board_out, costs = [], []
-    with BoardSession(model_path, board, out_dir, port=port) as s:
+    with BoardSession(model_path, board, out_dir, port=port, flasher=flasher, drive=drive) as s:
         for x in xs:
             (y,), cost = s.link.infer([x.reshape(in_shape)])
             board_out.append(y)
