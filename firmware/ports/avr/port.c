@@ -2,10 +2,19 @@
  * on avr-libc's start-up code. Built with -std=gnu99 so the model's constants can live in flash
  * (firmware/core/qe_flash.h: QE_FLASH = __flash).
  *
- * Link: USART0, 8N1, double speed (U2X0), QE_AVR_BAUD (default 1 Mbaud: exact at 16 MHz, and what
- * an Uno's USB-serial bridge carries). Polled: qe_port_read_byte() waits for RXC0 and never
- * returns -1 (a UART has no end of file). simavr notices a firmware polling its UART and sleeps
- * the host thread meanwhile, so an idle board does not spin the host's CPU.
+ * Link: USART0, 8N1, double speed (U2X0), QE_AVR_BAUD (default 1 Mbaud: exact at 16 MHz; simavr
+ * takes any rate). Polled: qe_port_read_byte() waits for RXC0 and never returns -1 (a UART has no
+ * end of file). simavr notices a firmware polling its UART and sleeps the host thread meanwhile,
+ * so an idle board does not spin the host's CPU. On a real board the receive path must keep up
+ * with the line, because USART0 holds only two received bytes: handing one byte of a frame to the
+ * protocol (qe_port_read_byte -> qe_rx_push -> qe_rx_poll) takes 185-234 cycles at -Os (measured
+ * in simavr from reading UDR0 to polling again: tests/test_ports_real.py), while at 1 Mbaud a byte
+ * arrives every 160 cycles and a frame would overrun within a few bytes (simavr itself queues
+ * input, so the emulated board never notices). The Arduino Uno board file therefore uses
+ * 250 kbaud (-DQE_AVR_BAUD=250000UL: also exact at 16 MHz, 640 cycles per byte).
+ *
+ * Start-up on a real board: after a watchdog reset the watchdog stays enabled (WDRF forces WDE),
+ * and a boot loader may leave it so; it is switched off first thing in qe_port_init().
  *
  * Cost: processor cycles from Timer1 at clk/1 (normal mode, 16-bit), restarted for every
  * measurement (stopped, cleared, pending overflow cleared, started), so equal work gives equal
@@ -26,6 +35,7 @@
 
 #include <avr/interrupt.h>
 #include <avr/io.h>
+#include <avr/wdt.h>
 
 #include "qe_protocol.h"
 #include "qe_port.h"
@@ -77,6 +87,8 @@ void qe_avr_paint_stack(void)
  * UDRE0 for good (its model never sets it again), and the first write would wait forever. */
 void qe_port_init(void)
 {
+    MCUSR = 0;                     /* WDRF first: while it is set, WDE cannot be cleared */
+    wdt_disable();
     UCSR0A = (uint8_t)_BV(U2X0);
     UBRR0 = (uint16_t)QE_AVR_UBRR;
     UCSR0C = (uint8_t)(_BV(UCSZ01) | _BV(UCSZ00));   /* 8 data bits, no parity, 1 stop bit */
