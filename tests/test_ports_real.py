@@ -287,7 +287,7 @@ def test_uno_receive_path_keeps_up_with_its_line_rate(firmware, tmp_path):
     subprocess.run(["gcc", "-O1", "-o", str(exe), str(tmp_path / "rxcost.c"), "-lsimavr",
                     "-lpthread", "-lutil"], check=True, capture_output=True)
     p = subprocess.run([str(exe), str(fw.elf), f"{start:x}", f"{read:x}"], capture_output=True,
-                       text=True, timeout=60)
+                       text=True, timeout=60, check=False)
     assert p.returncode == 0, p.stderr
     busy = [int(ln) for ln in p.stdout.splitlines() if ln.isdigit()]   # simavr: "Loaded ..." 
     cycles_per_byte = fw.board.clock_hz * 10 / fw.board.baud
