@@ -394,8 +394,12 @@ def run_tool(board: Board, tool: str, args: list[str], timeout: float,
                          + f"\ncommand: {command}") from None
     out = proc.stdout.decode(errors="replace")
     if proc.returncode != 0:
+        hint = ""
+        if tool == "pyocd" and "not recognized" in out:   # a target pyocd does not build in
+            target = board.flash_config.get("pyocd", {}).get("target", "TARGET")
+            hint = f"\nhint: pyocd needs the target's CMSIS pack: pyocd pack install {target}"
         raise BoardError(f"{tool} failed flashing board {board.id} (exit code {proc.returncode})"
-                         + (f":\n{_tail(out)}" if out.strip() else "")
+                         + (f":\n{_tail(out)}" if out.strip() else "") + hint
                          + f"\ncommand: {command}")
     return out
 

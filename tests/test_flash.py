@@ -607,3 +607,19 @@ def test_a_board_without_usb_id_needs_port_before_it_is_flashed(tmp_path, monkey
     with pytest.raises(BoardError, match="no USB id in its board file .*; pass --port"):
         launch.start(b, tmp_path / "firmware.elf")
     assert calls == []
+
+
+def test_pyocd_unknown_target_failure_names_the_pack_to_install(tmp_path, monkeypatch):
+    """pyocd without the target's CMSIS pack says 'not recognized': our error adds the command."""
+    import subprocess as sp
+    from quarl_edge.boards import get_board
+    from quarl_edge.errors import BoardError
+    from quarl_edge.flash import run_tool
+
+    def fake_run(args, **kw):   # pyocd's own words for a target it does not have
+        return sp.CompletedProcess(args, 1, b"0000375 C Target type 'stm32f446retx' not recognized. "
+                                            b"Use 'pyocd list --targets' to see currently available "
+                                            b"target types. [__main__]\n")
+    monkeypatch.setattr(sp, "run", fake_run)
+    with pytest.raises(BoardError, match="pyocd pack install stm32f446retx"):
+        run_tool(get_board("nucleo-f446re"), "pyocd", ["pyocd", "flash", "x.elf"], 10)
