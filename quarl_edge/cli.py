@@ -77,7 +77,7 @@ def cmd_flash(a):
         from .launch import ssh_deploy
         if board.kind != "linux":
             raise QuarlError(f"--ssh deploys to linux boards; {board.id} is {board.kind}")
-        port = ssh_deploy(board, model, a.ssh)
+        port = ssh_deploy(board, model, a.ssh, a.ssh_option)
     with BoardSession(model, board, build_root / board.id / model.stem, port=port,
                       flasher=a.flasher, drive=a.drive, flash=True) as s:
         started_here = not port and board.kind in ("host", "emulated", "linux")
@@ -274,8 +274,11 @@ def parser() -> argparse.ArgumentParser:
             s.add_argument("--port", default=None,
                            help="serial port or pyserial URL; real boards: the port to flash "
                                 "through (avrdude) and talk on (default: found by USB VID:PID)")
-            s.add_argument("--ssh", default=None, metavar="USER@HOST",
+            s.add_argument("--ssh", default=None, metavar="USER@HOST[:PORT]",
                            help="linux boards: copy the agent and model over SSH and start it")
+            s.add_argument("--ssh-option", action="append", default=[], metavar="KEY=VALUE",
+                           help="an ssh_config option for --ssh (repeatable), e.g. "
+                                "IdentityFile=~/.ssh/pi")
             add_flash_options(s)
         s.set_defaults(fn=fn)
 

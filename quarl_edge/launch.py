@@ -17,7 +17,7 @@ import tty
 from pathlib import Path
 
 from .boards import Board
-from .errors import BoardError, ToolchainError
+from .errors import BoardError, QuarlError, ToolchainError
 
 
 class RunningBoard:
@@ -414,29 +414,57 @@ def start(board: Board, elf: Path, port: str | None = None, flasher: str | None 
 AGENT_FILES = ("__init__.py", "agent.py", "protocol.py", "reference.py", "errors.py")
 
 
-def ssh_deploy_commands(board: Board, model_path: Path, target: str) -> tuple[list[list[str]], str]:
+def parse_ssh_target(target: str) -> tuple[str, int | None]:
+    """'user@host' or 'user@host:port' -> ('user@host', port or None)."""
+    dest, _, port = target.partition(":")
+    if not dest or (port and not port.isdigit()):
+        raise QuarlError(f"--ssh takes USER@HOST or USER@HOST:PORT, got {target!r}")
+    return dest, int(port) if port else None
+
+
+def ssh_deploy_commands(board: Board, model_path: Path, target: str,
+                        ssh_options: list[str] | tuple[str, ...] = ()) -> tuple[list[list[str]], str]:
     """The commands that put the agent and a model on a linux board over SSH and start it there,
-    as argument lists (no local shell), and the port URL it will answer on."""
+    as argument lists (no local shell), and the port URL it will answer on.
+
+    `target` is USER@HOST[:SSH_PORT]; `ssh_options` are ssh_config options (KEY=VALUE, e.g.
+    IdentityFile=~/.ssh/pi) for both ssh and scp. The board runs the agent with its
+    `[connect] python` (default python3; a venv's python on Raspberry Pi OS, where pip refuses
+    system-wide installs) and needs numpy, tflite-runtime and pyserial there."""
     import shlex
+    dest, ssh_port = parse_ssh_target(target)
     pkg = Path(__file__).resolve().parent
     port = int(board.connect.get("tcp_port", 5555))
+    python = str(board.connect.get("python", "python3"))
     remote_dir = "quarl-edge-agent"
-    start_cmd = (f"cd {remote_dir} && (pkill -f 'quarl_edge.agent' || true) && nohup python3 -m "
-                 f"quarl_edge.agent model.tflite --tcp 0.0.0.0:{port} --board-id "
-                 f"{shlex.quote(board.id)} > agent.log 2>&1 < /dev/null &")
+    opts = ["-o", "BatchMode=yes", "-o", "ConnectTimeout=10"]
+    for o in ssh_options:
+        if "=" not in o:
+            raise QuarlError(f"--ssh-option takes KEY=VALUE (an ssh_config option), got {o!r}")
+        opts += ["-o", o]
+    ssh = ["ssh", *opts, *(["-p", str(ssh_port)] if ssh_port else []), dest]
+    scp = ["scp", "-q", *opts, *(["-P", str(ssh_port)] if ssh_port else [])]
+    # The previous agent (if any) is stopped by its pid file: a pkill -f pattern would also
+    # match this very command line (and the ssh client's, when the board is this machine).
+    start_cmd = (f"cd {remote_dir} && {{ [ -f agent.pid ] && kill $(cat agent.pid) 2>/dev/null; "
+                 f"sleep 0.2; }}; nohup {shlex.quote(python)} -m quarl_edge.agent model.tflite "
+                 f"--tcp 0.0.0.0:{port} --board-id {shlex.quote(board.id)} > agent.log 2>&1 "
+                 f"< /dev/null & echo $! > agent.pid")
     cmds = [
-        ["ssh", target, f"mkdir -p {remote_dir}/quarl_edge"],
-        ["scp", "-q", *(str(pkg / f) for f in AGENT_FILES), f"{target}:{remote_dir}/quarl_edge/"],
-        ["scp", "-q", str(model_path), f"{target}:{remote_dir}/model.tflite"],
-        ["ssh", target, start_cmd],
+        [*ssh, f"mkdir -p {remote_dir}/quarl_edge"],
+        [*scp, *(str(pkg / f) for f in AGENT_FILES), f"{dest}:{remote_dir}/quarl_edge/"],
+        [*scp, str(model_path), f"{dest}:{remote_dir}/model.tflite"],
+        [*ssh, start_cmd],
     ]
-    host = target.rsplit("@", 1)[-1]
+    host = dest.rsplit("@", 1)[-1]
     return cmds, f"socket://{host}:{port}"
 
 
-def ssh_deploy(board: Board, model_path: Path, target: str) -> str:
-    """Copy the agent and the model to a linux board and start it; returns the port URL."""
-    cmds, url = ssh_deploy_commands(board, model_path, target)
+def ssh_deploy(board: Board, model_path: Path, target: str,
+               ssh_options: list[str] | tuple[str, ...] = (), wait_s: float = 20.0) -> str:
+    """Copy the agent and the model to a linux board, start it and wait until it listens;
+    returns the port URL. A dead agent's log (agent.log on the board) is in the error."""
+    cmds, url = ssh_deploy_commands(board, model_path, target, ssh_options)
     for tool in ("ssh", "scp"):
         if shutil.which(tool) is None:
             raise ToolchainError(f"'{tool}' is not installed; install it with: "
@@ -444,9 +472,22 @@ def ssh_deploy(board: Board, model_path: Path, target: str) -> str:
     for cmd in cmds:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
         if proc.returncode != 0:
-            raise BoardError(f"deploying to {target} failed at `{' '.join(cmd[:2])} ...`: "
-                             f"{proc.stderr.strip()[-500:]}")
-    return url
+            raise BoardError(f"deploying to {target} failed at `{cmd[0]} ... {cmd[-1][:60]}` "
+                             f"(exit code {proc.returncode}): {proc.stderr.strip()[-500:]}")
+    host, port = url.removeprefix("socket://").rsplit(":", 1)
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            socket.create_connection((host, int(port)), timeout=2).close()
+            return url
+        except OSError:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.3)
+    log = subprocess.run([*cmds[0][:-1], "tail -n 15 quarl-edge-agent/agent.log"],
+                         capture_output=True, text=True, timeout=30).stdout.strip()
+    raise BoardError(f"the agent on {target} is not listening on {host}:{port} after "
+                     f"{wait_s:.0f} s; its log (quarl-edge-agent/agent.log):\n{log or '(empty)'}")
 
 
 def model_hash(model_path: Path) -> bytes:

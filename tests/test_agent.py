@@ -14,6 +14,7 @@ import pytest
 
 from quarl_edge import protocol as P
 from quarl_edge.agent import Agent
+from quarl_edge.errors import BoardError, QuarlError
 from quarl_edge.launch import model_hash
 from quarl_edge.reference import TFLiteRuntime
 from quarl_edge.runner import BoardLink
@@ -150,4 +151,98 @@ def test_ssh_deploy_commands_are_argument_lists_that_start_the_agent(tmp_path):
     assert set(AGENT_FILES) <= set(copied) and "int8.tflite" in copied
     for name in AGENT_FILES:   # every file the agent imports exists and is what we copy
         assert (Path(__file__).resolve().parents[1] / "quarl_edge" / name).is_file()
-    assert "quarl_edge.agent model.tflite --tcp 0.0.0.0:5555" in cmds[-1][-1]
+    assert "python3 -m quarl_edge.agent model.tflite --tcp 0.0.0.0:5555" in cmds[-1][-1]
+    assert all("BatchMode=yes" in c for c in cmds)           # never a password prompt
+    cmds, url = ssh_deploy_commands(board, MODELS / "int8.tflite", "pi@10.0.0.7:2222",
+                                    ["IdentityFile=/k"])
+    assert url == "socket://10.0.0.7:5555"
+    assert cmds[0][cmds[0].index("-p") + 1] == "2222" and cmds[1][cmds[1].index("-P") + 1] == "2222"
+    assert all(c[c.index("IdentityFile=/k") - 1] == "-o" for c in cmds)
+    with pytest.raises(QuarlError, match="USER@HOST:PORT"):
+        ssh_deploy_commands(board, MODELS / "int8.tflite", "pi@host:ssh")
+
+
+# ------------------------------------------------------- a real SSH deploy to this machine
+SSHD = Path("/usr/sbin/sshd")
+
+
+@pytest.fixture
+def sshd(tmp_path):
+    """A real OpenSSH server on a free localhost port, key authentication for this user only,
+    its own host key and config (the machine's sshd, if any, is untouched)."""
+    import getpass
+    import os
+    import socket
+    import subprocess
+    import time
+    if not SSHD.is_file() or os.geteuid() != 0:
+        pytest.skip("needs openssh-server (scripts/setup.sh installs it) and root to run sshd")
+    d = tmp_path / "ssh"
+    d.mkdir(mode=0o700)
+    for key in ("host_key", "client_key"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / key)], check=True)
+    (d / "authorized_keys").write_text((d / "client_key.pub").read_text())
+    os.chmod(d / "authorized_keys", 0o600)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    (d / "sshd_config").write_text(
+        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {d / 'host_key'}\n"
+        f"AuthorizedKeysFile {d / 'authorized_keys'}\nPasswordAuthentication no\n"
+        f"KbdInteractiveAuthentication no\nPidFile {d / 'sshd.pid'}\nUsePAM no\n"
+        f"StrictModes no\nAllowUsers {getpass.getuser()}\n"
+        "Subsystem sftp /usr/lib/openssh/sftp-server\n")   # today's scp speaks SFTP
+    os.makedirs("/run/sshd", exist_ok=True)   # sshd's privilege-separation directory
+    proc = subprocess.Popen([str(SSHD), "-D", "-e", "-f", str(d / "sshd_config")],
+                            stderr=subprocess.PIPE)
+    for _ in range(100):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    opts = [f"IdentityFile={d / 'client_key'}", f"UserKnownHostsFile={d / 'known_hosts'}",
+            "StrictHostKeyChecking=accept-new"]
+    remote_dir = Path.home() / "quarl-edge-agent"   # where the deploy puts its files
+    existed = remote_dir.exists()
+    yield f"{getpass.getuser()}@127.0.0.1:{port}", opts
+    proc.terminate()
+    proc.wait(timeout=10)
+    if not existed:
+        shutil.rmtree(remote_dir, ignore_errors=True)
+
+
+def test_ssh_deploy_to_a_real_sshd_then_validate_over_tcp(sshd, tmp_path):
+    """The linux board's one-command deploy through a real ssh/scp/sshd: the agent files and
+    the model land in the remote home, the agent starts with the board's python and answers
+    on TCP; validate then runs bit-exact against it through that port."""
+    import dataclasses
+    import socket
+    import subprocess
+    from quarl_edge.boards import get_board
+    from quarl_edge.launch import ssh_deploy
+    from quarl_edge.validate import validate
+    target, opts = sshd
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        agent_port = s.getsockname()[1]
+    base = get_board("linux-tflite")
+    # the "board" is this machine: its agent runs under this venv's python (tflite-runtime)
+    board = dataclasses.replace(base, connect={**base.connect, "tcp_port": agent_port,
+                                               "python": sys.executable})
+    try:
+        url = ssh_deploy(board, MODELS / "int8.tflite", target, opts)
+        assert url == f"socket://127.0.0.1:{agent_port}"
+        res = validate(MODELS / "int8.tflite", board, tmp_path / "build", random_n=50, port=url)
+        assert res["bit_exact"] and res["n"] == 50 and res["board"] == "linux-tflite"
+    finally:
+        pid = Path.home() / "quarl-edge-agent" / "agent.pid"   # what the deploy wrote
+        subprocess.run(["kill", pid.read_text().strip()] if pid.is_file() else ["true"])
+    # a board whose python lacks the agent's packages: the deploy fails with the agent's log
+    broken = dataclasses.replace(board, connect={**board.connect, "python": "/bin/false"})
+    with pytest.raises(BoardError, match="not listening"):
+        ssh_deploy(broken, MODELS / "int8.tflite", target, opts, wait_s=3)
+    # wrong key: ssh refuses, and we say where
+    with pytest.raises(BoardError, match="deploying to .* failed at `ssh"):
+        ssh_deploy(board, MODELS / "int8.tflite", target,
+                   [f"IdentityFile={tmp_path / 'nokey'}", *opts[1:]])
