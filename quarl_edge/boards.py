@@ -40,6 +40,8 @@ class Board:
     flashers: tuple[str, ...] = ()  # [flash] tools, in order of preference (real boards)
     flash_config: dict = field(default_factory=dict)   # tool -> its [flash.<tool>] table
     flash_timeout_s: float | None = None                # [flash] timeout_s
+    # [build] kernels: "reference", or an optimized variant firmware/core/kernels/optimized/<name>/
+    kernels: str = "reference"
 
     @property
     def connect_method(self) -> str:
@@ -175,6 +177,15 @@ def _connect_serial(connect: dict, where: str) -> None:
                 raise BoardError(f"{where}: '{key}' must be >= {low}")
 
 
+def kernel_variants() -> tuple[str, ...]:
+    """What `[build] kernels` may name: "reference", or an optimized variant's directory in
+    firmware/core/kernels/optimized/ (its README says how a variant replaces kernel files)."""
+    from .paths import firmware_dir
+    opt = firmware_dir() / "core" / "kernels" / "optimized"
+    variants = sorted(d.name for d in opt.iterdir() if d.is_dir()) if opt.is_dir() else []
+    return ("reference", *variants)
+
+
 def load_board_file(path: Path) -> Board:
     where = str(path)
     try:
@@ -198,6 +209,10 @@ def load_board_file(path: Path) -> Board:
     shared = build.get("shared", [])
     if not isinstance(shared, list) or not all(isinstance(s, str) and s for s in shared):
         raise BoardError(f"{where} [build]: 'shared' must be a list of port directory names")
+    kernels = build.get("kernels", "reference")
+    if not isinstance(kernels, str) or kernels not in kernel_variants():
+        raise BoardError(f"{where} [build]: 'kernels' is {kernels!r}; expected one of "
+                         f"{', '.join(kernel_variants())}")
     usb = []
     for item in data.get("usb", []):
         try:
@@ -227,6 +242,7 @@ def load_board_file(path: Path) -> Board:
         flashers=flashers,
         flash_config=flash_config,
         flash_timeout_s=flash_timeout,
+        kernels=kernels,
     )
 
 

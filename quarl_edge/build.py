@@ -70,9 +70,27 @@ def port_dirs(board: Board) -> list[Path]:
     return dirs
 
 
+def kernel_sources(kernels: str = "reference") -> list[Path]:
+    """firmware/core/kernels/*.c, each replaced by the file of the same name in the optimized
+    variant firmware/core/kernels/optimized/<kernels>/ when it has one (the board's `[build]
+    kernels`; see that directory's README)."""
+    kdir = firmware_dir() / "core" / "kernels"
+    ref = sorted(kdir.glob("*.c"))
+    if kernels == "reference":
+        return ref
+    vdir = kdir / "optimized" / kernels
+    if not vdir.is_dir():
+        raise QuarlError(f"no optimized kernel variant '{kernels}' in {vdir.parent}")
+    orphans = sorted(f.name for f in vdir.glob("*.c") if not (kdir / f.name).is_file())
+    if orphans:
+        raise QuarlError(f"kernel variant '{kernels}': {', '.join(orphans)} replace no reference "
+                         f"kernel file in {kdir}")
+    return [vdir / f.name if (vdir / f.name).is_file() else f for f in ref]
+
+
 def firmware_sources(board: Board) -> list[Path]:
     fw = firmware_dir()
-    return (sorted((fw / "core").glob("*.c")) + sorted((fw / "core" / "kernels").glob("*.c"))
+    return (sorted((fw / "core").glob("*.c")) + kernel_sources(board.kernels)
             + [c for d in port_dirs(board) for c in sorted(d.glob("*.c"))])
 
 

@@ -1,0 +1,327 @@
+/* FULLY_CONNECTED, optimized variant "cortex-m-dsp" (see ../README.md): the int8 kernels
+ * qe_fully_connected_s8 (per tensor), qe_fully_connected_s8_pc (per channel) and
+ * qe_fully_connected_s8_acc_f32 (int8-acc's accumulator head), with exactly the reference's
+ * results (../../fully_connected.c), computed with fewer instructions:
+ *
+ *  - Two output rows per pass over the input: each input value is loaded, sign-extended and
+ *    offset once for both rows.
+ *  - The weights' zero point leaves the inner loop: sum_d (w + fo)(x + io) is
+ *    sum_d w (x + io) + fo * sum_d (x + io), and the second sum is one number per batch.
+ *  - With the DSP extension (__ARM_FEATURE_DSP: Cortex-M4, M7, M33, M55, ...) four int8 at a
+ *    time: one 32-bit load (any alignment: LDR allows it on these cores), SXTAB16 sign-extends
+ *    bytes 0 and 2 (or, rotated, 1 and 3) into two 16-bit lanes and adds the input offset in the
+ *    same instruction, SXTB16 does the weights, SMLAD multiplies both lane pairs and adds them to
+ *    the accumulator: 15 instructions per 8 multiply-accumulates instead of ~7 per one. Without
+ *    it (the host, Cortex-M0/M3) the same loop structure one value at a time in portable C.
+ *
+ * Why the integers are the reference's, bit for bit: for int8 zero points, x + io and the
+ * weights fit a 16-bit lane; SMLAD's products are exact and it adds in 32 bits, wrapping like
+ * the reference's int32 sum would; and the generator admits only shapes whose worst-case sum of
+ * |terms| fits int32, so no partial sum overflows in any order: regrouping the additions (the
+ * lanes, fo * sum(x + io)) cannot change the total. The requantization is requant.c's
+ * arithmetic inlined, its constants computed once per tensor (or channel) instead of per value
+ * (see requant_scale below). tests/test_kernels_optimized.py checks all this on the host and
+ * under QEMU (Cortex-M4, the DSP path) against the reference compiled into the same binary.
+ *
+ * The other functions of fully_connected.h (float32, int16x8) are the reference's, compiled in
+ * here from its source; its three int8 functions come along renamed to *_reference (linked, so
+ * the tests can compare both in one binary; --gc-sections drops them from firmware). */
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__AVR__)
+#error "the cortex-m-dsp kernels read weights through plain pointers; AVR boards use the reference (__flash)"
+#endif
+
+#include "../../fully_connected.h"   /* the real prototypes, checked against the definitions below */
+
+#define qe_fully_connected_s8 qe_fully_connected_s8_reference
+#define qe_fully_connected_s8_pc qe_fully_connected_s8_pc_reference
+#define qe_fully_connected_s8_acc_f32 qe_fully_connected_s8_acc_f32_reference
+#include "../../fully_connected.c"
+#undef qe_fully_connected_s8
+#undef qe_fully_connected_s8_pc
+#undef qe_fully_connected_s8_acc_f32
+
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+#include <arm_acle.h>
+
+/* Four int8 from any address (LDR: ARMv7E-M and ARMv8-M Mainline allow unaligned words). */
+static inline uint32_t load_s8x4(const int8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* Bytes 1 and 3 of b, sign-extended to 16-bit lanes, + a: SXTAB16 with its operand rotated by
+ * 8 (gcc 12's arm_acle.h has no __ror, and a separate ROR would cost one more instruction). */
+static inline int16x2_t sxtab16_ror8(int16x2_t a, uint32_t b)
+{
+    int16x2_t r;
+    __asm("sxtab16 %0, %1, %2, ror #8" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
+
+static inline int16x2_t sxtb16_ror8(uint32_t b)
+{
+    int16x2_t r;
+    __asm("sxtb16 %0, %1, ror #8" : "=r"(r) : "r"(b));
+    return r;
+}
+
+/* acc[r] += sum_{d<n} w_r[d] * (x[d] + io) for the rows w0 and w1. */
+static inline void dot_2rows(const int8_t *x, const int8_t *w0, const int8_t *w1, uint32_t n,
+                             int32_t io, int32_t acc[2])
+{
+    const int16x2_t io2 = (int16x2_t)(((uint32_t)io & 0xFFFFu) * 0x00010001u);
+    const int8_t *const x_end = x + (n & ~3u);
+    int32_t a0 = acc[0], a1 = acc[1];
+    uint32_t xv, wv;
+    int16x2_t x02, x13;
+
+    while (x != x_end) {
+        xv = load_s8x4(x);
+        x02 = __sxtab16(io2, xv);            /* x[0] + io, x[2] + io */
+        x13 = sxtab16_ror8(io2, xv);         /* x[1] + io, x[3] + io */
+        wv = load_s8x4(w0);
+        a0 = __smlad(__sxtb16(wv), x02, a0);
+        a0 = __smlad(sxtb16_ror8(wv), x13, a0);
+        wv = load_s8x4(w1);
+        a1 = __smlad(__sxtb16(wv), x02, a1);
+        a1 = __smlad(sxtb16_ror8(wv), x13, a1);
+        x += 4;
+        w0 += 4;
+        w1 += 4;
+    }
+    for (n &= 3u; n > 0; --n) {
+        const int32_t xi = (int32_t)*x++ + io;
+        a0 += (int32_t)*w0++ * xi;
+        a1 += (int32_t)*w1++ * xi;
+    }
+    acc[0] = a0;
+    acc[1] = a1;
+}
+
+static inline int32_t dot_1row(const int8_t *x, const int8_t *w, uint32_t n, int32_t io)
+{
+    const int16x2_t io2 = (int16x2_t)(((uint32_t)io & 0xFFFFu) * 0x00010001u);
+    const int8_t *const x_end = x + (n & ~3u);
+    int32_t a = 0;
+    uint32_t xv, wv;
+
+    while (x != x_end) {
+        xv = load_s8x4(x);
+        wv = load_s8x4(w);
+        a = __smlad(__sxtb16(wv), __sxtab16(io2, xv), a);
+        a = __smlad(sxtb16_ror8(wv), sxtab16_ror8(io2, xv), a);
+        x += 4;
+        w += 4;
+    }
+    for (n &= 3u; n > 0; --n) {
+        a += (int32_t)*w++ * ((int32_t)*x++ + io);
+    }
+    return a;
+}
+
+#else /* portable C: the same structure, one value at a time */
+
+static inline void dot_2rows(const int8_t *x, const int8_t *w0, const int8_t *w1, uint32_t n,
+                             int32_t io, int32_t acc[2])
+{
+    int32_t a0 = acc[0], a1 = acc[1];
+    uint32_t d;
+
+    for (d = 0; d < n; ++d) {
+        const int32_t xi = (int32_t)x[d] + io;
+        a0 += (int32_t)w0[d] * xi;
+        a1 += (int32_t)w1[d] * xi;
+    }
+    acc[0] = a0;
+    acc[1] = a1;
+}
+
+static inline int32_t dot_1row(const int8_t *x, const int8_t *w, uint32_t n, int32_t io)
+{
+    int32_t a = 0;
+    uint32_t d;
+
+    for (d = 0; d < n; ++d) {
+        a += (int32_t)w[d] * ((int32_t)x[d] + io);
+    }
+    return a;
+}
+
+#endif /* __ARM_FEATURE_DSP */
+
+/* sum_d (x[d] + io): times the weights' offset, the part of every row's sum that the offset adds. */
+static inline int32_t sum_inputs(const int8_t *x, uint32_t n, int32_t io)
+{
+    int32_t s = 0;
+    uint32_t d;
+
+    for (d = 0; d < n; ++d) {
+        s += (int32_t)x[d] + io;
+    }
+    return s;
+}
+
+/* qe_multiply_by_quantized_multiplier (requant.h), then the output offset and the activation
+ * clamp, inlined with its per-tensor (or per-channel) constants prepared once:
+ *  - SaturatingRoundingDoublingHighMul(a, m) is (a*m + nudge) / 2^31 truncated toward zero, with
+ *    nudge 2^30 for a*m >= 0 and 1 - 2^30 below: for either sign that equals
+ *    floor((a*m + 2^30) / 2^31), an arithmetic shift (for a*m < 0 truncation is
+ *    floor((a*m + 1 - 2^30 + 2^31 - 1) / 2^31)). Its saturating case a == m == INT32_MIN cannot
+ *    occur: multipliers are >= 0. |a*m| < 2^62, and the result fits int32.
+ *  - RoundingDivideByPOT as in requant.c, with its mask and half-mask precomputed. */
+typedef struct {
+    int32_t multiplier;
+    int32_t left_shift;
+    int32_t right_shift;
+    int32_t mask;
+    int32_t half;
+    int32_t output_offset;
+    int32_t act_min;
+    int32_t act_max;
+} requant_t;
+
+static inline void requant_init(requant_t *r, int32_t multiplier, int32_t shift,
+                                int32_t output_offset, int32_t act_min, int32_t act_max)
+{
+    r->multiplier = multiplier;
+    r->left_shift = (shift > 0) ? shift : 0;
+    r->right_shift = (shift > 0) ? 0 : -shift;
+    r->mask = (int32_t)(((int64_t)1 << r->right_shift) - 1);
+    r->half = r->mask >> 1;
+    r->output_offset = output_offset;
+    r->act_min = act_min;
+    r->act_max = act_max;
+}
+
+static inline int32_t requant_scale(const requant_t *r, int32_t x)
+{
+    /* x * 2^left_shift in int32, wrapping as TFLM's does (requant.c) */
+    const int64_t ab = (int64_t)(int32_t)((uint32_t)x << r->left_shift) * r->multiplier;
+    const int32_t high = (int32_t)((ab + ((int64_t)1 << 30)) >> 31);
+    const int32_t remainder = high & r->mask;
+    const int32_t threshold = r->half + (int32_t)((uint32_t)high >> 31);
+    return (high >> r->right_shift) + ((remainder > threshold) ? 1 : 0);
+}
+
+static inline int8_t requant_s8(const requant_t *r, int32_t acc)
+{
+    acc = requant_scale(r, acc) + r->output_offset;
+    if (acc < r->act_min) {
+        acc = r->act_min;
+    }
+    if (acc > r->act_max) {
+        acc = r->act_max;
+    }
+    return (int8_t)acc;
+}
+
+void qe_fully_connected_s8(const qe_fc_s8_params_t *p, const int8_t *input,
+                           const QE_FLASH int8_t *weights, const QE_FLASH int32_t *bias,
+                           int8_t *output)
+{
+    const uint32_t n = p->accum_depth, rows = p->output_depth;
+    const int32_t io = p->input_offset;
+    requant_t rq;
+    uint32_t b, o;
+
+    requant_init(&rq, p->output_multiplier, p->output_shift, p->output_offset,
+                 p->activation_min, p->activation_max);
+    for (b = 0; b < p->batches; ++b) {
+        const int8_t *in = input + b * n;
+        int8_t *out = output + b * rows;
+        /* the weights' offset times the sum of the offset inputs: the same for every row */
+        const int32_t base = (p->filter_offset != 0) ? p->filter_offset * sum_inputs(in, n, io) : 0;
+        for (o = 0; o + 1 < rows; o += 2) {
+            int32_t acc[2] = {base, base};
+            dot_2rows(in, weights + o * n, weights + (o + 1) * n, n, io, acc);
+            if (bias != QE_FLASH_NULL) {
+                acc[0] += bias[o];
+                acc[1] += bias[o + 1];
+            }
+            out[o] = requant_s8(&rq, acc[0]);
+            out[o + 1] = requant_s8(&rq, acc[1]);
+        }
+        if (o < rows) {
+            int32_t acc = base + dot_1row(in, weights + o * n, n, io);
+            if (bias != QE_FLASH_NULL) {
+                acc += bias[o];
+            }
+            out[o] = requant_s8(&rq, acc);
+        }
+    }
+}
+
+void qe_fully_connected_s8_pc(const qe_fc_pc_params_t *p, const int8_t *input,
+                              const QE_FLASH int8_t *weights, const QE_FLASH int32_t *bias,
+                              int8_t *output)
+{
+    const uint32_t n = p->accum_depth, rows = p->output_depth, cs = p->channel_stride;
+    const int32_t io = p->input_offset;
+    requant_t rq;
+    uint32_t b, o;
+
+    for (b = 0; b < p->batches; ++b) {
+        const int8_t *in = input + b * n;
+        int8_t *out = output + b * rows;
+        for (o = 0; o + 1 < rows; o += 2) {
+            int32_t acc[2] = {0, 0};
+            dot_2rows(in, weights + o * n, weights + (o + 1) * n, n, io, acc);
+            if (bias != QE_FLASH_NULL) {
+                acc[0] += bias[o];
+                acc[1] += bias[o + 1];
+            }
+            requant_init(&rq, p->multipliers[o * cs], p->shifts[o * cs], p->output_offset,
+                         p->activation_min, p->activation_max);
+            out[o] = requant_s8(&rq, acc[0]);
+            requant_init(&rq, p->multipliers[(o + 1) * cs], p->shifts[(o + 1) * cs],
+                         p->output_offset, p->activation_min, p->activation_max);
+            out[o + 1] = requant_s8(&rq, acc[1]);
+        }
+        if (o < rows) {
+            int32_t acc = dot_1row(in, weights + o * n, n, io);
+            if (bias != QE_FLASH_NULL) {
+                acc += bias[o];
+            }
+            requant_init(&rq, p->multipliers[o * cs], p->shifts[o * cs], p->output_offset,
+                         p->activation_min, p->activation_max);
+            out[o] = requant_s8(&rq, acc);
+        }
+    }
+}
+
+void qe_fully_connected_s8_acc_f32(const qe_fc_s8_acc_params_t *p, const int8_t *input,
+                                   const QE_FLASH int8_t *weights, const QE_FLASH int32_t *bias,
+                                   float *output)
+{
+    const uint32_t n = p->accum_depth, rows = p->output_depth, cs = p->channel_stride;
+    const int32_t io = p->input_offset;
+    uint32_t b, o;
+
+    for (b = 0; b < p->batches; ++b) {
+        const int8_t *in = input + b * n;
+        float *out = output + b * rows;
+        for (o = 0; o + 1 < rows; o += 2) {
+            int32_t acc[2] = {0, 0};
+            dot_2rows(in, weights + o * n, weights + (o + 1) * n, n, io, acc);
+            if (bias != QE_FLASH_NULL) {
+                acc[0] += bias[o];
+                acc[1] += bias[o + 1];
+            }
+            out[o] = (float)acc[0] * p->scales[o * cs];
+            out[o + 1] = (float)acc[1] * p->scales[(o + 1) * cs];
+        }
+        if (o < rows) {
+            int32_t acc = dot_1row(in, weights + o * n, n, io);
+            if (bias != QE_FLASH_NULL) {
+                acc += bias[o];
+            }
+            out[o] = (float)acc * p->scales[o * cs];
+        }
+    }
+}

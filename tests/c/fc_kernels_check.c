@@ -1,0 +1,168 @@
+/* Compares an optimized FULLY_CONNECTED variant (firmware/core/kernels/optimized/<v>/
+ * fully_connected.c) with the reference, both in this one binary: the variant's file defines the
+ * fast qe_fully_connected_s8, _s8_pc and _s8_acc_f32 and carries the reference ones renamed
+ * *_reference. Used by tests/test_kernels_optimized.py on the host (portable C path) and on an
+ * emulated Cortex-M (the DSP path: linked with the board's start-up code, files through ARM
+ * semihosting, `bkpt 0xAB`).
+ *
+ * Input (host: stdin; board: the file fc_cases.bin in QEMU's working directory), repeated cases:
+ *   int32 header[16] = kind (0: s8 per tensor, 1: s8 per channel, 2: s8 -> f32 accumulator head),
+ *       batches, accum_depth, output_depth, input_offset, filter_offset, output_offset,
+ *       output_multiplier, output_shift, activation_min, activation_max, has_bias,
+ *       channel_stride, input misalignment (0..3), weights misalignment (0..3), 0
+ *   int8 input[batches * accum_depth], int8 weights[output_depth * accum_depth],
+ *   int32 bias[output_depth] if has_bias,
+ *   kind 1: int32 multipliers[output_depth], int8 shifts[output_depth];
+ *   kind 2: float scales[output_depth]
+ * Output (host: stdout; board: fc_out.bin): per case the reference's output bytes, then the
+ * variant's. Exit status 0 when every case matched, 1 when one did not, 2 on bad input. */
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/fully_connected.h"
+
+void qe_fully_connected_s8_reference(const qe_fc_s8_params_t *p, const int8_t *input,
+                                     const int8_t *weights, const int32_t *bias, int8_t *output);
+void qe_fully_connected_s8_pc_reference(const qe_fc_pc_params_t *p, const int8_t *input,
+                                        const int8_t *weights, const int32_t *bias,
+                                        int8_t *output);
+void qe_fully_connected_s8_acc_f32_reference(const qe_fc_s8_acc_params_t *p, const int8_t *input,
+                                             const int8_t *weights, const int32_t *bias,
+                                             float *output);
+
+#define MAX_IN 4096
+#define MAX_W 32768
+#define MAX_OUT 256
+
+/* ------------------------------------------------------------------------------ I/O */
+#if defined(__arm__) && !defined(__linux__)
+void qe_semihost_exit(uint32_t code);   /* firmware/ports/cortex-m/startup.c */
+
+static int32_t semihost(uint32_t op, void *arg)
+{
+    register uint32_t r0 __asm("r0") = op;
+    register void *r1 __asm("r1") = arg;
+    __asm volatile("bkpt 0xAB" : "+r"(r0) : "r"(r1) : "memory");
+    return (int32_t)r0;
+}
+
+static int32_t in_handle, out_handle;
+
+static int32_t sh_open(const char *name, uint32_t mode)
+{
+    uint32_t block[3] = {(uint32_t)(uintptr_t)name, mode, (uint32_t)strlen(name)};
+    return semihost(0x01u, block);   /* SYS_OPEN */
+}
+
+static int io_open(void)
+{
+    in_handle = sh_open("fc_cases.bin", 1u);    /* "rb" */
+    out_handle = sh_open("fc_out.bin", 5u);     /* "wb" */
+    return in_handle >= 0 && out_handle >= 0;
+}
+
+/* 1 when all n bytes were read, 0 at the end of the input */
+static int io_read(void *buf, uint32_t n)
+{
+    uint32_t block[3] = {(uint32_t)in_handle, (uint32_t)(uintptr_t)buf, n};
+    return n == 0 || semihost(0x06u, block) == 0;   /* SYS_READ: returns the bytes NOT read */
+}
+
+static void io_write(const void *buf, uint32_t n)
+{
+    uint32_t block[3] = {(uint32_t)out_handle, (uint32_t)(uintptr_t)buf, n};
+    (void)semihost(0x05u, block);   /* SYS_WRITE */
+}
+
+static int io_exit(int status)
+{
+    uint32_t block[1] = {(uint32_t)out_handle};
+    (void)semihost(0x02u, block);   /* SYS_CLOSE: flush the output file */
+    qe_semihost_exit((uint32_t)status);
+    return status;
+}
+#else
+#include <stdio.h>
+
+static int io_open(void)
+{
+    return 1;
+}
+
+static int io_read(void *buf, uint32_t n)
+{
+    return fread(buf, 1, n, stdin) == n;
+}
+
+static void io_write(const void *buf, uint32_t n)
+{
+    fwrite(buf, 1, n, stdout);
+}
+
+static int io_exit(int status)
+{
+    fflush(stdout);
+    return status;
+}
+#endif
+
+/* ------------------------------------------------------------------------------ cases */
+static int8_t input_buf[MAX_IN + 4], weights_buf[MAX_W + 4];
+static int32_t bias[MAX_OUT], multipliers[MAX_OUT];
+static int8_t shifts[MAX_OUT];
+static float scales[MAX_OUT];
+static float out_ref[MAX_OUT * 4 + 1], out_opt[MAX_OUT * 4 + 1];   /* int8 outputs too, as bytes */
+
+int main(void)
+{
+    int32_t h[16];
+    int status = 0;
+
+    if (!io_open()) {
+        return io_exit(2);
+    }
+    while (io_read(h, sizeof h)) {
+        const uint32_t kind = (uint32_t)h[0], batches = (uint32_t)h[1], depth = (uint32_t)h[2],
+                       rows = (uint32_t)h[3];
+        const int has_bias = h[11] != 0;
+        int8_t *const in = input_buf + (h[13] & 3);
+        int8_t *const w = weights_buf + (h[14] & 3);
+        const int32_t *const b = has_bias ? bias : QE_FLASH_NULL;
+        const uint32_t out_bytes = batches * rows * (kind == 2u ? 4u : 1u);
+
+        if (kind > 2u || batches * depth > MAX_IN || rows * depth > MAX_W || rows > MAX_OUT
+            || out_bytes + 1u > sizeof out_ref || batches == 0u || depth == 0u || rows == 0u
+            || !io_read(in, batches * depth) || !io_read(w, rows * depth)
+            || (has_bias && !io_read(bias, 4u * rows))
+            || (kind == 1u && (!io_read(multipliers, 4u * rows) || !io_read(shifts, rows)))
+            || (kind == 2u && !io_read(scales, 4u * rows))) {
+            return io_exit(2);
+        }
+        memset(out_ref, 0x5A, sizeof out_ref);
+        memset(out_opt, 0xA5, sizeof out_opt);
+        if (kind == 0u) {
+            const qe_fc_s8_params_t p = {h[4], h[5], h[6], h[7], h[8], h[9], h[10],
+                                         (uint16_t)batches, (uint16_t)depth, (uint16_t)rows};
+            qe_fully_connected_s8_reference(&p, in, w, b, (int8_t *)out_ref);
+            qe_fully_connected_s8(&p, in, w, b, (int8_t *)out_opt);
+        } else if (kind == 1u) {
+            const qe_fc_pc_params_t p = {h[4], h[6], h[9], h[10], multipliers, shifts,
+                                         (uint8_t)h[12], (uint16_t)batches, (uint16_t)depth,
+                                         (uint16_t)rows};
+            qe_fully_connected_s8_pc_reference(&p, in, w, b, (int8_t *)out_ref);
+            qe_fully_connected_s8_pc(&p, in, w, b, (int8_t *)out_opt);
+        } else {
+            const qe_fc_s8_acc_params_t p = {h[4], scales, (uint8_t)h[12], (uint16_t)batches,
+                                             (uint16_t)depth, (uint16_t)rows};
+            qe_fully_connected_s8_acc_f32_reference(&p, in, w, b, out_ref);
+            qe_fully_connected_s8_acc_f32(&p, in, w, b, out_opt);
+        }
+        io_write(out_ref, out_bytes);
+        io_write(out_opt, out_bytes);
+        /* the variant must write exactly its outputs: the byte after them keeps its fill */
+        if (memcmp(out_ref, out_opt, out_bytes) != 0 || ((uint8_t *)out_opt)[out_bytes] != 0xA5u) {
+            status = 1;
+        }
+    }
+    return io_exit(status);
+}

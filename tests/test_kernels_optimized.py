@@ -1,0 +1,441 @@
+"""Optimized kernel variants (firmware/core/kernels/optimized/) are bit-exact with the reference.
+
+The int8 FULLY_CONNECTED of the cortex-m-dsp variant against the reference, both compiled into
+one checker (tests/c/fc_kernels_check.c) over random shapes (accum_depth 1..300, odd and
+unaligned too; output_depth 1..70; batches 1..3), weights, offsets, biases, requantization
+constants, per tensor, per channel and the int8-acc head:
+  - on the host with gcc: the variant's portable C path (and once more under ASan/UBSan);
+  - cross-compiled for each emulated Cortex-M board with the DSP extension and run under
+    qemu-system-arm (the SXTAB16/SMLAD path), its files read and written through semihosting;
+    those outputs must also equal the host reference's, byte for byte.
+End to end: the shipped CartPole int8 policy and random int8 MLPs built with the variant for
+mps2-an386 are bit-exact with TF Lite Micro (quarl_edge.validate). Board files: `[build] kernels`
+is validated, and the build compiles the variant's files in place of the reference's."""
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import struct
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from quarl_edge.boards import all_boards, get_board, load_board_file
+from quarl_edge.build import (COMMON_CFLAGS, board_defines, build, expand_flag, firmware_sources,
+                              kernel_sources, port_dirs)
+from quarl_edge.errors import BoardError, QuarlError
+
+ROOT = Path(__file__).resolve().parents[1]
+FW = ROOT / "firmware"
+CHECK = ROOT / "tests" / "c" / "fc_kernels_check.c"
+VARIANT = "cortex-m-dsp"
+VARIANT_FC = FW / "core" / "kernels" / "optimized" / VARIANT / "fully_connected.c"
+INT32_MAX = 2**31 - 1
+# the emulated boards whose cores have the DSP extension (Cortex-M4/M7/M33)
+DSP_BOARDS = ("mps2-an386", "mps2-an500", "mps2-an505", "netduinoplus2")
+
+S8, PC, ACC = 0, 1, 2
+
+
+# ------------------------------------------------------------------------------ cases
+@dataclasses.dataclass
+class Case:
+    kind: int
+    batches: int
+    depth: int
+    rows: int
+    input_offset: int
+    filter_offset: int
+    output_offset: int
+    multiplier: int
+    shift: int
+    act_min: int
+    act_max: int
+    channel_stride: int
+    in_misalign: int
+    w_misalign: int
+    x: np.ndarray            # int8 [batches * depth]
+    w: np.ndarray            # int8 [rows * depth]
+    bias: np.ndarray | None  # int32 [rows]
+    mults: np.ndarray        # int32 [rows] (per channel)
+    shifts: np.ndarray       # int8 [rows]
+    scales: np.ndarray       # float32 [rows] (accumulator head)
+
+    def encode(self) -> bytes:
+        h = [self.kind, self.batches, self.depth, self.rows, self.input_offset, self.filter_offset,
+             self.output_offset, self.multiplier, self.shift, self.act_min, self.act_max,
+             int(self.bias is not None), self.channel_stride, self.in_misalign, self.w_misalign, 0]
+        out = struct.pack("<16i", *h) + self.x.astype(np.int8).tobytes() + self.w.astype(np.int8).tobytes()
+        if self.bias is not None:
+            out += self.bias.astype("<i4").tobytes()
+        if self.kind == PC:
+            out += self.mults.astype("<i4").tobytes() + self.shifts.astype(np.int8).tobytes()
+        if self.kind == ACC:
+            out += self.scales.astype("<f4").tobytes()
+        return out
+
+    @property
+    def out_bytes(self) -> int:
+        return self.batches * self.rows * (4 if self.kind == ACC else 1)
+
+
+def multiplier_and_shift(draw_int) -> tuple[int, int]:
+    """A QuantizeMultiplier result: 0, or in [2^30, 2^31) (extremes included), shift in [-31, 30]."""
+    m = draw_int(0, 5)
+    mult = {0: 0, 1: 1 << 30, 2: INT32_MAX}.get(m) or draw_int(1 << 30, INT32_MAX)
+    return mult, draw_int(-31, 30)
+
+
+@st.composite
+def fc_case(draw, kind=None, max_depth=300, max_rows=70) -> Case:
+    i = lambda lo, hi: draw(st.integers(lo, hi))  # noqa: E731
+    kind = i(0, 2) if kind is None else kind
+    batches, depth, rows = i(1, 3), i(1, max_depth), i(1, max_rows)
+    # zero points are int8: offsets -zp in [-127, 128]; per-channel and head weights symmetric
+    io = i(-127, 128)
+    fo = i(-127, 128) if kind == S8 and i(0, 2) else 0
+    rng = np.random.default_rng(i(0, 2**32 - 1))
+    style = i(0, 3)     # uniform, extremes only, mostly zeros, narrow
+    def int8s(n):
+        if style == 1:
+            return rng.choice(np.array([-128, -127, 0, 127], np.int8), n)
+        if style == 2:
+            return np.where(rng.random(n) < 0.8, 0, rng.integers(-128, 128, n)).astype(np.int8)
+        if style == 3:
+            return rng.integers(-3, 4, n).astype(np.int8)
+        return rng.integers(-128, 128, n).astype(np.int8)
+    x, w = int8s(batches * depth), int8s(rows * depth)
+    # the generator's bound: the worst-case sum of |terms| (and |bias|) fits int32
+    worst = depth * (128 + abs(fo)) * (128 + abs(io))
+    bias = None
+    if i(0, 3):
+        lim = INT32_MAX - worst
+        bias_style = i(0, 2)
+        span = {0: 1 << 12, 1: 1 << 20, 2: lim}[bias_style]
+        bias = rng.integers(-span, span, rows, endpoint=True).astype(np.int32)
+    mult, shift = multiplier_and_shift(i)
+    mults = np.where(rng.random(rows) < 0.2, rng.choice([0, 1 << 30, INT32_MAX], rows),
+                     rng.integers(1 << 30, INT32_MAX, rows, endpoint=True))
+    shifts = rng.integers(-31, 31, rows)
+    if i(0, 3):
+        # mostly, as in a real model: the shift that brings the largest accumulator to ~100,
+        # so that the outputs spread over the int8 range instead of saturating
+        acc = ((w.reshape(rows, depth).astype(np.int64) + fo)
+               @ (x.reshape(batches, depth).astype(np.int64) + io).T)
+        if bias is not None:
+            acc += bias[:, None]
+        fit = np.floor(np.log2(100.0 / np.maximum(np.abs(acc).max(axis=1), 1))).astype(np.int64)
+        shifts = np.clip(fit + rng.integers(-1, 2, rows), -31, 30)
+        shift = int(np.clip(fit.min() + i(-1, 1), -31, 30))
+    shifts = shifts.astype(np.int8)
+    lo = i(-128, 127)
+    hi = i(lo, 127)
+    scales = (rng.standard_normal(rows) * 10.0 ** rng.integers(-8, 2, rows)).astype(np.float32)
+    return Case(kind, batches, depth, rows, io, fo, i(-128, 127), mult, shift, lo, hi,
+                i(0, 1) if kind != S8 else 0, i(0, 3), i(0, 3), x, w, bias, mults, shifts, scales)
+
+
+def edge_cases() -> list[Case]:
+    """Every depth remainder mod 4 around the 4-wide loop, one and two rows (the pair loop and
+    its odd tail), every misalignment, offsets at their ends, the largest accumulators."""
+    rng = np.random.default_rng(7)
+    out = []
+    for depth in (1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 63, 64, 65, 300):
+        for rows in (1, 2, 3):
+            for kind in (S8, PC, ACC):
+                mis = len(out) % 4
+                for io, fo, fill in ((128, 128 if kind == S8 else 0, -128), (-127, -127 if kind == S8 else 0, 127),
+                                     (5, -3 if kind == S8 else 0, None)):
+                    n_x, n_w = 2 * depth, rows * depth
+                    x = np.full(n_x, fill, np.int8) if fill is not None else rng.integers(-128, 128, n_x).astype(np.int8)
+                    w = np.full(n_w, fill, np.int8) if fill is not None else rng.integers(-128, 128, n_w).astype(np.int8)
+                    worst = depth * (128 + abs(fo)) * (128 + abs(io))
+                    bias = np.array([INT32_MAX - worst, -(INT32_MAX - worst), 0][:rows], np.int32)
+                    out.append(Case(kind, 2, depth, rows, io, fo, -1, (1 << 30) + 12345, -31 + len(out) % 62,
+                                    -128, 127, 1, mis, (mis + 1) % 4, x, w, bias,
+                                    np.array([INT32_MAX, 1 << 30, 0][:rows], np.int64),
+                                    np.array([30, -31, 0][:rows], np.int8),
+                                    np.array([1.0, -3.5e-6, 7.25e3][:rows], np.float32)))
+    return out
+
+
+# ------------------------------------------------------------------------------ checkers
+def host_checker(tmp: Path, sanitize: bool = False) -> Path:
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed")
+    exe = tmp / ("fc_check_san" if sanitize else "fc_check")
+    san = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-g"] if sanitize else []
+    cmd = ["gcc", *COMMON_CFLAGS, "-O2", *san, f"-I{FW / 'core'}", str(CHECK), str(VARIANT_FC),
+           str(FW / "core" / "requant.c"), "-o", str(exe)]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    return exe
+
+
+def board_checker(board_id: str, tmp: Path) -> Path:
+    """The checker as bare-metal firmware for an emulated board: its start-up code, linker
+    script and flags (boards/<id>.toml), the variant and the reference in one ELF."""
+    board = get_board(board_id)
+    if shutil.which(board.cc) is None or shutil.which("qemu-system-arm") is None:
+        pytest.skip(f"{board.cc} or qemu-system-arm is not installed")
+    elf = tmp / f"fc_check_{board_id}.elf"
+    srcs = [CHECK, VARIANT_FC, FW / "core" / "requant.c",
+            *(c for d in port_dirs(board) for c in sorted(d.glob("*.c")))]
+    cmd = [board.cc, *COMMON_CFLAGS, *(expand_flag(board, f) for f in board.cflags),
+           *board_defines(board), f"-I{FW / 'core'}", *(f"-I{d}" for d in port_dirs(board)),
+           *map(str, srcs), "-o", str(elf), *(expand_flag(board, f) for f in board.ldflags)]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    return elf
+
+
+def run_host(exe: Path, cases: list[Case]) -> tuple[int, bytes]:
+    res = subprocess.run([str(exe)], input=b"".join(c.encode() for c in cases), capture_output=True,
+                         timeout=120)
+    assert res.returncode in (0, 1), res.stderr.decode(errors="replace")
+    return res.returncode, res.stdout
+
+
+def run_board(board_id: str, elf: Path, cases: list[Case]) -> tuple[int, bytes]:
+    board = get_board(board_id)
+    with tempfile.TemporaryDirectory(prefix="qe-fc-") as d:
+        (Path(d) / "fc_cases.bin").write_bytes(b"".join(c.encode() for c in cases))
+        cmd = ["qemu-system-arm", "-machine", board.connect["machine"], "-kernel", str(elf),
+               "-display", "none", "-monitor", "none", "-serial", "null", "-nodefaults",
+               "-nic", "none", "-semihosting-config", "enable=on,target=native"]
+        res = subprocess.run(cmd, cwd=d, capture_output=True, timeout=120)
+        assert res.returncode in (0, 1), (res.returncode, res.stdout, res.stderr)
+        return res.returncode, (Path(d) / "fc_out.bin").read_bytes()
+
+
+def split(cases: list[Case], out: bytes) -> list[tuple[bytes, bytes]]:
+    pairs, pos = [], 0
+    for c in cases:
+        n = c.out_bytes
+        pairs.append((out[pos:pos + n], out[pos + n:pos + 2 * n]))
+        pos += 2 * n
+    assert pos == len(out), f"{len(out)} output bytes, expected {pos}"
+    return pairs
+
+
+def assert_same(cases, status, out, host_ref: list[bytes] | None = None):
+    for k, (c, (ref, opt)) in enumerate(zip(cases, split(cases, out))):
+        assert ref == opt, (f"case {k}: kind {c.kind} batches {c.batches} depth {c.depth} rows {c.rows} "
+                            f"offsets {c.input_offset}/{c.filter_offset}: optimized != reference")
+        if host_ref is not None:
+            assert ref == host_ref[k], f"case {k}: the board's reference differs from the host's"
+    assert status == 0
+
+
+@pytest.fixture(scope="module")
+def tmp_module(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("fc_variant")
+
+
+@pytest.fixture(scope="module")
+def host_exe(tmp_module) -> Path:
+    return host_checker(tmp_module)
+
+
+@pytest.fixture(scope="module")
+def m4_elf(tmp_module) -> Path:
+    return board_checker("mps2-an386", tmp_module)
+
+
+# ------------------------------------------------------------------------------ host
+def test_edge_cases_on_the_host(host_exe):
+    cases = edge_cases()
+    status, out = run_host(host_exe, cases)
+    assert_same(cases, status, out)
+
+
+def test_the_checker_sees_a_difference(tmp_module):
+    """A deliberately wrong variant (one off in one output) must fail the checker: the test can
+    tell the two kernels apart at all."""
+    bad = tmp_module / "bad_fc.c"
+    bad.write_text(VARIANT_FC.read_text().replace('#include "../../fully_connected.h"',
+                                                  f'#include "{FW}/core/kernels/fully_connected.h"')
+                   .replace('#include "../../fully_connected.c"',
+                            f'#include "{FW}/core/kernels/fully_connected.c"')
+                   .replace("out[o] = requant_s8(&rq, acc);", "out[o] = (int8_t)(requant_s8(&rq, acc) ^ 1);"))
+    exe = tmp_module / "fc_check_bad"
+    res = subprocess.run(["gcc", *COMMON_CFLAGS, "-O2", f"-I{FW / 'core'}", str(CHECK), str(bad),
+                          str(FW / "core" / "requant.c"), "-o", str(exe)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    cases = [c for c in edge_cases() if c.kind == S8 and c.rows == 3]
+    status, out = run_host(exe, cases)
+    assert status == 1 and any(r != o for r, o in split(cases, out))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cases=st.lists(fc_case(), min_size=1, max_size=8))
+def test_random_cases_on_the_host(host_exe, cases):
+    status, out = run_host(host_exe, cases)
+    assert_same(cases, status, out)
+
+
+@pytest.fixture(scope="module")
+def sanitized_exe(tmp_module) -> Path:
+    return host_checker(tmp_module, sanitize=True)
+
+
+def test_edge_cases_under_sanitizers(sanitized_exe):
+    """ASan + UBSan: no out-of-bounds access, no signed overflow (within the generator's
+    bounds: the edge cases reach them)."""
+    cases = edge_cases()
+    status, out = run_host(sanitized_exe, cases)
+    assert_same(cases, status, out)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cases=st.lists(fc_case(), min_size=1, max_size=8))
+def test_random_cases_under_sanitizers(sanitized_exe, cases):
+    status, out = run_host(sanitized_exe, cases)
+    assert_same(cases, status, out)
+
+
+# ------------------------------------------------------------------------------ boards (DSP)
+def test_the_dsp_path_is_compiled_for_cortex_m4(m4_elf):
+    dis = subprocess.run(["arm-none-eabi-objdump", "-d", str(m4_elf)], capture_output=True,
+                         text=True).stdout
+    body = dis.split("<qe_fully_connected_s8>:", 1)[1].split("\n\n", 1)[0]
+    assert "smlad" in body and "sxtab16" in body
+
+
+def test_edge_cases_on_cortex_m4(m4_elf, host_exe):
+    cases = edge_cases()
+    _, host_out = run_host(host_exe, cases)
+    status, out = run_board("mps2-an386", m4_elf, cases)
+    assert_same(cases, status, out, [r for r, _ in split(cases, host_out)])
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cases=st.lists(fc_case(), min_size=10, max_size=30))
+def test_random_cases_on_cortex_m4(m4_elf, host_exe, cases):
+    _, host_out = run_host(host_exe, cases)
+    status, out = run_board("mps2-an386", m4_elf, cases)
+    assert_same(cases, status, out, [r for r, _ in split(cases, host_out)])
+
+
+@pytest.mark.parametrize("board_id", [b for b in DSP_BOARDS if b != "mps2-an386"])
+def test_edge_cases_on_the_other_dsp_boards(tmp_module, host_exe, board_id):
+    elf = board_checker(board_id, tmp_module)
+    cases = edge_cases()
+    _, host_out = run_host(host_exe, cases)
+    status, out = run_board(board_id, elf, cases)
+    assert_same(cases, status, out, [r for r, _ in split(cases, host_out)])
+
+
+@pytest.mark.slow
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cases=st.lists(fc_case(), min_size=20, max_size=60), board_id=st.sampled_from(DSP_BOARDS))
+def test_long_fuzz_on_the_dsp_boards(tmp_module, host_exe, cases, board_id):
+    elf = tmp_module / f"fc_check_{board_id}.elf"
+    if not elf.is_file():
+        board_checker(board_id, tmp_module)
+    _, host_out = run_host(host_exe, cases)
+    status, out = run_board(board_id, elf, cases)
+    assert_same(cases, status, out, [r for r, _ in split(cases, host_out)])
+
+
+# ------------------------------------------------------------------------------ board files, build
+def _board_file(tmp_path: Path, kernels) -> Path:
+    src = (ROOT / "boards" / "mps2-an386.toml").read_text()
+    lines = [ln for ln in src.splitlines() if not ln.startswith("kernels")]
+    at = lines.index("[build]") + 1
+    if kernels is not None:
+        lines.insert(at, f"kernels = {kernels!r}".replace("'", '"'))
+    path = tmp_path / "mps2-an386.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_board_kernels_key(tmp_path):
+    assert load_board_file(_board_file(tmp_path, None)).kernels == "reference"
+    assert load_board_file(_board_file(tmp_path, VARIANT)).kernels == VARIANT
+    with pytest.raises(BoardError, match="'kernels' is 'cmsis'; expected one of reference, cortex-m-dsp"):
+        load_board_file(_board_file(tmp_path, "cmsis"))
+
+
+def test_only_cortex_m_boards_with_dsp_opt_in():
+    """The variant is opt-in: AVR (__flash weights) and cores without the DSP extension keep
+    the reference."""
+    boards = all_boards()
+    for b in boards.values():
+        if b.kernels != "reference":
+            assert b.kernels == VARIANT and b.cc == "arm-none-eabi-gcc", b.id
+            assert any(f"-mcpu={c}" in b.cflags for c in ("cortex-m4", "cortex-m7", "cortex-m33")), b.id
+    assert {b for b in DSP_BOARDS if boards[b].kernels == VARIANT} == set(DSP_BOARDS)
+    assert boards["atmega328p"].kernels == "reference" and boards["host"].kernels == "reference"
+
+
+def test_the_build_swaps_only_the_variants_files():
+    ref, opt = kernel_sources("reference"), kernel_sources(VARIANT)
+    assert len(ref) == len(opt) and VARIANT_FC in opt and VARIANT_FC not in ref
+    assert [a for a, b in zip(ref, opt) if a != b] == [FW / "core" / "kernels" / "fully_connected.c"]
+    board = get_board("mps2-an386")
+    assert VARIANT_FC in firmware_sources(dataclasses.replace(board, kernels=VARIANT))
+    assert VARIANT_FC not in firmware_sources(dataclasses.replace(board, kernels="reference"))
+    with pytest.raises(QuarlError, match="no optimized kernel variant 'nope'"):
+        kernel_sources("nope")
+
+
+# ------------------------------------------------------------------------------ end to end (QEMU)
+def _validate(model: Path, tmp: Path, n: int = 60) -> dict:
+    from quarl_edge.validate import validate
+    board = dataclasses.replace(get_board("mps2-an386"), kernels=VARIANT)
+    res = validate(model, board, tmp / "fw", random_n=n)
+    assert VARIANT_FC.name in (tmp / "fw" / "build.cmd").read_text()
+    assert f"optimized/{VARIANT}/fully_connected.c" in (tmp / "fw" / "build.cmd").read_text()
+    return res
+
+
+def test_cartpole_int8_with_the_variant_is_bit_exact_on_mps2_an386(tmp_path):
+    res = _validate(ROOT / "examples" / "cartpole_dqn" / "models" / "int8.tflite", tmp_path, 100)
+    assert res["bit_exact"] and res["mismatches"] == 0 and res["n"] == 100
+
+
+def test_cartpole_int8_acc_head_with_the_variant_is_bit_exact_on_mps2_an386(tmp_path):
+    from quarl_edge import remedies
+    path = tmp_path / "int8-acc.tflite"
+    path.write_bytes(remedies.tag_head((ROOT / "examples" / "cartpole_dqn" / "models" / "int8.tflite").read_bytes()))
+    res = _validate(path, tmp_path)
+    assert res["bit_exact"] and res["mismatches"] == 0
+
+
+@pytest.mark.parametrize("seed,input_dim,widths", [(1, 7, [37, 19, 3]), (2, 5, [64, 64, 2]),
+                                                   (3, 13, [1, 9])])
+def test_random_int8_mlps_with_the_variant_are_bit_exact_on_mps2_an386(tmp_path, seed, input_dim,
+                                                                       widths):
+    from helpers_models import convert, random_mlp
+    acts = ["relu"] * (len(widths) - 1) + ["none"]
+    model = tmp_path / "mlp.tflite"
+    rng = np.random.default_rng(seed)
+    model.write_bytes(convert(random_mlp(seed, input_dim, widths, acts, 2.0), "int8",
+                              rng.standard_normal((64, input_dim)).astype(np.float32)))
+    res = _validate(model, tmp_path)
+    assert res["bit_exact"] and res["mismatches"] == 0
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_hand_built_fc_models_with_the_variant_are_bit_exact_on_mps2_an386(tmp_path, per_channel):
+    """int8 in and out, batches of 3, odd depth: per channel, and per tensor with a weights zero
+    point (the filter offset the variant moves out of its loop)."""
+    from helpers_models import fc_model
+    rng = np.random.default_rng(5)
+    w = rng.integers(-128, 128, (11, 23)).astype(np.int8)
+    ws = list(rng.uniform(0.002, 0.02, 11)) if per_channel else 0.01
+    model = tmp_path / "fc.tflite"
+    model.write_bytes(fc_model(w, (0.05, 7), ws, (0.3, -4), bias=rng.integers(-3000, 3000, 11),
+                               activation="RELU", input_shape=[1, 3, 23],
+                               weight_zp=0 if per_channel else 3))
+    res = _validate(model, tmp_path)
+    assert res["bit_exact"] and res["mismatches"] == 0
+    c = (tmp_path / "fw" / "gen" / "model.c").read_text()
+    assert ".batches = 3u" in c
+    assert ("qe_fully_connected_s8_pc(" in c) if per_channel else (".filter_offset = -3," in c)
