@@ -43,7 +43,8 @@ def bench_cell(run_dir: Path, board: Board, scheme: str, n: int, obs: np.ndarray
         _, first = s.link.infer([obs.reshape(spec.shape)])
         stats = s.link.bench(n)
         mem = s.memory()
-        return {"board": board.id, "cpu": board.cpu, "precision": scheme, "unit": s.info.cost_unit,
+        return {"board": board.id, "cpu": board.cpu, "precision": scheme, "kernels": board.kernels,
+                "unit": s.info.cost_unit,
                 "cost_first": first, "cost_mean": stats.mean, "cost_min": stats.min,
                 "cost_max": stats.max, "n": stats.n, "clock_hz": board.clock_hz,
                 "flash_bytes": mem.get("flash_bytes"), "ram_bytes": mem.get("ram_bytes"),
@@ -84,12 +85,12 @@ def speedups(rows: list[dict]) -> dict[str, float]:
 
 def markdown(rows: list[dict]) -> str:
     sp = speedups(rows)
-    lines = ["| board | cpu | precision | cost / inference | unit | est. time at board clock | "
+    lines = ["| board | cpu | precision | kernels | cost / inference | unit | est. time at board clock | "
              "flash (B) | RAM (B) | stack (B) | arena (B) | int8 speedup |",
-             "|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|"]
+             "|---|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['board']} | {r['cpu']} | {r['precision']} | refused: {r['error']} |"
+            lines.append(f"| {r['board']} | {r['cpu']} | {r['precision']} | | refused: {r['error']} |"
                          " | | | | | | |")
             continue
         est = ""
@@ -97,7 +98,8 @@ def markdown(rows: list[dict]) -> str:
             us = r["cost_mean"] / r["clock_hz"] * 1e6
             est = f"~{us:,.0f} µs" + (" (1 instr/cycle, estimate)" if r["unit"] == "instructions" else "")
         speed = f"{sp[r['board']]:.2f}x" if r["precision"] == "int8" and r["board"] in sp else ""
-        lines.append(f"| {r['board']} | {r['cpu']} | {r['precision']} | {r['cost_mean']:,.0f} | "
+        lines.append(f"| {r['board']} | {r['cpu']} | {r['precision']} | {r.get('kernels', '')} | "
+                     f"{r['cost_mean']:,.0f} | "
                      f"{r['unit']} | {est} | {r['flash_bytes'] or '-'} | {r['ram_bytes'] or '-'} | "
                      f"{r['stack_bytes']} | {r['arena_bytes']} | {speed} |")
     return "\n".join(lines) + "\n"
