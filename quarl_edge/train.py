@@ -574,6 +574,10 @@ class OffPolicyConfig:
     train_every: int = 64                  # env steps per round ...
     updates_per_train: int = 64            # ... and gradient steps per round (1 per env step)
     exploration_noise: float = 0.1         # TD3: Gaussian std; DDPG: OU std (action units)
+    # Critic TD loss: "mse" or "huber"; None keeps what each algorithm has always used here (SAC:
+    # mse; TD3, DDPG: TF-Agents' default huber). TD3 as published: "mse" with policy_delay 2.
+    critic_loss: str | None = None
+    policy_delay: int = 1                  # TD3: actor and target updates every N critic updates
     eval_every: int = 1_000
     eval_episodes: int = 10
 
@@ -582,6 +586,10 @@ class OffPolicyConfig:
         self.critic_hidden = tuple(int(h) for h in self.critic_hidden)
         if self.steps <= 0:
             raise QuarlError(f"steps must be positive, got {self.steps}")
+        if self.critic_loss not in (None, "mse", "huber"):
+            raise QuarlError(f"critic_loss must be 'mse' or 'huber', got {self.critic_loss!r}")
+        if self.policy_delay < 1:
+            raise QuarlError(f"policy_delay must be >= 1, got {self.policy_delay}")
 
 
 def _agent_env(env_id: str, seed: int, algo: str, continuous_only: bool):
@@ -689,6 +697,7 @@ def train_off_policy(algo: str, env_id: str, seed: int, out: Path, config: OffPo
     from tf_agents.replay_buffers import tf_uniform_replay_buffer
     from tf_agents.specs import tensor_spec
     from tf_agents.trajectories import policy_step, trajectory
+    from tf_agents.utils import common
     from tqdm import tqdm
 
     cfg = config
@@ -706,6 +715,8 @@ def train_off_policy(algo: str, env_id: str, seed: int, out: Path, config: OffPo
     critic_net = critic_network.CriticNetwork((obs_spec, act_spec), **critic_kw)
     adam = tf.keras.optimizers.Adam
     counter = tf.Variable(0, dtype=tf.int64)
+    td_loss = {None: None, "mse": tf.math.squared_difference,
+               "huber": common.element_wise_huber_loss}[cfg.critic_loss]
     if algo == "sac":
         actor_net = actor_distribution_network.ActorDistributionNetwork(
             obs_spec, act_spec, fc_layer_params=cfg.hidden,
@@ -715,17 +726,19 @@ def train_off_policy(algo: str, env_id: str, seed: int, out: Path, config: OffPo
             actor_optimizer=adam(cfg.actor_learning_rate),
             critic_optimizer=adam(cfg.critic_learning_rate),
             alpha_optimizer=adam(cfg.alpha_learning_rate), target_update_tau=cfg.tau,
-            target_update_period=1, td_errors_loss_fn=tf.math.squared_difference,
+            target_update_period=1, td_errors_loss_fn=td_loss or tf.math.squared_difference,
             gamma=cfg.gamma, train_step_counter=counter)
     else:
         actor_net = actor_network.ActorNetwork(obs_spec, act_spec, fc_layer_params=cfg.hidden)
         common_kw = dict(actor_network=actor_net, critic_network=critic_net,
                          actor_optimizer=adam(cfg.actor_learning_rate),
                          critic_optimizer=adam(cfg.critic_learning_rate),
-                         target_update_tau=cfg.tau, gamma=cfg.gamma, train_step_counter=counter)
+                         target_update_tau=cfg.tau, gamma=cfg.gamma, train_step_counter=counter,
+                         td_errors_loss_fn=td_loss)
         if algo == "td3":
             agent = td3_agent.Td3Agent(ts_spec, act_spec, exploration_noise_std=cfg.exploration_noise,
-                                       **common_kw)
+                                       actor_update_period=cfg.policy_delay,
+                                       target_update_period=cfg.policy_delay, **common_kw)
         else:
             agent = ddpg_agent.DdpgAgent(ts_spec, act_spec, ou_stddev=cfg.exploration_noise,
                                          ou_damping=0.15, **common_kw)
