@@ -54,14 +54,27 @@ class QATConfig:
             raise QuarlError(f"qat steps must be >= 0, got {self.steps}")
 
 
+# A tanh layer is fake-quantized *before* its activation (tfmot; TFLite's int8 TANH has a fixed
+# output scale of 1/128): its pre-activation range is the calibration range clipped to
+# +-TANH_PRE_RANGE, where tanh is within int8's output step of +-1 (tanh(4) = 1 - 6.7e-4).
+# Saturating actors (TD3, DDPG) reach pre-activations of +-25; that whole range at int8 would
+# cost 0.2 per step near 0, where the action is fine-tuned.
+TANH_PRE_RANGE = 4.0
+
+
 def _activation_ranges(model, calibration: np.ndarray) -> dict[str, tuple[float, float]]:
-    """Per Dense layer name: the (min, max) of its output on the calibration data; "input" too."""
+    """Per Dense layer name: the (min, max) of its output on the calibration data; "input" too,
+    and "<name>/pre" for the pre-activation of a tanh layer (clipped, see TANH_PRE_RANGE)."""
     from .train import mlp_forward, mlp_layers
     x = np.asarray(calibration, np.float32).reshape(len(calibration), -1)
     ranges = {"input": (float(x.min()), float(x.max()))}
     names = [layer.name for layer in model.layers if layer.__class__.__name__ == "Dense"]
-    for name, layer in zip(names, mlp_layers(model)):
-        x = mlp_forward([layer], x)
+    for name, (kernel, bias, act) in zip(names, mlp_layers(model)):
+        pre = mlp_forward([(kernel, bias, "linear")], x)
+        if act == "tanh":
+            ranges[f"{name}/pre"] = (max(float(pre.min()), -TANH_PRE_RANGE),
+                                     min(float(pre.max()), TANH_PRE_RANGE))
+        x = mlp_forward([(kernel, bias, act)], x)
         ranges[name] = (float(x.min()), float(x.max()))
     return ranges
 
@@ -91,6 +104,9 @@ def qat_model(model, calibration: np.ndarray):
             if leaf.endswith(("kernel_min", "kernel_max")) and name in kernels:
                 r = float(np.abs(kernels[name]).max())
                 lo, hi = -r, r
+            elif leaf.endswith(("pre_activation_min", "pre_activation_max")) \
+                    and f"{name}/pre" in ranges:
+                lo, hi = ranges[f"{name}/pre"]
             elif (leaf.endswith(("post_activation_min", "post_activation_max"))
                   or (kind == "QuantizeLayer" and leaf.endswith(("_min", "_max")))) \
                     and name in ranges:  # the input layer is quantize_layer_<k> after the first
@@ -274,3 +290,183 @@ def finetune_dqn(model, run: dict, calibration: np.ndarray, cfg: QATConfig, seed
             "best_step": best["step"], "best_validation_return": best["return"],
             "curve": curve}, indent=2) + "\n")
     return qmodel
+
+
+# ------------------------------------------------------------- QAT by on-policy distillation
+# The `qat-distill-int8` scheme: a second, separately reported QAT method that works for every
+# algorithm, because it needs only the exported policy network (runs keep no critic).
+QAT_DISTILL_SEED_BASE = 40_000
+DISTILL_LOSSES = ("auto", "mse", "centred", "kl")
+
+
+@dataclass
+class DistillConfig:
+    steps: int = 2_000               # env steps of student rollouts in all (0: ranges only)
+    episodes_per_round: int = 2      # student episodes per DAgger round, played in lockstep
+    updates_per_round: int = 100     # gradient steps per round, on the aggregated states
+    batch_size: int = 128
+    learning_rate: float = 1e-4
+    loss: str = "auto"               # auto: kl for logits (discrete PPO), mse otherwise
+    freeze_ranges: bool = True       # keep the calibrated activation/weight ranges (no EMA)
+    eval_every: int = 1              # rounds between validations (and after the last round)
+    eval_episodes: int = 10
+
+    def __post_init__(self):
+        if self.steps < 0:
+            raise QuarlError(f"distill steps must be >= 0, got {self.steps}")
+        if min(self.episodes_per_round, self.updates_per_round, self.batch_size,
+               self.eval_every, self.eval_episodes) <= 0:
+            raise QuarlError("distill episodes_per_round, updates_per_round, batch_size, "
+                             "eval_every and eval_episodes must be positive")
+        if self.loss not in DISTILL_LOSSES:
+            raise QuarlError(f"unknown distill loss {self.loss!r}; known: "
+                             f"{', '.join(DISTILL_LOSSES)}")
+
+
+def _config(cls, options: dict, what: str):
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise QuarlError(f"unknown {what} option(s) {', '.join(unknown)}; known: "
+                         f"{', '.join(sorted(known))}")
+    return cls(**options)
+
+
+def output_kind(run: dict, space) -> str:
+    """What the exported network outputs: "q_values" (DQN), "logits" (discrete PPO) or
+    "action" (a deterministic actor)."""
+    if not hasattr(space, "n"):
+        return "action"
+    return "logits" if run.get("algo", "dqn") == "ppo" else "q_values"
+
+
+def qat_distill(run_dir: Path, calibration: np.ndarray, seed: int = 0, progress: bool = False,
+                **options):
+    """QAT by on-policy distillation from the run's fp32 network (any algorithm); returns the
+    tfmot model (the best on the validation seeds), ready for
+    quantize.convert_keras(model, "qat-distill-int8"). Log: RUN/qat-distill.json."""
+    from .train import load_keras, load_run
+
+    run_dir = Path(run_dir)
+    run = load_run(run_dir)
+    cfg = _config(DistillConfig, options, "qat-distill")
+    if calibration is None:
+        raise QuarlError("qat-distill-int8 needs calibration observations (ranges and data)")
+    model = load_keras(run_dir)
+    return distill(model, run, calibration, cfg, seed, run_dir / "qat-distill.json", progress)
+
+
+def distill(model, run: dict, calibration: np.ndarray, cfg: DistillConfig, seed: int,
+            log_path: Path | None = None, progress: bool = False):
+    """DAgger-style distillation of the fake-quantized copy of `model` (the student) from
+    `model` itself in fp32 (the teacher): see the module's docstring, section "qat-distill"."""
+    import tensorflow as tf
+    from tqdm import tqdm
+
+    from .envs import make_gym, play_batched
+    from .train import VALIDATION_SEED_BASE, mlp_forward, mlp_layers
+
+    env_id = run["env"]
+    gym_env = make_gym(env_id)
+    space, obs_shape = gym_env.action_space, tuple(gym_env.observation_space.shape)
+    gym_env.close()
+    kind = output_kind(run, space)
+    loss_kind = cfg.loss if cfg.loss != "auto" else ("kl" if kind == "logits" else "mse")
+    if loss_kind in ("centred", "kl") and kind == "action":
+        raise QuarlError(f"distill loss {loss_kind!r} is for argmax heads; {env_id} has "
+                         "continuous actions (use mse)")
+    teacher_layers = mlp_layers(model)
+
+    def teacher(x):
+        return mlp_forward(teacher_layers, x).astype(np.float32)
+
+    tf.keras.utils.set_random_seed(seed)
+    rng = np.random.default_rng(seed)
+    student = qat_model(model, calibration)
+    optimizer = tf.keras.optimizers.Adam(learning_rate=cfg.learning_rate)
+
+    @tf.function(reduce_retracing=True)
+    def forward(x):
+        return student(x, training=False)
+
+    @tf.function
+    def train_step(x, y):
+        with tf.GradientTape() as tape:
+            out = student(x, training=not cfg.freeze_ranges)
+            if loss_kind == "kl":      # KL(softmax(teacher) || softmax(student)), in nats
+                p = tf.nn.softmax(y)
+                loss = tf.reduce_mean(tf.reduce_sum(
+                    p * (tf.nn.log_softmax(y) - tf.nn.log_softmax(out)), axis=1))
+            elif loss_kind == "centred":  # argmax-relevant part: outputs minus their mean
+                d = ((out - tf.reduce_mean(out, axis=1, keepdims=True))
+                     - (y - tf.reduce_mean(y, axis=1, keepdims=True)))
+                loss = tf.reduce_mean(tf.square(d))
+            else:
+                loss = tf.reduce_mean(tf.square(out - y))
+        variables = student.trainable_variables
+        optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+        return loss
+
+    def policy(x):
+        return forward(tf.constant(np.asarray(x, np.float32))).numpy()
+
+    val_seeds = [VALIDATION_SEED_BASE + k for k in range(cfg.eval_episodes)]
+
+    def validate(fn) -> float:
+        return float(np.mean(play_batched(env_id, fn, val_seeds)[0]))
+
+    t0 = time.perf_counter()
+    states = np.asarray(calibration, np.float32).reshape(len(calibration), *obs_shape)
+    targets = teacher(states)
+    teacher_return = validate(teacher)
+    calib_states, calib_targets = states, targets
+
+    def calibration_mse() -> float:   # the fake-quantized student against the teacher
+        return float(np.mean((policy(calib_states) - calib_targets) ** 2))
+
+    curve = [{"round": 0, "env_steps": 0, "states": len(states), "greedy_return": validate(policy),
+              "loss": None, "calibration_mse": calibration_mse()}]
+    best = {"return": curve[0]["greedy_return"], "round": 0, "env_steps": 0,
+            "weights": student.get_weights()}
+    env_steps, rnd, episode, grad_steps, loss = 0, 0, 0, 0, None
+    bar = tqdm(total=cfg.steps, desc=f"qat-distill {env_id}", disable=not progress,
+               mininterval=1.0, unit="step")
+    while env_steps < cfg.steps and episode + cfg.episodes_per_round <= 1000:
+        rnd += 1
+        seeds = [QAT_DISTILL_SEED_BASE + 1000 * seed + episode + i
+                 for i in range(cfg.episodes_per_round)]
+        episode += cfg.episodes_per_round
+        _, visited = play_batched(env_id, policy, seeds, record=True)   # the student's states
+        env_steps += len(visited)
+        bar.update(len(visited))
+        states = np.concatenate([states, visited])
+        targets = np.concatenate([targets, teacher(visited)])             # the teacher's labels
+        for _ in range(cfg.updates_per_round):
+            idx = rng.integers(0, len(states), size=cfg.batch_size)
+            loss = float(train_step(states[idx], targets[idx]))
+            grad_steps += 1
+        if rnd % cfg.eval_every == 0 or env_steps >= cfg.steps:
+            greedy = validate(policy)
+            curve.append({"round": rnd, "env_steps": env_steps, "states": len(states),
+                          "greedy_return": greedy, "loss": loss,
+                          "calibration_mse": calibration_mse()})
+            if greedy >= best["return"]:   # ties: the later
+                best = {"return": greedy, "round": rnd, "env_steps": env_steps,
+                        "weights": student.get_weights()}
+            bar.set_postfix(greedy=f"{greedy:.0f}", best=f"{best['return']:.0f}")
+    bar.close()
+    student.set_weights(best["weights"])
+    if log_path is not None:
+        Path(log_path).write_text(json.dumps({
+            "method": "on-policy distillation (DAgger) from the fp32 network",
+            "config": asdict(cfg), "seed": seed, "output": kind, "loss": loss_kind,
+            "rollout_seeds": [QAT_DISTILL_SEED_BASE + 1000 * seed,
+                              QAT_DISTILL_SEED_BASE + 1000 * seed + episode - 1] if episode else [],
+            "rounds": rnd, "env_steps": env_steps, "gradient_steps": grad_steps,
+            "states": len(states), "calibration_states": len(calibration),
+            "seconds": round(time.perf_counter() - t0, 2),
+            "teacher_validation_return": teacher_return,
+            "best_round": best["round"], "best_env_steps": best["env_steps"],
+            "best_validation_return": best["return"], "curve": curve}, indent=2) + "\n")
+    return student
+

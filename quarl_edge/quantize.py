@@ -14,7 +14,10 @@ Schemes (SCHEMES maps each name to its converter):
         EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8), calibrated, float32 I/O
   qat-int8  quantization-aware training (quarl_edge/qat.py): the network is fine-tuned with
         fake quantization in the RL loop, then converted to full int8 with float32 I/O
-        (QUANTIZE -> FULLY_CONNECTED... -> DEQUANTIZE), ranges learned in training
+        (QUANTIZE -> FULLY_CONNECTED... -> DEQUANTIZE), ranges learned in training; DQN only
+  qat-distill-int8  quantization-aware training by on-policy distillation (quarl_edge/qat.py,
+        qat_distill): the same fake-quantized copy, fitted to the fp32 network's outputs on the
+        states its own greedy policy visits (DAgger); every algorithm; converted as qat-int8
   int8-centred  int8, after folding advantage-style centring into the last layer (Q - mean_a Q;
         argmax unchanged): a remedy for int8 ties of argmax heads (quarl_edge/remedies.py);
         discrete-action policies only
@@ -119,6 +122,9 @@ SCHEMES: dict[str, Scheme] = {
     "int16x8": Scheme(_int16x8, True, "int16 activations, int8 weights, float32 I/O"),
     "qat-int8": Scheme(_qat_int8, True, "quantization-aware fine-tuning in the RL loop, "
                                         "then full integer int8, float32 I/O"),
+    "qat-distill-int8": Scheme(_qat_int8, True, "quantization-aware training by on-policy "
+                                                "distillation from the fp32 network, then full "
+                                                "integer int8, float32 I/O"),
     "int8-centred": Scheme(_int8, True, "int8 after centring the outputs over actions "
                                         "(argmax heads only)", prepare=_centre, argmax_head_only=True),
     "int8-acc": Scheme(_int8, True, "int8; greedy action from the head's int32 accumulators "
@@ -185,10 +191,12 @@ def rollout_observations(env_id: str, weights, n_actions: int | None = None, siz
 
 # ------------------------------------------------------------------------------- conversion
 def quantize(run_dir: Path, scheme: str, calib_size: int = 1000, calib_episodes: int = 10,
-             seed: int = 0, verbose: bool = True, qat: dict | None = None) -> Path:
+             seed: int = 0, verbose: bool = True, qat: dict | None = None,
+             distill: dict | None = None) -> Path:
     """Convert the run's network with `scheme`; returns the path of RUN/models/<scheme>.tflite.
 
-    `qat`: options of qat.QATConfig for the qat-int8 scheme (e.g. {"steps": 2000})."""
+    `qat`: options of qat.QATConfig for the qat-int8 scheme (e.g. {"steps": 2000});
+    `distill`: options of qat.DistillConfig for qat-distill-int8."""
     if scheme not in SCHEMES:
         raise QuarlError(f"unknown quantization scheme {scheme!r}; known: {', '.join(SCHEMES)}")
     from .train import load_keras, load_run
@@ -211,6 +219,9 @@ def quantize(run_dir: Path, scheme: str, calib_size: int = 1000, calib_episodes:
     if scheme == "qat-int8":
         from .qat import qat_finetune
         model = qat_finetune(run_dir, calibration, seed=seed, progress=verbose, **(qat or {}))
+    elif scheme == "qat-distill-int8":
+        from .qat import qat_distill
+        model = qat_distill(run_dir, calibration, seed=seed, progress=verbose, **(distill or {}))
 
     flatbuffer = convert_keras(model, scheme, calibration)
     if spec.finish is not None:
