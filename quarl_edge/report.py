@@ -22,10 +22,16 @@ random policy are "not learned" and left out of the claims. A loss <= --toleranc
 loss.
 
 The claims (Krishnan et al., Quantized Reinforcement Learning):
-  1. 6-8 bit policies lose no reward: int8 / dyn-int8 / qat-int8 cells and sweep points with
-     6..8 bits. Agree if >= 90 % of them are within the tolerance, disagree if < 50 %.
-  2. QAT >= PTQ (and often >= fp32): qat-int8 vs int8 of the same run. Agree if qat-int8 is
-     within the tolerance of int8 or better in >= 90 % of the runs, disagree if < 50 %.
+  1. 6-8 bit policies lose no reward: int8 / dyn-int8 / qat-int8 / qat-distill-int8 cells and
+     sweep points with 6..8 bits. Agree if >= 90 % of them are within the tolerance, disagree
+     if < 50 %.
+  2. QAT >= PTQ (and often >= fp32), for two QAT methods, each counted on its own: RL-loop QAT
+     (qat-int8, DQN) and QAT by on-policy distillation from the fp32 network
+     (qat-distill-int8, every algorithm), each vs int8 of the same run. The verdict is the
+     RL-loop method's (QuaRL fine-tunes in the RL loop): agree if qat-int8 is within the
+     tolerance of int8 or better in >= 90 % of the runs, disagree if < 50 %; the evidence gives
+     the distillation method's counts and its own verdict. Without any RL-loop pair, the
+     verdict is the distillation method's, and the evidence says so.
   3. Wider weight distributions quantize worse: Spearman rank correlation, over learned runs,
      between the kernels' weight range and the loss (int8 cells; separately the mean loss over
      the sweep's points), with a permutation p-value. Agree if rho > 0 with p < 0.05, disagree
@@ -49,10 +55,11 @@ import numpy as np
 from .errors import QuarlError
 from .study import latest_rows, read_results
 
-SCHEME_ORDER = ["fp32", "fp16", "dyn-int8", "int8", "int16x8", "qat-int8", "int8-centred",
-                "int8-acc", "int8-i16head"]
+SCHEME_ORDER = ["fp32", "fp16", "dyn-int8", "int8", "int16x8", "qat-int8", "qat-distill-int8",
+                "int8-centred", "int8-acc", "int8-i16head"]
 REMEDIES = ("int8-centred", "int8-acc", "int8-i16head")   # quarl_edge/remedies.py
-EIGHT_BIT = ("int8", "dyn-int8", "qat-int8")
+EIGHT_BIT = ("int8", "dyn-int8", "qat-int8", "qat-distill-int8")
+QAT_METHODS = {"qat-int8": "RL-loop QAT", "qat-distill-int8": "distillation QAT"}
 AGREE_SHARE, DISAGREE_SHARE = 0.9, 0.5
 
 
@@ -167,6 +174,31 @@ def _share_verdict(ok: int, n: int) -> str:
     return "partly agree"
 
 
+def _qat_pairs(res: Results, by_run: dict, scheme: str) -> list[tuple]:
+    """(run key, (R_qat - R_int8) / gain, loss of the QAT cell) for each learned run with both."""
+    pairs = []
+    for key, cells in sorted(by_run.items()):
+        if scheme in cells and "int8" in cells and res.learned(cells["int8"]):
+            run = res.runs[key]
+            gain = abs(run["fp32_return"] - run["random_return"])
+            diff = (cells[scheme]["mean_return"] - cells["int8"]["mean_return"]) / gain
+            pairs.append((key, diff, res.loss(cells[scheme])))
+    return pairs
+
+
+def _qat_evidence(scheme: str, pairs: list[tuple], tolerance: float, label: str) -> list[str]:
+    ok = sum(d >= -tolerance for _, d, _ in pairs)
+    diffs = np.array([d for _, d, _ in pairs])
+    ge_fp32 = sum(loss is not None and loss <= 0 for _, _, loss in pairs)
+    return [f"{label}: {scheme} is at least as good as int8 (within "
+            f"{tolerance:.0%}) in {ok} of {len(pairs)} runs; strictly better in "
+            f"{int(np.sum(diffs > 0))}, equal in {int(np.sum(diffs == 0))}; mean difference "
+            f"{_pct(float(diffs.mean()))} of the fp32-over-random gain.",
+            f"{scheme} >= fp32 in {ge_fp32} of {len(pairs)} runs.",
+            f"Runs ({scheme}): " + "; ".join(f"{_task_name(k[:2])} seed {k[2]}: {_pct(d)}"
+                                             for k, d, _ in pairs) + "."]
+
+
 def claims(res: Results, tolerance: float) -> list[dict]:
     """QuaRL's three claims, each {"claim", "verdict", "evidence": [text], "n"}; computed."""
     out = []
@@ -196,41 +228,49 @@ def claims(res: Results, tolerance: float) -> list[dict]:
         ev.append("Per setting (mean normalised loss): " + "; ".join(
             f"{k}: {_pct(float(np.mean(v)))} over {len(v)}" for k, v in sorted(by_bits.items())) + ".")
     else:
-        ev.append("No learned run has an 8-bit scheme (int8, dyn-int8, qat-int8) or a 6-8 bit "
+        ev.append(f"No learned run has an 8-bit scheme ({', '.join(EIGHT_BIT)}) or a 6-8 bit "
                   "sweep point.")
     out.append({"claim": "6-8 bit policies lose no reward", "n": len(items),
                 "verdict": _share_verdict(sum(within), len(items)), "evidence": ev})
 
-    # 2. QAT >= PTQ (and often >= fp32)
+    # 2. QAT >= PTQ (and often >= fp32): RL-loop QAT and distillation QAT, counted apart
     by_run = defaultdict(dict)
     for r in res.ok_cells:
         by_run[(r["algo"], r["env"], r["seed"])][r["scheme"]] = r
-    pairs = []
-    for key, cells in sorted(by_run.items()):
-        if "qat-int8" in cells and "int8" in cells and res.learned(cells["int8"]):
-            run = res.runs[key]
-            gain = abs(run["fp32_return"] - run["random_return"])
-            diff = (cells["qat-int8"]["mean_return"] - cells["int8"]["mean_return"]) / gain
-            pairs.append((key, diff, res.loss(cells["qat-int8"])))
+    pairs = {m: _qat_pairs(res, by_run, m) for m in QAT_METHODS}
+    rl, dist = pairs["qat-int8"], pairs["qat-distill-int8"]
     ev = []
-    ok = sum(d >= -tolerance for _, d, _ in pairs)
-    if pairs:
-        diffs = np.array([d for _, d, _ in pairs])
-        ev.append(f"qat-int8 is at least as good as int8 (within {tolerance:.0%}) in {ok} of "
-                  f"{len(pairs)} runs; strictly better in {int(np.sum(diffs > 0))}, equal in "
-                  f"{int(np.sum(diffs == 0))}; mean difference {_pct(float(diffs.mean()))} "
-                  "of the fp32-over-random gain.")
-        ge_fp32 = sum(loss is not None and loss <= 0 for _, _, loss in pairs)
-        ev.append(f"qat-int8 >= fp32 in {ge_fp32} of {len(pairs)} runs.")
-        ev.append("Runs: " + "; ".join(f"{_task_name(k[:2])} seed {k[2]}: {_pct(d)}"
-                                        for k, d, _ in pairs) + ".")
+    if rl:
+        ev += _qat_evidence("qat-int8", rl, tolerance, "RL-loop QAT")
     else:
         skipped = [r for r in res.cells if r["scheme"] == "qat-int8" and r.get("status") == "skipped"]
         ev.append("No learned run has both qat-int8 and int8 cells"
                   + (f" ({len(skipped)} qat-int8 cells skipped: {skipped[0].get('reason')})"
                      if skipped else "") + ".")
-    out.append({"claim": "QAT >= PTQ (and often >= fp32)", "n": len(pairs),
-                "verdict": _share_verdict(ok, len(pairs)), "evidence": ev})
+    if dist:
+        ok_d = sum(d >= -tolerance for _, d, _ in dist)
+        text = _qat_evidence("qat-distill-int8", dist, tolerance,
+                             "Distillation QAT (on-policy distillation from the fp32 network, "
+                             "all algorithms), counted separately")
+        text.insert(1, f"Verdict on distillation QAT alone: {_share_verdict(ok_d, len(dist))}"
+                       + ("; the claim's verdict is RL-loop QAT's." if rl else
+                          "; with no RL-loop QAT pair, it is the claim's verdict."))
+        both = {k: d for k, d, _ in dist}, {k: d for k, d, _ in rl}
+        common = sorted(set(both[0]) & set(both[1]))
+        if common:
+            wins = sum(both[0][k] >= both[1][k] for k in common)
+            text.insert(2, f"Where both methods ran ({len(common)} runs), qat-distill-int8 >= "
+                           f"qat-int8 in {wins}.")
+        ev += text
+    main = rl or dist
+    by_method = {}
+    for m, p in pairs.items():
+        n_ok = sum(d >= -tolerance for _, d, _ in p)
+        by_method[m] = {"n": len(p), "ok": n_ok, "verdict": _share_verdict(n_ok, len(p))}
+    out.append({"claim": "QAT >= PTQ (and often >= fp32)", "n": len(main),
+                "verdict": _share_verdict(sum(d >= -tolerance for _, d, _ in main), len(main)),
+                "evidence": ev, "method": "qat-distill-int8" if dist and not rl else "qat-int8",
+                "by_method": by_method})
 
     # 3. wider weight distributions quantize worse
     ev, verdicts = [], []

@@ -101,6 +101,39 @@ def test_insufficient_data_and_not_learned_runs():
     assert set(_verdicts(only_fp32).values()) == {"insufficient data"}
 
 
+def test_claim2_counts_rl_loop_and_distillation_qat_separately():
+    rows = _grid(lambda r: 0.02, qat_delta=+1.0)  # RL-loop QAT (qat-int8) >= int8 in 6 of 6
+    for i, env in enumerate(["CartPole-v1", "Acrobot-v1"]):  # distillation: Acrobot 20 % worse
+        for seed in range(3):
+            rows.append(_cell("dqn", env, seed, "qat-distill-int8", 196.0 - 40 * i, 200.0))
+    for seed in range(3):  # an actor-critic task: distillation only, qat-int8 skipped
+        rows.append(_run("sac", "Pendulum-v1", seed, -150.0, -1200.0, 1.0))
+        rows.append(_cell("sac", "Pendulum-v1", seed, "int8", -160.0, -150.0))
+        rows.append(_cell("sac", "Pendulum-v1", seed, "qat-distill-int8", -155.0, -150.0))
+        rows.append({"kind": "cell", "study": "synthetic", "algo": "sac", "env": "Pendulum-v1",
+                     "seed": seed, "scheme": "qat-int8", "status": "skipped",
+                     "reason": "qat-int8 fine-tunes in the RL loop of dqn only"})
+    c2 = {c["claim"]: c for c in claims(Results(rows), 0.05)}[C2]
+    assert c2["verdict"] == "agree" and c2["n"] == 6 and c2["method"] == "qat-int8"
+    assert c2["by_method"] == {"qat-int8": {"n": 6, "ok": 6, "verdict": "agree"},
+                               "qat-distill-int8": {"n": 9, "ok": 6, "verdict": "partly agree"}}
+    ev = " ".join(c2["evidence"])
+    assert "RL-loop QAT: qat-int8 is at least as good as int8 (within 5%) in 6 of 6 runs" in ev
+    assert "counted separately: qat-distill-int8 is at least as good as int8 (within 5%) in 6 " \
+           "of 9 runs; strictly better in 3" in ev
+    assert "Verdict on distillation QAT alone: partly agree; the claim's verdict is RL-loop " \
+           "QAT's." in ev
+    assert "Where both methods ran (6 runs), qat-distill-int8 >= qat-int8 in 0." in ev
+    # without RL-loop QAT cells the verdict is the distillation method's, and says so
+    only = [r for r in rows if r.get("scheme") != "qat-int8" or r.get("status") == "skipped"]
+    c2 = {c["claim"]: c for c in claims(Results(only), 0.05)}[C2]
+    assert c2["verdict"] == "partly agree" and c2["n"] == 9
+    assert c2["method"] == "qat-distill-int8"
+    assert c2["evidence"][0].startswith("No learned run has both qat-int8 and int8 cells (3 "
+                                        "qat-int8 cells skipped")
+    assert "with no RL-loop QAT pair, it is the claim's verdict" in " ".join(c2["evidence"])
+
+
 def test_normalised_loss_and_spearman():
     assert normalised_loss(200.0, 180.0, 20.0) == pytest.approx(20 / 180)
     assert normalised_loss(-150.0, -165.0, -1200.0) == pytest.approx(15 / 1050)  # Pendulum
