@@ -36,7 +36,8 @@ def cmd_quantize(a):
     from .quantize import quantize
     for scheme in a.scheme:
         path = quantize(Path(a.run), scheme, calib_size=a.calib_size,
-                        qat={"steps": a.qat_steps} if a.qat_steps is not None else None)
+                        qat={"steps": a.qat_steps} if a.qat_steps is not None else None,
+                        distill={"steps": a.distill_steps} if a.distill_steps is not None else None)
         print(f"{scheme:8s} {path}  {path.stat().st_size:,} B")
 
 
@@ -249,6 +250,9 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--calib-size", type=int, default=1000, help="calibration observations (int8)")
     s.add_argument("--qat-steps", type=int, default=None,
                    help="qat-int8: env steps of fine-tuning in the RL loop (default 5000)")
+    s.add_argument("--distill-steps", type=int, default=None,
+                   help="qat-distill-int8: env steps of student rollouts in the on-policy "
+                        "distillation (default: qat.DistillConfig)")
     s.set_defaults(fn=cmd_quantize)
 
     s = sub.add_parser("sweep", help="n-bit fake-quantization sweep (QuaRL): return vs bits")

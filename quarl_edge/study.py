@@ -13,16 +13,20 @@ The config (see studies/smoke.toml, studies/classic.toml):
     # eval_seeds = [0, 5, 7]          # ... or on these seeds
     calib_size = 1000                 # calibration observations (integer schemes)
     qat_steps = 5000                  # qat-int8: env steps of fine-tuning in the RL loop
+    distill_steps = 4000              # qat-distill-int8: env steps of student rollouts (QAT by
+                                      # on-policy distillation; default qat.DistillConfig.steps)
     sweep_modes = ["weights+activations"]
 
     [[task]]                          # one per (algo, env): the training budget and overrides
     algo = "dqn"
     env = "CartPole-v1"
     steps = 40000                     # default: train.DEFAULTS / the algo's config dataclass
-    # seeds, schemes, episodes, eval_seeds, calib_size, qat_steps: override [study]
+    # seeds, schemes, episodes, eval_seeds, calib_size, qat_steps, distill_steps: override [study]
     [task.options]                    # other fields of the algo's config dataclass
     learning_starts = 1000
     [task.qat]                        # other fields of qat.QATConfig
+    eval_episodes = 5
+    [task.distill]                    # other fields of qat.DistillConfig
     eval_episodes = 5
 
     [[sweep]]                         # QuaRL's n-bit sweep on the runs of a task
@@ -30,6 +34,9 @@ The config (see studies/smoke.toml, studies/classic.toml):
     env = "CartPole-v1"
     bits = [2, 3, 4, 5, 6, 7, 8]
     # modes = ["weights+activations", "weights"]
+
+qat-int8 runs for DQN only (the other algorithms' cells are "skipped"); qat-distill-int8 runs
+for every algorithm, from the exported policy network alone.
 
 Everything in the config is checked before anything runs (unknown algo, env, scheme, option,
 an algo that cannot act in an env's action space); errors name the offending entry.
@@ -80,9 +87,9 @@ RAY_PIN = "ray==2.60.0"
 STATUS_DONE = ("ok", "skipped")
 
 STUDY_KEYS = {"name", "seeds", "schemes", "episodes", "eval_seeds", "calib_size", "qat_steps",
-              "sweep_modes", "description"}
+              "distill_steps", "sweep_modes", "description"}
 TASK_KEYS = {"algo", "env", "steps", "seeds", "schemes", "episodes", "eval_seeds", "calib_size",
-             "qat_steps", "options", "qat", "note"}
+             "qat_steps", "distill_steps", "options", "qat", "distill", "note"}
 SWEEP_KEYS = {"algo", "env", "bits", "modes", "seeds", "episodes", "eval_seeds", "calib_size"}
 
 
@@ -99,6 +106,8 @@ class Task:
     qat_steps: int
     options: dict = field(default_factory=dict)
     qat: dict = field(default_factory=dict)
+    distill_steps: int | None = None   # None: qat.DistillConfig's default
+    distill: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -189,6 +198,7 @@ def load_study(path: Path) -> Study:
     d_eval = _eval_seeds(top, list(range(20)), f"{path} [study]")
     d_calib = int(top.get("calib_size", 1000))
     d_qat = int(top.get("qat_steps", 5000))
+    d_distill = top.get("distill_steps")
     d_modes = list(top.get("sweep_modes", ["weights+activations"]))
 
     tasks: list[Task] = []
@@ -226,6 +236,19 @@ def load_study(path: Path) -> Study:
         if bad:
             raise QuarlError(f"{where}: unknown qat option(s) {', '.join(bad)}; known: "
                              f"{', '.join(sorted(qknown))}")
+        distill = dict(t.get("distill", {}))
+        distill_steps = t.get("distill_steps", d_distill)
+        from .qat import DistillConfig
+        dknown = {f.name for f in fields(DistillConfig)} - {"steps"}
+        bad = sorted(set(distill) - dknown)
+        if bad:
+            raise QuarlError(f"{where}: unknown distill option(s) {', '.join(bad)}; known: "
+                             f"{', '.join(sorted(dknown))}")
+        try:
+            DistillConfig(**distill, **({} if distill_steps is None
+                                         else {"steps": int(distill_steps)}))
+        except (QuarlError, TypeError, ValueError) as e:
+            raise QuarlError(f"{where}: invalid distill options: {e}") from None
         steps = t.get("steps")
         if steps is not None and int(steps) <= 0:
             raise QuarlError(f"{where}: steps must be positive, got {steps}")
@@ -239,7 +262,8 @@ def load_study(path: Path) -> Study:
         tasks.append(Task(algo, env_id, None if steps is None else int(steps),
                           [int(s) for s in t.get("seeds", d_seeds)], schemes,
                           _eval_seeds(t, d_eval, where), int(t.get("calib_size", d_calib)),
-                          int(t.get("qat_steps", d_qat)), options, qat))
+                          int(t.get("qat_steps", d_qat)), options, qat,
+                          None if distill_steps is None else int(distill_steps), distill))
     if not tasks:
         raise QuarlError(f"{path}: no [[task]] entries")
 
@@ -306,7 +330,8 @@ def plan(study: Study) -> list[dict]:
             groups.append({"algo": t.algo, "env": t.env, "seed": seed, "steps": t.steps,
                            "options": t.options, "schemes": t.schemes,
                            "eval_seeds": t.eval_seeds, "calib_size": t.calib_size,
-                           "qat_steps": t.qat_steps, "qat": t.qat, "sweeps": sw,
+                           "qat_steps": t.qat_steps, "qat": t.qat,
+                           "distill_steps": t.distill_steps, "distill": t.distill, "sweeps": sw,
                            "keys": list(dict.fromkeys(keys))})
     return groups
 
@@ -459,9 +484,15 @@ def run_group(group: dict, out: Path, done: set, emit: Callable[[dict], None],
         t1 = time.perf_counter()
         try:
             qat = {"steps": group["qat_steps"], **group["qat"]} if scheme == "qat-int8" else None
+            distill = None
+            if scheme == "qat-distill-int8":
+                distill = dict(group.get("distill") or {})
+                if group.get("distill_steps") is not None:
+                    distill["steps"] = group["distill_steps"]
             # The readout remedies run the int8 model with another readout of its head.
             path = quantize(run_dir, "int8" if scheme in remedies.RUNNERS else scheme,
-                            calib_size=group["calib_size"], seed=0, verbose=False, qat=qat)
+                            calib_size=group["calib_size"], seed=0, verbose=False, qat=qat,
+                            distill=distill)
             if remedies.head_readout(path) == remedies.HEAD_ACCUMULATORS:   # int8-acc
                 runner = batch_runner(remedies.accumulator_runner(path))
             elif scheme == "int8-i16head":
@@ -473,6 +504,11 @@ def run_group(group: dict, out: Path, done: set, emit: Callable[[dict], None],
             kl = None
             if logits:
                 kl = policy_kl(reference(states), runner(states))
+            if scheme == "qat-distill-int8":   # the distillation's log, in brief
+                log_ = json.loads((run_dir / "qat-distill.json").read_text())
+                res["distill"] = {k: log_[k] for k in (
+                    "loss", "env_steps", "rounds", "seconds", "best_round",
+                    "best_validation_return", "teacher_validation_return")}
             emit({**row, "status": "ok", **res, "kl": kl, "fp32_return": ref_mean,
                   "eval_seeds": list(eval_seeds), "size_bytes": path.stat().st_size,
                   **summary, "seconds": round(time.perf_counter() - t1, 2),
