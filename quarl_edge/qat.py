@@ -1,4 +1,5 @@
-"""Quantization-aware training (QAT) in the RL loop, for the `qat-int8` scheme.
+"""Quantization-aware training (QAT): in the RL loop (`qat-int8`, DQN) and by on-policy
+distillation from the fp32 network (`qat-distill-int8`, every algorithm; see the end).
 
 QuaRL's finding is that QAT matches or beats post-training quantization, and this module does
 QAT the RL way: the trained network is copied into a fake-quantized tfmot model (TensorFlow
@@ -13,8 +14,9 @@ through; activation ranges follow their moving averages.
 
 Before fine-tuning, the fake quantizers' ranges are initialised from the float network instead of
 tfmot's default [-6, 6] (which would clip DQN Q-values of 30-100): activation ranges from the
-calibration observations, weight ranges from the weights. The step-0 model is therefore close
-to post-training int8, and fine-tuning starts from there.
+calibration observations, weight ranges from the weights, a tanh layer's pre-activation range
+from the calibration observations clipped to +-TANH_PRE_RANGE (actors). The step-0 model is
+therefore close to post-training int8, and fine-tuning starts from there.
 
 The greedy fake-quantized policy is evaluated on the validation seeds (10_000 + k, as in
 training; never the test seeds) every `eval_every` env steps, and the best one is kept (ties:
@@ -23,6 +25,34 @@ QUANTIZE -> FULLY_CONNECTED... -> DEQUANTIZE. `RUN/qat.json` records the fine-tu
 
 Seeds: replay collection starts at QAT_SEED_BASE + 1000 * seed (distinct from test, validation
 and calibration seeds).
+
+qat-distill (the `qat-distill-int8` scheme, `qat_distill`): a second QAT method, reported apart
+from the RL-loop one, that works for every algorithm because it needs only the exported policy
+network (runs keep no critic or value network, so actor-critic runs cannot be fine-tuned by
+their RL loss). On-policy distillation, DAgger-style: the student is the same fake-quantized
+copy (`qat_model`, same range initialisation), the teacher is the run's fp32 network.
+
+  - Data: the calibration observations, plus every round the states visited by the *student's*
+    greedy policy (fake-quantized forward; argmax of Q-values or logits, or the actor's action
+    clipped to the bounds; envs.play_batched) in `episodes_per_round` episodes on seeds
+    QAT_DISTILL_SEED_BASE + 1000 * seed + k (40_000 + k: distinct from the test seeds 0..N,
+    validation 10_000 + k, calibration 20_000 + k and RL-loop QAT 30_000 + ...), all
+    aggregated and labelled with the teacher's fp32 outputs, until `steps` env steps.
+  - Fit: `updates_per_round` Adam steps per round on minibatches of the aggregate. Loss "auto":
+    MSE on all outputs for Q-values (they stay Q-values: the int8 output range and the
+    comparison with fp32 keep their meaning; "centred" fits Q - mean_a Q only) and for actions;
+    KL(softmax(teacher) || softmax(student)) for discrete PPO's logits (what the study reports
+    for them). Gradients pass the fake quantizers straight through; the activation ranges
+    follow tfmot's moving averages as in the RL-loop QAT (`freeze_ranges` keeps the calibrated
+    ones).
+  - Selection: the greedy student on the validation seeds after every `eval_every` rounds and
+    after the last; the best is kept (ties: the later), as in the RL-loop QAT.
+  - Log: RUN/qat-distill.json (config, seeds, rounds, states, seconds, the teacher's validation
+    return, the curve with each round's validation return, loss and MSE to the teacher on the
+    calibration observations, and the best round).
+
+Default budget (3000 env steps, 100 gradient steps per 2 episodes): 9-14 s per run on 2 cores
+under a load of ~7 for the classic-control runs (README: measured returns).
 """
 from __future__ import annotations
 
@@ -301,13 +331,13 @@ DISTILL_LOSSES = ("auto", "mse", "centred", "kl")
 
 @dataclass
 class DistillConfig:
-    steps: int = 2_000               # env steps of student rollouts in all (0: ranges only)
+    steps: int = 3_000               # env steps of student rollouts in all (0: ranges only)
     episodes_per_round: int = 2      # student episodes per DAgger round, played in lockstep
     updates_per_round: int = 100     # gradient steps per round, on the aggregated states
     batch_size: int = 128
     learning_rate: float = 1e-4
     loss: str = "auto"               # auto: kl for logits (discrete PPO), mse otherwise
-    freeze_ranges: bool = True       # keep the calibrated activation/weight ranges (no EMA)
+    freeze_ranges: bool = False      # True: keep the calibrated ranges (training=False)
     eval_every: int = 1              # rounds between validations (and after the last round)
     eval_episodes: int = 10
 
