@@ -578,6 +578,10 @@ class OffPolicyConfig:
     # mse; TD3, DDPG: TF-Agents' default huber). TD3 as published: "mse" with policy_delay 2.
     critic_loss: str | None = None
     policy_delay: int = 1                  # TD3: actor and target updates every N critic updates
+    # Give weight 0 to the sampled LAST -> FIRST pairs between episodes (stored so that a
+    # truncated step bootstraps from its own next state; as a transition they are bogus: the
+    # episode's last state "leads" to the next episode's first state, reward 0, discount 1).
+    mask_boundaries: bool = False
     eval_every: int = 1_000
     eval_episodes: int = 10
 
@@ -786,7 +790,8 @@ def train_off_policy(algo: str, env_id: str, seed: int, out: Path, config: OffPo
         if step >= cfg.learning_starts and step % cfg.train_every == 0:
             for _ in range(cfg.updates_per_train):
                 experience, _ = next(samples)
-                loss = float(agent_train(experience).loss)
+                weights = boundary_weights(experience) if cfg.mask_boundaries else None
+                loss = float(agent_train(experience, weights=weights).loss)
         greedy = None
         if step % cfg.eval_every == 0 or step == cfg.steps:
             greedy = _validation_return(env_id, actor_layers(actor_net, env.action_spec()),
@@ -803,6 +808,13 @@ def train_off_policy(algo: str, env_id: str, seed: int, out: Path, config: OffPo
                            time.perf_counter() - t0, recent, {})
     env.close()
     return info
+
+
+def boundary_weights(experience):
+    """Per-sample loss weights of a [B, 2] batch of trajectories: 0 where the pair starts at a
+    LAST step (the boundary pair to the next episode's FIRST step), 1 elsewhere."""
+    import tensorflow as tf
+    return tf.cast(tf.logical_not(experience.is_boundary()[:, 0]), tf.float32)
 
 
 def _off_policy(algo):

@@ -89,3 +89,21 @@ def test_defaults_per_algo_and_env_are_valid_options():
         known = {f.name for f in fields(ALGOS[algo][0])}
         assert set(options) <= known, (algo, env_id)
         ALGOS[algo][0](**options)
+
+
+def test_boundary_weights_drop_the_pairs_between_episodes():
+    import tensorflow as tf
+    from tf_agents.trajectories import time_step as ts
+    from tf_agents.trajectories import trajectory
+
+    from quarl_edge.train import OffPolicyConfig, boundary_weights
+    F, M, L = ts.StepType.FIRST, ts.StepType.MID, ts.StepType.LAST
+    step_type = tf.constant([[M, M], [M, L], [L, F], [F, M]], tf.int32)  # [B, 2] sampled pairs
+    next_type = tf.constant([[M, L], [L, F], [F, M], [M, M]], tf.int32)
+    zeros = tf.zeros((4, 2))
+    batch = trajectory.Trajectory(step_type, zeros, zeros, (), next_type, zeros, tf.ones((4, 2)))
+    # only the pair that starts at the LAST step (the episode's end -> the next one's start)
+    np.testing.assert_array_equal(boundary_weights(batch).numpy(), [1, 1, 0, 1])
+    assert OffPolicyConfig().mask_boundaries is False  # opt-in (the MuJoCo TD3 defaults)
+    with pytest.raises(QuarlError, match="critic_loss"):
+        OffPolicyConfig(critic_loss="l1")
