@@ -25,6 +25,12 @@ Three remedies, each evaluated in the study as its own scheme next to plain `int
                 emulation (real-valued rescale, round half away from zero, saturate to int16),
                 not a .tflite.
 
+  int8-centred-acc  both: centring, then the accumulator head. Measured on the classic grid:
+                the ties are a symptom, not the cause. The shared Q offset also widens the last
+                layer's *weights*, so int8 rounds the small differences between action columns
+                coarsely; the accumulator head alone removes the ties but keeps that weight error
+                (on some runs worse than int8's tie-to-first-action), centring removes both.
+
 Continuous-action policies (SAC/TD3/DDPG actors, PPO on Box spaces) have no argmax head: the
 remedies do not apply and the study records such cells as skipped.
 """
@@ -40,7 +46,7 @@ from .errors import ModelError, QuarlError
 # Evaluation-only remedies: the int8 model with another readout of its head.
 RUNNERS = ("int8-i16head",)
 # All remedies (int8-centred and int8-acc are conversion schemes in quantize.SCHEMES).
-NAMES = ("int8-centred", "int8-acc", *RUNNERS)
+NAMES = ("int8-centred", "int8-acc", "int8-centred-acc", *RUNNERS)
 
 HEAD_METADATA = "quarl_edge.head"    # .tflite metadata name; value b"accumulators"
 HEAD_ACCUMULATORS = b"accumulators"

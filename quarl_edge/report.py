@@ -56,8 +56,8 @@ from .errors import QuarlError
 from .study import latest_rows, read_results
 
 SCHEME_ORDER = ["fp32", "fp16", "dyn-int8", "int8", "int16x8", "qat-int8", "qat-distill-int8",
-                "int8-centred", "int8-acc", "int8-i16head"]
-REMEDIES = ("int8-centred", "int8-acc", "int8-i16head")   # quarl_edge/remedies.py
+                "int8-centred", "int8-acc", "int8-centred-acc", "int8-i16head"]
+REMEDIES = ("int8-centred", "int8-acc", "int8-centred-acc", "int8-i16head")   # quarl_edge/remedies.py
 EIGHT_BIT = ("int8", "dyn-int8", "qat-int8", "qat-distill-int8")
 QAT_METHODS = {"qat-int8": "RL-loop QAT", "qat-distill-int8": "distillation QAT"}
 AGREE_SHARE, DISAGREE_SHARE = 0.9, 0.5

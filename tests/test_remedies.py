@@ -241,3 +241,14 @@ def test_int8_acc_validates_bit_exact_on_the_host_board(run_dir):
     acc = quantize(run_dir, "int8-acc", calib_size=300, verbose=False)
     res = validate(acc, get_board("host"), run_dir / "build" / "host", random_n=200)
     assert res["bit_exact"] and res["n"] == 200 and res["mismatches"] == 0
+
+
+def test_int8_centred_acc_is_centred_and_reads_the_accumulators(run_dir, probe):
+    path = quantize(run_dir, "int8-centred-acc", calib_size=300, verbose=False)
+    assert remedies.head_readout(path) == b"accumulators"
+    ref = remedies.AccumulatorHeadReference(path)
+    q = keras_runner(load_keras(run_dir))(probe[:100])
+    out = np.stack([ref.run([o[None]])[0].reshape(-1) for o in probe[:100]])
+    # centred: the readout approximates Q - mean(Q) (not Q), with the fp32 argmax mostly kept
+    assert np.median(np.abs(out.mean(axis=1))) < 0.05 * np.median(np.abs(q))
+    assert np.mean(out.argmax(1) == q.argmax(1)) > 0.5
