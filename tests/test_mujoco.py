@@ -46,7 +46,9 @@ def test_the_mujoco_study_is_valid_and_uses_the_tuned_defaults():
     assert set(MUJOCO_ENVS) == {"HalfCheetah-v5", "Hopper-v5"} and not set(MUJOCO_ENVS) & set(KNOWN_ENVS)
     for t in study.tasks:
         assert t.seeds == [0, 1, 2] and t.eval_seeds == list(range(20))
-        assert t.schemes == classic["study"]["schemes"]  # the same cells as the classic grid
+        # the classic grid's cells (those for continuous actions run, the others are skipped)
+        assert set(t.schemes) <= set(classic["study"]["schemes"])
+        assert {"fp32", "fp16", "dyn-int8", "int8", "int16x8", "qat-distill-int8"} <= set(t.schemes)
         defaults = DEFAULTS[(t.algo, t.env)]
         assert t.steps == defaults["steps"] and not t.options  # the grid's budget is the default
         cfg = OffPolicyConfig(**defaults)
