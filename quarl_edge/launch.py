@@ -495,6 +495,9 @@ def model_hash(model_path: Path) -> bytes:
     return hashlib.sha256(Path(model_path).read_bytes()).digest()[:8]
 
 
+EMULATED_HANDSHAKE_S = 40.0
+
+
 class BoardSession:
     """Build (unless a port is given), start, connect and handshake; stop everything on exit.
 
@@ -517,7 +520,7 @@ class BoardSession:
 
     def __enter__(self):
         from .build import build
-        from .runner import BoardLink
+        from .runner import HANDSHAKE_S, BoardLink
         try:
             if self.port and not self.flash:
                 self.running = ExternalPort(self.port)
@@ -534,7 +537,10 @@ class BoardSession:
                 # opening the port reset the board (DTR): its boot loader runs first
                 time.sleep(self.board.reset_on_open_ms / 1000)
             try:
-                self.info = self.link.hello()
+                # An emulator's speed follows the host's load (simavr on a busy 2-core machine
+                # took > 10 s to answer): wait longer; a dead one is still seen at once (alive()).
+                self.info = self.link.hello(EMULATED_HANDSHAKE_S if self.board.kind == "emulated"
+                                            else HANDSHAKE_S)
             except BoardError as e:
                 detail = self.running.describe_exit()
                 raise BoardError(f"{e}" + (f" (board {detail})" if detail else "")) from None
