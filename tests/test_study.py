@@ -102,7 +102,7 @@ def test_the_shipped_configs_are_valid():
                                                           ("ppo", "Pendulum-v1")}
     assert all(s.bits == list(range(2, 9)) for s in classic.sweeps)
     rows = sum(len(g["keys"]) for g in plan(classic))
-    assert rows == 33 * 11 + 6 * 15  # per run: a run row + 10 schemes; sweeps: fp32 + 2 modes x 7
+    assert rows == 33 * 12 + 6 * 15  # per run: a run row + 11 schemes; sweeps: fp32 + 2 modes x 7
 
 
 def test_unknown_config_fails_through_the_cli_before_anything_runs(tmp_path):
