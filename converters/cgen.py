@@ -304,13 +304,8 @@ def _lower_fully_connected(op: Operator, model: TFLiteModel, pname: str) -> _Ker
         act_min, act_max = qmath.activation_range_quantized(act, out.scale, out.zero_point)
         consts = [f"/* {c_comment(w.describe())}, scale {w.scale:.9g} */\n"
                   + c_array("int8_t", wname, w.data, 16, lambda v: str(int(v)))]
-        const_bytes = w.size
-        bname = "QE_FLASH_NULL"   # no bias (firmware/core/qe_flash.h)
-        if bias is not None:
-            bname = c_ident(bias.name, f"b{bias.index}_")
-            consts.append(f"/* {c_comment(bias.describe())} */\n"
-                          + c_array("int32_t", bname, bias.data, 8, lambda v: str(int(v))))
-            const_bytes += 4 * bias.size
+        bname, bias_bytes = _bias_array(bias, "int32_t", lambda v: str(int(v)), 8, consts)
+        const_bytes = w.size + bias_bytes
         params = (f"static const qe_fc_s8_params_t {pname} = {{\n"
                   f"    .input_offset = {-x.zero_point},\n"
                   f"    .filter_offset = {-w.zero_point},\n"
@@ -337,13 +332,8 @@ def _lower_fully_connected(op: Operator, model: TFLiteModel, pname: str) -> _Ker
                 raise ModelError(f"op {op.index} FULLY_CONNECTED: '{t.name}' holds inf or NaN")
         lo, hi = qmath.activation_range_float(act)
         consts = [f"/* {c_comment(w.describe())} */\n" + c_array("float", wname, w.data, 6, c_float)]
-        const_bytes = 4 * w.size
-        bname = "QE_FLASH_NULL"   # no bias (firmware/core/qe_flash.h)
-        if bias is not None:
-            bname = c_ident(bias.name, f"b{bias.index}_")
-            consts.append(f"/* {c_comment(bias.describe())} */\n"
-                          + c_array("float", bname, bias.data, 6, c_float))
-            const_bytes += 4 * bias.size
+        bname, bias_bytes = _bias_array(bias, "float", c_float, 6, consts)
+        const_bytes = 4 * w.size + bias_bytes
         fl = lambda v: "-FLT_MAX" if v == -qmath.FLT_MAX else "FLT_MAX" if v == qmath.FLT_MAX else c_float(v)  # noqa: E731
         params = (f"static const qe_fc_f32_params_t {pname} = {{\n"
                   f"    .activation_min = {fl(lo)},\n    .activation_max = {fl(hi)},\n"
@@ -430,13 +420,8 @@ def _lower_fc_acc(op, model, pname, x, w, bias, out, act, batches, accum_depth, 
     consts = [f"/* {c_comment(w.describe())}, {n_ch} scale(s) */\n"
               + c_array("int8_t", wname, w.data, 16, lambda v: str(int(v))),
               c_array("float", f"{pname}_scales", scales, 6, c_float)]
-    const_bytes = w.size + 4 * n_ch
-    bname = "QE_FLASH_NULL"
-    if bias is not None:
-        bname = c_ident(bias.name, f"b{bias.index}_")
-        consts.append(f"/* {c_comment(bias.describe())} */\n"
-                      + c_array("int32_t", bname, bias.data, 8, lambda v: str(int(v))))
-        const_bytes += 4 * bias.size
+    bname, bias_bytes = _bias_array(bias, "int32_t", lambda v: str(int(v)), 8, consts)
+    const_bytes = w.size + 4 * n_ch + bias_bytes
     params = (f"static const qe_fc_s8_acc_params_t {pname} = {{\n"
               f"    .input_offset = {-x.zero_point},\n    .scales = {pname}_scales,\n"
               f"    .channel_stride = {1 if n_ch > 1 else 0}u,\n"
@@ -500,13 +485,8 @@ def _lower_fc_pc(op, model, pname, x, w, bias, out, act, batches, accum_depth, o
               + c_array("int8_t", wname, w.data, 16, lambda v: str(int(v))),
               c_array("int32_t", f"{pname}_mult", mults, 6, str),
               c_array("int8_t", f"{pname}_shift", shifts, 16, str)]
-    const_bytes = w.size + 5 * n_ch
-    bname = "QE_FLASH_NULL"   # no bias (firmware/core/qe_flash.h)
-    if bias is not None:
-        bname = c_ident(bias.name, f"b{bias.index}_")
-        consts.append(f"/* {c_comment(bias.describe())} */\n"
-                      + c_array(bias_ctype, bname, bias.data, 6, _c_int64 if dt == "int16" else str))
-        const_bytes += bias.data.itemsize * bias.size
+    bname, bias_bytes = _bias_array(bias, bias_ctype, _c_int64 if dt == "int16" else str, 6, consts)
+    const_bytes = w.size + 5 * n_ch + bias_bytes
     params = (f"static const qe_fc_pc_params_t {pname} = {{\n"
               f"    .input_offset = {-x.zero_point},\n    .output_offset = {out.zero_point},\n"
               f"    .activation_min = {act_min},\n    .activation_max = {act_max},\n"
@@ -587,6 +567,16 @@ def _lower_reshape(op: Operator, model: TFLiteModel, pname: str) -> _Kernel:
 def _opt(op: Operator, key: str, default=None):
     v = op.options.get(key, default)
     return default if v is None else v
+
+
+def _bias_array(bias: Tensor | None, ctype: str, fmt, per_line: int, consts: list[str]) -> tuple[str, int]:
+    """An op's optional bias as a const array appended to consts: (its C name, or QE_FLASH_NULL
+    when there is none (firmware/core/qe_flash.h); the bytes it takes)."""
+    if bias is None:
+        return "QE_FLASH_NULL", 0
+    name = c_ident(bias.name, f"b{bias.index}_")
+    consts.append(f"/* {c_comment(bias.describe())} */\n" + c_array(ctype, name, bias.data, per_line, fmt))
+    return name, bias.data.itemsize * bias.size
 
 
 def _const_operand(t: Tensor, ctype: str, fmt, consts: list[str], per_line: int = 12) -> str:
@@ -732,16 +722,12 @@ def _lower_conv(op: Operator, model: TFLiteModel, pname: str) -> _Kernel:
             raise _unsupported(op, model, f"float32 input with {w.dtype} filter")
         lo, hi = qmath.activation_range_float(act)
         consts = [f"/* {c_comment(w.describe())} */\n" + c_array("float", wname, w.data, 6, c_float)]
-        bname = "QE_FLASH_NULL"   # no bias (firmware/core/qe_flash.h)
-        if bias is not None:
-            bname = c_ident(bias.name, f"b{bias.index}_")
-            consts.append(f"/* {c_comment(bias.describe())} */\n" + c_array("float", bname, bias.data, 6, c_float))
+        bname, bias_bytes = _bias_array(bias, "float", c_float, 6, consts)
         params = (f"static const qe_conv_f32_params_t {pname} = {{\n" + _window_c(g)
                   + f"    .activation_min = {_fl(lo)},\n    .activation_max = {_fl(hi)},\n}};\n")
         call = (f"{fn}_f32(&{pname}, (const float *)@T{x.index}@, {wname}, {bname}, "
                 f"(float *)@T{out.index}@);")
-        return _Kernel(op, call, params, consts, 4 * (w.size + (bias.size if bias is not None else 0)),
-                       comment)
+        return _Kernel(op, call, params, consts, 4 * w.size + bias_bytes, comment)
 
     if x.dtype != "int8":
         raise _unsupported(op, model, f"{x.dtype} {kind}; supported: int8 and float32")
@@ -774,18 +760,14 @@ def _lower_conv(op: Operator, model: TFLiteModel, pname: str) -> _Kernel:
               + c_array("int8_t", wname, w.data, 16, lambda v: str(int(v))),
               c_array("int32_t", f"{pname}_mult", mults, 6, str),
               c_array("int8_t", f"{pname}_shift", shifts, 16, str)]
-    bname = "QE_FLASH_NULL"   # no bias (firmware/core/qe_flash.h)
-    if bias is not None:
-        bname = c_ident(bias.name, f"b{bias.index}_")
-        consts.append(f"/* {c_comment(bias.describe())} */\n" + c_array("int32_t", bname, bias.data, 6, str))
+    bname, bias_bytes = _bias_array(bias, "int32_t", str, 6, consts)
     params = (f"static const qe_conv_s8_params_t {pname} = {{\n" + _window_c(g)
               + f"    .input_offset = {-x.zero_point},\n    .output_offset = {out.zero_point},\n"
               f"    .activation_min = {act_min},\n    .activation_max = {act_max},\n"
               f"    .multipliers = {pname}_mult,\n    .shifts = {pname}_shift,\n}};\n")
     call = (f"{fn}_s8(&{pname}, (const int8_t *)@T{x.index}@, {wname}, {bname}, "
             f"(int8_t *)@T{out.index}@);")
-    return _Kernel(op, call, params, consts,
-                   w.size + 5 * oc + (4 * bias.size if bias is not None else 0), comment)
+    return _Kernel(op, call, params, consts, w.size + 5 * oc + bias_bytes, comment)
 
 
 # -------------------------------------------------------- MAX_POOL_2D, AVERAGE_POOL_2D
