@@ -153,6 +153,16 @@ def _check_keys(d: dict, known: set[str], where: str) -> None:
                          f"{', '.join(sorted(known))}")
 
 
+def _known_options(given: dict, config_cls, what: str, where: str) -> dict:
+    """A task's option table as a dict, every key a field of `config_cls` (steps is set apart)."""
+    known = {f.name for f in fields(config_cls)} - {"steps"}
+    bad = sorted(set(given) - known)
+    if bad:
+        raise QuarlError(f"{where}: unknown {what} option(s) {', '.join(bad)}; known: "
+                         f"{', '.join(sorted(known))}")
+    return dict(given)
+
+
 def _check_env(algo: str, env_id: str, where: str) -> None:
     """Unknown env ids, missing optional dependencies (box2d, mujoco) and action spaces the algo
     cannot act in, without importing TensorFlow."""
@@ -222,28 +232,12 @@ def load_study(path: Path) -> Study:
                                  f"{', '.join([*SCHEMES, *REMEDY_RUNNERS])}")
         if len(set(schemes)) != len(schemes):
             raise QuarlError(f"{where}: a scheme is listed twice in {schemes}")
-        options = dict(t.get("options", {}))
+        from .qat import DistillConfig, QATConfig
         config_cls = ALGOS[algo][0]
-        known = {f.name for f in fields(config_cls)} - {"steps"}
-        bad = sorted(set(options) - known)
-        if bad:
-            raise QuarlError(f"{where}: unknown {algo} option(s) {', '.join(bad)}; known: "
-                             f"{', '.join(sorted(known))}")
-        qat = dict(t.get("qat", {}))
-        from .qat import QATConfig
-        qknown = {f.name for f in fields(QATConfig)} - {"steps"}
-        bad = sorted(set(qat) - qknown)
-        if bad:
-            raise QuarlError(f"{where}: unknown qat option(s) {', '.join(bad)}; known: "
-                             f"{', '.join(sorted(qknown))}")
-        distill = dict(t.get("distill", {}))
+        options = _known_options(t.get("options", {}), config_cls, algo, where)
+        qat = _known_options(t.get("qat", {}), QATConfig, "qat", where)
+        distill = _known_options(t.get("distill", {}), DistillConfig, "distill", where)
         distill_steps = t.get("distill_steps", d_distill)
-        from .qat import DistillConfig
-        dknown = {f.name for f in fields(DistillConfig)} - {"steps"}
-        bad = sorted(set(distill) - dknown)
-        if bad:
-            raise QuarlError(f"{where}: unknown distill option(s) {', '.join(bad)}; known: "
-                             f"{', '.join(sorted(dknown))}")
         try:
             DistillConfig(**distill, **({} if distill_steps is None
                                          else {"steps": int(distill_steps)}))
