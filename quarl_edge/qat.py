@@ -202,11 +202,7 @@ def qat_finetune(run_dir: Path, calibration: np.ndarray, seed: int = 0, progress
 
     run_dir = Path(run_dir)
     run = load_run(run_dir)
-    known = {f.name for f in fields(QATConfig)}
-    unknown = sorted(set(options) - known)
-    if unknown:
-        raise QuarlError(f"unknown qat option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-    cfg = QATConfig(**options)
+    cfg = _config(QATConfig, options, "qat")
     if run.get("algo", "dqn") != "dqn":
         raise QuarlError(f"qat-int8 fine-tunes in the RL loop of dqn only; this run is "
                          f"{run.get('algo')!r} (known: dqn)")
