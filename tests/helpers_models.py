@@ -22,6 +22,17 @@ import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CORE = ROOT / "firmware" / "core"
+EXAMPLE_RUN = ROOT / "examples" / "cartpole_dqn"
+
+
+def copy_example_run(dest: Path) -> Path:
+    """`dest` made a run directory holding a copy of the shipped example run's trained network
+    (run.json, qnet.keras): tests quantize and fine-tune there, never in examples/."""
+    assert (EXAMPLE_RUN / "qnet.keras").is_file(), "the shipped example run is missing"
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in ("run.json", "qnet.keras"):
+        shutil.copy(EXAMPLE_RUN / name, dest / name)
+    return dest
 DRIVER = ROOT / "tests" / "c" / "run_model.c"
 CFLAGS = ["-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-ffp-contract=off", f"-I{CORE}"]
 

@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from quarl_edge.boards import all_boards, get_board, load_board_file
-from quarl_edge.build import (COMMON_CFLAGS, board_defines, build, expand_flag, firmware_sources,
+from quarl_edge.build import (COMMON_CFLAGS, board_defines, expand_flag, firmware_sources,
                               kernel_sources, port_dirs)
 from quarl_edge.errors import BoardError, QuarlError
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -68,9 +67,8 @@ def test_fake_quant_forward_restricts_activations():
 
 
 def test_nbit_sweep_on_the_example_run(tmp_path):
-    for name in ("run.json", "qnet.keras"):
-        shutil.copy(EXAMPLE / name, tmp_path / name)
-    rows = nbit_sweep(tmp_path, bits=(2, 8), seeds=range(3), calib_size=200)
+    from helpers_models import copy_example_run
+    rows = nbit_sweep(copy_example_run(tmp_path), bits=(2, 8), seeds=range(3), calib_size=200)
     assert [(r["mode"], r["bits"]) for r in rows] == [
         ("fp32", 32), ("weights+activations", 2), ("weights+activations", 8),
         ("weights", 2), ("weights", 8)]

@@ -8,20 +8,18 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+from helpers_models import copy_example_run  # noqa: E402
 from quarl_edge.errors import QuarlError  # noqa: E402
-from quarl_edge.paths import examples_dir  # noqa: E402
 from quarl_edge.qat import QAT_DISTILL_SEED_BASE, TANH_PRE_RANGE  # noqa: E402
 from quarl_edge.quantize import model_ops, model_tensors, quantize, tflite_runner  # noqa: E402
 from quarl_edge.train import load_keras, train  # noqa: E402
 
-EXAMPLE = examples_dir() / "cartpole_dqn"
 FAST = {"steps": 1000, "episodes_per_round": 1, "updates_per_round": 50, "eval_episodes": 2}
 OFF_TINY = dict(learning_starts=50, train_every=50, updates_per_train=5, batch_size=16,
                 eval_every=100, eval_episodes=1, hidden=(8, 8), critic_hidden=(8, 8))
@@ -30,11 +28,7 @@ OFF_TINY = dict(learning_starts=50, train_every=50, updates_per_train=5, batch_s
 @pytest.fixture(scope="module")
 def dqn_run(tmp_path_factory):
     """The example run, laid out as a study's cached run (OUT/runs/<name>/)."""
-    run = tmp_path_factory.mktemp("study") / "runs" / "dqn-CartPole-v1-s0"
-    run.mkdir(parents=True)
-    for name in ("run.json", "qnet.keras"):
-        shutil.copy(EXAMPLE / name, run / name)
-    return run
+    return copy_example_run(tmp_path_factory.mktemp("study") / "runs" / "dqn-CartPole-v1-s0")
 
 
 @pytest.fixture(scope="module")

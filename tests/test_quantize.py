@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import os
-import shutil
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+from helpers_models import copy_example_run  # noqa: E402
 from quarl_edge.envs import make_env, run_episode  # noqa: E402
 from quarl_edge.errors import QuarlError  # noqa: E402
 from quarl_edge.paths import examples_dir  # noqa: E402
@@ -22,11 +22,7 @@ EXAMPLE = examples_dir() / "cartpole_dqn"
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     """A copy of the shipped example run's trained network (never writes into examples/)."""
-    assert (EXAMPLE / "qnet.keras").is_file(), "the shipped example run is missing"
-    run = tmp_path_factory.mktemp("run")
-    for name in ("run.json", "qnet.keras"):
-        shutil.copy(EXAMPLE / name, run / name)
-    return run
+    return copy_example_run(tmp_path_factory.mktemp("run"))
 
 
 @pytest.fixture(scope="module")

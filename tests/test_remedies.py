@@ -15,19 +15,15 @@ import pytest  # noqa: E402
 from quarl_edge import remedies  # noqa: E402
 from quarl_edge.analysis import keras_runner  # noqa: E402
 from quarl_edge.errors import QuarlError  # noqa: E402
-from quarl_edge.paths import examples_dir  # noqa: E402
 from quarl_edge.quantize import quantize, tflite_runner  # noqa: E402
 from quarl_edge.train import load_keras  # noqa: E402
 
-EXAMPLE = examples_dir() / "cartpole_dqn"
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
-    run = tmp_path_factory.mktemp("run")
-    for name in ("run.json", "qnet.keras"):
-        shutil.copy(EXAMPLE / name, run / name)
-    return run
+    from helpers_models import copy_example_run
+    return copy_example_run(tmp_path_factory.mktemp("run"))
 
 
 @pytest.fixture(scope="module")

@@ -13,23 +13,19 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+from helpers_models import copy_example_run  # noqa: E402
 from quarl_edge.errors import QuarlError  # noqa: E402
-from quarl_edge.paths import examples_dir  # noqa: E402
 from quarl_edge.qat import NStepReplay, qat_model  # noqa: E402
 from quarl_edge.quantize import SCHEMES, model_ops, model_tensors, quantize, tflite_runner  # noqa: E402
 from quarl_edge.train import load_keras  # noqa: E402
 
-EXAMPLE = examples_dir() / "cartpole_dqn"
 QAT_FAST = {"steps": 512, "train_every": 256, "updates_per_train": 32, "eval_every": 512,
             "eval_episodes": 2}
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
-    run = tmp_path_factory.mktemp("run")
-    for name in ("run.json", "qnet.keras"):
-        shutil.copy(EXAMPLE / name, run / name)
-    return run
+    return copy_example_run(tmp_path_factory.mktemp("run"))
 
 
 @pytest.fixture(scope="module")
