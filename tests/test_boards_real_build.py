@@ -16,6 +16,7 @@ import pytest
 from quarl_edge import flash as F
 from quarl_edge.boards import all_boards
 from quarl_edge.build import build
+from test_flash import parse_uf2   # our own reader of the UF2 format, independent of the writer
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = ROOT / "examples" / "cartpole_dqn" / "models" / "int8.tflite"
@@ -37,17 +38,6 @@ def parse_ihex(text: str) -> dict[int, int]:
         elif rtype == 1:
             break
     return mem
-
-
-def parse_uf2(data: bytes) -> list[tuple]:
-    assert data and len(data) % 512 == 0
-    out = []
-    for i in range(0, len(data), 512):
-        blk = data[i:i + 512]
-        m0, m1, flags, addr, size, no, total, fam = struct.unpack("<8I", blk[:32])
-        assert (m0, m1, struct.unpack("<I", blk[508:])[0]) == (0x0A324655, 0x9E5D5157, 0x0AB16F30)
-        out.append((flags, addr, size, no, total, fam, blk[32:32 + size]))
-    return out
 
 
 def crc32_mpeg2(data: bytes) -> int:

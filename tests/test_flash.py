@@ -315,20 +315,26 @@ def test_drive_copies_need_no_program(tmp_path, monkeypatch):
     assert F.describe_tools(b).startswith("copy to MICROBIT drive; pyocd missing (pip install pyocd)")
 
 
-def write_tool(dirpath: Path, name: str, body: str) -> Path:
-    """A stand-in vendor program (Python) that records the argv it got."""
-    p = dirpath / name
+def tool_on_path(tmp_path: Path, monkeypatch, name: str, body: str) -> Path:
+    """A stand-in vendor program `name` (Python running `body`) in tmp_path/bin, first on PATH
+    for this test."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    p = bindir / name
     p.write_text(f"#!{sys.executable}\nimport sys, json, pathlib\n{body}\n")
     p.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
     return p
 
 
+def record_argv(log: Path) -> str:
+    """A tool_on_path() body that saves the tool's argv to `log` as JSON."""
+    return f"pathlib.Path({str(log)!r}).write_text(json.dumps(sys.argv))"
+
+
 def test_flash_runs_the_tool_without_a_shell(tiny_elf, tmp_path, monkeypatch):
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
     log = tmp_path / "argv.json"
-    write_tool(bindir, "openocd", f"pathlib.Path({str(log)!r}).write_text(json.dumps(sys.argv))")
-    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    openocd = tool_on_path(tmp_path, monkeypatch, "openocd", record_argv(log))
     build = tmp_path / "a dir; rm -rf $HOME"          # shell metacharacters stay literal
     build.mkdir()
     elf = build / "firmware.elf"
@@ -337,22 +343,20 @@ def test_flash_runs_the_tool_without_a_shell(tiny_elf, tmp_path, monkeypatch):
     import json
     assert json.loads(log.read_text())[1:] == ["-f", "board/st_nucleo_f4.cfg", "-c",
                                                f"program {{{elf}}} verify reset exit"]
-    assert res.tool == "openocd" and res.command[0] == str(bindir / "openocd")
+    assert res.tool == "openocd" and res.command[0] == str(openocd)
 
 
 def test_a_failing_tool_is_a_board_error_with_its_last_lines(tiny_elf, tmp_path, monkeypatch):
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    write_tool(bindir, "pyocd", "print('\\n'.join(f'line {i}' for i in range(40)));"
-                                "print('0000 C No connected debug probes', file=sys.stderr);"
-                                "sys.exit(1)")
-    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    pyocd = tool_on_path(tmp_path, monkeypatch, "pyocd",
+                         "print('\\n'.join(f'line {i}' for i in range(40)));"
+                         "print('0000 C No connected debug probes', file=sys.stderr);"
+                         "sys.exit(1)")
     with pytest.raises(BoardError) as e:
         F.flash(real_board(tmp_path), tiny_elf, flasher="pyocd")
     msg = str(e.value)
     assert "pyocd failed flashing board mine (exit code 1)" in msg
     assert "No connected debug probes" in msg and "line 39" in msg and "line 5\n" not in msg
-    assert f"command: {bindir / 'pyocd'} flash -t stm32f446re {tiny_elf}" in msg
+    assert f"command: {pyocd} flash -t stm32f446re {tiny_elf}" in msg
 
 
 # --------------------------------------------------------------------------- drive copies
@@ -456,11 +460,8 @@ def test_the_serial_port_is_found_by_usb_id(tmp_path, monkeypatch):
 
 
 def test_avrdude_flashes_through_the_port_found_by_usb_id(tiny_elf, tmp_path, monkeypatch):
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
     log = tmp_path / "argv.json"
-    write_tool(bindir, "avrdude", f"pathlib.Path({str(log)!r}).write_text(json.dumps(sys.argv))")
-    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    tool_on_path(tmp_path, monkeypatch, "avrdude", record_argv(log))
     fake_ports(monkeypatch, [FakePort("/dev/ttyACM7", 0x1234, 0x5678)])
     b = real_board(tmp_path, 'tools = ["avrdude"]\n[flash.avrdude]\npartno = "m328p"\n'
                              'programmer = "arduino"\nbaud = 115200')
