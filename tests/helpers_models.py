@@ -25,6 +25,27 @@ CORE = ROOT / "firmware" / "core"
 EXAMPLE_RUN = ROOT / "examples" / "cartpole_dqn"
 
 
+def cli(*args, expect: int = 0) -> subprocess.CompletedProcess:
+    """`quarl-edge ARGS...` in a subprocess; asserts its exit code (stderr tail on failure)."""
+    import sys
+    proc = subprocess.run([sys.executable, "-m", "quarl_edge.cli", *map(str, args)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == expect, proc.stderr[-3000:]
+    return proc
+
+
+def cli_json(*args):
+    """`quarl-edge ARGS... --json`, parsed."""
+    import json
+    return json.loads(cli(*args, "--json").stdout)
+
+
+def copy_example_tree(dest: Path) -> Path:
+    """The whole shipped example run (models, calibration; not its build/ or results/) at dest."""
+    shutil.copytree(EXAMPLE_RUN, dest, ignore=shutil.ignore_patterns("build", "results"))
+    return dest
+
+
 def copy_example_run(dest: Path) -> Path:
     """`dest` made a run directory holding a copy of the shipped example run's trained network
     (run.json, qnet.keras): tests quantize and fine-tune there, never in examples/."""
@@ -334,6 +355,7 @@ def tflm_arena(model_bytes: bytes, input_arrays=None) -> dict:
     import re
     import sys
     import tempfile
+
     from tflite_micro.python.tflite_micro import runtime
     it = runtime.Interpreter.from_bytes(bytes(model_bytes))
     for k, d in enumerate(it.get_input_details(i) for i in range(1)):

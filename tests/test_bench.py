@@ -1,16 +1,13 @@
 """quarl-edge bench: one table of cost per inference and memory, per board and precision."""
 import json
-import shutil
 import subprocess
 import sys
-from pathlib import Path
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "cartpole_dqn"
+from helpers_models import copy_example_tree
 
 
 def test_bench_host_and_an_emulated_board(tmp_path):
-    run = tmp_path / "run"
-    shutil.copytree(EXAMPLE, run, ignore=shutil.ignore_patterns("build", "results"))
+    run = copy_example_tree(tmp_path / "run")
     p = subprocess.run([sys.executable, "-m", "quarl_edge.cli", "bench", str(run), "--boards",
                         "host,lm3s6965evb", "-n", "20", "--json"], capture_output=True, text=True,
                        timeout=300)

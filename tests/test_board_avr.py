@@ -4,7 +4,6 @@ runs bit-exact against TF Lite Micro, plays CartPole equal to tflite-runtime, an
 cycles that repeat exactly across simulator launches; and the clear errors (does not fit, bridge
 cannot be built or started, dead simulator)."""
 import dataclasses
-import json
 import shutil
 import subprocess
 import sys
@@ -13,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from elftools.elf.elffile import ELFFile
+from helpers_models import cli_json
 
 from quarl_edge import launch
 from quarl_edge.boards import get_board, load_board_file
@@ -21,22 +21,11 @@ from quarl_edge.errors import BoardError, QuarlError, ToolchainError
 from quarl_edge.launch import BoardSession, Simavr, start
 
 ROOT = Path(__file__).resolve().parents[1]
-EXAMPLE = ROOT / "examples" / "cartpole_dqn"
 BOARD = get_board("atmega328p")
 
 
-def cli_json(*args):
-    proc = subprocess.run([sys.executable, "-m", "quarl_edge.cli", *map(str, args), "--json"],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout)
 
 
-@pytest.fixture(scope="module")
-def run_copy(tmp_path_factory):
-    dst = tmp_path_factory.mktemp("run") / "cartpole_dqn"
-    shutil.copytree(EXAMPLE, dst, ignore=shutil.ignore_patterns("build", "results"))
-    return dst
 
 
 @pytest.fixture(scope="module")

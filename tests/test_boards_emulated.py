@@ -3,14 +3,13 @@ build warning-free, start qemu-system-arm, talk the protocol over its serial por
 bit-exact against TF Lite Micro, HIL equal to tflite-runtime, costs in instructions that repeat
 exactly across emulator launches; and the clear errors (dead emulator, bad ELF, does not fit)."""
 import dataclasses
-import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers_models import cli_json
 
 from quarl_edge import launch
 from quarl_edge.boards import all_boards, load_board_file
@@ -20,23 +19,12 @@ from quarl_edge.launch import BoardSession, Qemu, start
 from quarl_edge.runner import BoardLink
 
 ROOT = Path(__file__).resolve().parents[1]
-EXAMPLE = ROOT / "examples" / "cartpole_dqn"
 QEMU_BOARDS = sorted(b.id for b in all_boards().values() if b.connect_method == "qemu")
 BOARDS = all_boards()
 
 
-def cli_json(*args):
-    proc = subprocess.run([sys.executable, "-m", "quarl_edge.cli", *map(str, args), "--json"],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout)
 
 
-@pytest.fixture(scope="module")
-def run_copy(tmp_path_factory):
-    dst = tmp_path_factory.mktemp("run") / "cartpole_dqn"
-    shutil.copytree(EXAMPLE, dst, ignore=shutil.ignore_patterns("build", "results"))
-    return dst
 
 
 def test_there_are_emulated_boards():

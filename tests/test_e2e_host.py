@@ -1,36 +1,19 @@
 """End to end on the `host` board, through the CLI as a user runs it: build, start behind a pty,
 serial protocol via pyserial, golden comparison with TF Lite Micro, HIL with Gymnasium."""
 import json
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-
-from helpers_models import convert, random_mlp
+from helpers_models import cli, cli_json, convert, random_mlp
 
 ROOT = Path(__file__).resolve().parents[1]
-EXAMPLE = ROOT / "examples" / "cartpole_dqn"
 
 
-def cli(*args, expect=0):
-    proc = subprocess.run([sys.executable, "-m", "quarl_edge.cli", *map(str, args)],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == expect, proc.stderr[-3000:]
-    return proc
 
 
-def cli_json(*args):
-    return json.loads(cli(*args, "--json").stdout)
 
 
-@pytest.fixture(scope="module")
-def run_copy(tmp_path_factory):
-    dst = tmp_path_factory.mktemp("run") / "cartpole_dqn"
-    shutil.copytree(EXAMPLE, dst, ignore=shutil.ignore_patterns("build", "results"))
-    return dst
 
 
 def test_hil_int8_on_the_host_board_equals_tflite_runtime(run_copy):
