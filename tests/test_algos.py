@@ -107,3 +107,21 @@ def test_boundary_weights_drop_the_pairs_between_episodes():
     assert OffPolicyConfig().mask_boundaries is False  # opt-in (the MuJoCo TD3 defaults)
     with pytest.raises(QuarlError, match="critic_loss"):
         OffPolicyConfig(critic_loss="l1")
+
+
+def test_ppo_collects_from_side_by_side_envs_and_trains_on_minibatches_of_rows(tmp_path):
+    """num_envs envs fill one batch row each; every real transition counts toward `steps` (the
+    LAST -> FIRST auto-reset pairs do not), so 4 envs x 125 steps reach 500 per iteration and each
+    env finishes one 200-step Pendulum episode in the second iteration."""
+    import csv
+    info = train("Pendulum-v1", "ppo", 1000, 3, tmp_path, progress=False, collect_steps=500,
+                 num_envs=4, minibatches=2, epochs=2, eval_episodes=1, hidden=(8, 8))
+    assert info["hyperparameters"]["num_envs"] == 4 and info["steps"] == 1000
+    rows = list(csv.DictReader((tmp_path / "train_curve.csv").open()))
+    assert [int(r["step"]) for r in rows] == [500, 1000]
+    assert rows[0]["train_return"] == ""                     # no env has finished an episode yet
+    assert -16.3 * 200 <= float(rows[1]["train_return"]) < 0   # Pendulum: -16.27 <= r <= 0
+    assert np.isfinite(float(rows[1]["loss"]))
+    from quarl_edge.train import PPOConfig
+    with pytest.raises(QuarlError, match="minibatches .3. must divide num_envs .4."):
+        PPOConfig(num_envs=4, minibatches=3)
