@@ -72,6 +72,16 @@ def _task_name(t: tuple[str, str]) -> str:
     return f"{t[0].upper()} {t[1]}"
 
 
+def reward_threshold(env_id: str) -> float | None:
+    """The return at which Gymnasium calls `env_id` solved (its registered reward_threshold);
+    None when the env has none (Pendulum-v1) or is not registered here."""
+    import gymnasium as gym
+    try:
+        return gym.spec(env_id).reward_threshold
+    except gym.error.Error:
+        return None
+
+
 def normalised_loss(r_fp32: float, r_q: float, r_random: float | None) -> float | None:
     """(R_fp32 - R_q) / |R_fp32 - R_random|; None when the run did not learn (fp32 <= random)."""
     if r_random is None or r_fp32 is None or r_q is None:
@@ -513,9 +523,18 @@ def _blocks(res: Results, tolerance: float, figures: dict[str, bool], source: Pa
         rows.append([_task_name(k[:2]), str(k[2]), f"{r.get('steps') or '-'}",
                      _fmt(r.get("train_seconds"), 0), _fmt(r.get("best_validation_return")),
                      _fmt(r["fp32_return"]), _fmt(r.get("random_return")),
-                     f"{w['range']:.3f}", f"{w['std']:.3f}", f"{w['kurtosis']:.2f}"])
+                     _fmt(reward_threshold(k[1])), f"{w['range']:.3f}", f"{w['std']:.3f}", f"{w['kurtosis']:.2f}"])
     B.append(("table", ["task", "seed", "steps", "train s", "validation", "fp32 return",
-                        "random", "weight range", "std", "kurtosis"], rows))
+                        "random", "solved at", "weight range", "std", "kurtosis"], rows))
+    unsolved = [f"{_task_name(k[:2])} seed {k[2]} ({_fmt(r['fp32_return'])} < "
+                f"{_fmt(reward_threshold(k[1]))})" for k, r in sorted(res.runs.items())
+                if reward_threshold(k[1]) is not None
+                and r["fp32_return"] < reward_threshold(k[1])]
+    if unsolved:
+        B.append(("p", f"Below Gymnasium's reward threshold (\"solved at\"; fp32 return on the "
+                       f"test seeds): {'; '.join(unsolved)}. The claims use every run whose fp32 "
+                       "policy beats the random one, so these count: a quantized copy of a "
+                       "policy that learned little can only lose little."))
     per_layer = []
     for k, r in sorted(res.runs.items()):
         for layer in r["weights"]["layers"]:

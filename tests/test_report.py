@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from quarl_edge.errors import QuarlError
-from quarl_edge.report import Results, claims, normalised_loss, spearman, write_report
+from quarl_edge.report import (Results, claims, normalised_loss, reward_threshold, spearman,
+                               write_report)
 
 
 def _run(algo, env, seed, fp32, rnd, wrange, eval_seeds=(0, 1, 2)):
@@ -152,6 +153,9 @@ def test_report_files_last_row_wins_and_self_contained_html(tmp_path):
     md = out["markdown"].read_text()
     assert "boom" not in md and "Skipped and failed" not in md
     assert "| DQN CartPole-v1 | int8 | 3 |" in md
+    # the synthetic runs return 200: below CartPole's 475, above Acrobot's -100
+    below = next(line for line in md.splitlines() if line.startswith("Below Gymnasium"))
+    assert "DQN CartPole-v1 seed 0 (200.0 < 475.0)" in below and "Acrobot" not in below
     assert len(out["figures"]) == 4
     for f in out["figures"]:
         assert f.read_bytes()[:4] == b"\x89PNG" and f.parent == tmp_path / "rep"
@@ -200,3 +204,10 @@ def test_remedy_table_picks_the_winner_per_task(tmp_path):
     # skipped rows collapse to one line per reason, seeds listed
     assert "| cell | SAC Pendulum-v1 | 0,1 | int8-acc | skipped | continuous actions |" in md
     assert json.loads(out["remedies"].read_text())[0]["winner"] == "int8-acc"
+
+
+def test_reward_threshold_is_gymnasiums_solved_return():
+    assert reward_threshold("CartPole-v1") == 475.0
+    assert reward_threshold("MountainCarContinuous-v0") == 90.0
+    assert reward_threshold("Pendulum-v1") is None        # registered without one
+    assert reward_threshold("NoSuchEnv-v0") is None
