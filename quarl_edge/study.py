@@ -45,7 +45,9 @@ A *run* is one training of (algo, env, seed), cached in OUT/runs/<algo>-<env>-s<
 by all its schemes and sweep points: the cells of one run form a group, and a group is the unit
 of work of a worker, so the same run is never trained twice concurrently. A run directory is
 reused when its run.json records the same training budget and options; a training killed before
-it wrote run.json is redone.
+it wrote run.json is redone. A run whose run.json hyperparameters differ from what the study
+would train now (the tuned DEFAULTS of quarl_edge/train.py changed since) is retrained, and
+`--resume` redoes all its rows: rows of a policy that no longer exists are not kept as current.
 
 OUT/results.jsonl gets one JSON object per line, written by the main process only, flushed and
 fsync'ed per row, with plain strings and numbers:
@@ -390,7 +392,19 @@ def _train_matches(run_dir: Path, group: dict) -> bool:
         want = json.loads((run_dir / "study-train.json").read_text())
     except json.JSONDecodeError:
         return False
-    return want == _train_spec(group)
+    return want == _train_spec(group) and not stale_hyperparameters(run_dir, group)
+
+
+def stale_hyperparameters(run_dir: Path, group: dict) -> dict[str, tuple]:
+    """{field: (trained with, would train now)} for a run directory that has a run.json; empty
+    when it matches the group's resolved training config or has no run.json."""
+    from .train import config_changes, resolve_config
+    try:
+        saved = json.loads((run_dir / "run.json").read_text())["hyperparameters"]
+    except (OSError, json.JSONDecodeError, KeyError, TypeError):
+        return {}
+    return config_changes(saved, resolve_config(group["algo"], group["env"], group["steps"],
+                                                **group["options"]))
 
 
 def _train_spec(group: dict) -> dict:
@@ -456,7 +470,7 @@ def run_group(group: dict, out: Path, done: set, emit: Callable[[dict], None],
               "n_params": int(sum(k.size + b.size for k, b, _ in layers)),
               "output": "logits" if logits else ("q_values" if algo == "dqn" else "action"),
               "weights": stats, "weight_quantiles": weight_quantiles(layers),
-              "run_dir": str(run_dir)})
+              "hyperparameters": info.get("hyperparameters"), "run_dir": str(run_dir)})
 
     summary = {"weight_range": stats["all"]["range"], "weight_std": stats["all"]["std"],
                "weight_kurtosis": stats["all"]["kurtosis"]}
@@ -665,6 +679,16 @@ def run_study(config: Path, out: Path | None = None, workers: int = 1, resume: b
         groups = plan(study)
         for g in groups:
             g["study"] = study.name
+        for g in groups:
+            changed = stale_hyperparameters(out / "runs" / run_dir_name(
+                g["algo"], g["env"], g["seed"]), g)
+            if changed and any(tuple(k) in done for k in g["keys"]):
+                (echo or print)(f"{g['algo']} {g['env']} seed {g['seed']}: trained with other "
+                                "hyperparameters (" + ", ".join(
+                                    f"{k} {a!r} -> {b!r}" for k, (a, b) in changed.items())
+                                + "): retrained, its rows redone")
+                for k in g["keys"]:
+                    done.pop(tuple(k), None)
         todo = [g for g in groups if any(tuple(k) not in done for k in g["keys"])]
         keys = [tuple(k) for g in groups for k in g["keys"]]
         say = echo or (lambda s: None)

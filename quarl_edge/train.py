@@ -581,6 +581,11 @@ class OffPolicyConfig:
     tau: float = 0.005
     buffer_size: int = 100_000
     learning_starts: int = 1_000           # env steps (random actions) before the first update
+    # The random actions of those first steps: "uniform" (independent per step) or "ou", an
+    # Ornstein-Uhlenbeck process (theta 0.15, stationary std 0.3 of the half range) whose
+    # actions persist for tens of steps, so that a car can rock itself up a hill: in 10
+    # MountainCarContinuous episodes uniform noise reached the flag 0 times, this 3 times.
+    warmup_noise: str = "uniform"
     train_every: int = 64                  # env steps per round ...
     updates_per_train: int = 64            # ... and gradient steps per round (1 per env step)
     exploration_noise: float = 0.1         # TD3: Gaussian std; DDPG: OU std (action units)
@@ -602,6 +607,8 @@ class OffPolicyConfig:
             raise QuarlError(f"steps must be positive, got {self.steps}")
         if self.critic_loss not in (None, "mse", "huber"):
             raise QuarlError(f"critic_loss must be 'mse' or 'huber', got {self.critic_loss!r}")
+        if self.warmup_noise not in ("uniform", "ou"):
+            raise QuarlError(f"warmup_noise must be 'uniform' or 'ou', got {self.warmup_noise!r}")
         if self.policy_delay < 1:
             raise QuarlError(f"policy_delay must be >= 1, got {self.policy_delay}")
 
@@ -788,6 +795,7 @@ def train_off_policy(algo: str, env_id: str, seed: int, out: Path, config: OffPo
         agent.collect_data_spec, batch_size=1, max_length=cfg.buffer_size)
     samples = iter(replay.as_dataset(sample_batch_size=cfg.batch_size, num_steps=2).prefetch(2))
     space = env.gym_env.action_space
+    warmup = WarmupNoise(cfg.warmup_noise, space.low, space.high, rng)
 
     curve_file = (out / "train_curve.csv").open("w", newline="")
     curve = csv.writer(curve_file)
@@ -803,7 +811,7 @@ def train_off_policy(algo: str, env_id: str, seed: int, out: Path, config: OffPo
     for step in bar:
         bts = _batched_step(time_step)
         if step <= cfg.learning_starts:
-            action = rng.uniform(space.low, space.high).astype(np.float32)
+            action = warmup.next().astype(np.float32)
             pstep = policy_step.PolicyStep(tf.constant(action[None]), policy_state, ())
         else:
             pstep = collect(bts, policy_state)
@@ -843,6 +851,27 @@ def train_off_policy(algo: str, env_id: str, seed: int, out: Path, config: OffPo
                            time.perf_counter() - t0, recent, {})
     env.close()
     return info
+
+
+class WarmupNoise:
+    """Random actions within [low, high] for an off-policy run's first steps: independent
+    uniform draws, or an Ornstein-Uhlenbeck process x += -theta x + sigma sqrt(2 theta) N(0, 1)
+    around the range's middle (stationary std sigma = 0.3 of the half range), clipped."""
+
+    THETA, SIGMA = 0.15, 0.3
+
+    def __init__(self, kind: str, low, high, rng: np.random.Generator):
+        self.kind, self.rng = kind, rng
+        self.low, self.high = np.asarray(low, np.float64), np.asarray(high, np.float64)
+        self.x = np.zeros_like(self.low)
+
+    def next(self) -> np.ndarray:
+        if self.kind == "uniform":
+            return self.rng.uniform(self.low, self.high)
+        self.x += (-self.THETA * self.x
+                   + self.SIGMA * np.sqrt(2 * self.THETA) * self.rng.normal(size=self.x.shape))
+        mid, half = (self.high + self.low) / 2, (self.high - self.low) / 2
+        return np.clip(mid + half * self.x, self.low, self.high)
 
 
 def boundary_weights(experience):
@@ -893,7 +922,11 @@ DEFAULTS: dict[tuple[str, str], dict] = {
                                           "num_envs": 32, "minibatches": 16, "gamma": 0.999,
                                           "gae_lambda": 0.98, "entropy_regularization": 0.01},
     ("sac", "Pendulum-v1"): {"steps": 15_000},
-    ("sac", "MountainCarContinuous-v0"): {"steps": 50_000},
+    # SAC MountainCarContinuous: with 1k uniform random steps all 3 seeds learned to stand still
+    # (return ~0; random -33, solved 90). 10k steps of OU noise first (warmup_noise): seed 0
+    # greedy 93.4 at 31k steps, 94.7 at 36k.
+    ("sac", "MountainCarContinuous-v0"): {"steps": 50_000, "learning_starts": 10_000,
+                                          "warmup_noise": "ou"},
     ("td3", "Pendulum-v1"): {"steps": 15_000},
     ("ddpg", "Pendulum-v1"): {"steps": 15_000},
     # MuJoCo (the `mujoco` extra; studies/mujoco.toml). Measured with seed 0, one training at a
@@ -909,14 +942,12 @@ DEFAULTS: dict[tuple[str, str], dict] = {
 }
 
 
-def train(env_id: str, algo: str, steps: int | None, seed: int, out: Path,
-          progress: bool = True, **overrides) -> dict:
-    """Train `algo` on Gymnasium `env_id` for `steps` env steps (None: the algo's default) and
-    write the run directory `out`. `overrides` set other fields of the algo's config dataclass.
-    Returns the contents of run.json."""
+def resolve_config(algo: str, env_id: str, steps: int | None = None, **overrides):
+    """The config dataclass `train` would use: the dataclass defaults, then DEFAULTS for
+    (algo, env_id), then `overrides`, then `steps` (None: keep the default)."""
     if algo not in ALGOS:
         raise QuarlError(f"unknown algorithm {algo!r}; known: {', '.join(ALGOS)}")
-    config_cls, train_fn = ALGOS[algo]
+    config_cls = ALGOS[algo][0]
     known = {f.name for f in fields(config_cls)}
     unknown = sorted(set(overrides) - known)
     if unknown:
@@ -925,7 +956,26 @@ def train(env_id: str, algo: str, steps: int | None, seed: int, out: Path,
     overrides = {**DEFAULTS.get((algo, env_id), {}), **overrides}
     if steps is not None:
         overrides["steps"] = int(steps)
-    config = config_cls(**overrides)
+    return config_cls(**overrides)
+
+
+def config_changes(saved: dict, config) -> dict[str, tuple]:
+    """{field: (saved value, config's value)} where a run's saved hyperparameters (run.json)
+    differ from `config`. A field the run predates counts as its dataclass default: fields are
+    added with the behaviour they replace as the default."""
+    now = json.loads(json.dumps(asdict(config)))           # tuples -> lists, as run.json has them
+    then = json.loads(json.dumps({f.name: getattr(type(config)(), f.name)
+                                  for f in fields(config)}))
+    then.update(saved)
+    return {k: (then.get(k), v) for k, v in now.items() if then.get(k) != v}
+
+
+def train(env_id: str, algo: str, steps: int | None, seed: int, out: Path,
+          progress: bool = True, **overrides) -> dict:
+    """Train `algo` on Gymnasium `env_id` for `steps` env steps (None: the algo's default) and
+    write the run directory `out`. `overrides` set other fields of the algo's config dataclass.
+    Returns the contents of run.json."""
+    config = resolve_config(algo, env_id, steps, **overrides)
     from .envs import make_gym
     make_gym(env_id).close()  # unknown env ids fail here, before TF-Agents is set up
-    return train_fn(env_id, int(seed), Path(out), config, progress=progress)
+    return ALGOS[algo][1](env_id, int(seed), Path(out), config, progress=progress)

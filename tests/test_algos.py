@@ -125,3 +125,42 @@ def test_ppo_collects_from_side_by_side_envs_and_trains_on_minibatches_of_rows(t
     from quarl_edge.train import PPOConfig
     with pytest.raises(QuarlError, match="minibatches .3. must divide num_envs .4."):
         PPOConfig(num_envs=4, minibatches=3)
+
+
+def test_warmup_noise_uniform_is_independent_and_ou_persists_within_the_bounds():
+    from quarl_edge.train import OffPolicyConfig, WarmupNoise
+    low, high = np.array([-1.0, 0.0]), np.array([1.0, 4.0])
+
+    def draws(kind):
+        noise = WarmupNoise(kind, low, high, np.random.default_rng(0))
+        return np.array([noise.next() for _ in range(20_000)])
+
+    def lag1(x):
+        return np.corrcoef(x[:-1], x[1:])[0, 1]
+
+    for kind in ("uniform", "ou"):
+        a = draws(kind)
+        assert np.all(a >= low) and np.all(a <= high), kind
+    uni, ou = draws("uniform"), draws("ou")
+    assert abs(lag1(uni[:, 0])) < 0.05 and abs(uni[:, 1].mean() - 2.0) < 0.05
+    # OU: each step keeps 85 % of the last (theta 0.15), around the middle with std 0.3 of the
+    # half range (1 and 2 here)
+    assert 0.8 < lag1(ou[:, 0]) < 0.9 and 0.8 < lag1(ou[:, 1]) < 0.9
+    assert abs(ou[:, 1].mean() - 2.0) < 0.15 and 0.22 < ou[:, 0].std() < 0.38
+    assert 0.44 < ou[:, 1].std() < 0.76
+    with pytest.raises(QuarlError, match="warmup_noise"):
+        OffPolicyConfig(warmup_noise="pink")
+
+
+def test_config_changes_treat_fields_a_run_predates_as_their_defaults():
+    from quarl_edge.train import PPOConfig, config_changes, resolve_config
+    cfg = resolve_config("ppo", "Pendulum-v1")
+    assert cfg.num_envs == 16 and cfg.gamma == 0.9 and cfg.steps == 200_000
+    assert resolve_config("ppo", "Pendulum-v1", 1000, gamma=0.5).gamma == 0.5
+    saved = {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(cfg).items()}
+    assert config_changes(saved, cfg) == {}
+    old = {k: v for k, v in saved.items() if k not in ("num_envs", "minibatches")}
+    # a run from before num_envs existed was trained with one env: the default, 1
+    assert config_changes(old, PPOConfig(**{**vars(cfg), "num_envs": 1, "minibatches": 1})) == {}
+    assert config_changes(old, cfg) == {"num_envs": (1, 16), "minibatches": (1, 8)}
+    assert config_changes({**saved, "hidden": [64, 32]}, cfg) == {"hidden": ([64, 32], [64, 64])}

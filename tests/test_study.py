@@ -185,6 +185,26 @@ def test_smoke_study_and_report_through_the_cli(tmp_path):
     assert "<table>" in page and 'src="return_vs_bits.png"' in page
     assert "http://" not in page and "https://" not in page and "<script" not in page
 
+    # a run trained with other hyperparameters than the study would use now (the tuned
+    # defaults changed since): --resume retrains it and redoes all its rows
+    meta = out / "runs" / "dqn-CartPole-v1-s0" / "run.json"
+    info = json.loads(meta.read_text())
+    lr = info["hyperparameters"]["learning_rate"]
+    info["hyperparameters"]["learning_rate"] = 0.5
+    del info["hyperparameters"]["n_step"]   # a field the run predates counts as its default
+    meta.write_text(json.dumps(info))
+    p = subprocess.run(CLI + ["study", str(ROOT / "studies" / "smoke.toml"), "--out", str(out),
+                              "--resume"], capture_output=True, text=True, env=ENV, cwd=ROOT,
+                       timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert (f"dqn CartPole-v1 seed 0: trained with other hyperparameters (learning_rate 0.5 -> "
+            f"{lr!r}): retrained, its rows redone") in p.stdout
+    assert "0 done, 1 runs to do" in p.stdout
+    rows = read_results(out / "results.jsonl")
+    assert len(rows) == 20 and {row_key(r) for r in rows[10:]} == {row_key(r) for r in rows[:10]}
+    assert json.loads(meta.read_text())["hyperparameters"]["learning_rate"] == lr
+    assert rows[10]["hyperparameters"]["learning_rate"] == lr and rows[10]["cached"] is False
+
 
 # ------------------------------------------------------------------- kill -9 mid-grid, resume
 KILL_STUDY = """
