@@ -24,9 +24,23 @@ def resolve_model(target: str, scheme: str | None) -> tuple[Path, Path]:
     raise QuarlError(f"{target} is neither a run directory nor a .tflite file")
 
 
+def option_value(text: str) -> tuple[str, object]:
+    """`KEY=VALUE` from the command line: VALUE as a TOML value (0.9, 16, [256, 256], true,
+    "ou"), a bare word as a string (ou)."""
+    import tomllib
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise QuarlError(f"--set wants KEY=VALUE, got {text!r}")
+    try:
+        return key.strip(), tomllib.loads(f"v = {value}")["v"]
+    except tomllib.TOMLDecodeError:
+        return key.strip(), value
+
+
 def cmd_train(a):
     from .train import train
-    info = train(a.env, a.algo, steps=a.steps, seed=a.seed, out=Path(a.out))
+    options = dict(option_value(t) for t in a.set)
+    info = train(a.env, a.algo, steps=a.steps, seed=a.seed, out=Path(a.out), **options)
     print(json.dumps(info, indent=2) if a.json else
           f"trained {a.algo} on {a.env} in {info.get('train_seconds', 0):.0f} s; best greedy "
           f"validation return {info.get('best_greedy_return')}; run in {a.out}")
@@ -241,6 +255,10 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--steps", type=int, default=None, help="environment steps (default: per algo/env)")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--out", required=True, help="run directory to create")
+    s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a field of the algo's config (train.py: DQNConfig, PPOConfig, "
+                        "OffPolicyConfig) over its per-env default, e.g. --set gamma=0.9 "
+                        "--set hidden=[256,256]; repeatable")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_train)
 

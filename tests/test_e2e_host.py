@@ -116,10 +116,26 @@ def test_demo_pretrained_prints_the_table(tmp_path):
 def test_train_then_quantize_through_the_cli(tmp_path):
     run = tmp_path / "run"
     info = json.loads(cli("train", "--env", "CartPole-v1", "--algo", "dqn", "--steps", "300",
-                          "--seed", "3", "--out", run, "--json").stdout)
+                          "--seed", "3", "--out", run, "--set", "hidden=[32, 16]",
+                          "--set", "gamma=0.9", "--json").stdout)
     assert info["env"] == "CartPole-v1" and info["steps"] == 300
+    assert info["hyperparameters"]["hidden"] == [32, 16] and info["hyperparameters"]["gamma"] == 0.9
+    assert info["network"]["hidden"] == [32, 16]
     out = cli("quantize", run, "--scheme", "fp32", "int8").stdout
     assert (run / "models" / "int8.tflite").is_file() and "int8" in out
+
+
+def test_set_options_parse_as_toml_values_and_unknown_ones_are_named(tmp_path):
+    from quarl_edge.cli import option_value
+    assert option_value("gamma=0.9") == ("gamma", 0.9)
+    assert option_value("hidden=[256,256]") == ("hidden", [256, 256])
+    assert option_value("warmup_noise=ou") == ("warmup_noise", "ou")      # a bare word
+    assert option_value("select_int8=false") == ("select_int8", False)
+    err = cli("train", "--algo", "ppo", "--out", tmp_path / "r", "--set", "gama=0.9",
+              expect=2).stderr
+    assert "unknown ppo option(s) gama" in err and "gamma" in err
+    assert "--set wants KEY=VALUE" in cli("train", "--out", tmp_path / "r", "--set", "gamma",
+                                          expect=2).stderr
 
 
 def test_demo_defaults_to_the_emulated_cortex_m4():
