@@ -533,8 +533,8 @@ def _blocks(res: Results, tolerance: float, figures: dict[str, bool], source: Pa
     if unsolved:
         B.append(("p", f"Below Gymnasium's reward threshold (\"solved at\"; fp32 return on the "
                        f"test seeds): {'; '.join(unsolved)}. The claims use every run whose fp32 "
-                       "policy beats the random one, so these count: a quantized copy of a "
-                       "policy that learned little can only lose little."))
+                       "policy beats the random one, these included; the normalised loss "
+                       "measures against what each run did learn."))
     per_layer = []
     for k, r in sorted(res.runs.items()):
         for layer in r["weights"]["layers"]:
