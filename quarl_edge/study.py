@@ -679,19 +679,10 @@ def run_study(config: Path, out: Path | None = None, workers: int = 1, resume: b
         groups = plan(study)
         for g in groups:
             g["study"] = study.name
-        for g in groups:
-            changed = stale_hyperparameters(out / "runs" / run_dir_name(
-                g["algo"], g["env"], g["seed"]), g)
-            if changed and any(tuple(k) in done for k in g["keys"]):
-                (echo or print)(f"{g['algo']} {g['env']} seed {g['seed']}: trained with other "
-                                "hyperparameters (" + ", ".join(
-                                    f"{k} {a!r} -> {b!r}" for k, (a, b) in changed.items())
-                                + "): retrained, its rows redone")
-                for k in g["keys"]:
-                    done.pop(tuple(k), None)
+        say = echo or (lambda s: None)
+        _forget_stale_runs(groups, out, done, say)
         todo = [g for g in groups if any(tuple(k) not in done for k in g["keys"])]
         keys = [tuple(k) for g in groups for k in g["keys"]]
-        say = echo or (lambda s: None)
         say(f"study {study.name}: {len(groups)} runs, {len(keys)} rows; "
             f"{sum(k in done for k in keys)} done, {len(todo)} runs to do; results in {results}")
         writer = _Writer(results, dict(latest_rows(prior)), lambda r: say(_describe(r)))
@@ -722,6 +713,21 @@ def run_study(config: Path, out: Path | None = None, workers: int = 1, resume: b
                 "status": status, "seconds": round(time.perf_counter() - t0, 1)}
     finally:
         lock.close()
+
+
+def _forget_stale_runs(groups: list[dict], out: Path, done: dict,
+                       say: Callable[[str], None]) -> None:
+    """Drop from `done` the rows of every run trained with other hyperparameters than its group
+    would train now, so that the run is retrained and its rows are made again."""
+    for g in groups:
+        changed = stale_hyperparameters(out / "runs" / run_dir_name(g["algo"], g["env"],
+                                                                    g["seed"]), g)
+        if changed and any(tuple(k) in done for k in g["keys"]):
+            diffs = ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in changed.items())
+            say(f"{g['algo']} {g['env']} seed {g['seed']}: trained with other hyperparameters "
+                f"({diffs}): retrained, its rows redone")
+            for k in g["keys"]:
+                done.pop(tuple(k), None)
 
 
 def _lock(out: Path):
