@@ -11,10 +11,13 @@ the fp32 Keras network on the states the fp32 policy visits on those seeds:
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
+
+from .errors import QuarlError
 
 TEST_SEEDS = tuple(range(20))
 
@@ -143,6 +146,56 @@ def policy_kl(ref_logits: np.ndarray, logits: np.ndarray) -> float:
     log_p = np.log(np.maximum(p, 1e-300))
     log_q = np.log(np.maximum(softmax(logits), 1e-12))
     return float(np.mean(np.sum(p * (log_p - log_q), axis=-1)))
+
+
+def gaussian_policy_kl(ref_means: np.ndarray, means: np.ndarray, std: np.ndarray) -> float:
+    """Mean KL(pi_fp32 || pi_quantized) in nats over a batch of states, for Gaussian policies
+    with a state-independent std (continuous PPO): both are N(mean(s), diag(std^2)) with the
+    same std, since only the mean is computed by the deployed network, so the divergence is
+    sum_i (mean_fp32_i - mean_q_i)^2 / (2 std_i^2)."""
+    diff = np.asarray(ref_means, np.float64) - np.asarray(means, np.float64)
+    var = np.square(np.asarray(std, np.float64)).reshape(1, -1)
+    return float(np.mean(np.sum(diff.reshape(len(diff), -1) ** 2 / (2 * var), axis=-1)))
+
+
+def ppo_action_std(run_dir: Path) -> np.ndarray | None:
+    """The std of a continuous PPO run's Gaussian policy (TF-Agents' NormalProjectionNetwork
+    keeps it as a state-independent bias), or None for any other run.
+
+    The run keeps the greedy policy (policy/, PolicySaver) with the agent's variables: a network
+    of the run's shape is rebuilt, given the saved std bias (the only variable the std depends
+    on), and asked for its distribution's stddev."""
+    import json
+    info = json.loads((Path(run_dir) / "run.json").read_text())
+    if info.get("algo") != "ppo" or info["action_space"]["type"] != "box":
+        return None
+    import tensorflow as tf
+    from tf_agents.networks import actor_distribution_network   # also registers the specs
+    from tf_agents.specs import tensor_spec
+
+    space = info["action_space"]
+    obs_spec = tensor_spec.TensorSpec(tuple(info["obs_shape"]), tf.float32)
+    act_spec = tensor_spec.BoundedTensorSpec(tuple(space["shape"]), tf.float32,
+                                             np.float32(space["low"]), np.float32(space["high"]))
+    net = actor_distribution_network.ActorDistributionNetwork(
+        obs_spec, act_spec, fc_layer_params=tuple(info["network"]["hidden"]))
+    net.create_variables()
+
+    def std_bias(variables):
+        # Keras numbers a layer name already used in the process: bias_layer, bias_layer_1, ...
+        found = [v for v in variables if re.search(
+            r"^ActorDistributionNetwork[^/]*/NormalProjectionNetwork[^/]*/bias_layer[^/]*/bias",
+            v.name)]
+        if len(found) != 1:
+            raise QuarlError(f"{run_dir}/policy: no single NormalProjectionNetwork std bias "
+                             f"(found {len(found)}); is it a continuous PPO run?")
+        return found[0]
+
+    saved = std_bias(tf.saved_model.load(str(Path(run_dir) / "policy")).model_variables)
+    std_bias(net.variables).assign(saved)
+    dist, _ = net(tf.zeros((1, *info["obs_shape"])), step_type=(), network_state=(),
+                  training=False)
+    return dist.stddev().numpy().reshape(-1)
 
 
 def random_policy_return(env_id: str, seeds=TEST_SEEDS, rng_seed: int = 0) -> float:

@@ -165,7 +165,7 @@ def cmd_bench(a):
 def cmd_study(a):
     from .study import run_study
     summary = run_study(Path(a.config), out=Path(a.out) if a.out else None, workers=a.workers,
-                        resume=a.resume, ray_address=a.ray,
+                        resume=a.resume, ray_address=a.ray, redo=a.redo,
                         echo=None if a.json else (lambda s: print(s, flush=True)))
     if a.json:
         print(json.dumps(summary, indent=2))
@@ -354,6 +354,9 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("config", metavar="CONFIG.toml")
     s.add_argument("--workers", type=int, default=1, help="parallel processes (one run each)")
     s.add_argument("--resume", action="store_true", help="continue OUT/results.jsonl")
+    s.add_argument("--redo", action="append", default=[], metavar="ALGO/ENV",
+                   help="with --resume: make this task's rows again (e.g. after the evaluation "
+                        "changed), reusing its trained runs; repeatable")
     s.add_argument("--out", default=None, help="output directory (default results/<study name>)")
     s.add_argument("--ray", default=None, metavar="ADDRESS",
                    help="run the grid on an existing Ray cluster (needs ray installed)")

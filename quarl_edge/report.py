@@ -570,8 +570,10 @@ def _blocks(res: Results, tolerance: float, figures: dict[str, bool], source: Pa
                         "normalised loss", "agreement", "KL(fp32‖q)", "size (B)"], rows))
     B.append(("p", "Agreement: share of the states visited by the fp32 policy where the model "
                    "picks the same action (continuous: 1 - mean |a - a_fp32| / action range). "
-                   "KL: mean KL divergence of the action distributions, for policies whose "
-                   "network outputs logits (discrete PPO)."))
+                   "KL: mean KL divergence of the action distributions over those states, "
+                   "for PPO: softmax of the logits (discrete), or the Gaussian around the "
+                   "network's action with the policy's own std (continuous; the std is not "
+                   "quantized). DQN, SAC, TD3 and DDPG deploy a deterministic action: no KL."))
 
     table = remedy_table(res)
     if table:

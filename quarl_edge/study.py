@@ -60,7 +60,8 @@ fsync'ed per row, with plain strings and numbers:
     {"kind": "sweep", ..., "mode": "weights+activations", "bits": 4, ...}
 
 `--resume` skips every row already in the file whose status is ok or skipped (errors are tried
-again); a last line cut by a kill is dropped. Without --resume an existing non-empty results
+again); a last line cut by a kill is dropped. `--redo ALGO/ENV` makes that task's rows again
+(after a change to the evaluation), reusing its trained runs. Without --resume an existing non-empty results
 file is refused. The report (quarl_edge/report.py) keeps the last row per key.
 
 Workers are spawned processes (multiprocessing "spawn" context) that die with the main process
@@ -424,8 +425,9 @@ def _limit_threads(threads: int) -> None:
 def run_group(group: dict, out: Path, done: set, emit: Callable[[dict], None],
               log: Callable[[str], None] = lambda s: None) -> None:
     """Train (or reuse) one run and produce its pending rows, calling emit(row) per row."""
-    from .analysis import (batch_runner, evaluate_runner, keras_runner, policy_kl,
-                           random_policy_return, weight_quantiles, weight_stats)
+    from .analysis import (batch_runner, evaluate_runner, gaussian_policy_kl, keras_runner,
+                           policy_kl, ppo_action_std, random_policy_return, weight_quantiles,
+                           weight_stats)
     from .envs import make_gym, play_batched
     from . import remedies
     from .quantize import nbit_sweep, quantize, tflite_runner
@@ -453,6 +455,8 @@ def run_group(group: dict, out: Path, done: set, emit: Callable[[dict], None],
     space = make_gym(env_id).action_space
     argmax_head = hasattr(space, "n")
     logits = algo == "ppo" and argmax_head   # discrete PPO exports logits
+    # continuous PPO: the Gaussian's mean, with a std the network does not compute
+    action_std = None if logits or algo != "ppo" else ppo_action_std(run_dir)
     eval_seeds = group["eval_seeds"]
     ref_returns, states = play_batched(env_id, reference, eval_seeds, record=True)
     ref_mean = float(np.mean(ref_returns))
@@ -512,6 +516,8 @@ def run_group(group: dict, out: Path, done: set, emit: Callable[[dict], None],
             kl = None
             if logits:
                 kl = policy_kl(reference(states), runner(states))
+            elif action_std is not None:
+                kl = gaussian_policy_kl(reference(states), runner(states), action_std)
             if scheme == "qat-distill-int8":   # the distillation's log, in brief
                 log_ = json.loads((run_dir / "qat-distill.json").read_text())
                 res["distill"] = {k: log_[k] for k in (
@@ -652,9 +658,16 @@ def _describe(row: dict) -> str:
 
 
 def run_study(config: Path, out: Path | None = None, workers: int = 1, resume: bool = False,
-              ray_address: str | None = None, echo: Callable[[str], None] | None = None) -> dict:
-    """Run (or resume) the study in `config`; returns a summary dict."""
+              ray_address: str | None = None, echo: Callable[[str], None] | None = None,
+              redo: list[str] = ()) -> dict:
+    """Run (or resume) the study in `config`; returns a summary dict. `redo` names tasks
+    ("algo/env") whose rows are made again; their trained runs are reused."""
     study = load_study(config)
+    tasks = {f"{t.algo}/{t.env}" for t in study.tasks}
+    unknown = sorted(set(redo) - tasks)
+    if unknown:
+        raise QuarlError(f"--redo {', '.join(unknown)}: not a task of {study.name}; its tasks: "
+                         f"{', '.join(sorted(tasks))}")
     out = Path(out) if out else Path("results") / study.name
     if workers < 1:
         raise QuarlError(f"--workers must be >= 1, got {workers}")
@@ -681,6 +694,12 @@ def run_study(config: Path, out: Path | None = None, workers: int = 1, resume: b
             g["study"] = study.name
         say = echo or (lambda s: None)
         _forget_stale_runs(groups, out, done, say)
+        for g in groups:
+            if f"{g['algo']}/{g['env']}" in redo:
+                for k in g["keys"]:
+                    done.pop(tuple(k), None)
+        if redo:
+            say(f"redo: the rows of {', '.join(sorted(set(redo)))} are made again")
         todo = [g for g in groups if any(tuple(k) not in done for k in g["keys"])]
         keys = [tuple(k) for g in groups for k in g["keys"]]
         say(f"study {study.name}: {len(groups)} runs, {len(keys)} rows; "

@@ -722,8 +722,15 @@ def train_ppo(env_id: str, seed: int, out: Path, config: PPOConfig, progress: bo
         bar.set_postfix(greedy=f"{greedy:.0f}", best=f"{best['return']:.0f}")
     bar.close()
     curve_file.close()
+    extra = {}
+    if not np.issubdtype(env.action_spec().dtype, np.integer):
+        # the Gaussian's std, a bias of the actor: the exported network computes only the mean
+        actor_net.set_weights(best["net_weights"])
+        dist, _ = actor_net(tf.zeros((1, *obs_spec.shape)), step_type=(), network_state=(),
+                            training=False)
+        extra["action_std"] = dist.stddev().numpy().reshape(-1).tolist()
     info = _save_actor_run(out, "ppo", env_id, seed, cfg, agent, actor_net, env, best,
-                           time.perf_counter() - t0, recent, {})
+                           time.perf_counter() - t0, recent, extra)
     envs.close()
     return info
 

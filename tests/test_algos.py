@@ -122,6 +122,12 @@ def test_ppo_collects_from_side_by_side_envs_and_trains_on_minibatches_of_rows(t
     assert rows[0]["train_return"] == ""                     # no env has finished an episode yet
     assert -16.3 * 200 <= float(rows[1]["train_return"]) < 0   # Pendulum: -16.27 <= r <= 0
     assert np.isfinite(float(rows[1]["loss"]))
+    # the policy's std, read back from policy/ the way the study does, is the one it trained
+    from quarl_edge.analysis import ppo_action_std
+    std = info["action_std"]
+    assert len(std) == 1 and 0 < std[0] < 2
+    np.testing.assert_allclose(ppo_action_std(tmp_path), std, rtol=1e-6)
+    assert abs(std[0] - 0.35) > 1e-4        # moved from TF-Agents' initial std (0.35 here)
     from quarl_edge.train import PPOConfig
     with pytest.raises(QuarlError, match="minibatches .3. must divide num_envs .4."):
         PPOConfig(num_envs=4, minibatches=3)

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from quarl_edge.analysis import policy_kl, weight_stats
+from quarl_edge.analysis import gaussian_policy_kl, policy_kl, weight_stats
 from quarl_edge.errors import QuarlError
 from quarl_edge.study import load_study, plan, read_results, row_key
 
@@ -129,6 +129,20 @@ def test_weight_stats_and_kl():
     p = np.array([[0.0, 1.0]])
     assert policy_kl(p, p[:, ::-1]) == pytest.approx(0.4621171572600097)  # (e-1)/(e+1) * 1
     assert policy_kl(p, p * 2) > 0
+    # same-std Gaussians: sum_i (mu1 - mu2)^2 / (2 std_i^2), averaged over states
+    mu = rng.uniform(-2, 2, size=(40, 2))
+    assert gaussian_policy_kl(mu, mu, [0.3, 0.5]) == 0.0
+    kl = gaussian_policy_kl([[0.1, 0.0]], [[0.0, 0.2]], [0.2, 0.4])
+    assert kl == pytest.approx(0.01 / 0.08 + 0.04 / 0.32)
+    # ... which is the integral of p log(p / q) for p = N(0.1, 0.2^2), q = N(0, 0.2^2)
+    x = np.linspace(-3, 3, 200_001)
+
+    def log_pdf(m):
+        return -0.5 * ((x - m) / 0.2) ** 2 - np.log(0.2 * np.sqrt(2 * np.pi))
+
+    p_x = np.exp(log_pdf(0.1))
+    numeric = np.sum(p_x * (log_pdf(0.1) - log_pdf(0.0))) * (x[1] - x[0])
+    assert gaussian_policy_kl([[0.1]], [[0.0]], [0.2]) == pytest.approx(numeric, rel=1e-6)
 
 
 # ----------------------------------------------------------------------- smoke through the CLI
@@ -204,6 +218,20 @@ def test_smoke_study_and_report_through_the_cli(tmp_path):
     assert len(rows) == 20 and {row_key(r) for r in rows[10:]} == {row_key(r) for r in rows[:10]}
     assert json.loads(meta.read_text())["hyperparameters"]["learning_rate"] == lr
     assert rows[10]["hyperparameters"]["learning_rate"] == lr and rows[10]["cached"] is False
+
+    # --redo ALGO/ENV makes a task's rows again from its trained run (evaluation changed)
+    p = subprocess.run(CLI + ["study", str(ROOT / "studies" / "smoke.toml"), "--out", str(out),
+                              "--resume", "--redo", "dqn/CartPole-v1"], capture_output=True,
+                       text=True, env=ENV, cwd=ROOT, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "redo: the rows of dqn/CartPole-v1 are made again" in p.stdout
+    rows = read_results(out / "results.jsonl")
+    assert len(rows) == 30 and rows[20]["kind"] == "run" and rows[20]["cached"] is True
+    assert rows[20]["fp32_return"] == rows[10]["fp32_return"]
+    p = subprocess.run(CLI + ["study", str(ROOT / "studies" / "smoke.toml"), "--out", str(out),
+                              "--resume", "--redo", "dqn/Pendulum-v1"], capture_output=True,
+                       text=True, env=ENV, cwd=ROOT, timeout=120)
+    assert p.returncode == 2 and "--redo dqn/Pendulum-v1: not a task of smoke" in p.stderr
 
 
 # ------------------------------------------------------------------- kill -9 mid-grid, resume
