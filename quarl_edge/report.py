@@ -517,19 +517,19 @@ def _blocks(res: Results, tolerance: float, figures: dict[str, bool], source: Pa
     B.append(("table", ["claim", "our data", "n", "evidence"], rows))
 
     B.append(("h", 2, "Training runs"))
-    rows = []
+    rows, unsolved = [], []
+    solved_at = {env: reward_threshold(env) for _, env, _ in res.runs}
     for k, r in sorted(res.runs.items()):
-        w = r["weights"]["all"]
+        w, threshold = r["weights"]["all"], solved_at[k[1]]
         rows.append([_task_name(k[:2]), str(k[2]), f"{r.get('steps') or '-'}",
                      _fmt(r.get("train_seconds"), 0), _fmt(r.get("best_validation_return")),
-                     _fmt(r["fp32_return"]), _fmt(r.get("random_return")),
-                     _fmt(reward_threshold(k[1])), f"{w['range']:.3f}", f"{w['std']:.3f}", f"{w['kurtosis']:.2f}"])
+                     _fmt(r["fp32_return"]), _fmt(r.get("random_return")), _fmt(threshold),
+                     f"{w['range']:.3f}", f"{w['std']:.3f}", f"{w['kurtosis']:.2f}"])
+        if threshold is not None and r["fp32_return"] < threshold:
+            unsolved.append(f"{_task_name(k[:2])} seed {k[2]} ({_fmt(r['fp32_return'])} < "
+                            f"{_fmt(threshold)})")
     B.append(("table", ["task", "seed", "steps", "train s", "validation", "fp32 return",
                         "random", "solved at", "weight range", "std", "kurtosis"], rows))
-    unsolved = [f"{_task_name(k[:2])} seed {k[2]} ({_fmt(r['fp32_return'])} < "
-                f"{_fmt(reward_threshold(k[1]))})" for k, r in sorted(res.runs.items())
-                if reward_threshold(k[1]) is not None
-                and r["fp32_return"] < reward_threshold(k[1])]
     if unsolved:
         B.append(("p", f"Below Gymnasium's reward threshold (\"solved at\"; fp32 return on the "
                        f"test seeds): {'; '.join(unsolved)}. The claims use every run whose fp32 "

@@ -61,8 +61,8 @@ fsync'ed per row, with plain strings and numbers:
 
 `--resume` skips every row already in the file whose status is ok or skipped (errors are tried
 again); a last line cut by a kill is dropped. `--redo ALGO/ENV` makes that task's rows again
-(after a change to the evaluation), reusing its trained runs. Without --resume an existing non-empty results
-file is refused. The report (quarl_edge/report.py) keeps the last row per key.
+(after a change to the evaluation), reusing its trained runs. Without --resume an existing
+non-empty results file is refused. The report (quarl_edge/report.py) keeps the last row per key.
 
 Workers are spawned processes (multiprocessing "spawn" context) that die with the main process
 (Linux PR_SET_PDEATHSIG), so a killed study leaves no process writing behind it.
@@ -693,13 +693,9 @@ def run_study(config: Path, out: Path | None = None, workers: int = 1, resume: b
         for g in groups:
             g["study"] = study.name
         say = echo or (lambda s: None)
-        _forget_stale_runs(groups, out, done, say)
-        for g in groups:
-            if f"{g['algo']}/{g['env']}" in redo:
-                for k in g["keys"]:
-                    done.pop(tuple(k), None)
         if redo:
             say(f"redo: the rows of {', '.join(sorted(set(redo)))} are made again")
+        _forget_rows(groups, out, done, redo, say)
         todo = [g for g in groups if any(tuple(k) not in done for k in g["keys"])]
         keys = [tuple(k) for g in groups for k in g["keys"]]
         say(f"study {study.name}: {len(groups)} runs, {len(keys)} rows; "
@@ -734,19 +730,22 @@ def run_study(config: Path, out: Path | None = None, workers: int = 1, resume: b
         lock.close()
 
 
-def _forget_stale_runs(groups: list[dict], out: Path, done: dict,
-                       say: Callable[[str], None]) -> None:
-    """Drop from `done` the rows of every run trained with other hyperparameters than its group
-    would train now, so that the run is retrained and its rows are made again."""
+def _forget_rows(groups: list[dict], out: Path, done: dict, redo, say: Callable[[str], None]
+                 ) -> None:
+    """Drop from `done` the rows to make again: those of the tasks named in `redo`, and those
+    of every run trained with other hyperparameters than its group would train now (the run is
+    then retrained)."""
     for g in groups:
-        changed = stale_hyperparameters(out / "runs" / run_dir_name(g["algo"], g["env"],
-                                                                    g["seed"]), g)
-        if changed and any(tuple(k) in done for k in g["keys"]):
+        if f"{g['algo']}/{g['env']}" not in redo:
+            changed = stale_hyperparameters(out / "runs" / run_dir_name(g["algo"], g["env"],
+                                                                        g["seed"]), g)
+            if not changed or not any(tuple(k) in done for k in g["keys"]):
+                continue
             diffs = ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in changed.items())
             say(f"{g['algo']} {g['env']} seed {g['seed']}: trained with other hyperparameters "
                 f"({diffs}): retrained, its rows redone")
-            for k in g["keys"]:
-                done.pop(tuple(k), None)
+        for k in g["keys"]:
+            done.pop(tuple(k), None)
 
 
 def _lock(out: Path):

@@ -979,8 +979,7 @@ def config_changes(saved: dict, config) -> dict[str, tuple]:
     differ from `config`. A field the run predates counts as its dataclass default: fields are
     added with the behaviour they replace as the default."""
     now = json.loads(json.dumps(asdict(config)))           # tuples -> lists, as run.json has them
-    then = json.loads(json.dumps({f.name: getattr(type(config)(), f.name)
-                                  for f in fields(config)}))
+    then = json.loads(json.dumps(asdict(type(config)())))
     then.update(saved)
     return {k: (then.get(k), v) for k, v in now.items() if then.get(k) != v}
 
