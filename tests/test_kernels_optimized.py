@@ -14,6 +14,7 @@ is validated, and the build compiles the variant's files in place of the referen
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import struct
 import subprocess
@@ -194,10 +195,20 @@ def board_checker(board_id: str, tmp: Path) -> Path:
     return elf
 
 
+# A sanitizer report exits with its own code, not the checker's 1 ("outputs differ"), so that
+# it cannot pass for a mismatch and its report reaches the assertion message.
+SANITIZER_EXIT = 97
+SAN_ENV = {"ASAN_OPTIONS": f"exitcode={SANITIZER_EXIT}",
+           "UBSAN_OPTIONS": f"exitcode={SANITIZER_EXIT}:print_stacktrace=1"}
+
+
 def run_host(exe: Path, cases: list[Case]) -> tuple[int, bytes]:
     res = subprocess.run([str(exe)], input=b"".join(c.encode() for c in cases), capture_output=True,
-                         timeout=120)
-    assert res.returncode in (0, 1), res.stderr.decode(errors="replace")
+                         timeout=120, env={**os.environ, **SAN_ENV})
+    assert res.returncode in (0, 1), (res.returncode, res.stderr.decode(errors="replace")[-3000:])
+    assert len(res.stdout) == 2 * sum(c.out_bytes for c in cases), (
+        f"{len(res.stdout)} output bytes for {len(cases)} case(s), exit {res.returncode}; stderr: "
+        + res.stderr.decode(errors="replace")[-3000:])
     return res.returncode, res.stdout
 
 
