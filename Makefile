@@ -21,7 +21,7 @@ test-slow: setup
 	$(PY) -m pytest -q -m slow
 
 header:
-	$(PY) -m quarl_edge.protocol --header > firmware/core/qe_protocol.h
+	$(PY) -m quarl_edge.link.protocol --header > firmware/core/qe_protocol.h
 
 clean:
 	rm -rf runs build .pytest_cache .hypothesis

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from quarl_edge.boards import get_board
-from quarl_edge.launch import BoardSession
-from quarl_edge.reference import TFLiteRuntime, TFLMReference
+from quarl_edge.targets.boards import get_board
+from quarl_edge.link.session import BoardSession
+from quarl_edge.measure.reference import TFLiteRuntime, TFLMReference
 
 ROOT = Path(__file__).resolve().parents[1]
 

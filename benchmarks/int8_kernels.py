@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from quarl_edge.boards import get_board
-from quarl_edge.launch import BoardSession
+from quarl_edge.targets.boards import get_board
+from quarl_edge.link.session import BoardSession
 
 ROOT = Path(__file__).resolve().parents[1]
 DSP_BOARDS = ("mps2-an386", "mps2-an500", "mps2-an505", "netduinoplus2")

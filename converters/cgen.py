@@ -61,7 +61,7 @@ from pathlib import Path
 import numpy as np
 
 from quarl_edge.errors import ModelError, QuarlError, UnsupportedOpError
-from quarl_edge.protocol import TensorSpec
+from quarl_edge.link.protocol import TensorSpec
 
 from . import planner, qmath
 from .tflite_model import Operator, Tensor, TFLiteModel, load

@@ -16,9 +16,9 @@ def resolve_model(target: str, scheme: str | None) -> tuple[Path, Path]:
     """RUN_OR_MODEL -> (model .tflite, build directory)."""
     path = Path(target)
     if path.is_dir():
-        from .hil import model_path
+        from .run import tflite_path
         scheme = scheme or "int8"
-        return model_path(path, scheme), path / "build"
+        return tflite_path(path, scheme), path / "build"
     if path.is_file():
         return path, path.parent / "build"
     raise QuarlError(f"{target} is neither a run directory nor a .tflite file")
@@ -38,16 +38,18 @@ def option_value(text: str) -> tuple[str, object]:
 
 
 def cmd_train(a):
-    from .train import train
+    from .measure.selection import int8_judge
+    from .rl.train import train
     options = dict(option_value(t) for t in a.set)
-    info = train(a.env, a.algo, steps=a.steps, seed=a.seed, out=Path(a.out), **options)
+    info = train(a.env, a.algo, steps=a.steps, seed=a.seed, out=Path(a.out), judge=int8_judge,
+                 **options)
     print(json.dumps(info, indent=2) if a.json else
           f"trained {a.algo} on {a.env} in {info.get('train_seconds', 0):.0f} s; best greedy "
           f"validation return {info.get('best_greedy_return')}; run in {a.out}")
 
 
 def cmd_quantize(a):
-    from .quantize import quantize
+    from .quant.schemes import quantize
     for scheme in a.scheme:
         path = quantize(Path(a.run), scheme, calib_size=a.calib_size,
                         qat={"steps": a.qat_steps} if a.qat_steps is not None else None,
@@ -56,7 +58,7 @@ def cmd_quantize(a):
 
 
 def cmd_sweep(a):
-    from .quantize import nbit_sweep
+    from .quant.nbit import nbit_sweep
     rows = nbit_sweep(Path(a.run), bits=a.bits, seeds=range(a.seed, a.seed + a.episodes),
                       modes=a.mode, per_channel=a.per_channel)
     if a.json:
@@ -69,8 +71,8 @@ def cmd_sweep(a):
 
 
 def cmd_build(a):
-    from .boards import get_board
-    from .build import build
+    from .targets.boards import get_board
+    from .targets.build import build
     board = get_board(a.board)
     model, build_root = resolve_model(a.target, a.model)
     fw = build(model, board, Path(a.out) if a.out else build_root / board.id / model.stem)
@@ -83,13 +85,13 @@ def cmd_build(a):
 
 def cmd_flash(a):
     import time
-    from .boards import get_board
-    from .launch import BoardSession
+    from .link.session import BoardSession
+    from .targets.boards import get_board
     board = get_board(a.board)
     model, build_root = resolve_model(a.target, a.model)
     port = a.port
     if a.ssh:
-        from .launch import ssh_deploy
+        from .targets.launch import ssh_deploy
         if board.kind != "linux":
             raise QuarlError(f"--ssh deploys to linux boards; {board.id} is {board.kind}")
         port = ssh_deploy(board, model, a.ssh, a.ssh_option)
@@ -116,8 +118,8 @@ def cmd_flash(a):
 
 
 def cmd_validate(a):
-    from .boards import get_board
-    from .validate import validate
+    from .measure.validate import validate
+    from .targets.boards import get_board
     board = get_board(a.board)
     model = Path(a.model)
     res = validate(model, board, model.parent / "build" / board.id / model.stem,
@@ -135,8 +137,8 @@ def cmd_validate(a):
 
 
 def cmd_hil(a):
-    from .boards import get_board
-    from .hil import run_hil
+    from .measure.hil import run_hil
+    from .targets.boards import get_board
     res = run_hil(Path(a.run), a.model, get_board(a.board), a.episodes, seed=a.seed,
                   port=a.port, flasher=a.flasher, drive=a.drive)
     if a.json:
@@ -151,19 +153,19 @@ def cmd_hil(a):
 
 
 def cmd_bench(a):
-    from .bench import run_bench, select_boards
+    from .measure.bench import run_bench, select_boards
     rows = run_bench(Path(a.run), select_boards(a.boards), n=a.n,
                      out=Path(a.out) if a.out else None, progress=not a.json,
                      flasher=a.flasher, drive=a.drive)
     if a.json:
         print(json.dumps(rows, indent=2))
     else:
-        from .bench import markdown
+        from .measure.bench import markdown
         print(markdown(rows))
 
 
 def cmd_study(a):
-    from .study import run_study
+    from .study.grid import run_study
     summary = run_study(Path(a.config), out=Path(a.out) if a.out else None, workers=a.workers,
                         resume=a.resume, ray_address=a.ray, redo=a.redo,
                         echo=None if a.json else (lambda s: print(s, flush=True)))
@@ -177,7 +179,7 @@ def cmd_study(a):
 
 
 def cmd_report(a):
-    from .report import write_report
+    from .study.report import write_report
     paths = write_report(Path(a.results), Path(a.out) if a.out else None,
                          tolerance=a.tolerance)
     print(f"report: {paths['markdown']}\n        {paths['html']}")
@@ -193,8 +195,8 @@ def cmd_demo(a):
 
 
 def cmd_boards(a):
-    from .boards import all_boards
-    from .flash import describe_tools
+    from .targets.boards import all_boards
+    from .targets.flash_tools import describe_tools
     boards = all_boards()
     rows = []
     for b in boards.values():
@@ -220,7 +222,7 @@ def cmd_boards(a):
 
 
 def cmd_ports(a):
-    from .ports import list_ports
+    from .targets.ports import list_ports
     ports = list_ports()
     if a.json:
         print(json.dumps([{"device": p.device, "usb": p.usb_id, "description": p.description,
@@ -257,7 +259,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--out", required=True, help="run directory to create")
     s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="a field of the algo's config (train.py: DQNConfig, PPOConfig, "
-                        "OffPolicyConfig) over its per-env default, e.g. --set gamma=0.9 "
+                        "OffPolicyConfig in quarl_edge/rl/) over its per-env default, e.g. --set gamma=0.9 "
                         "--set hidden=[256,256]; repeatable")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_train)

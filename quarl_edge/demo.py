@@ -6,9 +6,10 @@ import shutil
 import time
 from pathlib import Path
 
-from .boards import get_board
-from .hil import model_path, run_hil
+from .measure.hil import run_hil
 from .paths import examples_dir
+from .run import tflite_path
+from .targets.boards import get_board
 
 SCHEMES = ("fp32", "fp16", "int8")
 BOARD_SCHEMES = ("fp32", "int8")     # what the firmware runs (fp16 is a host-only size variant)
@@ -31,10 +32,11 @@ def prepare_run(pretrained: bool, workdir: Path, steps: int | None, seed: int) -
         shutil.copytree(src, run, ignore=shutil.ignore_patterns("build", "results"))
         print(f"[1/5] using the shipped example run {src} (copied to {run})")
         return run
-    from .train import train
+    from .measure.selection import int8_judge
+    from .rl.train import train
     run = workdir / f"cartpole_dqn-{time.strftime('%Y%m%d-%H%M%S')}"
     print(f"[1/5] training DQN on CartPole-v1 into {run}")
-    info = train("CartPole-v1", "dqn", steps=steps, seed=seed, out=run)
+    info = train("CartPole-v1", "dqn", steps=steps, seed=seed, out=run, judge=int8_judge)
     print(f"      trained in {info.get('train_seconds', 0):.0f} s, best greedy validation return "
           f"{info.get('best_greedy_return')}")
     return run
@@ -48,11 +50,11 @@ def demo(pretrained: bool = False, board_id: str = "mps2-an386", episodes: int =
 
     print("[2/5] quantizing: " + ", ".join(SCHEMES))
     if not pretrained:
-        from .quantize import quantize
+        from .quant.schemes import quantize
         for scheme in SCHEMES:
             quantize(run, scheme, verbose=False)
     for scheme in SCHEMES:
-        print(f"      {scheme:5s} {model_path(run, scheme).stat().st_size:8,d} B")
+        print(f"      {scheme:5s} {tflite_path(run, scheme).stat().st_size:8,d} B")
 
     results = {}
     for i, scheme in enumerate(BOARD_SCHEMES):

@@ -12,12 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from quarl_edge import protocol as P
-from quarl_edge.agent import Agent
+from quarl_edge.link import protocol as P
+from quarl_edge.link.agent import Agent
 from quarl_edge.errors import BoardError, QuarlError
-from quarl_edge.launch import model_hash
-from quarl_edge.reference import TFLiteRuntime
-from quarl_edge.runner import BoardLink
+from quarl_edge.link.session import model_hash
+from quarl_edge.measure.reference import TFLiteRuntime
+from quarl_edge.link.runner import BoardLink
 
 MODELS = Path(__file__).resolve().parents[1] / "examples" / "cartpole_dqn" / "models"
 
@@ -28,7 +28,7 @@ def agent_link(tmp_path_factory):
     shutil.copy(MODELS / "int8.tflite", model)
     master, slave = os.openpty()
     tty.setraw(slave)
-    proc = subprocess.Popen([sys.executable, "-m", "quarl_edge.agent", str(model), "--stdio"],
+    proc = subprocess.Popen([sys.executable, "-m", "quarl_edge.link.agent", str(model), "--stdio"],
                             stdin=master, stdout=master)
     os.close(master)
     link = BoardLink(os.ttyname(slave), alive=lambda: proc.poll() is None)
@@ -103,7 +103,7 @@ def test_tcp_transport(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "quarl_edge.agent", str(MODELS / "fp32.tflite"),
+    proc = subprocess.Popen([sys.executable, "-m", "quarl_edge.link.agent", str(MODELS / "fp32.tflite"),
                              "--tcp", f"127.0.0.1:{port}"], stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 30
@@ -141,17 +141,21 @@ def test_linux_board_validate_and_hil_through_the_cli(tmp_path):
 
 
 def test_ssh_deploy_commands_are_argument_lists_that_start_the_agent(tmp_path):
-    from quarl_edge.boards import get_board
-    from quarl_edge.launch import AGENT_FILES, ssh_deploy_commands
+    from quarl_edge.targets.boards import get_board
+    from quarl_edge.targets.launch import AGENT_FILES, ssh_deploy_commands
     board = get_board("linux-tflite")
     cmds, url = ssh_deploy_commands(board, MODELS / "int8.tflite", "pi@raspberrypi.local")
     assert url == "socket://raspberrypi.local:5555"
     assert all(isinstance(c, list) and c[0] in ("ssh", "scp") for c in cmds)
-    copied = [Path(a).name for c in cmds if c[0] == "scp" for a in c[2:-1]]
-    assert set(AGENT_FILES) <= set(copied) and "int8.tflite" in copied
-    for name in AGENT_FILES:   # every file the agent imports exists and is what we copy
-        assert (Path(__file__).resolve().parents[1] / "quarl_edge" / name).is_file()
-    assert "python3 -m quarl_edge.agent model.tflite --tcp 0.0.0.0:5555" in cmds[-1][-1]
+    pkg = Path(__file__).resolve().parents[1] / "quarl_edge"
+    copied = {str(Path(a).relative_to(pkg)): c[-1] for c in cmds if c[0] == "scp"
+              for a in c[2:-1] if Path(a).is_relative_to(pkg)}
+    assert set(copied) == set(AGENT_FILES)
+    for name in AGENT_FILES:   # each file lands in its package directory on the board
+        assert (pkg / name).is_file()
+        assert copied[name] == f"pi@raspberrypi.local:quarl-edge-agent/quarl_edge/{Path(name).parent}/"
+    assert any(a.endswith("int8.tflite") for c in cmds if c[0] == "scp" for a in c)
+    assert "python3 -m quarl_edge.link.agent model.tflite --tcp 0.0.0.0:5555" in cmds[-1][-1]
     assert all("BatchMode=yes" in c for c in cmds)           # never a password prompt
     cmds, url = ssh_deploy_commands(board, MODELS / "int8.tflite", "pi@10.0.0.7:2222",
                                     ["IdentityFile=/k"])
@@ -219,9 +223,9 @@ def test_ssh_deploy_to_a_real_sshd_then_validate_over_tcp(sshd, tmp_path):
     import dataclasses
     import socket
     import subprocess
-    from quarl_edge.boards import get_board
-    from quarl_edge.launch import ssh_deploy
-    from quarl_edge.validate import validate
+    from quarl_edge.targets.boards import get_board
+    from quarl_edge.targets.launch import ssh_deploy
+    from quarl_edge.measure.validate import validate
     target, opts = sshd
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -11,7 +11,8 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from quarl_edge.errors import QuarlError  # noqa: E402
-from quarl_edge.train import ALGOS, DEFAULTS, MODEL_FILES, load_keras, train  # noqa: E402
+from quarl_edge.rl.train import ALGOS, DEFAULTS, train  # noqa: E402
+from quarl_edge.run import MODEL_FILES, load_keras  # noqa: E402
 
 PPO_TINY = dict(collect_steps=100, epochs=1, eval_episodes=1, hidden=(8, 8))
 OFF_TINY = dict(learning_starts=50, train_every=50, updates_per_train=5, batch_size=16,
@@ -59,7 +60,8 @@ def test_tiny_run_exports_the_greedy_policy_as_keras(tmp_path, algo, env_id, tin
 
 
 def _check_quantized_continuous_actor(tmp_path):
-    from quarl_edge.quantize import model_ops, quantize, tflite_runner
+    from quarl_edge.measure.reference import model_ops, tflite_runner
+    from quarl_edge.quant.schemes import quantize
     path = quantize(tmp_path, "int8", calib_size=100, verbose=False)
     assert model_ops(path) == ["QUANTIZE"] + ["FULLY_CONNECTED"] * 3 + [
         "TANH", "FULLY_CONNECTED", "DEQUANTIZE"]
@@ -96,7 +98,8 @@ def test_boundary_weights_drop_the_pairs_between_episodes():
     from tf_agents.trajectories import time_step as ts
     from tf_agents.trajectories import trajectory
 
-    from quarl_edge.train import OffPolicyConfig, boundary_weights
+    from quarl_edge.rl.off_policy import boundary_weights
+    from quarl_edge.rl.train import OffPolicyConfig
     F, M, L = ts.StepType.FIRST, ts.StepType.MID, ts.StepType.LAST
     step_type = tf.constant([[M, M], [M, L], [L, F], [F, M]], tf.int32)  # [B, 2] sampled pairs
     next_type = tf.constant([[M, L], [L, F], [F, M], [M, M]], tf.int32)
@@ -123,18 +126,19 @@ def test_ppo_collects_from_side_by_side_envs_and_trains_on_minibatches_of_rows(t
     assert -16.3 * 200 <= float(rows[1]["train_return"]) < 0   # Pendulum: -16.27 <= r <= 0
     assert np.isfinite(float(rows[1]["loss"]))
     # the policy's std, read back from policy/ the way the study does, is the one it trained
-    from quarl_edge.analysis import ppo_action_std
+    from quarl_edge.run import ppo_action_std
     std = info["action_std"]
     assert len(std) == 1 and 0 < std[0] < 2
     np.testing.assert_allclose(ppo_action_std(tmp_path), std, rtol=1e-6)
     assert abs(std[0] - 0.35) > 1e-4        # moved from TF-Agents' initial std (0.35 here)
-    from quarl_edge.train import PPOConfig
+    from quarl_edge.rl.train import PPOConfig
     with pytest.raises(QuarlError, match="minibatches .3. must divide num_envs .4."):
         PPOConfig(num_envs=4, minibatches=3)
 
 
 def test_warmup_noise_uniform_is_independent_and_ou_persists_within_the_bounds():
-    from quarl_edge.train import OffPolicyConfig, WarmupNoise
+    from quarl_edge.rl.off_policy import WarmupNoise
+    from quarl_edge.rl.train import OffPolicyConfig
     low, high = np.array([-1.0, 0.0]), np.array([1.0, 4.0])
 
     def draws(kind):
@@ -159,7 +163,7 @@ def test_warmup_noise_uniform_is_independent_and_ou_persists_within_the_bounds()
 
 
 def test_config_changes_treat_fields_a_run_predates_as_their_defaults():
-    from quarl_edge.train import PPOConfig, config_changes, resolve_config
+    from quarl_edge.rl.train import config_changes, PPOConfig, resolve_config
     cfg = resolve_config("ppo", "Pendulum-v1")
     assert cfg.num_envs == 16 and cfg.gamma == 0.9 and cfg.steps == 200_000
     assert resolve_config("ppo", "Pendulum-v1", 1000, gamma=0.5).gamma == 0.5

@@ -14,11 +14,12 @@ import pytest
 from elftools.elf.elffile import ELFFile
 from helpers_models import cli_json
 
-from quarl_edge import launch
-from quarl_edge.boards import get_board, load_board_file
-from quarl_edge.build import build
+from quarl_edge.targets import launch
+from quarl_edge.targets.boards import get_board, load_board_file
+from quarl_edge.targets.build import build
 from quarl_edge.errors import BoardError, QuarlError, ToolchainError
-from quarl_edge.launch import BoardSession, Simavr, start
+from quarl_edge.link.session import BoardSession
+from quarl_edge.targets.launch import Simavr, start
 
 ROOT = Path(__file__).resolve().parents[1]
 BOARD = get_board("atmega328p")
@@ -70,7 +71,7 @@ def test_int8_builds_warning_free_with_weights_in_flash_and_fits(int8_fw):
 
 def test_memory_measured_on_the_board_fits_2_kib(int8_fw, tmp_path):
     with start(BOARD, int8_fw.elf) as sim:
-        from quarl_edge.runner import BoardLink
+        from quarl_edge.link.runner import BoardLink
         with BoardLink(sim.url, alive=sim.alive) as link:
             info = link.hello()
             assert (info.board_id, info.cost_unit, info.clock_hz) == ("atmega328p", "cycles", 16_000_000)
@@ -146,7 +147,7 @@ def test_int16x8_and_int8_io_models_are_bit_exact(tmp_path):
         calib = np.random.default_rng(0).normal(size=(200, n_in)).astype(np.float32)
         path = tmp_path / f"{name}.tflite"
         path.write_bytes(convert(random_mlp(3, n_in, widths, acts, weight_scale=1.5), mode, calib))
-        from quarl_edge.validate import validate
+        from quarl_edge.measure.validate import validate
         res = validate(path, BOARD, tmp_path / name, random_n=60, seed=1)
         assert res["bit_exact"] is True, (name, res)
 

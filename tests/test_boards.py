@@ -1,7 +1,7 @@
 """The board registry: every shipped board file loads; bad files give clear, named errors."""
 import pytest
 
-from quarl_edge.boards import all_boards, get_board, load_board_file
+from quarl_edge.targets.boards import all_boards, get_board, load_board_file
 from quarl_edge.errors import BoardError
 
 GOOD = """
@@ -66,7 +66,7 @@ def test_unknown_board_lists_the_known_ones(tmp_path):
 
 
 def test_usb_ids_recognise_boards(tmp_path):
-    from quarl_edge.ports import list_ports, match_boards
+    from quarl_edge.targets.ports import list_ports, match_boards
     write(tmp_path, "nucleo", GOOD.format(id="nucleo").replace("[build]", 'usb = ["0483:374B", "0483:374e"]\n[build]'))
     boards = {"nucleo": load_board_file(tmp_path / "nucleo.toml")}
     assert boards["nucleo"].usb == ((0x0483, 0x374B), (0x0483, 0x374E))
@@ -106,7 +106,7 @@ def test_a_missing_emulator_is_named_with_its_install_command(tmp_path):
 
 
 def test_shipped_real_boards_say_how_they_are_flashed_and_reached():
-    from quarl_edge.flash import TOOLS
+    from quarl_edge.targets.flash import TOOLS
     for b in all_boards().values():
         if b.kind != "real":
             assert b.flashers == () or b.connect_method == "serial"
@@ -114,7 +114,7 @@ def test_shipped_real_boards_say_how_they_are_flashed_and_reached():
         assert b.flashers and all(t in TOOLS for t in b.flashers), b.id
         assert b.connect_method == "serial" and b.baud > 0 and b.reset_on_open_ms >= 0, b.id
         if not b.usb:     # e.g. a USB-UART adapter of the user's choice: --port is needed
-            from quarl_edge.ports import find_port
+            from quarl_edge.targets.ports import find_port
             with pytest.raises(BoardError, match="no USB ids .* pass --port"):
                 find_port(b)
         assert [s["tool"] for s in b.flasher_status()] == list(b.flashers)

@@ -11,12 +11,13 @@ import numpy as np
 import pytest
 from helpers_models import cli_json
 
-from quarl_edge import launch
-from quarl_edge.boards import all_boards, load_board_file
-from quarl_edge.build import build
+from quarl_edge.targets import launch
+from quarl_edge.targets.boards import all_boards, load_board_file
+from quarl_edge.targets.build import build
 from quarl_edge.errors import BoardError, QuarlError, ToolchainError
-from quarl_edge.launch import BoardSession, Qemu, start
-from quarl_edge.runner import BoardLink
+from quarl_edge.link.session import BoardSession
+from quarl_edge.targets.launch import Qemu, start
+from quarl_edge.link.runner import BoardLink
 
 ROOT = Path(__file__).resolve().parents[1]
 QEMU_BOARDS = sorted(b.id for b in all_boards().values() if b.connect_method == "qemu")

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from quarl_edge import flash as F
-from quarl_edge.boards import all_boards
-from quarl_edge.build import build
+from quarl_edge.targets import flash as F
+from quarl_edge.targets.boards import all_boards
+from quarl_edge.targets.build import build
+from quarl_edge.targets.flash_tools import describe_tools
 from test_flash import parse_uf2   # our own reader of the UF2 format, independent of the writer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -170,7 +171,7 @@ def test_boards_command_lists_every_board_with_kind_and_flasher():
     for bid, b in boards.items():
         assert rows[bid].split()[1] == b.kind
         if b.kind == "real":
-            assert F.describe_tools(b) in rows[bid]
+            assert describe_tools(b) in rows[bid]
             assert all(t in rows[bid] for t in b.flashers if t not in F.COPY_TOOLS)
         else:
             assert rows[bid].rstrip().endswith(" -")

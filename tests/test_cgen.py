@@ -15,7 +15,7 @@ from helpers_models import (CFLAGS, build_tflite, compile_driver, convert, fc_mo
                             random_mlp, quant, schema, tensor)
 from quarl_edge.converters import cgen, tflite_model
 from quarl_edge.errors import ModelError, QuarlError, UnsupportedOpError
-from quarl_edge.protocol import TensorSpec
+from quarl_edge.link.protocol import TensorSpec
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import pytest  # noqa: E402
 from tf_agents.environments import utils as env_utils  # noqa: E402
 from tf_agents.trajectories import time_step as ts  # noqa: E402
 
-from quarl_edge.envs import GymnasiumEnv, make_env, run_episode  # noqa: E402
+from quarl_edge.rl.tf_env import GymnasiumEnv, make_env, run_episode  # noqa: E402
 from quarl_edge.errors import QuarlError  # noqa: E402
 
 

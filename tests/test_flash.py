@@ -1,4 +1,4 @@
-"""Flashing real boards (quarl_edge/flash.py): the argument list each vendor tool gets, the images
+"""Flashing real boards (quarl_edge/targets/flash.py): the argument list each vendor tool gets, the images
 we write (Intel HEX, UF2) checked against binutils, tool choice and missing-tool messages, drive
 copies (DAPLink, UF2) on a simulated drive, finding the serial port by USB VID:PID, and the real
 tools' failure paths when they are installed (avrdude, openocd, teensy_loader_cli, picotool)."""
@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from quarl_edge import flash as F
-from quarl_edge.boards import load_board_file
+from quarl_edge.targets import flash as F
+from quarl_edge.targets import flash_tools as FT
+from quarl_edge.targets.boards import load_board_file
 from quarl_edge.errors import BoardError, ToolchainError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -279,11 +280,11 @@ def present(*names):
 
 def test_the_first_installed_tool_is_used(tmp_path, monkeypatch):
     b = real_board(tmp_path)
-    monkeypatch.setattr(F, "find_program", present("openocd", "pyocd"))
+    monkeypatch.setattr(FT, "find_program", present("openocd", "pyocd"))
     assert F.pick_tool(b) == "openocd" and F.pick_tool(b, "pyocd") == "pyocd"
-    monkeypatch.setattr(F, "find_program", present("pyocd"))
+    monkeypatch.setattr(FT, "find_program", present("pyocd"))
     assert F.pick_tool(b) == "pyocd"
-    assert F.describe_tools(b) == ("openocd missing (apt-get install --no-install-recommends "
+    assert FT.describe_tools(b) == ("openocd missing (apt-get install --no-install-recommends "
                                    "openocd); pyocd ok")
     assert b.missing_tools() == b.missing_build_tools()       # one flasher is enough
     with pytest.raises(ToolchainError) as e:
@@ -296,7 +297,7 @@ def test_the_first_installed_tool_is_used(tmp_path, monkeypatch):
 
 def test_no_installed_tool_names_every_install_command(tmp_path, monkeypatch):
     b = real_board(tmp_path)
-    monkeypatch.setattr(F, "find_program", present())
+    monkeypatch.setattr(FT, "find_program", present())
     with pytest.raises(ToolchainError) as e:
         F.flash(b, tmp_path / "firmware.elf")
     assert "apt-get install --no-install-recommends openocd" in str(e.value)
@@ -308,11 +309,11 @@ def test_no_installed_tool_names_every_install_command(tmp_path, monkeypatch):
 
 
 def test_drive_copies_need_no_program(tmp_path, monkeypatch):
-    monkeypatch.setattr(F, "find_program", present())
+    monkeypatch.setattr(FT, "find_program", present())
     b = real_board(tmp_path, 'tools = ["daplink", "pyocd"]\n[flash.daplink]\nvolume = "MICROBIT"\n'
                              '[flash.pyocd]\ntarget = "nrf51"')
     assert F.pick_tool(b) == "daplink" and b.missing_tools() == b.missing_build_tools()
-    assert F.describe_tools(b).startswith("copy to MICROBIT drive; pyocd missing (pip install pyocd)")
+    assert FT.describe_tools(b).startswith("copy to MICROBIT drive; pyocd missing (pip install pyocd)")
 
 
 def tool_on_path(tmp_path: Path, monkeypatch, name: str, body: str) -> Path:
@@ -442,7 +443,7 @@ def fake_ports(monkeypatch, ports):
 
 
 def test_the_serial_port_is_found_by_usb_id(tmp_path, monkeypatch):
-    from quarl_edge.ports import find_port
+    from quarl_edge.targets.ports import find_port
     b = real_board(tmp_path)
     fake_ports(monkeypatch, [FakePort("/dev/ttyS0"), FakePort("/dev/ttyACM3", 0x1234, 0x5678)])
     assert find_port(b) == "/dev/ttyACM3"
@@ -477,7 +478,9 @@ def test_a_real_board_is_built_flashed_found_and_answers(tmp_path, monkeypatch, 
     """`quarl-edge flash` on a 'real' board that is the host build: the UF2 lands on a drive,
     a 'board' (the harness behind a pty) appears with the board's USB id, we wait out its reset
     and handshake. Everything but the USB hardware is the real code path."""
-    from quarl_edge import boards, cli, launch
+    from quarl_edge.targets import boards
+    from quarl_edge import cli
+    from quarl_edge.targets import launch
     b = real_board(tmp_path, 'tools = ["uf2"]\n[flash.uf2]\nvolume = "QE-TEST"\n'
                              'family_id = 0x12345678', unit="ns", reset=300, flash_bytes=0)
     drive = tmp_path / "drive"
@@ -600,7 +603,7 @@ def test_real_picotool_reads_our_uf2(tiny_elf, tmp_path):
 
 
 def test_a_board_without_usb_id_needs_port_before_it_is_flashed(tmp_path, monkeypatch):
-    from quarl_edge import launch
+    from quarl_edge.targets import launch
     b = real_board(tmp_path, 'tools = ["teensy"]\n[flash.teensy]\nmcu = "TEENSY41"')
     b = type(b)(**{**b.__dict__, "usb": ()})
     calls = []
@@ -613,9 +616,9 @@ def test_a_board_without_usb_id_needs_port_before_it_is_flashed(tmp_path, monkey
 def test_pyocd_unknown_target_failure_names_the_pack_to_install(tmp_path, monkeypatch):
     """pyocd without the target's CMSIS pack says 'not recognized': our error adds the command."""
     import subprocess as sp
-    from quarl_edge.boards import get_board
+    from quarl_edge.targets.boards import get_board
     from quarl_edge.errors import BoardError
-    from quarl_edge.flash import run_tool
+    from quarl_edge.targets.flash import run_tool
 
     def fake_run(args, **kw):   # pyocd's own words for a target it does not have
         return sp.CompletedProcess(args, 1, b"0000375 C Target type 'stm32f446retx' not recognized. "

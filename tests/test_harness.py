@@ -33,7 +33,7 @@ import serial
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from quarl_edge import protocol as P
+from quarl_edge.link import protocol as P
 
 ROOT = Path(__file__).resolve().parents[1]
 CORE = ROOT / "firmware" / "core"

@@ -26,9 +26,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from quarl_edge.boards import all_boards, get_board, load_board_file
-from quarl_edge.build import (COMMON_CFLAGS, board_defines, expand_flag, firmware_sources,
-                              kernel_sources, port_dirs)
+from quarl_edge.targets.boards import all_boards, get_board, load_board_file
+from quarl_edge.targets.build import (COMMON_CFLAGS, board_defines, expand_flag, firmware_sources, kernel_sources, port_dirs)
 from quarl_edge.errors import BoardError, QuarlError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -398,7 +397,7 @@ def test_the_build_swaps_only_the_variants_files():
 
 # ------------------------------------------------------------------------------ end to end (QEMU)
 def _validate(model: Path, tmp: Path, n: int = 60) -> dict:
-    from quarl_edge.validate import validate
+    from quarl_edge.measure.validate import validate
     board = dataclasses.replace(get_board("mps2-an386"), kernels=VARIANT)
     res = validate(model, board, tmp / "fw", random_n=n)
     assert VARIANT_FC.name in (tmp / "fw" / "build.cmd").read_text()
@@ -412,7 +411,7 @@ def test_cartpole_int8_with_the_variant_is_bit_exact_on_mps2_an386(tmp_path):
 
 
 def test_cartpole_int8_acc_head_with_the_variant_is_bit_exact_on_mps2_an386(tmp_path):
-    from quarl_edge import remedies
+    from quarl_edge.quant import remedies
     path = tmp_path / "int8-acc.tflite"
     path.write_bytes(remedies.tag_head((ROOT / "examples" / "cartpole_dqn" / "models" / "int8.tflite").read_bytes()))
     res = _validate(path, tmp_path)

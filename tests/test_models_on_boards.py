@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from helpers_models import convert, random_cnn, random_mlp
-from quarl_edge.boards import all_boards
-from quarl_edge.validate import validate
+from quarl_edge.targets.boards import all_boards
+from quarl_edge.measure.validate import validate
 
 BOARDS = [b for b in all_boards().values()
           if b.kind == "host" or (b.kind == "emulated" and b.connect_method == "qemu")]
@@ -54,7 +54,7 @@ def test_every_model_kind_is_bit_exact_on_every_board(board, models, tmp_path):
 def test_integer_policies_on_the_avr(models, tmp_path):
     """atmega328p (2 KiB RAM, 64-byte frames): the integer kinds, a CNN small enough for it, and
     a float tanh head (avr-libc's tanhf: within an ulp or so of glibc's)."""
-    from quarl_edge.boards import get_board
+    from quarl_edge.targets.boards import get_board
     board = get_board("atmega328p")
     small_cnn = tmp_path / "cnn_small_int8_io.tflite"
     calib = np.random.default_rng(0).normal(size=(200, 5, 5, 2)).astype(np.float32)

@@ -36,9 +36,9 @@ needs_mujoco = pytest.mark.skipif(bool(_mujoco_missing()), reason=_mujoco_missin
 
 @needs_mujoco
 def test_the_mujoco_study_is_valid_and_uses_the_tuned_defaults():
-    from quarl_edge.envs import KNOWN_ENVS, MUJOCO_ENVS
-    from quarl_edge.study import load_study, plan
-    from quarl_edge.train import DEFAULTS, OffPolicyConfig
+    from quarl_edge.rl.envs import KNOWN_ENVS, MUJOCO_ENVS
+    from quarl_edge.study.grid import load_study, plan
+    from quarl_edge.rl.train import DEFAULTS, OffPolicyConfig
 
     study = load_study(ROOT / "studies" / "mujoco.toml")
     classic = tomllib.loads((ROOT / "studies" / "classic.toml").read_text())
@@ -60,9 +60,11 @@ def test_the_mujoco_study_is_valid_and_uses_the_tuned_defaults():
 @needs_mujoco
 def test_tiny_sac_on_halfcheetah_quantizes_to_an_integer_actor_that_acts(tmp_path):
     import gymnasium as gym
-    from quarl_edge.envs import outputs_to_actions, play_batched
-    from quarl_edge.quantize import _interpreter, model_ops, quantize, tflite_runner
-    from quarl_edge.train import load_keras, train
+    from quarl_edge.rl.envs import outputs_to_actions, play_batched
+    from quarl_edge.measure.reference import _interpreter, model_ops, tflite_runner
+    from quarl_edge.quant.schemes import quantize
+    from quarl_edge.rl.train import train
+    from quarl_edge.run import load_keras
 
     env = gym.make("HalfCheetah-v5")
     space = env.action_space

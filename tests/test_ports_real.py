@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from quarl_edge.boards import get_board
-from quarl_edge.build import build
+from quarl_edge.targets.boards import get_board
+from quarl_edge.targets.build import build
 from quarl_edge.errors import ToolchainError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -197,7 +197,7 @@ def test_microbit_v1_firmware_counts_cycles_on_qemus_microbit(tmp_path):
     """QEMU models the nRF51's TIMER0 (not the crystal: its CLOCK block reads as started), so the
     real board's firmware runs there: same answers, and its 16 MHz TIMER0 count equals the
     emulated board's instruction count times 16 MHz x 2^7 ns (icount shift 7 = 128 ns)."""
-    from quarl_edge.launch import BoardSession
+    from quarl_edge.link.session import BoardSession
     if shutil.which("qemu-system-arm") is None:
         pytest.skip("qemu-system-arm is not installed")
     emulated = get_board("microbit")

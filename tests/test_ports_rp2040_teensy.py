@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from quarl_edge.boards import get_board
-from quarl_edge.build import build
+from quarl_edge.targets.boards import get_board
+from quarl_edge.targets.build import build
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "examples" / "cartpole_dqn" / "models"

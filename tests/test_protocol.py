@@ -1,7 +1,7 @@
 """The protocol's two implementations agree: the generated C header matches the Python constants,
 and firmware/core/protocol.c (compiled with real gcc into a shared library, driven via ctypes)
 computes the same CRC, writes byte-identical frames and finds the same frames in a byte stream
-as quarl_edge.protocol."""
+as quarl_edge.link.protocol."""
 from __future__ import annotations
 
 import ctypes
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from quarl_edge import protocol as P
+from quarl_edge.link import protocol as P
 
 ROOT = Path(__file__).resolve().parents[1]
 CORE = ROOT / "firmware" / "core"
@@ -148,7 +148,7 @@ def test_committed_header_matches_python_constants():
 
 
 def test_header_cli_prints_the_same_header():
-    out = subprocess.run([sys.executable, "-m", "quarl_edge.protocol", "--header"],
+    out = subprocess.run([sys.executable, "-m", "quarl_edge.link.protocol", "--header"],
                          capture_output=True, text=True, check=True).stdout
     assert out == P.c_header()
 

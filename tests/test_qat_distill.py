@@ -16,9 +16,11 @@ import pytest  # noqa: E402
 
 from helpers_models import copy_example_run  # noqa: E402
 from quarl_edge.errors import QuarlError  # noqa: E402
-from quarl_edge.qat import QAT_DISTILL_SEED_BASE, TANH_PRE_RANGE  # noqa: E402
-from quarl_edge.quantize import model_ops, model_tensors, quantize, tflite_runner  # noqa: E402
-from quarl_edge.train import load_keras, train  # noqa: E402
+from quarl_edge.rl.qat import QAT_DISTILL_SEED_BASE, TANH_PRE_RANGE  # noqa: E402
+from quarl_edge.measure.reference import model_ops, model_tensors, tflite_runner  # noqa: E402
+from quarl_edge.quant.schemes import quantize  # noqa: E402
+from quarl_edge.rl.train import train  # noqa: E402
+from quarl_edge.run import load_keras  # noqa: E402
 
 FAST = {"steps": 1000, "episodes_per_round": 1, "updates_per_round": 50, "eval_episodes": 2}
 OFF_TINY = dict(learning_starts=50, train_every=50, updates_per_train=5, batch_size=16,
@@ -129,7 +131,7 @@ def test_errors(dqn_run, td3_run):
 
 
 def test_study_runs_the_scheme_for_every_algorithm(dqn_run, tmp_path):
-    from quarl_edge.study import _train_spec, load_study, plan, run_group
+    from quarl_edge.study.grid import _train_spec, load_study, plan, run_group
     config = tmp_path / "s.toml"
     config.write_text('''
 [study]

@@ -12,11 +12,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from quarl_edge import remedies  # noqa: E402
-from quarl_edge.analysis import keras_runner  # noqa: E402
+from quarl_edge.quant import remedies  # noqa: E402
+from quarl_edge.run import keras_runner  # noqa: E402
 from quarl_edge.errors import QuarlError  # noqa: E402
-from quarl_edge.quantize import quantize, tflite_runner  # noqa: E402
-from quarl_edge.train import load_keras  # noqa: E402
+from quarl_edge.measure.reference import tflite_runner  # noqa: E402
+from quarl_edge.quant.schemes import quantize  # noqa: E402
+from quarl_edge.run import load_keras  # noqa: E402
 
 
 
@@ -232,8 +233,8 @@ def test_accumulator_head_refuses_a_graph_without_an_fc_dequantize_tail(tmp_path
 def test_int8_acc_validates_bit_exact_on_the_host_board(run_dir):
     """The whole path: quantize int8-acc -> build the host firmware -> validate over the
     serial protocol against the accumulator reference (random inputs, a third saturating)."""
-    from quarl_edge.boards import get_board
-    from quarl_edge.validate import validate
+    from quarl_edge.targets.boards import get_board
+    from quarl_edge.measure.validate import validate
     acc = quantize(run_dir, "int8-acc", calib_size=300, verbose=False)
     res = validate(acc, get_board("host"), run_dir / "build" / "host", random_n=200)
     assert res["bit_exact"] and res["n"] == 200 and res["mismatches"] == 0

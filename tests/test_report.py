@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 from quarl_edge.errors import QuarlError
-from quarl_edge.report import (Results, claims, normalised_loss, reward_threshold, spearman,
-                               write_report)
+from quarl_edge.study.report import (Results, claims, normalised_loss, reward_threshold, spearman, write_report)
 
 
 def _run(algo, env, seed, fp32, rnd, wrange, eval_seeds=(0, 1, 2)):
@@ -171,7 +170,7 @@ def test_report_files_last_row_wins_and_self_contained_html(tmp_path):
 
 
 def test_remedy_table_picks_the_winner_per_task(tmp_path):
-    from quarl_edge.report import remedy_table
+    from quarl_edge.study.report import remedy_table
     rows = []
     for seed in range(2):
         rows.append(_run("dqn", "Acrobot-v1", seed, -80.0, -500.0, 1.0))

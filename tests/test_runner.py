@@ -8,9 +8,9 @@ import tty
 
 import pytest
 
-from quarl_edge import protocol as P
+from quarl_edge.link import protocol as P
 from quarl_edge.errors import BoardError, ProtocolError
-from quarl_edge.runner import BoardLink
+from quarl_edge.link.runner import BoardLink
 
 
 def test_missing_port_is_a_clear_error():

@@ -15,9 +15,10 @@ import pytest  # noqa: E402
 
 from helpers_models import copy_example_run  # noqa: E402
 from quarl_edge.errors import QuarlError  # noqa: E402
-from quarl_edge.qat import NStepReplay, qat_model  # noqa: E402
-from quarl_edge.quantize import SCHEMES, model_ops, model_tensors, quantize, tflite_runner  # noqa: E402
-from quarl_edge.train import load_keras  # noqa: E402
+from quarl_edge.rl.qat import NStepReplay, qat_model  # noqa: E402
+from quarl_edge.measure.reference import model_ops, model_tensors, tflite_runner  # noqa: E402
+from quarl_edge.quant.schemes import SCHEMES, quantize  # noqa: E402
+from quarl_edge.run import load_keras  # noqa: E402
 
 QAT_FAST = {"steps": 512, "train_every": 256, "updates_per_train": 32, "eval_every": 512,
             "eval_episodes": 2}
@@ -115,7 +116,7 @@ def test_qat_fine_tuning_ran_in_the_rl_loop_and_keeps_the_policy(run_dir, models
     assert log["curve"][1]["loss"] is not None and log["best_validation_return"] >= 400
     # the converted model still plays CartPole like the float network (real tflite-runtime)
     run = tflite_runner(models["qat-int8"])
-    from quarl_edge.envs import make_env, run_episode
+    from quarl_edge.rl.tf_env import make_env, run_episode
     env = make_env("CartPole-v1")
     assert run_episode(env, lambda o: int(np.argmax(run(o))), seed=0)[0] >= 400
     assert _rel_err(models["qat-int8"], load_keras(run_dir), probe) < 0.1

@@ -11,7 +11,9 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from quarl_edge.errors import QuarlError  # noqa: E402
-from quarl_edge.train import (DQNConfig, load_keras, mlp_q_values, train)  # noqa: E402
+from quarl_edge.rl.train import DQNConfig, train  # noqa: E402
+from quarl_edge.measure.selection import int8_judge  # noqa: E402
+from quarl_edge.run import load_keras, mlp_q_values  # noqa: E402
 
 TINY = dict(learning_starts=100, eval_every=100, eval_episodes=2, log_every=50, batch_size=32,
             train_every=50, updates_per_train=10,
@@ -21,7 +23,7 @@ TINY = dict(learning_starts=100, eval_every=100, eval_episodes=2, log_every=50, 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("run")
-    info = train("CartPole-v1", "dqn", 300, 3, out, progress=False, **TINY)
+    info = train("CartPole-v1", "dqn", 300, 3, out, progress=False, judge=int8_judge, **TINY)
     return out, info
 
 
@@ -89,6 +91,13 @@ def test_unknown_algo_env_and_option():
         DQNConfig(steps=0)
 
 
+def test_dqn_int8_selection_needs_a_judge(tmp_path):
+    """Training imports no converter: the int8 checkpoint ranking is handed in (select_int8)."""
+    with pytest.raises(QuarlError, match="judge=quarl_edge.measure.selection.int8_judge"):
+        train("CartPole-v1", "dqn", 10, 0, tmp_path, progress=False)
+    assert not (tmp_path / "run.json").exists()
+
+
 def test_dqn_refuses_continuous_actions(tmp_path):
     with pytest.raises(QuarlError, match="Discrete"):
         train("Pendulum-v1", "dqn", 10, 0, tmp_path, progress=False)
@@ -101,5 +110,5 @@ def test_load_keras_without_a_run(tmp_path):
 
 @pytest.mark.slow
 def test_default_cartpole_training_reaches_450(tmp_path):
-    info = train("CartPole-v1", "dqn", None, 1, tmp_path, progress=False)
+    info = train("CartPole-v1", "dqn", None, 1, tmp_path, progress=False, judge=int8_judge)
     assert info["best_greedy_return"] >= 450, info

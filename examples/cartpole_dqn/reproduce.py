@@ -19,9 +19,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np  # noqa: E402
 
-from quarl_edge.envs import make_env, run_episode  # noqa: E402
-from quarl_edge.quantize import quantize, tflite_runner  # noqa: E402
-from quarl_edge.train import load_run, train  # noqa: E402
+from quarl_edge.rl.tf_env import make_env, run_episode  # noqa: E402
+from quarl_edge.measure.reference import tflite_runner  # noqa: E402
+from quarl_edge.quant.schemes import quantize  # noqa: E402
+from quarl_edge.rl.train import train  # noqa: E402
+from quarl_edge.run import load_run  # noqa: E402
 
 RUN = Path(__file__).resolve().parent
 SCHEMES = ("fp32", "fp16", "int8")

@@ -12,34 +12,13 @@ from typing import Callable
 import gymnasium as gym
 import numpy as np
 
-from .boards import Board
-from .errors import QuarlError
-from .launch import BoardSession
-from .runner import latency_summary
-
-
-def load_run(run_dir: Path) -> dict:
-    meta = Path(run_dir) / "run.json"
-    if not meta.is_file():
-        raise QuarlError(f"{run_dir} is not a run directory (no run.json); train one with "
-                         "`quarl-edge train` or use examples/cartpole_dqn")
-    return json.loads(meta.read_text())
-
-
-def model_path(run_dir: Path, scheme: str) -> Path:
-    path = Path(run_dir) / "models" / f"{scheme}.tflite"
-    if not path.is_file():
-        raise QuarlError(f"no {scheme} model in {run_dir}/models; make it with "
-                         f"`quarl-edge quantize {run_dir} --scheme {scheme}`")
-    return path
-
-
-def to_action(output: np.ndarray, space: gym.Space):
-    """A policy output -> an environment action: argmax of Q-values for discrete spaces."""
-    out = np.asarray(output, dtype=np.float64).reshape(-1)
-    if isinstance(space, gym.spaces.Discrete):
-        return int(np.argmax(out))
-    return np.clip(out.reshape(space.shape), space.low, space.high).astype(space.dtype)
+from ..errors import QuarlError
+from ..link.runner import latency_summary
+from ..link.session import BoardSession
+from ..rl.envs import output_to_action as to_action
+from ..run import load_keras, load_run, tflite_path
+from ..targets.boards import Board
+from .reference import host_reference
 
 
 def play(env_id: str, act: Callable[[np.ndarray], object], seeds: list[int],
@@ -79,7 +58,7 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
     run_dir = Path(run_dir)
     meta = load_run(run_dir)
     env_id = meta["env"]
-    mpath = model_path(run_dir, scheme)
+    mpath = tflite_path(run_dir, scheme)
     seeds = list(range(seed, seed + episodes))
     space = gym.make(env_id).action_space
     results_dir = run_dir / "results"
@@ -111,12 +90,10 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
         memory = s.memory()
         unit = s.info.cost_unit
 
-    from .remedies import host_reference
     host = host_reference(mpath)   # tflite-runtime (int8-acc: the head's accumulator readout)
     host_returns, _, _ = play(env_id, lambda o: to_action(host.run([o])[0], space), seeds,
                               log_episode("tflite-runtime"))
 
-    from .train import load_keras
     keras_model = load_keras(run_dir)
     fp32_fn = _batched(keras_model)
     fp32_returns, _, _ = play(env_id, lambda o: to_action(fp32_fn(o[None])[0], space), seeds,

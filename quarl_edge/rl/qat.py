@@ -63,7 +63,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import QuarlError
+from ..errors import QuarlError
 
 QAT_SEED_BASE = 30_000
 
@@ -95,7 +95,7 @@ TANH_PRE_RANGE = 4.0
 def _activation_ranges(model, calibration: np.ndarray) -> dict[str, tuple[float, float]]:
     """Per Dense layer name: the (min, max) of its output on the calibration data; "input" too,
     and "<name>/pre" for the pre-activation of a tanh layer (clipped, see TANH_PRE_RANGE)."""
-    from .train import mlp_forward, mlp_layers
+    from ..run import mlp_forward, mlp_layers
     x = np.asarray(calibration, np.float32).reshape(len(calibration), -1)
     ranges = {"input": (float(x.min()), float(x.max()))}
     names = [layer.name for layer in model.layers if layer.__class__.__name__ == "Dense"]
@@ -198,7 +198,7 @@ def qat_finetune(run_dir: Path, calibration: np.ndarray, seed: int = 0, progress
                  **options):
     """Fine-tune the run's network with fake quantization in the RL loop; returns the tfmot model
     (the best on the validation seeds), ready for quantize.convert_keras(model, "qat-int8")."""
-    from .train import load_keras, load_run
+    from ..run import load_keras, load_run
 
     run_dir = Path(run_dir)
     run = load_run(run_dir)
@@ -218,7 +218,7 @@ def finetune_dqn(model, run: dict, calibration: np.ndarray, cfg: QATConfig, seed
     from tqdm import tqdm
 
     from .envs import make_gym, play_batched
-    from .train import VALIDATION_SEED_BASE
+    from ..run import VALIDATION_SEED_BASE
 
     hp = run.get("hyperparameters", {})
     gamma, n_step = float(hp.get("gamma", 0.99)), int(hp.get("n_step", 1))
@@ -371,7 +371,7 @@ def qat_distill(run_dir: Path, calibration: np.ndarray, seed: int = 0, progress:
     """QAT by on-policy distillation from the run's fp32 network (any algorithm); returns the
     tfmot model (the best on the validation seeds), ready for
     quantize.convert_keras(model, "qat-distill-int8"). Log: RUN/qat-distill.json."""
-    from .train import load_keras, load_run
+    from ..run import load_keras, load_run
 
     run_dir = Path(run_dir)
     run = load_run(run_dir)
@@ -390,7 +390,7 @@ def distill(model, run: dict, calibration: np.ndarray, cfg: DistillConfig, seed:
     from tqdm import tqdm
 
     from .envs import make_gym, play_batched
-    from .train import VALIDATION_SEED_BASE, mlp_forward, mlp_layers
+    from ..run import VALIDATION_SEED_BASE, mlp_forward, mlp_layers
 
     env_id = run["env"]
     gym_env = make_gym(env_id)

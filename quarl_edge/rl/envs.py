@@ -1,100 +1,15 @@
-"""Gymnasium environments as TF-Agents PyEnvironments.
-
-tf-agents 0.19 only wraps the old 4-tuple `gym` API, so this module adapts the Gymnasium API:
-
-- specs come from the spaces: a `Box` becomes a float32 array spec, a `Discrete(n)` a scalar
-  int64 spec with bounds [start, start + n - 1];
-- `terminated` becomes `ts.termination` (discount 0: no bootstrapping past the end),
-  `truncated` becomes `ts.truncation` (discount 1: the value of the cut-off state still counts);
-- a step after a LAST time step resets the environment (the action is ignored), as TF-Agents'
-  drivers expect;
-- `seed(s)` makes the next reset call `env.reset(seed=s)`. Later resets continue Gymnasium's
-  random stream, so `make_env(id, seed=s)` gives a reproducible sequence of episodes, and
-  evaluation can call `seed(k)` before episode k for a fixed set of start states.
-"""
+"""Gymnasium environments and policies as network outputs, without TF-Agents: making an env
+(with install hints for the optional ones), turning a policy network's outputs into actions,
+comparing two policies' outputs, and playing many seeded episodes in lockstep (`play_batched`).
+The TF-Agents adapter the training loops step is rl/tf_env.py."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 import gymnasium as gym
 import numpy as np
-from tf_agents.environments import py_environment
-from tf_agents.specs import array_spec
-from tf_agents.trajectories import time_step as ts
 
-from .errors import QuarlError
-
-
-def _space_to_spec(space: gym.Space, name: str) -> array_spec.BoundedArraySpec:
-    if isinstance(space, gym.spaces.Discrete):
-        start = int(space.start)
-        return array_spec.BoundedArraySpec((), np.int64, minimum=start,
-                                           maximum=start + int(space.n) - 1, name=name)
-    if isinstance(space, gym.spaces.Box):
-        f32 = np.finfo(np.float32)
-        low = np.clip(np.asarray(space.low, np.float64), f32.min, f32.max).astype(np.float32)
-        high = np.clip(np.asarray(space.high, np.float64), f32.min, f32.max).astype(np.float32)
-        return array_spec.BoundedArraySpec(space.shape, np.float32, minimum=low, maximum=high,
-                                           name=name)
-    raise QuarlError(f"unsupported {name} space {space}: only Box and Discrete are supported")
-
-
-class GymnasiumEnv(py_environment.PyEnvironment):
-    """A Gymnasium `Env` seen as a TF-Agents `PyEnvironment` (unbatched)."""
-
-    def __init__(self, env: gym.Env, seed: int | None = None, discount: float = 1.0):
-        super().__init__(handle_auto_reset=True)
-        self.gym_env = env
-        self._discount = np.float32(discount)
-        self._observation_spec = _space_to_spec(env.observation_space, "observation")
-        self._action_spec = _space_to_spec(env.action_space, "action")
-        self._discrete = isinstance(env.action_space, gym.spaces.Discrete)
-        self._next_seed = seed
-        if seed is not None:
-            env.action_space.seed(seed)
-
-    # -- specs
-    def observation_spec(self) -> array_spec.BoundedArraySpec:
-        return self._observation_spec
-
-    def action_spec(self) -> array_spec.BoundedArraySpec:
-        return self._action_spec
-
-    # -- seeding
-    def seed(self, seed: int | None) -> None:
-        """The next reset starts from `env.reset(seed=seed)`."""
-        self._next_seed = None if seed is None else int(seed)
-
-    def reset_with_seed(self, seed: int) -> ts.TimeStep:
-        """Start an episode from `env.reset(seed=seed)` (for reproducible evaluation)."""
-        self.seed(seed)
-        return self.reset()
-
-    # -- dynamics
-    def _obs(self, obs: Any) -> np.ndarray:
-        return np.asarray(obs, dtype=self._observation_spec.dtype)
-
-    def _reset(self) -> ts.TimeStep:
-        seed, self._next_seed = self._next_seed, None
-        obs, _info = self.gym_env.reset(seed=seed)
-        return ts.restart(self._obs(obs))
-
-    def _step(self, action) -> ts.TimeStep:
-        action = np.asarray(action)
-        action = int(action) if self._discrete else action.astype(self.gym_env.action_space.dtype)
-        obs, reward, terminated, truncated, _info = self.gym_env.step(action)
-        obs, reward = self._obs(obs), np.float32(reward)
-        if terminated:
-            return ts.termination(obs, reward)
-        if truncated:
-            return ts.truncation(obs, reward, self._discount)
-        return ts.transition(obs, reward, self._discount)
-
-    def render(self, mode: str = "rgb_array"):
-        return self.gym_env.render()
-
-    def close(self) -> None:
-        self.gym_env.close()
+from ..errors import QuarlError
 
 
 # The environments of the classic study (studies/classic.toml); LunarLander needs box2d.
@@ -142,28 +57,6 @@ def make_gym(env_id: str, **kwargs) -> gym.Env:
                          "Gymnasium id works") from None
 
 
-def make_env(env_id: str, seed: int | None = None, discount: float = 1.0,
-             **kwargs) -> GymnasiumEnv:
-    """A TF-Agents PyEnvironment for Gymnasium `env_id`; its first reset uses `seed`."""
-    return GymnasiumEnv(make_gym(env_id, **kwargs), seed=seed, discount=discount)
-
-
-def run_episode(env: GymnasiumEnv, act: Callable[[np.ndarray], int], seed: int,
-                max_steps: int = 100_000) -> tuple[float, np.ndarray]:
-    """One episode from `env.reset(seed=seed)` choosing actions with `act(observation)`.
-
-    Returns the undiscounted return and the observations acted on, [steps, *obs_shape]."""
-    step = env.reset_with_seed(seed)
-    total, observations = 0.0, []
-    for _ in range(max_steps):
-        observations.append(step.observation)
-        step = env.step(np.asarray(act(step.observation), dtype=env.action_spec().dtype))
-        total += float(step.reward)
-        if step.is_last():
-            break
-    return total, np.stack(observations)
-
-
 # ----------------------------------------------------------------- policies as network outputs
 def output_to_action(output: np.ndarray, space: gym.Space):
     """A policy network's output -> an environment action.
@@ -182,6 +75,18 @@ def outputs_to_actions(outputs: np.ndarray, space: gym.Space) -> np.ndarray:
     if isinstance(space, gym.spaces.Discrete):
         return outputs.argmax(axis=1) + int(space.start)
     return np.clip(outputs.reshape((-1, *space.shape)), space.low, space.high).astype(space.dtype)
+
+
+def compare_outputs(ref: np.ndarray, out: np.ndarray, space) -> dict:
+    """Agreement (and ties, for discrete spaces) of outputs `out` with reference outputs `ref`."""
+    a_ref, a = outputs_to_actions(ref, space), outputs_to_actions(out, space)
+    if hasattr(space, "n"):
+        top2 = np.sort(out, axis=1)[:, -2:] if out.shape[1] > 1 else None
+        ties = float(np.mean(top2[:, 1] == top2[:, 0])) if top2 is not None else 0.0
+        return {"agreement": float(np.mean(a == a_ref)), "ties": ties}
+    span = np.asarray(space.high, np.float64) - np.asarray(space.low, np.float64)
+    dist = np.abs(a.astype(np.float64) - a_ref) / span
+    return {"agreement": float(1.0 - dist.mean()), "ties": None}
 
 
 def play_batched(env_id: str, policy: Callable[[np.ndarray], np.ndarray], seeds,

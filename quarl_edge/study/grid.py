@@ -81,7 +81,7 @@ from typing import Callable
 
 import numpy as np
 
-from .errors import QuarlError
+from ..errors import QuarlError
 
 # Algorithms whose RL loop qat.py can fine-tune in (qat.qat_finetune refuses the others).
 QAT_ALGOS = ("dqn",)
@@ -173,10 +173,10 @@ def _check_env(algo: str, env_id: str, where: str) -> None:
     try:
         env = gym.make(env_id)
     except (gym.error.DependencyNotInstalled, ImportError) as e:
-        from .envs import missing_dependency_error  # imports tf_agents: only on this path
+        from ..rl.envs import missing_dependency_error
         raise QuarlError(f"{where}: {missing_dependency_error(env_id, e)}") from None
     except gym.error.Error as e:
-        from .envs import KNOWN_ENVS, MUJOCO_ENVS  # imports tf_agents: only on this path
+        from ..rl.envs import KNOWN_ENVS, MUJOCO_ENVS
         raise QuarlError(f"{where}: unknown Gymnasium environment {env_id!r} ({e}); known (with "
                          f"tuned defaults): {', '.join(KNOWN_ENVS + MUJOCO_ENVS)}") from None
     space = env.action_space
@@ -191,9 +191,9 @@ def _check_env(algo: str, env_id: str, where: str) -> None:
 
 def load_study(path: Path) -> Study:
     """Parse and check a study TOML file; raises QuarlError naming the first bad entry."""
-    from .quantize import SCHEMES
-    from .remedies import RUNNERS as REMEDY_RUNNERS
-    from .train import ALGOS
+    from ..quant.remedies import RUNNERS as REMEDY_RUNNERS
+    from ..quant.schemes import SCHEMES
+    from ..rl.train import ALGOS
 
     path = Path(path)
     if not path.is_file():
@@ -235,7 +235,7 @@ def load_study(path: Path) -> Study:
                                  f"{', '.join([*SCHEMES, *REMEDY_RUNNERS])}")
         if len(set(schemes)) != len(schemes):
             raise QuarlError(f"{where}: a scheme is listed twice in {schemes}")
-        from .qat import DistillConfig, QATConfig
+        from ..rl.qat import DistillConfig, QATConfig
         config_cls = ALGOS[algo][0]
         options = _known_options(t.get("options", {}), config_cls, algo, where)
         qat = _known_options(t.get("qat", {}), QATConfig, "qat", where)
@@ -251,7 +251,7 @@ def load_study(path: Path) -> Study:
             raise QuarlError(f"{where}: steps must be positive, got {steps}")
         _check_env(algo, env_id, where)
         try:  # the algo's config dataclass checks the values too
-            from .train import DEFAULTS
+            from ..rl.train import DEFAULTS
             config_cls(**{**DEFAULTS.get((algo, env_id), {}), **options,
                           **({"steps": int(steps)} if steps is not None else {})})
         except TypeError as e:
@@ -399,7 +399,7 @@ def _train_matches(run_dir: Path, group: dict) -> bool:
 def stale_hyperparameters(run_dir: Path, group: dict) -> dict[str, tuple]:
     """{field: (trained with, would train now)} for a run directory that has a run.json; empty
     when it matches the group's resolved training config or has no run.json."""
-    from .train import config_changes, resolve_config
+    from ..rl.train import config_changes, resolve_config
     try:
         saved = json.loads((run_dir / "run.json").read_text())["hyperparameters"]
     except (OSError, json.JSONDecodeError, KeyError, TypeError):
@@ -425,13 +425,16 @@ def _limit_threads(threads: int) -> None:
 def run_group(group: dict, out: Path, done: set, emit: Callable[[dict], None],
               log: Callable[[str], None] = lambda s: None) -> None:
     """Train (or reuse) one run and produce its pending rows, calling emit(row) per row."""
-    from .analysis import (batch_runner, evaluate_runner, gaussian_policy_kl, keras_runner,
-                           policy_kl, ppo_action_std, random_policy_return, weight_quantiles,
-                           weight_stats)
-    from .envs import make_gym, play_batched
-    from . import remedies
-    from .quantize import nbit_sweep, quantize, tflite_runner
-    from .train import load_keras, load_run, mlp_layers, train
+    from ..measure.reference import tflite_runner
+    from ..measure.selection import int8_judge
+    from ..quant import remedies
+    from ..quant.nbit import nbit_sweep
+    from ..quant.schemes import quantize
+    from ..rl.envs import make_gym, play_batched
+    from ..rl.train import train
+    from ..run import keras_runner, load_keras, load_run, mlp_layers, ppo_action_std
+    from .analysis import (batch_runner, evaluate_runner, gaussian_policy_kl, policy_kl,
+                           random_policy_return, weight_quantiles, weight_stats)
 
     algo, env_id, seed = group["algo"], group["env"], group["seed"]
     base = {"study": group.get("study"), "algo": algo, "env": env_id, "seed": seed}
@@ -445,7 +448,8 @@ def run_group(group: dict, out: Path, done: set, emit: Callable[[dict], None],
         log(f"train {algo} {env_id} seed {seed} ({group['steps'] or 'default'} steps)")
         if run_dir.exists():
             shutil.rmtree(run_dir)
-        train(env_id, algo, group["steps"], seed, run_dir, progress=False, **group["options"])
+        train(env_id, algo, group["steps"], seed, run_dir, progress=False, judge=int8_judge,
+              **group["options"])
         (run_dir / "study-train.json").write_text(json.dumps(_train_spec(group)) + "\n")
     info = load_run(run_dir)
     train_wall = time.perf_counter() - t0

@@ -52,8 +52,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import QuarlError
-from .study import latest_rows, read_results
+from ..errors import QuarlError
+from .grid import latest_rows, read_results
 
 SCHEME_ORDER = ["fp32", "fp16", "dyn-int8", "int8", "int16x8", "qat-int8", "qat-distill-int8",
                 "int8-centred", "int8-acc", "int8-centred-acc", "int8-i16head"]

@@ -2,11 +2,13 @@
 with tflite-runtime and answers the same protocol as the C firmware (docs/protocol.md), over a
 serial device, a TCP port or its own stdin/stdout (behind a pty when tested here).
 
-    python -m quarl_edge.agent MODEL.tflite --stdio                 # behind a pty
-    python -m quarl_edge.agent MODEL.tflite --serial /dev/ttyGS0    # a USB gadget / UART
-    python -m quarl_edge.agent MODEL.tflite --tcp 0.0.0.0:5555      # one client at a time
+    python -m quarl_edge.link.agent MODEL.tflite --stdio                 # behind a pty
+    python -m quarl_edge.link.agent MODEL.tflite --serial /dev/ttyGS0    # a USB gadget / UART
+    python -m quarl_edge.link.agent MODEL.tflite --tcp 0.0.0.0:5555      # one client at a time
 
-It needs only numpy, pyserial (for --serial) and tflite-runtime, so it runs on the board itself.
+It needs only numpy, pyserial (for --serial) and tflite-runtime, so it runs on the board itself;
+of quarl-edge it imports only the protocol (targets/launch.py's AGENT_FILES are what a deploy
+copies).
 Costs are nanoseconds of the board's monotonic clock around invoke(). A malformed frame gets an
 error frame, as from the firmware; the agent never stops on bad input.
 """
@@ -33,11 +35,15 @@ DTYPE_NAMES = {np.dtype(np.float32): "float32", np.dtype(np.int8): "int8",
 
 class Agent:
     def __init__(self, model_path: Path, board_id: str = "linux-tflite"):
-        from .reference import tflite_runtime_interpreter
+        from tflite_runtime.interpreter import Interpreter, OpResolverType
         self.model_path = Path(model_path)
         data = self.model_path.read_bytes()
         self.model_hash = hashlib.sha256(data).digest()[:8]
-        self.interp = tflite_runtime_interpreter(self.model_path)
+        # the builtin kernels only, as the host references run it (measure/reference.py)
+        self.interp = Interpreter(
+            model_path=str(self.model_path),
+            experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+        self.interp.allocate_tensors()
         self.inputs = self.interp.get_input_details()
         self.outputs = self.interp.get_output_details()
         self.board_id = board_id
@@ -133,7 +139,7 @@ def serve_fds(agent: Agent, rfd: int, wfd: int) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="quarl_edge.agent", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="quarl_edge.link.agent", description=__doc__.splitlines()[0])
     ap.add_argument("model", type=Path)
     g = ap.add_mutually_exclusive_group(required=True)
     g.add_argument("--stdio", action="store_true")

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .boards import Board, all_boards
-from .errors import BoardError
+from ..errors import BoardError
 
 
 @dataclass

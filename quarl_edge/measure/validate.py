@@ -5,11 +5,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .boards import Board
-from .errors import QuarlError
-from .launch import BoardSession
-from .reference import TFLiteRuntime
-from .runner import latency_summary
+from ..errors import QuarlError
+from ..link.runner import latency_summary
+from ..link.session import BoardSession
+from ..targets.boards import Board
+from .reference import TFLiteRuntime, host_reference
 
 
 def input_range(model_path: Path) -> tuple[float, float] | None:
@@ -62,8 +62,7 @@ def validate(model_path: Path, board: Board, out_dir: Path, inputs: Path | None 
              random_n: int | None = None, save_outputs: Path | None = None, port: str | None = None,
              seed: int = 0, flasher: str | None = None, drive: str | None = None) -> dict:
     """Run inputs on the board and compare with the host reference. flasher/drive: how a real
-    board is flashed (quarl_edge/flash.py)."""
-    from .remedies import host_reference
+    board is flashed (quarl_edge/targets/flash.py)."""
     model_path = Path(model_path)
     ref = host_reference(model_path, micro=True)   # TF Lite Micro (int8-acc: its head readout)
     if len(ref.inputs) != 1 or len(ref.outputs) != 1:

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .boards import Board, all_boards, get_board
-from .errors import QuarlError
-from .hil import model_path
-from .launch import BoardSession
+from ..errors import QuarlError
+from ..link.session import BoardSession
+from ..run import tflite_path
+from ..targets.boards import Board, all_boards, get_board
 
 PRECISIONS = ("fp32", "int8")
 
@@ -35,7 +35,7 @@ def select_boards(spec: str) -> list[Board]:
 
 def bench_cell(run_dir: Path, board: Board, scheme: str, n: int, obs: np.ndarray,
                flasher: str | None = None, drive: str | None = None) -> dict:
-    with BoardSession(model_path(run_dir, scheme), board, run_dir / "build" / board.id / scheme,
+    with BoardSession(tflite_path(run_dir, scheme), board, run_dir / "build" / board.id / scheme,
                       flasher=flasher, drive=drive) as s:
         spec = s.info.inputs[0]
         if spec.dtype != "float32":

@@ -1,12 +1,14 @@
 """Golden references on the host: TF Lite Micro's interpreter (the `tflite-micro` package) for
-bit-exactness, tflite-runtime for policy evaluation."""
+bit-exactness, tflite-runtime for policy evaluation, and the reference a board's outputs are
+compared with (`host_reference`: either of them, or an int8-acc model's accumulator readout)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
-from .errors import ModelError, QuarlError
+from ..errors import ModelError, QuarlError
 
 
 def io_counts(model_path: Path) -> tuple[int, int]:
@@ -70,3 +72,56 @@ class TFLiteRuntime:
             self.interp.set_tensor(d["index"], np.asarray(x, dtype=d["dtype"]).reshape(d["shape"]))
         self.interp.invoke()
         return [self.interp.get_tensor(d["index"]).copy() for d in self.outputs]
+
+
+def host_reference(model_path: Path, micro: bool = False):
+    """The reference a board's outputs are compared with: TF Lite Micro (micro=True) or
+    tflite-runtime for a plain model, the accumulator readout for an int8-acc model."""
+    from ..quant.remedies import HEAD_ACCUMULATORS, AccumulatorHeadReference, head_readout
+    if head_readout(model_path) == HEAD_ACCUMULATORS:
+        return AccumulatorHeadReference(model_path)
+    return TFLMReference(model_path) if micro else TFLiteRuntime(model_path)
+
+
+# ---------------------------------------------------------------------------------- running
+def _interpreter(model_path: Path):
+    return tflite_runtime_interpreter(model_path)
+
+
+def model_ops(model_path: Path) -> list[str]:
+    """Builtin op names of a .tflite model, in execution order."""
+    return [op["op_name"] for op in _interpreter(model_path)._get_ops_details()]
+
+
+def model_tensors(model_path: Path) -> list[dict]:
+    """tflite-runtime tensor details (name, dtype, shape, quantization_parameters, ...)."""
+    return _interpreter(model_path).get_tensor_details()
+
+
+def tflite_runner(model_path: Path) -> Callable[[np.ndarray], np.ndarray]:
+    """A callable observation (float32 [*obs_shape]) -> model output (float32 [n_out]).
+
+    Runs the model with tflite_runtime; an integer input is quantized and an integer output
+    dequantized with the tensors' scale and zero point."""
+    interpreter = _interpreter(model_path)
+    inp = interpreter.get_input_details()[0]
+    outp = interpreter.get_output_details()[0]
+    in_dtype, out_dtype = np.dtype(inp["dtype"]), np.dtype(outp["dtype"])
+    in_scale, in_zero = inp["quantization"]
+    out_scale, out_zero = outp["quantization"]
+    in_shape = tuple(inp["shape"])
+
+    def run(obs: np.ndarray) -> np.ndarray:
+        x = np.asarray(obs, dtype=np.float32).reshape(in_shape)
+        if np.issubdtype(in_dtype, np.integer):
+            info = np.iinfo(in_dtype)
+            x = np.clip(np.round(x / in_scale) + in_zero, info.min, info.max).astype(in_dtype)
+        interpreter.set_tensor(inp["index"], x)
+        interpreter.invoke()
+        y = interpreter.get_tensor(outp["index"])[0]
+        if np.issubdtype(out_dtype, np.integer):
+            y = (y.astype(np.float32) - out_zero) * out_scale
+        return y.astype(np.float32)
+
+    run.input_details, run.output_details = inp, outp
+    return run

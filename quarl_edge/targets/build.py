@@ -15,8 +15,8 @@ from elftools.elf.constants import SH_FLAGS
 from elftools.elf.elffile import ELFFile
 
 from .boards import Board
-from .errors import QuarlError, ToolchainError
-from .paths import firmware_dir
+from ..errors import QuarlError, ToolchainError
+from ..paths import firmware_dir
 
 COMMON_CFLAGS = ("-std=c99", "-Wall", "-Wextra", "-Werror", "-ffp-contract=off")
 COST_MACROS = {"ns": "QE_COST_NS", "cycles": "QE_COST_CYCLES", "instructions": "QE_COST_INSTRUCTIONS"}
@@ -147,7 +147,7 @@ def compile_firmware(board: Board, sources: list[Path], out_elf: Path, extra_fla
 
 def build(model_path: Path, board: Board, out_dir: Path, extra_flags=()) -> Firmware:
     """Generate C for `model_path` and compile the firmware for `board` into `out_dir`."""
-    from .converters.cgen import generate  # the generator pulls in the flatbuffer schema
+    from ..converters.cgen import generate  # the generator pulls in the flatbuffer schema
 
     model_path = Path(model_path)
     if not model_path.is_file():

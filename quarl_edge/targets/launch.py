@@ -17,7 +17,7 @@ import tty
 from pathlib import Path
 
 from .boards import Board
-from .errors import BoardError, QuarlError, ToolchainError
+from ..errors import BoardError, QuarlError, ToolchainError
 
 
 class RunningBoard:
@@ -405,13 +405,16 @@ def start(board: Board, elf: Path, port: str | None = None, flasher: str | None 
         return Simavr(board, elf)
     if method == "agent":   # a linux board's agent, run here behind a pty (`elf` is the .tflite)
         log = Path(tempfile.mkdtemp(prefix="quarl-edge-agent-")) / "agent.stderr.log"
-        return HostPty(elf, [sys.executable, "-m", "quarl_edge.agent", str(elf), "--stdio",
+        return HostPty(elf, [sys.executable, "-m", "quarl_edge.link.agent", str(elf), "--stdio",
                              "--board-id", board.id], log)
     raise BoardError(f"board {board.id}: starting boards by '{method}' is not supported yet; "
                      "flash it yourself and pass --port")
 
 
-AGENT_FILES = ("__init__.py", "agent.py", "protocol.py", "reference.py", "errors.py")
+# What the linux agent needs on the board, relative to the quarl_edge package: the agent and the
+# protocol it speaks (and the two package files that make them importable). quarl_edge's
+# __init__ imports nothing at import time, so these run with numpy, pyserial and tflite-runtime.
+AGENT_FILES = ("__init__.py", "errors.py", "link/__init__.py", "link/protocol.py", "link/agent.py")
 
 
 def parse_ssh_target(target: str) -> tuple[str, int | None]:
@@ -433,7 +436,7 @@ def ssh_deploy_commands(board: Board, model_path: Path, target: str,
     system-wide installs) and needs numpy, tflite-runtime and pyserial there."""
     import shlex
     dest, ssh_port = parse_ssh_target(target)
-    pkg = Path(__file__).resolve().parent
+    pkg = Path(__file__).resolve().parents[1]
     port = int(board.connect.get("tcp_port", 5555))
     python = str(board.connect.get("python", "python3"))
     remote_dir = "quarl-edge-agent"
@@ -447,15 +450,15 @@ def ssh_deploy_commands(board: Board, model_path: Path, target: str,
     # The previous agent (if any) is stopped by its pid file: a pkill -f pattern would also
     # match this very command line (and the ssh client's, when the board is this machine).
     start_cmd = (f"cd {remote_dir} && {{ [ -f agent.pid ] && kill $(cat agent.pid) 2>/dev/null; "
-                 f"sleep 0.2; }}; nohup {shlex.quote(python)} -m quarl_edge.agent model.tflite "
+                 f"sleep 0.2; }}; nohup {shlex.quote(python)} -m quarl_edge.link.agent model.tflite "
                  f"--tcp 0.0.0.0:{port} --board-id {shlex.quote(board.id)} > agent.log 2>&1 "
                  f"< /dev/null & echo $! > agent.pid")
-    cmds = [
-        [*ssh, f"mkdir -p {remote_dir}/quarl_edge"],
-        [*scp, *(str(pkg / f) for f in AGENT_FILES), f"{dest}:{remote_dir}/quarl_edge/"],
-        [*scp, str(model_path), f"{dest}:{remote_dir}/model.tflite"],
-        [*ssh, start_cmd],
-    ]
+    dirs = sorted({str(Path(f).parent) for f in AGENT_FILES})          # ".", "link"
+    cmds = [[*ssh, "mkdir -p " + " ".join(f"{remote_dir}/quarl_edge/{d}" for d in dirs)]]
+    for d in dirs:
+        files = [f for f in AGENT_FILES if str(Path(f).parent) == d]
+        cmds.append([*scp, *(str(pkg / f) for f in files), f"{dest}:{remote_dir}/quarl_edge/{d}/"])
+    cmds += [[*scp, str(model_path), f"{dest}:{remote_dir}/model.tflite"], [*ssh, start_cmd]]
     host = dest.rsplit("@", 1)[-1]
     return cmds, f"socket://{host}:{port}"
 
@@ -488,91 +491,3 @@ def ssh_deploy(board: Board, model_path: Path, target: str,
                          capture_output=True, text=True, timeout=30).stdout.strip()
     raise BoardError(f"the agent on {target} is not listening on {host}:{port} after "
                      f"{wait_s:.0f} s; its log (quarl-edge-agent/agent.log):\n{log or '(empty)'}")
-
-
-def model_hash(model_path: Path) -> bytes:
-    import hashlib
-    return hashlib.sha256(Path(model_path).read_bytes()).digest()[:8]
-
-
-EMULATED_HANDSHAKE_S = 40.0
-
-
-class BoardSession:
-    """Build (unless a port is given), start, connect and handshake; stop everything on exit.
-
-    With `port`, the board is assumed to run firmware for `model_path` already (flashed earlier);
-    the model hash in its HELLO must match. `flash=True` builds and flashes a real board even
-    then (`quarl-edge flash --port`: the port to flash through and talk on). A real board
-    without `port` is always built, flashed (`flasher`, `drive`: quarl_edge/flash.py) and found
-    by its USB VID:PID. After opening a real board's port we wait its `reset_on_open_ms`."""
-
-    def __init__(self, model_path: Path, board: Board, out_dir: Path, port: str | None = None,
-                 trace: bool = False, flasher: str | None = None, drive: str | None = None,
-                 flash: bool = False):
-        self.model_path, self.board, self.out_dir, self.port = Path(model_path), board, out_dir, port
-        self.trace = trace
-        self.flasher, self.drive = flasher, drive
-        self.flash = flash and board.connect_method == "serial"
-        self.firmware = None
-        self.running: RunningBoard | None = None
-        self.link = None
-
-    def __enter__(self):
-        from .build import build
-        from .runner import HANDSHAKE_S, BoardLink
-        try:
-            if self.port and not self.flash:
-                self.running = ExternalPort(self.port)
-            elif self.board.connect_method == "agent":   # runs the .tflite itself: nothing to build
-                self.running = start(self.board, self.model_path)
-            else:
-                self.firmware = build(self.model_path, self.board, self.out_dir)
-                self.running = start(self.board, self.firmware.elf, port=self.port,
-                                     flasher=self.flasher, drive=self.drive)
-            serial_port = self.board.connect_method == "serial"
-            self.link = BoardLink(self.running.url, trace=self.trace, alive=self.running.alive,
-                                  **({"baudrate": self.board.baud} if serial_port else {}))
-            if serial_port and self.board.reset_on_open_ms:
-                # opening the port reset the board (DTR): its boot loader runs first
-                time.sleep(self.board.reset_on_open_ms / 1000)
-            try:
-                # An emulator's speed follows the host's load (simavr on a busy 2-core machine
-                # took > 10 s to answer): wait longer; a dead one is still seen at once (alive()).
-                self.info = self.link.hello(EMULATED_HANDSHAKE_S if self.board.kind == "emulated"
-                                            else HANDSHAKE_S)
-            except BoardError as e:
-                detail = self.running.describe_exit()
-                raise BoardError(f"{e}" + (f" (board {detail})" if detail else "")) from None
-            expected = model_hash(self.model_path)
-            if self.info.model_hash != expected:
-                raise BoardError(f"the board on {self.running.url} runs model '{self.info.model_name}' "
-                                 f"(hash {self.info.model_hash.hex()}), not {self.model_path.name} "
-                                 f"(hash {expected.hex()}); flash it first")
-        except BaseException:
-            self.__exit__(None, None, None)
-            raise
-        return self
-
-    def __exit__(self, exc_type=None, exc=None, tb=None):
-        # A board that died mid-session: say how (exit code, the emulator's last words).
-        detail = ""
-        if isinstance(exc, BoardError) and self.running is not None and not self.running.alive():
-            detail = self.running.describe_exit()
-        if self.link is not None:
-            self.link.close()
-        if self.running is not None:
-            self.running.stop()
-        if detail and "(board " not in str(exc):
-            raise BoardError(f"{exc} (board {detail})") from None
-
-    def memory(self) -> dict:
-        """Flash/RAM from the ELF (when we built it) or the board, stack high-water from the board."""
-        m = self.link.mem()
-        out = {"flash_bytes": m.flash_bytes or None, "ram_bytes": m.ram_bytes or None,
-               "stack_bytes": m.stack_used, "arena_bytes": m.arena_bytes}
-        if self.firmware is not None:
-            out["flash_bytes"] = out["flash_bytes"] or self.firmware.memory.flash_bytes
-            out["ram_bytes"] = out["ram_bytes"] or self.firmware.memory.ram_bytes
-            out["weights_bytes"] = self.firmware.memory.weights_bytes
-        return out

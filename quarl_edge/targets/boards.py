@@ -1,7 +1,7 @@
 """The board registry: one TOML file per board in boards/, validated on load.
 
 A board is data (what it is, how to build for it, how to reach it); code per board *family*
-lives in firmware/ports/<family>/ (C) and quarl_edge/launch.py (how to start or flash it)."""
+lives in firmware/ports/<family>/ (C) and quarl_edge/targets/launch.py (how to start or flash it)."""
 from __future__ import annotations
 
 import shutil
@@ -9,8 +9,9 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import BoardError
-from .paths import boards_dir
+from ..errors import BoardError
+from ..paths import boards_dir, firmware_dir
+from .flash_tools import TOOLS, tool_status
 
 KINDS = ("host", "emulated", "real", "linux")
 COST_UNITS = ("ns", "cycles", "instructions")
@@ -86,7 +87,6 @@ class Board:
 
     def flasher_status(self) -> list[dict]:
         """Per flash tool: 'ok', 'missing' (with its install command) or 'copy' (to a drive)."""
-        from .flash import tool_status
         return tool_status(self)
 
 
@@ -110,7 +110,6 @@ def _choice(data: dict, key: str, choices, where: str):
 def _flash_section(data: dict, where: str) -> tuple[tuple[str, ...], dict, float | None]:
     """[flash]: `tools` in order of preference, one known tool each, and a [flash.<tool>] table
     with that tool's keys (flash.TOOLS says which are required)."""
-    from .flash import TOOLS
     if "flash" not in data:
         if data.get("kind") == "real":
             raise BoardError(f"{where}: a real board needs a [flash] table with 'tools' "
@@ -180,7 +179,6 @@ def _connect_serial(connect: dict, where: str) -> None:
 def kernel_variants() -> tuple[str, ...]:
     """What `[build] kernels` may name: "reference", or an optimized variant's directory in
     firmware/core/kernels/optimized/ (its README says how a variant replaces kernel files)."""
-    from .paths import firmware_dir
     opt = firmware_dir() / "core" / "kernels" / "optimized"
     variants = sorted(d.name for d in opt.iterdir() if d.is_dir()) if opt.is_dir() else []
     return ("reference", *variants)

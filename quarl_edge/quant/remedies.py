@@ -41,7 +41,7 @@ from typing import Callable
 
 import numpy as np
 
-from .errors import ModelError, QuarlError
+from ..errors import ModelError, QuarlError
 
 # Evaluation-only remedies: the int8 model with another readout of its head.
 RUNNERS = ("int8-i16head",)
@@ -72,8 +72,18 @@ def tag_head(flatbuffer: bytes, value: bytes = HEAD_ACCUMULATORS) -> bytes:
 
 def head_readout(model_path: Path) -> bytes | None:
     """The model's HEAD_METADATA value (b"accumulators"), or None for a plain model."""
-    from .converters.tflite_model import load
-    return load(model_path).metadata.get(HEAD_METADATA)
+    from tflite_micro.tensorflow.lite.micro.python import schema_py_generated as schema
+    data = Path(model_path).read_bytes()
+    try:
+        model = schema.Model.GetRootAs(data, 0)
+        for i in range(model.MetadataLength()):
+            entry = model.Metadata(i)
+            if (entry.Name() or b"").decode(errors="replace") == HEAD_METADATA:
+                buf = model.Buffers(entry.Buffer())
+                return bytes(buf.DataAsNumpy()) if buf is not None and buf.DataLength() else b""
+    except Exception as e:   # flatbuffers raises whatever a truncated buffer makes it raise
+        raise ModelError(f"{model_path} is not a valid .tflite model: {e}") from None
+    return None
 
 
 def centre_head(model):
@@ -170,15 +180,6 @@ class AccumulatorHeadReference:
         return [y.reshape(tuple(self.outputs[0]["shape"]))]
 
 
-def host_reference(model_path: Path, micro: bool = False):
-    """The reference a board's outputs are compared with: TF Lite Micro (micro=True) or
-    tflite-runtime for a plain model, the accumulator readout for an int8-acc model."""
-    from .reference import TFLiteRuntime, TFLMReference
-    if head_readout(model_path) == HEAD_ACCUMULATORS:
-        return AccumulatorHeadReference(model_path)
-    return TFLMReference(model_path) if micro else TFLiteRuntime(model_path)
-
-
 def accumulator_runner(model_path: Path) -> Callable[[np.ndarray], np.ndarray]:
     """int8-acc: per observation, the head's accumulators in real units (float64)."""
     head = HeadAccumulators(model_path)
@@ -207,5 +208,5 @@ def int16_head_runner(model_path: Path, calibration: np.ndarray) -> Callable[[np
 
 def is_argmax_head(env_id: str) -> bool:
     """True when the policy's action is the argmax of its outputs (a discrete action space)."""
-    from .envs import make_gym
+    from ..rl.envs import make_gym
     return hasattr(make_gym(env_id).action_space, "n")

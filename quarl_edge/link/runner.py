@@ -16,7 +16,7 @@ import numpy as np
 import serial
 
 from . import protocol as P
-from .errors import BoardError, ProtocolError
+from ..errors import BoardError, ProtocolError
 
 HELLO_TIMEOUT_S = 0.25     # per HELLO attempt (a pty answers in < 1 ms; QEMU's pty can take ~1 s)
 HANDSHAKE_S = 10.0         # total time to wait for a board to answer HELLO

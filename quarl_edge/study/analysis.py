@@ -11,13 +11,11 @@ the fp32 Keras network on the states the fp32 policy visits on those seeds:
 """
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from .errors import QuarlError
 
 TEST_SEEDS = tuple(range(20))
 
@@ -27,32 +25,12 @@ def batch_runner(run1: Callable[[np.ndarray], np.ndarray]) -> Callable[[np.ndarr
     return lambda x: np.stack([run1(o) for o in x])
 
 
-def keras_runner(model) -> Callable[[np.ndarray], np.ndarray]:
-    """A Keras model as a batch runner (numpy in, numpy out), in numpy for plain MLPs."""
-    from .train import mlp_forward, mlp_layers
-    layers = mlp_layers(model)
-    return lambda x: mlp_forward(layers, x)
-
-
-def compare_outputs(ref: np.ndarray, out: np.ndarray, space) -> dict:
-    """Agreement (and ties, for discrete spaces) of outputs `out` with reference outputs `ref`."""
-    from .envs import outputs_to_actions
-    a_ref, a = outputs_to_actions(ref, space), outputs_to_actions(out, space)
-    if hasattr(space, "n"):
-        top2 = np.sort(out, axis=1)[:, -2:] if out.shape[1] > 1 else None
-        ties = float(np.mean(top2[:, 1] == top2[:, 0])) if top2 is not None else 0.0
-        return {"agreement": float(np.mean(a == a_ref)), "ties": ties}
-    span = np.asarray(space.high, np.float64) - np.asarray(space.low, np.float64)
-    dist = np.abs(a.astype(np.float64) - a_ref) / span
-    return {"agreement": float(1.0 - dist.mean()), "ties": None}
-
-
 def evaluate_runner(env_id: str, runner: Callable[[np.ndarray], np.ndarray], seeds=TEST_SEEDS,
                     reference: Callable[[np.ndarray], np.ndarray] | None = None,
                     states: np.ndarray | None = None) -> dict:
     """Greedy return of a batch runner over `seeds`; with `reference` and `states` (the states the
     reference policy visits), also agreement and ties on those states."""
-    from .envs import make_gym, play_batched
+    from ..rl.envs import compare_outputs, make_gym, play_batched
     returns, _ = play_batched(env_id, runner, seeds)
     res = {"returns": [float(r) for r in returns], "mean_return": float(np.mean(returns)),
            "std_return": float(np.std(returns)), "min_return": float(np.min(returns))}
@@ -65,9 +43,9 @@ def evaluate_runner(env_id: str, runner: Callable[[np.ndarray], np.ndarray], see
 def evaluate_models(run_dir: Path, schemes, seeds=TEST_SEEDS) -> dict:
     """{"fp32-keras": ..., scheme: {...}} for each RUN/models/<scheme>.tflite, plus the action gap
     of the fp32 network on the visited states ("states", "gap_median" for discrete spaces)."""
-    from .envs import make_gym, play_batched
-    from .quantize import tflite_runner
-    from .train import load_keras, load_run
+    from ..rl.envs import make_gym, play_batched
+    from ..measure.reference import tflite_runner
+    from ..run import keras_runner, load_keras, load_run
 
     run_dir = Path(run_dir)
     env_id = load_run(run_dir)["env"]
@@ -158,50 +136,10 @@ def gaussian_policy_kl(ref_means: np.ndarray, means: np.ndarray, std: np.ndarray
     return float(np.mean(np.sum(diff.reshape(len(diff), -1) ** 2 / (2 * var), axis=-1)))
 
 
-def ppo_action_std(run_dir: Path) -> np.ndarray | None:
-    """The std of a continuous PPO run's Gaussian policy (TF-Agents' NormalProjectionNetwork
-    keeps it as a state-independent bias), or None for any other run.
-
-    The run keeps the greedy policy (policy/, PolicySaver) with the agent's variables: a network
-    of the run's shape is rebuilt, given the saved std bias (the only variable the std depends
-    on), and asked for its distribution's stddev."""
-    import json
-    info = json.loads((Path(run_dir) / "run.json").read_text())
-    if info.get("algo") != "ppo" or info["action_space"]["type"] != "box":
-        return None
-    import tensorflow as tf
-    from tf_agents.networks import actor_distribution_network   # also registers the specs
-    from tf_agents.specs import tensor_spec
-
-    space = info["action_space"]
-    obs_spec = tensor_spec.TensorSpec(tuple(info["obs_shape"]), tf.float32)
-    act_spec = tensor_spec.BoundedTensorSpec(tuple(space["shape"]), tf.float32,
-                                             np.float32(space["low"]), np.float32(space["high"]))
-    net = actor_distribution_network.ActorDistributionNetwork(
-        obs_spec, act_spec, fc_layer_params=tuple(info["network"]["hidden"]))
-    net.create_variables()
-
-    def std_bias(variables):
-        # Keras numbers a layer name already used in the process: bias_layer, bias_layer_1, ...
-        found = [v for v in variables if re.search(
-            r"^ActorDistributionNetwork[^/]*/NormalProjectionNetwork[^/]*/bias_layer[^/]*/bias",
-            v.name)]
-        if len(found) != 1:
-            raise QuarlError(f"{run_dir}/policy: no single NormalProjectionNetwork std bias "
-                             f"(found {len(found)}); is it a continuous PPO run?")
-        return found[0]
-
-    saved = std_bias(tf.saved_model.load(str(Path(run_dir) / "policy")).model_variables)
-    std_bias(net.variables).assign(saved)
-    dist, _ = net(tf.zeros((1, *info["obs_shape"])), step_type=(), network_state=(),
-                  training=False)
-    return dist.stddev().numpy().reshape(-1)
-
-
 def random_policy_return(env_id: str, seeds=TEST_SEEDS, rng_seed: int = 0) -> float:
     """Mean return of the uniformly random policy on `seeds` (the floor a trained policy's
     return is normalised against: (R - R_random) / (R_fp32 - R_random))."""
-    from .envs import make_gym, play_batched
+    from ..rl.envs import make_gym, play_batched
     space = make_gym(env_id).action_space
     rng = np.random.default_rng(rng_seed)
     if hasattr(space, "n"):

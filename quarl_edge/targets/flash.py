@@ -17,87 +17,17 @@ import getpass
 import itertools
 import os
 import shlex
-import shutil
 import struct
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from .errors import BoardError, ToolchainError
+from ..errors import BoardError, ToolchainError
+from . import flash_tools
+from .flash_tools import COPY_TOOLS, DEFAULT_TIMEOUT_S, TOOLS, FlashTool  # noqa: F401  (the tool table)
 
-if TYPE_CHECKING:
-    from .boards import Board
-
-
-@dataclass(frozen=True)
-class FlashTool:
-    name: str
-    program: str | None          # the executable; None: the image is copied to a USB drive
-    install: str                 # how to install the program
-    image: str                   # what the tool takes: "elf", "hex" or "uf2"
-    required: dict               # key -> type in [flash.<name>]
-    optional: dict = field(default_factory=dict)
-    needs_port: bool = False     # flashes through the board's serial port (a bootloader)
-
-
-TOOLS: dict[str, FlashTool] = {t.name: t for t in (
-    FlashTool("openocd", "openocd", "apt-get install --no-install-recommends openocd", "elf",
-              {"config": list}, {"commands": list}),
-    FlashTool("pyocd", "pyocd", "pip install pyocd", "elf", {"target": str}),
-    FlashTool("daplink", None, "", "hex", {"volume": str}),
-    FlashTool("avrdude", "avrdude", "apt-get install --no-install-recommends avrdude", "hex",
-              {"partno": str, "programmer": str}, {"baud": int}, needs_port=True),
-    FlashTool("uf2", None, "", "uf2", {"volume": str, "family_id": int}, {"base": int}),
-    FlashTool("picotool", "picotool",
-              "apt-get install --no-install-recommends picotool (Debian 13+, Ubuntu 24.04+)",
-              "elf", {}),
-    FlashTool("teensy", "teensy_loader_cli",
-              "apt-get install --no-install-recommends teensy-loader-cli", "hex", {"mcu": str}),
-)}
-COPY_TOOLS = tuple(n for n, t in TOOLS.items() if t.program is None)
-DEFAULT_TIMEOUT_S = 180.0     # teensy_loader_cli -w waits for the button press; avrdude retries
-
-
-# ------------------------------------------------------------------------------ programs
-def find_program(name: str) -> str | None:
-    """`name` on PATH, or next to this Python (a tool pip-installed into an unactivated venv)."""
-    found = shutil.which(name)
-    if found:
-        return found
-    local = Path(sys.executable).parent / name
-    return str(local) if local.is_file() and os.access(local, os.X_OK) else None
-
-
-def tool_status(board: Board) -> list[dict]:
-    """For each of the board's flash tools, in order: its name, status ('ok', 'missing' or
-    'copy' for drive-copy tools), the program's path or the drive's volume label, and how to
-    install a missing program."""
-    out = []
-    for name in board.flashers:
-        t = TOOLS[name]
-        if t.program is None:
-            out.append({"tool": name, "status": "copy", "volume": board.flash_config[name]["volume"]})
-            continue
-        path = find_program(t.program)
-        out.append({"tool": name, "program": t.program, "status": "ok" if path else "missing",
-                    "path": path, "install": t.install})
-    return out
-
-
-def describe_tools(board: Board) -> str:
-    """One line for `quarl-edge boards`: 'openocd ok; pyocd missing (pip install pyocd)'."""
-    parts = []
-    for s in tool_status(board):
-        if s["status"] == "copy":
-            parts.append(f"copy to {s['volume']} drive" + (" (UF2)" if s["tool"] == "uf2" else ""))
-        elif s["status"] == "ok":
-            parts.append(f"{s['tool']} ok")
-        else:
-            parts.append(f"{s['tool']} missing ({s['install']})")
-    return "; ".join(parts) or "-"
+from .boards import Board
 
 
 # ------------------------------------------------------------------- argument lists (pure)
@@ -358,13 +288,13 @@ def pick_tool(board: Board, flasher: str | None = None) -> str:
             raise BoardError(f"board {board.id} is flashed with {', '.join(board.flashers)}; "
                              f"not '{flasher}'")
         t = TOOLS[flasher]
-        if t.program is not None and find_program(t.program) is None:
+        if t.program is not None and flash_tools.find_program(t.program) is None:
             raise ToolchainError(f"'{t.program}' (flash tool '{flasher}' for board {board.id}) is "
                                  f"not installed; install it with: {t.install}")
         return flasher
     for name in board.flashers:
         t = TOOLS[name]
-        if t.program is None or find_program(t.program):
+        if t.program is None or flash_tools.find_program(t.program):
             return name
     options = "; ".join(f"{TOOLS[n].program} with: {TOOLS[n].install}" for n in board.flashers)
     raise ToolchainError(f"no flash tool for board {board.id} is installed; install one of: "
@@ -426,7 +356,7 @@ def flash(board: Board, elf: Path, port: str | None = None, flasher: str | None 
             raise
         notes = copy_to_drive(tool, image, d)
         return FlashResult(tool, image, drive=d, notes=notes)
-    program = find_program(t.program) or t.program
+    program = flash_tools.find_program(t.program) or t.program
     cwd = None
     if tool == "openocd":
         args = openocd_args(cfg, image, program)

@@ -1,0 +1,99 @@
+"""A session with a board: build the firmware (unless a port is given), start or flash the
+board, open its serial port, handshake, and stop everything on exit. What measure/ uses to talk
+to any board, whatever reaches it (targets/launch.py)."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from ..errors import BoardError
+from ..targets.boards import Board
+from ..targets.build import build
+from ..targets.launch import ExternalPort, RunningBoard, start
+from .runner import HANDSHAKE_S, BoardLink
+
+
+def model_hash(model_path: Path) -> bytes:
+    import hashlib
+    return hashlib.sha256(Path(model_path).read_bytes()).digest()[:8]
+
+
+EMULATED_HANDSHAKE_S = 40.0
+
+
+class BoardSession:
+    """Build (unless a port is given), start, connect and handshake; stop everything on exit.
+
+    With `port`, the board is assumed to run firmware for `model_path` already (flashed earlier);
+    the model hash in its HELLO must match. `flash=True` builds and flashes a real board even
+    then (`quarl-edge flash --port`: the port to flash through and talk on). A real board
+    without `port` is always built, flashed (`flasher`, `drive`: quarl_edge/targets/flash.py) and found
+    by its USB VID:PID. After opening a real board's port we wait its `reset_on_open_ms`."""
+
+    def __init__(self, model_path: Path, board: Board, out_dir: Path, port: str | None = None,
+                 trace: bool = False, flasher: str | None = None, drive: str | None = None,
+                 flash: bool = False):
+        self.model_path, self.board, self.out_dir, self.port = Path(model_path), board, out_dir, port
+        self.trace = trace
+        self.flasher, self.drive = flasher, drive
+        self.flash = flash and board.connect_method == "serial"
+        self.firmware = None
+        self.running: RunningBoard | None = None
+        self.link = None
+
+    def __enter__(self):
+        try:
+            if self.port and not self.flash:
+                self.running = ExternalPort(self.port)
+            elif self.board.connect_method == "agent":   # runs the .tflite itself: nothing to build
+                self.running = start(self.board, self.model_path)
+            else:
+                self.firmware = build(self.model_path, self.board, self.out_dir)
+                self.running = start(self.board, self.firmware.elf, port=self.port,
+                                     flasher=self.flasher, drive=self.drive)
+            serial_port = self.board.connect_method == "serial"
+            self.link = BoardLink(self.running.url, trace=self.trace, alive=self.running.alive,
+                                  **({"baudrate": self.board.baud} if serial_port else {}))
+            if serial_port and self.board.reset_on_open_ms:
+                # opening the port reset the board (DTR): its boot loader runs first
+                time.sleep(self.board.reset_on_open_ms / 1000)
+            try:
+                # An emulator's speed follows the host's load (simavr on a busy 2-core machine
+                # took > 10 s to answer): wait longer; a dead one is still seen at once (alive()).
+                self.info = self.link.hello(EMULATED_HANDSHAKE_S if self.board.kind == "emulated"
+                                            else HANDSHAKE_S)
+            except BoardError as e:
+                detail = self.running.describe_exit()
+                raise BoardError(f"{e}" + (f" (board {detail})" if detail else "")) from None
+            expected = model_hash(self.model_path)
+            if self.info.model_hash != expected:
+                raise BoardError(f"the board on {self.running.url} runs model '{self.info.model_name}' "
+                                 f"(hash {self.info.model_hash.hex()}), not {self.model_path.name} "
+                                 f"(hash {expected.hex()}); flash it first")
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, exc_type=None, exc=None, tb=None):
+        # A board that died mid-session: say how (exit code, the emulator's last words).
+        detail = ""
+        if isinstance(exc, BoardError) and self.running is not None and not self.running.alive():
+            detail = self.running.describe_exit()
+        if self.link is not None:
+            self.link.close()
+        if self.running is not None:
+            self.running.stop()
+        if detail and "(board " not in str(exc):
+            raise BoardError(f"{exc} (board {detail})") from None
+
+    def memory(self) -> dict:
+        """Flash/RAM from the ELF (when we built it) or the board, stack high-water from the board."""
+        m = self.link.mem()
+        out = {"flash_bytes": m.flash_bytes or None, "ram_bytes": m.ram_bytes or None,
+               "stack_bytes": m.stack_used, "arena_bytes": m.arena_bytes}
+        if self.firmware is not None:
+            out["flash_bytes"] = out["flash_bytes"] or self.firmware.memory.flash_bytes
+            out["ram_bytes"] = out["ram_bytes"] or self.firmware.memory.ram_bytes
+            out["weights_bytes"] = self.firmware.memory.weights_bytes
+        return out

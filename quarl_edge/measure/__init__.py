@@ -1,0 +1,7 @@
+"""Stage 6, measure: what the board does with a model, against the host's references.
+
+reference.py holds the golden references (TF Lite Micro's interpreter, tflite-runtime, the
+int8-acc head readout), validate.py compares a board's outputs with them bit for bit, hil.py
+plays Gymnasium episodes with the board choosing every action, bench.py measures cost per
+inference and memory per board and precision, selection.py is the int8 checkpoint judge that
+training is handed."""

@@ -1,0 +1,38 @@
+"""Deployment-aware checkpoint selection: how training ranks checkpoints that tie on the fp32
+validation return by what they return once quantized.
+
+`int8_judge` is the judge DQN's `select_int8` takes (quarl_edge/rl/dqn.py): the candidate
+Q-network converted to full int8 by the real TFLite converter, calibrated exactly like
+`quarl-edge quantize` does it, and played greedily on tflite-runtime on the validation seeds.
+It lives here, after the rl and quant stages, so that training itself imports no converter:
+the caller (the Python API, the CLI, a study) hands it to `quarl_edge.rl.train.train`.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..quant.calibration import rollout_observations
+from ..quant.schemes import convert_keras
+from ..run import VALIDATION_SEED_BASE
+from .reference import tflite_runner
+
+
+def int8_judge(env_id: str, val_env, model, n_actions: int, episodes: int,
+               workdir: Path) -> float:
+    """Greedy validation return of `model` converted to full int8 as `quantize` would do it:
+    mean over `episodes` episodes of `val_env` (a TF-Agents env of `env_id`) on the validation
+    seeds. The candidate .tflite is written to `workdir` and removed."""
+    from ..rl.tf_env import run_episode
+
+    calibration = rollout_observations(env_id, model.get_weights(), n_actions)
+    path = Path(workdir) / "candidate-int8.tflite"
+    path.write_bytes(convert_keras(model, "int8", calibration))
+    try:
+        run = tflite_runner(path)
+        returns = [run_episode(val_env, lambda obs: int(np.argmax(run(obs))),
+                               VALIDATION_SEED_BASE + k)[0] for k in range(episodes)]
+    finally:
+        path.unlink(missing_ok=True)
+    return float(np.mean(returns))

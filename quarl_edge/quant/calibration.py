@@ -1,0 +1,65 @@
+"""Calibration data for the integer schemes: observations from epsilon-greedy rollouts of the
+run's own greedy policy (a little epsilon covers states just off the greedy path), on seeds
+CALIBRATION_SEED_BASE + k, which are distinct from the test seeds 0..N and the training
+validation seeds 10_000 + k."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import QuarlError
+from ..run import load_keras, load_run, mlp_forward, mlp_layers, mlp_q_values
+
+CALIBRATION_SEED_BASE = 20_000
+CALIBRATION_EPSILON = 0.05
+
+
+def collect_calibration(run_dir: Path, size: int = 1000, episodes: int = 10, seed: int = 0,
+                        epsilon: float = CALIBRATION_EPSILON) -> np.ndarray:
+    """`size` observations from epsilon-greedy rollouts of the run's Q-network (see
+    rollout_observations)."""
+    run = load_run(run_dir)
+    layers = mlp_layers(load_keras(run_dir))
+    return rollout_observations(run["env"], lambda x: mlp_forward(layers, x), run.get("n_actions"),
+                                size, episodes, seed, epsilon)
+
+
+def rollout_observations(env_id: str, weights, n_actions: int | None = None, size: int = 1000,
+                         episodes: int = 10, seed: int = 0,
+                         epsilon: float = CALIBRATION_EPSILON) -> np.ndarray:
+    """`size` observations from epsilon-greedy rollouts of a policy network.
+
+    `weights`: the [W1, b1, ...] of a relu MLP Q-network, or any callable observation batch ->
+    network outputs (Q-values, logits or a deterministic actor's actions; see
+    envs.output_to_action). With probability `epsilon` a uniformly random action is taken
+    instead. Runs at least `episodes` episodes (more if they give fewer than `size`
+    observations), on seeds CALIBRATION_SEED_BASE + 1000 * seed + k, then subsamples `size`."""
+    from ..rl.envs import output_to_action
+    from ..rl.tf_env import make_env, run_episode
+
+    if size <= 0 or episodes <= 0:
+        raise QuarlError(f"calibration needs positive size and episodes, got {size} and {episodes}")
+    forward = weights if callable(weights) else (lambda x: mlp_q_values(weights, x))
+    rng = np.random.default_rng(seed)
+    env = make_env(env_id)
+    space = env.gym_env.action_space
+
+    def act(obs: np.ndarray):
+        if rng.random() < epsilon:
+            if hasattr(space, "n"):
+                return int(space.start) + int(rng.integers(int(space.n)))
+            return rng.uniform(space.low, space.high).astype(space.dtype)
+        return output_to_action(forward(obs[None])[0], space)
+
+    chunks, count, k = [], 0, 0
+    while k < episodes or count < size:
+        _, obs = run_episode(env, act, CALIBRATION_SEED_BASE + 1000 * seed + k)
+        chunks.append(obs)
+        count += len(obs)
+        k += 1
+    env.close()
+    observations = np.concatenate(chunks).astype(np.float32)
+    pick = np.sort(rng.choice(len(observations), size=size, replace=False))
+    return observations[pick]
+

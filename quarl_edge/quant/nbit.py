@@ -1,0 +1,111 @@
+"""QuaRL's n-bit sweep: weights and activations fake-quantized to n bits (2..8) with min/max
+ranges, the number of levels really restricted to 2**n, and the greedy return of each.
+Computed in numpy, bit-for-bit the arithmetic of tf.quantization.fake_quant_with_min_max_vars
+(narrow_range=False): the range is nudged so that 0 is exactly representable, values are
+clamped to it and rounded half up."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import QuarlError
+from ..run import ACTIVATIONS, load_keras, load_run, mlp_forward, mlp_layers
+from .calibration import collect_calibration
+
+
+def fake_quant(x: np.ndarray, bits: int, lo, hi) -> np.ndarray:
+    """`x` fake-quantized to 2**bits levels over [lo, hi]; lo/hi may be arrays broadcasting
+    against x (per channel). As in TF, the grid keeps the step (hi - lo) / (2**bits - 1) and is
+    shifted so that 0 is a level (a range not holding 0 is shifted to start or end at 0)."""
+    if not 2 <= int(bits) <= 16:
+        raise QuarlError(f"bits must be in 2..16, got {bits}")
+    x = np.asarray(x, np.float32)
+    lo, hi = np.asarray(lo, np.float32), np.asarray(hi, np.float32)
+    qmax = np.float32(2 ** int(bits) - 1)
+    scale = (hi - lo) / qmax
+    scale = np.where(scale > 0, scale, np.float32(1.0)).astype(np.float32)
+    zero = np.clip(np.floor(-lo / scale + np.float32(0.5)), 0, qmax)
+    nlo, nhi = (0 - zero) * scale, (qmax - zero) * scale
+    q = np.floor((np.clip(x, nlo, nhi) - nlo) / scale + np.float32(0.5))
+    return (q * scale + nlo).astype(np.float32)
+
+
+def fake_quant_weights(w: np.ndarray, bits: int, per_channel: bool = False) -> np.ndarray:
+    """A kernel [in, out] fake-quantized with its own min/max (per output channel if asked)."""
+    w = np.asarray(w, np.float32)
+    if per_channel:
+        return fake_quant(w, bits, np.minimum(w.min(axis=0, keepdims=True), 0),
+                          np.maximum(w.max(axis=0, keepdims=True), 0))
+    return fake_quant(w, bits, min(float(w.min()), 0.0), max(float(w.max()), 0.0))
+
+
+def activation_ranges(layers, calibration: np.ndarray) -> list[tuple[float, float]]:
+    """(min, max) of the input and of each layer's output on `calibration` (float network),
+    widened to hold 0 as TFLite and tfmot do (else TF's nudging would shift the whole grid:
+    Q-values in [62, 114] would be clamped to [0, 52])."""
+    x = np.asarray(calibration, np.float32).reshape(len(calibration), -1)
+    ranges = [(min(float(x.min()), 0.0), max(float(x.max()), 0.0))]
+    for layer in layers:
+        x = mlp_forward([layer], x)
+        ranges.append((min(float(x.min()), 0.0), max(float(x.max()), 0.0)))
+    return ranges
+
+
+def fake_quant_forward(layers, calibration: np.ndarray, weight_bits: int | None,
+                       activation_bits: int | None, per_channel: bool = False):
+    """A numpy batch forward of the MLP `layers` (train.mlp_layers) with n-bit fake-quantized
+    weights (biases stay float, as in QuaRL) and n-bit activations (the input and every layer's
+    output, ranges from `calibration`). None leaves that part in float32."""
+    ranges = activation_ranges(layers, calibration)
+    qlayers = [(k if weight_bits is None else fake_quant_weights(k, weight_bits, per_channel), b, a)
+               for k, b, a in layers]
+
+    def forward(obs: np.ndarray) -> np.ndarray:
+        x = np.asarray(obs, np.float32).reshape(len(obs), -1)
+        if activation_bits is not None:
+            x = fake_quant(x, activation_bits, *ranges[0])
+        for i, (k, b, act) in enumerate(qlayers):
+            x = ACTIVATIONS[act](x @ k + b).astype(np.float32)
+            if activation_bits is not None:
+                x = fake_quant(x, activation_bits, *ranges[i + 1])
+        return x
+
+    forward.layers = qlayers
+    return forward
+
+
+def nbit_sweep(run_dir: Path, bits=range(2, 9), seeds=range(20), calib_size: int = 1000,
+               modes=("weights+activations", "weights"), per_channel: bool = False) -> list[dict]:
+    """QuaRL's n-bit sweep of a run: greedy return (and agreement with fp32 on the states fp32
+    visits) on test `seeds` for each bit width and mode; the first row is fp32."""
+    from ..rl.envs import compare_outputs, make_gym, play_batched
+
+    run_dir = Path(run_dir)
+    env_id = load_run(run_dir)["env"]
+    space = make_gym(env_id).action_space
+    layers = mlp_layers(load_keras(run_dir))
+    calibration = collect_calibration(run_dir, calib_size, seed=0)
+    seeds = list(seeds)
+
+    def ref(x):
+        return mlp_forward(layers, x)
+
+    ref_returns, states = play_batched(env_id, ref, seeds, record=True)
+    rows = [{"mode": "fp32", "bits": 32, "mean_return": float(np.mean(ref_returns)),
+             "std_return": float(np.std(ref_returns)), "agreement": 1.0}]
+    ref_out = ref(states)
+    for mode in modes:
+        if mode not in ("weights+activations", "weights", "activations"):
+            raise QuarlError(f"unknown sweep mode {mode!r}; known: weights+activations, weights, "
+                             "activations")
+        for n in bits:
+            f = fake_quant_forward(layers, calibration, None if mode == "activations" else n,
+                                   None if mode == "weights" else n, per_channel)
+            returns, _ = play_batched(env_id, f, seeds)
+            row = {"mode": mode, "bits": int(n), "mean_return": float(np.mean(returns)),
+                   "std_return": float(np.std(returns))}
+            row.update(compare_outputs(ref_out, f(states), space))
+            rows.append(row)
+    return rows
+

@@ -1,0 +1,216 @@
+"""Convert a trained run's Q-network (RUN/qnet.keras) to TFLite, one file per scheme.
+
+    RUN/models/<scheme>.tflite
+    RUN/calibration.npy          observations used to calibrate the integer schemes
+
+Schemes (SCHEMES maps each name to its converter):
+  fp32  plain float32 conversion
+  fp16  float16 weights (dequantized to float32 at load time), float32 compute and I/O
+  int8  full integer: every op int8 with float32 input/output, so the graph is
+        QUANTIZE -> FULLY_CONNECTED... -> DEQUANTIZE; weights int8 per-tensor, biases int32
+  dyn-int8  dynamic range: int8 weights, float32 activations and I/O; FULLY_CONNECTED quantizes
+        its input on the fly (hybrid kernels; no calibration)
+  int16x8  int16 activations, int8 weights, int64 biases (the converter's
+        EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8), calibrated, float32 I/O
+  qat-int8  quantization-aware training (quarl_edge/qat.py): the network is fine-tuned with
+        fake quantization in the RL loop, then converted to full int8 with float32 I/O
+        (QUANTIZE -> FULLY_CONNECTED... -> DEQUANTIZE), ranges learned in training; DQN only
+  qat-distill-int8  quantization-aware training by on-policy distillation (quarl_edge/qat.py,
+        qat_distill): the same fake-quantized copy, fitted to the fp32 network's outputs on the
+        states its own greedy policy visits (DAgger); every algorithm; converted as qat-int8
+  int8-centred  int8, after folding advantage-style centring into the last layer (Q - mean_a Q;
+        argmax unchanged): a remedy for int8 ties of argmax heads (quarl_edge/remedies.py);
+        discrete-action policies only
+  int8-acc  the int8 model tagged (metadata "quarl_edge.head" = "accumulators") so that its
+        greedy action is the argmax of the last layer's int32 accumulators: tflite-runtime runs it
+        as plain int8, the generated firmware and the host references read the accumulators
+        (quarl_edge/remedies.py); discrete-action policies only
+  int8-centred-acc  both: centring folded into the last layer, then the accumulator head
+
+The network is RUN/qnet.keras (DQN) or RUN/policy.keras (the deterministic actor of the other
+algorithms); run.json's "model_file" names it.
+
+Calibration data are observations from rollouts of the run's own greedy policy with a little
+epsilon (for coverage of states just off the greedy path), on seeds CALIBRATION_SEED_BASE + k,
+which are distinct from the test seeds 0..N and the training validation seeds 10_000 + k.
+"""
+from __future__ import annotations
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from ..errors import ModelError, QuarlError
+from ..run import load_keras, load_run
+from .calibration import collect_calibration
+
+
+@dataclass(frozen=True)
+class Scheme:
+    convert: Callable  # (tf.lite.TFLiteConverter, calibration: np.ndarray | None) -> None
+    needs_calibration: bool
+    description: str
+    prepare: Callable | None = None   # Keras model -> Keras model before conversion
+    finish: Callable | None = None    # .tflite bytes -> .tflite bytes after conversion
+    argmax_head_only: bool = False    # only for discrete-action policies (argmax of the outputs)
+
+
+def _fp32(converter, calibration) -> None:
+    pass
+
+
+def _fp16(converter, calibration) -> None:
+    import tensorflow as tf
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.target_spec.supported_types = [tf.float16]
+
+
+def _int8(converter, calibration) -> None:
+    import tensorflow as tf
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.representative_dataset = lambda: ([x[None]] for x in calibration)
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    converter.inference_input_type = tf.float32   # keep float I/O: QUANTIZE/DEQUANTIZE at the edges
+    converter.inference_output_type = tf.float32
+
+
+def _dyn_int8(converter, calibration) -> None:
+    import tensorflow as tf
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+
+
+def _int16x8(converter, calibration) -> None:
+    import tensorflow as tf
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.representative_dataset = lambda: ([x[None]] for x in calibration)
+    converter.target_spec.supported_ops = [
+        tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8]
+    converter.inference_input_type = tf.float32
+    converter.inference_output_type = tf.float32
+
+
+def _centre(model):
+    from .remedies import centre_head
+    return centre_head(model)
+
+
+def _tag_accumulators(flatbuffer: bytes) -> bytes:
+    from .remedies import tag_head
+    return tag_head(flatbuffer)
+
+
+def _qat_int8(converter, calibration) -> None:
+    """For a fake-quantized (tfmot) model: its ranges are learned, so no representative data;
+    Optimize.DEFAULT and the inference types only (supported_ops=INT8 would demand a dataset)."""
+    import tensorflow as tf
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.inference_input_type = tf.float32
+    converter.inference_output_type = tf.float32
+
+
+SCHEMES: dict[str, Scheme] = {
+    "fp32": Scheme(_fp32, False, "float32"),
+    "fp16": Scheme(_fp16, False, "float16 weights, float32 compute"),
+    "int8": Scheme(_int8, True, "full integer int8, float32 I/O"),
+    "dyn-int8": Scheme(_dyn_int8, False, "int8 weights, float32 activations (dynamic range)"),
+    "int16x8": Scheme(_int16x8, True, "int16 activations, int8 weights, float32 I/O"),
+    "qat-int8": Scheme(_qat_int8, True, "quantization-aware fine-tuning in the RL loop, "
+                                        "then full integer int8, float32 I/O"),
+    "qat-distill-int8": Scheme(_qat_int8, True, "quantization-aware training by on-policy "
+                                                "distillation from the fp32 network, then full "
+                                                "integer int8, float32 I/O"),
+    "int8-centred": Scheme(_int8, True, "int8 after centring the outputs over actions "
+                                        "(argmax heads only)", prepare=_centre, argmax_head_only=True),
+    "int8-acc": Scheme(_int8, True, "int8; greedy action from the head's int32 accumulators "
+                                    "(argmax heads only)", finish=_tag_accumulators,
+                       argmax_head_only=True),
+    "int8-centred-acc": Scheme(_int8, True, "int8-centred with the accumulator head of int8-acc "
+                                            "(argmax heads only)", prepare=_centre,
+                               finish=_tag_accumulators, argmax_head_only=True),
+}
+
+
+def scheme_names() -> list[str]:
+    return list(SCHEMES)
+
+
+# ------------------------------------------------------------------------------- conversion
+def quantize(run_dir: Path, scheme: str, calib_size: int = 1000, calib_episodes: int = 10,
+             seed: int = 0, verbose: bool = True, qat: dict | None = None,
+             distill: dict | None = None) -> Path:
+    """Convert the run's network with `scheme`; returns the path of RUN/models/<scheme>.tflite.
+
+    `qat`: options of qat.QATConfig for the qat-int8 scheme (e.g. {"steps": 2000});
+    `distill`: options of qat.DistillConfig for qat-distill-int8."""
+    if scheme not in SCHEMES:
+        raise QuarlError(f"unknown quantization scheme {scheme!r}; known: {', '.join(SCHEMES)}")
+    run_dir = Path(run_dir)
+    spec = SCHEMES[scheme]
+    if spec.argmax_head_only:
+        from .remedies import is_argmax_head
+        env_id = load_run(run_dir)["env"]
+        if not is_argmax_head(env_id):
+            raise QuarlError(f"scheme {scheme} applies to discrete-action policies (argmax of "
+                             f"the outputs); {env_id} has continuous actions")
+    model = load_keras(run_dir)
+    if spec.prepare is not None:
+        model = spec.prepare(model)
+    calibration = None
+    if spec.needs_calibration:
+        calibration = collect_calibration(run_dir, calib_size, calib_episodes, seed)
+        np.save(run_dir / "calibration.npy", calibration)
+    if scheme == "qat-int8":
+        from ..rl.qat import qat_finetune
+        model = qat_finetune(run_dir, calibration, seed=seed, progress=verbose, **(qat or {}))
+    elif scheme == "qat-distill-int8":
+        from ..rl.qat import qat_distill
+        model = qat_distill(run_dir, calibration, seed=seed, progress=verbose, **(distill or {}))
+
+    flatbuffer = convert_keras(model, scheme, calibration)
+    if spec.finish is not None:
+        flatbuffer = spec.finish(flatbuffer)
+
+    out = run_dir / "models" / f"{scheme}.tflite"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(flatbuffer)
+    if verbose:
+        print(f"{scheme:>6}: {out} {len(flatbuffer):,} B")
+    return out
+
+
+@contextlib.contextmanager
+def _converter_log():
+    """The converter's C++ side prints pages of MLIR statistics straight to fd 2: send them to a
+    temporary file, and show its tail only if the conversion fails."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as log:
+        os.dup2(log.fileno(), 2)
+        try:
+            yield log
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+def convert_keras(model, scheme: str, calibration: np.ndarray | None = None) -> bytes:
+    """One Keras model -> .tflite bytes with `scheme` (calibration for the integer schemes)."""
+    import tensorflow as tf
+    converter = tf.lite.TFLiteConverter.from_keras_model(model)
+    SCHEMES[scheme].convert(converter, calibration)
+    with _converter_log() as log:
+        try:
+            return converter.convert()
+        except Exception as e:  # the converter's errors are long; keep the first line
+            log.seek(0)
+            tail = log.read().decode(errors="replace").strip().splitlines()[-5:]
+            raise ModelError(f"TFLite conversion ({scheme}) failed: {str(e).splitlines()[0]}"
+                             + ("\n  " + "\n  ".join(tail) if tail else "")) from e
+

@@ -1,0 +1,218 @@
+"""What every algorithm's training loop shares: the package versions a run records, the
+export of an actor network as a plain Keras MLP (checked against the agent's greedy policy),
+the run.json of an actor-critic run, and small TF-Agents helpers."""
+from __future__ import annotations
+
+import platform
+import shutil
+from dataclasses import asdict
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import QuarlError
+from ..run import MODEL_FILES, VALIDATION_SEED_BASE, mlp_forward, write_run
+
+
+def package_versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for name in ("tensorflow-cpu", "tensorflow", "tf-agents", "tensorflow-probability",
+                 "gymnasium", "numpy", "tflite-runtime", "quarl-edge"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+
+# ------------------------------------------------------------------ actor networks (PPO, SAC, ...)
+def keras_mlp(obs_shape: tuple[int, ...], layers: list[tuple[np.ndarray, np.ndarray, str]],
+              name: str = "policy"):
+    """A plain tf.keras MLP float32 [None, *obs_shape] -> [None, n_out] holding `layers`
+    ((kernel, bias, activation) as from mlp_layers / actor_layers)."""
+    import tensorflow as tf
+    inp = tf.keras.Input(shape=obs_shape, dtype=tf.float32, name="observation")
+    x = tf.keras.layers.Flatten()(inp) if len(obs_shape) != 1 else inp
+    dense = []
+    for i, (kernel, bias, act) in enumerate(layers):
+        last = i == len(layers) - 1
+        dense.append(tf.keras.layers.Dense(kernel.shape[1], activation=act,
+                                           name="output" if last else f"dense_{i}"))
+        x = dense[-1](x)
+    model = tf.keras.Model(inp, x, name=name)
+    for layer, (kernel, bias, _) in zip(dense, layers):
+        layer.set_weights([kernel, bias])
+    return model
+
+
+def _dense_layers(net) -> list:
+    """The Dense layers of a TF-Agents network, in call order (depth first)."""
+    import tensorflow as tf
+    out = []
+
+    def walk(layer):
+        for sub in getattr(layer, "layers", []):
+            if isinstance(sub, tf.keras.layers.Dense):
+                out.append(sub)
+            else:
+                walk(sub)
+    walk(net)
+    return out
+
+
+def actor_layers(net, act_spec) -> list[tuple[np.ndarray, np.ndarray, str]]:
+    """The deterministic (greedy) policy of a TF-Agents actor network as a plain MLP.
+
+    - CategoricalProjectionNetwork (PPO, discrete): the logits layer; action = argmax.
+    - NormalProjectionNetwork (PPO, continuous): the means layer, tanh, scaled to the bounds
+      (tanh_squash_to_spec); action = the mean.
+    - TanhNormalProjectionNetwork (SAC): the means half of the projection layer, tanh, scaled
+      (SquashToSpecNormal's mode).
+    - ActorNetwork (DDPG, TD3): its tanh action layer, scaled (scale_to_spec).
+    The bounds scaling (center + half_range * tanh) is a last Dense layer with a diagonal kernel
+    ("output"), so the exported network is FULLY_CONNECTED/TANH ops only."""
+    dense = _dense_layers(net)
+    layers = []
+    for d in dense:
+        kernel, bias = (w.astype(np.float32) for w in d.get_weights())
+        layers.append([kernel, bias, d.get_config()["activation"]])
+    kind = type(net).__name__
+    projection = ""
+    if kind == "ActorDistributionNetwork":
+        projection = type(tf_nest_first(net._projection_networks)).__name__
+    if projection == "CategoricalProjectionNetwork":
+        return [tuple(x) for x in layers]
+    if np.issubdtype(act_spec.dtype, np.integer):
+        raise QuarlError(f"unsupported actor {kind}/{projection} for discrete actions")
+    n = int(np.prod(act_spec.shape))
+    if projection == "TanhNormalProjectionNetwork":
+        kernel, bias, _ = layers[-1]
+        layers[-1] = [kernel[:, :n], bias[:n], "tanh"]
+    elif projection == "NormalProjectionNetwork":
+        layers[-1][2] = "tanh"
+    elif kind != "ActorNetwork":
+        raise QuarlError(f"unsupported actor network {kind}/{projection}")
+    if layers[-1][2] != "tanh":
+        raise RuntimeError(f"actor head is {layers[-1][2]}, expected tanh")
+    low = np.broadcast_to(np.asarray(act_spec.minimum, np.float32), act_spec.shape).reshape(-1)
+    high = np.broadcast_to(np.asarray(act_spec.maximum, np.float32), act_spec.shape).reshape(-1)
+    half, center = (high - low) / 2, (high + low) / 2
+    layers.append([np.diag(half).astype(np.float32), center.astype(np.float32), "linear"])
+    return [tuple(x) for x in layers]
+
+
+def tf_nest_first(x):
+    import tensorflow as tf
+    return tf.nest.flatten(x)[0]
+
+
+def _batched_step(x):
+    import tensorflow as tf
+    return tf.nest.map_structure(lambda v: tf.convert_to_tensor(v)[None], x)
+
+
+def _unbatched(x):
+    import tensorflow as tf
+    return tf.nest.map_structure(lambda v: v[0], x)
+
+
+def _validation_return(env_id: str, layers, episodes: int) -> float:
+    from .envs import play_batched
+    seeds = [VALIDATION_SEED_BASE + k for k in range(episodes)]
+    return float(np.mean(play_batched(env_id, lambda x: mlp_forward(layers, x), seeds)[0]))
+
+
+def _save_actor_run(out: Path, algo: str, env_id: str, seed: int, cfg, agent, actor_net, env,
+                    best: dict, train_seconds: float, recent_returns, extra: dict) -> dict:
+    """Write policy/ (greedy PolicySaver), policy.keras (checked against the agent's greedy
+    policy) and run.json for an actor-critic run; returns run.json's contents."""
+    import tensorflow as tf
+    from tf_agents.policies import greedy_policy, policy_saver
+    from tf_agents.trajectories import time_step as ts
+
+    obs_spec, act_spec = env.observation_spec(), env.action_spec()
+    obs_shape = tuple(int(d) for d in obs_spec.shape)
+    actor_net.set_weights(best["net_weights"])
+    policy = greedy_policy.GreedyPolicy(agent.policy)
+    policy_dir = out / "policy"
+    if policy_dir.exists():
+        shutil.rmtree(policy_dir)
+    policy_saver.PolicySaver(policy, batch_size=None).save(str(policy_dir))
+
+    layers = actor_layers(actor_net, act_spec)
+    model = keras_mlp(obs_shape, layers)
+    low = np.asarray(obs_spec.minimum, np.float32)
+    high = np.asarray(obs_spec.maximum, np.float32)
+    rng = np.random.default_rng(seed + 1)
+    probe = rng.uniform(np.maximum(low, -3), np.minimum(high, 3),
+                        size=(256, *obs_shape)).astype(np.float32)
+    step = ts.restart(tf.constant(probe), batch_size=len(probe))
+    agent_actions = policy.action(step).action.numpy()
+    keras_out = model(probe, training=False).numpy()
+    if np.issubdtype(act_spec.dtype, np.integer):
+        top2 = np.sort(keras_out, axis=1)[:, -2:]
+        clear = (top2[:, 1] - top2[:, 0]) > 1e-4
+        ok = np.array_equal(keras_out.argmax(1)[clear] + int(act_spec.minimum),
+                            agent_actions.reshape(-1)[clear])
+    else:
+        ok = np.allclose(np.clip(keras_out.reshape(agent_actions.shape), act_spec.minimum,
+                                 act_spec.maximum), agent_actions, rtol=1e-4, atol=1e-4)
+    if not ok:
+        raise RuntimeError(f"the Keras copy of the {algo} actor disagrees with its greedy policy")
+    model.save(out / MODEL_FILES[algo])
+
+    space = env.gym_env.action_space
+    info = {
+        "env": env_id,
+        "algo": algo,
+        "seed": seed,
+        "steps": cfg.steps,
+        "train_seconds": round(train_seconds, 2),
+        "best_greedy_return": best["return"],
+        "best_step": best["step"],
+        "validation_seeds": [VALIDATION_SEED_BASE, VALIDATION_SEED_BASE + cfg.eval_episodes - 1],
+        "final_train_return": float(np.mean(recent_returns)) if recent_returns else None,
+        "obs_shape": list(obs_shape),
+        "model_file": MODEL_FILES[algo],
+        "action_space": _space_info(space),
+        "network": {"type": "mlp", "hidden": list(cfg.hidden), "activation": "relu",
+                    "head": layers[-1][2] if hasattr(space, "n") else "tanh, scaled to bounds"},
+        "hyperparameters": {k: (list(v) if isinstance(v, tuple) else v)
+                            for k, v in asdict(cfg).items()},
+        "versions": package_versions(),
+        **extra,
+    }
+    if hasattr(space, "n"):
+        info["n_actions"] = int(space.n)
+    write_run(out, info)
+    return info
+
+
+def _space_info(space) -> dict:
+    if hasattr(space, "n"):
+        return {"type": "discrete", "n": int(space.n), "start": int(space.start)}
+    return {"type": "box", "shape": list(space.shape), "low": np.asarray(space.low).tolist(),
+            "high": np.asarray(space.high).tolist()}
+
+
+
+def _agent_env(env_id: str, seed: int, algo: str, continuous_only: bool):
+    from .tf_env import make_env
+    env = make_env(env_id, seed=seed)
+    act_spec = env.action_spec()
+    if continuous_only and np.issubdtype(act_spec.dtype, np.integer):
+        raise QuarlError(f"{algo} needs a Box (continuous) action space; {env_id} has "
+                         f"{env.gym_env.action_space} (use dqn or ppo)")
+    if np.issubdtype(act_spec.dtype, np.integer) and act_spec.shape != ():
+        raise QuarlError(f"only a single Discrete action is supported; {env_id} has "
+                         f"{env.gym_env.action_space}")
+    return env
+
+
+
+def common_function(fn):
+    from tf_agents.utils import common
+    return common.function(fn)
+

@@ -1,0 +1,157 @@
+"""PPO (TF-Agents' PPOClipAgent, GAE) on discrete or continuous actions, read top to bottom:
+the config, envs stepped side by side, the agent, the collect/train loop, the export."""
+from __future__ import annotations
+
+import csv
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import QuarlError
+from .common import _agent_env, _save_actor_run, _validation_return, actor_layers, common_function
+
+
+@dataclass
+class PPOConfig:
+    """PPO with the clipped objective (PPOClipAgent), GAE; discrete or continuous actions."""
+    steps: int = 200_000
+    hidden: tuple[int, ...] = (64, 64)     # actor MLP (relu); the value net has the same shape
+    learning_rate: float = 3e-4
+    collect_steps: int = 2048              # env steps per iteration, all envs together
+    epochs: int = 10                       # passes over each batch
+    # Environments stepped side by side (one policy call for all: the collection loop, not the
+    # network, is what costs time on 2 cores). Each env fills its own row of the batch.
+    num_envs: int = 1
+    # Gradient steps per epoch: the batch's env rows split into this many minibatches (TF-Agents
+    # trains on a whole batch per step, i.e. 1). Must divide num_envs; each row keeps whole
+    # trajectories, so GAE is computed over what that env collected.
+    minibatches: int = 1
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    clip_ratio: float = 0.2
+    entropy_regularization: float = 0.0
+    normalize_rewards: bool = True
+    eval_episodes: int = 10                # greedy validation after every iteration
+
+    def __post_init__(self):
+        self.hidden = tuple(int(h) for h in self.hidden)
+        if self.steps <= 0 or self.collect_steps <= 0:
+            raise QuarlError(f"steps and collect_steps must be positive, got {self.steps}, "
+                             f"{self.collect_steps}")
+        if self.num_envs < 1 or self.minibatches < 1 or self.num_envs % self.minibatches:
+            raise QuarlError(f"minibatches ({self.minibatches}) must divide num_envs "
+                             f"({self.num_envs}), both positive")
+
+
+
+def train_ppo(env_id: str, seed: int, out: Path, config: PPOConfig, progress: bool = True) -> dict:
+    import tensorflow as tf
+    from tf_agents.agents.ppo import ppo_clip_agent
+    from tf_agents.environments import batched_py_environment
+    from tf_agents.networks import actor_distribution_network, value_network
+    from tf_agents.replay_buffers import tf_uniform_replay_buffer
+    from tf_agents.specs import tensor_spec
+    from tf_agents.trajectories import trajectory
+    from tqdm import tqdm
+
+    from .tf_env import make_env
+
+    cfg = config
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    tf.keras.utils.set_random_seed(seed)
+    env = _agent_env(env_id, seed, "ppo", continuous_only=False)
+    # env k of the batch starts from seed + 1000 k (env 0 is `env` itself, seeded `seed`)
+    envs = batched_py_environment.BatchedPyEnvironment(
+        [env] + [make_env(env_id, seed=seed + 1000 * k) for k in range(1, cfg.num_envs)],
+        multithreading=False)
+    obs_spec = tensor_spec.from_spec(env.observation_spec())
+    act_spec = tensor_spec.from_spec(env.action_spec())
+    actor_net = actor_distribution_network.ActorDistributionNetwork(
+        obs_spec, act_spec, fc_layer_params=cfg.hidden)
+    value_net = value_network.ValueNetwork(obs_spec, fc_layer_params=cfg.hidden)
+    split = cfg.minibatches > 1
+    agent = ppo_clip_agent.PPOClipAgent(
+        tensor_spec.from_spec(env.time_step_spec()), act_spec,
+        optimizer=tf.keras.optimizers.Adam(learning_rate=cfg.learning_rate),
+        actor_net=actor_net, value_net=value_net,
+        importance_ratio_clipping=cfg.clip_ratio, lambda_value=cfg.gae_lambda,
+        discount_factor=cfg.gamma, entropy_regularization=cfg.entropy_regularization,
+        num_epochs=1 if split else cfg.epochs, use_gae=True, normalize_observations=False,
+        normalize_rewards=cfg.normalize_rewards, update_normalizers_in_train=not split,
+        train_step_counter=tf.Variable(0, dtype=tf.int64))
+    agent.initialize()
+    collect = common_function(agent.collect_policy.action)
+    agent_train = common_function(agent.train)
+    per_env = -(-cfg.collect_steps // cfg.num_envs)
+    replay = tf_uniform_replay_buffer.TFUniformReplayBuffer(
+        agent.collect_data_spec, batch_size=cfg.num_envs, max_length=2 * per_env + 16)
+    rows = np.arange(cfg.num_envs)
+    shuffle = np.random.default_rng(seed)
+
+    def train_on(experience) -> float:
+        """One iteration's updates: `epochs` passes, each over the shuffled minibatches of rows."""
+        if not split:
+            return float(agent_train(experience).loss)
+        agent.update_reward_normalizer(experience.reward)     # once per batch, not per pass
+        losses = []
+        for _ in range(cfg.epochs):
+            for part in np.array_split(shuffle.permutation(rows), cfg.minibatches):
+                sub = tf.nest.map_structure(lambda t: tf.gather(t, part), experience)
+                losses.append(float(agent_train(sub).loss))
+        return float(np.mean(losses))
+
+    curve_file = (out / "train_curve.csv").open("w", newline="")
+    curve = csv.writer(curve_file)
+    curve.writerow(["step", "train_return", "greedy_return", "loss"])
+    recent: deque[float] = deque(maxlen=20)
+    best = {"return": -np.inf, "step": 0, "net_weights": actor_net.get_weights()}
+    t0 = time.perf_counter()
+    time_step = envs.reset()
+    episode_return = np.zeros(cfg.num_envs)
+    step = 0
+    bar = tqdm(total=cfg.steps, desc=f"ppo {env_id}", disable=not progress, mininterval=1.0,
+               unit="step")
+    while step < cfg.steps:
+        # Every env step is a transition, except the auto reset after an episode's last step:
+        # that one is stored as the LAST -> FIRST boundary (PPO masks it) and not counted.
+        want, taken = min(cfg.collect_steps, cfg.steps - step), 0
+        while taken < want:
+            pstep = collect(time_step)
+            next_ts = envs.step(pstep.action.numpy())
+            replay.add_batch(trajectory.from_transition(time_step, pstep, next_ts))
+            real = ~np.asarray(time_step.is_last())
+            taken += int(real.sum())
+            episode_return += np.where(real, next_ts.reward, 0.0)
+            for k in np.flatnonzero(np.asarray(next_ts.is_last())):
+                recent.append(float(episode_return[k]))
+                episode_return[k] = 0.0
+            time_step = next_ts
+        step += taken
+        bar.update(taken)
+        loss = train_on(replay.gather_all())
+        replay.clear()
+        layers = actor_layers(actor_net, env.action_spec())
+        greedy = _validation_return(env_id, layers, cfg.eval_episodes)
+        if greedy >= best["return"]:
+            best = {"return": greedy, "step": step, "net_weights": actor_net.get_weights()}
+        curve.writerow([step, float(np.mean(recent)) if recent else "", greedy, f"{loss:.5g}"])
+        curve_file.flush()
+        bar.set_postfix(greedy=f"{greedy:.0f}", best=f"{best['return']:.0f}")
+    bar.close()
+    curve_file.close()
+    extra = {}
+    if not np.issubdtype(env.action_spec().dtype, np.integer):
+        # the Gaussian's std, a bias of the actor: the exported network computes only the mean
+        actor_net.set_weights(best["net_weights"])
+        dist, _ = actor_net(tf.zeros((1, *obs_spec.shape)), step_type=(), network_state=(),
+                            training=False)
+        extra["action_std"] = dist.stddev().numpy().reshape(-1).tolist()
+    info = _save_actor_run(out, "ppo", env_id, seed, cfg, agent, actor_net, env, best,
+                           time.perf_counter() - t0, recent, extra)
+    envs.close()
+    return info
+

@@ -1,0 +1,167 @@
+"""The run directory: what training writes and every later stage reads.
+
+This module is the only thing the stages after training (quant, measure, study) know of it; none
+of them imports an algorithm. A run directory RUN holds:
+
+    RUN/run.json            what was trained, how, how well (`load_run`); "model_file" names the
+                            network file, "env" the Gymnasium id, "algo", "seed", "obs_shape",
+                            "action_space", "network", "hyperparameters", "versions"
+    RUN/qnet.keras          DQN: the Q-network as a plain tf.keras model (float32 obs -> Q-values)
+    RUN/policy.keras        PPO, SAC, TD3, DDPG: the greedy actor as a plain tf.keras MLP (logits
+                            for discrete PPO, the deterministic action for continuous actors)
+    RUN/policy/             the greedy policy as a TF-Agents PolicySaver SavedModel
+    RUN/train_curve.csv     step, running train episode return, greedy validation return, loss
+    RUN/models/<scheme>.tflite   the quantized models (quarl_edge.quant)
+    RUN/calibration.npy     the observations the integer schemes were calibrated on
+
+Seeds: training selects its best checkpoint on the validation seeds VALIDATION_SEED_BASE + k,
+never on the test seeds 0..N that evaluation uses.
+
+The network files hold plain MLPs (Dense layers, relu / tanh / linear), so they can also be run
+in numpy (`mlp_layers`, `mlp_forward`) without a TensorFlow call per step.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+
+from .errors import QuarlError
+
+VALIDATION_SEED_BASE = 10_000
+
+# The plain Keras network each algorithm exports into the run directory (what gets converted).
+MODEL_FILES = {"dqn": "qnet.keras", "ppo": "policy.keras", "sac": "policy.keras",
+               "td3": "policy.keras", "ddpg": "policy.keras"}
+
+ACTIVATIONS = {"linear": lambda x: x, "relu": lambda x: np.maximum(x, 0.0), "tanh": np.tanh}
+
+
+def load_run(run_dir: Path) -> dict:
+    """RUN/run.json as a dict; a QuarlError when RUN is not a run directory."""
+    meta = Path(run_dir) / "run.json"
+    if not meta.is_file():
+        raise QuarlError(f"{run_dir} is not a run directory (no run.json); train one with "
+                         "`quarl-edge train` or use examples/cartpole_dqn")
+    try:
+        return json.loads(meta.read_text())
+    except json.JSONDecodeError as e:
+        raise QuarlError(f"{meta} is not valid JSON: {e}") from None
+
+
+def write_run(run_dir: Path, info: dict) -> None:
+    """Write RUN/run.json through a temporary file, so a crash never leaves half a file."""
+    path = Path(run_dir) / "run.json"
+    tmp = path.with_name(f".run.json.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(info, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def keras_path(run_dir: Path) -> Path:
+    """RUN/<model file>: run.json's "model_file" (qnet.keras for runs that predate it)."""
+    meta = Path(run_dir) / "run.json"
+    name = "qnet.keras"
+    if meta.is_file():
+        name = json.loads(meta.read_text()).get("model_file", name)
+    return Path(run_dir) / name
+
+
+def load_keras(run_dir: Path):
+    """The run's policy network (RUN/qnet.keras for DQN, RUN/policy.keras for the actor of the
+    other algorithms) as a tf.keras model: float32 observations -> Q-values, logits or actions."""
+    import tensorflow as tf
+    path = keras_path(run_dir)
+    if not path.is_file():
+        raise QuarlError(f"no trained model at {path}: run `train` into {run_dir} first")
+    return tf.keras.models.load_model(path, compile=False)
+
+
+def tflite_path(run_dir: Path, scheme: str) -> Path:
+    """RUN/models/<scheme>.tflite, which must exist (made by `quarl-edge quantize`)."""
+    path = Path(run_dir) / "models" / f"{scheme}.tflite"
+    if not path.is_file():
+        raise QuarlError(f"no {scheme} model in {run_dir}/models; make it with "
+                         f"`quarl-edge quantize {run_dir} --scheme {scheme}`")
+    return path
+
+
+def mlp_layers(model) -> list[tuple[np.ndarray, np.ndarray, str]]:
+    """The Dense layers of a plain Keras MLP as (kernel, bias, activation name)."""
+    layers = []
+    for layer in model.layers:
+        if layer.__class__.__name__ in ("InputLayer", "Flatten"):
+            continue
+        if layer.__class__.__name__ != "Dense":
+            raise QuarlError(f"layer {layer.name} ({layer.__class__.__name__}) is not Dense: "
+                             "only MLPs are supported")
+        act = layer.get_config()["activation"]
+        if act not in ACTIVATIONS:
+            raise QuarlError(f"layer {layer.name}: activation {act!r} is not supported")
+        kernel, bias = layer.get_weights()
+        layers.append((kernel, bias, act))
+    return layers
+
+
+def mlp_forward(layers: list[tuple[np.ndarray, np.ndarray, str]], obs: np.ndarray) -> np.ndarray:
+    """Outputs of the MLP `layers` (from mlp_layers) for a batch of observations, in numpy."""
+    x = np.asarray(obs, dtype=np.float32).reshape(len(obs), -1)
+    for kernel, bias, act in layers:
+        x = ACTIVATIONS[act](x @ kernel + bias)
+    return x
+
+
+def mlp_q_values(weights: list[np.ndarray], obs: np.ndarray) -> np.ndarray:
+    """Q-values of an MLP given its [W1, b1, ..., Wout, bout] (relu hidden layers), in numpy."""
+    x = obs.reshape(obs.shape[0], -1).astype(np.float32)
+    for i in range(0, len(weights) - 2, 2):
+        x = np.maximum(x @ weights[i] + weights[i + 1], 0.0)
+    return x @ weights[-2] + weights[-1]
+
+
+def keras_runner(model):
+    """A plain Keras MLP as a batch runner (numpy observations in, numpy outputs out)."""
+    layers = mlp_layers(model)
+    return lambda x: mlp_forward(layers, x)
+
+
+def ppo_action_std(run_dir: Path) -> np.ndarray | None:
+    """The std of a continuous PPO run's Gaussian policy (TF-Agents' NormalProjectionNetwork
+    keeps it as a state-independent bias), or None for any other run.
+
+    The run keeps the greedy policy (policy/, PolicySaver) with the agent's variables: a network
+    of the run's shape is rebuilt, given the saved std bias (the only variable the std depends
+    on), and asked for its distribution's stddev. (Newer runs also record it in run.json as
+    "action_std"; reading it back here serves every run alike, and the recorded value checks it.)"""
+    info = load_run(run_dir)
+    if info.get("algo") != "ppo" or info["action_space"]["type"] != "box":
+        return None
+    import tensorflow as tf
+    from tf_agents.networks import actor_distribution_network   # also registers the specs
+    from tf_agents.specs import tensor_spec
+
+    space = info["action_space"]
+    obs_spec = tensor_spec.TensorSpec(tuple(info["obs_shape"]), tf.float32)
+    act_spec = tensor_spec.BoundedTensorSpec(tuple(space["shape"]), tf.float32,
+                                             np.float32(space["low"]), np.float32(space["high"]))
+    net = actor_distribution_network.ActorDistributionNetwork(
+        obs_spec, act_spec, fc_layer_params=tuple(info["network"]["hidden"]))
+    net.create_variables()
+
+    def std_bias(variables):
+        # Keras numbers a layer name already used in the process: bias_layer, bias_layer_1, ...
+        found = [v for v in variables if re.search(
+            r"^ActorDistributionNetwork[^/]*/NormalProjectionNetwork[^/]*/bias_layer[^/]*/bias",
+            v.name)]
+        if len(found) != 1:
+            raise QuarlError(f"{run_dir}/policy: no single NormalProjectionNetwork std bias "
+                             f"(found {len(found)}); is it a continuous PPO run?")
+        return found[0]
+
+    saved = std_bias(tf.saved_model.load(str(Path(run_dir) / "policy")).model_variables)
+    std_bias(net.variables).assign(saved)
+    dist, _ = net(tf.zeros((1, *info["obs_shape"])), step_type=(), network_state=(),
+                  training=False)
+    return dist.stddev().numpy().reshape(-1)
