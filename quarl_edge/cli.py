@@ -1,29 +1,103 @@
-"""The `quarl-edge` command line: argument parsing only; each stage lives in its own module."""
+"""The `quarl-edge` command line: one subcommand per pipeline step, each a thin layer over the
+Python API (quarl_edge.api), whose result dataclasses are what `--json` prints.
+
+Exit codes:
+  0    ok
+  1    a measured mismatch or failure: validate not bit-exact, study rows that failed
+  2    a usage or user error: bad arguments, a missing or malformed file, an unknown board, an
+       unsupported model, a missing toolchain, a board that does not answer
+  3    a bug in quarl-edge (the traceback is printed: please report it)
+  130  interrupted (Ctrl-C)
+
+Tables and results go to stdout (with --json, only the JSON does); progress bars, notes and
+errors go to stderr. TensorFlow, absl and gym's own messages are silenced unless -v is given.
+"""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
+import traceback
 from pathlib import Path
 
+from . import __version__
 from .errors import QuarlError
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")   # keep TensorFlow's start-up chatter out
+EXIT_OK, EXIT_MISMATCH, EXIT_USER_ERROR, EXIT_BUG, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+ALGOS = ("dqn", "ppo", "sac", "td3", "ddpg")       # quarl_edge.rl.train.ALGOS (tested equal)
+SCHEMES = ("fp32", "fp16", "int8", "dyn-int8", "int16x8", "qat-int8", "qat-distill-int8",
+           "int8-centred", "int8-acc", "int8-centred-acc")   # quant.schemes.SCHEMES (tested)
+SWEEP_MODES = ("weights+activations", "weights", "activations")
+DEMO_BOARD = "mps2-an386"
 
 
-def resolve_model(target: str, scheme: str | None) -> tuple[Path, Path]:
-    """RUN_OR_MODEL -> (model .tflite, build directory)."""
-    path = Path(target)
-    if path.is_dir():
-        from .run import tflite_path
-        scheme = scheme or "int8"
-        return tflite_path(path, scheme), path / "build"
-    if path.is_file():
-        return path, path.parent / "build"
-    raise QuarlError(f"{target} is neither a run directory nor a .tflite file")
+# ------------------------------------------------------------------------------ output
+def _console(stderr: bool = False):
+    """A rich console; when not a terminal (a pipe, a file, a test) wide enough that no table
+    row wraps, and without colour."""
+    from rich.console import Console
+    stream = sys.stderr if stderr else sys.stdout
+    tty = stream.isatty()
+    return Console(file=stream, width=None if tty else 240, no_color=not tty,
+                   highlight=False, soft_wrap=not tty)
 
 
+def table(columns: list[str], rows: list[list], right: tuple[str, ...] = ()) -> None:
+    """An aligned table on stdout: one header row, no frame (easy to read and to grep)."""
+    from rich.table import Table
+    t = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
+    for c in columns:
+        t.add_column(c, justify="right" if c in right else "left", no_wrap=True)
+    for r in rows:
+        t.add_row(*("-" if v is None else str(v) for v in r))
+    _console().print(t)
+
+
+def note(text: str) -> None:
+    """A line for the user on stderr (where files went, what was skipped)."""
+    print(text, file=sys.stderr, flush=True)
+
+
+def kib(n) -> str:
+    """Bytes as KiB (to one decimal below 10 KiB), or B for small counts."""
+    if n is None:
+        return "-"
+    if n < 1024:
+        return f"{n:,} B"
+    return f"{n / 1024:,.1f} KiB" if n < 10 * 1024 else f"{n / 1024:,.0f} KiB"
+
+
+def mhz(hz) -> str:
+    if not hz:
+        return "-"
+    return f"{hz / 1e6:,.0f} MHz" if hz % 1_000_000 == 0 else f"{hz / 1e6:,.3g} MHz"
+
+
+def cost(value, unit: str) -> str:
+    return "-" if value is None else f"{value:,.0f} {unit}"
+
+
+def share(used, total) -> str:
+    """'12,128 B (0.6 % of 2,048 KiB)'; without a known total just the bytes."""
+    if used is None:
+        return "-"
+    return f"{used:,} B" + (f" ({100 * used / total:.1f} % of {kib(total)})" if total else "")
+
+
+def emit_json(data) -> None:
+    print(json.dumps(data, indent=2, default=str))
+
+
+def as_json(result):
+    if isinstance(result, list):
+        return [as_json(r) for r in result]
+    return dataclasses.asdict(result) if dataclasses.is_dataclass(result) else result
+
+
+# ----------------------------------------------------------------------------- commands
 def option_value(text: str) -> tuple[str, object]:
     """`KEY=VALUE` from the command line: VALUE as a TOML value (0.9, 16, [256, 256], true,
     "ou"), a bare word as a string (ou)."""
@@ -37,78 +111,77 @@ def option_value(text: str) -> tuple[str, object]:
         return key.strip(), value
 
 
-def cmd_train(a):
-    from .measure.selection import int8_judge
-    from .rl.train import train
+def cmd_train(a, qe):
     options = dict(option_value(t) for t in a.set)
-    info = train(a.env, a.algo, steps=a.steps, seed=a.seed, out=Path(a.out), judge=int8_judge,
-                 **options)
-    print(json.dumps(info, indent=2) if a.json else
-          f"trained {a.algo} on {a.env} in {info.get('train_seconds', 0):.0f} s; best greedy "
-          f"validation return {info.get('best_greedy_return')}; run in {a.out}")
-
-
-def cmd_quantize(a):
-    from .quant.schemes import quantize
-    for scheme in a.scheme:
-        path = quantize(Path(a.run), scheme, calib_size=a.calib_size,
-                        qat={"steps": a.qat_steps} if a.qat_steps is not None else None,
-                        distill={"steps": a.distill_steps} if a.distill_steps is not None else None)
-        print(f"{scheme:8s} {path}  {path.stat().st_size:,} B")
-
-
-def cmd_sweep(a):
-    from .quant.nbit import nbit_sweep
-    rows = nbit_sweep(Path(a.run), bits=a.bits, seeds=range(a.seed, a.seed + a.episodes),
-                      modes=a.mode, per_channel=a.per_channel)
+    res = qe.train(a.env, a.algo, out=a.out, steps=a.steps, seed=a.seed, progress=True, **options)
     if a.json:
-        print(json.dumps(rows, indent=2))
-        return
-    print(f"{'mode':20s} {'bits':>4s} {'return (mean ± std)':>20s} {'agree':>6s}")
-    for r in rows:
-        print(f"{r['mode']:20s} {r['bits']:4d} {r['mean_return']:11.1f} ± {r['std_return']:6.1f} "
-              f"{r['agreement']:6.3f}")
+        return emit_json(res.info)
+    info = res.info
+    print(f"trained {res.algo} on {res.env} (seed {res.seed}, {res.steps:,} steps) in "
+          f"{res.train_seconds:.0f} s: best greedy validation return {res.best_greedy_return:.1f} "
+          f"at step {info.get('best_step', '-'):,}")
+    note(f"wrote the run to {res.run_dir} (run.json, {info.get('model_file', 'qnet.keras')}, "
+         "policy/, train_curve.csv)")
 
 
-def cmd_build(a):
-    from .targets.boards import get_board
-    from .targets.build import build
-    board = get_board(a.board)
-    model, build_root = resolve_model(a.target, a.model)
-    fw = build(model, board, Path(a.out) if a.out else build_root / board.id / model.stem)
-    m = fw.memory
-    print(f"firmware: {fw.elf}\n"
-          f"  flash  {m.flash_bytes:>9,} B   (weights and parameters {m.weights_bytes:,} B)\n"
-          f"  RAM    {m.ram_bytes:>9,} B   (model arena {m.arena_bytes:,} B)\n"
-          f"  stack  measured on the board: `quarl-edge validate` or `hil` report it")
+def cmd_quantize(a, qe):
+    results = qe.quantize(a.run, a.scheme, calib_size=a.calib_size, qat_steps=a.qat_steps,
+                          distill_steps=a.distill_steps, progress=not a.json)
+    if a.json:
+        return emit_json(as_json(results))
+    table(["scheme", "model", "size"], [[r.scheme, r.path, kib(r.size_bytes)] for r in results],
+          right=("size",))
 
 
-def cmd_flash(a):
+def cmd_sweep(a, qe):
+    rows = qe.sweep(a.run, bits=a.bits, modes=a.mode, per_channel=a.per_channel,
+                    seeds=range(a.seed, a.seed + a.episodes))
+    if a.json:
+        return emit_json(as_json(rows))
+    table(["mode", "bits", "return (mean ± std)", "agreement", "ties"],
+          [[r.mode, r.bits, f"{r.mean_return:.1f} ± {r.std_return:.1f}", f"{r.agreement:.3f}",
+            "-" if r.ties is None else f"{r.ties:.3f}"] for r in rows],
+          right=("bits", "return (mean ± std)", "agreement", "ties"))
+
+
+def _memory_lines(memory: dict, flash_total, ram_total) -> None:
+    m = memory
+    print(f"  flash  {share(m.get('flash_bytes'), flash_total)}"
+          f"  (weights and parameters {m.get('weights_bytes', 0):,} B)")
+    print(f"  RAM    {share(m.get('ram_bytes'), ram_total)}"
+          f"  (model arena {m.get('arena_bytes', 0):,} B)")
+
+
+def cmd_build(a, qe):
+    res = qe.build(a.target, a.board, out=a.out, scheme=a.model)
+    if a.json:
+        return emit_json(as_json(res))
+    print(f"firmware for '{res.board}': {res.elf}")
+    _memory_lines(res.memory, res.board_flash_bytes, res.board_ram_bytes)
+    print("  stack  measured on the board: `quarl-edge validate` or `hil` report it")
+    note(f"wrote the build to {res.out_dir} (gen/model.c, firmware.elf"
+         + "".join(f", {Path(p).name}" for p in res.files.values()) + ", memory.json)")
+
+
+def cmd_flash(a, qe):
     import time
-    from .link.session import BoardSession
-    from .targets.boards import get_board
-    board = get_board(a.board)
-    model, build_root = resolve_model(a.target, a.model)
-    port = a.port
-    if a.ssh:
-        from .targets.launch import ssh_deploy
-        if board.kind != "linux":
-            raise QuarlError(f"--ssh deploys to linux boards; {board.id} is {board.kind}")
-        port = ssh_deploy(board, model, a.ssh, a.ssh_option)
-    with BoardSession(model, board, build_root / board.id / model.stem, port=port,
-                      flasher=a.flasher, drive=a.drive, flash=True) as s:
-        started_here = not port and board.kind in ("host", "emulated", "linux")
+    with qe.session(a.target, a.board, scheme=a.model, out=a.out, port=a.port, ssh=a.ssh,
+                    ssh_options=a.ssh_option, flasher=a.flasher, drive=a.drive, flash=True) as s:
+        board = s.board
+        started_here = not s.port and board.kind in ("host", "emulated", "linux")
         flashed = getattr(s.running, "result", None)
         if flashed is not None:
             where = (f"the {flashed.drive} drive" if flashed.drive else
                      " ".join(flashed.command[:2]) + " ...")
             print(f"flashed {flashed.image.name} with {flashed.tool} ({where})", flush=True)
-            for note in flashed.notes:
-                print(f"note: {note}", file=sys.stderr)
+            for n in flashed.notes:
+                note(f"note: {n}")
         found = " (found by its USB id)" if getattr(s.running, "found_by_usb", False) else ""
         print(f"board '{board.id}' runs {s.info.model_name} on {s.running.url}{found} "
               f"({s.info.cost_unit} cost unit)" + ("; Ctrl-C stops it" if started_here else ""),
               flush=True)
+        if s.firmware is not None:
+            note(f"built into {s.out_dir}")
         if started_here:   # the board lives as long as this command: keep it up
             try:
                 while s.running.alive():
@@ -117,183 +190,257 @@ def cmd_flash(a):
                 pass
 
 
-def cmd_validate(a):
-    from .measure.validate import validate
-    from .targets.boards import get_board
-    board = get_board(a.board)
-    model = Path(a.model)
-    res = validate(model, board, model.parent / "build" / board.id / model.stem,
-                   inputs=Path(a.inputs) if a.inputs else None, random_n=a.random,
-                   save_outputs=Path(a.save_outputs) if a.save_outputs else None,
-                   port=a.port, seed=a.seed, flasher=a.flasher, drive=a.drive)
+def cmd_validate(a, qe):
+    res = qe.validate(a.model, a.board, inputs=a.inputs, random=a.random, seed=a.seed,
+                      save_outputs=a.save_outputs, port=a.port, out=a.out, flasher=a.flasher,
+                      drive=a.drive)
     if a.json:
-        print(json.dumps(res, indent=2))
+        emit_json(as_json(res))
     else:
-        lat = res["latency"]
-        print(f"{res['n']} inputs on '{res['board']}': bit_exact={res['bit_exact']} "
-              f"max_abs_diff={res['max_abs_diff']:g}; latency median {lat['median']:,.0f} "
-              f"{lat['unit']} (p99 {lat['p99']:,.0f}); memory {res['memory']}")
-    return 0 if res["bit_exact"] else 1
+        lat, m = res.latency, res.memory
+        verdict = ("bit-exact with TF Lite Micro" if res.bit_exact else
+                   f"NOT bit-exact: {res.mismatches} of {res.n} outputs differ "
+                   f"(max |diff| {res.max_abs_diff:g}, max relative {res.max_rel_diff:g})")
+        print(f"{res.n} inputs on '{res.board}': {verdict}")
+        print(f"  latency  median {cost(lat.median, lat.unit)} (p99 {cost(lat.p99, lat.unit)})")
+        print(f"  flash {kib(m.get('flash_bytes'))}, RAM {kib(m.get('ram_bytes'))}, "
+              f"stack {kib(m.get('stack_bytes'))}, arena {kib(m.get('arena_bytes'))}")
+        if a.port is None:
+            note(f"built into {res.out_dir}")
+        if a.save_outputs:
+            note(f"wrote the board's outputs to {a.save_outputs}")
+    return EXIT_OK if res.bit_exact else EXIT_MISMATCH
 
 
-def cmd_hil(a):
-    from .measure.hil import run_hil
-    from .targets.boards import get_board
-    res = run_hil(Path(a.run), a.model, get_board(a.board), a.episodes, seed=a.seed,
-                  port=a.port, flasher=a.flasher, drive=a.drive)
+def cmd_hil(a, qe):
+    res = qe.hil(a.run, a.board, model=a.model, episodes=a.episodes, seed=a.seed, port=a.port,
+                 out=a.out, flasher=a.flasher, drive=a.drive, progress=True)
     if a.json:
-        print(json.dumps(res, indent=2))
-    else:
-        lat = res["latency"]
-        print(f"{res['model']} on '{res['board']}', {res['episodes']} episodes of {res['env']}: "
-              f"return {res['mean_return']:.1f} ± {res['std_return']:.1f} (tflite-runtime "
-              f"{res['host_mean_return']:.1f}, fp32 {res['fp32_mean_return']:.1f}); agreement "
-              f"{res['agreement']:.3f}; latency median {lat['median']:,.0f} {lat['unit']}; "
-              f"{res['steps_per_s']:.0f} steps/s")
+        return emit_json(as_json(res))
+    lat = res.latency
+    print(f"{res.model} on '{res.board}', {res.episodes} episodes of {res.env} "
+          f"(seeds {res.seeds[0]}..{res.seeds[-1]}):")
+    table(["runs on", "return (mean ± std)", "agreement with fp32"],
+          [[f"board '{res.board}'", f"{res.mean_return:.1f} ± {res.std_return:.1f}",
+            f"{res.agreement:.3f}"],
+           ["tflite-runtime (host)", f"{res.host_mean_return:.1f} ± {res.host_std_return:.1f}",
+            "-"],
+           ["fp32 network (host)", f"{res.fp32_mean_return:.1f} ± {res.fp32_std_return:.1f}",
+            "1.000"]], right=("return (mean ± std)", "agreement with fp32"))
+    print(f"latency median {cost(lat.median, lat.unit)} (p99 {cost(lat.p99, lat.unit)}); "
+          f"{res.steps_per_s:,.0f} steps/s")
+    note(f"wrote the results to {res.results} (and the episode log beside it)")
 
 
-def cmd_bench(a):
-    from .measure.bench import run_bench, select_boards
-    rows = run_bench(Path(a.run), select_boards(a.boards), n=a.n,
-                     out=Path(a.out) if a.out else None, progress=not a.json,
-                     flasher=a.flasher, drive=a.drive)
+def cmd_bench(a, qe):
+    rows = qe.bench(a.run, a.boards, n=a.n, out=a.out, progress=not a.json)
     if a.json:
-        print(json.dumps(rows, indent=2))
-    else:
-        from .measure.bench import markdown
-        print(markdown(rows))
+        return emit_json(as_json(rows))
+    speed = {}
+    by = {(r.board, r.precision): r for r in rows if r.error is None}
+    for (b, p), r in by.items():
+        f32 = by.get((b, "fp32"))
+        if p == "int8" and f32 is not None and r.cost_mean:
+            speed[b] = f32.cost_mean / r.cost_mean
+    out = []
+    for r in rows:
+        if r.error is not None:
+            out.append([r.board, r.cpu, r.precision, None, None, None, None, None, None,
+                        f"refused: {r.error}"])
+            continue
+        est = None
+        if r.clock_hz and r.unit in ("cycles", "instructions"):
+            est = f"~{r.cost_mean / r.clock_hz * 1e6:,.0f} µs"
+        out.append([r.board, r.cpu, r.precision, cost(r.cost_mean, r.unit), est,
+                    kib(r.flash_bytes), kib(r.ram_bytes), kib(r.stack_bytes),
+                    kib(r.arena_bytes),
+                    f"{speed[r.board]:.2f}x" if r.precision == "int8" and r.board in speed else ""])
+    table(["board", "cpu", "precision", "cost / inference", "at board clock", "flash", "RAM",
+           "stack", "arena", "int8 speedup"], out,
+          right=("cost / inference", "at board clock", "flash", "RAM", "stack", "arena",
+                 "int8 speedup"))
+    if any(r.unit == "instructions" for r in rows):
+        note("instructions are counted by QEMU (-icount): exact and repeatable; the time at the "
+             "board clock assumes one instruction per cycle (an estimate)")
+    note(f"wrote the rows to {Path(a.out) if a.out else Path(a.run) / 'results'}"
+         "/bench.jsonl and bench.md")
 
 
-def cmd_study(a):
-    from .study.grid import run_study
-    summary = run_study(Path(a.config), out=Path(a.out) if a.out else None, workers=a.workers,
-                        resume=a.resume, ray_address=a.ray, redo=a.redo,
-                        echo=None if a.json else (lambda s: print(s, flush=True)))
+def cmd_study(a, qe):
+    res = qe.study(a.config, out=a.out, workers=a.workers, resume=a.resume, redo=a.redo,
+                   ray=a.ray, progress=not a.json)
     if a.json:
-        print(json.dumps(summary, indent=2))
+        emit_json(as_json(res))
     else:
-        counts = ", ".join(f"{n} {s}" for s, n in sorted(summary["status"].items()))
-        print(f"study {summary['study']}: {counts} of {summary['rows']} rows in "
-              f"{summary['seconds']} s; results in {summary['results']}")
-    return 0 if set(summary["status"]) <= {"ok", "skipped"} else 1
+        counts = ", ".join(f"{n} {s}" for s, n in sorted(res.status.items()))
+        print(f"study {res.study}: {counts} of {res.rows} rows in {res.seconds} s")
+        note(f"wrote the results to {res.results}")
+    return EXIT_OK if set(res.status) <= {"ok", "skipped"} else EXIT_MISMATCH
 
 
-def cmd_report(a):
-    from .study.report import write_report
-    paths = write_report(Path(a.results), Path(a.out) if a.out else None,
-                         tolerance=a.tolerance)
-    print(f"report: {paths['markdown']}\n        {paths['html']}")
+def cmd_report(a, qe):
+    res = qe.report(a.results, out=a.out, tolerance=a.tolerance)
+    print(f"report: {res.markdown}\n        {res.html}")
 
 
-DEMO_BOARD = "mps2-an386"
-
-
-def cmd_demo(a):
+def cmd_demo(a, qe):
     from .demo import demo
     demo(pretrained=a.pretrained, board_id=a.board, episodes=a.episodes, workdir=Path(a.workdir),
          steps=a.steps)
 
 
-def cmd_boards(a):
-    from .targets.boards import all_boards
-    from .targets.flash_tools import describe_tools
-    boards = all_boards()
+def cmd_boards(a, qe):
+    boards = qe.boards()
+    if a.json:
+        return emit_json({b.id: as_json(b) for b in boards})
     rows = []
-    for b in boards.values():
-        missing = b.missing_tools()
-        rows.append((b, missing, describe_tools(b) if b.flashers else "-"))
-    if a.json:
-        print(json.dumps({b.id: {"name": b.name, "kind": b.kind, "cpu": b.cpu, "clock_hz": b.clock_hz,
-                                 "flash_bytes": b.flash_bytes, "ram_bytes": b.ram_bytes,
-                                 "cost_unit": b.cost_unit, "installed": not missing,
-                                 "missing": [m for m, _ in missing],
-                                 "flasher": b.flasher_status(), "flasher_text": flasher}
-                          for b, missing, flasher in rows}, indent=2))
-        return
-    print(f"{'board':16s} {'kind':9s} {'cpu':14s} {'clock':>10s} {'flash':>10s} {'RAM':>10s} "
-          f"{'unit':13s} {'toolchain':10s} flasher")
-    for b, _, flasher in rows:
-        build_missing = b.missing_build_tools()    # the flasher column speaks for the flashers
-        toolchain = ("installed" if not build_missing else
-                     "; ".join(f"missing {m} ({how})" for m, how in build_missing))
-        print(f"{b.id:16s} {b.kind:9s} {b.cpu:14s} {b.clock_hz or '-':>10} "
-              f"{b.flash_bytes or '-':>10} {b.ram_bytes or '-':>10} {b.cost_unit:13s} "
-              f"{toolchain:10s} {flasher}")
+    for b in boards:
+        toolchain = ("installed" if not b.missing_build else
+                     "; ".join(f"missing {m['what']} ({m['install']})" for m in b.missing_build))
+        rows.append([b.id, b.kind, b.cpu, mhz(b.clock_hz), kib(b.flash_bytes or None),
+                     kib(b.ram_bytes or None), b.cost_unit, toolchain, b.flasher_text])
+    table(["board", "kind", "cpu", "clock", "flash", "RAM", "unit", "toolchain", "flasher"], rows,
+          right=("clock", "flash", "RAM"))
 
 
-def cmd_ports(a):
-    from .targets.ports import list_ports
-    ports = list_ports()
+def cmd_ports(a, qe):
+    ports = qe.ports()
     if a.json:
-        print(json.dumps([{"device": p.device, "usb": p.usb_id, "description": p.description,
-                           "serial_number": p.serial_number, "boards": p.boards} for p in ports],
-                         indent=2))
-        return
+        return emit_json([{"device": p.device, "usb": p.usb_id, "description": p.description,
+                           "serial_number": p.serial_number, "boards": p.boards} for p in ports])
     if not ports:
         print("no serial ports found (a board over USB shows up as /dev/ttyACM* or /dev/ttyUSB*; "
               "on Linux your user needs the 'dialout' group)")
         return
-    print(f"{'device':20s} {'usb':10s} {'board':24s} description")
-    for p in ports:
-        print(f"{p.device:20s} {p.usb_id:10s} {', '.join(p.boards) or '?':24s} {p.description}")
+    table(["device", "usb", "board", "description"],
+          [[p.device, p.usb_id, ", ".join(p.boards) or "?", p.description] for p in ports])
 
 
-def add_flash_options(s) -> None:
+# ------------------------------------------------------------------------------ parser
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Help with each option's default (when it has a real one) and the examples kept as
+    written."""
+
+    def _get_help_string(self, action):
+        if action.default in (None, False, argparse.SUPPRESS) or action.default == []:
+            return action.help
+        return super()._get_help_string(action)
+
+
+def _sub(sub, name: str, help_: str, example: str, fn):
+    s = sub.add_parser(name, help=help_, description=help_[0].upper() + help_[1:] + ".",
+                       epilog="example:\n  " + example.strip().replace("\n", "\n  "),
+                       formatter_class=HelpFormatter)
+    s.set_defaults(fn=fn)
+    return s
+
+
+def _board_option(s, default: str = "host") -> None:
+    s.add_argument("--board", default=default, metavar="BOARD",
+                   help="board id: a file boards/BOARD.toml, shipped or the user's "
+                        "(`quarl-edge boards` lists them)")
+
+
+def _json_option(s) -> None:
+    s.add_argument("--json", action="store_true",
+                   help="print the result as JSON on stdout (the Python API's dataclass), "
+                        "nothing else")
+
+
+def _flash_options(s) -> None:
     s.add_argument("--flasher", default=None, metavar="TOOL",
-                   help="real boards: the flash tool to use (one of the board's [flash] tools; "
-                        "default: the first one installed)")
+                   help="real boards: the flash tool to use, one of the board's [flash] tools "
+                        "(default: the first one installed)")
     s.add_argument("--drive", default=None, metavar="PATH",
                    help="real boards flashed by copying (DAPLink, UF2): the board's mounted USB "
                         "drive (default: found by its volume label)")
 
 
+def _port_option(s) -> None:
+    s.add_argument("--port", default=None,
+                   help="the serial port (a device or a pyserial URL) of a board that already "
+                        "runs this model (default: build, start or flash the board; a real "
+                        "board's port is found by its USB VID:PID)")
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="quarl-edge", description=__doc__)
-    sub = p.add_subparsers(dest="command", required=True)
+    p = argparse.ArgumentParser(
+        prog="quarl-edge", formatter_class=HelpFormatter,
+        description="Quantized RL policies from training to a microcontroller, measured on the "
+                    "board.",
+        epilog=__doc__[__doc__.index("Exit codes:"):] + "\nexample:\n  quarl-edge demo "
+               "--pretrained     # the shipped CartPole policy on an emulated Cortex-M4F")
+    p.add_argument("--version", action="version", version=f"quarl-edge {__version__}")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="show TensorFlow's, absl's and gym's own messages and the traceback of "
+                        "user errors")
+    p.add_argument("--boards-dir", action="append", default=[], metavar="DIR",
+                   help="also look for board files (BOARD.toml) in DIR, before the shipped "
+                        "ones; repeatable (also: $QUARL_EDGE_BOARDS, "
+                        "~/.config/quarl-edge/boards)")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    s = sub.add_parser("train", help="train a policy with TF-Agents")
-    s.add_argument("--env", default="CartPole-v1")
-    s.add_argument("--algo", default="dqn")
-    s.add_argument("--steps", type=int, default=None, help="environment steps (default: per algo/env)")
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--out", required=True, help="run directory to create")
+    s = _sub(sub, "train", "train a policy with TF-Agents on a Gymnasium environment",
+             "quarl-edge train --env CartPole-v1 --algo dqn --out runs/cartpole", cmd_train)
+    s.add_argument("--env", default="CartPole-v1",
+                   help="any Gymnasium id; tuned defaults exist for CartPole-v1, Acrobot-v1, "
+                        "MountainCar-v0, LunarLander-v3, Pendulum-v1, MountainCarContinuous-v0, "
+                        "LunarLanderContinuous-v3, HalfCheetah-v5, Hopper-v5")
+    s.add_argument("--algo", default="dqn", choices=ALGOS, help="the algorithm")
+    s.add_argument("--steps", type=int, default=None,
+                   help="environment steps (default: the tuned value for this algo and env)")
+    s.add_argument("--seed", type=int, default=0, help="training seed")
+    s.add_argument("--out", required=True, metavar="RUN", help="the run directory to write")
     s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="a field of the algo's config (train.py: DQNConfig, PPOConfig, "
-                        "OffPolicyConfig in quarl_edge/rl/) over its per-env default, e.g. --set gamma=0.9 "
+                   help="a field of the algo's config (quarl_edge/rl/: DQNConfig, PPOConfig, "
+                        "OffPolicyConfig) over its per-env default, e.g. --set gamma=0.9 "
                         "--set hidden=[256,256]; repeatable")
-    s.add_argument("--json", action="store_true")
-    s.set_defaults(fn=cmd_train)
+    _json_option(s)
 
-    s = sub.add_parser("quantize", help="convert a trained run to .tflite models")
-    s.add_argument("run")
-    s.add_argument("--scheme", nargs="+", default=["fp32", "fp16", "int8"])
-    s.add_argument("--calib-size", type=int, default=1000, help="calibration observations (int8)")
+    s = _sub(sub, "quantize", "convert a trained run to .tflite models, one per scheme",
+             "quarl-edge quantize runs/cartpole --scheme fp32 int8", cmd_quantize)
+    s.add_argument("run", metavar="RUN", help="a run directory (from `quarl-edge train`)")
+    s.add_argument("--scheme", nargs="+", default=["fp32", "fp16", "int8"], choices=SCHEMES,
+                   metavar="SCHEME", help=f"schemes to write to RUN/models/, of: "
+                                          f"{', '.join(SCHEMES)}")
+    s.add_argument("--calib-size", type=int, default=1000,
+                   help="calibration observations for the integer schemes")
     s.add_argument("--qat-steps", type=int, default=None,
-                   help="qat-int8: env steps of fine-tuning in the RL loop (default 5000)")
+                   help="qat-int8: env steps of fine-tuning in the DQN loop (default 5000)")
     s.add_argument("--distill-steps", type=int, default=None,
                    help="qat-distill-int8: env steps of student rollouts in the on-policy "
-                        "distillation (default: qat.DistillConfig)")
-    s.set_defaults(fn=cmd_quantize)
+                        "distillation (default 3000)")
+    _json_option(s)
 
-    s = sub.add_parser("sweep", help="n-bit fake-quantization sweep (QuaRL): return vs bits")
-    s.add_argument("run", metavar="RUN")
-    s.add_argument("--bits", type=int, nargs="+", default=list(range(2, 9)))
+    s = _sub(sub, "sweep", "QuaRL's n-bit sweep: greedy return against bits, fake-quantized",
+             "quarl-edge sweep runs/cartpole --bits 4 6 8 --mode weights", cmd_sweep)
+    s.add_argument("run", metavar="RUN", help="a run directory")
+    s.add_argument("--bits", type=int, nargs="+", default=list(range(2, 9)), metavar="N",
+                   help="bit widths (2..16)")
     s.add_argument("--mode", nargs="+", default=["weights+activations", "weights"],
-                   choices=["weights+activations", "weights", "activations"])
-    s.add_argument("--per-channel", action="store_true", help="per-output-channel weight ranges")
+                   choices=SWEEP_MODES, metavar="MODE",
+                   help=f"what is fake-quantized, of: {', '.join(SWEEP_MODES)}")
+    s.add_argument("--per-channel", action="store_true",
+                   help="per-output-channel weight ranges (default: per tensor)")
     s.add_argument("--episodes", type=int, default=20, help="test seeds SEED..SEED+N-1")
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--json", action="store_true")
-    s.set_defaults(fn=cmd_sweep)
+    s.add_argument("--seed", type=int, default=0, help="the first test seed")
+    _json_option(s)
 
-    for name, fn, help_ in (("build", cmd_build, "generate C and build the firmware"),
-                            ("flash", cmd_flash, "build and flash (start) the firmware")):
-        s = sub.add_parser(name, help=help_)
-        s.add_argument("target", metavar="RUN_OR_MODEL")
-        s.add_argument("--board", default="host")
-        s.add_argument("--model", default=None, help="scheme when RUN_OR_MODEL is a run (default int8)")
+    for name, fn, help_, example in (
+            ("build", cmd_build, "generate C and build the firmware for a board",
+             "quarl-edge build runs/cartpole --model int8 --board mps2-an386"),
+            ("flash", cmd_flash, "build and flash (or start) the firmware, and keep the board up",
+             "quarl-edge flash runs/cartpole --board nucleo-f446re")):
+        s = _sub(sub, name, help_, example, fn)
+        s.add_argument("target", metavar="RUN_OR_MODEL", help="a run directory or a .tflite file")
+        _board_option(s)
+        s.add_argument("--model", default=None, metavar="SCHEME",
+                       help="the scheme when RUN_OR_MODEL is a run (default: int8)")
+        s.add_argument("--out", default=None, metavar="DIR",
+                       help="build directory (default: RUN/build/BOARD/SCHEME for a run, "
+                            "./build/BOARD/NAME for a .tflite)")
         if name == "build":
-            s.add_argument("--out", default=None, help="build directory")
+            _json_option(s)
         else:
             s.add_argument("--port", default=None,
                            help="serial port or pyserial URL; real boards: the port to flash "
@@ -303,95 +450,124 @@ def parser() -> argparse.ArgumentParser:
             s.add_argument("--ssh-option", action="append", default=[], metavar="KEY=VALUE",
                            help="an ssh_config option for --ssh (repeatable), e.g. "
                                 "IdentityFile=~/.ssh/pi")
-            add_flash_options(s)
-        s.set_defaults(fn=fn)
+            _flash_options(s)
 
-    s = sub.add_parser("validate", help="compare on-board outputs with TF Lite Micro")
-    s.add_argument("model", metavar="MODEL.tflite")
-    s.add_argument("--board", default="host")
+    s = _sub(sub, "validate", "run inputs on the board and compare each output bit for bit "
+                              "with TF Lite Micro on the host",
+             "quarl-edge validate runs/cartpole/models/int8.tflite --board mps2-an386 "
+             "--random 200", cmd_validate)
+    s.add_argument("model", metavar="MODEL.tflite", help="the model")
+    _board_option(s)
     g = s.add_mutually_exclusive_group()
-    g.add_argument("--inputs", help="inputs .npy of shape (n, *input_shape[1:])")
-    g.add_argument("--random", type=int, default=None, metavar="N")
-    s.add_argument("--save-outputs", default=None)
-    s.add_argument("--port", default=None,
-                   help="the board's serial port (a real board must run this model already); "
-                        "without it a real board is built, flashed and found by USB VID:PID")
-    add_flash_options(s)
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--json", action="store_true")
-    s.set_defaults(fn=cmd_validate)
+    g.add_argument("--inputs", metavar="X.npy",
+                   help="inputs, an .npy of shape (n, *input_shape[1:]) and the input's dtype")
+    g.add_argument("--random", type=int, default=None, metavar="N",
+                   help="N random inputs over the input's range and beyond it (default 100)")
+    s.add_argument("--save-outputs", default=None, metavar="Y.npy",
+                   help="write the board's outputs to this .npy")
+    _port_option(s)
+    _flash_options(s)
+    s.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    s.add_argument("--out", default=None, metavar="DIR",
+                   help="build directory (default: ./build/BOARD/NAME)")
+    _json_option(s)
 
-    s = sub.add_parser("hil", help="hardware-in-the-loop evaluation")
-    s.add_argument("run", metavar="RUN")
-    s.add_argument("--model", default="int8", help="scheme: fp32, int8, ...")
-    s.add_argument("--board", default="host")
-    s.add_argument("--episodes", type=int, default=20)
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--port", default=None,
-                   help="the board's serial port (a real board must run this model already); "
-                        "without it a real board is built, flashed and found by USB VID:PID")
-    add_flash_options(s)
-    s.add_argument("--json", action="store_true")
-    s.set_defaults(fn=cmd_hil)
+    s = _sub(sub, "hil", "hardware in the loop: Gymnasium on the host, the board choosing "
+                         "every action",
+             "quarl-edge hil runs/cartpole --model int8 --board mps2-an386 --episodes 20", cmd_hil)
+    s.add_argument("run", metavar="RUN", help="a run directory with RUN/models/SCHEME.tflite")
+    s.add_argument("--model", default="int8", choices=SCHEMES, metavar="SCHEME",
+                   help="the scheme of the model to run")
+    _board_option(s)
+    s.add_argument("--episodes", type=int, default=20, help="episodes, on seeds SEED..SEED+N-1")
+    s.add_argument("--seed", type=int, default=0, help="the first episode's seed")
+    _port_option(s)
+    _flash_options(s)
+    s.add_argument("--out", default=None, metavar="DIR",
+                   help="results directory (default: RUN/results)")
+    _json_option(s)
 
-    s = sub.add_parser("demo", help="the whole pipeline on CartPole, one table at the end")
-    s.add_argument("--pretrained", action="store_true", help="use examples/cartpole_dqn, skip training")
-    s.add_argument("--board", default=DEMO_BOARD, help=f"default {DEMO_BOARD} (Cortex-M4F under QEMU)")
-    s.add_argument("--episodes", type=int, default=20)
-    s.add_argument("--steps", type=int, default=None)
-    s.add_argument("--workdir", default="runs")
-    s.set_defaults(fn=cmd_demo)
-
-    s = sub.add_parser("bench", help="cost per inference and memory per board and precision")
-    s.add_argument("run", metavar="RUN")
+    s = _sub(sub, "bench", "cost per inference and memory per board and precision",
+             "quarl-edge bench runs/cartpole --boards host,mps2-an386,lm3s6965evb -n 100",
+             cmd_bench)
+    s.add_argument("run", metavar="RUN", help="a run directory with fp32 and int8 models")
     s.add_argument("--boards", default="all-emulated",
-                   help="'all-emulated' or a comma-separated list of board ids")
-    s.add_argument("-n", type=int, default=100, help="inferences per BENCH")
-    s.add_argument("--out", default=None, help="results directory (default RUN/results)")
-    add_flash_options(s)
-    s.add_argument("--json", action="store_true")
-    s.set_defaults(fn=cmd_bench)
+                   help="'all-emulated' and/or board ids, comma-separated")
+    s.add_argument("-n", type=int, default=100, help="inferences per BENCH command")
+    s.add_argument("--out", default=None, metavar="DIR",
+                   help="results directory (default: RUN/results)")
+    _flash_options(s)
+    _json_option(s)
 
-    s = sub.add_parser("study", help="run a grid of (algo, env, seed, scheme) cells from a TOML file")
-    s.add_argument("config", metavar="CONFIG.toml")
+    s = _sub(sub, "study", "run a grid of (algo, env, seed, scheme) cells from a TOML file",
+             "quarl-edge study studies/smoke.toml --workers 2 --out results/smoke", cmd_study)
+    s.add_argument("config", metavar="CONFIG.toml", help="the study (studies/*.toml)")
     s.add_argument("--workers", type=int, default=1, help="parallel processes (one run each)")
     s.add_argument("--resume", action="store_true", help="continue OUT/results.jsonl")
     s.add_argument("--redo", action="append", default=[], metavar="ALGO/ENV",
                    help="with --resume: make this task's rows again (e.g. after the evaluation "
                         "changed), reusing its trained runs; repeatable")
-    s.add_argument("--out", default=None, help="output directory (default results/<study name>)")
+    s.add_argument("--out", default=None, metavar="DIR",
+                   help="output directory (default: results/<study name>)")
     s.add_argument("--ray", default=None, metavar="ADDRESS",
-                   help="run the grid on an existing Ray cluster (needs ray installed)")
+                   help="run the grid on an existing Ray cluster (needs the ray extra)")
     s.add_argument("--json", action="store_true", help="print only the summary, as JSON")
-    s.set_defaults(fn=cmd_study)
 
-    s = sub.add_parser("report", help="Markdown + HTML report with figures from a study's results")
-    s.add_argument("results", metavar="RESULTS.jsonl")
-    s.add_argument("--out", default=None, help="report directory (default: next to RESULTS)")
+    s = _sub(sub, "report", "Markdown + HTML report with figures and QuaRL verdicts from a "
+                            "study's results",
+             "quarl-edge report results/smoke/results.jsonl", cmd_report)
+    s.add_argument("results", metavar="RESULTS.jsonl", help="a study's results file")
+    s.add_argument("--out", default=None, metavar="DIR",
+                   help="report directory (default: next to RESULTS)")
     s.add_argument("--tolerance", type=float, default=0.05,
-                   help="relative return loss still counted as 'no loss' (default 0.05)")
-    s.set_defaults(fn=cmd_report)
+                   help="relative return loss still counted as 'no loss'")
 
-    s = sub.add_parser("ports", help="list attached serial ports and recognise our boards")
-    s.add_argument("--json", action="store_true")
-    s.set_defaults(fn=cmd_ports)
+    s = _sub(sub, "demo", "the whole pipeline on CartPole, one table at the end",
+             "quarl-edge demo --pretrained --board mps2-an386", cmd_demo)
+    s.add_argument("--pretrained", action="store_true",
+                   help="use the shipped run (examples/cartpole_dqn) instead of training")
+    _board_option(s, DEMO_BOARD)
+    s.add_argument("--episodes", type=int, default=20, help="HIL episodes per model")
+    s.add_argument("--steps", type=int, default=None,
+                   help="training steps (default: DQN's CartPole default)")
+    s.add_argument("--workdir", default="runs", metavar="DIR",
+                   help="where the run directory is made")
 
-    s = sub.add_parser("boards", help="list the boards in boards/")
-    s.add_argument("--json", action="store_true")
-    s.set_defaults(fn=cmd_boards)
+    s = _sub(sub, "boards", "list the boards, their memory, clocks and whether their tools "
+                            "are installed", "quarl-edge boards", cmd_boards)
+    _json_option(s)
+
+    s = _sub(sub, "ports", "list attached serial ports and recognise our boards by USB id",
+             "quarl-edge ports", cmd_ports)
+    _json_option(s)
     return p
 
 
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
+    if not args.verbose:
+        from .noise import quiet_third_party
+        quiet_third_party()
+    if args.boards_dir:    # first, before $QUARL_EDGE_BOARDS; the environment reaches workers
+        os.environ["QUARL_EDGE_BOARDS"] = os.pathsep.join(
+            [str(Path(d).resolve()) for d in args.boards_dir]
+            + [d for d in os.environ.get("QUARL_EDGE_BOARDS", "").split(os.pathsep) if d])
+    import quarl_edge as qe
     try:
-        return args.fn(args) or 0
+        return args.fn(args, qe) or EXIT_OK
     except QuarlError as e:
+        if args.verbose:
+            traceback.print_exc()
         print(f"quarl-edge: error: {e}", file=sys.stderr)
-        return 2
+        return EXIT_USER_ERROR
     except KeyboardInterrupt:
         print("quarl-edge: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
+    except Exception:
+        traceback.print_exc()
+        print(f"quarl-edge {__version__}: this is a bug in quarl-edge, not in your input; "
+              "please report it with the traceback above", file=sys.stderr)
+        return EXIT_BUG
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@ top), no import circle, the run-directory contract is the only thing later stage
 training, and the CLI goes through the Python API.
 
 Every import counts, also those inside functions (the lazy ones are still dependencies).
-`python tests/test_layout.py` prints the stage graph (module -> the modules it imports)."""
+`python tests/test_layout.py [CHECKOUT]` prints the graph of a checkout (default this one):
+each module with its stage rank and the modules it imports, then the import circles, the
+arrows that run back up the pipeline and the depth of the longest import chain."""
 from __future__ import annotations
 
 import ast
@@ -14,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 # Foundation modules any stage may use, then the stages in pipeline order, then the top.
-RANKS = {"quarl_edge.errors": 0, "quarl_edge.paths": 0, "quarl_edge.run": 0,
+RANKS = {"quarl_edge.errors": 0, "quarl_edge.paths": 0, "quarl_edge.run": 0, "quarl_edge.noise": 0,
          "quarl_edge.rl": 1, "quarl_edge.quant": 2, "quarl_edge.converters": 3,
          "quarl_edge.targets": 4, "quarl_edge.link": 5, "quarl_edge.measure": 6,
          "quarl_edge.study": 7, "quarl_edge.api": 8, "quarl_edge.demo": 8, "quarl_edge.cli": 9,
@@ -25,11 +27,11 @@ RL_PUBLIC = {"quarl_edge.rl", "quarl_edge.rl.train", "quarl_edge.rl.envs", "quar
              "quarl_edge.rl.qat"}
 
 
-def modules() -> dict[str, Path]:
+def modules(root: Path = ROOT) -> dict[str, Path]:
     """Module name -> file, for quarl_edge/ and converters/ (installed as quarl_edge.converters)."""
     out = {}
-    for base, prefix in ((ROOT / "quarl_edge", "quarl_edge"),
-                         (ROOT / "converters", "quarl_edge.converters")):
+    for base, prefix in ((root / "quarl_edge", "quarl_edge"),
+                         (root / "converters", "quarl_edge.converters")):
         for f in sorted(base.rglob("*.py")):
             parts = list(f.relative_to(base).with_suffix("").parts)
             if parts[-1] == "__init__":
@@ -68,6 +70,21 @@ def stage(module: str) -> str:
         if module == key or module.startswith(key + "."):
             return key
     raise AssertionError(f"{module} belongs to no stage of RANKS")
+
+
+def depth(graph: dict[str, set[str]]) -> int:
+    """Import levels: 1 for a module importing none of the others, else 1 + its deepest import
+    (circles are cut where they close)."""
+    memo: dict[str, int] = {}
+
+    def level(v, seen):
+        if v in memo:
+            return memo[v]
+        seen = seen | {v}
+        d = 1 + max((level(w, seen) for w in graph[v] if w not in seen), default=0)
+        memo[v] = d
+        return d
+    return max(level(v, frozenset()) for v in graph)
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -130,6 +147,14 @@ def test_the_converters_stand_on_their_own():
     assert out <= {"quarl_edge.errors"}
 
 
+def test_the_cli_goes_through_the_python_api():
+    """cli.py parses arguments and prints; the work is the API's (quarl_edge.api, reached as
+    `import quarl_edge as qe`), so --json and the API return the same data."""
+    assert GRAPH["quarl_edge.cli"] <= {"quarl_edge", "quarl_edge.errors", "quarl_edge.noise",
+                                       "quarl_edge.demo"}
+    assert GRAPH["quarl_edge"] == {"quarl_edge.errors", "quarl_edge.api"}
+
+
 def test_the_graph_reader_sees_the_imports_it_checks():
     """The checks above can fail: the reader finds known arrows, lazy ones included."""
     assert "quarl_edge.targets.build" in GRAPH["quarl_edge.link.session"]
@@ -139,5 +164,22 @@ def test_the_graph_reader_sees_the_imports_it_checks():
 
 
 if __name__ == "__main__":
-    for name in sorted(GRAPH, key=lambda m: (RANKS[stage(m)], m)):
-        print(f"{RANKS[stage(name)]} {name} -> {', '.join(sorted(GRAPH[name])) or '-'}")
+    root = Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else ROOT
+    graph = imports(modules(root))
+
+    def rank(m):
+        try:
+            return RANKS[stage(m)]
+        except AssertionError:
+            return -1
+    for name in sorted(graph, key=lambda m: (str(rank(m)), m)):
+        print(f"{rank(name)} {name} -> {', '.join(sorted(graph[name])) or '-'}")
+    print(f"\n{len(graph)} modules, {sum(map(len, graph.values()))} imports, "
+          f"{depth(graph)} import levels")
+    for c in cycles(graph):
+        print("circle:", " <-> ".join(c))
+    if (root / "quarl_edge" / "rl").is_dir():      # the stage packages exist: check the arrows
+        for a, deps in sorted(graph.items()):
+            for b in sorted(deps):
+                if rank(b) > rank(a):
+                    print(f"back up the pipeline: {a} -> {b}")

@@ -52,19 +52,23 @@ def bench_cell(run_dir: Path, board: Board, scheme: str, n: int, obs: np.ndarray
 
 
 def run_bench(run_dir: Path, boards: list[Board], n: int = 100, out: Path | None = None,
-              progress: bool = True, flasher: str | None = None,
+              progress: bool = False, flasher: str | None = None,
               drive: str | None = None) -> list[dict]:
+    """Every (board, precision) cell: one row each, written to OUT/bench.jsonl as it finishes
+    (default OUT: RUN/results), then OUT/bench.md. `progress`: a bar over the cells on stderr."""
     run_dir = Path(run_dir)
     calib = run_dir / "calibration.npy"
     obs = np.load(calib)[0] if calib.is_file() else None
     out = out or run_dir / "results"
     out.mkdir(parents=True, exist_ok=True)
     rows = []
+    from tqdm import tqdm
+    bar = tqdm(total=len(boards) * len(PRECISIONS), desc="bench", unit="cell",
+               disable=not progress, leave=False)
     with (out / "bench.jsonl").open("w") as log:
         for board in boards:
             for scheme in PRECISIONS:
-                if progress:
-                    print(f"  {board.id:16s} {scheme} ...", flush=True)
+                bar.set_postfix_str(f"{board.id} {scheme}")
                 x = obs if obs is not None else np.zeros(1, np.float32)
                 try:
                     row = bench_cell(run_dir, board, scheme, n, x, flasher, drive)
@@ -73,7 +77,11 @@ def run_bench(run_dir: Path, boards: list[Board], n: int = 100, out: Path | None
                 rows.append(row)
                 log.write(json.dumps(row) + "\n")
                 log.flush()
-    (out / "bench.md").write_text(markdown(rows))
+                bar.update(1)
+    bar.close()
+    tmp = out / "bench.md.tmp"
+    tmp.write_text(markdown(rows))
+    tmp.replace(out / "bench.md")
     return rows
 
 

@@ -54,26 +54,38 @@ def dequantized(y: np.ndarray, spec) -> np.ndarray:
 
 def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int = 0,
             port: str | None = None, progress: bool = False, flasher: str | None = None,
-            drive: str | None = None) -> dict:
+            drive: str | None = None, results_dir: Path | None = None,
+            build_dir: Path | None = None) -> dict:
+    """Play `episodes` episodes of the run's env on seeds seed.. with the board choosing every
+    action, then the same seeds with the same model on tflite-runtime and with the fp32
+    network. Writes results_dir (default RUN/results)/hil_<board>_<scheme>.json and the
+    per-episode log beside it; builds into build_dir (default RUN/build/<board>/<scheme>).
+    `progress`: a bar per episode on stderr."""
     run_dir = Path(run_dir)
     meta = load_run(run_dir)
     env_id = meta["env"]
     mpath = tflite_path(run_dir, scheme)
     seeds = list(range(seed, seed + episodes))
     space = gym.make(env_id).action_space
-    results_dir = run_dir / "results"
-    results_dir.mkdir(exist_ok=True)
+    results_dir = Path(results_dir) if results_dir is not None else run_dir / "results"
+    results_dir.mkdir(parents=True, exist_ok=True)
     log_path = results_dir / f"hil_{board.id}_{scheme}.episodes.jsonl"
     log = log_path.open("w")
+    from tqdm import tqdm
+    bar = tqdm(total=3 * episodes, desc=f"hil {scheme} on {board.id}", unit="episode",
+               disable=not progress, leave=False)
 
     def log_episode(tag):
         def f(s, ret, steps):
             log.write(json.dumps({"who": tag, "seed": s, "return": ret, "steps": steps}) + "\n")
             log.flush()
+            bar.set_postfix_str(f"{tag} seed {s}: {ret:.1f}")
+            bar.update(1)
         return f
 
     costs: list[int] = []
-    with BoardSession(mpath, board, run_dir / "build" / board.id / scheme, port=port,
+    build_dir = Path(build_dir) if build_dir is not None else run_dir / "build" / board.id / scheme
+    with BoardSession(mpath, board, build_dir, port=port,
                       flasher=flasher, drive=drive) as s:
         in_spec, out_spec = s.info.inputs[0], s.info.outputs[0]
         if in_spec.dtype != "float32":
@@ -106,6 +118,8 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
         dist = np.abs(np.asarray(board_actions) - np.asarray(fp32_actions)) / span
         agreement = float(1.0 - dist.mean())
     log.close()
+    bar.close()
+    out_path = results_dir / f"hil_{board.id}_{scheme}.json"
 
     result = {
         "board": board.id,
@@ -124,8 +138,11 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
         "latency": latency_summary(costs, unit),
         "steps_per_s": len(board_actions) / wall if wall > 0 else None,
         "memory": memory,
+        "results": str(out_path),
     }
-    (results_dir / f"hil_{board.id}_{scheme}.json").write_text(json.dumps(result, indent=2) + "\n")
+    tmp = out_path.with_name(out_path.name + ".tmp")
+    tmp.write_text(json.dumps(result, indent=2) + "\n")
+    tmp.replace(out_path)
     return result
 
 

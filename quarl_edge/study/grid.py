@@ -46,7 +46,7 @@ by all its schemes and sweep points: the cells of one run form a group, and a gr
 of work of a worker, so the same run is never trained twice concurrently. A run directory is
 reused when its run.json records the same training budget and options; a training killed before
 it wrote run.json is redone. A run whose run.json hyperparameters differ from what the study
-would train now (the tuned DEFAULTS of quarl_edge/train.py changed since) is retrained, and
+would train now (the tuned DEFAULTS of quarl_edge/rl/defaults.py changed since) is retrained, and
 `--resume` redoes all its rows: rows of a policy that no longer exists are not kept as current.
 
 OUT/results.jsonl gets one JSON object per line, written by the main process only, flushed and
@@ -62,7 +62,7 @@ fsync'ed per row, with plain strings and numbers:
 `--resume` skips every row already in the file whose status is ok or skipped (errors are tried
 again); a last line cut by a kill is dropped. `--redo ALGO/ENV` makes that task's rows again
 (after a change to the evaluation), reusing its trained runs. Without --resume an existing
-non-empty results file is refused. The report (quarl_edge/report.py) keeps the last row per key.
+non-empty results file is refused. The report (quarl_edge/study/report.py) keeps the last row per key.
 
 Workers are spawned processes (multiprocessing "spawn" context) that die with the main process
 (Linux PR_SET_PDEATHSIG), so a killed study leaves no process writing behind it.
@@ -490,11 +490,11 @@ def run_group(group: dict, out: Path, done: set, emit: Callable[[dict], None],
         if scheme == "qat-int8" and algo not in QAT_ALGOS:
             emit({**row, "status": "skipped",
                   "reason": f"qat-int8 fine-tunes in the RL loop of {', '.join(QAT_ALGOS)} only "
-                            f"(quarl_edge/qat.py); {algo} is not supported"})
+                            f"(quarl_edge/rl/qat.py); {algo} is not supported"})
             continue
         if scheme in remedies.NAMES and not argmax_head:
             emit({**row, "status": "skipped",
-                  "reason": f"{scheme} is a remedy for argmax heads (quarl_edge/remedies.py); "
+                  "reason": f"{scheme} is a remedy for argmax heads (quarl_edge/quant/remedies.py); "
                             f"{env_id} has continuous actions"})
             continue
         t1 = time.perf_counter()
@@ -601,22 +601,20 @@ def _worker(tasks, results, out: str, done: list, threads: int, parent: int) -> 
 
 
 def _quiet() -> None:
-    import logging
+    """A worker's (or the single-process study's) third-party output: errors only; the rows
+    and the study's own log are what it reports."""
     import warnings
+    from ..noise import quiet_third_party
+    quiet_third_party()
     warnings.filterwarnings("ignore")
-    logging.getLogger("absl").setLevel(logging.ERROR)
-    try:
-        import tensorflow as tf
-        tf.get_logger().setLevel(logging.ERROR)
-    except ImportError:
-        pass
 
 
 class _Writer:
     """The results file: one JSON line per row, flushed and fsync'ed."""
 
-    def __init__(self, path: Path, done: dict, echo: Callable[[dict], None]):
-        self.path, self.done, self.echo = path, done, echo
+    def __init__(self, path: Path, done: dict, echo: Callable[[dict], None],
+                 on_row: Callable[[], None] = lambda: None):
+        self.path, self.done, self.echo, self.on_row = path, done, echo, on_row
         _repair_tail(path)
         self.f = path.open("a")
 
@@ -627,6 +625,7 @@ class _Writer:
         os.fsync(self.f.fileno())
         self.done[row_key(row)] = row
         self.echo(row)
+        self.on_row()
 
     def fail_group(self, group: dict, reason: str) -> None:
         for key in map(tuple, group["keys"]):
@@ -663,9 +662,10 @@ def _describe(row: dict) -> str:
 
 def run_study(config: Path, out: Path | None = None, workers: int = 1, resume: bool = False,
               ray_address: str | None = None, echo: Callable[[str], None] | None = None,
-              redo: list[str] = ()) -> dict:
+              redo: list[str] = (), progress: bool = False) -> dict:
     """Run (or resume) the study in `config`; returns a summary dict. `redo` names tasks
-    ("algo/env") whose rows are made again; their trained runs are reused."""
+    ("algo/env") whose rows are made again; their trained runs are reused. `echo` gets one
+    line per event and finished row; `progress` draws a bar over the rows on stderr."""
     study = load_study(config)
     tasks = {f"{t.algo}/{t.env}" for t in study.tasks}
     unknown = sorted(set(redo) - tasks)
@@ -704,7 +704,13 @@ def run_study(config: Path, out: Path | None = None, workers: int = 1, resume: b
         keys = [tuple(k) for g in groups for k in g["keys"]]
         say(f"study {study.name}: {len(groups)} runs, {len(keys)} rows; "
             f"{sum(k in done for k in keys)} done, {len(todo)} runs to do; results in {results}")
-        writer = _Writer(results, dict(latest_rows(prior)), lambda r: say(_describe(r)))
+        from tqdm import tqdm
+        bar = tqdm(total=sum(k not in done for k in keys), desc=f"study {study.name}",
+                   unit="row", disable=not progress, leave=False)
+        if progress and echo is not None:    # lines above the bar, not through it
+            say = lambda s: bar.write(s, file=sys.stdout)  # noqa: E731
+        writer = _Writer(results, dict(latest_rows(prior)), lambda r: say(_describe(r)),
+                         on_row=lambda: bar.update(1))
         t0 = time.perf_counter()
         try:
             if not todo:
@@ -722,6 +728,7 @@ def run_study(config: Path, out: Path | None = None, workers: int = 1, resume: b
                 _run_pool(todo, out, set(done), workers, writer, say)
         finally:
             writer.close()
+            bar.close()
         rows = latest_rows(read_results(results))
         want = {tuple(k) for g in groups for k in g["keys"]}
         status = {}

@@ -1,0 +1,387 @@
+"""The Python API: what the `quarl-edge` command does, as functions.
+
+    import quarl_edge as qe
+    run = qe.train("CartPole-v1", "dqn", out="runs/cartpole")
+    qe.quantize(run.run_dir, ["fp32", "int8"])
+    fw = qe.build("runs/cartpole/models/int8.tflite", "mps2-an386")
+    res = qe.validate("runs/cartpole/models/int8.tflite", "mps2-an386")
+    res.bit_exact, res.latency.median, res.latency.unit
+
+Every function takes paths as str or Path and boards as ids (or a loaded Board), returns a
+dataclass with the same data as the CLI's `--json` (`dataclasses.asdict(result)`), prints
+nothing unless asked (`progress=True`), and raises a `quarl_edge.errors.QuarlError` subclass
+for anything a user can cause (a missing file, an unknown board, a model the firmware cannot
+run, a board that does not answer, a missing toolchain). Each function is a thin layer over
+its stage's entry point (quarl_edge.rl, quant, targets, link, measure, study).
+
+Where files go: a run's builds and results stay in the run directory (RUN/build/<board>/<scheme>,
+RUN/results); a bare .tflite is built under ./build/<board>/<model name>; every result names
+the directory it wrote (`out_dir`), and `out=` puts it elsewhere.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+from .errors import QuarlError
+
+# TensorFlow's C++ start-up lines (oneDNN, CPU features) are not the API's to print; a caller
+# who set the variable keeps theirs.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+PathLike = str | os.PathLike
+
+__all__ = ["BenchRow", "BoardInfo", "BuildResult", "HilResult", "Latency", "QuantizeResult",
+           "ReportResult", "StudySummary", "SweepRow", "TrainResult", "ValidateResult",
+           "bench", "boards", "build", "hil", "ports", "quantize", "report", "session", "study",
+           "sweep", "train", "validate"]
+
+
+# ------------------------------------------------------------------------------ results
+def _from(cls, data: dict, **extra):
+    """`cls` from a stage's result dict: every key must be a field (a new key in a stage's
+    result that the API does not carry is a bug to see, not to drop)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(data) - names
+    if unknown:
+        raise TypeError(f"{cls.__name__} has no field(s) {', '.join(sorted(unknown))}")
+    return cls(**{**data, **extra})
+
+
+@dataclass
+class Latency:
+    """Cost of one inference measured on the board, in the board's own unit (ns on the host
+    board, cycles under simavr, instructions under QEMU): never mixed across units."""
+    unit: str
+    median: float | None
+    p99: float | None
+    n: int
+
+
+@dataclass
+class TrainResult:
+    run_dir: str
+    env: str
+    algo: str
+    seed: int
+    steps: int
+    train_seconds: float
+    best_greedy_return: float
+    info: dict                        # the whole run.json
+
+
+@dataclass
+class QuantizeResult:
+    scheme: str
+    path: str
+    size_bytes: int
+
+
+@dataclass
+class SweepRow:
+    mode: str                         # "fp32", "weights+activations", "weights", "activations"
+    bits: int
+    mean_return: float
+    std_return: float
+    agreement: float
+    ties: float | None = None
+
+
+@dataclass
+class BuildResult:
+    board: str
+    model: str
+    elf: str
+    out_dir: str
+    memory: dict                      # flash_bytes, ram_bytes, arena_bytes, weights_bytes, ...
+    board_flash_bytes: int            # the board's flash and RAM (0: its board file says none)
+    board_ram_bytes: int
+    files: dict = field(default_factory=dict)   # other outputs: "bin", "hex" when written
+
+
+@dataclass
+class ValidateResult:
+    board: str
+    model: str
+    n: int
+    bit_exact: bool
+    mismatches: int
+    max_abs_diff: float
+    max_rel_diff: float
+    latency: Latency
+    memory: dict
+    out_dir: str = ""
+
+
+@dataclass
+class HilResult:
+    board: str
+    model: str
+    env: str
+    episodes: int
+    seeds: list
+    returns: list
+    mean_return: float
+    std_return: float
+    host_mean_return: float           # the same model on tflite-runtime, same seeds
+    host_std_return: float
+    fp32_mean_return: float           # the fp32 network (TensorFlow), same seeds
+    fp32_std_return: float
+    agreement: float                  # share of board actions equal to fp32's on its states
+    latency: Latency
+    steps_per_s: float | None
+    memory: dict
+    results: str = ""                 # the JSON file written
+
+
+@dataclass
+class BenchRow:
+    board: str
+    cpu: str
+    precision: str
+    kernels: str | None = None
+    unit: str | None = None
+    cost_first: int | None = None
+    cost_mean: float | None = None
+    cost_min: int | None = None
+    cost_max: int | None = None
+    n: int | None = None
+    clock_hz: int | None = None
+    flash_bytes: int | None = None
+    ram_bytes: int | None = None
+    stack_bytes: int | None = None
+    arena_bytes: int | None = None
+    error: str | None = None          # why this cell has no figures (e.g. does not fit)
+
+
+@dataclass
+class StudySummary:
+    study: str
+    results: str
+    rows: int
+    status: dict                      # status -> number of rows ("ok", "skipped", "error", ...)
+    seconds: float
+
+
+@dataclass
+class ReportResult:
+    markdown: str
+    html: str
+
+
+@dataclass
+class BoardInfo:
+    id: str
+    name: str
+    kind: str
+    cpu: str
+    clock_hz: int
+    flash_bytes: int
+    ram_bytes: int
+    cost_unit: str
+    kernels: str
+    installed: bool                   # its compiler, emulator and a flash tool are here
+    missing: list                     # what is missing, with how to install it
+    missing_build: list               # of that, the compiler and emulator
+    flasher: list                     # per flash tool: status, program, install command
+    flasher_text: str                 # the same in one line ("-" for boards not flashed)
+    path: str = ""                    # the board file
+
+
+# ----------------------------------------------------------------------------- helpers
+def _board(board):
+    from .targets.boards import Board, get_board
+    return board if isinstance(board, Board) else get_board(str(board))
+
+
+def _model(target: PathLike, scheme: str | None = None) -> tuple[Path, Path | None]:
+    """A .tflite file, or a run directory and the scheme of its model -> (model, run dir)."""
+    path = Path(target)
+    if path.is_dir():
+        from .run import tflite_path
+        return tflite_path(path, scheme or "int8"), path
+    if path.is_file():
+        if scheme is not None:
+            raise QuarlError(f"{target} is a model file; a scheme ({scheme}) picks a model of a "
+                             "run directory")
+        return path, None
+    raise QuarlError(f"{target} is neither a run directory nor a .tflite file")
+
+
+def build_dir(model: Path, run_dir: Path | None, board_id: str, scheme: str | None = None) -> Path:
+    """Where a build goes by default: RUN/build/<board>/<scheme> for a run's model, else
+    ./build/<board>/<model name>."""
+    if run_dir is not None:
+        return run_dir / "build" / board_id / (scheme or model.stem)
+    return Path("build") / board_id / model.stem
+
+
+# ------------------------------------------------------------------------------ stages
+def train(env: str = "CartPole-v1", algo: str = "dqn", *, out: PathLike, steps: int | None = None,
+          seed: int = 0, progress: bool = False, **options) -> TrainResult:
+    """Train `algo` (dqn, ppo, sac, td3, ddpg) on the Gymnasium env `env` into the run directory
+    `out`. `steps` None takes the tuned default for (algo, env); `options` set any other field
+    of the algorithm's config (quarl_edge.rl: DQNConfig, PPOConfig, OffPolicyConfig)."""
+    from .measure.selection import int8_judge
+    from .rl.train import train as rl_train
+    info = rl_train(env, algo, steps=steps, seed=seed, out=Path(out), progress=progress,
+                    judge=int8_judge, **options)
+    return TrainResult(str(out), info["env"], info["algo"], info["seed"], info["steps"],
+                       info["train_seconds"], info["best_greedy_return"], info)
+
+
+def quantize(run: PathLike, schemes: str | Iterable[str] = ("fp32", "fp16", "int8"), *,
+             calib_size: int = 1000, qat_steps: int | None = None,
+             distill_steps: int | None = None, progress: bool = False) -> list[QuantizeResult]:
+    """Convert the run's network to RUN/models/<scheme>.tflite for each scheme
+    (quarl_edge.quant.schemes.SCHEMES: fp32, fp16, int8, dyn-int8, int16x8, qat-int8,
+    qat-distill-int8, int8-centred, int8-acc, int8-centred-acc)."""
+    from .quant.schemes import quantize as convert
+    out = []
+    for scheme in [schemes] if isinstance(schemes, str) else list(schemes):
+        path = convert(Path(run), scheme, calib_size=calib_size, verbose=progress,
+                       qat={"steps": qat_steps} if qat_steps is not None else None,
+                       distill={"steps": distill_steps} if distill_steps is not None else None)
+        out.append(QuantizeResult(scheme, str(path), path.stat().st_size))
+    return out
+
+
+def sweep(run: PathLike, *, bits: Iterable[int] = range(2, 9),
+          modes: Iterable[str] = ("weights+activations", "weights"), per_channel: bool = False,
+          seeds: Iterable[int] = range(20)) -> list[SweepRow]:
+    """QuaRL's n-bit sweep: greedy return on `seeds` with weights and/or activations
+    fake-quantized to each bit width (the first row is fp32)."""
+    from .quant.nbit import nbit_sweep
+    rows = nbit_sweep(Path(run), bits=list(bits), seeds=list(seeds), modes=list(modes),
+                      per_channel=per_channel)
+    return [_from(SweepRow, r) for r in rows]
+
+
+def build(model: PathLike, board="host", *, out: PathLike | None = None,
+          scheme: str | None = None) -> BuildResult:
+    """Generate C for `model` (a .tflite, or a run directory with `scheme`, default int8) and
+    build the firmware for `board` into `out` (default: see the module docstring)."""
+    from .targets.build import build as build_firmware
+    b = _board(board)
+    path, run_dir = _model(model, scheme)
+    out_dir = Path(out) if out is not None else build_dir(path, run_dir, b.id, scheme)
+    fw = build_firmware(path, b, out_dir)
+    files = {k: str(v) for k, v in (("bin", getattr(fw, "bin", None)),
+                                    ("hex", getattr(fw, "hex", None))) if v is not None}
+    return BuildResult(b.id, str(path), str(fw.elf), str(out_dir),
+                       dataclasses.asdict(fw.memory), b.flash_bytes, b.ram_bytes, files)
+
+
+def session(model: PathLike, board="host", *, scheme: str | None = None,
+            out: PathLike | None = None, port: str | None = None, ssh: str | None = None,
+            ssh_options: Iterable[str] = (), flasher: str | None = None,
+            drive: str | None = None, flash: bool = False):
+    """A session with a board running `model`, as a context manager (quarl_edge.link.session.
+    BoardSession): it builds and starts (or flashes) the board unless `port` names one that
+    runs the model already, handshakes, and stops what it started on exit. `ssh`
+    (USER@HOST[:PORT]) first deploys the linux agent and the model to a linux board. Use
+    `s.link.infer([x])`, `s.link.bench(n)`, `s.memory()`; `s.info` is the board's HELLO.
+
+        with qe.session("policy.tflite", "mps2-an386") as s:
+            (y,), cost = s.link.infer([x])
+    """
+    from .link.session import BoardSession
+    b = _board(board)
+    path, run_dir = _model(model, scheme)
+    if ssh:
+        from .targets.launch import ssh_deploy
+        if b.kind != "linux":
+            raise QuarlError(f"ssh deploys to linux boards; {b.id} is {b.kind}")
+        port = ssh_deploy(b, path, ssh, list(ssh_options))
+    out_dir = Path(out) if out is not None else build_dir(path, run_dir, b.id, scheme)
+    return BoardSession(path, b, out_dir, port=port, flasher=flasher, drive=drive, flash=flash)
+
+
+def validate(model: PathLike, board="host", *, inputs: PathLike | None = None,
+             random: int | None = None, seed: int = 0, save_outputs: PathLike | None = None,
+             port: str | None = None, out: PathLike | None = None, flasher: str | None = None,
+             drive: str | None = None) -> ValidateResult:
+    """Run inputs (an .npy file, or `random` random ones, default 100) through `model` on the
+    board and compare each output bit for bit with TF Lite Micro on the host. `port`: a board
+    already running this model (a serial port or pyserial URL); without it the board is built,
+    started (emulators, host) or flashed (real boards: `flasher`, `drive`)."""
+    from .measure.validate import validate as run_validate
+    b = _board(board)
+    path, run_dir = _model(model)
+    out_dir = Path(out) if out is not None else build_dir(path, run_dir, b.id)
+    res = run_validate(path, b, out_dir, inputs=Path(inputs) if inputs else None,
+                       random_n=random, save_outputs=Path(save_outputs) if save_outputs else None,
+                       port=port, seed=seed, flasher=flasher, drive=drive)
+    return _from(ValidateResult, res, latency=Latency(**res["latency"]), out_dir=str(out_dir))
+
+
+def hil(run: PathLike, board="host", *, model: str = "int8", episodes: int = 20, seed: int = 0,
+        port: str | None = None, out: PathLike | None = None, flasher: str | None = None,
+        drive: str | None = None, progress: bool = False) -> HilResult:
+    """Hardware in the loop: Gymnasium on the host, the board choosing every action with the
+    run's `model` scheme, on seeds seed..seed+episodes-1; the same seeds are played by the same
+    model on tflite-runtime and by the fp32 network. Results go to `out` (default RUN/results)."""
+    from .measure.hil import run_hil
+    res = run_hil(Path(run), model, _board(board), episodes, seed=seed, port=port,
+                  progress=progress, flasher=flasher, drive=drive,
+                  results_dir=Path(out) if out is not None else None)
+    return _from(HilResult, res, latency=Latency(**res["latency"]))
+
+
+def bench(run: PathLike, boards: str | Iterable = "all-emulated", *, n: int = 100,
+          out: PathLike | None = None, progress: bool = False) -> list[BenchRow]:
+    """Cost per inference (BENCH, n repeats on the board), flash, RAM and stack for the run's
+    fp32 and int8 models on each board ("all-emulated" or board ids). Rows are written to
+    `out` (default RUN/results) as they finish; a cell that cannot run is a row with `error`."""
+    from .measure.bench import run_bench, select_boards
+    spec = boards if isinstance(boards, str) else ",".join(
+        b if isinstance(b, str) else b.id for b in boards)
+    rows = run_bench(Path(run), select_boards(spec), n=n, out=Path(out) if out else None,
+                     progress=progress)
+    return [_from(BenchRow, r) for r in rows]
+
+
+def study(config: PathLike, *, out: PathLike | None = None, workers: int = 1,
+          resume: bool = False, redo: Iterable[str] = (), ray: str | None = None,
+          progress: bool = False) -> StudySummary:
+    """Run (or resume) the study grid in the TOML file `config`; one JSON line per finished
+    cell in OUT/results.jsonl (default results/<study name>)."""
+    from .study.grid import run_study
+    res = run_study(Path(config), out=Path(out) if out else None, workers=workers,
+                    resume=resume, ray_address=ray, redo=list(redo),
+                    echo=(lambda s: print(s, flush=True)) if progress else None)
+    return _from(StudySummary, res)
+
+
+def report(results: PathLike, *, out: PathLike | None = None,
+           tolerance: float = 0.05) -> ReportResult:
+    """Markdown and HTML report (figures, QuaRL claim verdicts) of a study's results.jsonl."""
+    from .study.report import write_report
+    paths = write_report(Path(results), Path(out) if out else None, tolerance=tolerance)
+    return ReportResult(str(paths["markdown"]), str(paths["html"]))
+
+
+def boards() -> list[BoardInfo]:
+    """Every board quarl-edge knows (the shipped board files and the user's), with whether its
+    toolchain and flash tools are installed here."""
+    from .targets.boards import all_boards
+    from .targets.flash_tools import describe_tools
+    out = []
+    for b in all_boards().values():
+        missing = b.missing_tools()
+        out.append(BoardInfo(b.id, b.name, b.kind, b.cpu, b.clock_hz, b.flash_bytes, b.ram_bytes,
+                             b.cost_unit, b.kernels, not missing,
+                             [{"what": m, "install": how} for m, how in missing],
+                             [{"what": m, "install": how} for m, how in b.missing_build_tools()],
+                             b.flasher_status(), describe_tools(b) if b.flashers else "-",
+                             str(b.path or "")))
+    return out
+
+
+def ports() -> list:
+    """The attached serial ports, and which of our boards each one is (by USB VID:PID)."""
+    from .targets.ports import list_ports
+    return list_ports()

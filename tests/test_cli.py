@@ -1,0 +1,108 @@
+"""The command line's conventions: help on every option (with its default and choices) and an
+example per command, --version, aligned tables with units, --json that is only JSON, the
+documented exit codes, and no third-party chatter unless -v."""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+
+import pytest
+
+import quarl_edge
+from quarl_edge import cli
+
+EXAMPLE = "examples/cartpole_dqn"
+
+
+def run(*args, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "quarl_edge.cli", *map(str, args)],
+                          capture_output=True, text=True, timeout=300, cwd=cwd)
+
+
+def subcommands() -> dict[str, argparse.ArgumentParser]:
+    p = cli.parser()
+    sub = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(sub.choices)
+
+
+@pytest.mark.parametrize("name", sorted(subcommands()))
+def test_every_option_has_help_with_its_default_and_each_command_an_example(name):
+    s = subcommands()[name]
+    text = s.format_help()
+    assert "example:\n  quarl-edge " + name in text
+    for action in s._actions:
+        if isinstance(action, argparse._HelpAction):
+            continue
+        assert action.help, f"{name} {action.dest}: no help text"
+        has_default = action.default not in (None, False, [], argparse.SUPPRESS)
+        if has_default and action.option_strings:      # argparse appends "(default: ...)"
+            assert "default" in cli.HelpFormatter(name)._get_help_string(action)
+        if action.choices and action.metavar:     # a metavar hides argparse's {a,b,...}
+            assert all(c in action.help for c in action.choices), f"{name} {action.dest}"
+
+
+def test_the_choices_are_the_stages_own():
+    from quarl_edge.quant.schemes import SCHEMES
+    from quarl_edge.rl.train import ALGOS
+    assert cli.ALGOS == tuple(ALGOS) and cli.SCHEMES == tuple(SCHEMES)
+
+
+def test_version():
+    p = run("--version")
+    assert p.returncode == 0 and p.stdout.strip() == f"quarl-edge {quarl_edge.__version__}"
+
+
+def test_usage_and_user_errors_exit_2_without_a_traceback(tmp_path):
+    p = run("validate")                                  # a missing argument: argparse's usage
+    assert p.returncode == 2 and "usage:" in p.stderr
+    p = run("validate", tmp_path / "nothing.tflite")      # a user error: one line
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert p.stderr.startswith("quarl-edge: error:") and "nothing.tflite" in p.stderr
+
+
+def test_a_bug_exits_3_with_its_traceback(monkeypatch, capsys):
+    def broken(*a, **k):
+        raise ZeroDivisionError("a bug")
+    monkeypatch.setattr(quarl_edge.api, "boards", broken)
+    assert cli.main(["boards"]) == cli.EXIT_BUG
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "ZeroDivisionError" in err and "bug in quarl-edge" in err
+
+
+def test_a_measured_mismatch_exits_1(monkeypatch, capsys):
+    """The exit code follows the measurement (bit_exact), not the command's success."""
+    def not_exact(*a, **k):
+        return quarl_edge.api.ValidateResult(
+            "host", "m.tflite", 10, False, 3, 1.0, 0.5,
+            quarl_edge.api.Latency("ns", 100.0, 120.0, 10), {}, "build/host/m")
+    monkeypatch.setattr(quarl_edge.api, "validate", not_exact)
+    assert cli.main(["validate", "m.tflite", "--json"]) == cli.EXIT_MISMATCH
+    assert json.loads(capsys.readouterr().out)["mismatches"] == 3
+
+
+def test_validate_says_where_it_built_and_takes_out(tmp_path):
+    model = tmp_path / "int8.tflite"
+    model.write_bytes((quarl_edge.paths.examples_dir() / "cartpole_dqn" / "models" /
+                       "int8.tflite").read_bytes())
+    p = run("validate", model, "--random", "5", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "bit-exact with TF Lite Micro" in p.stdout and " ns (p99 " in p.stdout
+    assert "built into build/host/int8" in p.stderr
+    assert (tmp_path / "build" / "host" / "int8" / "firmware.elf").is_file()
+    assert not (tmp_path / "build" / "host" / "int8" / "results").exists()
+    p = run("validate", model, "--random", "5", "--out", tmp_path / "elsewhere", "--json",
+            cwd=tmp_path)
+    res = json.loads(p.stdout)                       # nothing but the JSON on stdout
+    assert res["bit_exact"] is True and res["out_dir"] == str(tmp_path / "elsewhere")
+    assert (tmp_path / "elsewhere" / "firmware.elf").is_file()
+
+
+def test_boards_table_has_units():
+    p = run("boards")
+    assert p.returncode == 0, p.stderr
+    rows = {ln.split()[0]: ln for ln in p.stdout.splitlines()[1:]}
+    assert "180 MHz" in rows["nucleo-f446re"] and "512 KiB" in rows["nucleo-f446re"]
+    assert "4,096 KiB" in rows["mps2-an386"] and "instructions" in rows["mps2-an386"]
+    assert "2.0 KiB" in rows["atmega328p"]
