@@ -362,7 +362,7 @@ def _weight_quantization(op, model, w, what: str, n_out: int, qdim: int):
 
 
 # ------------------------------------------------------------ int8-acc: the accumulator head
-# quarl_edge/remedies.py: a model tagged with metadata "quarl_edge.head" = "accumulators" ends in
+# quarl_edge/quant/remedies.py: a model tagged with metadata "quarl_edge.head" = "accumulators" ends in
 # FULLY_CONNECTED(int8) -> DEQUANTIZE; its greedy action is to be the argmax of that layer's
 # int32 accumulators. The rewrite drops the DEQUANTIZE and lets the FULLY_CONNECTED write the
 # graph's float32 output itself: (float)acc * (input_scale * weight_scale[o]).

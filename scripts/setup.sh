@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 APT_PACKAGES=(gcc libc6-dev make
               gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm    # boards/mps2-*, lm3s6965evb
               simavr gcc-avr avr-libc libsimavr-dev libsimavrparts1        # boards/atmega328p
-              openocd avrdude teensy-loader-cli    # flash tools for the real boards (quarl_edge/flash.py)
+              openocd avrdude teensy-loader-cli    # flash tools for the real boards (quarl_edge/targets/flash.py)
               openssh-client openssh-server)       # linux boards' SSH deploy (tests: a local sshd)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do

@@ -1,7 +1,7 @@
 """The on-device harness (firmware/core) with the host port, end to end.
 
 The harness is built with real gcc from firmware/core + firmware/ports/host + a small real model
-(tests/fixtures/identity_model.c) and run the way quarl_edge/launch.py runs the host board: the
+(tests/fixtures/identity_model.c) and run the way quarl_edge/targets/launch.py runs the host board: the
 process gets the MASTER side of a pseudo-terminal as stdin/stdout, and the test opens the SLAVE
 side (a real tty device, raw mode) with pyserial, exactly like a board's serial port. (The other
 way round - the harness on the slave - would need pyserial to open a bare master fd, which it

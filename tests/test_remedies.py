@@ -1,4 +1,4 @@
-"""The int8 tie remedies for argmax heads (quarl_edge/remedies.py): int8-centred (a real
+"""The int8 tie remedies for argmax heads (quarl_edge/quant/remedies.py): int8-centred (a real
 .tflite from the real converter), int8-acc and int8-i16head (readouts of the int8 model's head
 accumulators, run through tflite-runtime). Uses a copy of the shipped example DQN run."""
 from __future__ import annotations

@@ -12,19 +12,19 @@ Schemes (SCHEMES maps each name to its converter):
         its input on the fly (hybrid kernels; no calibration)
   int16x8  int16 activations, int8 weights, int64 biases (the converter's
         EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8), calibrated, float32 I/O
-  qat-int8  quantization-aware training (quarl_edge/qat.py): the network is fine-tuned with
+  qat-int8  quantization-aware training (quarl_edge/rl/qat.py): the network is fine-tuned with
         fake quantization in the RL loop, then converted to full int8 with float32 I/O
         (QUANTIZE -> FULLY_CONNECTED... -> DEQUANTIZE), ranges learned in training; DQN only
-  qat-distill-int8  quantization-aware training by on-policy distillation (quarl_edge/qat.py,
+  qat-distill-int8  quantization-aware training by on-policy distillation (quarl_edge/rl/qat.py,
         qat_distill): the same fake-quantized copy, fitted to the fp32 network's outputs on the
         states its own greedy policy visits (DAgger); every algorithm; converted as qat-int8
   int8-centred  int8, after folding advantage-style centring into the last layer (Q - mean_a Q;
-        argmax unchanged): a remedy for int8 ties of argmax heads (quarl_edge/remedies.py);
+        argmax unchanged): a remedy for int8 ties of argmax heads (quarl_edge/quant/remedies.py);
         discrete-action policies only
   int8-acc  the int8 model tagged (metadata "quarl_edge.head" = "accumulators") so that its
         greedy action is the argmax of the last layer's int32 accumulators: tflite-runtime runs it
         as plain int8, the generated firmware and the host references read the accumulators
-        (quarl_edge/remedies.py); discrete-action policies only
+        (quarl_edge/quant/remedies.py); discrete-action policies only
   int8-centred-acc  both: centring folded into the last layer, then the accumulator head
 
 The network is RUN/qnet.keras (DQN) or RUN/policy.keras (the deterministic actor of the other

@@ -20,7 +20,7 @@ therefore close to post-training int8, and fine-tuning starts from there.
 
 The greedy fake-quantized policy is evaluated on the validation seeds (10_000 + k, as in
 training; never the test seeds) every `eval_every` env steps, and the best one is kept (ties:
-the later). quantize.py converts it with Optimize.DEFAULT and float32 inference types into
+the later). quant/schemes.py converts it with Optimize.DEFAULT and float32 inference types into
 QUANTIZE -> FULLY_CONNECTED... -> DEQUANTIZE. `RUN/qat.json` records the fine-tuning curve.
 
 Seeds: replay collection starts at QAT_SEED_BASE + 1000 * seed (distinct from test, validation

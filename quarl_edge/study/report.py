@@ -38,7 +38,7 @@ The claims (Krishnan et al., Quantized Reinforcement Learning):
      if rho < 0 with p < 0.05, otherwise inconclusive; fewer than 4 runs, or no variation in
      the loss, is insufficient data.
 
-Tie remedies (quarl_edge/remedies.py) for argmax heads: per task, int8 against int8-centred,
+Tie remedies (quarl_edge/quant/remedies.py) for argmax heads: per task, int8 against int8-centred,
 int8-acc and int8-i16head (mean return over seeds, ties, agreement); the winner is the highest
 mean return (several when equal; "all equal" when no scheme differs).
 """
@@ -57,7 +57,7 @@ from .grid import latest_rows, read_results
 
 SCHEME_ORDER = ["fp32", "fp16", "dyn-int8", "int8", "int16x8", "qat-int8", "qat-distill-int8",
                 "int8-centred", "int8-acc", "int8-centred-acc", "int8-i16head"]
-REMEDIES = ("int8-centred", "int8-acc", "int8-centred-acc", "int8-i16head")   # quarl_edge/remedies.py
+REMEDIES = ("int8-centred", "int8-acc", "int8-centred-acc", "int8-i16head")   # quarl_edge/quant/remedies.py
 EIGHT_BIT = ("int8", "dyn-int8", "qat-int8", "qat-distill-int8")
 QAT_METHODS = {"qat-int8": "RL-loop QAT", "qat-distill-int8": "distillation QAT"}
 AGREE_SHARE, DISAGREE_SHARE = 0.9, 0.5

@@ -262,7 +262,7 @@ SIMAVR_INSTALL = ("apt-get install --no-install-recommends simavr gcc-avr avr-li
 
 
 def simavr_bridge(cache_dir: Path, install: str = SIMAVR_INSTALL) -> Path:
-    """The simavr bridge (quarl_edge/simavr_bridge.c) compiled with the host's gcc against
+    """The simavr bridge (quarl_edge/targets/simavr_bridge.c) compiled with the host's gcc against
     libsimavr and libsimavrparts, cached in cache_dir and rebuilt when its source or the compile
     command changes. Missing headers or libraries are a ToolchainError with the install hint."""
     import hashlib
@@ -302,7 +302,7 @@ def simavr_bridge(cache_dir: Path, install: str = SIMAVR_INSTALL) -> Path:
 
 class Simavr(ChildProcess):
     """An emulated AVR board: simavr (cycle-accurate, so costs are real CPU cycles) runs the
-    firmware ELF inside a small bridge program on libsimavr (quarl_edge/simavr_bridge.c, compiled
+    firmware ELF inside a small bridge program on libsimavr (quarl_edge/targets/simavr_bridge.c, compiled
     on first use and cached in the firmware's build directory) that connects USART0 to a
     pseudo-terminal and prints its path; pyserial opens that pty like any serial port. (The
     `simavr` command-line tool cannot be fed input, so it is not used.)
@@ -364,7 +364,7 @@ class ExternalPort(RunningBoard):
 
 
 class FlashedBoard(RunningBoard):
-    """A real board over USB: flashed here with its vendor tool (quarl_edge/flash.py), then
+    """A real board over USB: flashed here with its vendor tool (quarl_edge/targets/flash.py), then
     reached on its serial port: `port` if given (--port), else the one attached port with the
     board's USB VID:PID (boards/<id>.toml `usb`), waited for while the board re-enumerates."""
 

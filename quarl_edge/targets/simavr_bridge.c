@@ -2,7 +2,7 @@
  *
  *     simavr_bridge FIRMWARE.elf MCU FREQUENCY_HZ
  *
- * A host program (not firmware): quarl_edge/launch.py (class Simavr) compiles it on demand with
+ * A host program (not firmware): quarl_edge/targets/launch.py (class Simavr) compiles it on demand with
  * the host's gcc against libsimavr and libsimavrparts and caches the binary in the firmware's
  * build directory. It lives beside launch.py rather than in firmware/ports/avr/ because build.py
  * compiles every .c file of a port directory into the firmware.

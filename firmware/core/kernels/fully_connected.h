@@ -66,7 +66,7 @@ void qe_fully_connected_s16(const qe_fc_pc_params_t *p, const int16_t *input,
                             const QE_FLASH int8_t *weights, const QE_FLASH int64_t *bias,
                             int16_t *output);
 
-/* The accumulator readout of quarl-edge's int8-acc scheme (not a TFLite op; quarl_edge/remedies.py):
+/* The accumulator readout of quarl-edge's int8-acc scheme (not a TFLite op; quarl_edge/quant/remedies.py):
  * int8 input and per-tensor or per-channel symmetric int8 weights, and instead of requantizing
  * to int8, output[b][o] = (float)(sum_d w[o][d] * (in[b][d] + input_offset) + bias[o]) * scales[o]
  * in float32. argmax over it has none of the ties that rounding to 256 levels makes. */

@@ -1,7 +1,7 @@
 /* The host port: the harness as an ordinary Linux process (the "host" board).
  *
  * Link: stdin (fd 0) and stdout (fd 1), as raw bytes through read(2)/write(2), no stdio. The
- * launcher (quarl_edge/launch.py) gives the process the master side of a pseudo-terminal as
+ * launcher (quarl_edge/targets/launch.py) gives the process the master side of a pseudo-terminal as
  * stdin and stdout and opens the slave side (a real tty device) with pyserial, exactly like a
  * board's serial port. Pipes work too (`harness < requests > replies`). When fd 0 is a tty it is
  * switched to raw mode here as well, so no line discipline can echo, translate or buffer bytes.
