@@ -55,18 +55,17 @@ import dataclasses
 import json
 import re
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
 from quarl_edge.errors import ModelError, QuarlError, UnsupportedOpError
-from quarl_edge.protocol import TensorSpec
 
 from . import planner, qmath
+from .spec import IO_DTYPES, QE_MAX_DIMS, GeneratedModel, IOTensor
 from .tflite_model import Operator, Tensor, TFLiteModel, load
 
-QE_MAX_DIMS = 6
 SUPPORTED = ("QUANTIZE float32->int8/int16", "DEQUANTIZE int8/int16->float32",
              "FULLY_CONNECTED int8 (per-tensor or per-channel weights), int16x8, float32",
              "RELU/RELU6/TANH/LOGISTIC int8 and float32", "RESHAPE/SQUEEZE/EXPAND_DIMS (alias)",
@@ -75,32 +74,6 @@ SUPPORTED = ("QUANTIZE float32->int8/int16", "DEQUANTIZE int8/int16->float32",
              "MAX_POOL_2D/AVERAGE_POOL_2D int8 and float32", "ADD/MUL int8 and float32 (broadcasting)",
              "CONCATENATION float32/int8 (equal quantization)/int16/int32",
              "MEAN over contiguous axes int8 and float32", "ARG_MAX int8/float32 -> int32")
-IO_DTYPES = ("float32", "int8", "int16", "int32")
-
-
-@dataclass
-class GeneratedModel:
-    name: str
-    hash: bytes                         # first 8 bytes of the .tflite's SHA-256
-    inputs: list[TensorSpec]
-    outputs: list[TensorSpec]
-    arena_bytes: int
-    ops: list[str]
-    weight_bytes: int                   # const data emitted (weights, biases)
-    input_names: list[str] = field(default_factory=list)
-    output_names: list[str] = field(default_factory=list)
-    input_offsets: list[int] = field(default_factory=list)
-    output_offsets: list[int] = field(default_factory=list)
-    c_path: Path | None = None
-    json_path: Path | None = None
-
-    @property
-    def input_bytes(self) -> int:
-        return sum(t.nbytes for t in self.inputs)
-
-    @property
-    def output_bytes(self) -> int:
-        return sum(t.nbytes for t in self.outputs)
 
 
 # ----------------------------------------------------------------------------- C helpers
@@ -1111,7 +1084,7 @@ def _model_name(name: str | None, path: Path) -> str:
     return s
 
 
-def _io_spec(t: Tensor, what: str) -> TensorSpec:
+def _io_spec(t: Tensor, what: str) -> IOTensor:
     if t.dtype not in IO_DTYPES:
         raise UnsupportedOpError(f"graph {what} '{t.name}' has type {t.dtype}; "
                                  f"supported: {', '.join(IO_DTYPES)}")
@@ -1123,8 +1096,8 @@ def _io_spec(t: Tensor, what: str) -> TensorSpec:
     if t.dtype in ("int8", "int16"):
         if t.quantization is None or t.quantization.per_channel:
             raise UnsupportedOpError(f"graph {what} '{t.name}' is {t.dtype} without per-tensor quantization")
-        return TensorSpec(t.dtype, tuple(t.shape), float(t.scale), int(t.zero_point))
-    return TensorSpec(t.dtype, tuple(t.shape), 0.0, 0)
+        return IOTensor(t.dtype, tuple(t.shape), float(t.scale), int(t.zero_point))
+    return IOTensor(t.dtype, tuple(t.shape), 0.0, 0)
 
 
 def generate(tflite_path, out_dir, name: str | None = None) -> GeneratedModel:
@@ -1234,7 +1207,7 @@ def _pointer(offset: dict[int, int]):
     return sub
 
 
-def _spec_c(t: Tensor, spec: TensorSpec, off: int) -> str:
+def _spec_c(t: Tensor, spec: IOTensor, off: int) -> str:
     dims = list(spec.shape) + [0] * (QE_MAX_DIMS - len(spec.shape))
     return (f"    {{ QE_DTYPE_{spec.dtype.upper()}, {len(spec.shape)}u, "
             f"{{ {', '.join(str(d) + 'u' for d in dims)} }}, {c_float(spec.scale)}, "
@@ -1303,7 +1276,7 @@ def _emit_c(model: TFLiteModel, gm: GeneratedModel, kernels: list[_Kernel], act_
 
 
 def _json(gm: GeneratedModel, model: TFLiteModel, path: Path) -> dict:
-    def spec(s: TensorSpec, name: str, off: int) -> dict:
+    def spec(s: IOTensor, name: str, off: int) -> dict:
         d = asdict(s)
         d["shape"] = list(s.shape)
         d.update(name=name, arena_offset=off, bytes=s.nbytes)
