@@ -52,17 +52,17 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import re
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from quarl_edge.errors import ModelError, QuarlError, UnsupportedOpError
 
-from . import planner, qmath
+from . import emit, planner, qmath
+from .emit import c_array, c_comment, c_float, c_float_limit, c_ident, c_int64, c_ram_array
 from .spec import IO_DTYPES, QE_MAX_DIMS, GeneratedModel, IOTensor
 from .tflite_model import Operator, Tensor, TFLiteModel, load
 
@@ -74,46 +74,6 @@ SUPPORTED = ("QUANTIZE float32->int8/int16", "DEQUANTIZE int8/int16->float32",
              "MAX_POOL_2D/AVERAGE_POOL_2D int8 and float32", "ADD/MUL int8 and float32 (broadcasting)",
              "CONCATENATION float32/int8 (equal quantization)/int16/int32",
              "MEAN over contiguous axes int8 and float32", "ARG_MAX int8/float32 -> int32")
-
-
-# ----------------------------------------------------------------------------- C helpers
-def c_ident(name: str, prefix: str = "") -> str:
-    """A readable C identifier from a TFLite tensor name."""
-    first = name.split(";")[0]
-    s = re.sub(r"[^0-9A-Za-z]+", "_", first).strip("_")
-    s = s[-40:].lstrip("_") if len(s) > 40 else s
-    s = prefix + (s or "t")
-    return s if not s[0].isdigit() else "t_" + s
-
-
-def c_float(v: float) -> str:
-    """A float32 literal that reads back to exactly the same bits."""
-    f = float(np.float32(v))
-    if not np.isfinite(f):
-        raise ModelError(f"non-finite constant {f} cannot be emitted")
-    s = repr(f) if f == 0.0 else "%.9g" % f
-    if "e" not in s and "." not in s and "inf" not in s:
-        s += ".0"
-    return s + "f"
-
-
-def c_comment(text: str) -> str:
-    return text.replace("*/", "* /").replace("/*", "/ *")
-
-
-def c_array(ctype: str, name: str, values, per_line: int, fmt) -> str:
-    vals = [fmt(v) for v in np.asarray(values).ravel()]
-    lines = []
-    for i in range(0, len(vals), per_line):
-        lines.append("    " + ", ".join(vals[i:i + per_line]) + ",")
-    body = "\n".join(lines) if lines else "    0,"
-    # QE_FLASH (firmware/core/qe_flash.h): empty except on AVR, where it keeps the array in flash.
-    return f"static const QE_FLASH {ctype} {name}[{max(len(vals), 1)}] = {{\n{body}\n}};\n"
-
-
-def _c_int64(v) -> str:
-    v = int(v)
-    return "(-9223372036854775807LL - 1)" if v == -(1 << 63) else f"{v}LL"
 
 
 def shape_str(t: Tensor) -> str:
@@ -307,9 +267,8 @@ def _lower_fully_connected(op: Operator, model: TFLiteModel, pname: str) -> _Ker
         consts = [f"/* {c_comment(w.describe())} */\n" + c_array("float", wname, w.data, 6, c_float)]
         bname, bias_bytes = _bias_array(bias, "float", c_float, 6, consts)
         const_bytes = 4 * w.size + bias_bytes
-        fl = lambda v: "-FLT_MAX" if v == -qmath.FLT_MAX else "FLT_MAX" if v == qmath.FLT_MAX else c_float(v)  # noqa: E731
         params = (f"static const qe_fc_f32_params_t {pname} = {{\n"
-                  f"    .activation_min = {fl(lo)},\n    .activation_max = {fl(hi)},\n"
+                  f"    .activation_min = {c_float_limit(lo)},\n    .activation_max = {c_float_limit(hi)},\n"
                   f"    .batches = {batches}u,\n    .accum_depth = {accum_depth}u,\n"
                   f"    .output_depth = {output_depth}u,\n}};\n")
         call = (f"qe_fully_connected_f32(&{pname}, (const float *)@T{x.index}@, {wname}, "
@@ -458,7 +417,7 @@ def _lower_fc_pc(op, model, pname, x, w, bias, out, act, batches, accum_depth, o
               + c_array("int8_t", wname, w.data, 16, lambda v: str(int(v))),
               c_array("int32_t", f"{pname}_mult", mults, 6, str),
               c_array("int8_t", f"{pname}_shift", shifts, 16, str)]
-    bname, bias_bytes = _bias_array(bias, bias_ctype, _c_int64 if dt == "int16" else str, 6, consts)
+    bname, bias_bytes = _bias_array(bias, bias_ctype, c_int64 if dt == "int16" else str, 6, consts)
     const_bytes = w.size + 5 * n_ch + bias_bytes
     params = (f"static const qe_fc_pc_params_t {pname} = {{\n"
               f"    .input_offset = {-x.zero_point},\n    .output_offset = {out.zero_point},\n"
@@ -557,13 +516,8 @@ def _const_operand(t: Tensor, ctype: str, fmt, consts: list[str], per_line: int 
     name = c_ident(t.name, f"c{t.index}_")
     # an operand the kernel also takes from the arena: a RAM pointer, so no QE_FLASH here
     consts.append(f"/* {c_comment(t.describe())} */\n"
-                  + _ram_array(c_array(ctype, name, t.data, per_line, fmt)))
+                  + c_ram_array(c_array(ctype, name, t.data, per_line, fmt)))
     return name
-
-
-def _ram_array(definition: str) -> str:
-    """A c_array definition without QE_FLASH (for operands passed as ordinary pointers)."""
-    return definition.replace("static const QE_FLASH ", "static const ", 1)
 
 
 def _operand(t: Tensor, ctype: str, fmt, consts: list[str]) -> str:
@@ -577,10 +531,6 @@ def _u16(op: Operator, model: TFLiteModel, what: str, v: int) -> int:
     if not 0 < v <= 0xFFFF:
         raise _unsupported(op, model, f"{what} {v} does not fit the kernel's uint16 field")
     return int(v)
-
-
-def _fl(v: float) -> str:
-    return "-FLT_MAX" if v == -qmath.FLT_MAX else "FLT_MAX" if v == qmath.FLT_MAX else c_float(v)
 
 
 _PADDING = {0: "SAME", 1: "VALID"}
@@ -697,7 +647,7 @@ def _lower_conv(op: Operator, model: TFLiteModel, pname: str) -> _Kernel:
         consts = [f"/* {c_comment(w.describe())} */\n" + c_array("float", wname, w.data, 6, c_float)]
         bname, bias_bytes = _bias_array(bias, "float", c_float, 6, consts)
         params = (f"static const qe_conv_f32_params_t {pname} = {{\n" + _window_c(g)
-                  + f"    .activation_min = {_fl(lo)},\n    .activation_max = {_fl(hi)},\n}};\n")
+                  + f"    .activation_min = {c_float_limit(lo)},\n    .activation_max = {c_float_limit(hi)},\n}};\n")
         call = (f"{fn}_f32(&{pname}, (const float *)@T{x.index}@, {wname}, {bname}, "
                 f"(float *)@T{out.index}@);")
         return _Kernel(op, call, params, consts, 4 * w.size + bias_bytes, comment)
@@ -771,7 +721,7 @@ def _lower_pool(op: Operator, model: TFLiteModel, pname: str) -> _Kernel:
     if x.dtype == "float32":
         lo, hi = qmath.activation_range_float(act)
         params = (f"static const qe_pool_f32_params_t {pname} = {{\n" + _window_c(g)
-                  + f"    .activation_min = {_fl(lo)},\n    .activation_max = {_fl(hi)},\n}};\n")
+                  + f"    .activation_min = {c_float_limit(lo)},\n    .activation_max = {c_float_limit(hi)},\n}};\n")
         call = (f"qe_{kind}_pool_f32(&{pname}, (const float *)@T{x.index}@, "
                 f"(float *)@T{out.index}@);")
         return _Kernel(op, call, params, [], 0, comment)
@@ -880,7 +830,7 @@ def _lower_binary(op: Operator, model: TFLiteModel, pname: str) -> _Kernel:
         lo, hi = qmath.activation_range_float(act)
         pa, pb = (_operand(t, "float", c_float, consts) for t in (a, b))
         params = (f"static const qe_binary_f32_params_t {pname} = {{\n{bc}"
-                  f"    .activation_min = {_fl(lo)},\n    .activation_max = {_fl(hi)},\n}};\n")
+                  f"    .activation_min = {c_float_limit(lo)},\n    .activation_max = {c_float_limit(hi)},\n}};\n")
         call = f"qe_{fn}_f32(&{pname}, {pa}, {pb}, (float *)@T{out.index}@);"
         cb = sum(4 * t.size for t in (a, b) if t.is_constant)
         return _Kernel(op, call, params, consts, cb, f"{op.opcode} float32: {shapes}", inplace=inplace)
@@ -953,7 +903,7 @@ def _lower_concatenation(op: Operator, model: TFLiteModel, pname: str) -> _Kerne
         if t.is_constant:
             name = c_ident(t.name, f"c{t.index}_")
             consts.append(f"/* {c_comment(t.describe())} (raw bytes) */\n"
-                          + _ram_array(c_array("uint8_t", name, np.frombuffer(t.data.tobytes(), np.uint8),
+                          + c_ram_array(c_array("uint8_t", name, np.frombuffer(t.data.tobytes(), np.uint8),
                                                16, str)))
             ptrs.append(name)
         else:
@@ -1171,8 +1121,8 @@ def generate(tflite_path, out_dir, name: str | None = None) -> GeneratedModel:
     out.mkdir(parents=True, exist_ok=True)
     gm.c_path = out / "model.c"
     gm.json_path = out / "model.json"
-    gm.c_path.write_text(_emit_c(model, gm, kernels, act_ids, offset, path))
-    gm.json_path.write_text(json.dumps(_json(gm, model, path), indent=2) + "\n")
+    gm.c_path.write_text(emit.model_c(model, gm, kernels, act_ids, offset, path, KERNEL_HEADERS))
+    gm.json_path.write_text(emit.model_json(gm, model, path))
     return gm
 
 
@@ -1199,101 +1149,6 @@ def _alias_roots(model: TFLiteModel, kernels: list[_Kernel], first: dict[int, in
                 continue
         root[dst] = r
     return root
-
-
-def _pointer(offset: dict[int, int]):
-    def sub(m: re.Match) -> str:
-        return f"(qe_arena + {offset[int(m.group(1))]}u)"
-    return sub
-
-
-def _spec_c(t: Tensor, spec: IOTensor, off: int) -> str:
-    dims = list(spec.shape) + [0] * (QE_MAX_DIMS - len(spec.shape))
-    return (f"    {{ QE_DTYPE_{spec.dtype.upper()}, {len(spec.shape)}u, "
-            f"{{ {', '.join(str(d) + 'u' for d in dims)} }}, {c_float(spec.scale)}, "
-            f"{spec.zero_point}, {off}u, {spec.nbytes}u }},  /* {c_comment(t.name)} */")
-
-
-def _emit_c(model: TFLiteModel, gm: GeneratedModel, kernels: list[_Kernel], act_ids: list[int],
-            offset: dict[int, int], path: Path) -> str:
-    L: list[str] = []
-    L.append(f"/* GENERATED by quarl_edge.converters.cgen from {c_comment(path.name)}: do not edit.\n"
-             f" * model {gm.name}, sha256 {model.sha256.hex()}\n"
-             f" * {len(kernels)} ops, {gm.weight_bytes} bytes of weights, {gm.arena_bytes} bytes of arena.\n"
-             f" * Requantization: TFLM double rounding (see firmware/core/requant.h). */")
-    L.append("#include <float.h>\n#include <math.h>\n#include <stddef.h>\n#include <stdint.h>\n")
-    L.append("/* libm as float(float) on every target: avr-libc declares tanhf/expf as double(double)\n"
-             " * (double is 32-bit there), which does not convert to the kernels' function type. */\n"
-             "static inline float qe_libm_tanhf(float x) { return (float)tanhf(x); }\n"
-             "static inline float qe_libm_expf(float x) { return (float)expf(x); }\n")
-    L.append('#include "qe_model.h"\n#include "qe_protocol.h"\n'
-             + "".join(f'#include "kernels/{h}"\n' for h in KERNEL_HEADERS))
-    L.append(f"#define QE_ARENA_BYTES {gm.arena_bytes}u\n")
-    L.append("/* Activation arena: tensor -> offset (bytes), live from op to op.")
-    for i in act_ids:
-        t = model.tensors[i]
-        L.append(f" *   {offset[i]:6d}  {t.nbytes:6d} B  {c_comment(t.describe())}")
-    L.append(" */\nuint8_t qe_arena[QE_ARENA_BYTES] QE_ALIGNED(16);\n")
-
-    L.append("/* ---------------------------------------------------------------- constants */")
-    emitted: set[str] = set()     # a constant tensor shared by two ops (the converter
-    for k in kernels:              # dedupes equal buffers, e.g. zero biases) is emitted once
-        L.append(f"/* op {k.op.index}: {c_comment(k.comment)} */")
-        for c in k.consts:
-            m = re.search(r"static const (?:QE_FLASH )?\w+ (\w+)\[", c)
-            if m is not None and m.group(1) in emitted:
-                L.append(f"/* {m.group(1)}: defined above (a constant shared with an earlier op) */")
-                continue
-            if m is not None:
-                emitted.add(m.group(1))
-            L.append(c)
-        if k.params:
-            L.append(k.params)
-
-    sub = _pointer(offset)
-    L.append("/* ----------------------------------------------------------------- schedule */")
-    L.append("void qe_model_invoke(void)\n{")
-    for k in kernels:
-        L.append(f"    /* op {k.op.index}: {c_comment(k.comment)} */")
-        if k.call:
-            L.append("    " + re.sub(r"@T(\d+)@", sub, k.call))
-    L.append("}\n")
-
-    L.append("/* ------------------------------------------------------------------- info */")
-    L.append("static const qe_tensor_spec_t qe_model_inputs[] = {")
-    for i, spec in zip(model.inputs, gm.inputs):
-        L.append(_spec_c(model.tensors[i], spec, offset[i]))
-    L.append("};\nstatic const qe_tensor_spec_t qe_model_outputs[] = {")
-    for i, spec in zip(model.outputs, gm.outputs):
-        L.append(_spec_c(model.tensors[i], spec, offset[i]))
-    L.append("};\n")
-    hash_c = ", ".join(f"0x{b:02x}" for b in gm.hash)
-    L.append("const qe_model_info_t qe_model_info = {\n"
-             f"    \"{gm.name}\",\n    {{ {hash_c} }},\n    QE_ARENA_BYTES,\n"
-             f"    {len(gm.inputs)}u,\n    {len(gm.outputs)}u,\n"
-             "    qe_model_inputs,\n    qe_model_outputs,\n};\n")
-    return "\n".join(L)
-
-
-def _json(gm: GeneratedModel, model: TFLiteModel, path: Path) -> dict:
-    def spec(s: IOTensor, name: str, off: int) -> dict:
-        d = asdict(s)
-        d["shape"] = list(s.shape)
-        d.update(name=name, arena_offset=off, bytes=s.nbytes)
-        return d
-    return {
-        "name": gm.name,
-        "hash": gm.hash.hex(),
-        "sha256": model.sha256.hex(),
-        "source": path.name,
-        "arena_bytes": gm.arena_bytes,
-        "weight_bytes": gm.weight_bytes,
-        "ops": gm.ops,
-        "inputs": [spec(s, n, o) for s, n, o in zip(gm.inputs, gm.input_names, gm.input_offsets)],
-        "outputs": [spec(s, n, o) for s, n, o in zip(gm.outputs, gm.output_names, gm.output_offsets)],
-        "rounding": qmath.ROUNDING,
-        "generator": "quarl_edge.converters.cgen",
-    }
 
 
 # ---------------------------------------------------------------------------------- CLI
