@@ -5,8 +5,15 @@
 
 writes `model.c` (const weights and kernel parameters, the planned arena, `qe_model_invoke()` as a
 straight-line schedule, `qe_model_info`) and `model.json` (the same facts for the host). All
-validation happens here: an op, type or quantization the kernels cannot run raises
-`UnsupportedOpError` naming it; the generated code trusts its parameters.
+validation happens in the generator, before anything is written: an op, type or quantization
+the kernels cannot run raises `UnsupportedOpError` naming it; the generated code trusts its
+parameters.
+
+This file is the driver: validate and lower every op, plan the arena, emit. The rest:
+converters/ops/__init__.py, the op table (how to add an op); converters/ops/<op>.py, one
+lowering per kernel family, with that op's limits; converters/ops/common.py, their shared
+checks; converters/head.py, the int8-acc head rewrite; converters/emit.py, the C and JSON
+writers; converters/spec.py, GeneratedModel and the graph I/O specs (IOTensor).
 
 Supported (everything else is refused by name, with the op's index and types):
 
