@@ -7,7 +7,10 @@ writes `model.c` (const weights and kernel parameters, the planned arena, `qe_mo
 straight-line schedule, `qe_model_info`) and `model.json` (the same facts for the host). All
 validation happens in the generator, before anything is written: an op, type or quantization
 the kernels cannot run raises `UnsupportedOpError` naming it; the generated code trusts its
-parameters.
+parameters. Every zero point that reaches the C (an op's offsets, tables and clamps, a graph
+input's or output's spec) is checked to lie in its tensor's type's range (int8 [-128, 127],
+int16 [-32768, 32767]; ops/common.py: per_tensor, weight_quantization): an int8 offset, the
+zero point or its negation, lies in [-128, 128], and the int16 kernels require zero point 0.
 
 This file is the driver: validate and lower every op, plan the arena, emit. The rest:
 converters/ops/__init__.py, the op table (how to add an op); converters/ops/<op>.py, one
@@ -67,7 +70,7 @@ from quarl_edge.errors import ModelError, QuarlError, UnsupportedOpError
 from . import emit, planner
 from .head import apply_head_readout
 from .ops import KERNEL_HEADERS, LOWERINGS, SUPPORTED, Kernel
-from .ops.common import unsupported
+from .ops.common import unsupported, zero_point_error
 from .spec import IO_DTYPES, QE_MAX_DIMS, GeneratedModel, IOTensor
 from .tflite_model import Tensor, TFLiteModel, load
 
@@ -95,6 +98,9 @@ def _io_spec(t: Tensor, what: str) -> IOTensor:
     if t.dtype in ("int8", "int16"):
         if t.quantization is None or t.quantization.per_channel:
             raise UnsupportedOpError(f"graph {what} '{t.name}' is {t.dtype} without per-tensor quantization")
+        why = zero_point_error(t, t.quantization.zero_point, f"graph {what}")
+        if why is not None:
+            raise UnsupportedOpError(why)
         return IOTensor(t.dtype, tuple(t.shape), float(t.scale), int(t.zero_point))
     return IOTensor(t.dtype, tuple(t.shape), 0.0, 0)
 

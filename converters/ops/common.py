@@ -58,8 +58,26 @@ def opt(op: Operator, key: str, default=None):
 
 
 # ------------------------------------------------------------------- quantization checks
+ZERO_POINT_RANGE = {"int8": (-128, 127), "int16": (-32768, 32767)}
+
+
+def zero_point_error(t: Tensor, zero_points, what: str) -> str | None:
+    """Why the zero point(s) of `t` are outside its type's range (int8: [-128, 127], int16:
+    [-32768, 32767]), or None. The kernels take -zero_point as an offset, and the int8/int16
+    output stages rely on it being in that range; a converter never writes anything else, so
+    only a malformed model fails this."""
+    lo, hi = ZERO_POINT_RANGE.get(t.dtype, (None, None))
+    if lo is None:
+        return None
+    for zp in np.asarray(zero_points).ravel():
+        if not lo <= int(zp) <= hi:
+            return (f"{what} '{t.name}' has zero point {int(zp)}, outside the {t.dtype} range "
+                    f"[{lo}, {hi}]")
+    return None
+
+
 def per_tensor(t: Tensor, op: Operator, model: TFLiteModel, what: str) -> None:
-    """`t` is quantized with one finite, positive scale."""
+    """`t` is quantized with one finite, positive scale and a zero point in its type's range."""
     if t.quantization is None:
         raise unsupported(op, model, f"{what} '{t.name}' has no quantization parameters")
     if t.quantization.per_channel:
@@ -67,11 +85,15 @@ def per_tensor(t: Tensor, op: Operator, model: TFLiteModel, what: str) -> None:
                                      f"({len(t.quantization.scale)} scales); only per-tensor is supported")
     if not (np.isfinite(t.scale) and t.scale > 0):
         raise unsupported(op, model, f"{what} '{t.name}' has scale {t.scale}")
+    why = zero_point_error(t, t.quantization.zero_point, what)
+    if why is not None:
+        raise unsupported(op, model, why)
 
 
 def weight_quantization(op, model, w, what: str, n_out: int, qdim: int):
     """The quantization of int8 weights `w` (`what`: "weights" or "filter"), checked: present,
-    one scale per tensor or one per output channel along `qdim`, every scale finite and > 0."""
+    one scale per tensor or one per output channel along `qdim`, every scale finite and > 0,
+    every zero point in the int8 range."""
     wq = w.quantization
     if wq is None:
         raise unsupported(op, model, f"{what} '{w.name}': no quantization parameters")
@@ -81,6 +103,9 @@ def weight_quantization(op, model, w, what: str, n_out: int, qdim: int):
                                      f"{wq.quantized_dimension}; expected {n_out} along {qdim}")
     if not np.all(np.isfinite(wq.scale) & (wq.scale > 0)):
         raise unsupported(op, model, f"{what} '{w.name}': a scale is not finite and positive")
+    why = zero_point_error(w, wq.zero_point, what)
+    if why is not None:
+        raise unsupported(op, model, why)
     return wq
 
 
