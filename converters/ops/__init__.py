@@ -1,0 +1,63 @@
+"""The op table: TFLite op name -> its lowering (converters/ops/<file>.py).
+
+To add an op FOO (one kernel file + one lowering file + its golden test):
+
+1. the kernel: firmware/core/kernels/foo.c and foo.h, bit-exact with TFLM's kernel;
+2. the lowering: converters/ops/foo.py with a docstring naming the TFLM kernel it matches and
+   the op's limits, and
+       SUPPORTED = ("FOO int8 and float32",)    # for "not supported" messages
+       KERNEL_HEADERS = ("foo.h",)              # included by every model.c
+       def lower_foo(op, model, pname) -> Kernel: ...
+   which validates the op completely (ops/common.py: unsupported, per_tensor, ...) and returns
+   the C to emit (ops/common.py: Kernel);
+3. one line in LOWERINGS below (with its import);
+4. a golden test against TF Lite Micro (tests/test_ops_golden.py, tests/test_cnn_ops_golden.py),
+   and the op in the supported list of converters/cgen.py's docstring.
+
+SUPPORTED and KERNEL_HEADERS here are collected from the lowering modules in table order.
+"""
+from __future__ import annotations
+
+import sys
+
+from .activations import lower_activation
+from .arg_max import lower_arg_max
+from .binary import lower_binary
+from .common import Kernel
+from .concatenation import lower_concatenation
+from .conv import lower_conv
+from .fully_connected import lower_fully_connected
+from .mean import lower_mean
+from .pooling import lower_pool
+from .quantize import lower_quantize
+from .reshape import lower_reshape
+from .softmax import lower_softmax
+
+LOWERINGS = {
+    "QUANTIZE": lower_quantize,
+    "DEQUANTIZE": lower_quantize,
+    "FULLY_CONNECTED": lower_fully_connected,
+    "RELU": lower_activation,
+    "RELU6": lower_activation,
+    "TANH": lower_activation,
+    "LOGISTIC": lower_activation,
+    "RESHAPE": lower_reshape,
+    "SQUEEZE": lower_reshape,
+    "EXPAND_DIMS": lower_reshape,
+    "SOFTMAX": lower_softmax,
+    "CONV_2D": lower_conv,
+    "DEPTHWISE_CONV_2D": lower_conv,
+    "MAX_POOL_2D": lower_pool,
+    "AVERAGE_POOL_2D": lower_pool,
+    "ADD": lower_binary,
+    "MUL": lower_binary,
+    "CONCATENATION": lower_concatenation,
+    "MEAN": lower_mean,
+    "ARG_MAX": lower_arg_max,
+}
+
+_MODULES = list(dict.fromkeys(sys.modules[f.__module__] for f in LOWERINGS.values()))
+SUPPORTED = tuple(s for m in _MODULES for s in m.SUPPORTED)
+KERNEL_HEADERS = tuple(sorted({h for m in _MODULES for h in m.KERNEL_HEADERS}))
+
+__all__ = ["KERNEL_HEADERS", "LOWERINGS", "SUPPORTED", "Kernel"]

@@ -1,0 +1,114 @@
+"""ADD and MUL: firmware/core/kernels/add.c and mul.c over broadcast.c, TFLM's add.cc and mul.cc
+(reference_integer_ops::Add / Mul and their broadcasting variants, reference_ops for float32).
+
+One lowering for both: they share the operands, the broadcasting and the float32 path, and
+differ only in the int8 parameters.
+
+- int8 with TFLM's schemes: ADD rescales both inputs to twice the larger input scale after a
+  left shift of 20, then to the output (converters/qmath.py: add_params_s8); MUL rescales the
+  product by s1 * s2 / s_out;
+- float32;
+- numpy broadcasting up to 6-D (every output dimension <= 65535); either input may be a
+  constant, not both; fused NONE/RELU/RELU6/RELU_N1_TO_1; the output may be written over the
+  first input when it is not a constant (Kernel.inplace).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from quarl_edge.errors import ModelError
+
+from .. import qmath
+from ..emit import c_float, c_float_limit
+from ..tflite_model import Operator, Tensor, TFLiteModel
+from .common import Kernel, fused_activation, operand, per_tensor, u16, unsupported
+
+SUPPORTED = ("ADD/MUL int8 and float32 (broadcasting)",)
+KERNEL_HEADERS = ("add.h", "mul.h")
+
+
+def _broadcast(op: Operator, model: TFLiteModel, a: Tensor, b: Tensor, out: Tensor) -> str:
+    """The qe_broadcast_t initializer for out = a (op) b with numpy broadcasting."""
+    rank = len(out.shape)
+    if max(len(a.shape), len(b.shape)) > rank or rank > 6:
+        raise unsupported(op, model, f"shapes {list(a.shape)}, {list(b.shape)} -> {list(out.shape)}")
+    try:
+        want = tuple(np.broadcast_shapes(a.shape, b.shape))
+    except ValueError:
+        raise ModelError(f"op {op.index} {op.opcode}: shapes {list(a.shape)} and {list(b.shape)} "
+                         f"do not broadcast") from None
+    if want != tuple(out.shape):
+        raise ModelError(f"op {op.index} {op.opcode}: {list(a.shape)} and {list(b.shape)} broadcast "
+                         f"to {list(want)}, the output is {list(out.shape)}")
+    for d in out.shape:
+        u16(op, model, "output dimension", d)
+    if tuple(a.shape) == tuple(b.shape) == tuple(out.shape) or out.size == 0:
+        return f"    .bc = {{ .size = {out.size}u, .ndims = 0u }},\n"
+
+    def strides(t: Tensor) -> list[int]:
+        shape = [1] * (rank - len(t.shape)) + list(t.shape)
+        st, acc = [0] * rank, 1
+        for d in range(rank - 1, -1, -1):
+            st[d] = acc if shape[d] != 1 else 0
+            acc *= shape[d]
+        return st
+    fmt = lambda v: "{ " + ", ".join(f"{x}u" for x in v) + " }"  # noqa: E731
+    return (f"    .bc = {{\n        .size = {out.size}u,\n        .ndims = {rank}u,\n"
+            f"        .dims = {fmt(out.shape)},\n        .stride1 = {fmt(strides(a))},\n"
+            f"        .stride2 = {fmt(strides(b))},\n    }},\n")
+
+
+def lower_binary(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
+    """ADD and MUL, int8 (TFLM's rescaling) and float32, with broadcasting."""
+    if len(op.inputs) != 2 or len(op.outputs) != 1 or min(op.inputs) < 0:
+        raise unsupported(op, model, "expected two inputs and one output")
+    a, b = model.tensors[op.inputs[0]], model.tensors[op.inputs[1]]
+    out = model.tensors[op.outputs[0]]
+    act = fused_activation(op, model)
+    if not (a.dtype == b.dtype == out.dtype):
+        raise unsupported(op, model, f"inputs {a.dtype}, {b.dtype}, output {out.dtype} differ")
+    if a.is_constant and b.is_constant:
+        raise unsupported(op, model, "both inputs are constant")
+    bc = _broadcast(op, model, a, b, out)
+    shapes = f"{a.describe()} {'+' if op.opcode == 'ADD' else '*'} {b.describe()} -> {out.describe()}, {act}"
+    consts: list[str] = []
+    fn = op.opcode.lower()
+    inplace = not a.is_constant
+    if a.dtype == "float32":
+        lo, hi = qmath.activation_range_float(act)
+        pa, pb = (operand(t, "float", c_float, consts) for t in (a, b))
+        params = (f"static const qe_binary_f32_params_t {pname} = {{\n{bc}"
+                  f"    .activation_min = {c_float_limit(lo)},\n"
+                  f"    .activation_max = {c_float_limit(hi)},\n}};\n")
+        call = f"qe_{fn}_f32(&{pname}, {pa}, {pb}, (float *)@T{out.index}@);"
+        cb = sum(4 * t.size for t in (a, b) if t.is_constant)
+        return Kernel(op, call, params, consts, cb, f"{op.opcode} float32: {shapes}", inplace=inplace)
+    if a.dtype != "int8":
+        raise unsupported(op, model, f"{a.dtype} {op.opcode}; supported: int8 and float32")
+    for t, what in ((a, "input 1"), (b, "input 2"), (out, "output")):
+        per_tensor(t, op, model, what)
+    lo, hi = qmath.activation_range_quantized(act, out.scale, out.zero_point)
+    pa, pb = (operand(t, "int8_t", lambda v: str(int(v)), consts) for t in (a, b))
+    head = (f"{bc}    .input1_offset = {-a.zero_point},\n    .input2_offset = {-b.zero_point},\n"
+            f"    .output_offset = {out.zero_point},\n")
+    tail = f"    .activation_min = {lo},\n    .activation_max = {hi},\n}};\n"
+    if op.opcode == "ADD":
+        try:
+            (m1, s1), (m2, s2), (mo, so) = qmath.add_params_s8(a.scale, b.scale, out.scale)
+        except ValueError as exc:
+            raise unsupported(op, model, str(exc)) from None
+        params = (f"static const qe_add_s8_params_t {pname} = {{\n{head}"
+                  f"    .left_shift = 20,\n"
+                  f"    .input1_multiplier = {m1},\n    .input1_shift = {s1},\n"
+                  f"    .input2_multiplier = {m2},\n    .input2_shift = {s2},\n"
+                  f"    .output_multiplier = {mo},\n    .output_shift = {so},\n{tail}")
+    else:
+        real = (float(np.float32(a.scale)) * float(np.float32(b.scale)) / float(np.float32(out.scale)))
+        m, sh = qmath.quantize_multiplier(real)
+        if not -31 <= sh <= 30:
+            raise unsupported(op, model, f"requantization scale {real:g} is out of range")
+        params = (f"static const qe_mul_s8_params_t {pname} = {{\n{head}"
+                  f"    .output_multiplier = {m},\n    .output_shift = {sh},\n{tail}")
+    call = f"qe_{fn}_s8(&{pname}, {pa}, {pb}, (int8_t *)@T{out.index}@);"
+    cb = sum(t.size for t in (a, b) if t.is_constant)
+    return Kernel(op, call, params, consts, cb, f"{op.opcode} int8: {shapes}", inplace=inplace)

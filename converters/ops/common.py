@@ -1,0 +1,249 @@
+"""What every op lowering shares: the kernel record it returns, the refusal, per-tensor checks,
+bias and operand arrays, NHWC windows and padding, fused activations, axis arguments.
+
+A lowering is `lower_x(op, model, pname) -> Kernel`: it validates the op completely (raising
+`unsupported(...)` naming what it cannot run, or ModelError for a malformed model) and returns
+the C to emit. `pname` is the name of its const params struct ("op<index>_params").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from quarl_edge.errors import ModelError, UnsupportedOpError
+
+from .. import qmath
+from ..emit import c_array, c_comment, c_ident, c_ram_array
+from ..tflite_model import Operator, Tensor, TFLiteModel
+
+
+@dataclass
+class Kernel:
+    """One op's lowering: what model.c gets for it."""
+    op: Operator
+    call: str               # C statement, with @T<index>@ placeholders for arena pointers
+    params: str             # C definition of the const params struct
+    consts: list[str]       # C definitions of const arrays
+    const_bytes: int
+    comment: str
+    alias: bool = False     # RESHAPE-like: no code, the output is the input's bytes
+    inplace: bool = False   # element-wise: the output may take over the input's buffer
+
+
+def shape_str(t: Tensor) -> str:
+    return "[" + ",".join(str(d) for d in t.shape) + "]"
+
+
+def unsupported(op: Operator, model: TFLiteModel, why: str = "") -> UnsupportedOpError:
+    """The error for an op we cannot run: its index, types, shapes, the reason, what is supported."""
+    from . import SUPPORTED     # the registration table; it imports the lowerings, which import this
+    types = []
+    for i in op.inputs:
+        if i >= 0:
+            t = model.tensors[i]
+            types.append(t.dtype + (" (const)" if t.is_constant else ""))
+    outs = [model.tensors[i].dtype for i in op.outputs]
+    shapes = (", ".join(shape_str(model.tensors[i]) for i in op.inputs if i >= 0) + " -> "
+              + ", ".join(shape_str(model.tensors[i]) for i in op.outputs))
+    msg = (f"op {op.index} {op.opcode} ({', '.join(types)} -> {', '.join(outs)}) is not supported"
+           + (f": {why}" if why else "") + f". Shapes: {shapes}. Supported: {'; '.join(SUPPORTED)}")
+    return UnsupportedOpError(msg)
+
+
+def opt(op: Operator, key: str, default=None):
+    """An op option (TFLite's BuiltinOptions field, camelCase), `default` when absent or None."""
+    v = op.options.get(key, default)
+    return default if v is None else v
+
+
+# ------------------------------------------------------------------- quantization checks
+ZERO_POINT_RANGE = {"int8": (-128, 127), "int16": (-32768, 32767)}
+
+
+def zero_point_error(t: Tensor, zero_points, what: str) -> str | None:
+    """Why the zero point(s) of `t` are outside its type's range (int8: [-128, 127], int16:
+    [-32768, 32767]), or None. The kernels take -zero_point as an offset, and the int8/int16
+    output stages rely on it being in that range; a converter never writes anything else, so
+    only a malformed model fails this."""
+    lo, hi = ZERO_POINT_RANGE.get(t.dtype, (None, None))
+    if lo is None:
+        return None
+    for zp in np.asarray(zero_points).ravel():
+        if not lo <= int(zp) <= hi:
+            return (f"{what} '{t.name}' has zero point {int(zp)}, outside the {t.dtype} range "
+                    f"[{lo}, {hi}]")
+    return None
+
+
+def per_tensor(t: Tensor, op: Operator, model: TFLiteModel, what: str) -> None:
+    """`t` is quantized with one finite, positive scale and a zero point in its type's range."""
+    if t.quantization is None:
+        raise unsupported(op, model, f"{what} '{t.name}' has no quantization parameters")
+    if t.quantization.per_channel:
+        raise unsupported(op, model, f"{what} '{t.name}' is quantized per channel "
+                                     f"({len(t.quantization.scale)} scales); only per-tensor is supported")
+    if not (np.isfinite(t.scale) and t.scale > 0):
+        raise unsupported(op, model, f"{what} '{t.name}' has scale {t.scale}")
+    why = zero_point_error(t, t.quantization.zero_point, what)
+    if why is not None:
+        raise unsupported(op, model, why)
+
+
+def weight_quantization(op, model, w, what: str, n_out: int, qdim: int):
+    """The quantization of int8 weights `w` (`what`: "weights" or "filter"), checked: present,
+    one scale per tensor or one per output channel along `qdim`, every scale finite and > 0,
+    every zero point in the int8 range."""
+    wq = w.quantization
+    if wq is None:
+        raise unsupported(op, model, f"{what} '{w.name}': no quantization parameters")
+    n_ch = len(wq.scale)
+    if n_ch > 1 and (n_ch != n_out or wq.quantized_dimension != qdim):
+        raise unsupported(op, model, f"{what} '{w.name}': {n_ch} scales along dimension "
+                                     f"{wq.quantized_dimension}; expected {n_out} along {qdim}")
+    if not np.all(np.isfinite(wq.scale) & (wq.scale > 0)):
+        raise unsupported(op, model, f"{what} '{w.name}': a scale is not finite and positive")
+    why = zero_point_error(w, wq.zero_point, what)
+    if why is not None:
+        raise unsupported(op, model, why)
+    return wq
+
+
+# --------------------------------------------------------------------------- tensor checks
+def activation_tensor(op: Operator, model: TFLiteModel, idx: int, dtype: str, what: str) -> Tensor:
+    """Tensor `idx`, checked to be a non-constant `dtype` tensor."""
+    t = model.tensors[idx]
+    if t.is_constant:
+        raise unsupported(op, model, f"{what} '{t.name}' is a constant")
+    if t.dtype != dtype:
+        raise unsupported(op, model, f"{what} '{t.name}' is {t.dtype}, expected {dtype}")
+    return t
+
+
+def same_shape_io(op: Operator, model: TFLiteModel) -> tuple[Tensor, Tensor]:
+    """The (input, output) of an element-wise op: one activation input, one output of its type
+    and size."""
+    if len([i for i in op.inputs if i >= 0]) < 1 or len(op.outputs) != 1:
+        raise unsupported(op, model, "expected one input and one output")
+    x, y = model.tensors[op.inputs[0]], model.tensors[op.outputs[0]]
+    if x.is_constant:
+        raise unsupported(op, model, f"input '{x.name}' is a constant")
+    if x.dtype != y.dtype:
+        raise unsupported(op, model, f"input {x.dtype} and output {y.dtype} differ")
+    if x.size != y.size:
+        raise ModelError(f"op {op.index} {op.opcode}: input has {x.size} elements, output {y.size}")
+    return x, y
+
+
+def u16(op: Operator, model: TFLiteModel, what: str, v: int) -> int:
+    """`v`, checked to fit a kernel's uint16 field (and be positive)."""
+    if not 0 < v <= 0xFFFF:
+        raise unsupported(op, model, f"{what} {v} does not fit the kernel's uint16 field")
+    return int(v)
+
+
+def fused_activation(op: Operator, model: TFLiteModel) -> str:
+    """The op's fused activation (NONE, RELU, RELU6, RELU_N1_TO_1); anything else is refused."""
+    act = op.fused_activation or "NONE"
+    if act not in qmath.ACTIVATIONS:
+        raise unsupported(op, model, f"fused activation {act}")
+    return act
+
+
+# ------------------------------------------------------------------ constant arrays, operands
+def bias_array(bias: Tensor | None, ctype: str, fmt, per_line: int, consts: list[str]) -> tuple[str, int]:
+    """An op's optional bias as a const array appended to consts: (its C name, or QE_FLASH_NULL
+    when there is none (firmware/core/qe_flash.h); the bytes it takes)."""
+    if bias is None:
+        return "QE_FLASH_NULL", 0
+    name = c_ident(bias.name, f"b{bias.index}_")
+    consts.append(f"/* {c_comment(bias.describe())} */\n" + c_array(ctype, name, bias.data, per_line, fmt))
+    return name, bias.data.itemsize * bias.size
+
+
+def const_operand(t: Tensor, ctype: str, fmt, consts: list[str], per_line: int = 12) -> str:
+    """A constant operand as a C const array (appended to consts); returns its name."""
+    name = c_ident(t.name, f"c{t.index}_")
+    # an operand the kernel also takes from the arena: a RAM pointer, so no QE_FLASH here
+    consts.append(f"/* {c_comment(t.describe())} */\n"
+                  + c_ram_array(c_array(ctype, name, t.data, per_line, fmt)))
+    return name
+
+
+def operand(t: Tensor, ctype: str, fmt, consts: list[str]) -> str:
+    """A C pointer expression for an input: the arena placeholder or a const array."""
+    if t.is_constant:
+        return const_operand(t, ctype, fmt, consts)
+    return f"(const {ctype} *)@T{t.index}@"
+
+
+# ------------------------------------------------------------------ NHWC windows (conv, pool)
+_PADDING = {0: "SAME", 1: "VALID"}
+
+
+def window(op: Operator, model: TFLiteModel, x: Tensor, out: Tensor, k_h: int, k_w: int,
+           depth_multiplier: int = 1) -> tuple[dict, str]:
+    """TFLM's ComputePaddingHeightWidth for an NHWC op; checks the output shape.
+    Returns (window fields, a one-line description)."""
+    if len(x.shape) != 4 or len(out.shape) != 4:
+        raise unsupported(op, model, f"input {list(x.shape)} and output {list(out.shape)} must be "
+                                     f"4-D (NHWC)")
+    padding = _PADDING.get(opt(op, "padding", 0))
+    if padding is None:
+        raise unsupported(op, model, f"padding type {op.options.get('padding')}")
+    sh, sw = int(opt(op, "strideH", 1)), int(opt(op, "strideW", 1))
+    dh, dw = int(opt(op, "dilationHFactor", 1)), int(opt(op, "dilationWFactor", 1))
+    if min(sh, sw, dh, dw) < 1:
+        raise unsupported(op, model, f"stride {sh}x{sw} / dilation {dh}x{dw}")
+    n, ih, iw, ic = x.shape
+    on, oh, ow, oc = out.shape
+    pads = []
+    for what, i, k, s, d, o in (("height", ih, k_h, sh, dh, oh), ("width", iw, k_w, sw, dw, ow)):
+        eff = (k - 1) * d + 1
+        want = (i + s - 1) // s if padding == "SAME" else (i + s - eff) // s
+        if want != o:
+            raise ModelError(f"op {op.index} {op.opcode}: output {what} {o}, but {padding} padding "
+                             f"of {i} with a {k}-wide window (stride {s}, dilation {d}) gives {want}")
+        pads.append(max((o - 1) * s + eff - i, 0) // 2)
+    if on != n:
+        raise ModelError(f"op {op.index} {op.opcode}: input batch {n}, output batch {on}")
+    g = dict(batches=n, in_h=ih, in_w=iw, in_c=ic, out_h=oh, out_w=ow, out_c=oc, k_h=k_h, k_w=k_w,
+             stride_h=sh, stride_w=sw, dil_h=dh, dil_w=dw, pad_top=pads[0], pad_left=pads[1],
+             depth_multiplier=depth_multiplier)
+    for key, v in g.items():
+        if key.startswith("pad_"):
+            if v > 0xFFFF:
+                raise unsupported(op, model, f"{key} {v} does not fit uint16")
+        else:
+            u16(op, model, key, v)
+    desc = (f"{k_h}x{k_w} window, stride {sh}x{sw}, dilation {dh}x{dw}, {padding} "
+            f"(pad top {pads[0]}, left {pads[1]})")
+    return g, desc
+
+
+def window_c(g: dict) -> str:
+    """The `.g = { ... }` initializer of a qe_window_t (firmware/core/kernels/window.h)."""
+    return ("    .g = {\n" + "".join(f"        .{k} = {v}u,\n" for k, v in g.items()) + "    },\n")
+
+
+# ----------------------------------------------------------------- axis arguments (MEAN, ARG_MAX)
+def axis_values(op: Operator, model: TFLiteModel, rank: int) -> list[int]:
+    """The op's constant axis input (its second), normalised to 0..rank-1, sorted, unique."""
+    if len(op.inputs) != 2 or len(op.outputs) != 1 or min(op.inputs) < 0:
+        raise unsupported(op, model, "expected an input, a constant axis and one output")
+    ax = model.tensors[op.inputs[1]]
+    if not ax.is_constant or ax.dtype not in ("int32", "int64"):
+        raise unsupported(op, model, f"axis '{ax.name}' must be a constant int32/int64 tensor")
+    vals = []
+    for v in np.asarray(ax.data).ravel():
+        v = int(v) + rank if int(v) < 0 else int(v)
+        if not 0 <= v < rank:
+            raise unsupported(op, model, f"axis {int(v)} for rank {rank}")
+        vals.append(v)
+    return sorted(set(vals))
+
+
+def outer_inner(shape, lo: int, hi: int) -> tuple[int, int, int]:
+    """`shape` viewed as [outer][dims lo..hi][inner]: the three sizes."""
+    p = lambda s: int(np.prod(s, dtype=np.int64))  # noqa: E731
+    return p(shape[:lo]), p(shape[lo:hi + 1]), p(shape[hi + 1:])

@@ -1,0 +1,135 @@
+"""CONV_2D and DEPTHWISE_CONV_2D: firmware/core/kernels/conv.c and depthwise_conv.c, TFLM's
+conv.cc and depthwise_conv.cc (reference_integer_ops::ConvPerChannel /
+DepthwiseConvPerChannel for int8, reference_ops::Conv / DepthwiseConv for float32).
+
+One lowering for both: they differ only in the filter layout ([out_c][k_h][k_w][in_c] vs
+[1][k_h][k_w][out_c], out_c = in_c * depth_multiplier) and in what a tap sums over.
+
+- int8 with per-channel or per-tensor symmetric filters (zero point 0) and int32 bias; the
+  int32 accumulator must not be able to overflow;
+- float32 (float32 input with int8 filters, a hybrid model, is refused);
+- NHWC, any stride and dilation, SAME/VALID padding (converters/ops/common.py: window),
+  fused NONE/RELU/RELU6/RELU_N1_TO_1, optional bias; constant filter and bias;
+- CONV_2D without groups (the filter depth is the input depth); DEPTHWISE_CONV_2D with any depth
+  multiplier (the option, when set, must agree with the shapes).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from quarl_edge.errors import ModelError
+
+from .. import qmath
+from ..emit import c_array, c_comment, c_float, c_float_limit, c_ident
+from ..tflite_model import Operator, TFLiteModel
+from .common import (Kernel, bias_array, fused_activation, opt, per_tensor, unsupported,
+                     weight_quantization, window, window_c)
+
+SUPPORTED = ("CONV_2D/DEPTHWISE_CONV_2D int8 (per-channel or per-tensor symmetric weights) and float32",)
+KERNEL_HEADERS = ("conv.h", "depthwise_conv.h")
+
+
+def lower_conv(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
+    """CONV_2D and DEPTHWISE_CONV_2D: int8 (per-channel or per-tensor symmetric weights, int32
+    bias) as TFLM's ConvPerChannel / DepthwiseConvPerChannel, and float32."""
+    depthwise = op.opcode == "DEPTHWISE_CONV_2D"
+    ins = op.inputs + [-1] * (3 - len(op.inputs))
+    if len(op.inputs) < 2 or len(op.outputs) != 1 or ins[0] < 0 or ins[1] < 0:
+        raise unsupported(op, model, "expected input, filter, optional bias and one output")
+    x, w, out = model.tensors[ins[0]], model.tensors[ins[1]], model.tensors[op.outputs[0]]
+    bias = model.tensors[ins[2]] if ins[2] >= 0 else None
+    act = fused_activation(op, model)
+    if not w.is_constant or (bias is not None and not bias.is_constant):
+        raise unsupported(op, model, "the filter and bias must be constant")
+    if x.is_constant:
+        raise unsupported(op, model, f"input '{x.name}' is a constant")
+    if x.dtype != out.dtype:
+        raise unsupported(op, model, f"input {x.dtype}, output {out.dtype}")
+    if x.dtype == "float32" and w.dtype in ("int8", "uint8", "int4"):
+        raise unsupported(op, model, "float32 input with int8 weights is a hybrid (dynamic-range "
+                                     "quantized) model; use full int8 or float32")
+    if len(w.shape) != 4:
+        raise unsupported(op, model, f"filter of shape {list(w.shape)}, expected 4-D")
+    if depthwise:
+        one, k_h, k_w, oc = w.shape
+        ic = x.shape[3] if len(x.shape) == 4 else 0
+        if one != 1 or ic == 0 or oc % ic:
+            raise unsupported(op, model, f"depthwise filter {list(w.shape)} for input {list(x.shape)}")
+        dm = oc // ic
+        opt_dm = int(opt(op, "depthMultiplier", 0))
+        if opt_dm not in (0, dm):
+            raise unsupported(op, model, f"depth_multiplier option {opt_dm}, but the shapes give {dm}")
+        g, desc = window(op, model, x, out, k_h, k_w, dm)
+        qdim = 3
+    else:
+        oc, k_h, k_w, fic = w.shape
+        g, desc = window(op, model, x, out, k_h, k_w)
+        if fic != g["in_c"]:
+            raise unsupported(op, model, f"grouped convolution (filter depth {fic}, input depth "
+                                         f"{g['in_c']})")
+        dm = 1
+        qdim = 0
+    if g["out_c"] != oc:
+        raise ModelError(f"op {op.index} {op.opcode}: output depth {g['out_c']}, filter gives {oc}")
+    if bias is not None and bias.size != oc:
+        raise ModelError(f"op {op.index} {op.opcode}: bias has {bias.size} values, expected {oc}")
+    kind = "DEPTHWISE_CONV_2D" if depthwise else "CONV_2D"
+    fn = "qe_depthwise_conv" if depthwise else "qe_conv"
+    wname = c_ident(w.name, f"w{w.index}_")
+    comment = (f"{kind} {x.dtype}: {x.describe()} * {w.describe()}"
+               + (f" + {bias.describe()}" if bias is not None else "")
+               + f" -> {out.describe()}; {desc}" + (f", depth multiplier {dm}" if depthwise else "")
+               + f", {act}")
+
+    if x.dtype == "float32":
+        if w.dtype != "float32" or (bias is not None and bias.dtype != "float32"):
+            raise unsupported(op, model, f"float32 input with {w.dtype} filter")
+        lo, hi = qmath.activation_range_float(act)
+        consts = [f"/* {c_comment(w.describe())} */\n" + c_array("float", wname, w.data, 6, c_float)]
+        bname, bias_bytes = bias_array(bias, "float", c_float, 6, consts)
+        params = (f"static const qe_conv_f32_params_t {pname} = {{\n" + window_c(g)
+                  + f"    .activation_min = {c_float_limit(lo)},\n"
+                  f"    .activation_max = {c_float_limit(hi)},\n}};\n")
+        call = (f"{fn}_f32(&{pname}, (const float *)@T{x.index}@, {wname}, {bname}, "
+                f"(float *)@T{out.index}@);")
+        return Kernel(op, call, params, consts, 4 * w.size + bias_bytes, comment)
+
+    if x.dtype != "int8":
+        raise unsupported(op, model, f"{x.dtype} {kind}; supported: int8 and float32")
+    if w.dtype != "int8":
+        raise unsupported(op, model, f"int8 input with {w.dtype} filter")
+    for t, what in ((x, "input"), (out, "output")):
+        per_tensor(t, op, model, what)
+    wq = weight_quantization(op, model, w, "filter", oc, qdim)
+    n_ch = len(wq.scale)
+    if np.any(wq.zero_point != 0):
+        raise unsupported(op, model, f"filter '{w.name}' is not symmetric (zero point "
+                                     f"{int(wq.zero_point[0])}); TFLM's int8 kernels need 0")
+    if bias is not None and bias.dtype != "int32":
+        raise unsupported(op, model, f"bias '{bias.name}' is {bias.dtype}, expected int32")
+    taps = k_h * k_w * (1 if depthwise else g["in_c"])
+    worst = taps * 128 * (128 + abs(x.zero_point)) + (
+        int(np.abs(bias.data.astype(np.int64)).max()) if bias is not None else 0)
+    if worst > qmath.INT32_MAX:
+        raise unsupported(op, model, f"the int32 accumulator could overflow ({taps} taps)")
+    mults, shifts = [], []
+    for c in range(oc):
+        real = qmath.effective_scale(x.scale, float(wq.scale[c if n_ch > 1 else 0]), out.scale)
+        m, sh = qmath.quantize_multiplier(real)
+        if not -31 <= sh <= 30:
+            raise unsupported(op, model, f"requantization scale {real:g} is out of range")
+        mults.append(m)
+        shifts.append(sh)
+    act_min, act_max = qmath.activation_range_quantized(act, out.scale, out.zero_point)
+    consts = [f"/* {c_comment(w.describe())}, {n_ch} scale(s) */\n"
+              + c_array("int8_t", wname, w.data, 16, lambda v: str(int(v))),
+              c_array("int32_t", f"{pname}_mult", mults, 6, str),
+              c_array("int8_t", f"{pname}_shift", shifts, 16, str)]
+    bname, bias_bytes = bias_array(bias, "int32_t", str, 6, consts)
+    params = (f"static const qe_conv_s8_params_t {pname} = {{\n" + window_c(g)
+              + f"    .input_offset = {-x.zero_point},\n    .output_offset = {out.zero_point},\n"
+              f"    .activation_min = {act_min},\n    .activation_max = {act_max},\n"
+              f"    .multipliers = {pname}_mult,\n    .shifts = {pname}_shift,\n}};\n")
+    call = (f"{fn}_s8(&{pname}, (const int8_t *)@T{x.index}@, {wname}, {bname}, "
+            f"(int8_t *)@T{out.index}@);")
+    return Kernel(op, call, params, consts, w.size + 5 * oc + bias_bytes, comment)

@@ -1,0 +1,52 @@
+"""QUANTIZE and DEQUANTIZE: firmware/core/kernels/quantize.c and dequantize.c, TFLM's
+reference_ops::AffineQuantize and reference_ops::Dequantize (kernels quantize.cc, dequantize.cc).
+
+- QUANTIZE float32 -> int8 or int16, DEQUANTIZE int8 or int16 -> float32, per-tensor
+  quantization only; the int16 tensor's zero point must be 0 (TFLM's int16 kernels need it);
+- the input is an activation (a constant float16 DEQUANTIZE is a float16-weight model: refused,
+  use the fp32 or a full-integer model); input and output have the same number of elements.
+"""
+from __future__ import annotations
+
+from quarl_edge.errors import ModelError
+
+from ..emit import c_float
+from ..tflite_model import Operator, TFLiteModel
+from .common import Kernel, per_tensor, unsupported
+
+SUPPORTED = ("QUANTIZE float32->int8/int16", "DEQUANTIZE int8/int16->float32")
+KERNEL_HEADERS = ("quantize.h",)
+
+_AFFINE = {
+    ("QUANTIZE", "float32", "int8"): ("qe_quantize_f32_s8", "float", "int8_t"),
+    ("QUANTIZE", "float32", "int16"): ("qe_quantize_f32_s16", "float", "int16_t"),
+    ("DEQUANTIZE", "int8", "float32"): ("qe_dequantize_s8_f32", "int8_t", "float"),
+    ("DEQUANTIZE", "int16", "float32"): ("qe_dequantize_s16_f32", "int16_t", "float"),
+}
+
+
+def lower_quantize(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
+    """QUANTIZE and DEQUANTIZE: one qe_affine_params_t (the quantized side's scale, zero point)."""
+    if len(op.inputs) != 1 or len(op.outputs) != 1:
+        raise unsupported(op, model, "expected one input and one output")
+    src, dst = model.tensors[op.inputs[0]], model.tensors[op.outputs[0]]
+    if op.opcode == "DEQUANTIZE" and src.dtype == "float16":
+        raise unsupported(op, model, "float16 weights (an fp16-quantized model) are not supported; "
+                                     "use the fp32 or a full-integer model")
+    entry = _AFFINE.get((op.opcode, src.dtype, dst.dtype))
+    if entry is None or src.is_constant:
+        raise unsupported(op, model)
+    fn, ctypes = entry[0], entry[1:]
+    q = dst if op.opcode == "QUANTIZE" else src
+    per_tensor(q, op, model, "tensor")
+    if "int16" in (src.dtype, dst.dtype) and q.zero_point != 0:
+        raise unsupported(op, model, f"int16 tensor '{q.name}' has zero point {q.zero_point}; "
+                                     "TFLM's int16 kernels need 0")
+    if src.size != dst.size:
+        raise ModelError(f"op {op.index} {op.opcode}: input has {src.size} elements, output {dst.size}")
+    params = (f"static const qe_affine_params_t {pname} = {{\n"
+              f"    .scale = {c_float(q.scale)},\n    .zero_point = {q.zero_point},\n"
+              f"    .size = {src.size}u,\n}};\n")
+    call = (f"{fn}(&{pname}, (const {ctypes[0]} *)@T{src.index}@, ({ctypes[1]} *)@T{dst.index}@);")
+    comment = f"{op.opcode}: {src.describe()} -> {dst.describe()} (scale {q.scale:.9g}, zero point {q.zero_point})"
+    return Kernel(op, call, params, [], 0, comment)

@@ -1,0 +1,75 @@
+"""What the generator returns: `GeneratedModel` and the graph's input/output specs (`IOTensor`).
+
+The converters do not import quarl_edge.link.protocol: `IOTensor` has the fields of the protocol's
+TensorSpec, in the same order (model.json serialises it with dataclasses.asdict), and compares
+equal to any dataclass with exactly these fields and values, such as that TensorSpec.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+QE_MAX_DIMS = 6     # dimensions of a graph input/output (qe_tensor_spec_t, firmware/core/qe_model.h)
+
+# dtype of a graph input/output -> (numpy dtype string, bytes per element), as on the wire
+_IO_TYPES = {"float32": ("<f4", 4), "int8": ("i1", 1), "int16": ("<i2", 2), "int32": ("<i4", 4)}
+IO_DTYPES = tuple(_IO_TYPES)
+
+
+@dataclass(eq=False)
+class IOTensor:
+    """A graph input or output as the board reports it: type, shape and (int8/int16) quantization."""
+    dtype: str
+    shape: tuple[int, ...]
+    scale: float = 0.0
+    zero_point: int = 0
+
+    @property
+    def np_dtype(self) -> str:
+        return _IO_TYPES[self.dtype][0]
+
+    @property
+    def nbytes(self) -> int:
+        n = _IO_TYPES[self.dtype][1]
+        for d in self.shape:
+            n *= d
+        return n
+
+    def _values(self) -> tuple:
+        return tuple(getattr(self, f.name) for f in dataclasses.fields(self))
+
+    def __eq__(self, other):
+        if not dataclasses.is_dataclass(other) or isinstance(other, type):
+            return NotImplemented
+        names = tuple(f.name for f in dataclasses.fields(other))
+        if names != tuple(f.name for f in dataclasses.fields(self)):
+            return NotImplemented
+        return self._values() == tuple(getattr(other, n) for n in names)
+
+    __hash__ = None     # mutable, like the protocol's TensorSpec
+
+
+@dataclass
+class GeneratedModel:
+    name: str
+    hash: bytes                         # first 8 bytes of the .tflite's SHA-256
+    inputs: list[IOTensor]
+    outputs: list[IOTensor]
+    arena_bytes: int
+    ops: list[str]
+    weight_bytes: int                   # const data emitted (weights, biases)
+    input_names: list[str] = field(default_factory=list)
+    output_names: list[str] = field(default_factory=list)
+    input_offsets: list[int] = field(default_factory=list)
+    output_offsets: list[int] = field(default_factory=list)
+    c_path: Path | None = None
+    json_path: Path | None = None
+
+    @property
+    def input_bytes(self) -> int:
+        return sum(t.nbytes for t in self.inputs)
+
+    @property
+    def output_bytes(self) -> int:
+        return sum(t.nbytes for t in self.outputs)
