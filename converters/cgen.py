@@ -118,11 +118,16 @@ def generate(tflite_path, out_dir, name: str | None = None) -> GeneratedModel:
 
     # Validate and lower every op first: nothing is written for a model we cannot run.
     kernels = []
-    for op in model.operators:
-        lower = LOWERINGS.get(op.opcode)
-        if lower is None:
-            raise unsupported(op, model)
-        kernels.append(lower(op, model, f"op{op.index}_params"))
+    try:
+        for op in model.operators:
+            lower = LOWERINGS.get(op.opcode)
+            if lower is None:
+                raise unsupported(op, model)
+            kernels.append(lower(op, model, f"op{op.index}_params"))
+    except UnsupportedOpError as e:
+        if getattr(e, "lists_supported", False):
+            raise UnsupportedOpError(f"{e}. Supported: {'; '.join(SUPPORTED)}") from None
+        raise
     inputs = [_io_spec(t, "input") for t in model.input_tensors()]
     outputs = [_io_spec(t, "output") for t in model.output_tensors()]
 

@@ -11,18 +11,15 @@ import json
 import re
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from quarl_edge.errors import ModelError
 
 from . import qmath
-from .spec import QE_MAX_DIMS, GeneratedModel, IOTensor
+from .spec import QE_MAX_DIMS, GeneratedModel, IOTensor, Kernel
 from .tflite_model import Tensor, TFLiteModel
 
-if TYPE_CHECKING:
-    from .ops.common import Kernel
 
 
 # ------------------------------------------------------------------------- C literals, arrays

@@ -1,14 +1,14 @@
 """What the generator returns: `GeneratedModel` and the graph's input/output specs (`IOTensor`).
 
 The converters do not import quarl_edge.link.protocol: `IOTensor` has the fields of the protocol's
-TensorSpec, in the same order (model.json serialises it with dataclasses.asdict), and compares
-equal to any dataclass with exactly these fields and values, such as that TensorSpec.
+TensorSpec, in the same order (model.json serialises it with dataclasses.asdict).
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .tflite_model import Operator
 
 QE_MAX_DIMS = 6     # dimensions of a graph input/output (qe_tensor_spec_t, firmware/core/qe_model.h)
 
@@ -17,7 +17,7 @@ _IO_TYPES = {"float32": ("<f4", 4), "int8": ("i1", 1), "int16": ("<i2", 2), "int
 IO_DTYPES = tuple(_IO_TYPES)
 
 
-@dataclass(eq=False)
+@dataclass
 class IOTensor:
     """A graph input or output as the board reports it: type, shape and (int8/int16) quantization."""
     dtype: str
@@ -35,19 +35,6 @@ class IOTensor:
         for d in self.shape:
             n *= d
         return n
-
-    def _values(self) -> tuple:
-        return tuple(getattr(self, f.name) for f in dataclasses.fields(self))
-
-    def __eq__(self, other):
-        if not dataclasses.is_dataclass(other) or isinstance(other, type):
-            return NotImplemented
-        names = tuple(f.name for f in dataclasses.fields(other))
-        if names != tuple(f.name for f in dataclasses.fields(self)):
-            return NotImplemented
-        return self._values() == tuple(getattr(other, n) for n in names)
-
-    __hash__ = None     # mutable, like the protocol's TensorSpec
 
 
 @dataclass
@@ -73,3 +60,16 @@ class GeneratedModel:
     @property
     def output_bytes(self) -> int:
         return sum(t.nbytes for t in self.outputs)
+
+
+@dataclass
+class Kernel:
+    """One op's lowering: what model.c gets for it."""
+    op: Operator
+    call: str               # C statement, with @T<index>@ placeholders for arena pointers
+    params: str             # C definition of the const params struct
+    consts: list[str]       # C definitions of const arrays
+    const_bytes: int
+    comment: str
+    alias: bool = False     # RESHAPE-like: no code, the output is the input's bytes
+    inplace: bool = False   # element-wise: the output may take over the input's buffer

@@ -7,28 +7,14 @@ the C to emit. `pname` is the name of its const params struct ("op<index>_params
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from quarl_edge.errors import ModelError, UnsupportedOpError
 
 from .. import qmath
 from ..emit import c_array, c_comment, c_ident, c_ram_array
+from ..spec import Kernel  # noqa: F401  (the lowerings' result, re-exported for them)
 from ..tflite_model import Operator, Tensor, TFLiteModel
-
-
-@dataclass
-class Kernel:
-    """One op's lowering: what model.c gets for it."""
-    op: Operator
-    call: str               # C statement, with @T<index>@ placeholders for arena pointers
-    params: str             # C definition of the const params struct
-    consts: list[str]       # C definitions of const arrays
-    const_bytes: int
-    comment: str
-    alias: bool = False     # RESHAPE-like: no code, the output is the input's bytes
-    inplace: bool = False   # element-wise: the output may take over the input's buffer
 
 
 def shape_str(t: Tensor) -> str:
@@ -36,8 +22,8 @@ def shape_str(t: Tensor) -> str:
 
 
 def unsupported(op: Operator, model: TFLiteModel, why: str = "") -> UnsupportedOpError:
-    """The error for an op we cannot run: its index, types, shapes, the reason, what is supported."""
-    from . import SUPPORTED     # the registration table; it imports the lowerings, which import this
+    """The error for an op we cannot run: its index, types, shapes and the reason. The driver
+    (cgen.generate) adds what is supported: the table of lowerings imports this module."""
     types = []
     for i in op.inputs:
         if i >= 0:
@@ -47,8 +33,10 @@ def unsupported(op: Operator, model: TFLiteModel, why: str = "") -> UnsupportedO
     shapes = (", ".join(shape_str(model.tensors[i]) for i in op.inputs if i >= 0) + " -> "
               + ", ".join(shape_str(model.tensors[i]) for i in op.outputs))
     msg = (f"op {op.index} {op.opcode} ({', '.join(types)} -> {', '.join(outs)}) is not supported"
-           + (f": {why}" if why else "") + f". Shapes: {shapes}. Supported: {'; '.join(SUPPORTED)}")
-    return UnsupportedOpError(msg)
+           + (f": {why}" if why else "") + f". Shapes: {shapes}")
+    err = UnsupportedOpError(msg)
+    err.lists_supported = True      # cgen.generate appends ". Supported: ..." to this one
+    return err
 
 
 def opt(op: Operator, key: str, default=None):
