@@ -21,6 +21,7 @@ import numpy as np  # noqa: E402
 
 from quarl_edge.rl.tf_env import make_env, run_episode  # noqa: E402
 from quarl_edge.measure.reference import tflite_runner  # noqa: E402
+from quarl_edge.measure.selection import int8_judge  # noqa: E402
 from quarl_edge.quant.schemes import quantize  # noqa: E402
 from quarl_edge.rl.train import train  # noqa: E402
 from quarl_edge.run import load_run  # noqa: E402
@@ -67,7 +68,7 @@ def main() -> None:
     if not args.eval:
         for stale in ("policy", "models"):
             shutil.rmtree(run_dir / stale, ignore_errors=True)
-        info = train("CartPole-v1", "dqn", None, 0, run_dir)
+        info = train("CartPole-v1", "dqn", None, 0, run_dir, judge=int8_judge)
         print(f"trained in {info['train_seconds']:.0f} s, best greedy validation return "
               f"{info['best_greedy_return']:.1f} at step {info['best_step']}")
         for scheme in SCHEMES:
