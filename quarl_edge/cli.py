@@ -477,7 +477,8 @@ def parser() -> argparse.ArgumentParser:
              "quarl-edge hil runs/cartpole --model int8 --board mps2-an386 --episodes 20", cmd_hil)
     s.add_argument("run", metavar="RUN", help="a run directory with RUN/models/SCHEME.tflite")
     s.add_argument("--model", default="int8", choices=SCHEMES, metavar="SCHEME",
-                   help="the scheme of the model to run")
+                   help=f"the scheme of the model to run (RUN/models/SCHEME.tflite), of: "
+                        f"{', '.join(SCHEMES)}")
     _board_option(s)
     s.add_argument("--episodes", type=int, default=20, help="episodes, on seeds SEED..SEED+N-1")
     s.add_argument("--seed", type=int, default=0, help="the first episode's seed")

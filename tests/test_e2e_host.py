@@ -115,9 +115,14 @@ def test_demo_pretrained_prints_the_table(tmp_path):
 
 def test_train_then_quantize_through_the_cli(tmp_path):
     run = tmp_path / "run"
-    info = json.loads(cli("train", "--env", "CartPole-v1", "--algo", "dqn", "--steps", "300",
-                          "--seed", "3", "--out", run, "--set", "hidden=[32, 16]",
-                          "--set", "gamma=0.9", "--json").stdout)
+    proc = cli("train", "--env", "CartPole-v1", "--algo", "dqn", "--steps", "300",
+               "--seed", "3", "--out", run, "--set", "hidden=[32, 16]", "--set", "gamma=0.9",
+               "--json")
+    info = json.loads(proc.stdout)
+    # stderr has our progress bar and our note only: no gym banner, TF/absl/deprecation lines
+    noise = [ln for ln in proc.stderr.replace("\r", "\n").splitlines() if ln.strip()
+             and not ln.startswith(("dqn CartPole-v1:", "wrote the run to "))]
+    assert noise == [], noise
     assert info["env"] == "CartPole-v1" and info["steps"] == 300
     assert info["hyperparameters"]["hidden"] == [32, 16] and info["hyperparameters"]["gamma"] == 0.9
     assert info["network"]["hidden"] == [32, 16]

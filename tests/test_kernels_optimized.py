@@ -9,7 +9,7 @@ constants, per tensor, per channel and the int8-acc head:
     qemu-system-arm (the SXTAB16/SMLAD path), its files read and written through semihosting;
     those outputs must also equal the host reference's, byte for byte.
 End to end: the shipped CartPole int8 policy and random int8 MLPs built with the variant for
-mps2-an386 are bit-exact with TF Lite Micro (quarl_edge.validate). Board files: `[build] kernels`
+mps2-an386 are bit-exact with TF Lite Micro (quarl_edge.measure.validate). Board files: `[build] kernels`
 is validated, and the build compiles the variant's files in place of the reference's."""
 from __future__ import annotations
 

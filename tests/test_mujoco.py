@@ -118,10 +118,10 @@ MISSING = textwrap.dedent("""
     import sys
     hide = sys.argv[1]
     sys.modules[hide] = None          # `import mujoco` / `import imageio` now raises ImportError
-    from quarl_edge.envs import make_gym
+    from quarl_edge.rl.envs import make_gym
     from quarl_edge.errors import QuarlError
-    from quarl_edge.study import _check_env
-    from quarl_edge.train import train
+    from quarl_edge.study.grid import _check_env
+    from quarl_edge.rl.train import train
     for call in (lambda: make_gym("Hopper-v5"),
                  lambda: _check_env("sac", "HalfCheetah-v5", "studies/x.toml [[task]] #1"),
                  lambda: train("HalfCheetah-v5", "sac", 10, 0, sys.argv[2], progress=False)):
