@@ -273,6 +273,7 @@ def test_the_checker_sees_a_difference(tmp_module):
                                                   f'#include "{FW}/core/kernels/fully_connected.h"')
                    .replace('#include "../../fully_connected.c"',
                             f'#include "{FW}/core/kernels/fully_connected.c"')
+                   .replace('#include "../../../requant.h"', f'#include "{FW}/core/requant.h"')
                    .replace("out[o] = requant_s8(&rq, acc);", "out[o] = (int8_t)(requant_s8(&rq, acc) ^ 1);"))
     exe = tmp_module / "fc_check_bad"
     res = subprocess.run(["gcc", *COMMON_CFLAGS, "-O2", f"-I{FW / 'core'}", str(CHECK), str(bad),

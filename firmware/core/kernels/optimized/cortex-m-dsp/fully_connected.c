@@ -35,6 +35,7 @@
 #endif
 
 #include "../../fully_connected.h"   /* the real prototypes, checked against the definitions below */
+#include "../../../requant.h"       /* qe_offset_clamp: the shared output stage */
 
 #define qe_fully_connected_s8 qe_fully_connected_s8_reference
 #define qe_fully_connected_s8_pc qe_fully_connected_s8_pc_reference
@@ -209,16 +210,11 @@ static inline int32_t requant_scale(const requant_t *r, int32_t x)
     return (high >> r->right_shift) + ((remainder > threshold) ? 1 : 0);
 }
 
+/* requant_scale, then the shared output stage (requant.h): + offset and clamp, overflow-free */
 static inline int8_t requant_s8(const requant_t *r, int32_t acc)
 {
-    acc = requant_scale(r, acc) + r->output_offset;
-    if (acc < r->act_min) {
-        acc = r->act_min;
-    }
-    if (acc > r->act_max) {
-        acc = r->act_max;
-    }
-    return (int8_t)acc;
+    return (int8_t)qe_offset_clamp(requant_scale(r, acc), r->output_offset, r->act_min,
+                                   r->act_max);
 }
 
 void qe_fully_connected_s8(const qe_fc_s8_params_t *p, const int8_t *input,
