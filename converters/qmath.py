@@ -154,6 +154,35 @@ def multiply_by_quantized_multiplier_np(x, multiplier: int, shift: int) -> np.nd
     return ((high >> right) + (remainder > threshold)).astype(np.int64)
 
 
+# ------------------------------------------------------------------------- output stage
+def offset_clamp(scaled: int, offset: int, act_min: int, act_max: int) -> int:
+    """The kernels' output stage after requantization (firmware/core/requant.h:qe_offset_clamp):
+    min(max(scaled + offset, act_min), act_max) with exact (unbounded) integers.
+
+    TFLM adds `scaled + offset` in int32 and clamps: the same value wherever that sum does not
+    overflow (where it does, TFLM's behaviour is undefined and ours is this saturated value).
+    Max first, then min, as TFLM's std::min(std::max(...)): act_max wins if act_min > act_max.
+    The C computes it as clamp(scaled, act_min - offset, act_max - offset) + offset, exact and
+    overflow-free for offset, act_min, act_max in int16 range (the generator's zero points and
+    activation bounds always are).
+    """
+    return min(max(int(scaled) + int(offset), int(act_min)), int(act_max))
+
+
+def requantize_output(acc: int, multiplier: int, shift: int, offset: int, act_min: int,
+                      act_max: int) -> int:
+    """The whole int8 output stage of a kernel with an int32 accumulator
+    (firmware/core/requant.h:qe_requantize_output): `multiply_by_quantized_multiplier(acc,
+    multiplier, shift)` (TFLM's double rounding; a positive shift wraps acc * 2^shift in int32,
+    as the C does), then `offset_clamp`: the exact clamp(requant(acc) + offset, act_min, act_max).
+
+    Identical to TFLM's `MultiplyByQuantizedMultiplier(acc, m, s) + offset`, clamped, wherever
+    TFLM's int32 arithmetic is defined: acc * 2^shift and the + offset do not overflow.
+    """
+    return offset_clamp(multiply_by_quantized_multiplier(acc, multiplier, shift), offset,
+                        act_min, act_max)
+
+
 # ---------------------------------------------------------------- quantize / dequantize
 def round_half_away_f32(v) -> np.ndarray:
     """roundf() on float32 values (half away from zero), returned as float64 integers."""

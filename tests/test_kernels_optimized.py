@@ -23,11 +23,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from quarl_edge.converters import qmath
 from quarl_edge.targets.boards import all_boards, get_board, load_board_file
-from quarl_edge.targets.build import (COMMON_CFLAGS, board_defines, expand_flag, firmware_sources, kernel_sources, port_dirs)
+from quarl_edge.targets.build import (COMMON_CFLAGS, board_defines, expand_flag, firmware_sources,
+                                      kernel_sources, port_dirs)
 from quarl_edge.errors import BoardError, QuarlError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,6 +38,7 @@ CHECK = ROOT / "tests" / "c" / "fc_kernels_check.c"
 VARIANT = "cortex-m-dsp"
 VARIANT_FC = FW / "core" / "kernels" / "optimized" / VARIANT / "fully_connected.c"
 INT32_MAX = 2**31 - 1
+INT32_MIN = -(2**31)
 # the emulated boards whose cores have the DSP extension (Cortex-M4/M7/M33)
 DSP_BOARDS = ("mps2-an386", "mps2-an500", "mps2-an505", "netduinoplus2")
 
@@ -164,6 +167,128 @@ def edge_cases() -> list[Case]:
     return out
 
 
+def shrunk_case() -> Case:
+    """The case hypothesis shrank test_random_cases_under_sanitizers to when UBSan reported
+    `acc += p->output_offset` (fully_connected.c:32) overflowing: (92 + 0) * (32 + 3) = 3220,
+    3220 * 2^29 wraps to INT32_MIN in int32, SaturatingRoundingDoublingHighMul with 2^31 - 1
+    gives INT32_MIN + 1, and + (-2) overflowed."""
+    return Case(S8, 1, 1, 1, 3, 0, -2, INT32_MAX, 29, -128, 127, 0, 0, 0,
+                np.array([32], np.int8), np.array([92], np.int8), None,
+                np.array([0], np.int64), np.array([0], np.int8), np.array([1.0], np.float32))
+
+
+def saturating_accumulators(shift: int) -> list[int]:
+    """Accumulators that a multiplier near 2^31 at `shift` takes to within 2^shift of INT32_MIN
+    or INT32_MAX (acc * 2^shift wraps in int32, as TFLM's and our arithmetic do)."""
+    if shift <= 0:
+        return [INT32_MAX, -INT32_MAX, INT32_MAX - 100, -INT32_MAX + 100, 0]
+    k = 1 << (31 - shift)
+    return [k,                  # wraps to INT32_MIN
+            -k,                 # exactly INT32_MIN
+            k - 1,              # INT32_MAX - (2^shift - 1)
+            -k + 1,             # INT32_MIN + 2^shift
+            k + 2 * k,          # wraps to INT32_MIN again, a larger accumulator
+            3 * k // 2 if k > 1 else 3,
+            0]
+
+
+def output_stage_cases() -> list[Case]:
+    """The requantization extremes, deterministic: multipliers up to 2^31 - 1, shifts up to 30,
+    output offsets -128, 127 and -2, input offsets -127, 128 and 3, accumulators whose
+    requantized value saturates at INT32_MIN / INT32_MAX (so that TFLM's `+ output_offset`
+    overflows int32), every kind, one and several rows (the optimized pair loop and its tail),
+    inside the generator's bounds (the worst-case sum of |terms| and |bias| fits int32)."""
+    rng = np.random.default_rng(2024)
+    out = [shrunk_case()]
+    mult_shifts = [(INT32_MAX, 30), (INT32_MAX, 29), (INT32_MAX, 28), (INT32_MAX - 1, 30),
+                   ((1 << 31) - 256, 29), (1 << 30, 30), ((1 << 30) + 12345, 27), (INT32_MAX, 6),
+                   (INT32_MAX, 1), (INT32_MAX, 0), (INT32_MAX, -1), (0, 30)]
+    bounds = [(-128, 127), (-128, -128), (127, 127), (-5, 5)]
+    n = 0
+    for kind in (S8, PC, ACC):
+        for io in (-127, 128, 3):
+            for oo in (-128, 127, -2):
+                for mult, shift in mult_shifts:
+                    n += 1
+                    fo = (0, 128, -127)[n % 3] if kind == S8 else 0
+                    lo, hi = bounds[n % len(bounds)]
+                    if n % 5 == 0:                     # RELU: from the zero point up
+                        lo, hi = max(-128, oo), 127
+                    depth = (1, 2, 5)[n % 3]
+                    accs = saturating_accumulators(shift)
+                    if kind == PC:                     # per-channel: each row its own shift
+                        shifts = [(30, 29, 28, 0, 1)[(n + r) % 5] for r in range(len(accs))]
+                        accs = [saturating_accumulators(sh)[r % 7 if sh > 0 else r % 5]
+                                for r, sh in enumerate(shifts)]
+                    else:
+                        shifts = [shift] * len(accs)
+                    rows = len(accs)
+                    batches = 1 + n % 2
+                    # inputs and weights at their ends, so that the dot product can reach
+                    # +-worst and the accumulators +-INT32_MAX
+                    x = rng.choice(np.array([-128, 127], np.int8), batches * depth)
+                    worst = depth * (128 + abs(fo)) * (128 + abs(io))
+                    lim = INT32_MAX - worst
+                    xin = x[:depth].astype(np.int64) + io
+                    w = np.empty((rows, depth), np.int8)
+                    bias = np.empty(rows, np.int64)
+                    for r, target in enumerate(accs):
+                        # each weight at the end that pushes the first batch's sum toward target
+                        want = np.sign(target) * np.sign(xin)
+                        w[r] = np.where(want > 0, 127, -128)
+                        dot = int(((w[r].astype(np.int64) + fo) * xin).sum())
+                        bias[r] = int(np.clip(target - dot, -lim, lim))
+                    mults = np.array([mult if r % 4 else INT32_MAX for r in range(rows)], np.int64)
+                    if kind != PC:
+                        mults[:] = mult
+                    out.append(Case(kind, batches, depth, rows, io, fo, oo, mult, shift, lo, hi,
+                                    1 if kind != S8 else 0, n % 4, (n + 1) % 4, x, w.reshape(-1),
+                                    bias.astype(np.int32), mults, np.array(shifts, np.int8),
+                                    np.array([1.0, -3.5e-6, 7.25e3, 2.0**-20, -1.0, 0.5, 3.0][:rows],
+                                             np.float32)))
+    return out
+
+
+def twin_outputs(c: Case) -> bytes:
+    """What the kernels must write, from the Python twins: the int32 sums (exact: the
+    generator's bounds keep every partial sum in int32), then qmath.requantize_output per
+    value (int8 kinds) or (float)acc * scale in float32 (the accumulator head)."""
+    x = c.x.astype(np.int64).reshape(c.batches, c.depth)
+    w = c.w.astype(np.int64).reshape(c.rows, c.depth)
+    acc = (x + c.input_offset) @ (w + c.filter_offset).T           # [batches][rows]
+    if c.bias is not None:
+        acc = acc + c.bias.astype(np.int64)
+    assert np.abs(acc).max() <= INT32_MAX
+    ch = [r * c.channel_stride for r in range(c.rows)]
+    if c.kind == ACC:
+        scales = c.scales[ch].astype(np.float32)
+        return (acc.astype(np.int32).astype(np.float32) * scales).astype("<f4").tobytes()
+    if c.kind == PC:
+        ms = [(int(c.mults[k]), int(c.shifts[k])) for k in ch]
+    else:
+        ms = [(c.multiplier, c.shift)] * c.rows
+    vals = [qmath.requantize_output(int(acc[b, r]), *ms[r], c.output_offset, c.act_min, c.act_max)
+            for b in range(c.batches) for r in range(c.rows)]
+    return np.array(vals, np.int8).tobytes()
+
+
+def int32_add_overflows(c: Case) -> bool:
+    """Whether TFLM's int32 `requant(acc) + output_offset` overflows for some output of c."""
+    if c.kind == ACC:
+        return False
+    x = c.x.astype(np.int64).reshape(c.batches, c.depth)
+    w = c.w.astype(np.int64).reshape(c.rows, c.depth)
+    acc = (x + c.input_offset) @ (w + c.filter_offset).T + (0 if c.bias is None else c.bias)
+    for b in range(c.batches):
+        for r in range(c.rows):
+            k = r * c.channel_stride
+            m, sh = (int(c.mults[k]), int(c.shifts[k])) if c.kind == PC else (c.multiplier, c.shift)
+            v = qmath.multiply_by_quantized_multiplier(int(acc[b, r]), m, sh) + c.output_offset
+            if not INT32_MIN <= v <= INT32_MAX:
+                return True
+    return False
+
+
 # ------------------------------------------------------------------------------ checkers
 def host_checker(tmp: Path, sanitize: bool = False) -> Path:
     if shutil.which("gcc") is None:
@@ -233,12 +358,18 @@ def split(cases: list[Case], out: bytes) -> list[tuple[bytes, bytes]]:
     return pairs
 
 
-def assert_same(cases, status, out, host_ref: list[bytes] | None = None):
+def assert_same(cases, status, out, host_ref: list[bytes] | None = None, twin: bool = False):
+    """optimized == reference for every case (and == the host's reference, for a board; and,
+    with twin, == the Python twins' outputs)."""
     for k, (c, (ref, opt)) in enumerate(zip(cases, split(cases, out))):
         assert ref == opt, (f"case {k}: kind {c.kind} batches {c.batches} depth {c.depth} rows {c.rows} "
                             f"offsets {c.input_offset}/{c.filter_offset}: optimized != reference")
         if host_ref is not None:
             assert ref == host_ref[k], f"case {k}: the board's reference differs from the host's"
+        if twin:
+            assert ref == twin_outputs(c), (f"case {k}: kind {c.kind} multiplier {c.multiplier} "
+                                            f"shift {c.shift} offset {c.output_offset}: the kernels "
+                                            f"differ from the Python twin")
     assert status == 0
 
 
@@ -261,7 +392,25 @@ def m4_elf(tmp_module) -> Path:
 def test_edge_cases_on_the_host(host_exe):
     cases = edge_cases()
     status, out = run_host(host_exe, cases)
-    assert_same(cases, status, out)
+    assert_same(cases, status, out, twin=True)
+
+
+def test_output_stage_cases_reach_the_int32_overflow():
+    """The deterministic family really holds the inputs where TFLM's int32 `+ output_offset`
+    overflows (the shrunk case among them), per tensor and per channel, at both ends."""
+    cases = output_stage_cases()
+    assert int32_add_overflows(shrunk_case())
+    assert sum(int32_add_overflows(c) for c in cases if c.kind == S8) >= 20
+    assert sum(int32_add_overflows(c) for c in cases if c.kind == PC) >= 20
+    assert {c.output_offset for c in cases} >= {-128, 127}
+    assert {c.input_offset for c in cases} >= {-127, 128}
+    assert max(c.multiplier for c in cases) == INT32_MAX and max(c.shift for c in cases) == 30
+
+
+def test_output_stage_cases_on_the_host(host_exe):
+    cases = output_stage_cases()
+    status, out = run_host(host_exe, cases)
+    assert_same(cases, status, out, twin=True)
 
 
 def test_the_checker_sees_a_difference(tmp_module):
@@ -272,6 +421,7 @@ def test_the_checker_sees_a_difference(tmp_module):
                                                   f'#include "{FW}/core/kernels/fully_connected.h"')
                    .replace('#include "../../fully_connected.c"',
                             f'#include "{FW}/core/kernels/fully_connected.c"')
+                   .replace('#include "../../../requant.h"', f'#include "{FW}/core/requant.h"')
                    .replace("out[o] = requant_s8(&rq, acc);", "out[o] = (int8_t)(requant_s8(&rq, acc) ^ 1);"))
     exe = tmp_module / "fc_check_bad"
     res = subprocess.run(["gcc", *COMMON_CFLAGS, "-O2", f"-I{FW / 'core'}", str(CHECK), str(bad),
@@ -284,9 +434,10 @@ def test_the_checker_sees_a_difference(tmp_module):
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(cases=st.lists(fc_case(), min_size=1, max_size=8))
+@example(cases=[shrunk_case()])
 def test_random_cases_on_the_host(host_exe, cases):
     status, out = run_host(host_exe, cases)
-    assert_same(cases, status, out)
+    assert_same(cases, status, out, twin=True)
 
 
 @pytest.fixture(scope="module")
@@ -299,14 +450,24 @@ def test_edge_cases_under_sanitizers(sanitized_exe):
     bounds: the edge cases reach them)."""
     cases = edge_cases()
     status, out = run_host(sanitized_exe, cases)
-    assert_same(cases, status, out)
+    assert_same(cases, status, out, twin=True)
+
+
+def test_output_stage_cases_under_sanitizers(sanitized_exe):
+    """The requantization extremes under ASan + UBSan (-fno-sanitize-recover: a report exits
+    SANITIZER_EXIT and fails run_host): no signed overflow anywhere, reference == optimized ==
+    the Python twin, which is the exact clamp of requant(acc) + offset."""
+    cases = output_stage_cases()
+    status, out = run_host(sanitized_exe, cases)
+    assert_same(cases, status, out, twin=True)
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(cases=st.lists(fc_case(), min_size=1, max_size=8))
+@example(cases=[shrunk_case()])
 def test_random_cases_under_sanitizers(sanitized_exe, cases):
     status, out = run_host(sanitized_exe, cases)
-    assert_same(cases, status, out)
+    assert_same(cases, status, out, twin=True)
 
 
 # ------------------------------------------------------------------------------ boards (DSP)
@@ -322,6 +483,15 @@ def test_edge_cases_on_cortex_m4(m4_elf, host_exe):
     _, host_out = run_host(host_exe, cases)
     status, out = run_board("mps2-an386", m4_elf, cases)
     assert_same(cases, status, out, [r for r, _ in split(cases, host_out)])
+
+
+def test_output_stage_cases_on_cortex_m4(m4_elf, host_exe):
+    """The same extremes through the SXTAB16/SMLAD path and its requant_scale: == the host's
+    reference and the twin."""
+    cases = output_stage_cases()
+    _, host_out = run_host(host_exe, cases)
+    status, out = run_board("mps2-an386", m4_elf, cases)
+    assert_same(cases, status, out, [r for r, _ in split(cases, host_out)], twin=True)
 
 
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -7,6 +7,10 @@
 void qe_add_s8(const qe_add_s8_params_t *p, const int8_t *input1, const int8_t *input2,
                int8_t *output)
 {
+    /* read once: the output stores may alias *p, so the compiler would reload them per value */
+    const int32_t output_offset = p->output_offset;
+    const int32_t activation_min = p->activation_min;
+    const int32_t activation_max = p->activation_max;
     qe_broadcast_it_t it;
     uint32_t i;
 
@@ -19,15 +23,9 @@ void qe_add_s8(const qe_add_s8_params_t *p, const int8_t *input1, const int8_t *
                                                                p->input1_multiplier, p->input1_shift);
         const int32_t s2 = qe_multiply_by_quantized_multiplier(v2 * ((int32_t)1 << p->left_shift),
                                                                p->input2_multiplier, p->input2_shift);
-        int32_t out = qe_multiply_by_quantized_multiplier(s1 + s2, p->output_multiplier,
-                                                          p->output_shift) + p->output_offset;
-        if (out < p->activation_min) {
-            out = p->activation_min;
-        }
-        if (out > p->activation_max) {
-            out = p->activation_max;
-        }
-        output[i] = (int8_t)out;
+        output[i] = (int8_t)qe_requantize_output(s1 + s2, p->output_multiplier, p->output_shift,
+                                                 output_offset, activation_min,
+                                                 activation_max);
         qe_broadcast_next(&p->bc, &it);
     }
 }

@@ -11,6 +11,10 @@ void qe_conv_s8(const qe_conv_s8_params_t *p, const int8_t *input, const QE_FLAS
                 const QE_FLASH int32_t *bias, int8_t *output)
 {
     const qe_window_t *g = &p->g;
+    /* read once: the output stores may alias *p, so the compiler would reload them per value */
+    const int32_t output_offset = p->output_offset;
+    const int32_t activation_min = p->activation_min;
+    const int32_t activation_max = p->activation_max;
     int32_t b, oy, ox, oc, ky, kx, c;
 
     for (b = 0; b < g->batches; ++b) {
@@ -46,15 +50,9 @@ void qe_conv_s8(const qe_conv_s8_params_t *p, const int8_t *input, const QE_FLAS
                     if (bias != QE_FLASH_NULL) {
                         acc += bias[oc];
                     }
-                    acc = qe_multiply_by_quantized_multiplier(acc, p->multipliers[oc], p->shifts[oc]);
-                    acc += p->output_offset;
-                    if (acc < p->activation_min) {
-                        acc = p->activation_min;
-                    }
-                    if (acc > p->activation_max) {
-                        acc = p->activation_max;
-                    }
-                    out[oc] = (int8_t)acc;
+                    out[oc] = (int8_t)qe_requantize_output(acc, p->multipliers[oc], p->shifts[oc],
+                                                           output_offset, activation_min,
+                                                           activation_max);
                 }
             }
         }

@@ -15,6 +15,10 @@ void qe_fully_connected_s8(const qe_fc_s8_params_t *p, const int8_t *input,
     const uint32_t batches = p->batches;
     const uint32_t accum_depth = p->accum_depth;
     const uint32_t output_depth = p->output_depth;
+    /* read once: the output stores may alias *p, so the compiler would reload them per value */
+    const int32_t output_offset = p->output_offset;
+    const int32_t activation_min = p->activation_min;
+    const int32_t activation_max = p->activation_max;
     uint32_t b, o, d;
 
     for (b = 0; b < batches; ++b) {
@@ -28,15 +32,9 @@ void qe_fully_connected_s8(const qe_fc_s8_params_t *p, const int8_t *input,
             if (bias != QE_FLASH_NULL) {
                 acc += bias[o];
             }
-            acc = qe_multiply_by_quantized_multiplier(acc, p->output_multiplier, p->output_shift);
-            acc += p->output_offset;
-            if (acc < p->activation_min) {
-                acc = p->activation_min;
-            }
-            if (acc > p->activation_max) {
-                acc = p->activation_max;
-            }
-            output[b * output_depth + o] = (int8_t)acc;
+            output[b * output_depth + o] = (int8_t)qe_requantize_output(
+                acc, p->output_multiplier, p->output_shift, output_offset, activation_min,
+                activation_max);
         }
     }
 }
@@ -79,6 +77,10 @@ void qe_fully_connected_s8_pc(const qe_fc_pc_params_t *p, const int8_t *input,
                               const QE_FLASH int8_t *weights, const QE_FLASH int32_t *bias,
                               int8_t *output)
 {
+    /* read once: the output stores may alias *p, so the compiler would reload them per value */
+    const int32_t output_offset = p->output_offset;
+    const int32_t activation_min = p->activation_min;
+    const int32_t activation_max = p->activation_max;
     uint32_t b, o, d;
 
     for (b = 0; b < p->batches; ++b) {
@@ -93,15 +95,9 @@ void qe_fully_connected_s8_pc(const qe_fc_pc_params_t *p, const int8_t *input,
             if (bias != QE_FLASH_NULL) {
                 acc += bias[o];
             }
-            acc = qe_multiply_by_quantized_multiplier(acc, p->multipliers[c], p->shifts[c]);
-            acc += p->output_offset;
-            if (acc < p->activation_min) {
-                acc = p->activation_min;
-            }
-            if (acc > p->activation_max) {
-                acc = p->activation_max;
-            }
-            output[b * p->output_depth + o] = (int8_t)acc;
+            output[b * p->output_depth + o] = (int8_t)qe_requantize_output(
+                acc, p->multipliers[c], p->shifts[c], output_offset, activation_min,
+                activation_max);
         }
     }
 }
@@ -110,6 +106,10 @@ void qe_fully_connected_s16(const qe_fc_pc_params_t *p, const int16_t *input,
                             const QE_FLASH int8_t *weights, const QE_FLASH int64_t *bias,
                             int16_t *output)
 {
+    /* read once: the output stores may alias *p, so the compiler would reload them per value */
+    const int32_t output_offset = p->output_offset;
+    const int32_t activation_min = p->activation_min;
+    const int32_t activation_max = p->activation_max;
     uint32_t b, o, d;
 
     for (b = 0; b < p->batches; ++b) {
@@ -118,22 +118,15 @@ void qe_fully_connected_s16(const qe_fc_pc_params_t *p, const int16_t *input,
             const QE_FLASH int8_t *w = weights + o * p->accum_depth;
             const uint32_t c = o * p->channel_stride;
             int64_t acc = 0;
-            int32_t scaled;
             for (d = 0; d < p->accum_depth; ++d) {
                 acc += (int32_t)w[d] * ((int32_t)in[d] + p->input_offset);
             }
             if (bias != QE_FLASH_NULL) {
                 acc += bias[o];
             }
-            scaled = qe_multiply_by_quantized_multiplier_64(acc, p->multipliers[c], p->shifts[c]);
-            scaled += p->output_offset;
-            if (scaled < p->activation_min) {
-                scaled = p->activation_min;
-            }
-            if (scaled > p->activation_max) {
-                scaled = p->activation_max;
-            }
-            output[b * p->output_depth + o] = (int16_t)scaled;
+            output[b * p->output_depth + o] = (int16_t)qe_offset_clamp(
+                qe_multiply_by_quantized_multiplier_64(acc, p->multipliers[c], p->shifts[c]),
+                output_offset, activation_min, activation_max);
         }
     }
 }

@@ -12,19 +12,11 @@ void qe_mean_s8(const qe_mean_params_t *p, const int8_t *input, int8_t *output)
         for (i = 0; i < p->inner; ++i) {
             const int8_t *in = input + o * p->reduce * p->inner + i;
             int32_t sum = 0;
-            int32_t v;
             for (r = 0; r < p->reduce; ++r) {
                 sum += in[r * p->inner];
             }
-            v = qe_multiply_by_quantized_multiplier(sum + p->sum_offset, p->multiplier, p->shift)
-                + p->output_zero_point;
-            if (v < -128) {
-                v = -128;
-            }
-            if (v > 127) {
-                v = 127;
-            }
-            output[o * p->inner + i] = (int8_t)v;
+            output[o * p->inner + i] = (int8_t)qe_requantize_output(
+                sum + p->sum_offset, p->multiplier, p->shift, p->output_zero_point, -128, 127);
         }
     }
 }

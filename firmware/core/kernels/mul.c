@@ -7,6 +7,10 @@
 void qe_mul_s8(const qe_mul_s8_params_t *p, const int8_t *input1, const int8_t *input2,
                int8_t *output)
 {
+    /* read once: the output stores may alias *p, so the compiler would reload them per value */
+    const int32_t output_offset = p->output_offset;
+    const int32_t activation_min = p->activation_min;
+    const int32_t activation_max = p->activation_max;
     qe_broadcast_it_t it;
     uint32_t i;
 
@@ -14,15 +18,9 @@ void qe_mul_s8(const qe_mul_s8_params_t *p, const int8_t *input1, const int8_t *
     for (i = 0; i < p->bc.size; ++i) {
         const int32_t v1 = p->input1_offset + (int32_t)input1[it.off1];
         const int32_t v2 = p->input2_offset + (int32_t)input2[it.off2];
-        int32_t out = p->output_offset + qe_multiply_by_quantized_multiplier(
-            v1 * v2, p->output_multiplier, p->output_shift);
-        if (out < p->activation_min) {
-            out = p->activation_min;
-        }
-        if (out > p->activation_max) {
-            out = p->activation_max;
-        }
-        output[i] = (int8_t)out;
+        output[i] = (int8_t)qe_requantize_output(v1 * v2, p->output_multiplier, p->output_shift,
+                                                 output_offset, activation_min,
+                                                 activation_max);
         qe_broadcast_next(&p->bc, &it);
     }
 }

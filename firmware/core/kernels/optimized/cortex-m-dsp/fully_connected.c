@@ -35,6 +35,7 @@
 #endif
 
 #include "../../fully_connected.h"   /* the real prototypes, checked against the definitions below */
+#include "../../../requant.h"       /* qe_offset_clamp: the shared output stage */
 
 #define qe_fully_connected_s8 qe_fully_connected_s8_reference
 #define qe_fully_connected_s8_pc qe_fully_connected_s8_pc_reference
@@ -167,14 +168,16 @@ static inline int32_t sum_inputs(const int8_t *x, uint32_t n, int32_t io)
     return s;
 }
 
-/* qe_multiply_by_quantized_multiplier (requant.h), then the output offset and the activation
- * clamp, inlined with its per-tensor (or per-channel) constants prepared once:
+/* qe_multiply_by_quantized_multiplier (requant.h) inlined as requant_scale, with its per-tensor
+ * (or per-channel) constants prepared once:
  *  - SaturatingRoundingDoublingHighMul(a, m) is (a*m + nudge) / 2^31 truncated toward zero, with
  *    nudge 2^30 for a*m >= 0 and 1 - 2^30 below: for either sign that equals
  *    floor((a*m + 2^30) / 2^31), an arithmetic shift (for a*m < 0 truncation is
  *    floor((a*m + 1 - 2^30 + 2^31 - 1) / 2^31)). Its saturating case a == m == INT32_MIN cannot
  *    occur: multipliers are >= 0. |a*m| < 2^62, and the result fits int32.
- *  - RoundingDivideByPOT as in requant.c, with its mask and half-mask precomputed. */
+ *  - RoundingDivideByPOT as in requant.c, with its mask and half-mask precomputed.
+ * requant_s8 then adds the output offset and clamps through requant.h's shared output stage,
+ * qe_offset_clamp, as every int8 kernel does. */
 typedef struct {
     int32_t multiplier;
     int32_t left_shift;
@@ -209,16 +212,11 @@ static inline int32_t requant_scale(const requant_t *r, int32_t x)
     return (high >> r->right_shift) + ((remainder > threshold) ? 1 : 0);
 }
 
+/* requant_scale, then the shared output stage (requant.h): + offset and clamp, overflow-free */
 static inline int8_t requant_s8(const requant_t *r, int32_t acc)
 {
-    acc = requant_scale(r, acc) + r->output_offset;
-    if (acc < r->act_min) {
-        acc = r->act_min;
-    }
-    if (acc > r->act_max) {
-        acc = r->act_max;
-    }
-    return (int8_t)acc;
+    return (int8_t)qe_offset_clamp(requant_scale(r, acc), r->output_offset, r->act_min,
+                                   r->act_max);
 }
 
 void qe_fully_connected_s8(const qe_fc_s8_params_t *p, const int8_t *input,
