@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import BoardError
-from ..paths import boards_dir, firmware_dir
+from ..resources import boards_dir, firmware_dir
 from .flash_tools import TOOLS, tool_status
 
 KINDS = ("host", "emulated", "real", "linux")

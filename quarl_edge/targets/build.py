@@ -16,7 +16,7 @@ from elftools.elf.elffile import ELFFile
 
 from .boards import Board
 from ..errors import QuarlError, ToolchainError
-from ..paths import firmware_dir
+from ..resources import firmware_dir
 
 COMMON_CFLAGS = ("-std=c99", "-Wall", "-Wextra", "-Werror", "-ffp-contract=off")
 COST_MACROS = {"ns": "QE_COST_NS", "cycles": "QE_COST_CYCLES", "instructions": "QE_COST_INSTRUCTIONS"}

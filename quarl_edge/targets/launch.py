@@ -18,6 +18,7 @@ from pathlib import Path
 
 from .boards import Board
 from ..errors import BoardError, QuarlError, ToolchainError
+from ..resources import simavr_bridge_source
 
 
 class RunningBoard:
@@ -255,14 +256,14 @@ class Qemu(ChildProcess):
         shutil.rmtree(self._dir, ignore_errors=True)
 
 
-SIMAVR_BRIDGE_SOURCE = Path(__file__).with_name("simavr_bridge.c")
+SIMAVR_BRIDGE_SOURCE = simavr_bridge_source()   # package data in a wheel
 SIMAVR_INCLUDE_DIRS = (Path("/usr/include/simavr"), Path("/usr/local/include/simavr"))
 SIMAVR_INSTALL = ("apt-get install --no-install-recommends simavr gcc-avr avr-libc libsimavr-dev "
                   "libsimavrparts1")
 
 
 def simavr_bridge(cache_dir: Path, install: str = SIMAVR_INSTALL) -> Path:
-    """The simavr bridge (quarl_edge/simavr_bridge.c) compiled with the host's gcc against
+    """The simavr bridge (quarl_edge/targets/simavr_bridge.c) compiled with the host's gcc against
     libsimavr and libsimavrparts, cached in cache_dir and rebuilt when its source or the compile
     command changes. Missing headers or libraries are a ToolchainError with the install hint."""
     import hashlib
