@@ -1,10 +1,14 @@
 """Where the non-Python parts are found (quarl_edge/resources.py): $QUARL_EDGE_HOME first, then
-the installed package data, then the checkout."""
+the installed package data, then the checkout; the version is written once. tests/test_wheel.py
+installs a real wheel and runs it."""
 import os
+import re
+import tomllib
 from pathlib import Path
 
 import pytest
 
+import quarl_edge
 from quarl_edge import resources
 from quarl_edge.errors import QuarlError
 
@@ -73,3 +77,12 @@ def test_user_board_folders_come_from_the_env_and_xdg(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert resources.user_boards_dirs() == [tmp_path / "home" / ".config" / "quarl-edge" / "boards"]
 
+
+def test_the_version_is_written_once():
+    """pyproject.toml reads the version from quarl_edge.__version__, a plain string literal."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "quarl_edge.__version__"}
+    init = (ROOT / "quarl_edge" / "__init__.py").read_text()
+    assert re.search(r'^__version__ = "[^"]+"$', init, re.M)
+    assert quarl_edge.__version__ in init
