@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from .measure.hil import run_hil
-from .paths import examples_dir
+from .resources import examples_dir
 from .run import tflite_path
 from .targets.boards import get_board
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything quarl-edge needs on a Debian-like machine: system packages (via apt when run
 # as root; otherwise prints the exact command), then a virtual environment in .venv with the
-# pinned Python packages and quarl-edge itself (editable, so firmware/ and boards/ are found).
+# pinned Python packages and quarl-edge itself (editable: firmware/ and boards/ are used where they
+# are in the checkout; a non-editable `pip install .` carries them as package data instead).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,7 +38,11 @@ if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv || { echo "setup: python venv failed; as root: apt-get install -y python3-venv" >&2; exit 1; }
 fi
 .venv/bin/python -m pip install -q --upgrade "pip>=24" 2>&1 | grep -v "^WARNING: Location" || true
-# mujoco (~26 MB wheel): the MuJoCo tasks and their tests (tests/test_mujoco.py skips without it)
+# mujoco (~26 MB wheel): the MuJoCo tasks and their tests (tests/test_mujoco.py skips without it).
+# Built with pip's build isolation (pip fetches setuptools >= 77 for the build, see pyproject.toml),
+# not --no-build-isolation: the venv's own setuptools (65.5 from ensurepip) is too old and is left
+# alone, and this builds the same way as a user's `pip install`. Re-run after pulling changes that
+# add packages (e.g. converters/ops/): the editable install records the package list it was made with.
 .venv/bin/python -m pip install -q -e '.[test,mujoco]' 2>&1 | grep -v "^WARNING: Location" || true
 .venv/bin/python -c 'import quarl_edge.cli, tensorflow, tf_agents, tflite_runtime, tflite_micro' \
     2>/dev/null || { echo "setup: the Python packages did not install; see pip's output above" >&2; exit 1; }

@@ -12,6 +12,7 @@ import pytest
 
 import quarl_edge
 from quarl_edge import cli
+from quarl_edge.resources import examples_dir
 
 EXAMPLE = "examples/cartpole_dqn"
 
@@ -84,7 +85,7 @@ def test_a_measured_mismatch_exits_1(monkeypatch, capsys):
 
 def test_validate_says_where_it_built_and_takes_out(tmp_path):
     model = tmp_path / "int8.tflite"
-    model.write_bytes((quarl_edge.paths.examples_dir() / "cartpole_dqn" / "models" /
+    model.write_bytes((examples_dir() / "cartpole_dqn" / "models" /
                        "int8.tflite").read_bytes())
     p = run("validate", model, "--random", "5", cwd=tmp_path)
     assert p.returncode == 0, p.stderr

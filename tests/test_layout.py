@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 # Foundation modules any stage may use, then the stages in pipeline order, then the top.
-RANKS = {"quarl_edge.errors": 0, "quarl_edge.paths": 0, "quarl_edge.run": 0, "quarl_edge.noise": 0,
+RANKS = {"quarl_edge.errors": 0, "quarl_edge.resources": 0, "quarl_edge.run": 0, "quarl_edge.noise": 0,
          "quarl_edge.rl": 1, "quarl_edge.quant": 2, "quarl_edge.converters": 3,
          "quarl_edge.targets": 4, "quarl_edge.link": 5, "quarl_edge.measure": 6,
          "quarl_edge.study": 7, "quarl_edge.api": 8, "quarl_edge.demo": 8, "quarl_edge.cli": 9,

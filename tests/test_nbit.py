@@ -9,7 +9,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from quarl_edge.errors import QuarlError  # noqa: E402
-from quarl_edge.paths import examples_dir  # noqa: E402
+from quarl_edge.resources import examples_dir  # noqa: E402
 from quarl_edge.quant.nbit import fake_quant, fake_quant_forward, fake_quant_weights, nbit_sweep
 from quarl_edge.run import load_keras, mlp_layers  # noqa: E402
 

@@ -1,7 +1,16 @@
-"""The board registry: one TOML file per board in boards/, validated on load.
+"""The board registry: one TOML file per board, validated on load.
 
 A board is data (what it is, how to build for it, how to reach it); code per board *family*
-lives in firmware/ports/<family>/ (C) and quarl_edge/targets/launch.py (how to start or flash it)."""
+lives in firmware/ports/<family>/ (C) and quarl_edge/targets/launch.py (how to start or flash it).
+
+Board files are looked for in these folders, first match wins (board_dirs()):
+1. folders added with add_board_dir() (the CLI's --boards-dir), the last added first;
+2. $QUARL_EDGE_BOARDS, directories separated by os.pathsep (':' on Linux and macOS);
+3. ${XDG_CONFIG_HOME:-~/.config}/quarl-edge/boards/ (it need not exist);
+4. the shipped boards/ (quarl_edge/resources.py: a checkout's, or the installed package's).
+So a user's board file with a shipped board's id (its file name, e.g. mps2-an386.toml)
+replaces that board. A file's `id` must match its file name; `[build] family` names one of the
+shipped firmware/ports/ directories."""
 from __future__ import annotations
 
 import shutil
@@ -10,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import BoardError
-from ..paths import boards_dir, firmware_dir
+from ..resources import BOARDS_ENV, boards_dir, env_boards_dirs, firmware_dir, user_boards_dirs
 from .flash_tools import TOOLS, tool_status
 
 KINDS = ("host", "emulated", "real", "linux")
@@ -244,15 +253,59 @@ def load_board_file(path: Path) -> Board:
     )
 
 
+_added_dirs: list[Path] = []      # add_board_dir(), the last added first
+
+
+def add_board_dir(path: str | Path) -> Path:
+    """Search `path` for board files before every other folder (for the CLI's --boards-dir);
+    returns it. Adding a folder again moves it to the front. Not a directory: BoardError."""
+    p = Path(path).expanduser().resolve()
+    if not p.is_dir():
+        raise BoardError(f"board folder {path} is not a directory")
+    if p in _added_dirs:
+        _added_dirs.remove(p)
+    _added_dirs.insert(0, p)
+    return p
+
+
+def board_dirs() -> list[Path]:
+    """The folders searched for board files, first match wins (see the module doc)."""
+    for d in env_boards_dirs():
+        if not d.is_dir():
+            raise BoardError(f"${BOARDS_ENV} names {d}, which is not a directory")
+    dirs = [*_added_dirs, *user_boards_dirs(), boards_dir()]
+    return list(dict.fromkeys(dirs))      # a folder named twice is searched once
+
+
+def _search(directory: Path | None) -> list[Path]:
+    return [Path(directory)] if directory is not None else board_dirs()
+
+
+def _files(dirs: list[Path]) -> dict[str, Path]:
+    files: dict[str, Path] = {}
+    for d in dirs:
+        for p in sorted(d.glob("*.toml")):
+            files.setdefault(p.stem, p)
+    return dict(sorted(files.items()))
+
+
+def board_files(directory: Path | None = None) -> dict[str, Path]:
+    """Board id -> the file that defines it: in `directory` alone when given, else the first of
+    board_dirs() that has it (a user's file overrides a shipped one of the same id)."""
+    return _files(_search(directory))
+
+
 def all_boards(directory: Path | None = None) -> dict[str, Board]:
-    directory = directory or boards_dir()
-    return {p.stem: load_board_file(p) for p in sorted(directory.glob("*.toml"))}
+    """Every board by id, from board_dirs() (`directory` given: from that directory alone)."""
+    return {bid: load_board_file(p) for bid, p in board_files(directory).items()}
 
 
 def get_board(board_id: str, directory: Path | None = None) -> Board:
-    directory = directory or boards_dir()
-    path = directory / f"{board_id}.toml"
-    if not path.is_file():
-        known = ", ".join(sorted(p.stem for p in directory.glob("*.toml")))
-        raise BoardError(f"unknown board '{board_id}'; known boards: {known}")
-    return load_board_file(path)
+    """The board `board_id` from board_dirs() (`directory` given: from that directory alone)."""
+    dirs = _search(directory)
+    files = _files(dirs)
+    if board_id not in files:
+        raise BoardError(f"unknown board '{board_id}'; known boards: {', '.join(files) or 'none'} "
+                         f"(searched {', '.join(map(str, dirs))}; a board of your own is a file "
+                         f"<id>.toml in one of these folders)")
+    return load_board_file(files[board_id])

@@ -1,7 +1,14 @@
 """Build: .tflite -> generated C (converters/cgen) -> firmware ELF for one board, with a memory report.
 
 The firmware is firmware/core (harness, protocol, kernels) + firmware/ports/<family> + the
-generated model.c, compiled with the board's compiler and flags from boards/<id>.toml."""
+generated model.c, compiled with the board's compiler and flags from boards/<id>.toml.
+
+Beside firmware.elf go the images other tools take: firmware.hex (Intel HEX, each loadable
+segment at its load address) and firmware.bin (raw bytes from the lowest load address, gaps
+0xFF; its address is Firmware.bin_address), for drag-and-drop drives and vendor flashers. Both are
+made from the ELF's loadable segments (targets/flash.py reads them), not from objcopy's sections:
+objcopy -O binary also places empty RAM sections, which makes a .bin of hundreds of MiB. A host
+build is a program, so it gets neither."""
 from __future__ import annotations
 
 import json
@@ -15,20 +22,41 @@ from elftools.elf.constants import SH_FLAGS
 from elftools.elf.elffile import ELFFile
 
 from .boards import Board
+from .flash import intel_hex, loadable_segments
 from ..errors import QuarlError, ToolchainError
-from ..paths import firmware_dir
+from ..resources import firmware_dir
 
 COMMON_CFLAGS = ("-std=c99", "-Wall", "-Wextra", "-Werror", "-ffp-contract=off")
 COST_MACROS = {"ns": "QE_COST_NS", "cycles": "QE_COST_CYCLES", "instructions": "QE_COST_INSTRUCTIONS"}
 
 
+# A .bin stores the gaps between segments as 0xFF bytes; segments further apart than this (e.g.
+# an image with parts in flash and in RAM) get no .bin (the .hex and .elf keep their addresses).
+BIN_MAX_GAP = 16 << 20
+
+
 @dataclass
 class MemoryReport:
+    """What the firmware takes, and (board_*) what the board has, from its board file (0: the
+    board file gives no size). The percentages are derived from those in __post_init__, whatever
+    was passed (None when the board gives no size), so asdict() and memory.json carry them."""
     flash_bytes: int          # allocated sections with contents (code, constants, .data image)
     ram_bytes: int            # writable allocated sections (.data, .bss, stack section if any)
     arena_bytes: int          # the model's activation arena (part of ram_bytes)
     weights_bytes: int        # the model's constant data (part of flash_bytes)
     stack_bytes: int | None = None  # high-water, measured on the board (MEM)
+    board_flash_bytes: int = 0      # the board's flash (board file's flash_bytes)
+    board_ram_bytes: int = 0        # the board's RAM (board file's ram_bytes)
+    flash_percent: float | None = None   # flash_bytes in % of board_flash_bytes (2 decimals)
+    ram_percent: float | None = None     # ram_bytes in % of board_ram_bytes (2 decimals)
+
+    def __post_init__(self):
+        self.flash_percent = _percent(self.flash_bytes, self.board_flash_bytes)
+        self.ram_percent = _percent(self.ram_bytes, self.board_ram_bytes)
+
+
+def _percent(used: int, total: int) -> float | None:
+    return round(100.0 * used / total, 2) if total else None
 
 
 @dataclass
@@ -39,6 +67,10 @@ class Firmware:
     out_dir: Path
     model_info: dict          # model.json written by the generator
     memory: MemoryReport
+    bin: Path | None = None           # firmware.bin (None: see image_notes)
+    bin_address: int | None = None    # the load address of the .bin's first byte
+    hex: Path | None = None           # firmware.hex (None: see image_notes)
+    image_notes: tuple[str, ...] = ()  # why a .bin or .hex was not written
 
 
 def elf_memory(elf: Path) -> tuple[int, int]:
@@ -54,6 +86,59 @@ def elf_memory(elf: Path) -> tuple[int, int]:
             if flags & SH_FLAGS.SHF_WRITE:
                 ram += sec["sh_size"]
     return flash, ram
+
+
+def binary_image(segments: list[tuple[int, bytes]],
+                 max_gap: int = BIN_MAX_GAP) -> tuple[int, bytes]:
+    """(load address, bytes) of a raw image of the segments (sorted, not overlapping, as
+    flash.loadable_segments gives them): from the lowest load address to the end of the last
+    segment, the gaps filled with 0xFF (erased flash). A gap over max_gap: QuarlError."""
+    base = segments[0][0]
+    for (a0, d0), (a1, d1) in zip(segments, segments[1:]):
+        gap = a1 - (a0 + len(d0))
+        if gap > max_gap:
+            raise QuarlError(f"its loadable segments at 0x{a0:08x}..0x{a0 + len(d0):08x} and "
+                             f"0x{a1:08x}..0x{a1 + len(d1):08x} lie {_mib(gap)} apart, more than "
+                             f"a .bin fills ({_mib(max_gap)} of 0xFF at most); flash firmware.hex "
+                             "or firmware.elf, which keep each segment at its address")
+    end = segments[-1][0] + len(segments[-1][1])
+    image = bytearray(b"\xff" * (end - base))
+    for addr, data in segments:
+        image[addr - base:addr - base + len(data)] = data
+    return base, bytes(image)
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB"
+
+
+def write_images(board: Board, elf: Path
+                 ) -> tuple[Path | None, int | None, Path | None, tuple[str, ...]]:
+    """Write firmware.bin and firmware.hex beside `elf`: (bin, its address, hex, notes on what
+    was not written and why). A stale image of an earlier build is removed, never left behind."""
+    bin_path, hex_path = elf.with_suffix(".bin"), elf.with_suffix(".hex")
+    bin_path.unlink(missing_ok=True)
+    hex_path.unlink(missing_ok=True)
+    if board.kind == "host":
+        return None, None, None, (f"no firmware.bin/.hex: {board.id} runs the ELF as a host "
+                                  "program",)
+    try:
+        segments = loadable_segments(elf)
+    except QuarlError as e:
+        return None, None, None, (f"no firmware.bin/.hex: {e}",)
+    notes, bin_out, address, hex_out = [], None, None, None
+    try:
+        address, image = binary_image(segments)
+        bin_path.write_bytes(image)
+        bin_out = bin_path
+    except QuarlError as e:
+        notes.append(f"no firmware.bin: {e}")
+    try:
+        hex_path.write_text(intel_hex(segments))
+        hex_out = hex_path
+    except QuarlError as e:
+        notes.append(f"no firmware.hex: {e}")
+    return bin_out, address, hex_out, tuple(notes)
 
 
 def port_dirs(board: Board) -> list[Path]:
@@ -162,10 +247,13 @@ def build(model_path: Path, board: Board, out_dir: Path, extra_flags=()) -> Firm
     if input_bytes > board.max_payload:
         raise QuarlError(f"the model's inputs take {input_bytes} B; board {board.id} accepts frames "
                          f"of at most {board.max_payload} B")
+    for stale in (elf.with_suffix(".bin"), elf.with_suffix(".hex")):   # of an earlier build
+        stale.unlink(missing_ok=True)
     compile_firmware(board, firmware_sources(board) + [gen_dir / "model.c"], elf,
                      (f"-DQE_INPUT_COPY_BYTES={max(input_bytes, 1)}u", *extra_flags))
     flash, ram = elf_memory(elf)
-    memory = MemoryReport(flash, ram, int(info["arena_bytes"]), int(info["weight_bytes"]))
+    memory = MemoryReport(flash, ram, int(info["arena_bytes"]), int(info["weight_bytes"]),
+                          board_flash_bytes=board.flash_bytes, board_ram_bytes=board.ram_bytes)
     if board.flash_bytes and flash > board.flash_bytes:
         raise QuarlError(f"firmware for {board.id} needs {flash} B of flash; the board has "
                          f"{board.flash_bytes} B")
@@ -173,4 +261,6 @@ def build(model_path: Path, board: Board, out_dir: Path, extra_flags=()) -> Firm
         raise QuarlError(f"firmware for {board.id} needs {ram} B of RAM; the board has "
                          f"{board.ram_bytes} B")
     (out_dir / "memory.json").write_text(json.dumps(asdict(memory), indent=2) + "\n")
-    return Firmware(board, model_path, elf, out_dir, info, memory)
+    bin_path, bin_address, hex_path, notes = write_images(board, elf)
+    return Firmware(board, model_path, elf, out_dir, info, memory, bin=bin_path,
+                    bin_address=bin_address, hex=hex_path, image_notes=notes)

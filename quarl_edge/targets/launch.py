@@ -18,6 +18,7 @@ from pathlib import Path
 
 from .boards import Board
 from ..errors import BoardError, QuarlError, ToolchainError
+from ..resources import simavr_bridge_source
 
 
 class RunningBoard:
@@ -255,7 +256,7 @@ class Qemu(ChildProcess):
         shutil.rmtree(self._dir, ignore_errors=True)
 
 
-SIMAVR_BRIDGE_SOURCE = Path(__file__).with_name("simavr_bridge.c")
+SIMAVR_BRIDGE_SOURCE = simavr_bridge_source()   # package data in a wheel
 SIMAVR_INCLUDE_DIRS = (Path("/usr/include/simavr"), Path("/usr/local/include/simavr"))
 SIMAVR_INSTALL = ("apt-get install --no-install-recommends simavr gcc-avr avr-libc libsimavr-dev "
                   "libsimavrparts1")
