@@ -96,10 +96,10 @@ class BuildResult:
     model: str
     elf: str
     out_dir: str
-    memory: dict                      # flash_bytes, ram_bytes, arena_bytes, weights_bytes, ...
-    board_flash_bytes: int            # the board's flash and RAM (0: its board file says none)
-    board_ram_bytes: int
+    memory: dict                      # flash_bytes, ram_bytes, arena_bytes, weights_bytes, the
+                                      # board's board_flash_bytes/board_ram_bytes, % of them
     files: dict = field(default_factory=dict)   # other outputs: "bin", "hex" when written
+    notes: list = field(default_factory=list)   # e.g. why no .bin was written
 
 
 @dataclass
@@ -269,10 +269,9 @@ def build(model: PathLike, board="host", *, out: PathLike | None = None,
     path, run_dir = _model(model, scheme)
     out_dir = Path(out) if out is not None else build_dir(path, run_dir, b.id, scheme)
     fw = build_firmware(path, b, out_dir)
-    files = {k: str(v) for k, v in (("bin", getattr(fw, "bin", None)),
-                                    ("hex", getattr(fw, "hex", None))) if v is not None}
+    files = {k: str(v) for k, v in (("bin", fw.bin), ("hex", fw.hex)) if v is not None}
     return BuildResult(b.id, str(path), str(fw.elf), str(out_dir),
-                       dataclasses.asdict(fw.memory), b.flash_bytes, b.ram_bytes, files)
+                       dataclasses.asdict(fw.memory), files, list(fw.image_notes))
 
 
 def session(model: PathLike, board="host", *, scheme: str | None = None,

@@ -81,7 +81,7 @@ def cost(value, unit: str) -> str:
 
 
 def share(used, total) -> str:
-    """'12,128 B (0.6 % of 2,048 KiB)'; without a known total just the bytes."""
+    """'12,128 B (0.6 % of 2,048 KiB)'; without a known total (0 or None) just the bytes."""
     if used is None:
         return "-"
     return f"{used:,} B" + (f" ({100 * used / total:.1f} % of {kib(total)})" if total else "")
@@ -144,11 +144,10 @@ def cmd_sweep(a, qe):
           right=("bits", "return (mean ± std)", "agreement", "ties"))
 
 
-def _memory_lines(memory: dict, flash_total, ram_total) -> None:
-    m = memory
-    print(f"  flash  {share(m.get('flash_bytes'), flash_total)}"
+def _memory_lines(m: dict) -> None:
+    print(f"  flash  {share(m.get('flash_bytes'), m.get('board_flash_bytes'))}"
           f"  (weights and parameters {m.get('weights_bytes', 0):,} B)")
-    print(f"  RAM    {share(m.get('ram_bytes'), ram_total)}"
+    print(f"  RAM    {share(m.get('ram_bytes'), m.get('board_ram_bytes'))}"
           f"  (model arena {m.get('arena_bytes', 0):,} B)")
 
 
@@ -157,10 +156,12 @@ def cmd_build(a, qe):
     if a.json:
         return emit_json(as_json(res))
     print(f"firmware for '{res.board}': {res.elf}")
-    _memory_lines(res.memory, res.board_flash_bytes, res.board_ram_bytes)
+    _memory_lines(res.memory)
     print("  stack  measured on the board: `quarl-edge validate` or `hil` report it")
     note(f"wrote the build to {res.out_dir} (gen/model.c, firmware.elf"
          + "".join(f", {Path(p).name}" for p in res.files.values()) + ", memory.json)")
+    for n in res.notes:
+        note(f"note: {n}")
 
 
 def cmd_flash(a, qe):
@@ -534,8 +535,9 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--workdir", default="runs", metavar="DIR",
                    help="where the run directory is made")
 
-    s = _sub(sub, "boards", "list the boards, their memory, clocks and whether their tools "
-                            "are installed", "quarl-edge boards", cmd_boards)
+    s = _sub(sub, "boards", "list the boards (shipped and the user's board files), their memory, "
+                            "clocks and whether their tools are installed", "quarl-edge boards",
+             cmd_boards)
     _json_option(s)
 
     s = _sub(sub, "ports", "list attached serial ports and recognise our boards by USB id",

@@ -5,6 +5,14 @@ import pytest
 from helpers_models import copy_example_tree
 
 
+@pytest.fixture(autouse=True)
+def no_user_boards(tmp_path_factory, monkeypatch):
+    """Board files come from the checkout only: a developer's ~/.config/quarl-edge/boards or
+    $QUARL_EDGE_BOARDS would change what the tests see (also in the CLIs they start)."""
+    monkeypatch.delenv("QUARL_EDGE_BOARDS", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg-config")))
+
+
 @pytest.fixture(scope="module")
 def run_copy(tmp_path_factory):
     """A copy of the shipped example run, per test module: boards build and write results there."""

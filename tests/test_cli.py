@@ -107,3 +107,14 @@ def test_boards_table_has_units():
     assert "180 MHz" in rows["nucleo-f446re"] and "512 KiB" in rows["nucleo-f446re"]
     assert "4,096 KiB" in rows["mps2-an386"] and "instructions" in rows["mps2-an386"]
     assert "2.0 KiB" in rows["atmega328p"]
+
+
+def test_boards_dir_adds_the_users_board_files(tmp_path):
+    from quarl_edge.resources import boards_dir
+    mine = tmp_path / "my-boards"
+    mine.mkdir()
+    text = (boards_dir() / "host.toml").read_text()
+    (mine / "my-host.toml").write_text(text.replace('id = "host"', 'id = "my-host"', 1))
+    listed = json.loads(run("--boards-dir", mine, "boards", "--json").stdout)
+    assert listed["my-host"]["path"] == str(mine / "my-host.toml") and "host" in listed
+    assert "my-host" not in json.loads(run("boards", "--json").stdout)
