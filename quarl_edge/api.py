@@ -242,7 +242,7 @@ def quantize(run: PathLike, schemes: str | Iterable[str] = ("fp32", "fp16", "int
     from .quant.schemes import quantize as convert
     out = []
     for scheme in [schemes] if isinstance(schemes, str) else list(schemes):
-        path = convert(Path(run), scheme, calib_size=calib_size, verbose=progress,
+        path = convert(Path(run), scheme, calib_size=calib_size, progress=progress,
                        qat={"steps": qat_steps} if qat_steps is not None else None,
                        distill={"steps": distill_steps} if distill_steps is not None else None)
         out.append(QuantizeResult(scheme, str(path), path.stat().st_size))

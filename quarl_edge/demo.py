@@ -52,7 +52,7 @@ def demo(pretrained: bool = False, board_id: str = "mps2-an386", episodes: int =
     if not pretrained:
         from .quant.schemes import quantize
         for scheme in SCHEMES:
-            quantize(run, scheme, verbose=False)
+            quantize(run, scheme)
     for scheme in SCHEMES:
         print(f"      {scheme:5s} {tflite_path(run, scheme).stat().st_size:8,d} B")
 

@@ -62,7 +62,7 @@ def test_tiny_run_exports_the_greedy_policy_as_keras(tmp_path, algo, env_id, tin
 def _check_quantized_continuous_actor(tmp_path):
     from quarl_edge.measure.reference import model_ops, tflite_runner
     from quarl_edge.quant.schemes import quantize
-    path = quantize(tmp_path, "int8", calib_size=100, verbose=False)
+    path = quantize(tmp_path, "int8", calib_size=100)
     assert model_ops(path) == ["QUANTIZE"] + ["FULLY_CONNECTED"] * 3 + [
         "TANH", "FULLY_CONNECTED", "DEQUANTIZE"]
     calib = np.load(tmp_path / "calibration.npy")

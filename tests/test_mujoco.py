@@ -77,7 +77,7 @@ def test_tiny_sac_on_halfcheetah_quantizes_to_an_integer_actor_that_acts(tmp_pat
     assert info["action_space"]["low"] == [-1.0] * 6 and info["action_space"]["high"] == [1.0] * 6
     assert np.isfinite(info["best_greedy_return"])
 
-    path = quantize(tmp_path, "int8", calib_size=200, calib_episodes=1, verbose=False)
+    path = quantize(tmp_path, "int8", calib_size=200, calib_episodes=1)
     calib = np.load(tmp_path / "calibration.npy")
     assert calib.shape == (200, 17) and np.isfinite(calib).all()
     # float in/out at the edges, everything between is int8 arithmetic (int32 biases)

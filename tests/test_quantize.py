@@ -28,7 +28,7 @@ def run_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def models(run_dir):
-    return {s: quantize(run_dir, s, calib_size=500, verbose=False)
+    return {s: quantize(run_dir, s, calib_size=500)
             for s in ("fp32", "fp16", "int8")}
 
 

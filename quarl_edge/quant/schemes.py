@@ -143,9 +143,11 @@ def scheme_names() -> list[str]:
 
 # ------------------------------------------------------------------------------- conversion
 def quantize(run_dir: Path, scheme: str, calib_size: int = 1000, calib_episodes: int = 10,
-             seed: int = 0, verbose: bool = True, qat: dict | None = None,
+             seed: int = 0, progress: bool = False, qat: dict | None = None,
              distill: dict | None = None) -> Path:
-    """Convert the run's network with `scheme`; returns the path of RUN/models/<scheme>.tflite.
+    """Convert the run's network with `scheme`; returns the path of RUN/models/<scheme>.tflite
+    (written through a temporary name). Prints nothing; `progress` shows the QAT schemes'
+    fine-tuning bars on stderr.
 
     `qat`: options of qat.QATConfig for the qat-int8 scheme (e.g. {"steps": 2000});
     `distill`: options of qat.DistillConfig for qat-distill-int8."""
@@ -168,10 +170,10 @@ def quantize(run_dir: Path, scheme: str, calib_size: int = 1000, calib_episodes:
         np.save(run_dir / "calibration.npy", calibration)
     if scheme == "qat-int8":
         from ..rl.qat import qat_finetune
-        model = qat_finetune(run_dir, calibration, seed=seed, progress=verbose, **(qat or {}))
+        model = qat_finetune(run_dir, calibration, seed=seed, progress=progress, **(qat or {}))
     elif scheme == "qat-distill-int8":
         from ..rl.qat import qat_distill
-        model = qat_distill(run_dir, calibration, seed=seed, progress=verbose, **(distill or {}))
+        model = qat_distill(run_dir, calibration, seed=seed, progress=progress, **(distill or {}))
 
     flatbuffer = convert_keras(model, scheme, calibration)
     if spec.finish is not None:
@@ -179,9 +181,9 @@ def quantize(run_dir: Path, scheme: str, calib_size: int = 1000, calib_episodes:
 
     out = run_dir / "models" / f"{scheme}.tflite"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_bytes(flatbuffer)
-    if verbose:
-        print(f"{scheme:>6}: {out} {len(flatbuffer):,} B")
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(flatbuffer)
+    os.replace(tmp, out)
     return out
 
 

@@ -507,7 +507,7 @@ def run_group(group: dict, out: Path, done: set, emit: Callable[[dict], None],
                     distill["steps"] = group["distill_steps"]
             # The readout remedies run the int8 model with another readout of its head.
             path = quantize(run_dir, "int8" if scheme in remedies.RUNNERS else scheme,
-                            calib_size=group["calib_size"], seed=0, verbose=False, qat=qat,
+                            calib_size=group["calib_size"], seed=0, qat=qat,
                             distill=distill)
             if remedies.head_readout(path) == remedies.HEAD_ACCUMULATORS:   # int8-acc
                 runner = batch_runner(remedies.accumulator_runner(path))
