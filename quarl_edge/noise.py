@@ -1,5 +1,9 @@
 """Third-party noise: what TensorFlow, absl, TF-Agents and gym print on their own.
 
+`captured_stderr()` keeps what C++ code prints on file descriptor 2 out of the terminal (the
+TFLite converter's MLIR statistics, TF Lite Micro's allocation attempts), for the caller to show
+when the call failed.
+
 `quiet_third_party()` is what the CLI does by default (`-v` skips it) and what a study's
 workers do: TensorFlow's C++ info and warning lines, its Python logger and absl's below
 ERROR, Python warnings raised inside those packages (deprecations, "is not supported"
@@ -10,8 +14,11 @@ does not change the process's warning filters unasked.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import sys
+import tempfile
 import warnings
 
 NOISY = ("tensorflow", "tf_agents", "tensorflow_probability", "tensorflow_model_optimization",
@@ -37,3 +44,25 @@ def quiet_third_party() -> None:
         absl.logging.set_verbosity(absl.logging.ERROR)
     except ImportError:
         pass
+
+
+@contextlib.contextmanager
+def captured_stderr():
+    """What C++ code (the TFLite converter, TF Lite Micro) writes straight to file descriptor 2,
+    into a temporary file instead of the terminal; yields the file, so that a caller shows its
+    tail only when the call failed."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as log:
+        os.dup2(log.fileno(), 2)
+        try:
+            yield log
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+def tail(log, lines: int = 5) -> list[str]:
+    """The last non-empty lines of a captured_stderr() file."""
+    log.seek(0)
+    return [ln for ln in log.read().decode(errors="replace").strip().splitlines() if ln.strip()][-lines:]

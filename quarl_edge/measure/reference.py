@@ -22,15 +22,39 @@ def io_counts(model_path: Path) -> tuple[int, int]:
         raise ModelError(f"{model_path} is not a valid .tflite model: {e}") from None
 
 
+# tflite-micro's Python interpreter gives a model an arena of 10x its file size by default,
+# which a model with large activations and few weights outgrows (a 2.4 kB int8 CONV_2D +
+# MAX_POOL_2D on 48x48x8 needs 37 kB): the arena is doubled until the model loads, up to
+# TFLM_MAX_ARENA, so that "cannot load" means TF Lite Micro cannot run the model at all.
+TFLM_MAX_ARENA = 256 << 20
+
+
+def tflm_interpreter(data: bytes, what: str):
+    """A tflite-micro Interpreter for the model bytes `data`, with the smallest arena of the
+    default, 20x, 40x, ... the file size that it allocates in; ModelError with TF Lite Micro's
+    words when none up to TFLM_MAX_ARENA does (or the model is refused for another reason)."""
+    from tflite_micro.python.tflite_micro import runtime
+
+    from ..noise import captured_stderr, tail
+    arena = None                    # the wrapper's default first: 10x the file size
+    while True:
+        with captured_stderr() as log:   # TFLM prints each failed allocation on fd 2
+            try:
+                return runtime.Interpreter.from_bytes(data, arena_size=arena)
+            except Exception as e:  # RuntimeError / ValueError with TFLM's words
+                error, said = e, tail(log, 3)
+        arena = 20 * len(data) if arena is None else 2 * arena
+        allocation = "allocate" in str(error) or any("Requested" in ln for ln in said)
+        if not allocation or arena > TFLM_MAX_ARENA:
+            raise ModelError(f"TF Lite Micro cannot load {what}: {error}"
+                             + ("; " + " / ".join(said) if said else "")) from None
+
+
 class TFLMReference:
     """Runs a .tflite with TF Lite Micro's reference kernels, one sample at a time."""
 
     def __init__(self, model_path: Path):
-        from tflite_micro.python.tflite_micro import runtime
-        try:
-            self.interp = runtime.Interpreter.from_bytes(Path(model_path).read_bytes())
-        except Exception as e:  # the wrapper raises RuntimeError / ValueError with TFLM's words
-            raise ModelError(f"TF Lite Micro cannot load {model_path}: {e}") from None
+        self.interp = tflm_interpreter(Path(model_path).read_bytes(), str(model_path))
         n_in, n_out = io_counts(model_path)
         self.inputs = [self.interp.get_input_details(i) for i in range(n_in)]
         self.outputs = [self.interp.get_output_details(i) for i in range(n_out)]

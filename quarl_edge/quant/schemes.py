@@ -37,10 +37,7 @@ which are distinct from the test seeds 0..N and the training validation seeds 10
 from __future__ import annotations
 from __future__ import annotations
 
-import contextlib
 import os
-import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -48,6 +45,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import ModelError, QuarlError
+from ..noise import captured_stderr, tail
 from ..run import load_keras, load_run
 from .calibration import collect_calibration
 
@@ -187,32 +185,17 @@ def quantize(run_dir: Path, scheme: str, calib_size: int = 1000, calib_episodes:
     return out
 
 
-@contextlib.contextmanager
-def _converter_log():
-    """The converter's C++ side prints pages of MLIR statistics straight to fd 2: send them to a
-    temporary file, and show its tail only if the conversion fails."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as log:
-        os.dup2(log.fileno(), 2)
-        try:
-            yield log
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-
-
 def convert_keras(model, scheme: str, calibration: np.ndarray | None = None) -> bytes:
     """One Keras model -> .tflite bytes with `scheme` (calibration for the integer schemes)."""
     import tensorflow as tf
     converter = tf.lite.TFLiteConverter.from_keras_model(model)
     SCHEMES[scheme].convert(converter, calibration)
-    with _converter_log() as log:
+    # the converter's C++ side prints pages of MLIR statistics to fd 2: shown only on failure
+    with captured_stderr() as log:
         try:
             return converter.convert()
         except Exception as e:  # the converter's errors are long; keep the first line
-            log.seek(0)
-            tail = log.read().decode(errors="replace").strip().splitlines()[-5:]
+            last = tail(log)
             raise ModelError(f"TFLite conversion ({scheme}) failed: {str(e).splitlines()[0]}"
-                             + ("\n  " + "\n  ".join(tail) if tail else "")) from e
+                             + ("\n  " + "\n  ".join(last) if last else "")) from e
 
