@@ -105,6 +105,17 @@ def _io_spec(t: Tensor, what: str) -> IOTensor:
     return IOTensor(t.dtype, tuple(t.shape), 0.0, 0)
 
 
+def _refusal(refused: list[UnsupportedOpError], n_ops: int) -> UnsupportedOpError:
+    """One error for every op the lowerings refused, with the list of what is supported."""
+    listed = any(getattr(e, "lists_supported", False) for e in refused)
+    supported = f". Supported: {'; '.join(SUPPORTED)}" if listed else ""
+    if len(refused) == 1:
+        return UnsupportedOpError(f"{refused[0]}{supported}")
+    ops = "\n".join(f"  - {e}" for e in refused)
+    return UnsupportedOpError(f"{len(refused)} of the model's {n_ops} ops cannot run on the "
+                              f"firmware:\n{ops}\n{supported.removeprefix('. ')}".rstrip())
+
+
 def generate(tflite_path, out_dir, name: str | None = None) -> GeneratedModel:
     """Generate out_dir/model.c and out_dir/model.json for a .tflite model."""
     path = Path(tflite_path)
@@ -117,17 +128,18 @@ def generate(tflite_path, out_dir, name: str | None = None) -> GeneratedModel:
         raise ModelError(f"{path}: the graph has no inputs or no outputs")
 
     # Validate and lower every op first: nothing is written for a model we cannot run.
-    kernels = []
-    try:
-        for op in model.operators:
-            lower = LOWERINGS.get(op.opcode)
+    # Every op is tried, so that a model with several ops we cannot run names all of them.
+    kernels, refused = [], []
+    for op in model.operators:
+        lower = LOWERINGS.get(op.opcode)
+        try:
             if lower is None:
                 raise unsupported(op, model)
             kernels.append(lower(op, model, f"op{op.index}_params"))
-    except UnsupportedOpError as e:
-        if getattr(e, "lists_supported", False):
-            raise UnsupportedOpError(f"{e}. Supported: {'; '.join(SUPPORTED)}") from None
-        raise
+        except UnsupportedOpError as e:
+            refused.append(e)
+    if refused:
+        raise _refusal(refused, len(model.operators))
     inputs = [_io_spec(t, "input") for t in model.input_tensors()]
     outputs = [_io_spec(t, "output") for t in model.output_tensors()]
 

@@ -240,3 +240,24 @@ def test_accumulator_overflow_is_rejected(tmp_path):
     path.write_bytes(fc_model(np.ones((1, 1000)), (0.1, 0), 0.01, (0.1, 0), bias=[(1 << 31) - 1000]))
     with pytest.raises(UnsupportedOpError, match="overflow"):
         cgen.generate(path, tmp_path / "gen")
+
+
+def test_every_unsupported_op_is_named_at_once(tmp_path):
+    """A model with two ops the firmware lacks names both (with their op index and types), not
+    only the first, and writes nothing."""
+    import tensorflow as tf
+    tf.keras.backend.clear_session()
+    inp = tf.keras.Input((6,))
+    x = tf.keras.layers.Dense(4)(inp)
+    x = tf.keras.layers.Lambda(tf.math.abs)(x)
+    x = tf.keras.layers.Lambda(tf.math.floor)(x)
+    path = tmp_path / "two_missing.tflite"
+    path.write_bytes(convert(tf.keras.Model(inp, x), "float"))
+    with pytest.raises(UnsupportedOpError) as e:
+        cgen.generate(path, tmp_path / "gen")
+    text = str(e.value)
+    assert text.startswith("2 of the model's 3 ops cannot run on the firmware:")
+    assert "op 1 ABS (float32 -> float32) is not supported" in text
+    assert "op 2 FLOOR (float32 -> float32) is not supported" in text
+    assert text.count("Supported: ") == 1 and "FULLY_CONNECTED" in text
+    assert not (tmp_path / "gen" / "model.c").exists()
