@@ -35,7 +35,7 @@ def dqn_run(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def dqn_model(dqn_run):
-    return quantize(dqn_run, "qat-distill-int8", calib_size=300, verbose=False, distill=FAST)
+    return quantize(dqn_run, "qat-distill-int8", calib_size=300, distill=FAST)
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +100,7 @@ def test_dqn_distillation_log(dqn_run, dqn_model):
 
 
 def test_td3_actor_is_full_int8_and_close_to_its_teacher(td3_run):
-    path = quantize(td3_run, "qat-distill-int8", calib_size=200, verbose=False,
+    path = quantize(td3_run, "qat-distill-int8", calib_size=200,
                     distill={**FAST, "steps": 400})
     assert model_ops(path) == ["QUANTIZE"] + ["FULLY_CONNECTED"] * 3 + [
         "TANH", "FULLY_CONNECTED", "DEQUANTIZE"]
@@ -122,11 +122,11 @@ def test_td3_actor_is_full_int8_and_close_to_its_teacher(td3_run):
 
 def test_errors(dqn_run, td3_run):
     with pytest.raises(QuarlError, match="unknown qat-distill option.*episodes_per_round"):
-        quantize(dqn_run, "qat-distill-int8", calib_size=50, verbose=False, distill={"stepz": 1})
+        quantize(dqn_run, "qat-distill-int8", calib_size=50, distill={"stepz": 1})
     with pytest.raises(QuarlError, match="unknown distill loss"):
-        quantize(dqn_run, "qat-distill-int8", calib_size=50, verbose=False, distill={"loss": "l1"})
+        quantize(dqn_run, "qat-distill-int8", calib_size=50, distill={"loss": "l1"})
     with pytest.raises(QuarlError, match="argmax heads"):
-        quantize(td3_run, "qat-distill-int8", calib_size=50, verbose=False,
+        quantize(td3_run, "qat-distill-int8", calib_size=50,
                  distill={"loss": "centred", "steps": 0})
 
 

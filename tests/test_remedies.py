@@ -29,7 +29,7 @@ def run_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def int8(run_dir):
-    return quantize(run_dir, "int8", calib_size=300, verbose=False)
+    return quantize(run_dir, "int8", calib_size=300)
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +102,7 @@ def test_centred_head_keeps_argmax_and_removes_the_offset(run_dir, probe):
 
 
 def test_int8_centred_is_a_real_int8_tflite_with_a_finer_output_step(run_dir, int8):
-    path = quantize(run_dir, "int8-centred", calib_size=300, verbose=False)
+    path = quantize(run_dir, "int8-centred", calib_size=300)
     plain_scale = tflite_runner(int8).output_details
     centred = remedies.HeadAccumulators(path)
     assert path.name == "int8-centred.tflite"
@@ -124,11 +124,11 @@ def test_centring_refuses_continuous_action_policies(run_dir, tmp_path):
     meta["env"] = "Pendulum-v1"
     (run / "run.json").write_text(json.dumps(meta))
     with pytest.raises(QuarlError, match="continuous actions"):
-        quantize(run, "int8-centred", verbose=False)
+        quantize(run, "int8-centred")
 
 
 def test_accumulator_readout_refuses_a_float_model(run_dir):
-    path = quantize(run_dir, "fp32", verbose=False)
+    path = quantize(run_dir, "fp32")
     with pytest.raises(Exception, match="int8"):
         remedies.HeadAccumulators(path)
 
@@ -136,7 +136,7 @@ def test_accumulator_readout_refuses_a_float_model(run_dir):
 # ------------------------------------------- int8-acc on the board: generated C vs reference
 def test_int8_acc_model_is_the_int8_model_plus_a_tag(run_dir, int8):
     from quarl_edge.converters.tflite_model import load
-    acc = quantize(run_dir, "int8-acc", calib_size=300, verbose=False)
+    acc = quantize(run_dir, "int8-acc", calib_size=300)
     assert remedies.head_readout(acc) == b"accumulators" and remedies.head_readout(int8) is None
     a, b = load(acc), load(int8)
     assert [op.opcode for op in a.operators] == [op.opcode for op in b.operators]
@@ -235,13 +235,13 @@ def test_int8_acc_validates_bit_exact_on_the_host_board(run_dir):
     serial protocol against the accumulator reference (random inputs, a third saturating)."""
     from quarl_edge.targets.boards import get_board
     from quarl_edge.measure.validate import validate
-    acc = quantize(run_dir, "int8-acc", calib_size=300, verbose=False)
+    acc = quantize(run_dir, "int8-acc", calib_size=300)
     res = validate(acc, get_board("host"), run_dir / "build" / "host", random_n=200)
     assert res["bit_exact"] and res["n"] == 200 and res["mismatches"] == 0
 
 
 def test_int8_centred_acc_is_centred_and_reads_the_accumulators(run_dir, probe):
-    path = quantize(run_dir, "int8-centred-acc", calib_size=300, verbose=False)
+    path = quantize(run_dir, "int8-centred-acc", calib_size=300)
     assert remedies.head_readout(path) == b"accumulators"
     ref = remedies.AccumulatorHeadReference(path)
     q = keras_runner(load_keras(run_dir))(probe[:100])

@@ -31,7 +31,7 @@ def run_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def models(run_dir):
-    return {s: quantize(run_dir, s, calib_size=300, verbose=False, qat=QAT_FAST)
+    return {s: quantize(run_dir, s, calib_size=300, qat=QAT_FAST)
             for s in ("dyn-int8", "int16x8", "qat-int8")}
 
 
@@ -150,11 +150,11 @@ def test_n_step_returns_stop_at_terminal_and_bootstrap_at_truncation():
 
 def test_qat_errors(run_dir, tmp_path):
     with pytest.raises(QuarlError, match="unknown qat option.*steps"):
-        quantize(run_dir, "qat-int8", calib_size=50, verbose=False, qat={"stepz": 1})
+        quantize(run_dir, "qat-int8", calib_size=50, qat={"stepz": 1})
     meta = json.loads((run_dir / "run.json").read_text())
     other = tmp_path / "ppo"
     other.mkdir()
     (other / "run.json").write_text(json.dumps({**meta, "algo": "ppo"}))
     shutil.copy(run_dir / "qnet.keras", other / "qnet.keras")
     with pytest.raises(QuarlError, match="dqn only"):
-        quantize(other, "qat-int8", calib_size=50, verbose=False)
+        quantize(other, "qat-int8", calib_size=50)
