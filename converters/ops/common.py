@@ -39,6 +39,17 @@ def unsupported(op: Operator, model: TFLiteModel, why: str = "") -> UnsupportedO
     return err
 
 
+def weighted_operands(op: Operator, model: TFLiteModel, weights: str):
+    """(input, weights, bias or None, output, fused activation) of an op with constant weights
+    (FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D); `weights` is their name in errors."""
+    ins = op.inputs + [-1] * (3 - len(op.inputs))
+    if len(op.inputs) < 2 or len(op.outputs) != 1 or ins[0] < 0 or ins[1] < 0:
+        raise unsupported(op, model, f"expected input, {weights}, optional bias and one output")
+    x, w, out = model.tensors[ins[0]], model.tensors[ins[1]], model.tensors[op.outputs[0]]
+    bias = model.tensors[ins[2]] if ins[2] >= 0 else None
+    return x, w, bias, out, fused_activation(op, model)
+
+
 def opt(op: Operator, key: str, default=None):
     """An op option (TFLite's BuiltinOptions field, camelCase), `default` when absent or None."""
     v = op.options.get(key, default)

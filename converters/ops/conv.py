@@ -22,8 +22,8 @@ from quarl_edge.errors import ModelError
 from .. import qmath
 from ..emit import c_array, c_comment, c_float, c_float_limit, c_ident
 from ..tflite_model import Operator, TFLiteModel
-from .common import (Kernel, bias_array, fused_activation, opt, per_tensor, unsupported,
-                     weight_quantization, window, window_c)
+from .common import (Kernel, bias_array, opt, per_tensor, unsupported,
+                     weight_quantization, weighted_operands, window, window_c)
 
 SUPPORTED = ("CONV_2D/DEPTHWISE_CONV_2D int8 (per-channel or per-tensor symmetric weights) and float32",)
 KERNEL_HEADERS = ("conv.h", "depthwise_conv.h")
@@ -33,12 +33,7 @@ def lower_conv(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
     """CONV_2D and DEPTHWISE_CONV_2D: int8 (per-channel or per-tensor symmetric weights, int32
     bias) as TFLM's ConvPerChannel / DepthwiseConvPerChannel, and float32."""
     depthwise = op.opcode == "DEPTHWISE_CONV_2D"
-    ins = op.inputs + [-1] * (3 - len(op.inputs))
-    if len(op.inputs) < 2 or len(op.outputs) != 1 or ins[0] < 0 or ins[1] < 0:
-        raise unsupported(op, model, "expected input, filter, optional bias and one output")
-    x, w, out = model.tensors[ins[0]], model.tensors[ins[1]], model.tensors[op.outputs[0]]
-    bias = model.tensors[ins[2]] if ins[2] >= 0 else None
-    act = fused_activation(op, model)
+    x, w, bias, out, act = weighted_operands(op, model, "filter")
     if not w.is_constant or (bias is not None and not bias.is_constant):
         raise unsupported(op, model, "the filter and bias must be constant")
     if x.is_constant:

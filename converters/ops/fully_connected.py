@@ -25,20 +25,15 @@ from .. import qmath
 from ..emit import c_array, c_comment, c_float, c_float_limit, c_ident, c_int64
 from ..head import HEAD_READOUT_OPTION
 from ..tflite_model import Operator, TFLiteModel
-from .common import (Kernel, activation_tensor, bias_array, fused_activation, per_tensor, u16,
-                     unsupported, weight_quantization)
+from .common import (Kernel, activation_tensor, bias_array, per_tensor, u16,
+                     unsupported, weight_quantization, weighted_operands)
 
 SUPPORTED = ("FULLY_CONNECTED int8 (per-tensor or per-channel weights), int16x8, float32",)
 KERNEL_HEADERS = ("fully_connected.h",)
 
 
 def lower_fully_connected(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
-    ins = op.inputs + [-1] * (3 - len(op.inputs))
-    if len(op.inputs) < 2 or len(op.outputs) != 1 or ins[0] < 0 or ins[1] < 0:
-        raise unsupported(op, model, "expected input, weights, optional bias and one output")
-    x, w, out = model.tensors[ins[0]], model.tensors[ins[1]], model.tensors[op.outputs[0]]
-    bias = model.tensors[ins[2]] if ins[2] >= 0 else None
-    act = fused_activation(op, model)
+    x, w, bias, out, act = weighted_operands(op, model, "weights")
     if op.options.get("weightsFormat", 0) != 0:
         raise unsupported(op, model, "shuffled weights format")
     if not w.is_constant:
