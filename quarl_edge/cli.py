@@ -35,13 +35,12 @@ DEMO_BOARD = "mps2-an386"
 
 
 # ------------------------------------------------------------------------------ output
-def _console(stderr: bool = False):
-    """A rich console; when not a terminal (a pipe, a file, a test) wide enough that no table
-    row wraps, and without colour."""
+def _console():
+    """A rich console on stdout; when not a terminal (a pipe, a file, a test) wide enough that
+    no table row wraps, and without colour."""
     from rich.console import Console
-    stream = sys.stderr if stderr else sys.stdout
-    tty = stream.isatty()
-    return Console(file=stream, width=None if tty else 240, no_color=not tty,
+    tty = sys.stdout.isatty()
+    return Console(file=sys.stdout, width=None if tty else 240, no_color=not tty,
                    highlight=False, soft_wrap=not tty)
 
 
