@@ -4,7 +4,7 @@
     res = qe.validate("policy.tflite", "mps2-an386")     # bit-exact with TF Lite Micro?
     print(res.bit_exact, res.latency.median, res.latency.unit)
 
-The functions (train, quantize, sweep, build, validate, hil, bench, study, report, boards,
+The functions (train, import_policy, quantize, sweep, build, validate, hil, bench, study, report, boards,
 ports, session) and their result dataclasses are quarl_edge.api's; errors a user can cause are
 `qe.QuarlError` and its subclasses (quarl_edge.errors). Nothing is imported until it is used,
 so `import quarl_edge` is cheap and this package also runs on a board that has only the
@@ -16,7 +16,7 @@ __version__ = "0.1.0"
 _ERRORS = ("QuarlError", "ModelError", "UnsupportedOpError", "BoardError", "ToolchainError",
            "ProtocolError")
 
-__all__ = ["__version__", *_ERRORS, "train", "quantize", "sweep", "build", "validate", "hil",
+__all__ = ["__version__", *_ERRORS, "train", "import_policy", "quantize", "sweep", "build", "validate", "hil",
            "bench", "study", "report", "boards", "ports", "session"]
 
 

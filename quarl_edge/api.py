@@ -34,10 +34,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 PathLike = str | os.PathLike
 
-__all__ = ["BenchRow", "BoardInfo", "BuildResult", "HilResult", "Latency", "QuantizeResult",
-           "ReportResult", "StudySummary", "SweepRow", "TrainResult", "ValidateResult",
-           "bench", "boards", "build", "hil", "ports", "quantize", "report", "session", "study",
-           "sweep", "train", "validate"]
+__all__ = ["BenchRow", "BoardInfo", "BuildResult", "HilResult", "ImportResult", "Latency",
+           "QuantizeResult", "ReportResult", "StudySummary", "SweepRow", "TrainResult",
+           "ValidateResult", "bench", "boards", "build", "hil", "import_policy", "ports",
+           "quantize", "report", "session", "study", "sweep", "train", "validate"]
 
 
 # ------------------------------------------------------------------------------ results
@@ -128,9 +128,11 @@ class HilResult:
     std_return: float
     host_mean_return: float           # the same model on tflite-runtime, same seeds
     host_std_return: float
-    fp32_mean_return: float           # the fp32 network (TensorFlow), same seeds
-    fp32_std_return: float
-    agreement: float                  # share of board actions equal to fp32's on its states
+    fp32_mean_return: float | None    # the fp32 network (TensorFlow), same seeds; None for a
+    fp32_std_return: float | None     # bare .tflite (no fp32 network to compare with)
+    agreement: float                  # share of board actions equal to the reference's on its
+    agreement_with: str               # states: "fp32", or "tflite-runtime" for a bare .tflite
+    action_head: str                  # argmax, identity or scale (envs.HEADS)
     latency: Latency
     steps_per_s: float | None
     memory: dict
@@ -233,6 +235,30 @@ def train(env: str = "CartPole-v1", algo: str = "dqn", *, out: PathLike, steps: 
                        info["train_seconds"], info["best_greedy_return"], info)
 
 
+@dataclass
+class ImportResult:
+    run_dir: str
+    env: str
+    algo: str                         # e.g. "sb3-ppo", "onnx", "keras", "tf-agents"
+    source: dict                      # kind, file, sha256, version, ...
+    fidelity: dict                    # the imported network against the source framework
+    info: dict = field(repr=False, default_factory=dict)   # the whole run.json
+
+
+def import_policy(source: PathLike, *, out: PathLike, env: str | None = None,
+                  vecnormalize: PathLike | None = None, kind: str | None = None) -> ImportResult:
+    """A policy trained elsewhere as a run directory `out`: a Stable-Baselines3 .zip (with its
+    VecNormalize statistics: `vecnormalize`, or NAME.vecnormalize.pkl / vecnormalize.pkl
+    beside it), an .onnx, a .keras/.h5 Keras model or a TF-Agents / TF SavedModel directory.
+    `env`: the Gymnasium id (an SB3 zip named after its env needs none). The imported network
+    is checked against the source on 1,000 env observations (`fidelity`). Nothing is read by
+    running code from the file, and nothing is written to `out` unless the import succeeds."""
+    from .importers import import_policy as run_import
+    info = run_import(Path(source), Path(out), env=env, vecnormalize=vecnormalize, kind=kind)
+    return ImportResult(str(out), info["env"], info["algo"], info["source"], info["fidelity"],
+                        info)
+
+
 def quantize(run: PathLike, schemes: str | Iterable[str] = ("fp32", "fp16", "int8"), *,
              calib_size: int = 1000, qat_steps: int | None = None,
              distill_steps: int | None = None, progress: bool = False) -> list[QuantizeResult]:
@@ -319,14 +345,22 @@ def validate(model: PathLike, board="host", *, inputs: PathLike | None = None,
 
 def hil(run: PathLike, board="host", *, model: str = "int8", episodes: int = 20, seed: int = 0,
         port: str | None = None, out: PathLike | None = None, flasher: str | None = None,
-        drive: str | None = None, progress: bool = False) -> HilResult:
+        drive: str | None = None, progress: bool = False, env: str | None = None,
+        action: str | None = None) -> HilResult:
     """Hardware in the loop: Gymnasium on the host, the board choosing every action with the
     run's `model` scheme, on seeds seed..seed+episodes-1; the same seeds are played by the same
-    model on tflite-runtime and by the fp32 network. Results go to `out` (default RUN/results)."""
+    model on tflite-runtime and by the fp32 network. Results go to `out` (default RUN/results).
+
+    `run` may be a bare MODEL.tflite with `env` (a Gymnasium id): no run directory needed
+    (`model` is then ignored; results go to MODEL's folder/results). `action`: how outputs
+    become actions, "argmax", "identity" (the output is the action, clipped) or "scale" (a
+    [-1, 1] output rescaled to the bounds); default from the run or the env's action space."""
     from .measure.hil import run_hil
-    res = run_hil(Path(run), model, _board(board), episodes, seed=seed, port=port,
-                  progress=progress, flasher=flasher, drive=drive,
-                  results_dir=Path(out) if out is not None else None)
+    path = Path(run)
+    res = run_hil(path, path.stem if path.suffix == ".tflite" else model, _board(board),
+                  episodes, seed=seed, port=port, progress=progress, flasher=flasher,
+                  drive=drive, results_dir=Path(out) if out is not None else None,
+                  env_id=env, head=action)
     return _from(HilResult, res, latency=Latency(**res["latency"]))
 
 

@@ -31,6 +31,7 @@ ALGOS = ("dqn", "ppo", "sac", "td3", "ddpg")       # quarl_edge.rl.train.ALGOS (
 SCHEMES = ("fp32", "fp16", "int8", "dyn-int8", "int16x8", "qat-int8", "qat-distill-int8",
            "int8-centred", "int8-acc", "int8-centred-acc")   # quant.schemes.SCHEMES (tested)
 SWEEP_MODES = ("weights+activations", "weights", "activations")
+HEADS = ("argmax", "identity", "scale")            # quarl_edge.rl.envs.HEADS (tested equal)
 DEMO_BOARD = "mps2-an386"
 
 
@@ -212,21 +213,40 @@ def cmd_validate(a, qe):
     return EXIT_OK if res.bit_exact else EXIT_MISMATCH
 
 
+def cmd_import(a, qe):
+    res = qe.import_policy(a.source, out=a.out, env=a.env, vecnormalize=a.vecnormalize,
+                           kind=a.kind)
+    if a.json:
+        return emit_json(res.info)
+    fid = res.fidelity
+    check = (f"argmax agreement {fid['argmax_agreement']:.3f}" if "argmax_agreement" in fid
+             else f"max abs action error {fid['max_abs_error_actions']:.2e}")
+    src = res.source
+    what = " ".join(w for w in (src["kind"], src.get("algo")) if w)
+    print(f"imported the {what} policy {src['file']} for {res.env}: "
+          f"{check} against {fid['reference']} on {fid['observations']:,} observations")
+    note(f"wrote the run to {res.run_dir} (run.json, policy.keras, calibration.npy); next: "
+         f"quarl-edge quantize {res.run_dir} --scheme fp32 int8")
+
+
 def cmd_hil(a, qe):
     res = qe.hil(a.run, a.board, model=a.model, episodes=a.episodes, seed=a.seed, port=a.port,
-                 out=a.out, flasher=a.flasher, drive=a.drive, progress=True)
+                 out=a.out, flasher=a.flasher, drive=a.drive, progress=True, env=a.env,
+                 action=a.action)
     if a.json:
         return emit_json(as_json(res))
     lat = res.latency
     print(f"{res.model} on '{res.board}', {res.episodes} episodes of {res.env} "
           f"(seeds {res.seeds[0]}..{res.seeds[-1]}):")
-    table(["runs on", "return (mean ± std)", "agreement with fp32"],
-          [[f"board '{res.board}'", f"{res.mean_return:.1f} ± {res.std_return:.1f}",
-            f"{res.agreement:.3f}"],
-           ["tflite-runtime (host)", f"{res.host_mean_return:.1f} ± {res.host_std_return:.1f}",
-            "-"],
-           ["fp32 network (host)", f"{res.fp32_mean_return:.1f} ± {res.fp32_std_return:.1f}",
-            "1.000"]], right=("return (mean ± std)", "agreement with fp32"))
+    agree = f"agreement with {res.agreement_with}"
+    rows = [[f"board '{res.board}'", f"{res.mean_return:.1f} ± {res.std_return:.1f}",
+             f"{res.agreement:.3f}"],
+            ["tflite-runtime (host)", f"{res.host_mean_return:.1f} ± {res.host_std_return:.1f}",
+             "1.000" if res.agreement_with == "tflite-runtime" else "-"]]
+    if res.fp32_mean_return is not None:
+        rows.append(["fp32 network (host)",
+                     f"{res.fp32_mean_return:.1f} ± {res.fp32_std_return:.1f}", "1.000"])
+    table(["runs on", "return (mean ± std)", agree], rows, right=("return (mean ± std)", agree))
     print(f"latency median {cost(lat.median, lat.unit)} (p99 {cost(lat.p99, lat.unit)}); "
           f"{res.steps_per_s:,.0f} steps/s")
     note(f"wrote the results to {res.results} (and the episode log beside it)")
@@ -397,6 +417,25 @@ def parser() -> argparse.ArgumentParser:
                         "--set hidden=[256,256]; repeatable")
     _json_option(s)
 
+    s = _sub(sub, "import", "a policy trained elsewhere as a run directory (Stable-Baselines3, "
+                            "ONNX, Keras, TF-Agents SavedModel)",
+             "quarl-edge import ppo-LunarLander-v3.zip --out runs/lunar\n"
+             "quarl-edge import policy.onnx --env Pendulum-v1 --out runs/p", cmd_import)
+    s.add_argument("source", metavar="SOURCE",
+                   help="a Stable-Baselines3 .zip, an .onnx, a .keras/.h5 Keras model, or a "
+                        "TF-Agents PolicySaver / TF SavedModel directory")
+    s.add_argument("--out", required=True, metavar="RUN",
+                   help="the run directory to write (must not exist, or be empty)")
+    s.add_argument("--env", default=None, metavar="ID",
+                   help="the Gymnasium id the policy acts in (an SB3 zip named after its env, "
+                        "e.g. ppo-LunarLander-v3.zip, needs none)")
+    s.add_argument("--vecnormalize", default=None, metavar="PKL",
+                   help="SB3: VecNormalize statistics to fold into the network (default: "
+                        "NAME.vecnormalize.pkl or vecnormalize.pkl beside the zip)")
+    s.add_argument("--kind", default=None, choices=("sb3", "onnx", "keras", "savedmodel"),
+                   help="the source's format (default: from the file)")
+    _json_option(s)
+
     s = _sub(sub, "quantize", "convert a trained run to .tflite models, one per scheme",
              "quarl-edge quantize runs/cartpole --scheme fp32 int8", cmd_quantize)
     s.add_argument("run", metavar="RUN", help="a run directory (from `quarl-edge train`)")
@@ -475,10 +514,18 @@ def parser() -> argparse.ArgumentParser:
     s = _sub(sub, "hil", "hardware in the loop: Gymnasium on the host, the board choosing "
                          "every action",
              "quarl-edge hil runs/cartpole --model int8 --board mps2-an386 --episodes 20", cmd_hil)
-    s.add_argument("run", metavar="RUN", help="a run directory with RUN/models/SCHEME.tflite")
+    s.add_argument("run", metavar="RUN", help="a run directory with RUN/models/SCHEME.tflite, "
+                                               "or a bare MODEL.tflite with --env")
     s.add_argument("--model", default="int8", choices=SCHEMES, metavar="SCHEME",
                    help=f"the scheme of the model to run (RUN/models/SCHEME.tflite), of: "
                         f"{', '.join(SCHEMES)}")
+    s.add_argument("--env", default=None, metavar="ID",
+                   help="the Gymnasium id a bare MODEL.tflite plays (a run knows its env)")
+    s.add_argument("--action", default=None, choices=HEADS,
+                   help="how the model's outputs become actions: argmax, identity (the output "
+                        "is the action, clipped to the bounds) or scale (a [-1, 1] output "
+                        "rescaled to the bounds); default: the run's, else argmax for "
+                        "discrete and identity for Box actions")
     _board_option(s)
     s.add_argument("--episodes", type=int, default=20, help="episodes, on seeds SEED..SEED+N-1")
     s.add_argument("--seed", type=int, default=0, help="the first episode's seed")

@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import re
+from importlib import metadata
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +34,17 @@ import numpy as np
 from .errors import QuarlError
 
 VALIDATION_SEED_BASE = 10_000
+
+
+def package_versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for name in ("tensorflow-cpu", "tensorflow", "tf-agents", "tensorflow-probability",
+                 "gymnasium", "numpy", "tflite-runtime", "quarl-edge"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
 
 # The plain Keras network each algorithm exports into the run directory (what gets converted).
 MODEL_FILES = {"dqn": "qnet.keras", "ppo": "policy.keras", "sac": "policy.keras",
@@ -71,12 +84,85 @@ def keras_path(run_dir: Path) -> Path:
 
 def load_keras(run_dir: Path):
     """The run's policy network (RUN/qnet.keras for DQN, RUN/policy.keras for the actor of the
-    other algorithms) as a tf.keras model: float32 observations -> Q-values, logits or actions."""
-    import tensorflow as tf
+    other algorithms) as a tf.keras model: float32 observations -> Q-values, logits or actions.
+    Loaded by safe_load_keras: a run directory from elsewhere never runs code."""
     path = keras_path(run_dir)
     if not path.is_file():
         raise QuarlError(f"no trained model at {path}: run `train` into {run_dir} first")
-    return tf.keras.models.load_model(path, compile=False)
+    return safe_load_keras(path)
+
+
+ZIP_MAGIC, HDF5_MAGIC = b"PK\x03\x04", b"\x89HDF\r\n\x1a\n"
+
+
+def safe_load_keras(path: Path):
+    """A Keras model file that may come from anywhere, loaded without running code from it.
+
+    A Lambda layer carries Python (marshalled bytecode in HDF5, a function in .keras files) that
+    Keras runs when it rebuilds the model, and a custom class names code to import. So the
+    file's format must match its name (.keras is a zip, .h5/.hdf5 is HDF5), and its model
+    config is read first and refused if any layer is a Lambda or not one of Keras's own (a
+    module outside keras, a registered custom name); only then does Keras load it, with
+    safe_mode for .keras files."""
+    import tensorflow as tf
+    path = Path(path)
+    head = path.read_bytes()[:8]
+    suffix = path.suffix.lower()
+    if suffix == ".keras":
+        if not head.startswith(ZIP_MAGIC):
+            what = "an HDF5 file" if head == HDF5_MAGIC else "not a zip"
+            raise QuarlError(f"{path}: refused: named .keras but {what} (a .keras model is a "
+                             "zip); an HDF5 model is loaded only as .h5, after its check")
+        import zipfile
+        try:
+            with zipfile.ZipFile(path) as z:
+                config = json.loads(z.read("config.json"))
+        except (zipfile.BadZipFile, KeyError, json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise QuarlError(f"{path}: not a Keras model ({type(e).__name__}: {e})") from None
+    elif suffix in (".h5", ".hdf5"):
+        if head != HDF5_MAGIC:
+            raise QuarlError(f"{path}: refused: named {suffix} but not an HDF5 file")
+        import h5py
+        try:
+            with h5py.File(path, "r") as f:
+                raw = f.attrs.get("model_config")
+        except OSError as e:
+            raise QuarlError(f"{path}: not a readable HDF5 file ({e})") from None
+        if raw is None:
+            raise QuarlError(f"{path}: an HDF5 file without a Keras model config (weights only?)")
+        config = json.loads(raw.decode() if isinstance(raw, bytes) else raw)
+    else:
+        raise QuarlError(f"{path}: a Keras model is a .keras (or .h5) file")
+    unsafe = sorted(set(_unsafe_layers(config)))
+    if unsafe:
+        raise QuarlError(f"{path}: refused: {', '.join(unsafe)} would run code from the file "
+                         "when Keras loads it; only Keras's own layers are loaded")
+    try:
+        if suffix == ".keras":
+            return tf.keras.models.load_model(path, compile=False, safe_mode=True)
+        return tf.keras.models.load_model(path, compile=False)
+    except (ValueError, TypeError, OSError) as e:
+        raise QuarlError(f"{path}: Keras cannot load it: {str(e).splitlines()[0]}") from None
+
+
+def _unsafe_layers(node):
+    """Names of the things in a Keras model config that would run or import code."""
+    if isinstance(node, dict):
+        name = node.get("class_name")
+        if isinstance(name, str):
+            module = node.get("module")
+            registered = node.get("registered_name")
+            if name == "Lambda":
+                yield "a Lambda layer"
+            elif module is not None and not str(module).startswith("keras"):
+                yield f"class {name} from {module}"
+            elif registered and not str(registered).startswith(("keras", name)):
+                yield f"the custom object {registered}"
+        for v in node.values():
+            yield from _unsafe_layers(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from _unsafe_layers(v)
 
 
 def tflite_path(run_dir: Path, scheme: str) -> Path:
@@ -103,6 +189,25 @@ def mlp_layers(model) -> list[tuple[np.ndarray, np.ndarray, str]]:
         kernel, bias = layer.get_weights()
         layers.append((kernel, bias, act))
     return layers
+
+
+def keras_mlp(obs_shape: tuple[int, ...], layers: list[tuple[np.ndarray, np.ndarray, str]],
+              name: str = "policy"):
+    """A plain tf.keras MLP float32 [None, *obs_shape] -> [None, n_out] holding `layers`
+    ((kernel [in, out], bias, activation) as from mlp_layers): what the network files hold."""
+    import tensorflow as tf
+    inp = tf.keras.Input(shape=obs_shape, dtype=tf.float32, name="observation")
+    x = tf.keras.layers.Flatten()(inp) if len(obs_shape) != 1 else inp
+    dense = []
+    for i, (kernel, bias, act) in enumerate(layers):
+        last = i == len(layers) - 1
+        dense.append(tf.keras.layers.Dense(kernel.shape[1], activation=act,
+                                           name="output" if last else f"dense_{i}"))
+        x = dense[-1](x)
+    model = tf.keras.Model(inp, x, name=name)
+    for layer, (kernel, bias, _) in zip(dense, layers):
+        layer.set_weights([kernel, bias])
+    return model
 
 
 def mlp_forward(layers: list[tuple[np.ndarray, np.ndarray, str]], obs: np.ndarray) -> np.ndarray:

@@ -43,7 +43,7 @@ fi
 # not --no-build-isolation: the venv's own setuptools (65.5 from ensurepip) is too old and is left
 # alone, and this builds the same way as a user's `pip install`. Re-run after pulling changes that
 # add packages (e.g. converters/ops/): the editable install records the package list it was made with.
-.venv/bin/python -m pip install -q -e '.[test,mujoco]' 2>&1 | grep -v "^WARNING: Location" || true
+.venv/bin/python -m pip install -q -e '.[test,mujoco,onnx]' 2>&1 | grep -v "^WARNING: Location" || true
 .venv/bin/python -c 'import quarl_edge.cli, tensorflow, tf_agents, tflite_runtime, tflite_micro' \
     2>/dev/null || { echo "setup: the Python packages did not install; see pip's output above" >&2; exit 1; }
 echo "setup: ready (.venv)"

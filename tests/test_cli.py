@@ -46,8 +46,10 @@ def test_every_option_has_help_with_its_default_and_each_command_an_example(name
 
 def test_the_choices_are_the_stages_own():
     from quarl_edge.quant.schemes import SCHEMES
+    from quarl_edge.rl.envs import HEADS
     from quarl_edge.rl.train import ALGOS
     assert cli.ALGOS == tuple(ALGOS) and cli.SCHEMES == tuple(SCHEMES)
+    assert cli.HEADS == HEADS
 
 
 def test_version():

@@ -16,8 +16,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 # Foundation modules any stage may use, then the stages in pipeline order, then the top.
+# importers is the other way into a run directory (a policy trained elsewhere); it uses the
+# calibration of quant, so it ranks with it.
 RANKS = {"quarl_edge.errors": 0, "quarl_edge.resources": 0, "quarl_edge.run": 0, "quarl_edge.noise": 0,
-         "quarl_edge.rl": 1, "quarl_edge.quant": 2, "quarl_edge.converters": 3,
+         "quarl_edge.rl": 1, "quarl_edge.importers": 2, "quarl_edge.quant": 2, "quarl_edge.converters": 3,
          "quarl_edge.targets": 4, "quarl_edge.link": 5, "quarl_edge.measure": 6,
          "quarl_edge.study": 7, "quarl_edge.api": 8, "quarl_edge.demo": 8, "quarl_edge.cli": 9,
          "quarl_edge": 9}

@@ -15,6 +15,7 @@ import numpy as np
 from ..errors import QuarlError
 from ..link.runner import latency_summary
 from ..link.session import BoardSession
+from ..rl.envs import default_head, make_gym
 from ..rl.envs import output_to_action as to_action
 from ..run import load_keras, load_run, tflite_path
 from ..targets.boards import Board
@@ -55,19 +56,39 @@ def dequantized(y: np.ndarray, spec) -> np.ndarray:
 def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int = 0,
             port: str | None = None, progress: bool = False, flasher: str | None = None,
             drive: str | None = None, results_dir: Path | None = None,
-            build_dir: Path | None = None) -> dict:
+            build_dir: Path | None = None, env_id: str | None = None,
+            head: str | None = None) -> dict:
     """Play `episodes` episodes of the run's env on seeds seed.. with the board choosing every
     action, then the same seeds with the same model on tflite-runtime and with the fp32
     network. Writes results_dir (default RUN/results)/hil_<board>_<scheme>.json and the
     per-episode log beside it; builds into build_dir (default RUN/build/<board>/<scheme>).
-    `progress`: a bar per episode on stderr."""
+    `progress`: a bar per episode on stderr.
+
+    `run_dir` may also be a bare MODEL.tflite: then `env_id` names the env, `scheme` is only
+    the label of the results (MODEL's stem), there is no fp32 network to compare with
+    (agreement is with tflite-runtime), and results go to MODEL's folder/results.
+    `head`: how outputs become actions (envs.HEADS; default run.json's "action_head", else
+    argmax for discrete actions and the output itself for Box actions)."""
     run_dir = Path(run_dir)
-    meta = load_run(run_dir)
-    env_id = meta["env"]
-    mpath = tflite_path(run_dir, scheme)
+    if run_dir.suffix == ".tflite":
+        if not run_dir.is_file():
+            raise QuarlError(f"no model at {run_dir}")
+        if env_id is None:
+            raise QuarlError(f"{run_dir} is a bare model: say which env it plays with --env ID")
+        meta, mpath, home = None, run_dir, run_dir.parent
+    else:
+        meta = load_run(run_dir)
+        if env_id is not None and env_id != meta["env"]:
+            raise QuarlError(f"{run_dir} was made for {meta['env']}, not {env_id}")
+        env_id, mpath, home = meta["env"], tflite_path(run_dir, scheme), run_dir
+        head = head or meta.get("action_head")
     seeds = list(range(seed, seed + episodes))
-    space = gym.make(env_id).action_space
-    results_dir = Path(results_dir) if results_dir is not None else run_dir / "results"
+    env = make_gym(env_id)
+    space = env.action_space
+    head = head or default_head(space)
+    _check_model_fits_env(mpath, env, head)
+    env.close()
+    results_dir = Path(results_dir) if results_dir is not None else home / "results"
     results_dir.mkdir(parents=True, exist_ok=True)
     log_path = results_dir / f"hil_{board.id}_{scheme}.episodes.jsonl"
     log = log_path.open("w")
@@ -94,7 +115,7 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
         def board_act(obs):
             (y,), cost = s.link.infer([obs.reshape(in_spec.shape)])
             costs.append(cost)
-            return to_action(dequantized(y, out_spec), space)
+            return to_action(dequantized(y, out_spec), space, head)
 
         t0 = time.perf_counter()
         returns, visited, board_actions = play(env_id, board_act, seeds, log_episode("board"))
@@ -103,14 +124,17 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
         unit = s.info.cost_unit
 
     host = host_reference(mpath)   # tflite-runtime (int8-acc: the head's accumulator readout)
-    host_returns, _, _ = play(env_id, lambda o: to_action(host.run([o])[0], space), seeds,
+    host_returns, _, _ = play(env_id, lambda o: to_action(host.run([o])[0], space, head), seeds,
                               log_episode("tflite-runtime"))
 
-    keras_model = load_keras(run_dir)
-    fp32_fn = _batched(keras_model)
-    fp32_returns, _, _ = play(env_id, lambda o: to_action(fp32_fn(o[None])[0], space), seeds,
-                              log_episode("fp32"))
-    fp32_actions = [to_action(q, space) for q in fp32_fn(visited)]
+    if meta is not None:
+        fp32_fn = _batched(load_keras(run_dir))
+        fp32_returns, _, _ = play(env_id, lambda o: to_action(fp32_fn(o[None])[0], space, head),
+                                  seeds, log_episode("fp32"))
+        fp32_actions = [to_action(q, space, head) for q in fp32_fn(visited)]
+    else:   # a bare model: the reference for agreement is the same model on tflite-runtime
+        fp32_returns = None
+        fp32_actions = [to_action(host.run([o])[0], space, head) for o in visited]
     if isinstance(space, gym.spaces.Discrete):
         agreement = float(np.mean([a == b for a, b in zip(board_actions, fp32_actions)]))
     else:  # continuous: 1 - mean normalised distance
@@ -132,9 +156,11 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
         "std_return": float(np.std(returns)),
         "host_mean_return": float(np.mean(host_returns)),
         "host_std_return": float(np.std(host_returns)),
-        "fp32_mean_return": float(np.mean(fp32_returns)),
-        "fp32_std_return": float(np.std(fp32_returns)),
+        "fp32_mean_return": None if fp32_returns is None else float(np.mean(fp32_returns)),
+        "fp32_std_return": None if fp32_returns is None else float(np.std(fp32_returns)),
         "agreement": agreement,
+        "agreement_with": "fp32" if fp32_returns is not None else "tflite-runtime",
+        "action_head": head,
         "latency": latency_summary(costs, unit),
         "steps_per_s": len(board_actions) / wall if wall > 0 else None,
         "memory": memory,
@@ -144,6 +170,30 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
     tmp.write_text(json.dumps(result, indent=2) + "\n")
     tmp.replace(out_path)
     return result
+
+
+def _check_model_fits_env(model: Path, env, head: str) -> None:
+    """The model's input against the env's observations and its output against the action head,
+    before any board is built; a mismatch names both shapes."""
+    from .reference import tflite_runtime_interpreter
+    interp = tflite_runtime_interpreter(model)
+    inputs, outputs = interp.get_input_details(), interp.get_output_details()
+    if len(inputs) != 1 or len(outputs) != 1:
+        raise QuarlError(f"{model}: HIL needs one input and one output, the model has "
+                         f"{len(inputs)} and {len(outputs)}")
+    obs = tuple(env.observation_space.shape or ())
+    got = tuple(int(d) for d in inputs[0]["shape"])
+    if int(np.prod(got)) != int(np.prod(obs)) or (got[1:] != obs and got != obs):
+        raise QuarlError(f"{model} takes inputs of shape {got}, the env's observations have "
+                         f"shape {obs}")
+    n_out = int(np.prod(outputs[0]["shape"]))
+    space = env.action_space
+    want = int(space.n) if hasattr(space, "n") else int(np.prod(space.shape))
+    if n_out != want:
+        kind = f"{want} discrete actions" if hasattr(space, "n") else \
+            f"actions of shape {tuple(space.shape)}"
+        raise QuarlError(f"{model} gives {n_out} outputs; the env has {kind} "
+                         f"(head {head})")
 
 
 def _batched(keras_model):

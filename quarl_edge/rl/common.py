@@ -3,50 +3,19 @@ export of an actor network as a plain Keras MLP (checked against the agent's gre
 the run.json of an actor-critic run, and small TF-Agents helpers."""
 from __future__ import annotations
 
-import platform
 import shutil
 from dataclasses import asdict
-from importlib import metadata
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import QuarlError
-from ..run import MODEL_FILES, VALIDATION_SEED_BASE, mlp_forward, write_run
-
-
-def package_versions() -> dict[str, str]:
-    out = {"python": platform.python_version()}
-    for name in ("tensorflow-cpu", "tensorflow", "tf-agents", "tensorflow-probability",
-                 "gymnasium", "numpy", "tflite-runtime", "quarl-edge"):
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            pass
-    return out
-
+from .envs import space_info
+from ..run import (MODEL_FILES, VALIDATION_SEED_BASE, keras_mlp, mlp_forward,
+                   package_versions, write_run)
 
 
 # ------------------------------------------------------------------ actor networks (PPO, SAC, ...)
-def keras_mlp(obs_shape: tuple[int, ...], layers: list[tuple[np.ndarray, np.ndarray, str]],
-              name: str = "policy"):
-    """A plain tf.keras MLP float32 [None, *obs_shape] -> [None, n_out] holding `layers`
-    ((kernel, bias, activation) as from mlp_layers / actor_layers)."""
-    import tensorflow as tf
-    inp = tf.keras.Input(shape=obs_shape, dtype=tf.float32, name="observation")
-    x = tf.keras.layers.Flatten()(inp) if len(obs_shape) != 1 else inp
-    dense = []
-    for i, (kernel, bias, act) in enumerate(layers):
-        last = i == len(layers) - 1
-        dense.append(tf.keras.layers.Dense(kernel.shape[1], activation=act,
-                                           name="output" if last else f"dense_{i}"))
-        x = dense[-1](x)
-    model = tf.keras.Model(inp, x, name=name)
-    for layer, (kernel, bias, _) in zip(dense, layers):
-        layer.set_weights([kernel, bias])
-    return model
-
-
 def _dense_layers(net) -> list:
     """The Dense layers of a TF-Agents network, in call order (depth first)."""
     import tensorflow as tf
@@ -176,7 +145,7 @@ def _save_actor_run(out: Path, algo: str, env_id: str, seed: int, cfg, agent, ac
         "final_train_return": float(np.mean(recent_returns)) if recent_returns else None,
         "obs_shape": list(obs_shape),
         "model_file": MODEL_FILES[algo],
-        "action_space": _space_info(space),
+        "action_space": space_info(space),
         "network": {"type": "mlp", "hidden": list(cfg.hidden), "activation": "relu",
                     "head": layers[-1][2] if hasattr(space, "n") else "tanh, scaled to bounds"},
         "hyperparameters": {k: (list(v) if isinstance(v, tuple) else v)
@@ -188,13 +157,6 @@ def _save_actor_run(out: Path, algo: str, env_id: str, seed: int, cfg, agent, ac
         info["n_actions"] = int(space.n)
     write_run(out, info)
     return info
-
-
-def _space_info(space) -> dict:
-    if hasattr(space, "n"):
-        return {"type": "discrete", "n": int(space.n), "start": int(space.start)}
-    return {"type": "box", "shape": list(space.shape), "low": np.asarray(space.low).tolist(),
-            "high": np.asarray(space.high).tolist()}
 
 
 

@@ -18,8 +18,9 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import QuarlError
-from ..run import MODEL_FILES, VALIDATION_SEED_BASE, mlp_q_values, write_run
-from .common import _space_info, package_versions
+from ..run import (MODEL_FILES, VALIDATION_SEED_BASE, mlp_q_values, package_versions,
+                   write_run)
+from .envs import space_info
 
 
 @dataclass
@@ -258,7 +259,7 @@ def train_dqn(env_id: str, seed: int, out: Path, config: DQNConfig, progress: bo
         "obs_shape": list(obs_shape),
         "n_actions": n_actions,
         "model_file": MODEL_FILES["dqn"],
-        "action_space": _space_info(env.gym_env.action_space),
+        "action_space": space_info(env.gym_env.action_space),
         "network": {"type": "mlp", "hidden": list(cfg.hidden), "activation": "relu"},
         "hyperparameters": {k: (list(v) if isinstance(v, tuple) else v)
                             for k, v in asdict(cfg).items()},

@@ -57,24 +57,51 @@ def make_gym(env_id: str, **kwargs) -> gym.Env:
                          "Gymnasium id works") from None
 
 
+def space_info(space: gym.Space) -> dict:
+    """An action space as run.json's "action_space": discrete n and start, or a box's shape
+    and bounds."""
+    if hasattr(space, "n"):
+        return {"type": "discrete", "n": int(space.n), "start": int(space.start)}
+    return {"type": "box", "shape": list(space.shape), "low": np.asarray(space.low).tolist(),
+            "high": np.asarray(space.high).tolist()}
+
+
 # ----------------------------------------------------------------- policies as network outputs
-def output_to_action(output: np.ndarray, space: gym.Space):
-    """A policy network's output -> an environment action.
-
-    Discrete spaces: argmax of the outputs (Q-values or logits), shifted by the space's start.
-    Box spaces: the output is the action itself (a deterministic actor), clipped to the bounds."""
-    out = np.asarray(output, dtype=np.float64).reshape(-1)
-    if isinstance(space, gym.spaces.Discrete):
-        return int(np.argmax(out)) + int(space.start)
-    return np.clip(out.reshape(space.shape), space.low, space.high).astype(space.dtype)
+HEADS = ("argmax", "identity", "scale")
 
 
-def outputs_to_actions(outputs: np.ndarray, space: gym.Space) -> np.ndarray:
+def default_head(space: gym.Space) -> str:
+    """How a network's outputs become actions when nothing says otherwise: argmax for discrete
+    actions, the output itself (clipped to the bounds) for Box actions."""
+    return "argmax" if isinstance(space, gym.spaces.Discrete) else "identity"
+
+
+def output_to_action(output: np.ndarray, space: gym.Space, head: str | None = None):
+    """A policy network's output -> an environment action, by `head` (default_head(space)):
+
+    argmax    the index of the largest output (Q-values or logits), shifted by the space's start
+    identity  the output is the action (a deterministic actor), clipped to the bounds
+    scale     the output is in [-1, 1] (a tanh actor) and is rescaled to [low, high]"""
+    action = outputs_to_actions(np.asarray(output)[None], space, head)[0]
+    return int(action) if isinstance(space, gym.spaces.Discrete) else action
+
+
+def outputs_to_actions(outputs: np.ndarray, space: gym.Space, head: str | None = None):
     """output_to_action over a batch [k, n_out] -> [k] ints or [k, *shape] floats."""
-    outputs = np.asarray(outputs, dtype=np.float64)
-    if isinstance(space, gym.spaces.Discrete):
+    head = head or default_head(space)
+    outputs = np.asarray(outputs, dtype=np.float64).reshape(len(outputs), -1)
+    if head == "argmax":
+        if not isinstance(space, gym.spaces.Discrete):
+            raise QuarlError(f"the argmax head needs discrete actions; the env has {space}")
         return outputs.argmax(axis=1) + int(space.start)
-    return np.clip(outputs.reshape((-1, *space.shape)), space.low, space.high).astype(space.dtype)
+    if isinstance(space, gym.spaces.Discrete):
+        raise QuarlError(f"the {head} head needs Box actions; the env has {space}")
+    x = outputs.reshape((-1, *space.shape))
+    if head == "scale":
+        x = space.low + 0.5 * (np.clip(x, -1.0, 1.0) + 1.0) * (space.high - space.low)
+    elif head != "identity":
+        raise QuarlError(f"unknown action head {head!r}; known: {', '.join(HEADS)}")
+    return np.clip(x, space.low, space.high).astype(space.dtype)
 
 
 def compare_outputs(ref: np.ndarray, out: np.ndarray, space) -> dict:

@@ -1,0 +1,69 @@
+"""Import: the other way into a run directory. A policy trained elsewhere (Stable-Baselines3,
+ONNX, Keras, a TF-Agents / TF SavedModel) becomes an ordinary run directory (run.py's contract:
+run.json naming the source, the env id and the action head; policy.keras; calibration.npy
+from the imported policy's own rollouts), so quantize, build, validate, hil, bench and study
+work on it unchanged.
+
+    import_policy("ppo-LunarLander-v3.zip", "runs/lunar")            # env from the file name
+    import_policy("policy.onnx", "runs/p", env="Pendulum-v1")
+
+Each importer (sb3.py, onnx_policy.py, keras_policy.py, savedmodel.py) reads its format without
+running code from the file, builds the network as a plain Keras model and says how the source
+framework itself computes the same outputs; `common.fidelity` then checks the two on 1,000
+observations from the env (exact argmax agreement for discrete actions, max abs error <= 1e-5
+for continuous ones) and the result goes into run.json."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .common import ImportError_, fidelity, write_imported_run
+
+KINDS = ("sb3", "onnx", "keras", "savedmodel")
+
+
+def detect_kind(source: Path) -> str:
+    """The importer for a path, from what the file is (its first bytes), not only its name."""
+    if source.is_dir():
+        if (source / "saved_model.pb").is_file():
+            return "savedmodel"
+        raise ImportError_(f"{source}: a directory without saved_model.pb (not a SavedModel)")
+    if not source.is_file():
+        raise ImportError_(f"{source}: no such file")
+    head = source.read_bytes()[:8]
+    suffix = source.suffix.lower()
+    if suffix == ".zip":
+        return "sb3"
+    if suffix == ".onnx":
+        return "onnx"
+    if suffix in (".keras", ".h5", ".hdf5"):
+        return "keras"
+    what = "a zip" if head.startswith(b"PK") else "an HDF5 file" if head.startswith(
+        b"\x89HDF") else "an unknown file"
+    raise ImportError_(f"{source}: unknown kind of policy file ({what} named *{suffix}); "
+                       "import takes a Stable-Baselines3 .zip, an .onnx, a .keras/.h5 Keras "
+                       "model or a TF-Agents / TF SavedModel directory")
+
+
+def import_policy(source, out, env: str | None = None, vecnormalize=None,
+                  kind: str | None = None) -> dict:
+    """Import `source` into the run directory `out` (which must not exist or be empty); returns
+    its run.json. Nothing is written at `out` unless the import succeeds."""
+    source = Path(source)
+    kind = kind or detect_kind(source)
+    if kind == "sb3":
+        from .sb3 import load
+        imp = load(source, env, Path(vecnormalize) if vecnormalize else None)
+    elif kind == "onnx":
+        from .onnx_policy import load
+        imp = load(source, env)
+    elif kind == "keras":
+        from .keras_policy import load
+        imp = load(source, env)
+    elif kind == "savedmodel":
+        from .savedmodel import load
+        imp = load(source, env)
+    else:
+        raise ImportError_(f"unknown import kind {kind!r}; known: {', '.join(KINDS)}")
+    if vecnormalize and kind != "sb3":
+        raise ImportError_("--vecnormalize applies to Stable-Baselines3 zips only")
+    return write_imported_run(imp, Path(out), imp.checked or fidelity(imp))

@@ -1,0 +1,202 @@
+"""What every importer shares: the Keras network it writes, the checks against the env, the
+fidelity check against the source framework, and writing the run directory atomically."""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from ..errors import QuarlError
+from ..run import package_versions, write_run
+
+# Fidelity at import: the imported network against the source on this many env observations.
+FIDELITY_OBSERVATIONS = 1000
+MAX_ABS_ERROR = 1e-5    # continuous heads; discrete heads must agree exactly on the argmax
+
+
+class ImportError_(QuarlError):
+    """A policy file that cannot be imported (the message says why)."""
+
+
+@dataclass
+class Imported:
+    """What an importer found: the network as a Keras model and how it maps to the env.
+
+    `reference(obs_batch) -> outputs` is the source framework's own computation of the same
+    outputs (Q-values, logits or actions), used for the fidelity check."""
+    model: object                       # tf.keras.Model: float32 observations -> outputs
+    env_id: str
+    algo: str                           # run.json "algo", e.g. "sb3-ppo", "onnx", "keras"
+    source: dict                        # run.json "source": kind, file, sha256, version, ...
+    reference: Callable[[np.ndarray], np.ndarray]
+    reference_name: str                 # who computed `reference` (e.g. "stable-baselines3 2.9.2")
+    network: dict = field(default_factory=dict)
+    # "outputs": reference gives the network's outputs; "actions": the source's actions (a
+    # TF-Agents policy's `action` signature), compared with the actions of our outputs
+    reference_gives: str = "outputs"
+    checked: dict | None = None      # the fidelity result, when the importer already ran it
+    # observations -> how many of them a folded preprocessing stage would not reproduce (SB3's
+    # VecNormalize clip); the import refuses a policy where any does
+    unfolded: Callable[[np.ndarray], int] | None = None
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    p = Path(path)
+    files = sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else [p]
+    for f in files:
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def diagonal_scale(low, high) -> tuple[np.ndarray, np.ndarray, str]:
+    """A Dense layer mapping tanh's [-1, 1] to [low, high] (SB3's unscale_action), linear."""
+    low, high = np.asarray(low, np.float64).reshape(-1), np.asarray(high, np.float64).reshape(-1)
+    if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))):
+        raise ImportError_("a squashed (tanh) policy needs finite action bounds")
+    half = 0.5 * (high - low)
+    return np.diag(half).astype(np.float32), (low + half).astype(np.float32), "linear"
+
+
+def env_action(env_id: str) -> dict:
+    """The env's action space in check_spaces' terms (for importers whose file does not say)."""
+    from ..rl.envs import make_gym, space_info
+    env = make_gym(env_id)
+    info = space_info(env.action_space)
+    env.close()
+    return info
+
+
+def check_outputs(env_id: str, n_out: int, where: str) -> None:
+    """A network's output count against the env's actions (one per discrete action, one per
+    action dimension)."""
+    action = env_action(env_id)
+    want = action["n"] if action["type"] == "discrete" else int(np.prod(action["shape"]))
+    if n_out != want:
+        kind = f"{want} discrete actions" if action["type"] == "discrete" else \
+            f"actions of shape {tuple(action['shape'])}"
+        raise ImportError_(f"{where}: the network gives {n_out} outputs, {env_id} has {kind}")
+
+
+def check_spaces(env_id: str, obs_shape, action: dict, where: str):
+    """The env's spaces against what the policy file says; a mismatch names both. Returns the
+    env's (observation_space, action_space)."""
+    from ..rl.envs import make_gym
+    env = make_gym(env_id)
+    obs_space, act_space = env.observation_space, env.action_space
+    env.close()
+    if tuple(obs_space.shape or ()) != tuple(obs_shape):
+        raise ImportError_(f"{where}: the policy takes observations of shape {tuple(obs_shape)}, "
+                           f"{env_id} gives {tuple(obs_space.shape or ())}")
+    if action["type"] == "discrete":
+        if not hasattr(act_space, "n"):
+            raise ImportError_(f"{where}: the policy has {action['n']} discrete actions, "
+                               f"{env_id} has a Box action space of shape {act_space.shape}")
+        if int(act_space.n) != int(action["n"]):
+            raise ImportError_(f"{where}: the policy has {action['n']} actions, {env_id} has "
+                               f"{int(act_space.n)}")
+    else:
+        if hasattr(act_space, "n"):
+            raise ImportError_(f"{where}: the policy has continuous actions of shape "
+                               f"{tuple(action['shape'])}, {env_id} has {int(act_space.n)} "
+                               "discrete actions")
+        if tuple(act_space.shape) != tuple(action["shape"]):
+            raise ImportError_(f"{where}: the policy's actions have shape "
+                               f"{tuple(action['shape'])}, {env_id}'s {tuple(act_space.shape)}")
+    return obs_space, act_space
+
+
+def keras_batch(model):
+    import tensorflow as tf
+
+    @tf.function(reduce_retracing=True)
+    def f(x):
+        return model(x, training=False)
+
+    return lambda x: f(tf.convert_to_tensor(np.asarray(x, np.float32))).numpy()
+
+
+def fidelity(imp: Imported, seed: int = 0) -> dict:
+    """The imported network against the source on FIDELITY_OBSERVATIONS observations from
+    rollouts of the imported policy in the env (epsilon-greedy, off the test seeds): exact argmax
+    agreement for discrete heads, max abs error of the actions for continuous ones."""
+    from ..quant.calibration import rollout_observations
+    from ..rl.envs import make_gym, outputs_to_actions
+
+    ours = keras_batch(imp.model)
+    obs = rollout_observations(imp.env_id, ours, size=FIDELITY_OBSERVATIONS, seed=seed)
+    space = make_gym(imp.env_id).action_space
+    out, ref = ours(obs), np.asarray(imp.reference(obs), np.float64)
+    a = outputs_to_actions(out, space)
+    result = {"observations": len(obs), "reference": imp.reference_name}
+    if imp.reference_gives == "actions":
+        a_ref = ref.reshape(a.shape)
+    else:
+        if out.shape != ref.shape:
+            raise ImportError_(f"the imported network gives outputs of shape {out.shape[1:]}, "
+                               f"the source {ref.shape[1:]}")
+        a_ref = outputs_to_actions(ref, space)
+        result["max_abs_error_outputs"] = float(np.max(np.abs(out - ref)))
+    if hasattr(space, "n"):
+        result["argmax_agreement"] = float(np.mean(a == a_ref))
+        ok = result["argmax_agreement"] == 1.0
+    else:
+        result["max_abs_error_actions"] = float(np.max(np.abs(a.astype(np.float64) - a_ref)))
+        ok = result["max_abs_error_actions"] <= MAX_ABS_ERROR
+    if imp.unfolded is not None:
+        result["clipped_observations"] = imp.unfolded(obs)
+        if result["clipped_observations"]:
+            raise ImportError_(f"{result['clipped_observations']} of {len(obs)} observations "
+                               "reach VecNormalize's clip_obs, which the folded first layer "
+                               "does not reproduce; not supported yet")
+    result["ok"] = bool(ok)
+    if not ok:
+        raise ImportError_(f"the imported network does not act as the source does on "
+                           f"{len(obs)} observations of {imp.env_id}: {result}")
+    return result
+
+
+def write_imported_run(imp: Imported, out: Path, fid: dict, extra: dict | None = None) -> dict:
+    """RUN = out: run.json, policy.keras and calibration.npy, made in a temporary folder beside
+    it and renamed into place at the end (nothing is left at `out` on an error)."""
+    from ..rl.envs import make_gym, space_info
+
+    out = Path(out)
+    if out.exists() and any(out.iterdir()):
+        raise ImportError_(f"{out} exists and is not empty; choose another --out")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.import-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        imp.model.save(tmp / "policy.keras")
+        env = make_gym(imp.env_id)
+        space = env.action_space
+        info = {
+            "env": imp.env_id, "algo": imp.algo, "seed": None, "steps": None,
+            "obs_shape": list(env.observation_space.shape),
+            "action_space": space_info(space),
+            "action_head": "argmax" if hasattr(space, "n") else "identity",
+            "network": imp.network, "model_file": "policy.keras",
+            "source": imp.source, "fidelity": fid,
+            "versions": package_versions(),
+            **(extra or {}),
+        }
+        env.close()
+        if hasattr(space, "n"):
+            info["n_actions"] = int(space.n)
+        write_run(tmp, info)
+        from ..quant.calibration import collect_calibration
+        np.save(tmp / "calibration.npy", collect_calibration(tmp))
+        if out.exists():
+            out.rmdir()
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return info

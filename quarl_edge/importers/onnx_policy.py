@@ -1,0 +1,207 @@
+"""ONNX policies (e.g. a CleanRL or Stable-Baselines3 actor exported by torch.onnx.export) as a
+plain Keras MLP, checked against onnxruntime.
+
+No maintained ONNX -> TensorFlow converter works with our TensorFlow 2.15 pin (onnx2tf needs a
+newer TensorFlow, onnx-tf is unmaintained), and a policy network uses few ops, so the graph is
+mapped here, node by node, onto Dense layers:
+
+    Gemm, MatMul (constant weights)     a Dense layer (alpha, beta, transA/transB folded)
+    Add / Sub / Mul / Div by a constant folded into the Dense layer before it when that layer
+                                        feeds only this node, else a diagonal Dense layer
+    Relu, Tanh, Sigmoid, Softmax        the activation of the Dense layer before it, else an
+                                        Activation layer
+    Flatten, Identity, Dropout          nothing (the observations are a vector)
+
+The first output is the network's output (Q-values, logits or the action). Every node outside
+this list is named at once, with its index, in one error. Integer outputs (an ArgMax inside the
+graph) are refused: export the network before the argmax.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .common import Imported, ImportError_, check_outputs, check_spaces, env_action, sha256
+
+SUPPORTED = ("Gemm", "MatMul", "Add", "Sub", "Mul", "Div", "Relu", "Tanh", "Sigmoid", "Softmax",
+             "Flatten", "Identity", "Dropout")
+ACTIVATIONS = {"Relu": "relu", "Tanh": "tanh", "Sigmoid": "sigmoid", "Softmax": "softmax"}
+
+
+def _modules():
+    try:
+        import onnx
+        import onnxruntime
+    except ImportError:
+        raise ImportError_("ONNX import needs the onnx and onnxruntime packages: "
+                           "pip install 'quarl-edge[onnx]' (or `make setup`)") from None
+    return onnx, onnxruntime
+
+
+class _Layer:
+    """A Dense layer being assembled: kernel [in, out], bias, activation."""
+
+    def __init__(self, kernel, bias):
+        self.kernel, self.bias, self.act = kernel.astype(np.float64), bias.astype(np.float64), \
+            "linear"
+
+
+def _graph_to_layers(model, where: str) -> tuple[list[_Layer], int, str]:
+    """The nodes as a chain of Dense layers (see the module docstring); returns (layers, input
+    size, output name)."""
+    from onnx import numpy_helper
+    g = model.graph
+    consts = {t.name: numpy_helper.to_array(t).astype(np.float64) for t in g.initializer}
+    for n in g.node:   # Constant nodes (torch exports some scalars this way)
+        if n.op_type == "Constant":
+            for a in n.attribute:
+                if a.name == "value":
+                    consts[n.output[0]] = numpy_helper.to_array(a.t).astype(np.float64)
+    inputs = [i for i in g.input if i.name not in consts]
+    if len(inputs) != 1:
+        raise ImportError_(f"{where}: {len(inputs)} inputs ({', '.join(i.name for i in inputs)});"
+                           " one observation input is supported")
+    dims = [d.dim_value for d in inputs[0].type.tensor_type.shape.dim]
+    size = int(np.prod([d for d in dims[1:] if d])) if len(dims) > 1 else 0
+    bad = [f"#{i} {n.op_type}" for i, n in enumerate(g.node)
+           if n.op_type not in SUPPORTED and n.op_type != "Constant"]
+    if bad:
+        raise ImportError_(f"{where}: unsupported ONNX ops: {', '.join(bad)}; supported: "
+                           f"{', '.join(SUPPORTED)}")
+    uses: dict[str, int] = {}
+    for n in g.node:
+        for x in n.input:
+            uses[x] = uses.get(x, 0) + 1
+    out_name = g.output[0].name
+    uses[out_name] = uses.get(out_name, 0) + 1
+
+    cur, layers = inputs[0].name, []     # the tensor the chain has reached; its Dense layers
+    last_output_of: dict[str, _Layer] = {}
+
+    def fresh(n_in):
+        layer = _Layer(np.eye(n_in), np.zeros(n_in))
+        layers.append(layer)
+        return layer
+
+    width = size
+    for i, n in enumerate(g.node):
+        if n.op_type == "Constant":
+            continue
+        ins = list(n.input)
+        data = [x for x in ins if x and x not in consts]
+        if len(data) != 1 or data[0] != cur:
+            raise ImportError_(f"{where}: node #{i} {n.op_type} does not continue one chain "
+                               "(branches and skip connections are not supported)")
+        attrs = {a.name: a for a in n.attribute}
+        layer = last_output_of.get(cur)
+        foldable = layer is not None and uses.get(cur, 0) == 1
+        if n.op_type in ("Gemm", "MatMul"):
+            w = consts.get(ins[1])
+            if w is None or w.ndim != 2:
+                raise ImportError_(f"{where}: node #{i} {n.op_type}: the weights must be a "
+                                   "constant matrix")
+            if n.op_type == "Gemm":
+                if attrs.get("transA") and attrs["transA"].i:
+                    raise ImportError_(f"{where}: node #{i} Gemm with transA is not supported")
+                if attrs.get("transB") and attrs["transB"].i:
+                    w = w.T
+                w = w * (attrs["alpha"].f if "alpha" in attrs else 1.0)
+                c = consts.get(ins[2]) if len(ins) > 2 and ins[2] else None
+                b = np.zeros(w.shape[1]) if c is None else \
+                    np.broadcast_to(c * (attrs["beta"].f if "beta" in attrs else 1.0),
+                                    (w.shape[1],)).astype(np.float64)
+            else:
+                b = np.zeros(w.shape[1])
+            if width and w.shape[0] != width:
+                raise ImportError_(f"{where}: node #{i} {n.op_type} takes {w.shape[0]} values, "
+                                   f"gets {width}")
+            new = _Layer(w, b)
+            layers.append(new)
+            width = w.shape[1]
+        elif n.op_type in ("Add", "Sub", "Mul", "Div"):
+            c = np.broadcast_to(consts[[x for x in ins if x in consts][0]], (width,)) \
+                .astype(np.float64)
+            const_first = ins[0] in consts
+            new = layer if foldable and layer.act == "linear" else fresh(width)
+            if n.op_type == "Add":
+                new.bias = new.bias + c
+            elif n.op_type == "Sub":
+                if const_first:     # c - x
+                    new.kernel, new.bias = -new.kernel, c - new.bias
+                else:
+                    new.bias = new.bias - c
+            elif n.op_type == "Mul":
+                new.kernel, new.bias = new.kernel * c, new.bias * c
+            else:
+                if const_first:
+                    raise ImportError_(f"{where}: node #{i} Div of a constant by the input is "
+                                       "not supported")
+                new.kernel, new.bias = new.kernel / c, new.bias / c
+        elif n.op_type in ACTIVATIONS:
+            new = layer if foldable and layer.act == "linear" else fresh(width)
+            if n.op_type == "Softmax":
+                axis = attrs["axis"].i if "axis" in attrs else -1
+                if axis not in (-1, 1):
+                    raise ImportError_(f"{where}: node #{i} Softmax over axis {axis}")
+            new.act = ACTIVATIONS[n.op_type]
+        else:   # Flatten, Identity, Dropout
+            new = layer
+        cur = n.output[0]
+        if new is not None:
+            last_output_of[cur] = new
+    if cur != out_name:
+        raise ImportError_(f"{where}: the chain ends at {cur}, not at the output {out_name}")
+    if not layers:
+        raise ImportError_(f"{where}: no layer with weights")
+    return layers, size or layers[0].kernel.shape[0], out_name
+
+
+def load(path: Path, env_id: str | None) -> Imported:
+    onnx, ort = _modules()
+    from ..run import keras_mlp
+    path = Path(path)
+    if env_id is None:
+        raise ImportError_(f"{path}: an ONNX model does not say its environment: give --env ID")
+    try:
+        model = onnx.load(str(path))
+        onnx.checker.check_model(model)
+    except Exception as e:  # onnx raises DecodeError, ValidationError, ...: all "not valid"
+        raise ImportError_(f"{path}: not a valid ONNX model ({type(e).__name__}: "
+                           f"{str(e).splitlines()[0] if str(e) else ''})") from None
+    out_type = model.graph.output[0].type.tensor_type.elem_type
+    if out_type != onnx.TensorProto.FLOAT:
+        raise ImportError_(f"{path}: the output {model.graph.output[0].name} is "
+                           f"{onnx.TensorProto.DataType.Name(out_type)}, not FLOAT (an ArgMax in "
+                           "the graph?): export the network before the argmax")
+    layers, n_in, out_name = _graph_to_layers(model, str(path))
+    env_act = env_action(env_id)
+    from ..rl.envs import make_gym
+    env = make_gym(env_id)
+    obs_shape = tuple(env.observation_space.shape)
+    env.close()
+    if int(np.prod(obs_shape)) != n_in:
+        check_spaces(env_id, (n_in,), env_act, str(path))   # raises, naming both shapes
+    check_outputs(env_id, int(layers[-1].kernel.shape[1]), str(path))
+    mlp = [(layer.kernel.astype(np.float32), layer.bias.astype(np.float32), layer.act)
+           for layer in layers]
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    in_name = session.get_inputs()[0].name
+    in_shape = session.get_inputs()[0].shape
+
+    def reference(obs):
+        x = np.asarray(obs, np.float32).reshape(len(obs), *[d if isinstance(d, int) else -1
+                                                            for d in in_shape[1:]])
+        if isinstance(in_shape[0], int) and in_shape[0] == 1:   # a fixed batch of one
+            return np.concatenate([session.run([out_name], {in_name: r[None]})[0] for r in x])
+        return session.run([out_name], {in_name: x})[0].reshape(len(obs), -1)
+
+    return Imported(model=keras_mlp(obs_shape, mlp, name="onnx_policy"), env_id=env_id,
+                    algo="onnx",
+                    source={"kind": "onnx", "file": path.name, "sha256": sha256(path),
+                            "opset": max((o.version for o in model.opset_import), default=None),
+                            "producer": f"{model.producer_name} {model.producer_version}".strip(),
+                            "output": out_name},
+                    reference=reference, reference_name=f"onnxruntime {ort.__version__}",
+                    network={"type": "mlp", "hidden": [int(x.kernel.shape[1]) for x in layers[:-1]],
+                             "activations": [x.act for x in layers]})

@@ -1,0 +1,144 @@
+"""TF-Agents policies saved by PolicySaver (or any TF SavedModel with the same `action`
+signature): the greedy network rebuilt as a plain Keras MLP from the policy's variables.
+
+The variables of TF-Agents' standard networks name their layers (QNetwork/EncodingNetwork/dense,
+.../CategoricalProjectionNetwork/logits, .../NormalProjectionNetwork/means_projection_layer,
+ActorNetwork/action, ...); the heads are:
+
+    QNetwork                                   Q-values (argmax)
+    ActorDistributionNetwork + Categorical...  logits (argmax)
+    ActorDistributionNetwork + Normal...       tanh, scaled to the action bounds (TF-Agents'
+                                               default mean_transform, tanh_squash_to_spec)
+    ... + TanhNormalProjectionNetwork (SAC)    the first half of the projection (the means),
+                                               tanh, scaled to the bounds
+    ActorNetwork (DDPG, TD3)                   tanh (its action layer), scaled to the bounds
+
+The hidden layers' activation is not in the variables (TF-Agents' default is relu): each of
+relu and tanh is tried, and the import keeps the one whose actions equal the SavedModel's own
+`action` signature (the source framework) on the fidelity observations, or fails.
+A policy with state (an RNN policy: get_initial_state returns tensors) is refused until
+recurrent policies are supported. Loading a SavedModel runs its TensorFlow graph, not Python.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import QuarlError
+from ..run import keras_mlp
+from .common import Imported, ImportError_, check_spaces, diagonal_scale, env_action, sha256
+
+
+def _load(path: Path):
+    import tensorflow as tf
+    import tensorflow_probability  # noqa: F401  (registers the distributions' type specs)
+    import tf_agents.policies  # noqa: F401      (and TF-Agents' own)
+    try:
+        return tf.saved_model.load(str(path))
+    except (ValueError, OSError, tf.errors.OpError) as e:
+        raise ImportError_(f"{path}: TensorFlow cannot load the SavedModel: "
+                           f"{str(e).splitlines()[0]}") from None
+
+
+def _layers(variables, where: str) -> tuple[str, list[tuple[str, np.ndarray, np.ndarray]]]:
+    """(network kind, [(layer path, kernel, bias)]) in creation order."""
+    by_layer: dict[str, dict] = {}
+    for v in variables:
+        m = re.fullmatch(r"(.+)/(kernel|bias):\d+", v.name)
+        if not m:
+            raise ImportError_(f"{where}: variable {v.name} is not a dense layer's kernel or bias "
+                               "(only TF-Agents' MLP networks are supported)")
+        by_layer.setdefault(m.group(1), {})[m.group(2)] = v.numpy()
+    layers = []
+    for name, kb in by_layer.items():
+        if "kernel" not in kb or kb["kernel"].ndim != 2:
+            raise ImportError_(f"{where}: layer {name} is not a dense layer")
+        layers.append((name, kb["kernel"], kb.get("bias", np.zeros(kb["kernel"].shape[1],
+                                                                  np.float32))))
+    root = layers[0][0].split("/")[0] if layers else ""
+    names = " ".join(n for n, _, _ in layers)
+    if root.startswith("QNetwork"):
+        kind = "q"
+    elif root.startswith("ActorNetwork"):
+        kind = "actor"
+    elif "CategoricalProjectionNetwork" in names:
+        kind = "categorical"
+    elif "TanhNormalProjectionNetwork" in names:
+        kind = "tanh-normal"
+    elif "NormalProjectionNetwork" in names:
+        kind = "normal"
+    else:
+        raise ImportError_(f"{where}: the network {root or '?'} is not one of TF-Agents' "
+                           "QNetwork, ActorNetwork or ActorDistributionNetwork")
+    if kind in ("normal", "categorical", "tanh-normal"):   # drop value nets saved alongside
+        layers = [layer for layer in layers if "ValueNetwork" not in layer[0]
+                  and "bias_layer" not in layer[0]]
+    return kind, layers
+
+
+def _network(kind, layers, act, action, where):
+    hidden = [(k, b, act) for _, k, b in layers[:-1]]
+    _, k, b = layers[-1]
+    if kind in ("q", "categorical"):
+        return hidden + [(k, b, "linear")]
+    low, high = np.asarray(action["low"]), np.asarray(action["high"])
+    if kind == "tanh-normal":    # the projection gives [means, stds]
+        n = k.shape[1] // 2
+        k, b = k[:, :n], b[:n]
+    return hidden + [(k, b, "tanh"), diagonal_scale(low, high)]
+
+
+def load(path: Path, env_id: str | None) -> Imported:
+    import tensorflow as tf
+    path = Path(path)
+    if env_id is None:
+        raise ImportError_(f"{path}: a SavedModel does not say its environment: give --env ID")
+    policy = _load(path)
+    if "action" not in policy.signatures:
+        raise ImportError_(f"{path}: no `action` signature (not a TF-Agents PolicySaver "
+                           f"policy); it has: {', '.join(policy.signatures) or 'none'}")
+    if "get_initial_state" in policy.signatures:
+        state = policy.signatures["get_initial_state"](batch_size=tf.constant(1))
+        if state:
+            raise ImportError_(f"{path}: the policy has state ({', '.join(state)}): a "
+                               "recurrent policy, not supported yet")
+    spec = policy.signatures["action"].structured_input_signature[1]
+    obs_keys = [k for k in spec if k.endswith("observation")]
+    if len(obs_keys) != 1:
+        raise ImportError_(f"{path}: observations {sorted(k for k in spec if 'observation' in k)}"
+                           ": one observation tensor is supported")
+    obs_spec = spec[obs_keys[0]]
+    obs_shape = tuple(int(d) for d in obs_spec.shape[1:])
+    action = env_action(env_id)
+    check_spaces(env_id, obs_shape, action, str(path))
+    kind, layers = _layers(policy.model_variables, str(path))
+    act_fn = policy.signatures["action"]
+
+    def reference(obs):
+        n = len(obs)
+        out = act_fn(**{obs_keys[0]: tf.constant(np.asarray(obs, np.float32)),
+                        **{k: tf.zeros((n,), s.dtype) for k, s in spec.items()
+                           if k != obs_keys[0]}})
+        return out["action"].numpy().reshape(n, -1)
+
+    from .common import fidelity
+    tried = []
+    for act in ("relu", "tanh"):
+        model = keras_mlp(obs_shape, _network(kind, layers, act, action, str(path)),
+                          name="tf_agents_policy")
+        imp = Imported(model=model, env_id=env_id, algo="tf-agents",
+                       source={"kind": "tf-agents", "file": path.name, "sha256": sha256(path),
+                               "network": kind, "variables": [n for n, _, _ in layers]},
+                       reference=reference, reference_name="the SavedModel's action signature",
+                       reference_gives="actions",
+                       network={"type": "mlp", "hidden": [int(k.shape[1]) for _, k, _ in
+                                                          layers[:-1]], "activation": act})
+        try:
+            imp.checked = fidelity(imp)
+            return imp
+        except QuarlError as e:
+            tried.append(f"{act}: {e}")
+    raise ImportError_(f"{path}: no activation makes the rebuilt network act as the saved policy "
+                       f"(is it the greedy policy?): {'; '.join(tried)}")

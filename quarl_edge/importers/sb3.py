@@ -1,0 +1,261 @@
+"""Stable-Baselines3 policies (the .zip of `model.save`) as quarl-edge run directories.
+
+Read without torch and without running anything from the file (a zip from the internet is
+untrusted): `data` is SB3's JSON (only its plain fields are read, never the base64 pickles in
+it), `policy.pth` is read by safe_pickle.load_torch_archive (tensors and containers only).
+
+The network written is what SB3's `predict(obs, deterministic=True)` computes, as a plain MLP:
+
+    DQN            q_net                               -> Q-values      (action: argmax)
+    PPO, A2C       policy_net, action_net              -> logits (argmax) or the Gaussian mean,
+                                                          clipped to the bounds as SB3 does
+    SAC            latent_pi, mu, tanh, unscale_action -> the action
+    TD3            mu (ends in tanh), unscale_action   -> the action
+
+with VecNormalize's observation normalisation (a vecnormalize.pkl, read as inert data) folded
+into the first layer: W' = W / s, b' = b - (mean / s) W, s = sqrt(var + epsilon). SB3 also clips
+the normalised observation to +-clip_obs; the fold is exact while no observation reaches the
+clip, which the import checks on its fidelity observations (and refuses otherwise).
+
+`reference` re-does SB3's forward in numpy (float64) from the same tensors, the way SB3's
+policy classes compute it, without torch; the tests check it and the imported network against
+predictions that real SB3 made (tests/fixtures/sb3/).
+"""
+from __future__ import annotations
+
+import json
+import re
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from ..run import keras_mlp
+from .common import Imported, ImportError_, check_spaces, diagonal_scale, sha256
+from .safe_pickle import load_symbolic, load_torch_archive
+
+ALGOS = ("dqn", "ppo", "a2c", "sac", "td3")
+DEFAULT_ACTIVATION = {"dqn": "relu", "ppo": "tanh", "a2c": "tanh", "sac": "relu", "td3": "relu"}
+TORCH_ACTIVATIONS = {"ReLU": "relu", "Tanh": "tanh"}
+
+
+def _read_zip(path: Path) -> tuple[dict, dict[str, np.ndarray], str]:
+    try:
+        z = zipfile.ZipFile(path)
+        names = set(z.namelist())
+        if "data" not in names or "policy.pth" not in names:
+            raise ImportError_(f"{path}: a zip, but not a Stable-Baselines3 model (no data and "
+                               "policy.pth in it)")
+        data = json.loads(z.read("data"))
+        policy = z.read("policy.pth")
+        version = z.read("_stable_baselines3_version").decode().strip() \
+            if "_stable_baselines3_version" in names else "unknown"
+    except (zipfile.BadZipFile, EOFError, OSError) as e:
+        raise ImportError_(f"{path}: not a readable zip ({e}); truncated download?") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ImportError_(f"{path}: SB3's data entry is not JSON ({e})") from None
+    except zipfile.error as e:   # CRC errors of a corrupted member
+        raise ImportError_(f"{path}: a corrupted zip ({e})") from None
+    return data, load_torch_archive(policy, f"{path}:policy.pth"), version
+
+
+def _algo(data: dict, sd: dict, path: Path) -> str:
+    """Which algorithm's policy this is: SB3's policy module names DQN, SAC and TD3; PPO and A2C
+    share ActorCriticPolicy (and compute the same greedy action), told apart by their data."""
+    module = (data.get("policy_class") or {}).get("__module__", "")
+    m = re.fullmatch(r"stable_baselines3\.(dqn|sac|td3)\.policies", module)
+    if m:
+        return m.group(1)
+    if module == "stable_baselines3.common.policies" and "action_net.weight" in sd:
+        return "ppo" if "clip_range" in data else "a2c"
+    hint = " (recurrent policies are not supported yet)" if "recurrent" in module else ""
+    raise ImportError_(f"{path}: a policy from {module or 'an unknown module'} is not "
+                       f"supported{hint}; supported: Stable-Baselines3 "
+                       f"{', '.join(a.upper() for a in ALGOS)} with MlpPolicy")
+
+
+def _space(entry: dict, what: str, path: Path) -> dict:
+    kind = str(entry.get(":type:", ""))
+    try:
+        shape = tuple(json.loads(entry["_shape"])) if isinstance(entry.get("_shape"), str) \
+            else tuple(entry.get("_shape") or ())
+    except (json.JSONDecodeError, TypeError):
+        shape = None
+    if kind.endswith("discrete.Discrete'>"):
+        return {"type": "discrete", "n": int(entry["n"]), "start": int(entry.get("start", 0))}
+    if kind.endswith("box.Box'>") and shape is not None:
+        return {"type": "box", "shape": shape, "dtype": entry.get("dtype", "float32")}
+    raise ImportError_(f"{path}: {what} {kind or '?'} is not supported (Box observations; "
+                       "Discrete or Box actions)")
+
+
+def _activation(data: dict, algo: str, path: Path) -> str:
+    kwargs = data.get("policy_kwargs") or {}
+    fn = kwargs.get("activation_fn") if isinstance(kwargs, dict) else None
+    if fn is None:
+        return DEFAULT_ACTIVATION[algo]
+    m = re.search(r"torch\.nn\.modules\.activation\.(\w+)", str(fn))
+    if not m or m.group(1) not in TORCH_ACTIVATIONS:
+        raise ImportError_(f"{path}: activation {fn} is not supported (ReLU, Tanh)")
+    return TORCH_ACTIVATIONS[m.group(1)]
+
+
+def _sequential(sd: dict, prefix: str) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The Linear layers of an nn.Sequential under `prefix` (prefix.<i>.weight/bias), in order,
+    as (kernel [in, out], bias)."""
+    idx = sorted({int(m.group(1)) for k in sd
+                  if (m := re.fullmatch(re.escape(prefix) + r"\.(\d+)\.weight", k))})
+    return [(sd[f"{prefix}.{i}.weight"].T, sd[f"{prefix}.{i}.bias"]) for i in idx]
+
+
+def _linear(sd: dict, prefix: str) -> tuple[np.ndarray, np.ndarray]:
+    return sd[f"{prefix}.weight"].T, sd[f"{prefix}.bias"]
+
+
+def _layers(sd: dict, algo: str, act: str, action: dict, low, high, path: Path):
+    """The greedy network as [(kernel, bias, activation)] (see the module docstring)."""
+    try:
+        if any(k.startswith("features_extractor.") or ".features_extractor." in k for k in sd):
+            raise ImportError_(f"{path}: a policy with a features extractor (CnnPolicy, "
+                               "MultiInputPolicy) is not supported yet; MlpPolicy is")
+        if any("lstm" in k for k in sd):
+            raise ImportError_(f"{path}: a recurrent (LSTM) policy is not supported yet")
+        if algo == "dqn":
+            body = _sequential(sd, "q_net.q_net")
+            return [(w, b, act) for w, b in body[:-1]] + [(*body[-1], "linear")]
+        if algo in ("ppo", "a2c"):
+            if any(k.startswith("mlp_extractor.shared_net") for k in sd):
+                raise ImportError_(f"{path}: shared layers (net_arch with a shared part) are "
+                                   "not supported")
+            hidden = [(w, b, act) for w, b in _sequential(sd, "mlp_extractor.policy_net")]
+            return hidden + [(*_linear(sd, "action_net"), "linear")]
+        if algo == "sac":
+            hidden = [(w, b, act) for w, b in _sequential(sd, "actor.latent_pi")]
+            return hidden + [(*_linear(sd, "actor.mu"), "tanh"), diagonal_scale(low, high)]
+        if algo == "td3":
+            body = _sequential(sd, "actor.mu")
+            return [(w, b, act) for w, b in body[:-1]] + [(*body[-1], "tanh"),
+                                                          diagonal_scale(low, high)]
+    except KeyError as e:
+        raise ImportError_(f"{path}: tensor {e} missing for an SB3 {algo.upper()} policy") \
+            from None
+    raise AssertionError(algo)
+
+
+def _vecnormalize(path: Path) -> dict:
+    """mean, var, epsilon, clip_obs of a VecNormalize pickle, read as inert data."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as e:
+        raise ImportError_(f"cannot read {path}: {e}") from None
+    obj = load_symbolic(raw, str(path))
+    if not hasattr(obj, "attrs") or not obj.type_name.endswith("VecNormalize"):
+        raise ImportError_(f"{path}: not a VecNormalize file (it holds {obj!r:.60})")
+    a = obj.attrs()
+    if not a.get("norm_obs", True):
+        return {}
+    if a.get("norm_obs_keys"):
+        raise ImportError_(f"{path}: VecNormalize of dict observations is not supported")
+    rms = a.get("obs_rms")
+    r = rms.attrs() if hasattr(rms, "attrs") else {}
+    try:
+        mean, var = np.asarray(r["mean"], np.float64), np.asarray(r["var"], np.float64)
+        eps, clip = float(a["epsilon"]), float(a["clip_obs"])
+    except (KeyError, TypeError, ValueError):
+        raise ImportError_(f"{path}: VecNormalize without obs_rms mean/var, epsilon and "
+                           "clip_obs") from None
+    return {"mean": mean, "var": var, "epsilon": eps, "clip_obs": clip}
+
+
+def _fold(layers, norm: dict):
+    """VecNormalize's (obs - mean) / sqrt(var + eps) folded into the first Dense layer."""
+    kernel, bias, act = layers[0]
+    s = np.sqrt(norm["var"] + norm["epsilon"]).reshape(-1)
+    mean = norm["mean"].reshape(-1)
+    k64 = kernel.astype(np.float64)
+    return [((k64 / s[:, None]).astype(np.float32),
+             (bias - (mean / s) @ k64).astype(np.float32), act)] + layers[1:]
+
+
+_ACT = {"relu": lambda x: np.maximum(x, 0.0), "tanh": np.tanh, "linear": lambda x: x}
+
+
+def numpy_reference(layers, norm: dict | None, clip_box: tuple | None):
+    """SB3's forward in numpy float64 from the unfolded tensors: normalise (with the clip),
+    the layers, and for Box actions the clip to the bounds that predict() applies."""
+    def run(obs):
+        x = np.asarray(obs, np.float64).reshape(len(obs), -1)
+        if norm:
+            x = np.clip((x - norm["mean"].reshape(-1)) / np.sqrt(norm["var"].reshape(-1)
+                                                                + norm["epsilon"]),
+                        -norm["clip_obs"], norm["clip_obs"])
+        for k, b, act in layers:
+            x = _ACT[act](x @ k.astype(np.float64) + b.astype(np.float64))
+        if clip_box is not None:
+            x = np.clip(x, clip_box[0].reshape(-1), clip_box[1].reshape(-1))
+        return x
+    return run
+
+
+def load(path: Path, env_id: str | None, vecnormalize: Path | None = None) -> Imported:
+    path = Path(path)
+    data, sd, version = _read_zip(path)
+    algo = _algo(data, sd, path)
+    obs = _space(data.get("observation_space") or {}, "observation space", path)
+    action = _space(data.get("action_space") or {}, "action space", path)
+    if obs["type"] != "box":
+        raise ImportError_(f"{path}: discrete observations are not supported")
+    env_id = env_id or guess_env(path)
+    _, act_space = check_spaces(env_id, obs["shape"], action, str(path))
+    act = _activation(data, algo, path)
+    low = getattr(act_space, "low", None)
+    high = getattr(act_space, "high", None)
+    layers = _layers(sd, algo, act, action, low, high, path)
+    if vecnormalize is None and path.with_suffix(".vecnormalize.pkl").is_file():
+        vecnormalize = path.with_suffix(".vecnormalize.pkl")
+    if vecnormalize is None and (path.parent / "vecnormalize.pkl").is_file():
+        vecnormalize = path.parent / "vecnormalize.pkl"
+    norm = _vecnormalize(vecnormalize) if vecnormalize is not None else {}
+    if norm and norm["mean"].size != int(np.prod(obs["shape"])):
+        raise ImportError_(f"{vecnormalize}: statistics for {norm['mean'].size} observation "
+                           f"values, the policy takes {int(np.prod(obs['shape']))}")
+    folded = _fold(layers, norm) if norm else layers
+    # SB3 clips a Gaussian policy's action to the bounds in predict(); so does the head
+    # ("identity": the output clipped), so the network itself ends at the mean.
+    clip_box = (low, high) if action["type"] == "box" else None
+    model = keras_mlp(obs["shape"], folded, name=f"sb3_{algo}")
+    source = {"kind": "stable-baselines3", "file": path.name, "sha256": sha256(path),
+              "version": version, "algo": algo.upper(), "policy": "MlpPolicy",
+              "num_timesteps": data.get("num_timesteps")}
+    if norm:
+        source["vecnormalize"] = {"file": Path(vecnormalize).name,
+                                  "sha256": sha256(vecnormalize),
+                                  "clip_obs": norm["clip_obs"], "epsilon": norm["epsilon"],
+                                  "folded_into": "the first layer"}
+    n_head = 2 if algo in ("sac", "td3") else 1    # the output layer (and the rescale)
+    return Imported(model=model, env_id=env_id, algo=f"sb3-{algo}", source=source,
+                    reference=numpy_reference(layers, norm, clip_box),
+                    reference_name="SB3's forward in numpy float64 from the zip's tensors",
+                    network={"type": "mlp", "activation": act,
+                             "hidden": [int(k.shape[1]) for k, _, _ in layers[:-n_head]]},
+                    unfolded=(lambda obs: _clipped(norm, obs)) if norm else None)
+
+
+def _clipped(norm: dict, obs: np.ndarray) -> int:
+    """How many observations VecNormalize clips (the fold is exact only while it clips none)."""
+    z = (np.asarray(obs, np.float64).reshape(len(obs), -1) - norm["mean"].reshape(-1)) / \
+        np.sqrt(norm["var"].reshape(-1) + norm["epsilon"])
+    return int(np.sum(np.any(np.abs(z) > norm["clip_obs"], axis=1)))
+
+
+def guess_env(path: Path) -> str:
+    """The env id from the file name (RL Zoo and the Hub name files after it, e.g.
+    ppo-LunarLander-v3.zip) when it names a registered Gymnasium id; else an error asking for
+    --env."""
+    import gymnasium as gym
+    stem = path.stem
+    found = [e for e in gym.envs.registry if re.search(rf"(^|[-_/]){re.escape(e)}$", stem)]
+    if len(found) == 1:
+        return found[0]
+    raise ImportError_(f"{path}: which environment? give --env ID (the file name names "
+                       f"{'none' if not found else ' and '.join(found)} of Gymnasium's ids)")
