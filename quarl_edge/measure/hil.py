@@ -105,7 +105,7 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
         return f
 
     costs: list[int] = []
-    build_dir = Path(build_dir) if build_dir is not None else run_dir / "build" / board.id / scheme
+    build_dir = Path(build_dir) if build_dir is not None else home / "build" / board.id / scheme
     with BoardSession(mpath, board, build_dir, port=port,
                       flasher=flasher, drive=drive) as s:
         in_spec, out_spec = s.info.inputs[0], s.info.outputs[0]

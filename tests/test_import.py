@@ -1,0 +1,298 @@
+"""quarl-edge import: policies trained elsewhere become run directories that act exactly as the
+source does (issue 11).
+
+The Stable-Baselines3 and ONNX fixtures in tests/fixtures/sb3/ were made by real SB3 2.9.2 and
+torch (make_fixtures.py, `make sb3-fixtures`), with SB3's own predictions and greedy returns
+beside them; the tests read them without torch. `pytest -m sb3` remakes one with real SB3."""
+from __future__ import annotations
+
+import io
+import json
+import os
+import pickle
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from quarl_edge.errors import QuarlError
+from quarl_edge.importers import import_policy
+from quarl_edge.importers.safe_pickle import UnsafePickle, load_symbolic, load_torch_archive
+from quarl_edge.rl.envs import make_gym, outputs_to_actions, play_batched
+from quarl_edge.run import keras_runner, load_keras, load_run
+
+ROOT = Path(__file__).resolve().parents[1]
+FIX = ROOT / "tests" / "fixtures" / "sb3"
+SB3 = {"dqn_cartpole": "CartPole-v1", "a2c_cartpole": "CartPole-v1",
+       "ppo_lunar": "LunarLander-v3", "sac_pendulum": "Pendulum-v1",
+       "td3_mountaincar": "MountainCarContinuous-v0", "ppo_vecnorm_pendulum": "Pendulum-v1"}
+ONNX = {"onnx_cartpole_q": "CartPole-v1", "onnx_pendulum_actor": "Pendulum-v1"}
+
+
+def cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "quarl_edge.cli", *map(str, args)],
+                          capture_output=True, text=True, timeout=600, cwd=cwd)
+
+
+def greedy_returns(run: Path, env_id: str, seeds) -> np.ndarray:
+    returns, _ = play_batched(env_id, keras_runner(load_keras(run)), seeds)
+    return np.asarray(returns)
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory):
+    """Each fixture imported once for the module: name -> run directory."""
+    base = tmp_path_factory.mktemp("imported")
+    runs = {}
+    for name, env in {**SB3, **ONNX}.items():
+        src = FIX / (f"{name}.onnx" if name in ONNX else f"{name}.zip")
+        import_policy(src, base / name, env=env)
+        runs[name] = base / name
+    return runs
+
+
+@pytest.mark.parametrize("name", sorted(SB3))
+def test_sb3_policy_acts_as_sb3_predict(imported, name):
+    env_id = SB3[name]
+    exp = np.load(FIX / f"{name}.expected.npz")
+    run = imported[name]
+    info = load_run(run)
+    assert info["env"] == env_id and info["source"]["kind"] == "stable-baselines3"
+    assert info["fidelity"]["ok"] and info["fidelity"]["observations"] == 1000
+    space = make_gym(env_id).action_space
+    actions = outputs_to_actions(keras_runner(load_keras(run))(exp["obs"]), space)
+    if hasattr(space, "n"):
+        assert np.array_equal(actions, exp["actions"])
+    else:
+        assert np.max(np.abs(actions - exp["actions"])) <= 1e-5
+    assert (run / "calibration.npy").is_file() and (run / "policy.keras").is_file()
+
+
+@pytest.mark.parametrize("name", ["dqn_cartpole", "ppo_lunar", "sac_pendulum",
+                                  "ppo_vecnorm_pendulum"])
+def test_imported_fp32_return_equals_sb3s_return(imported, name):
+    exp = np.load(FIX / f"{name}.expected.npz")
+    ours = greedy_returns(imported[name], SB3[name], exp["seeds"].tolist())
+    np.testing.assert_allclose(ours, exp["returns"], rtol=1e-4, atol=1e-4)
+
+
+def test_vecnormalize_is_folded_and_recorded(imported):
+    src = load_run(imported["ppo_vecnorm_pendulum"])["source"]
+    assert src["vecnormalize"]["file"] == "ppo_vecnorm_pendulum.vecnormalize.pkl"
+    assert src["vecnormalize"]["clip_obs"] == 10.0
+    assert load_run(imported["ppo_vecnorm_pendulum"])["fidelity"]["clipped_observations"] == 0
+
+
+@pytest.mark.parametrize("name", sorted(ONNX))
+def test_onnx_policy_equals_torch(imported, name):
+    exp = np.load(FIX / f"{name}.expected.npz")
+    out = keras_runner(load_keras(imported[name]))(exp["obs"])
+    np.testing.assert_allclose(out, exp["outputs"], rtol=1e-6, atol=1e-5)   # float32 ulps
+    info = load_run(imported[name])
+    assert info["fidelity"]["reference"].startswith("onnxruntime")
+    np.testing.assert_allclose(greedy_returns(imported[name], ONNX[name],
+                                              exp["seeds"].tolist()[:5]),
+                               exp["returns"][:5], rtol=1e-4, atol=1e-4)
+
+
+def test_tf_agents_savedmodel_import(tmp_path):
+    info = import_policy(ROOT / "examples" / "cartpole_dqn" / "policy", tmp_path / "r",
+                         env="CartPole-v1")
+    assert info["fidelity"]["argmax_agreement"] == 1.0
+    assert info["fidelity"]["reference"] == "the SavedModel's action signature"
+    assert info["source"]["network"] == "q" and info["network"]["activation"] == "relu"
+
+
+def test_keras_import_and_h5(tmp_path):
+    import tensorflow as tf
+    model = tf.keras.models.load_model(ROOT / "examples" / "cartpole_dqn" / "qnet.keras",
+                                       compile=False)
+    model.save(tmp_path / "q.h5")
+    info = import_policy(tmp_path / "q.h5", tmp_path / "r", env="CartPole-v1")
+    assert info["source"]["format"] == "h5" and info["fidelity"]["argmax_agreement"] == 1.0
+
+
+def test_sb3_pipeline_on_the_host_board(imported, tmp_path):
+    """import -> quantize fp32 int8 -> hil: the board's return is tflite-runtime's, and the fp32
+    model's return is SB3's own on the same seeds."""
+    run = imported["dqn_cartpole"]
+    p = cli("quantize", run, "--scheme", "fp32", "int8", "--json")
+    assert p.returncode == 0, p.stderr
+    exp = np.load(FIX / "dqn_cartpole.expected.npz")
+    p = cli("hil", run, "--model", "int8", "--board", "host", "--episodes", 20, "--json")
+    assert p.returncode == 0, p.stderr
+    res = json.loads(p.stdout)
+    assert res["returns"] and res["mean_return"] == res["host_mean_return"]
+    assert res["fp32_mean_return"] == pytest.approx(float(np.mean(exp["returns"])))
+
+
+def test_hil_of_a_bare_tflite(tmp_path):
+    model = tmp_path / "policy.tflite"
+    model.write_bytes((ROOT / "examples" / "cartpole_dqn" / "models" / "int8.tflite").read_bytes())
+    p = cli("hil", model, "--env", "CartPole-v1", "--board", "host", "--episodes", 3, "--json")
+    assert p.returncode == 0, p.stderr
+    res = json.loads(p.stdout)
+    assert res["agreement_with"] == "tflite-runtime" and res["agreement"] == 1.0
+    assert res["mean_return"] == res["host_mean_return"] and res["fp32_mean_return"] is None
+    assert (tmp_path / "results" / "hil_host_policy.json").is_file()
+    for args, words in [((), "--env"), (("--env", "Pendulum-v1"), "shape (3,)"),
+                        (("--env", "Acrobot-v1"), "shape (6,)")]:
+        p = cli("hil", model, "--board", "host", "--episodes", 1, *args)
+        assert p.returncode == 2 and words in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
+# ----------------------------------------------------------------------------- bad input
+def _zip_with(tmp_path: Path, name: str, replace: dict) -> Path:
+    """dqn_cartpole.zip with some entries replaced."""
+    out = tmp_path / name
+    with zipfile.ZipFile(FIX / "dqn_cartpole.zip") as src, zipfile.ZipFile(out, "w") as dst:
+        for item in src.namelist():
+            dst.writestr(item, replace.get(item, src.read(item)))
+    return out
+
+
+class _Evil:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def _torch_archive(payload: bytes) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("archive/data.pkl", payload)
+        z.writestr("archive/byteorder", "little")
+        z.writestr("archive/version", "3")
+    return buf.getvalue()
+
+
+def test_a_malicious_pickle_in_the_zip_is_refused_and_never_runs(tmp_path):
+    marker = tmp_path / "pwned"
+    evil = _zip_with(tmp_path, "evil.zip",
+                     {"policy.pth": _torch_archive(pickle.dumps(_Evil(marker), protocol=2))})
+    p = cli("import", evil, "--env", "CartPole-v1", "--out", tmp_path / "r")
+    assert p.returncode == 2 and "refused" in p.stderr and "posix.system" in p.stderr, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
+    assert not marker.exists() and not (tmp_path / "r").exists()
+    with pytest.raises(UnsafePickle):
+        load_torch_archive(_torch_archive(pickle.dumps(_Evil(marker))), "x")
+    # a symbolic read of the same pickle records the call but never makes it
+    obj = load_symbolic(pickle.dumps(_Evil(marker)), "x")
+    assert obj.symbol.qualname == "posix.system" and not marker.exists()
+
+
+def test_the_torch_reader_equals_the_tensors_sb3_saved():
+    with zipfile.ZipFile(FIX / "dqn_cartpole.zip") as z:
+        sd = load_torch_archive(z.read("policy.pth"), "policy.pth")
+    assert sd["q_net.q_net.0.weight"].shape == (64, 4) and sd["q_net.q_net.0.weight"].dtype == \
+        np.float32
+    # the imported first layer is SB3's Linear weight, transposed
+    k = load_keras(ROOT / "examples" / "cartpole_dqn").get_weights()   # a different net
+    assert k[0].shape == (4, 64)
+
+
+@pytest.mark.parametrize("case", ["truncated", "not-sb3", "unknown-kind", "contrib", "lstm",
+                                  "env-mismatch", "box-vs-discrete", "no-env", "vecnorm-evil",
+                                  "h5-named-keras", "onnx-ops"])
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, case):
+    marker = tmp_path / "pwned"
+    env = ["--env", "CartPole-v1"]
+    if case == "truncated":
+        src = tmp_path / "t.zip"
+        src.write_bytes((FIX / "dqn_cartpole.zip").read_bytes()[:5000])
+        words = "truncated"
+    elif case == "not-sb3":
+        src = tmp_path / "n.zip"
+        with zipfile.ZipFile(src, "w") as z:
+            z.writestr("readme.txt", "hello")
+        words = "not a Stable-Baselines3 model"
+    elif case == "unknown-kind":
+        src = tmp_path / "policy.bin"
+        src.write_bytes(b"\x00" * 64)
+        words = "unknown kind of policy file"
+    elif case in ("contrib", "lstm"):
+        with zipfile.ZipFile(FIX / "dqn_cartpole.zip") as z:
+            data = json.loads(z.read("data"))
+        data["policy_class"]["__module__"] = "sb3_contrib.qrdqn.policies" if case == "contrib" \
+            else "sb3_contrib.common.recurrent.policies"
+        src = _zip_with(tmp_path, f"{case}.zip", {"data": json.dumps(data)})
+        words = "sb3_contrib.qrdqn.policies is not supported" if case == "contrib" else \
+            "recurrent policies are not supported"
+    elif case == "env-mismatch":
+        src, env, words = FIX / "dqn_cartpole.zip", ["--env", "Acrobot-v1"], \
+            "observations of shape (4,), Acrobot-v1 gives (6,)"
+    elif case == "box-vs-discrete":
+        src, env, words = FIX / "td3_mountaincar.zip", ["--env", "MountainCar-v0"], \
+            "3 discrete actions"
+    elif case == "no-env":
+        src, env, words = FIX / "onnx_cartpole_q.onnx", [], "give --env"
+    elif case == "vecnorm-evil":
+        pkl = tmp_path / "vn.pkl"
+        pkl.write_bytes(pickle.dumps(_Evil(marker)))
+        src, env, words = FIX / "dqn_cartpole.zip", [*env, "--vecnormalize", pkl], \
+            "not a VecNormalize file"
+    elif case == "h5-named-keras":
+        import tensorflow as tf
+        m = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(2)])
+        m.save(tmp_path / "m.h5")
+        src = tmp_path / "m.keras"
+        (tmp_path / "m.h5").rename(src)
+        words = "named .keras but an HDF5 file"
+    else:   # an ONNX graph with three unsupported ops: all three named
+        import onnx
+        from onnx import TensorProto, helper
+        nodes = [helper.make_node("Abs", ["x"], ["a"]), helper.make_node("Exp", ["a"], ["b"]),
+                 helper.make_node("Neg", ["b"], ["y"])]
+        g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                         [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+        src = tmp_path / "ops.onnx"
+        onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), src)
+        words = "#0 Abs, #1 Exp, #2 Neg"
+    p = cli("import", src, *env, "--out", tmp_path / "r")
+    assert p.returncode == 2, p.stderr
+    assert words in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert not (tmp_path / "r").exists() and not marker.exists()
+    assert not [f for f in tmp_path.iterdir() if f.name.startswith(".r.import")]
+
+
+def test_a_run_whose_keras_file_has_a_lambda_never_runs_it(tmp_path):
+    """An HDF5 model with a Lambda layer saved as RUN/qnet.keras (and as .h5): refused, and the
+    Lambda's code never runs."""
+    import shutil
+
+    import tensorflow as tf
+    marker = tmp_path / "pwned"
+    run = tmp_path / "run"
+    shutil.copytree(ROOT / "examples" / "cartpole_dqn", run)
+    code = f"lambda x: (open({str(marker)!r}, 'w').close(), x)[1]"
+    m = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Lambda(eval(code)),
+                             tf.keras.layers.Dense(2)])
+    marker.unlink(missing_ok=True)     # building the model called it once, here
+    m.save(tmp_path / "evil.h5")
+    (run / "qnet.keras").unlink()
+    shutil.copy(tmp_path / "evil.h5", run / "qnet.keras")
+    with pytest.raises(QuarlError, match="named .keras but an HDF5 file"):
+        load_keras(run)
+    p = cli("import", tmp_path / "evil.h5", "--env", "CartPole-v1", "--out", tmp_path / "r")
+    assert p.returncode == 2 and "a Lambda layer would run code" in p.stderr, p.stderr
+    assert not marker.exists()
+
+
+@pytest.mark.sb3
+def test_regenerated_fixture_with_real_sb3(tmp_path):
+    pytest.importorskip("stable_baselines3")
+    sys.path.insert(0, str(FIX))
+    import make_fixtures
+    make_fixtures.make("a2c_cartpole", tmp_path, steps=2000)
+    import_policy(tmp_path / "a2c_cartpole.zip", tmp_path / "r", env="CartPole-v1")
+    exp = np.load(tmp_path / "a2c_cartpole.expected.npz")
+    actions = outputs_to_actions(keras_runner(load_keras(tmp_path / "r"))(exp["obs"]),
+                                 make_gym("CartPole-v1").action_space)
+    assert np.array_equal(actions, exp["actions"])
