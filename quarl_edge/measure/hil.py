@@ -70,7 +70,10 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
     results_dir = Path(results_dir) if results_dir is not None else run_dir / "results"
     results_dir.mkdir(parents=True, exist_ok=True)
     log_path = results_dir / f"hil_{board.id}_{scheme}.episodes.jsonl"
-    log = log_path.open("w")
+    # written as episodes finish, renamed to log_path with the results: a failed run keeps the
+    # previous results and log (and leaves its own partial log beside them)
+    partial_log = log_path.with_name(log_path.name + ".partial")
+    log = partial_log.open("w")
     from tqdm import tqdm
     bar = tqdm(total=3 * episodes, desc=f"hil {scheme} on {board.id}", unit="episode",
                disable=not progress, leave=False)
@@ -143,6 +146,7 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
     tmp = out_path.with_name(out_path.name + ".tmp")
     tmp.write_text(json.dumps(result, indent=2) + "\n")
     tmp.replace(out_path)
+    partial_log.replace(log_path)
     return result
 
 
