@@ -194,9 +194,35 @@ class BoardInfo:
 
 
 # ----------------------------------------------------------------------------- helpers
-def _board(board):
-    from .targets.boards import Board, get_board
+def _board(board, board_file: PathLike | None = None):
+    """A loaded Board: `board` itself, the board with that id, or the file `board_file` (a board
+    file from anywhere is loaded only when named as one: it names the compiler that runs)."""
+    from .targets.boards import Board, get_board, load_board_file
+    if board_file is not None:
+        return load_board_file(Path(board_file))
     return board if isinstance(board, Board) else get_board(str(board))
+
+
+def _count(name: str, value, low: int = 1, high: int | None = None) -> int:
+    """A count argument (episodes, inputs, steps, ...) checked like the CLI's: an integer in
+    low..high, else a QuarlError naming it."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= low
+    if not ok or (high is not None and value > high):
+        want = f"in {low}..{high}" if high is not None else f">= {low}"
+        raise QuarlError(f"{name} must be an integer {want}, got {value!r}")
+    return value
+
+
+def _port(port: str | None) -> str | None:
+    """A --port that pyserial would misread: a socket:// URL without a valid host:port (pyserial
+    reports a bad port number as "'debug|info|warning|error'")."""
+    if port is None or not str(port).startswith("socket://"):
+        return port
+    host, _, number = str(port).removeprefix("socket://").partition("?")[0].rpartition(":")
+    if not host or not number.isdigit() or not 0 < int(number) < 65536:
+        raise QuarlError(f"--port {port}: a socket URL is socket://HOST:PORT with PORT in "
+                         "1..65535")
+    return port
 
 
 def _model(target: PathLike, scheme: str | None = None) -> tuple[Path, Path | None]:
@@ -229,6 +255,9 @@ def train(env: str = "CartPole-v1", algo: str = "dqn", *, out: PathLike, steps: 
     of the algorithm's config (quarl_edge.rl: DQNConfig, PPOConfig, OffPolicyConfig)."""
     from .measure.selection import int8_judge
     from .rl.train import train as rl_train
+    if steps is not None:
+        _count("steps", steps)
+    _count("seed", seed, 0)
     info = rl_train(env, algo, steps=steps, seed=seed, out=Path(out), progress=progress,
                     judge=int8_judge, **options)
     return TrainResult(str(out), info["env"], info["algo"], info["seed"], info["steps"],
@@ -266,6 +295,10 @@ def quantize(run: PathLike, schemes: str | Iterable[str] = ("fp32", "fp16", "int
     (quarl_edge.quant.schemes.SCHEMES: fp32, fp16, int8, dyn-int8, int16x8, qat-int8,
     qat-distill-int8, int8-centred, int8-acc, int8-centred-acc)."""
     from .quant.schemes import quantize as convert
+    _count("calib_size", calib_size)
+    for name, value in (("qat_steps", qat_steps), ("distill_steps", distill_steps)):
+        if value is not None:
+            _count(name, value)
     out = []
     for scheme in [schemes] if isinstance(schemes, str) else list(schemes):
         path = convert(Path(run), scheme, calib_size=calib_size, progress=progress,
@@ -281,17 +314,25 @@ def sweep(run: PathLike, *, bits: Iterable[int] = range(2, 9),
     """QuaRL's n-bit sweep: greedy return on `seeds` with weights and/or activations
     fake-quantized to each bit width (the first row is fp32)."""
     from .quant.nbit import nbit_sweep
-    rows = nbit_sweep(Path(run), bits=list(bits), seeds=list(seeds), modes=list(modes),
+    bits, seeds = list(bits), list(seeds)
+    for b in bits:
+        _count("bits", b, 2, 16)
+    if not seeds:
+        raise QuarlError("sweep needs at least one seed")
+    for x in seeds:
+        _count("seed", x, 0)
+    rows = nbit_sweep(Path(run), bits=bits, seeds=seeds, modes=list(modes),
                       per_channel=per_channel)
     return [_from(SweepRow, r) for r in rows]
 
 
 def build(model: PathLike, board="host", *, out: PathLike | None = None,
-          scheme: str | None = None) -> BuildResult:
+          scheme: str | None = None, board_file: PathLike | None = None) -> BuildResult:
     """Generate C for `model` (a .tflite, or a run directory with `scheme`, default int8) and
-    build the firmware for `board` into `out` (default: see the module docstring)."""
+    build the firmware for `board` (or the board file `board_file`) into `out` (default: see
+    the module docstring)."""
     from .targets.build import build as build_firmware
-    b = _board(board)
+    b = _board(board, board_file)
     path, run_dir = _model(model, scheme)
     out_dir = Path(out) if out is not None else build_dir(path, run_dir, b.id, scheme)
     fw = build_firmware(path, b, out_dir)
@@ -303,7 +344,7 @@ def build(model: PathLike, board="host", *, out: PathLike | None = None,
 def session(model: PathLike, board="host", *, scheme: str | None = None,
             out: PathLike | None = None, port: str | None = None, ssh: str | None = None,
             ssh_options: Iterable[str] = (), flasher: str | None = None,
-            drive: str | None = None, flash: bool = False):
+            drive: str | None = None, flash: bool = False, board_file: PathLike | None = None):
     """A session with a board running `model`, as a context manager (quarl_edge.link.session.
     BoardSession): it builds and starts (or flashes) the board unless `port` names one that
     runs the model already, handshakes, and stops what it started on exit. `ssh`
@@ -314,8 +355,9 @@ def session(model: PathLike, board="host", *, scheme: str | None = None,
             (y,), cost = s.link.infer([x])
     """
     from .link.session import BoardSession
-    b = _board(board)
+    b = _board(board, board_file)
     path, run_dir = _model(model, scheme)
+    port = _port(port)
     if ssh:
         from .targets.launch import ssh_deploy
         if b.kind != "linux":
@@ -328,14 +370,18 @@ def session(model: PathLike, board="host", *, scheme: str | None = None,
 def validate(model: PathLike, board="host", *, inputs: PathLike | None = None,
              random: int | None = None, seed: int = 0, save_outputs: PathLike | None = None,
              port: str | None = None, out: PathLike | None = None, flasher: str | None = None,
-             drive: str | None = None) -> ValidateResult:
+             drive: str | None = None, board_file: PathLike | None = None) -> ValidateResult:
     """Run inputs (an .npy file, or `random` random ones, default 100) through `model` on the
     board and compare each output bit for bit with TF Lite Micro on the host. `port`: a board
     already running this model (a serial port or pyserial URL); without it the board is built,
     started (emulators, host) or flashed (real boards: `flasher`, `drive`)."""
     from .measure.validate import validate as run_validate
-    b = _board(board)
+    if random is not None:
+        _count("random", random)
+    _count("seed", seed, 0)
+    b = _board(board, board_file)
     path, run_dir = _model(model)
+    port = _port(port)
     out_dir = Path(out) if out is not None else build_dir(path, run_dir, b.id)
     res = run_validate(path, b, out_dir, inputs=Path(inputs) if inputs else None,
                        random_n=random, save_outputs=Path(save_outputs) if save_outputs else None,
@@ -346,7 +392,7 @@ def validate(model: PathLike, board="host", *, inputs: PathLike | None = None,
 def hil(run: PathLike, board="host", *, model: str = "int8", episodes: int = 20, seed: int = 0,
         port: str | None = None, out: PathLike | None = None, flasher: str | None = None,
         drive: str | None = None, progress: bool = False, env: str | None = None,
-        action: str | None = None) -> HilResult:
+        action: str | None = None, board_file: PathLike | None = None) -> HilResult:
     """Hardware in the loop: Gymnasium on the host, the board choosing every action with the
     run's `model` scheme, on seeds seed..seed+episodes-1; the same seeds are played by the same
     model on tflite-runtime and by the fp32 network. Results go to `out` (default RUN/results).
@@ -356,11 +402,14 @@ def hil(run: PathLike, board="host", *, model: str = "int8", episodes: int = 20,
     become actions, "argmax", "identity" (the output is the action, clipped) or "scale" (a
     [-1, 1] output rescaled to the bounds); default from the run or the env's action space."""
     from .measure.hil import run_hil
-    path = Path(run)
-    res = run_hil(path, path.stem if path.suffix == ".tflite" else model, _board(board),
-                  episodes, seed=seed, port=port, progress=progress, flasher=flasher,
-                  drive=drive, results_dir=Path(out) if out is not None else None,
-                  env_id=env, head=action)
+    _count("episodes", episodes)
+    _count("seed", seed, 0)
+    b = _board(board, board_file)
+    port = _port(port)
+    path = Path(run)   # run_hil checks the env against the model before anything is built
+    res = run_hil(path, path.stem if path.suffix == ".tflite" else model, b, episodes,
+                  seed=seed, port=port, progress=progress, flasher=flasher, drive=drive,
+                  results_dir=Path(out) if out is not None else None, env_id=env, head=action)
     return _from(HilResult, res, latency=Latency(**res["latency"]))
 
 
@@ -369,7 +418,8 @@ def bench(run: PathLike, boards: str | Iterable = "all-emulated", *, n: int = 10
     """Cost per inference (BENCH, n repeats on the board), flash, RAM and stack for the run's
     fp32 and int8 models on each board ("all-emulated" or board ids). Rows are written to
     `out` (default RUN/results) as they finish; a cell that cannot run is a row with `error`."""
-    from .measure.bench import run_bench, select_boards
+    from .measure.bench import BENCH_MAX_N, run_bench, select_boards
+    _count("n", n, 1, BENCH_MAX_N)
     spec = boards if isinstance(boards, str) else ",".join(
         b if isinstance(b, str) else b.id for b in boards)
     rows = run_bench(Path(run), select_boards(spec), n=n, out=Path(out) if out else None,
@@ -383,6 +433,7 @@ def study(config: PathLike, *, out: PathLike | None = None, workers: int = 1,
     """Run (or resume) the study grid in the TOML file `config`; one JSON line per finished
     cell in OUT/results.jsonl (default results/<study name>)."""
     from .study.grid import run_study
+    _count("workers", workers)
     res = run_study(Path(config), out=Path(out) if out else None, workers=workers,
                     resume=resume, ray_address=ray, redo=list(redo),
                     echo=(lambda s: print(s, flush=True)) if progress else None)

@@ -97,6 +97,27 @@ def as_json(result):
     return dataclasses.asdict(result) if dataclasses.is_dataclass(result) else result
 
 
+# ------------------------------------------------------------------------ argument types
+def _int_at_least(low: int, high: int | None = None):
+    """An argparse type: an integer in low..high (the API checks the same: it is public)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < low or (high is not None and value > high):
+            want = f"in {low}..{high}" if high is not None else f">= {low}"
+            raise argparse.ArgumentTypeError(f"must be an integer {want}, got {text!r}")
+        return value
+    parse.__name__ = f"integer >= {low}"
+    return parse
+
+
+positive_int = _int_at_least(1)         # counts: episodes, steps, inputs, workers
+nonnegative_int = _int_at_least(0)      # seeds (Gymnasium's are >= 0)
+BENCH_MAX_N = 65535                     # BENCH's n is a u16 (docs/protocol.md)
+
+
 # ----------------------------------------------------------------------------- commands
 def option_value(text: str) -> tuple[str, object]:
     """`KEY=VALUE` from the command line: VALUE as a TOML value (0.9, 16, [256, 256], true,
@@ -152,7 +173,7 @@ def _memory_lines(m: dict) -> None:
 
 
 def cmd_build(a, qe):
-    res = qe.build(a.target, a.board, out=a.out, scheme=a.model)
+    res = qe.build(a.target, a.board, out=a.out, scheme=a.model, board_file=a.board_file)
     if a.json:
         return emit_json(as_json(res))
     print(f"firmware for '{res.board}': {res.elf}")
@@ -167,7 +188,8 @@ def cmd_build(a, qe):
 def cmd_flash(a, qe):
     import time
     with qe.session(a.target, a.board, scheme=a.model, out=a.out, port=a.port, ssh=a.ssh,
-                    ssh_options=a.ssh_option, flasher=a.flasher, drive=a.drive, flash=True) as s:
+                    ssh_options=a.ssh_option, flasher=a.flasher, drive=a.drive, flash=True,
+                    board_file=a.board_file) as s:
         board = s.board
         started_here = not s.port and board.kind in ("host", "emulated", "linux")
         flashed = getattr(s.running, "result", None)
@@ -194,7 +216,7 @@ def cmd_flash(a, qe):
 def cmd_validate(a, qe):
     res = qe.validate(a.model, a.board, inputs=a.inputs, random=a.random, seed=a.seed,
                       save_outputs=a.save_outputs, port=a.port, out=a.out, flasher=a.flasher,
-                      drive=a.drive)
+                      drive=a.drive, board_file=a.board_file)
     if a.json:
         emit_json(as_json(res))
     else:
@@ -232,7 +254,7 @@ def cmd_import(a, qe):
 def cmd_hil(a, qe):
     res = qe.hil(a.run, a.board, model=a.model, episodes=a.episodes, seed=a.seed, port=a.port,
                  out=a.out, flasher=a.flasher, drive=a.drive, progress=True, env=a.env,
-                 action=a.action)
+                 action=a.action, board_file=a.board_file)
     if a.json:
         return emit_json(as_json(res))
     lat = res.latency
@@ -306,7 +328,7 @@ def cmd_report(a, qe):
 def cmd_demo(a, qe):
     from .demo import demo
     demo(pretrained=a.pretrained, board_id=a.board, episodes=a.episodes, workdir=Path(a.workdir),
-         steps=a.steps)
+         steps=a.steps, board_file=a.board_file)
 
 
 def cmd_boards(a, qe):
@@ -337,6 +359,14 @@ def cmd_ports(a, qe):
 
 
 # ------------------------------------------------------------------------------ parser
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, but a usage error is one line on stderr like every other user error
+    (exit 2): what is wrong, and where the usage is."""
+
+    def error(self, message):
+        self.exit(EXIT_USER_ERROR, f"{self.prog}: error: {message} (usage: {self.prog} --help)\n")
+
+
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
     """Help with each option's default (when it has a real one) and the examples kept as
     written."""
@@ -356,9 +386,13 @@ def _sub(sub, name: str, help_: str, example: str, fn):
 
 
 def _board_option(s, default: str = "host") -> None:
-    s.add_argument("--board", default=default, metavar="BOARD",
+    g = s.add_mutually_exclusive_group()
+    g.add_argument("--board", default=default, metavar="BOARD",
                    help="board id: a file boards/BOARD.toml, shipped or the user's "
-                        "(`quarl-edge boards` lists them)")
+                        "(`quarl-edge boards` lists them); an id, never a path")
+    g.add_argument("--board-file", default=None, metavar="PATH",
+                   help="a board file elsewhere (PATH/ID.toml) instead of --board: a board file "
+                        "names the compiler that runs, so a path is taken only here")
 
 
 def _json_option(s) -> None:
@@ -384,7 +418,7 @@ def _port_option(s) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="quarl-edge", formatter_class=HelpFormatter,
         description="Quantized RL policies from training to a microcontroller, measured on the "
                     "board.",
@@ -407,9 +441,9 @@ def parser() -> argparse.ArgumentParser:
                         "MountainCar-v0, LunarLander-v3, Pendulum-v1, MountainCarContinuous-v0, "
                         "LunarLanderContinuous-v3, HalfCheetah-v5, Hopper-v5")
     s.add_argument("--algo", default="dqn", choices=ALGOS, help="the algorithm")
-    s.add_argument("--steps", type=int, default=None,
+    s.add_argument("--steps", type=positive_int, default=None,
                    help="environment steps (default: the tuned value for this algo and env)")
-    s.add_argument("--seed", type=int, default=0, help="training seed")
+    s.add_argument("--seed", type=nonnegative_int, default=0, help="training seed")
     s.add_argument("--out", required=True, metavar="RUN", help="the run directory to write")
     s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="a field of the algo's config (quarl_edge/rl/: DQNConfig, PPOConfig, "
@@ -442,11 +476,11 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--scheme", nargs="+", default=["fp32", "fp16", "int8"], choices=SCHEMES,
                    metavar="SCHEME", help=f"schemes to write to RUN/models/, of: "
                                           f"{', '.join(SCHEMES)}")
-    s.add_argument("--calib-size", type=int, default=1000,
+    s.add_argument("--calib-size", type=positive_int, default=1000,
                    help="calibration observations for the integer schemes")
-    s.add_argument("--qat-steps", type=int, default=None,
+    s.add_argument("--qat-steps", type=positive_int, default=None,
                    help="qat-int8: env steps of fine-tuning in the DQN loop (default 5000)")
-    s.add_argument("--distill-steps", type=int, default=None,
+    s.add_argument("--distill-steps", type=positive_int, default=None,
                    help="qat-distill-int8: env steps of student rollouts in the on-policy "
                         "distillation (default 3000)")
     _json_option(s)
@@ -454,15 +488,15 @@ def parser() -> argparse.ArgumentParser:
     s = _sub(sub, "sweep", "QuaRL's n-bit sweep: greedy return against bits, fake-quantized",
              "quarl-edge sweep runs/cartpole --bits 4 6 8 --mode weights", cmd_sweep)
     s.add_argument("run", metavar="RUN", help="a run directory")
-    s.add_argument("--bits", type=int, nargs="+", default=list(range(2, 9)), metavar="N",
+    s.add_argument("--bits", type=_int_at_least(2, 16), nargs="+", default=list(range(2, 9)), metavar="N",
                    help="bit widths (2..16)")
     s.add_argument("--mode", nargs="+", default=["weights+activations", "weights"],
                    choices=SWEEP_MODES, metavar="MODE",
                    help=f"what is fake-quantized, of: {', '.join(SWEEP_MODES)}")
     s.add_argument("--per-channel", action="store_true",
                    help="per-output-channel weight ranges (default: per tensor)")
-    s.add_argument("--episodes", type=int, default=20, help="test seeds SEED..SEED+N-1")
-    s.add_argument("--seed", type=int, default=0, help="the first test seed")
+    s.add_argument("--episodes", type=positive_int, default=20, help="test seeds SEED..SEED+N-1")
+    s.add_argument("--seed", type=nonnegative_int, default=0, help="the first test seed")
     _json_option(s)
 
     for name, fn, help_, example in (
@@ -500,13 +534,13 @@ def parser() -> argparse.ArgumentParser:
     g = s.add_mutually_exclusive_group()
     g.add_argument("--inputs", metavar="X.npy",
                    help="inputs, an .npy of shape (n, *input_shape[1:]) and the input's dtype")
-    g.add_argument("--random", type=int, default=None, metavar="N",
+    g.add_argument("--random", type=positive_int, default=None, metavar="N",
                    help="N random inputs over the input's range and beyond it (default 100)")
     s.add_argument("--save-outputs", default=None, metavar="Y.npy",
                    help="write the board's outputs to this .npy")
     _port_option(s)
     _flash_options(s)
-    s.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    s.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the random inputs")
     s.add_argument("--out", default=None, metavar="DIR",
                    help="build directory (default: ./build/BOARD/NAME)")
     _json_option(s)
@@ -527,8 +561,9 @@ def parser() -> argparse.ArgumentParser:
                         "rescaled to the bounds); default: the run's, else argmax for "
                         "discrete and identity for Box actions")
     _board_option(s)
-    s.add_argument("--episodes", type=int, default=20, help="episodes, on seeds SEED..SEED+N-1")
-    s.add_argument("--seed", type=int, default=0, help="the first episode's seed")
+    s.add_argument("--episodes", type=positive_int, default=20,
+                   help="episodes, on seeds SEED..SEED+N-1")
+    s.add_argument("--seed", type=nonnegative_int, default=0, help="the first episode's seed")
     _port_option(s)
     _flash_options(s)
     s.add_argument("--out", default=None, metavar="DIR",
@@ -541,7 +576,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("run", metavar="RUN", help="a run directory with fp32 and int8 models")
     s.add_argument("--boards", default="all-emulated",
                    help="'all-emulated' and/or board ids, comma-separated")
-    s.add_argument("-n", type=int, default=100, help="inferences per BENCH command")
+    s.add_argument("-n", type=_int_at_least(1, BENCH_MAX_N), default=100,
+                   help=f"inferences per BENCH command (1..{BENCH_MAX_N})")
     s.add_argument("--out", default=None, metavar="DIR",
                    help="results directory (default: RUN/results)")
     _flash_options(s)
@@ -550,7 +586,7 @@ def parser() -> argparse.ArgumentParser:
     s = _sub(sub, "study", "run a grid of (algo, env, seed, scheme) cells from a TOML file",
              "quarl-edge study studies/smoke.toml --workers 2 --out results/smoke", cmd_study)
     s.add_argument("config", metavar="CONFIG.toml", help="the study (studies/*.toml)")
-    s.add_argument("--workers", type=int, default=1, help="parallel processes (one run each)")
+    s.add_argument("--workers", type=positive_int, default=1, help="parallel processes (one run each)")
     s.add_argument("--resume", action="store_true", help="continue OUT/results.jsonl")
     s.add_argument("--redo", action="append", default=[], metavar="ALGO/ENV",
                    help="with --resume: make this task's rows again (e.g. after the evaluation "
@@ -575,8 +611,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--pretrained", action="store_true",
                    help="use the shipped run (examples/cartpole_dqn) instead of training")
     _board_option(s, DEMO_BOARD)
-    s.add_argument("--episodes", type=int, default=20, help="HIL episodes per model")
-    s.add_argument("--steps", type=int, default=None,
+    s.add_argument("--episodes", type=positive_int, default=20, help="HIL episodes per model")
+    s.add_argument("--steps", type=positive_int, default=None,
                    help="training steps (default: DQN's CartPole default)")
     s.add_argument("--workdir", default="runs", metavar="DIR",
                    help="where the run directory is made")

@@ -9,7 +9,7 @@ from pathlib import Path
 from .measure.hil import run_hil
 from .resources import examples_dir
 from .run import tflite_path
-from .targets.boards import get_board
+from .targets.boards import get_board, load_board_file
 
 SCHEMES = ("fp32", "fp16", "int8")
 BOARD_SCHEMES = ("fp32", "int8")     # what the firmware runs (fp16 is a host-only size variant)
@@ -43,8 +43,10 @@ def prepare_run(pretrained: bool, workdir: Path, steps: int | None, seed: int) -
 
 
 def demo(pretrained: bool = False, board_id: str = "mps2-an386", episodes: int = 20,
-         workdir: Path = Path("runs"), steps: int | None = None, seed: int = 0) -> list[dict]:
-    board = get_board(board_id)
+         workdir: Path = Path("runs"), steps: int | None = None, seed: int = 0,
+         board_file: str | Path | None = None) -> list[dict]:
+    """The whole pipeline; `board_file` (a board file's path) instead of `board_id`."""
+    board = load_board_file(Path(board_file)) if board_file else get_board(board_id)
     workdir.mkdir(parents=True, exist_ok=True)
     run = prepare_run(pretrained, workdir, steps, seed)
 

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import QuarlError
+from .schema import Key, check
 
 VALIDATION_SEED_BASE = 10_000
 
@@ -46,23 +47,44 @@ def package_versions() -> dict[str, str]:
             pass
     return out
 
+
 # The plain Keras network each algorithm exports into the run directory (what gets converted).
 MODEL_FILES = {"dqn": "qnet.keras", "ppo": "policy.keras", "sac": "policy.keras",
                "td3": "policy.keras", "ddpg": "policy.keras"}
+
+# The "algo" of a run made by `quarl-edge import` (quarl_edge.importers): where it came from.
+IMPORTED_ALGOS = ("sb3-dqn", "sb3-ppo", "sb3-a2c", "sb3-sac", "sb3-td3", "onnx", "keras",
+                  "tf-agents")
+
+# What the later stages read of run.json (other keys are kept, unchecked: runs record more).
+RUN_KEYS = {
+    "env": Key(str, required=True, nonempty=True),
+    "algo": Key(str, required=True, choices=(*MODEL_FILES, *IMPORTED_ALGOS)),
+    "obs_shape": Key(list, required=True, items=int, min=1, nonempty=True),
+    "seed": Key(int), "steps": Key(int, min=0), "n_actions": Key(int, min=1),
+    "model_file": Key(str, nonempty=True), "action_space": Key(dict), "network": Key(dict),
+    "hyperparameters": Key(dict), "train_seconds": Key(float), "best_greedy_return": Key(float),
+    "action_head": Key(str, choices=("argmax", "identity", "scale")),
+}
 
 ACTIVATIONS = {"linear": lambda x: x, "relu": lambda x: np.maximum(x, 0.0), "tanh": np.tanh}
 
 
 def load_run(run_dir: Path) -> dict:
-    """RUN/run.json as a dict; a QuarlError when RUN is not a run directory."""
+    """RUN/run.json as a dict, its keys checked (RUN_KEYS); a QuarlError naming the file and
+    the key when RUN is not a run directory or its run.json lacks or mistypes one."""
     meta = Path(run_dir) / "run.json"
     if not meta.is_file():
         raise QuarlError(f"{run_dir} is not a run directory (no run.json); train one with "
                          "`quarl-edge train` or use examples/cartpole_dqn")
     try:
-        return json.loads(meta.read_text())
-    except json.JSONDecodeError as e:
+        info = json.loads(meta.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise QuarlError(f"{meta} is not valid JSON: {e}") from None
+    if not isinstance(info, dict):
+        raise QuarlError(f"{meta}: must be a JSON object of keys (env, algo, obs_shape, ...), "
+                         f"got {type(info).__name__}")
+    return check(info, RUN_KEYS, str(meta), allow_unknown=True)
 
 
 def write_run(run_dir: Path, info: dict) -> None:
@@ -78,7 +100,7 @@ def keras_path(run_dir: Path) -> Path:
     meta = Path(run_dir) / "run.json"
     name = "qnet.keras"
     if meta.is_file():
-        name = json.loads(meta.read_text()).get("model_file", name)
+        name = load_run(run_dir).get("model_file", name)
     return Path(run_dir) / name
 
 

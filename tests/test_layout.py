@@ -19,7 +19,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # importers is the other way into a run directory (a policy trained elsewhere); it uses the
 # calibration of quant, so it ranks with it.
 RANKS = {"quarl_edge.errors": 0, "quarl_edge.resources": 0, "quarl_edge.run": 0, "quarl_edge.noise": 0,
-         "quarl_edge.rl": 1, "quarl_edge.importers": 2, "quarl_edge.quant": 2, "quarl_edge.converters": 3,
+         "quarl_edge.schema": 0,
+         "quarl_edge.rl": 1, "quarl_edge.importers": 2, "quarl_edge.quant": 2,
+         "quarl_edge.converters": 3,
          "quarl_edge.targets": 4, "quarl_edge.link": 5, "quarl_edge.measure": 6,
          "quarl_edge.study": 7, "quarl_edge.api": 8, "quarl_edge.demo": 8, "quarl_edge.cli": 9,
          "quarl_edge": 9}
@@ -138,7 +140,7 @@ def test_later_stages_know_training_only_through_the_run_contract():
     reach = [f"{a} -> {b}" for a, deps in GRAPH.items() if stage(a) != "quarl_edge.rl"
              for b in sorted(deps) if stage(b) == "quarl_edge.rl" and b not in RL_PUBLIC]
     assert reach == [], "imports of rl's algorithm modules from outside rl:\n" + "\n".join(reach)
-    assert GRAPH["quarl_edge.run"] <= {"quarl_edge.errors"}
+    assert GRAPH["quarl_edge.run"] <= {"quarl_edge.errors", "quarl_edge.schema"}
 
 
 def test_the_converters_stand_on_their_own():
@@ -164,6 +166,14 @@ def test_the_graph_reader_sees_the_imports_it_checks():
     assert "quarl_edge.converters.cgen" in GRAPH["quarl_edge.targets.build"]   # inside build()
     assert "quarl_edge.link.protocol" in GRAPH["quarl_edge.link.runner"]       # from . import
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == [["a", "b", "c"]]
+
+
+def test_the_schema_checker_is_a_foundation_module():
+    """Board files, study configs and run.json are checked by quarl_edge.schema, which any stage
+    may use: it stands on the errors alone."""
+    assert GRAPH["quarl_edge.schema"] <= {"quarl_edge.errors"}
+    assert "quarl_edge.schema" in GRAPH["quarl_edge.targets.boards"]
+    assert "quarl_edge.schema" in GRAPH["quarl_edge.study.grid"]
 
 
 if __name__ == "__main__":

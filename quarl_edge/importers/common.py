@@ -178,7 +178,7 @@ def write_imported_run(imp: Imported, out: Path, fid: dict, extra: dict | None =
         env = make_gym(imp.env_id)
         space = env.action_space
         info = {
-            "env": imp.env_id, "algo": imp.algo, "seed": None, "steps": None,
+            "env": imp.env_id, "algo": imp.algo,
             "obs_shape": list(env.observation_space.shape),
             "action_space": space_info(space),
             "action_head": "argmax" if hasattr(space, "n") else "identity",

@@ -18,6 +18,7 @@ from ..run import tflite_path
 from ..targets.boards import Board, all_boards, get_board
 
 PRECISIONS = ("fp32", "int8")
+BENCH_MAX_N = 65535        # BENCH's n is a u16 (docs/protocol.md)
 
 
 def select_boards(spec: str) -> list[Board]:
@@ -54,8 +55,13 @@ def bench_cell(run_dir: Path, board: Board, scheme: str, n: int, obs: np.ndarray
 def run_bench(run_dir: Path, boards: list[Board], n: int = 100, out: Path | None = None,
               progress: bool = False, flasher: str | None = None,
               drive: str | None = None) -> list[dict]:
-    """Every (board, precision) cell: one row each, written to OUT/bench.jsonl as it finishes
-    (default OUT: RUN/results), then OUT/bench.md. `progress`: a bar over the cells on stderr."""
+    """Every (board, precision) cell: one row each, written as it finishes to
+    OUT/bench.jsonl.partial (default OUT: RUN/results), which becomes OUT/bench.jsonl when all
+    cells are done, then OUT/bench.md: a bench that fails keeps the previous results.
+    `progress`: a bar over the cells on stderr."""
+    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= BENCH_MAX_N:
+        raise QuarlError(f"n (inferences per BENCH) must be an integer in 1..{BENCH_MAX_N}, "
+                         f"got {n!r}")
     run_dir = Path(run_dir)
     calib = run_dir / "calibration.npy"
     obs = np.load(calib)[0] if calib.is_file() else None
@@ -65,7 +71,8 @@ def run_bench(run_dir: Path, boards: list[Board], n: int = 100, out: Path | None
     from tqdm import tqdm
     bar = tqdm(total=len(boards) * len(PRECISIONS), desc="bench", unit="cell",
                disable=not progress, leave=False)
-    with (out / "bench.jsonl").open("w") as log:
+    partial = out / "bench.jsonl.partial"
+    with partial.open("w") as log:
         for board in boards:
             for scheme in PRECISIONS:
                 bar.set_postfix_str(f"{board.id} {scheme}")
@@ -79,6 +86,7 @@ def run_bench(run_dir: Path, boards: list[Board], n: int = 100, out: Path | None
                 log.flush()
                 bar.update(1)
     bar.close()
+    partial.replace(out / "bench.jsonl")
     tmp = out / "bench.md.tmp"
     tmp.write_text(markdown(rows))
     tmp.replace(out / "bench.md")

@@ -86,12 +86,15 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
     env = make_gym(env_id)
     space = env.action_space
     head = head or default_head(space)
-    _check_model_fits_env(mpath, env, head)
+    _check_model_fits_env(mpath, env, head, run_dir / "run.json" if meta else mpath)
     env.close()
     results_dir = Path(results_dir) if results_dir is not None else home / "results"
     results_dir.mkdir(parents=True, exist_ok=True)
     log_path = results_dir / f"hil_{board.id}_{scheme}.episodes.jsonl"
-    log = log_path.open("w")
+    # written as episodes finish, renamed to log_path with the results: a failed run keeps the
+    # previous results and log (and leaves its own partial log beside them)
+    partial_log = log_path.with_name(log_path.name + ".partial")
+    log = partial_log.open("w")
     from tqdm import tqdm
     bar = tqdm(total=3 * episodes, desc=f"hil {scheme} on {board.id}", unit="episode",
                disable=not progress, leave=False)
@@ -169,30 +172,26 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
     tmp = out_path.with_name(out_path.name + ".tmp")
     tmp.write_text(json.dumps(result, indent=2) + "\n")
     tmp.replace(out_path)
+    partial_log.replace(log_path)
     return result
 
 
-def _check_model_fits_env(model: Path, env, head: str) -> None:
-    """The model's input against the env's observations and its output against the action head,
-    before any board is built; a mismatch names both shapes."""
-    from .reference import tflite_runtime_interpreter
-    interp = tflite_runtime_interpreter(model)
-    inputs, outputs = interp.get_input_details(), interp.get_output_details()
-    if len(inputs) != 1 or len(outputs) != 1:
-        raise QuarlError(f"{model}: HIL needs one input and one output, the model has "
-                         f"{len(inputs)} and {len(outputs)}")
-    obs = tuple(env.observation_space.shape or ())
-    got = tuple(int(d) for d in inputs[0]["shape"])
-    if int(np.prod(got)) != int(np.prod(obs)) or (got[1:] != obs and got != obs):
-        raise QuarlError(f"{model} takes inputs of shape {got}, the env's observations have "
-                         f"shape {obs}")
+def _check_model_fits_env(model: Path, env, head: str, where) -> None:
+    """The model's input against the env's observations and its outputs against the action
+    head, before any board is built; a mismatch names both shapes."""
+    from .reference import check_env_fits_model, tflite_runtime_interpreter
+    check_env_fits_model(env.spec.id, model, where)
+    outputs = tflite_runtime_interpreter(model).get_output_details()
+    if len(outputs) != 1:
+        raise QuarlError(f"{model}: HIL needs one output (the actions), the model has "
+                         f"{len(outputs)}")
     n_out = int(np.prod(outputs[0]["shape"]))
     space = env.action_space
     want = int(space.n) if hasattr(space, "n") else int(np.prod(space.shape))
     if n_out != want:
         kind = f"{want} discrete actions" if hasattr(space, "n") else \
             f"actions of shape {tuple(space.shape)}"
-        raise QuarlError(f"{model} gives {n_out} outputs; the env has {kind} "
+        raise QuarlError(f"{model} gives {n_out} outputs; {env.spec.id} has {kind} "
                          f"(head {head})")
 
 

@@ -11,6 +11,37 @@ import numpy as np
 from ..errors import ModelError, QuarlError
 
 
+def check_model_file(model_path: Path) -> None:
+    """Read the .tflite with our own flatbuffer reader (pure Python, converters/tflite_model.py)
+    before a native interpreter gets it: tflite-runtime and TF Lite Micro trust the file, and a
+    corrupt one crashes them (segmentation fault) or fails deep inside (UnicodeDecodeError);
+    the reader refuses it with a ModelError naming the file."""
+    from ..converters.tflite_model import load
+    load(model_path)
+
+
+def check_env_fits_model(env_id: str, model_path: Path, where) -> None:
+    """The environment's observations fit the model's one input (the same number of values),
+    checked before a board is built or started: a run.json whose env is not the model's."""
+    import gymnasium as gym
+
+    from ..converters.tflite_model import load
+    try:
+        env = gym.make(env_id)
+    except (gym.error.Error, ImportError) as e:   # an unknown id, a missing box2d or mujoco
+        raise QuarlError(f"{where}: env {env_id!r} cannot be made: {e}") from None
+    shape = tuple(env.observation_space.shape or ())
+    env.close()
+    inputs = load(model_path).input_tensors()
+    if len(inputs) != 1:
+        raise ModelError(f"{model_path} has {len(inputs)} inputs; an observation is one")
+    values, want = int(np.prod(shape)), int(np.prod(inputs[0].shape))
+    if values != want:
+        raise QuarlError(f"{where}: {env_id} observes shape {shape} ({values} values), but "
+                         f"{model_path} takes input {list(inputs[0].shape)} ({want} values): "
+                         "the env does not fit the model")
+
+
 def io_counts(model_path: Path) -> tuple[int, int]:
     """Number of inputs and outputs of the model's main subgraph (from the flatbuffer)."""
     from tflite_micro.tensorflow.lite.micro.python import schema_py_generated as schema
@@ -54,6 +85,7 @@ class TFLMReference:
     """Runs a .tflite with TF Lite Micro's reference kernels, one sample at a time."""
 
     def __init__(self, model_path: Path):
+        check_model_file(model_path)
         self.interp = tflm_interpreter(Path(model_path).read_bytes(), str(model_path))
         n_in, n_out = io_counts(model_path)
         self.inputs = [self.interp.get_input_details(i) for i in range(n_in)]
@@ -73,13 +105,18 @@ def tflite_runtime_interpreter(model_path: Path):
     model_path = Path(model_path)
     if not model_path.is_file():
         raise QuarlError(f"no model at {model_path}")
+    check_model_file(model_path)
     try:
         interpreter = Interpreter(
             model_path=str(model_path),
             experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
         interpreter.allocate_tensors()
-    except (ValueError, RuntimeError) as e:
-        raise ModelError(f"tflite-runtime cannot load {model_path}: {e}") from None
+        for details in (interpreter.get_tensor_details, interpreter.get_input_details,
+                        interpreter.get_output_details):
+            details()          # names are decoded here: a corrupt one is a UnicodeDecodeError
+    except (ValueError, RuntimeError, MemoryError) as e:
+        raise ModelError(f"{model_path} is not a valid TFLite model (tflite-runtime: "
+                         f"{type(e).__name__}: {e})") from None
     return interpreter
 
 

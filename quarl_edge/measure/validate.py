@@ -5,7 +5,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import QuarlError
+from ..errors import ModelError, QuarlError
 from ..link.runner import latency_summary
 from ..link.session import BoardSession
 from ..targets.boards import Board
@@ -16,13 +16,17 @@ def input_range(model_path: Path) -> tuple[float, float] | None:
     """The float range the model's first QUANTIZE op can represent (None for float models)."""
     rt = TFLiteRuntime(model_path)
     idx = rt.inputs[0]["index"]
-    tensors = {t["index"]: t for t in rt.interp.get_tensor_details()}
-    for op in rt.interp._get_ops_details():
-        if op["op_name"] == "QUANTIZE" and idx in list(op["inputs"]):
-            t = tensors[op["outputs"][0]]
-            scale, zp = t["quantization"]
-            info = np.iinfo(t["dtype"])
-            return scale * (info.min - zp), scale * (info.max - zp)
+    try:
+        tensors = {t["index"]: t for t in rt.interp.get_tensor_details()}
+        for op in rt.interp._get_ops_details():
+            if op["op_name"] == "QUANTIZE" and idx in list(op["inputs"]):
+                t = tensors[op["outputs"][0]]
+                scale, zp = t["quantization"]
+                info = np.iinfo(t["dtype"])
+                return scale * (info.min - zp), scale * (info.max - zp)
+    except (KeyError, IndexError, ValueError) as e:    # a corrupt graph tflite-runtime loaded
+        raise ModelError(f"{model_path} is not a valid TFLite model (its QUANTIZE input op: "
+                         f"{type(e).__name__}: {e})") from None
     return None
 
 
@@ -44,12 +48,18 @@ def random_inputs(model_path: Path, shape: tuple[int, ...], dtype, n: int, seed:
 def load_inputs(path: Path, shape: tuple[int, ...], dtype) -> np.ndarray:
     try:
         x = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, EOFError) as e:
         raise QuarlError(f"cannot read inputs {path}: {e}") from None
+    if not isinstance(x, np.ndarray):      # np.load gives an NpzFile for .npz archives
+        x.close()
+        raise QuarlError(f"{path} is an .npz archive; inputs are one array in an .npy file "
+                         "(numpy.save)")
     want = tuple(shape[1:])
     if x.dtype != np.dtype(dtype) or tuple(x.shape[1:]) != want:
         raise QuarlError(f"{path} holds {x.dtype} {x.shape}; the model needs "
                          f"{np.dtype(dtype)} with shape (n, {', '.join(map(str, want))})")
+    if x.ndim == 0 or len(x) == 0:
+        raise QuarlError(f"{path} holds no inputs (shape {x.shape}): nothing to validate")
     return x
 
 
@@ -64,6 +74,8 @@ def validate(model_path: Path, board: Board, out_dir: Path, inputs: Path | None 
     """Run inputs on the board and compare with the host reference. flasher/drive: how a real
     board is flashed (quarl_edge/targets/flash.py)."""
     model_path = Path(model_path)
+    if random_n is not None and (not isinstance(random_n, int) or random_n < 1):
+        raise QuarlError(f"the number of random inputs must be an integer >= 1, got {random_n!r}")
     ref = host_reference(model_path, micro=True)   # TF Lite Micro (int8-acc: its head readout)
     if len(ref.inputs) != 1 or len(ref.outputs) != 1:
         raise QuarlError("validate supports models with one input and one output")
@@ -97,8 +109,12 @@ def validate(model_path: Path, board: Board, out_dir: Path, inputs: Path | None 
         rel = np.where(same, 0.0, diff / np.maximum(np.abs(rf), np.finfo(np.float32).tiny))
         max_rel = max(max_rel, float(np.nanmax(rel)) if rel.size else 0.0)
 
-    if save_outputs is not None:
-        np.save(save_outputs, np.stack(board_out).reshape(len(xs), *y.shape[1:]).astype(out_d["dtype"]))
+    if save_outputs is not None:   # through a temporary file: a failed write keeps the old one
+        save_outputs = Path(save_outputs)
+        tmp = save_outputs.with_name(save_outputs.name + ".tmp")
+        with tmp.open("wb") as f:
+            np.save(f, np.stack(board_out).reshape(len(xs), *y.shape[1:]).astype(out_d["dtype"]))
+        tmp.replace(save_outputs)
     return {
         "board": board.id,
         "model": str(model_path),

@@ -82,6 +82,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import QuarlError
+from ..schema import Key, check, check_value, unknown_keys
 
 # Algorithms whose RL loop qat.py can fine-tune in (qat.qat_finetune refuses the others).
 QAT_ALGOS = ("dqn",)
@@ -89,11 +90,22 @@ SWEEP_MODES = ("weights+activations", "weights", "activations")
 RAY_PIN = "ray==2.60.0"
 STATUS_DONE = ("ok", "skipped")
 
-STUDY_KEYS = {"name", "seeds", "schemes", "episodes", "eval_seeds", "calib_size", "qat_steps",
-              "distill_steps", "sweep_modes", "description"}
-TASK_KEYS = {"algo", "env", "steps", "seeds", "schemes", "episodes", "eval_seeds", "calib_size",
-             "qat_steps", "distill_steps", "options", "qat", "distill", "note"}
-SWEEP_KEYS = {"algo", "env", "bits", "modes", "seeds", "episodes", "eval_seeds", "calib_size"}
+# What each table of a study file may hold (quarl_edge/schema.py checks the types and ranges;
+# load_study checks the names: algorithms, environments, schemes).
+CONFIG_KEYS = {"study": Key(dict), "task": Key(list, items=dict), "sweep": Key(list, items=dict)}
+_SEEDS = Key(list, items=int, min=0, nonempty=True)
+_EVALUATION = {"seeds": _SEEDS, "episodes": Key(int), "eval_seeds": _SEEDS,
+               "calib_size": Key(int, min=1)}
+_SCHEMES = {"schemes": Key(list, items=str, nonempty=True), "qat_steps": Key(int, min=1),
+            "distill_steps": Key(int, min=1)}
+STUDY_KEYS = {"name": Key(str, nonempty=True), "description": Key(str), **_EVALUATION,
+              **_SCHEMES, "sweep_modes": Key(list, items=str, nonempty=True)}
+TASK_KEYS = {"algo": Key(str, required=True), "env": Key(str, required=True), "steps": Key(int),
+             **_EVALUATION, **_SCHEMES, "options": Key(dict), "qat": Key(dict),
+             "distill": Key(dict), "note": Key(str)}
+SWEEP_KEYS = {"algo": Key(str, required=True), "env": Key(str, required=True),
+              "bits": Key(list, items=int, nonempty=True),
+              "modes": Key(list, items=str, nonempty=True), **_EVALUATION}
 
 
 # ------------------------------------------------------------------------------------ config
@@ -149,20 +161,17 @@ def _eval_seeds(d: dict, default: list[int], where: str) -> list[int]:
     return seeds
 
 
-def _check_keys(d: dict, known: set[str], where: str) -> None:
-    unknown = sorted(set(d) - known)
-    if unknown:
-        raise QuarlError(f"{where}: unknown key(s) {', '.join(unknown)}; known: "
-                         f"{', '.join(sorted(known))}")
-
-
 def _known_options(given: dict, config_cls, what: str, where: str) -> dict:
-    """A task's option table as a dict, every key a field of `config_cls` (steps is set apart)."""
+    """A task's option table as a dict, every key a field of `config_cls` (steps is set apart),
+    each value of the type of the field's default when that is a number, bool or string."""
     known = {f.name for f in fields(config_cls)} - {"steps"}
-    bad = sorted(set(given) - known)
-    if bad:
-        raise QuarlError(f"{where}: unknown {what} option(s) {', '.join(bad)}; known: "
-                         f"{', '.join(sorted(known))}")
+    unknown_keys(given, known, where, what=f"{what} option")
+    defaults = {f.name: f.default for f in fields(config_cls)}
+    for key, value in given.items():
+        default = defaults[key]
+        if isinstance(default, (bool, int, float, str)):
+            check_value(key, value, Key(float if isinstance(default, float) else type(default)),
+                        f"{where} {what} options")
     return dict(given)
 
 
@@ -202,9 +211,8 @@ def load_study(path: Path) -> Study:
         raw = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as e:
         raise QuarlError(f"{path}: invalid TOML: {e}") from None
-    _check_keys(raw, {"study", "task", "sweep"}, str(path))
-    top = raw.get("study", {})
-    _check_keys(top, STUDY_KEYS, f"{path} [study]")
+    check(raw, CONFIG_KEYS, str(path))
+    top = check(raw.get("study", {}), STUDY_KEYS, f"{path} [study]")
     name = str(top.get("name", path.stem))
     d_seeds = [int(s) for s in top.get("seeds", [0])]
     d_schemes = list(top.get("schemes", ["fp32", "int8"]))
@@ -218,9 +226,7 @@ def load_study(path: Path) -> Study:
     seen = set()
     for i, t in enumerate(raw.get("task", [])):
         where = f"{path} [[task]] #{i + 1}"
-        _check_keys(t, TASK_KEYS, where)
-        if "algo" not in t or "env" not in t:
-            raise QuarlError(f"{where}: needs algo and env")
+        check(t, TASK_KEYS, where)
         algo, env_id = str(t["algo"]), str(t["env"])
         where = f"{where} ({algo}, {env_id})"
         if algo not in ALGOS:
@@ -268,7 +274,7 @@ def load_study(path: Path) -> Study:
     by_task = {(t.algo, t.env): t for t in tasks}
     for i, s in enumerate(raw.get("sweep", [])):
         where = f"{path} [[sweep]] #{i + 1}"
-        _check_keys(s, SWEEP_KEYS, where)
+        check(s, SWEEP_KEYS, where)
         key = (str(s.get("algo")), str(s.get("env")))
         if key not in by_task:
             raise QuarlError(f"{where}: ({key[0]}, {key[1]}) is not a [[task]] of this study")

@@ -19,12 +19,49 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import BoardError
+from ..schema import Key, check
 from ..resources import BOARDS_ENV, boards_dir, env_boards_dirs, firmware_dir, user_boards_dirs
 from .flash_tools import TOOLS, tool_status
 
 KINDS = ("host", "emulated", "real", "linux")
 COST_UNITS = ("ns", "cycles", "instructions")
 CONNECT_METHODS = ("pty", "qemu", "simavr", "serial", "agent")
+
+# What a board file may hold (quarl_edge/schema.py checks it; [flash] is _flash_section's).
+BOARD_KEYS = {
+    "id": Key(str, required=True, nonempty=True),
+    "name": Key(str, required=True),
+    "kind": Key(str, required=True, choices=KINDS),
+    "cpu": Key(str, required=True),
+    "clock_hz": Key(int, required=True, min=0),
+    "flash_bytes": Key(int, required=True, min=0),     # 0: no limit / unknown
+    "ram_bytes": Key(int, required=True, min=0),
+    "cost_unit": Key(str, required=True, choices=COST_UNITS),
+    "usb": Key(list, items=str),                       # "VID:PID" in hex
+    "build": Key(dict, required=True),
+    "connect": Key(dict, required=True),
+    "flash": Key(dict),
+}
+BUILD_KEYS = {
+    "family": Key(str, required=True, nonempty=True),
+    "cc": Key(str, required=True, nonempty=True),
+    "cflags": Key(list, required=True, items=str),
+    "ldflags": Key(list, items=str),
+    "max_payload": Key(int, required=True, min=32, max=4096),  # protocol.md's resync covers 4096
+    "install": Key(str),
+    "shared": Key(list, items=str),
+    "kernels": Key(str),
+}
+CONNECT_KEYS = {     # each connect method reads its own few (targets/launch.py)
+    "method": Key(str, required=True, choices=CONNECT_METHODS),
+    "install": Key(str),
+    "baud": Key(int, min=1),                           # serial
+    "reset_on_open_ms": Key(int, min=0),
+    "machine": Key(str), "icount_shift": Key(int, min=0), "systick_hz": Key(int, min=1),
+    "qemu": Key(str), "extra_args": Key(list, items=str),                      # qemu
+    "mcu": Key(str), "frequency": Key(int, min=1),                             # simavr
+    "python": Key(str), "tcp_port": Key(int, min=1, max=65535),                # agent
+}
 
 
 @dataclass(frozen=True)
@@ -109,13 +146,6 @@ def _require(data: dict, key: str, typ, where: str):
     return val
 
 
-def _choice(data: dict, key: str, choices, where: str):
-    val = _require(data, key, str, where)
-    if val not in choices:
-        raise BoardError(f"{where}: '{key}' is {val!r}; expected one of {', '.join(choices)}")
-    return val
-
-
 def _flash_section(data: dict, where: str) -> tuple[tuple[str, ...], dict, float | None]:
     """[flash]: `tools` in order of preference, one known tool each, and a [flash.<tool>] table
     with that tool's keys (flash.TOOLS says which are required)."""
@@ -177,14 +207,6 @@ def _flash_section(data: dict, where: str) -> tuple[tuple[str, ...], dict, float
     return tuple(tools), config, (float(timeout) if timeout is not None else None)
 
 
-def _connect_serial(connect: dict, where: str) -> None:
-    for key, low in (("baud", 1), ("reset_on_open_ms", 0)):
-        if key in connect:
-            val = _require(connect, key, int, where)
-            if val < low:
-                raise BoardError(f"{where}: '{key}' must be >= {low}")
-
-
 def kernel_variants() -> tuple[str, ...]:
     """What `[build] kernels` may name: "reference", or an optimized variant's directory in
     firmware/core/kernels/optimized/ (its README says how a variant replaces kernel files)."""
@@ -194,30 +216,30 @@ def kernel_variants() -> tuple[str, ...]:
 
 
 def load_board_file(path: Path) -> Board:
+    path = Path(path)
     where = str(path)
     try:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as e:
         raise BoardError(f"{where}: not valid TOML: {e}") from None
-    build = _require(data, "build", dict, where)
-    connect = _require(data, "connect", dict, where)
-    bid = _require(data, "id", str, where)
+    except UnicodeDecodeError:
+        raise BoardError(f"{where}: not a text file (a board file is TOML)") from None
+    except OSError as e:
+        raise BoardError(f"cannot read board file {where}: {e.strerror or e}") from None
+    check(data, BOARD_KEYS, where, BoardError)
+    build, connect = data["build"], data["connect"]
+    check(build, BUILD_KEYS, f"{where} [build]", BoardError)
+    check(connect, CONNECT_KEYS, f"{where} [connect]", BoardError)
+    bid = data["id"]
     if bid != path.stem:
         raise BoardError(f"{where}: id '{bid}' must match the file name '{path.stem}'")
-    for k in ("clock_hz", "flash_bytes", "ram_bytes"):
-        if _require(data, k, int, where) < 0:
-            raise BoardError(f"{where}: '{k}' must be >= 0")
-    _choice(connect, "method", CONNECT_METHODS, f"{where} [connect]")
-    _connect_serial(connect, f"{where} [connect]")
     flashers, flash_config, flash_timeout = _flash_section(data, where)
-    max_payload = _require(build, "max_payload", int, f"{where} [build]")
-    if not 32 <= max_payload <= 4096:   # the host's resync (protocol.md) covers 4096
-        raise BoardError(f"{where} [build]: max_payload must be in 32..4096")
+    max_payload = build["max_payload"]
     shared = build.get("shared", [])
-    if not isinstance(shared, list) or not all(isinstance(s, str) and s for s in shared):
+    if not all(shared):
         raise BoardError(f"{where} [build]: 'shared' must be a list of port directory names")
     kernels = build.get("kernels", "reference")
-    if not isinstance(kernels, str) or kernels not in kernel_variants():
+    if kernels not in kernel_variants():
         raise BoardError(f"{where} [build]: 'kernels' is {kernels!r}; expected one of "
                          f"{', '.join(kernel_variants())}")
     usb = []
@@ -229,16 +251,16 @@ def load_board_file(path: Path) -> Board:
         usb.append((vid, pid))
     return Board(
         id=bid,
-        name=_require(data, "name", str, where),
-        kind=_choice(data, "kind", KINDS, where),
-        cpu=_require(data, "cpu", str, where),
+        name=data["name"],
+        kind=data["kind"],
+        cpu=data["cpu"],
         clock_hz=data["clock_hz"],
         flash_bytes=data["flash_bytes"],
         ram_bytes=data["ram_bytes"],
-        cost_unit=_choice(data, "cost_unit", COST_UNITS, where),
-        family=_require(build, "family", str, f"{where} [build]"),
-        cc=_require(build, "cc", str, f"{where} [build]"),
-        cflags=tuple(_require(build, "cflags", list, f"{where} [build]")),
+        cost_unit=data["cost_unit"],
+        family=build["family"],
+        cc=build["cc"],
+        cflags=tuple(build["cflags"]),
         ldflags=tuple(build.get("ldflags", [])),
         max_payload=max_payload,
         install=build.get("install", ""),
@@ -301,7 +323,14 @@ def all_boards(directory: Path | None = None) -> dict[str, Board]:
 
 
 def get_board(board_id: str, directory: Path | None = None) -> Board:
-    """The board `board_id` from board_dirs() (`directory` given: from that directory alone)."""
+    """The board `board_id` from board_dirs() (`directory` given: from that directory alone).
+    An id names a file in those folders, never a path: a board file names the compiler that
+    runs, so one from elsewhere is loaded only when asked for (load_board_file, the CLI's
+    --board-file)."""
+    if not board_id or any(c in board_id for c in "/\\") or board_id.endswith(".toml") \
+            or board_id.startswith("."):
+        raise BoardError(f"--board takes a board id (`quarl-edge boards` lists them), got "
+                         f"{board_id!r}; to use a board file elsewhere, pass --board-file PATH")
     dirs = _search(directory)
     files = _files(dirs)
     if board_id not in files:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import shlex
 import shutil
+import signal
 import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -208,6 +209,22 @@ def board_defines(board: Board) -> list[str]:
 _LD_OVERFLOW = ("will not fit in region", "overflowed by")
 
 
+def _failure(cc: str, proc: subprocess.CompletedProcess, lines: int = 30) -> str:
+    """Why the compiler failed: its exit code or the signal that killed it (a killed compiler
+    says nothing itself), then the last `lines` lines of what it printed."""
+    code = proc.returncode
+    if code < 0:
+        try:
+            name = f" ({signal.Signals(-code).name})"
+        except ValueError:
+            name = ""
+        how = f"{Path(cc).name} was killed by signal {-code}{name}"
+    else:
+        how = f"{Path(cc).name} exited with code {code}"
+    said = proc.stderr.strip().splitlines()[-lines:]
+    return how + (":\n" + "\n".join(said) if said else " and printed nothing")
+
+
 def compile_firmware(board: Board, sources: list[Path], out_elf: Path, extra_flags=()) -> None:
     cc = shutil.which(board.cc)
     if cc is None:
@@ -225,7 +242,7 @@ def compile_firmware(board: Board, sources: list[Path], out_elf: Path, extra_fla
             lines = [ln for ln in proc.stderr.splitlines() if any(s in ln for s in _LD_OVERFLOW)]
             raise QuarlError(f"firmware for {board.id} does not fit the board's memory "
                              f"(linker: {'; '.join(ln.split(': ', 1)[-1] for ln in lines)})")
-        raise ToolchainError(f"building firmware for {board.id} failed:\n{proc.stderr.strip()}")
+        raise ToolchainError(f"building firmware for {board.id} failed: {_failure(cc, proc)}")
     # Warnings are errors when compiling (-Werror); the linker's warnings are kept here.
     (out_elf.parent / "build.log").write_text(proc.stderr)
 

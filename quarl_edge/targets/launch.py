@@ -88,7 +88,9 @@ class HostPty(ChildProcess):
     """The host build runs as a child process whose stdin/stdout is the master side of a
     pseudo-terminal; the slave side (a real tty device, raw mode) is the board's serial port."""
 
-    def __init__(self, elf: Path, argv: list[str] | None = None, log: Path | None = None):
+    def __init__(self, elf: Path, argv: list[str] | None = None, log: Path | None = None,
+                 temp_dir: Path | None = None):
+        self._temp_dir = temp_dir     # removed on stop() (the linux agent's log directory)
         master, slave = os.openpty()
         tty.setraw(slave)
         self.url = os.ttyname(slave)
@@ -104,6 +106,8 @@ class HostPty(ChildProcess):
             os.close(self._slave)
             self._slave = None
         self._log.close()
+        if self._temp_dir is not None:
+            shutil.rmtree(self._temp_dir, ignore_errors=True)
 
 
 def _die_with_parent() -> None:
@@ -405,9 +409,9 @@ def start(board: Board, elf: Path, port: str | None = None, flasher: str | None 
     if method == "simavr":
         return Simavr(board, elf)
     if method == "agent":   # a linux board's agent, run here behind a pty (`elf` is the .tflite)
-        log = Path(tempfile.mkdtemp(prefix="quarl-edge-agent-")) / "agent.stderr.log"
+        temp_dir = Path(tempfile.mkdtemp(prefix="quarl-edge-agent-"))
         return HostPty(elf, [sys.executable, "-m", "quarl_edge.link.agent", str(elf), "--stdio",
-                             "--board-id", board.id], log)
+                             "--board-id", board.id], temp_dir / "agent.stderr.log", temp_dir)
     raise BoardError(f"board {board.id}: starting boards by '{method}' is not supported yet; "
                      "flash it yourself and pass --port")
 
