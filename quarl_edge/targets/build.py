@@ -11,10 +11,14 @@ objcopy -O binary also places empty RAM sections, which makes a .bin of hundreds
 build is a program, so it gets neither."""
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import shlex
 import shutil
 import subprocess
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -208,18 +212,114 @@ def board_defines(board: Board) -> list[str]:
 _LD_OVERFLOW = ("will not fit in region", "overflowed by")
 
 
+# ---------------------------------------------------------------------------- object cache
+CACHE_ENV = "QUARL_EDGE_CACHE_DIR"
+
+
+def object_cache_dir() -> Path:
+    """Where compiled firmware objects are kept between builds: $QUARL_EDGE_CACHE_DIR, else
+    ${XDG_CACHE_HOME:-~/.cache}/quarl-edge/objects."""
+    env = os.environ.get(CACHE_ENV)
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "quarl-edge" / "objects"
+
+
+_COMPILER_IDS: dict[tuple[str, int, int], str] = {}
+
+
+def _compiler_id(cc: str) -> str:
+    """The compiler's real path and its `--version` text (asked once per process per binary)."""
+    real = os.path.realpath(cc)
+    st = os.stat(real)
+    key = (real, st.st_mtime_ns, st.st_size)
+    if key not in _COMPILER_IDS:
+        proc = subprocess.run([cc, "--version"], capture_output=True, text=True)
+        _COMPILER_IDS[key] = f"{real}\n{proc.stdout}"
+    return _COMPILER_IDS[key]
+
+
+def _includable_digest(dirs: list[Path]) -> str:
+    """One hash of every file a firmware source can #include: all .c and .h files under the
+    include directories' common root, firmware/ (the variants #include the reference .c files,
+    so .c files count too). System headers are the compiler's own, covered by its version."""
+    h = hashlib.sha256()
+    roots = sorted({d.resolve() for d in dirs})
+    for root in roots:
+        for f in sorted(root.rglob("*")):
+            if f.suffix in (".c", ".h") and f.is_file():
+                h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def _compile_objects(cc: str, flags: list[str], sources: list[Path], cache: Path,
+                     failure: str) -> list[Path]:
+    """Compile each source to an object in `cache`, reusing the objects already there.
+
+    The cache key of an object is the SHA-256 of: the compiler (real path and `--version`), the
+    whole compile command but for the source and output paths, the source's path and bytes, and
+    one digest of every .c/.h file under firmware/ (_includable_digest). That last part is the
+    simple, conservative choice over hashing each file's preprocessed text: running the
+    preprocessor costs a good part of a compile, while hashing ~100 small files costs
+    milliseconds; it misses no header a source includes (firmware sources include only the
+    firmware tree and the compiler's own headers), at the price of recompiling everything when
+    any firmware file changes. So a second build of another model for the same board compiles
+    only the model's model.c. Objects are written under a temporary name and renamed into place
+    (atomic on one file system), so a parallel build sees a whole object or none."""
+    cache.mkdir(parents=True, exist_ok=True)
+    fw = firmware_dir()
+    common = hashlib.sha256()
+    common.update(_compiler_id(cc).encode() + b"\0" + "\0".join(flags).encode() + b"\0"
+                  + _includable_digest([fw]).encode())
+    jobs, objects = [], []
+    for src in sources:
+        h = common.copy()
+        h.update(str(src.resolve()).encode() + b"\0" + src.read_bytes())
+        obj = cache / f"{src.stem}-{h.hexdigest()[:32]}.o"
+        objects.append(obj)
+        if not obj.is_file():
+            jobs.append((src, obj))
+
+    def compile_one(job: tuple[Path, Path]) -> subprocess.CompletedProcess:
+        src, obj = job
+        tmp = obj.with_name(f"{obj.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        proc = subprocess.run([cc, *flags, "-c", str(src), "-o", str(tmp)], capture_output=True,
+                              text=True)
+        if proc.returncode == 0:
+            os.replace(tmp, obj)
+        else:
+            tmp.unlink(missing_ok=True)
+        return proc
+
+    if jobs:
+        with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), os.cpu_count() or 1))) as pool:
+            failed = [p for p in pool.map(compile_one, jobs) if p.returncode != 0]
+        if failed:
+            raise ToolchainError(f"{failure}:\n" + "\n".join(p.stderr.strip() for p in failed))
+    return objects
+
+
 def compile_firmware(board: Board, sources: list[Path], out_elf: Path, extra_flags=()) -> None:
+    """Compile `sources` (each through the object cache, object_cache_dir()) and link them into
+    `out_elf`. build.cmd beside it is the same build as one compiler call, re-runnable in a
+    shell without the cache."""
     cc = shutil.which(board.cc)
     if cc is None:
         raise ToolchainError(f"compiler '{board.cc}' for board {board.id} is not installed; "
                              f"install it with: {board.install or 'your package manager'}")
     fw = firmware_dir()
     includes = [f"-I{fw / 'core'}", *(f"-I{d}" for d in port_dirs(board))]
-    cmd = [cc, *COMMON_CFLAGS, *(expand_flag(board, f) for f in board.cflags), *extra_flags,
-           *board_defines(board), *includes, *map(str, sources), "-o", str(out_elf),
-           *(expand_flag(board, f) for f in board.ldflags)]
+    flags = [*COMMON_CFLAGS, *(expand_flag(board, f) for f in board.cflags), *extra_flags,
+             *board_defines(board), *includes]
+    ldflags = [expand_flag(board, f) for f in board.ldflags]
+    cmd = [cc, *flags, *map(str, sources), "-o", str(out_elf), *ldflags]
     (out_elf.parent / "build.cmd").write_text(shlex.join(cmd) + "\n")   # re-runnable in a shell
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    objects = _compile_objects(cc, flags, sources, object_cache_dir(),
+                               f"building firmware for {board.id} failed")
+    # the compile flags again when linking: they choose the multilib (-mcpu, -mfloat-abi)
+    proc = subprocess.run([cc, *flags, *map(str, objects), "-o", str(out_elf), *ldflags],
+                          capture_output=True, text=True)
     if proc.returncode != 0:
         if any(s in proc.stderr for s in _LD_OVERFLOW):
             lines = [ln for ln in proc.stderr.splitlines() if any(s in ln for s in _LD_OVERFLOW)]
