@@ -339,7 +339,7 @@ def build(model_path: Path, board: Board, out_dir: Path, extra_flags=()) -> Firm
         raise QuarlError(f"no model at {model_path}")
     out_dir.mkdir(parents=True, exist_ok=True)
     gen_dir = out_dir / "gen"
-    generate(model_path, gen_dir, name=model_path.stem)
+    generate(model_path, gen_dir, name=model_path.stem, kernels=board.kernels)
     info = json.loads((gen_dir / "model.json").read_text())
     elf = out_dir / "firmware.elf"
     # BENCH replays the last INFER input from a copy; size it to this model's inputs (AVR RAM).
