@@ -121,6 +121,7 @@ def generate(tflite_path, out_dir, name: str | None = None,
     """Generate out_dir/model.c and out_dir/model.json for a .tflite model. `kernels` is the
     board's kernel set (`[build] kernels`): with an optimized variant, ops/__init__.py's
     VARIANT_LOWERINGS replace some lowerings (e.g. a 1x1 CONV_2D becomes a FULLY_CONNECTED)."""
+    lowerings = LOWERINGS if kernels == "reference" else {**LOWERINGS, **VARIANT_LOWERINGS}
     path = Path(tflite_path)
     model = apply_head_readout(load(path))
     mname = _model_name(name, path)
@@ -134,9 +135,7 @@ def generate(tflite_path, out_dir, name: str | None = None,
     # Every op is tried, so that a model with several ops we cannot run names all of them.
     kernels, refused = [], []
     for op in model.operators:
-        lower = LOWERINGS.get(op.opcode)
-        if kernels != "reference":
-            lower = VARIANT_LOWERINGS.get(op.opcode, lower)
+        lower = lowerings.get(op.opcode)
         try:
             if lower is None:
                 raise unsupported(op, model)
