@@ -105,7 +105,8 @@ def per_op(model_path: Path, board, work: Path, x: np.ndarray) -> dict:
         d = work / f"cut{k}"
         d.mkdir()
         (d / "model.c").write_text(full if k == len(gm.ops) else cut_schedule(full, k))
-        B.compile_firmware(board, B.firmware_sources(board) + [d / "model.c"], d / "firmware.elf", flags)
+        B.compile_firmware(board, B.firmware_sources(board) + [d / "model.c"], d / "firmware.elf",
+                           model_defines=flags)
         counts.append(count(board, d / "firmware.elf", x, spec))
         if k == len(gm.ops):
             memory = B.elf_memory(d / "firmware.elf")
@@ -157,7 +158,7 @@ def table(name: str, board, macs: list[int], ref: dict, opt: dict, variant: str)
         per = lambda c: f"{c / macs[i]:.2f}" if macs[i] else ""  # noqa: E731
         L.append(f"| {i} | {op} | {macs[i]:,} | {ref['kernels_called'][i]} | {r:,} | {per(r)} | "
                  f"{opt['kernels_called'][i]} | {o:,} | {per(o)} | "
-                 f"{(r / o if o else float('nan')):.2f}x |")
+                 f"{f'{r / o:.2f}x' if o else ''} |")
     total = sum(macs)
     L.append(f"| | **total** (inference) | {total:,} | | **{ref['total']:,}** | "
              f"**{ref['total'] / total:.2f}** | | **{opt['total']:,}** | **{opt['total'] / total:.2f}** | "

@@ -9,6 +9,7 @@ import subprocess
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from quarl_edge.targets import build as B
@@ -57,6 +58,14 @@ def test_a_second_model_compiles_only_its_model_c(monkeypatch, tmp_path, compile
     compiles.clear()
     fw = _build("fp32.tflite", tmp_path, "b")
     assert compiles == ["model.c"]
+    compiles.clear()
+    # another input size: QE_INPUT_COPY_BYTES differs, which only harness.c reads
+    from helpers_models import fc_model
+    (tmp_path / "wide.tflite").write_bytes(fc_model(np.ones((3, 40), np.int8), (0.05, 1), 0.01,
+                                                    (0.1, 0), input_shape=[1, 40]))
+    B.build(tmp_path / "wide.tflite", get_board("host"), tmp_path / "w")
+    assert sorted(compiles) == ["harness.c", "model.c"]
+    assert "-DQE_INPUT_COPY_BYTES=40u" in (tmp_path / "w" / "build.cmd").read_text()
     compiles.clear()
     again = _build("fp32.tflite", tmp_path, "b")            # the same build again: nothing
     assert compiles == [] and again.elf.read_bytes() == fw.elf.read_bytes()

@@ -254,7 +254,7 @@ def _includable_digest(dirs: list[Path]) -> str:
 
 
 def _compile_objects(cc: str, flags: list[str], sources: list[Path], cache: Path,
-                     failure: str) -> list[Path]:
+                     failure: str, model_defines: tuple[str, ...] = ()) -> list[Path]:
     """Compile each source to an object in `cache`, reusing the objects already there.
 
     The cache key of an object is the SHA-256 of: the compiler (real path and `--version`), the
@@ -266,16 +266,28 @@ def _compile_objects(cc: str, flags: list[str], sources: list[Path], cache: Path
     firmware tree and the compiler's own headers), at the price of recompiling everything when
     any firmware file changes. So a second build of another model for the same board compiles
     only the model's model.c. Objects are written under a temporary name and renamed into place
-    (atomic on one file system), so a parallel build sees a whole object or none."""
+    (atomic on one file system), so a parallel build sees a whole object or none.
+
+    `model_defines` (-DNAME=VALUE flags that change from model to model, e.g.
+    QE_INPUT_COPY_BYTES) are passed to every source like `flags`, but are part of a source's key
+    only where they can matter: when NAME occurs in the source's text or in any header of the
+    tree (then in every key). So they do not make every model recompile the whole firmware."""
     cache.mkdir(parents=True, exist_ok=True)
     fw = firmware_dir()
     common = hashlib.sha256()
     common.update(_compiler_id(cc).encode() + b"\0" + "\0".join(flags).encode() + b"\0"
                   + _includable_digest([fw]).encode())
+    header_text = b"".join(f.read_bytes() for f in sorted(fw.rglob("*.h")))
+    names = {d: d[2:].split("=", 1)[0].encode() for d in model_defines}
+    everywhere = [d for d in model_defines if names[d] in header_text]
     jobs, objects = [], []
     for src in sources:
+        text = src.read_bytes()
         h = common.copy()
-        h.update(str(src.resolve()).encode() + b"\0" + src.read_bytes())
+        h.update(str(src.resolve()).encode() + b"\0" + text)
+        for d in model_defines:
+            if d in everywhere or names[d] in text:
+                h.update(b"\0" + d.encode())
         obj = cache / f"{src.stem}-{h.hexdigest()[:32]}.o"
         objects.append(obj)
         if not obj.is_file():
@@ -284,8 +296,8 @@ def _compile_objects(cc: str, flags: list[str], sources: list[Path], cache: Path
     def compile_one(job: tuple[Path, Path]) -> subprocess.CompletedProcess:
         src, obj = job
         tmp = obj.with_name(f"{obj.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        proc = subprocess.run([cc, *flags, "-c", str(src), "-o", str(tmp)], capture_output=True,
-                              text=True)
+        proc = subprocess.run([cc, *flags, *model_defines, "-c", str(src), "-o", str(tmp)],
+                              capture_output=True, text=True)
         if proc.returncode == 0:
             os.replace(tmp, obj)
         else:
@@ -300,10 +312,11 @@ def _compile_objects(cc: str, flags: list[str], sources: list[Path], cache: Path
     return objects
 
 
-def compile_firmware(board: Board, sources: list[Path], out_elf: Path, extra_flags=()) -> None:
+def compile_firmware(board: Board, sources: list[Path], out_elf: Path, extra_flags=(),
+                     model_defines=()) -> None:
     """Compile `sources` (each through the object cache, object_cache_dir()) and link them into
     `out_elf`. build.cmd beside it is the same build as one compiler call, re-runnable in a
-    shell without the cache."""
+    shell without the cache. `model_defines`: -D flags of this model (see _compile_objects)."""
     cc = shutil.which(board.cc)
     if cc is None:
         raise ToolchainError(f"compiler '{board.cc}' for board {board.id} is not installed; "
@@ -313,10 +326,10 @@ def compile_firmware(board: Board, sources: list[Path], out_elf: Path, extra_fla
     flags = [*COMMON_CFLAGS, *(expand_flag(board, f) for f in board.cflags), *extra_flags,
              *board_defines(board), *includes]
     ldflags = [expand_flag(board, f) for f in board.ldflags]
-    cmd = [cc, *flags, *map(str, sources), "-o", str(out_elf), *ldflags]
+    cmd = [cc, *flags, *model_defines, *map(str, sources), "-o", str(out_elf), *ldflags]
     (out_elf.parent / "build.cmd").write_text(shlex.join(cmd) + "\n")   # re-runnable in a shell
     objects = _compile_objects(cc, flags, sources, object_cache_dir(),
-                               f"building firmware for {board.id} failed")
+                               f"building firmware for {board.id} failed", tuple(model_defines))
     # the compile flags again when linking: they choose the multilib (-mcpu, -mfloat-abi)
     proc = subprocess.run([cc, *flags, *map(str, objects), "-o", str(out_elf), *ldflags],
                           capture_output=True, text=True)
@@ -349,8 +362,8 @@ def build(model_path: Path, board: Board, out_dir: Path, extra_flags=()) -> Firm
                          f"of at most {board.max_payload} B")
     for stale in (elf.with_suffix(".bin"), elf.with_suffix(".hex")):   # of an earlier build
         stale.unlink(missing_ok=True)
-    compile_firmware(board, firmware_sources(board) + [gen_dir / "model.c"], elf,
-                     (f"-DQE_INPUT_COPY_BYTES={max(input_bytes, 1)}u", *extra_flags))
+    compile_firmware(board, firmware_sources(board) + [gen_dir / "model.c"], elf, extra_flags,
+                     model_defines=(f"-DQE_INPUT_COPY_BYTES={max(input_bytes, 1)}u",))
     flash, ram = elf_memory(elf)
     memory = MemoryReport(flash, ram, int(info["arena_bytes"]), int(info["weight_bytes"]),
                           board_flash_bytes=board.flash_bytes, board_ram_bytes=board.ram_bytes)
