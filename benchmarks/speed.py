@@ -204,7 +204,7 @@ def main() -> None:
                 out.append(t)
             cold, warm = build_times(board, list(paths.values()) * 2, tmp)
             t = (f"Build time on {bid} (host, this machine): {cold:.2f} s with an empty object "
-                 f"cache, {warm:.2f} s for the next model (only its model.c compiled).\n")
+                 f"cache, {warm:.2f} s for the next model (its model.c compiled, and harness.c when the input size differs).\n")
             print(t, flush=True)
             out.append(t)
     if a.md:
