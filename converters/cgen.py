@@ -69,7 +69,7 @@ from quarl_edge.errors import ModelError, QuarlError, UnsupportedOpError
 
 from . import emit, planner
 from .head import apply_head_readout
-from .ops import KERNEL_HEADERS, LOWERINGS, SUPPORTED, Kernel
+from .ops import KERNEL_HEADERS, LOWERINGS, SUPPORTED, VARIANT_LOWERINGS, Kernel
 from .ops.common import unsupported, zero_point_error
 from .spec import IO_DTYPES, QE_MAX_DIMS, GeneratedModel, IOTensor
 from .tflite_model import Tensor, TFLiteModel, load
@@ -116,8 +116,12 @@ def _refusal(refused: list[UnsupportedOpError], n_ops: int) -> UnsupportedOpErro
                               f"firmware:\n{ops}\n{supported.removeprefix('. ')}".rstrip())
 
 
-def generate(tflite_path, out_dir, name: str | None = None) -> GeneratedModel:
-    """Generate out_dir/model.c and out_dir/model.json for a .tflite model."""
+def generate(tflite_path, out_dir, name: str | None = None,
+             kernels: str = "reference") -> GeneratedModel:
+    """Generate out_dir/model.c and out_dir/model.json for a .tflite model. `kernels` is the
+    board's kernel set (`[build] kernels`): with an optimized variant, ops/__init__.py's
+    VARIANT_LOWERINGS replace some lowerings (e.g. a 1x1 CONV_2D becomes a FULLY_CONNECTED)."""
+    lowerings = LOWERINGS if kernels == "reference" else {**LOWERINGS, **VARIANT_LOWERINGS}
     path = Path(tflite_path)
     model = apply_head_readout(load(path))
     mname = _model_name(name, path)
@@ -131,7 +135,7 @@ def generate(tflite_path, out_dir, name: str | None = None) -> GeneratedModel:
     # Every op is tried, so that a model with several ops we cannot run names all of them.
     kernels, refused = [], []
     for op in model.operators:
-        lower = LOWERINGS.get(op.opcode)
+        lower = lowerings.get(op.opcode)
         try:
             if lower is None:
                 raise unsupported(op, model)

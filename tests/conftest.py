@@ -5,6 +5,17 @@ import pytest
 from helpers_models import copy_example_tree
 
 
+@pytest.fixture(autouse=True, scope="session")
+def object_cache(tmp_path_factory):
+    """Firmware objects are cached in a directory of this test session, not in ~/.cache: the
+    tests share it (a second build of a board compiles only model.c), and leave nothing behind.
+    Set in os.environ, so the CLIs the tests start use it too."""
+    with pytest.MonkeyPatch.context() as mp:
+        path = tmp_path_factory.mktemp("object-cache")
+        mp.setenv("QUARL_EDGE_CACHE_DIR", str(path))
+        yield path
+
+
 @pytest.fixture(autouse=True)
 def no_user_boards(tmp_path_factory, monkeypatch):
     """Board files come from the checkout only: a developer's ~/.config/quarl-edge/boards or

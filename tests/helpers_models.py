@@ -455,10 +455,12 @@ def compare_generated(model_bytes: bytes, inputs: list[np.ndarray], workdir, lab
 
 
 def random_cnn(seed: int, input_shape=(16, 16, 2), pool: str = "max", n_actions: int = 4,
-               depth_multiplier: int = 1, head: str = "softmax", filters: int = 8):
+               depth_multiplier: int = 1, head: str = "softmax", filters: int = 8,
+               pointwise: int = 0, hidden: int = 32):
     """A small CNN policy: conv 3x3 stride 2 (SAME, relu) -> depthwise 3x3 (SAME, relu6) ->
-    pool ("max", "avg": 2x2; "gap": global average = MEAN) -> flatten -> dense 32 relu -> dense
-    n_actions with `head` ("softmax" or None)."""
+    [conv 1x1 with `pointwise` filters (relu), if pointwise] -> pool ("max", "avg": 2x2; "gap":
+    global average = MEAN) -> flatten -> [dense `hidden` relu, if hidden] -> dense n_actions
+    with `head` ("softmax" or None)."""
     import tensorflow as tf
     tf.keras.backend.clear_session()
     tf.keras.utils.set_random_seed(seed)
@@ -466,11 +468,14 @@ def random_cnn(seed: int, input_shape=(16, 16, 2), pool: str = "max", n_actions:
     x = tf.keras.layers.Conv2D(filters, 3, strides=2, padding="same", activation="relu")(inp)
     x = tf.keras.layers.DepthwiseConv2D(3, padding="same", depth_multiplier=depth_multiplier,
                                         activation="relu6")(x)
+    if pointwise:
+        x = tf.keras.layers.Conv2D(pointwise, 1, activation="relu")(x)
     if pool == "max":
         x = tf.keras.layers.MaxPool2D(2)(x)
     elif pool == "avg":
         x = tf.keras.layers.AveragePooling2D(2)(x)
     x = tf.keras.layers.GlobalAveragePooling2D()(x) if pool == "gap" else tf.keras.layers.Flatten()(x)
-    x = tf.keras.layers.Dense(32, activation="relu")(x)
+    if hidden:
+        x = tf.keras.layers.Dense(hidden, activation="relu")(x)
     out = tf.keras.layers.Dense(n_actions, activation=head)(x)
     return tf.keras.Model(inp, out)

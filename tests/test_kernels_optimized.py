@@ -336,16 +336,18 @@ def run_host(exe: Path, cases: list[Case]) -> tuple[int, bytes]:
     return res.returncode, res.stdout
 
 
-def run_board(board_id: str, elf: Path, cases: list[Case]) -> tuple[int, bytes]:
+def run_board(board_id: str, elf: Path, cases: list, files=("fc_cases.bin", "fc_out.bin")
+              ) -> tuple[int, bytes]:
+    """Run a checker ELF under QEMU: the cases in files[0], its output from files[1]."""
     board = get_board(board_id)
     with tempfile.TemporaryDirectory(prefix="qe-fc-") as d:
-        (Path(d) / "fc_cases.bin").write_bytes(b"".join(c.encode() for c in cases))
+        (Path(d) / files[0]).write_bytes(b"".join(c.encode() for c in cases))
         cmd = ["qemu-system-arm", "-machine", board.connect["machine"], "-kernel", str(elf),
                "-display", "none", "-monitor", "none", "-serial", "null", "-nodefaults",
                "-nic", "none", "-semihosting-config", "enable=on,target=native"]
         res = subprocess.run(cmd, cwd=d, capture_output=True, timeout=120)
         assert res.returncode in (0, 1), (res.returncode, res.stdout, res.stderr)
-        return res.returncode, (Path(d) / "fc_out.bin").read_bytes()
+        return res.returncode, (Path(d) / files[1]).read_bytes()
 
 
 def split(cases: list[Case], out: bytes) -> list[tuple[bytes, bytes]]:
@@ -421,10 +423,10 @@ def test_the_checker_sees_a_difference(tmp_module):
                                                   f'#include "{FW}/core/kernels/fully_connected.h"')
                    .replace('#include "../../fully_connected.c"',
                             f'#include "{FW}/core/kernels/fully_connected.c"')
-                   .replace('#include "../../../requant.h"', f'#include "{FW}/core/requant.h"')
                    .replace("out[o] = requant_s8(&rq, acc);", "out[o] = (int8_t)(requant_s8(&rq, acc) ^ 1);"))
     exe = tmp_module / "fc_check_bad"
-    res = subprocess.run(["gcc", *COMMON_CFLAGS, "-O2", f"-I{FW / 'core'}", str(CHECK), str(bad),
+    res = subprocess.run(["gcc", *COMMON_CFLAGS, "-O2", f"-I{FW / 'core'}", f"-I{VARIANT_FC.parent}",
+                          str(CHECK), str(bad),
                           str(FW / "core" / "requant.c"), "-o", str(exe)], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     cases = [c for c in edge_cases() if c.kind == S8 and c.rows == 3]
@@ -557,7 +559,8 @@ def test_only_cortex_m_boards_with_dsp_opt_in():
 def test_the_build_swaps_only_the_variants_files():
     ref, opt = kernel_sources("reference"), kernel_sources(VARIANT)
     assert len(ref) == len(opt) and VARIANT_FC in opt and VARIANT_FC not in ref
-    assert [a for a, b in zip(ref, opt) if a != b] == [FW / "core" / "kernels" / "fully_connected.c"]
+    assert [a for a, b in zip(ref, opt) if a != b] == [
+        FW / "core" / "kernels" / f for f in ("conv.c", "depthwise_conv.c", "fully_connected.c")]
     board = get_board("mps2-an386")
     assert VARIANT_FC in firmware_sources(dataclasses.replace(board, kernels=VARIANT))
     assert VARIANT_FC not in firmware_sources(dataclasses.replace(board, kernels="reference"))

@@ -25,7 +25,7 @@ from .arg_max import lower_arg_max
 from .binary import lower_binary
 from .common import Kernel
 from .concatenation import lower_concatenation
-from .conv import lower_conv
+from .conv import lower_conv, lower_conv_pointwise_as_fc
 from .fully_connected import lower_fully_connected
 from .mean import lower_mean
 from .pooling import lower_pool
@@ -56,8 +56,15 @@ LOWERINGS = {
     "ARG_MAX": lower_arg_max,
 }
 
+# On boards that build an optimized kernel variant (`[build] kernels` other than "reference";
+# cgen.generate's `kernels`), these lowerings replace the ones above: they map an op onto a kernel
+# the variants make fast. Boards with the reference kernels get exactly the C they always got.
+VARIANT_LOWERINGS = {
+    "CONV_2D": lower_conv_pointwise_as_fc,      # 1x1, stride 1, no padding -> FULLY_CONNECTED
+}
+
 _MODULES = list(dict.fromkeys(sys.modules[f.__module__] for f in LOWERINGS.values()))
 SUPPORTED = tuple(s for m in _MODULES for s in m.SUPPORTED)
 KERNEL_HEADERS = tuple(sorted({h for m in _MODULES for h in m.KERNEL_HEADERS}))
 
-__all__ = ["KERNEL_HEADERS", "LOWERINGS", "SUPPORTED", "Kernel"]
+__all__ = ["KERNEL_HEADERS", "LOWERINGS", "SUPPORTED", "VARIANT_LOWERINGS", "Kernel"]

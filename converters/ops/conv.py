@@ -29,7 +29,13 @@ SUPPORTED = ("CONV_2D/DEPTHWISE_CONV_2D int8 (per-channel or per-tensor symmetri
 KERNEL_HEADERS = ("conv.h", "depthwise_conv.h")
 
 
-def lower_conv(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
+def lower_conv_pointwise_as_fc(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
+    """lower_conv, with an int8 1x1 / stride 1 / unpadded CONV_2D as a per-channel
+    FULLY_CONNECTED (the module docstring); for the boards with an optimized kernel variant."""
+    return lower_conv(op, model, pname, pointwise_as_fc=True)
+
+
+def lower_conv(op: Operator, model: TFLiteModel, pname: str, pointwise_as_fc: bool = False) -> Kernel:
     """CONV_2D and DEPTHWISE_CONV_2D: int8 (per-channel or per-tensor symmetric weights, int32
     bias) as TFLM's ConvPerChannel / DepthwiseConvPerChannel, and float32."""
     depthwise = op.opcode == "DEPTHWISE_CONV_2D"
@@ -116,6 +122,11 @@ def lower_conv(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
         mults.append(m)
         shifts.append(sh)
     act_min, act_max = qmath.activation_range_quantized(act, out.scale, out.zero_point)
+    rows = g["batches"] * g["out_h"] * g["out_w"]
+    if (pointwise_as_fc and not depthwise and k_h == k_w == 1 and g["stride_h"] == g["stride_w"] == 1
+            and g["pad_top"] == g["pad_left"] == 0 and rows <= 0xFFFF):
+        return _pointwise_fc(op, pname, x, w, bias, out, g, comment, wname, n_ch, mults, shifts,
+                             act_min, act_max, rows)
     consts = [f"/* {c_comment(w.describe())}, {n_ch} scale(s) */\n"
               + c_array("int8_t", wname, w.data, 16, lambda v: str(int(v))),
               c_array("int32_t", f"{pname}_mult", mults, 6, str),
@@ -128,3 +139,27 @@ def lower_conv(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
     call = (f"{fn}_s8(&{pname}, (const int8_t *)@T{x.index}@, {wname}, {bname}, "
             f"(int8_t *)@T{out.index}@);")
     return Kernel(op, call, params, consts, w.size + 5 * oc + bias_bytes, comment)
+
+
+def _pointwise_fc(op, pname, x, w, bias, out, g, comment, wname, n_ch, mults, shifts, act_min,
+                  act_max, rows) -> Kernel:
+    """A 1x1 / stride 1 / unpadded int8 CONV_2D as qe_fully_connected_s8_pc: `rows` (batches x
+    out_h x out_w) pixels of in_c values against the [out_c][in_c] filter, one multiplier and
+    shift per output channel (the same ones the convolution would take)."""
+    oc = g["out_c"]
+    consts = [f"/* {c_comment(w.describe())}, {n_ch} scale(s) */\n"
+              + c_array("int8_t", wname, w.data, 16, lambda v: str(int(v))),
+              c_array("int32_t", f"{pname}_mult", mults, 6, str),
+              c_array("int8_t", f"{pname}_shift", shifts, 16, str)]
+    bname, bias_bytes = bias_array(bias, "int32_t", str, 6, consts)
+    params = (f"static const qe_fc_pc_params_t {pname} = {{\n"
+              f"    .input_offset = {-x.zero_point},\n    .output_offset = {out.zero_point},\n"
+              f"    .activation_min = {act_min},\n    .activation_max = {act_max},\n"
+              f"    .multipliers = {pname}_mult,\n    .shifts = {pname}_shift,\n"
+              f"    .channel_stride = 1u,\n"
+              f"    .batches = {rows}u,\n    .accum_depth = {g['in_c']}u,\n"
+              f"    .output_depth = {oc}u,\n}};\n")
+    call = (f"qe_fully_connected_s8_pc(&{pname}, (const int8_t *)@T{x.index}@, {wname}, {bname}, "
+            f"(int8_t *)@T{out.index}@);")
+    return Kernel(op, call, params, consts, w.size + 5 * oc + bias_bytes,
+                  comment + "; as a per-channel FULLY_CONNECTED (1x1, stride 1, no padding)")

@@ -10,6 +10,7 @@ import gymnasium as gym
 import numpy as np
 
 from ..errors import QuarlError
+from . import catch  # noqa: F401  (registers QuarlEdge/Catch-v0, a small pixel task)
 
 
 # The environments of the classic study (studies/classic.toml); LunarLander needs box2d.

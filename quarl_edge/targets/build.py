@@ -11,11 +11,15 @@ objcopy -O binary also places empty RAM sections, which makes a .bin of hundreds
 build is a program, so it gets neither."""
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import shlex
 import shutil
 import signal
 import subprocess
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -225,18 +229,131 @@ def _failure(cc: str, proc: subprocess.CompletedProcess, lines: int = 30) -> str
     return how + (":\n" + "\n".join(said) if said else " and printed nothing")
 
 
-def compile_firmware(board: Board, sources: list[Path], out_elf: Path, extra_flags=()) -> None:
+# ---------------------------------------------------------------------------- object cache
+CACHE_ENV = "QUARL_EDGE_CACHE_DIR"
+
+
+def object_cache_dir() -> Path:
+    """Where compiled firmware objects are kept between builds: $QUARL_EDGE_CACHE_DIR, else
+    ${XDG_CACHE_HOME:-~/.cache}/quarl-edge/objects."""
+    env = os.environ.get(CACHE_ENV)
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "quarl-edge" / "objects"
+
+
+_COMPILER_IDS: dict[tuple[str, int, int], str] = {}
+
+
+def _compiler_id(cc: str) -> str:
+    """The compiler's real path and its `--version` text (asked once per process per binary)."""
+    real = os.path.realpath(cc)
+    st = os.stat(real)
+    key = (real, st.st_mtime_ns, st.st_size)
+    if key not in _COMPILER_IDS:
+        proc = subprocess.run([cc, "--version"], capture_output=True, text=True)
+        _COMPILER_IDS[key] = f"{real}\n{proc.stdout}"
+    return _COMPILER_IDS[key]
+
+
+def _includable_digest(dirs: list[Path]) -> str:
+    """One hash of every file a firmware source can #include: all .c and .h files under the
+    include directories' common root, firmware/ (the variants #include the reference .c files,
+    so .c files count too). System headers are the compiler's own, covered by its version."""
+    h = hashlib.sha256()
+    roots = sorted({d.resolve() for d in dirs})
+    for root in roots:
+        for f in sorted(root.rglob("*")):
+            if f.suffix in (".c", ".h") and f.is_file():
+                h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def _compile_objects(cc: str, flags: list[str], sources: list[Path], cache: Path,
+                     failure: str, model_defines: tuple[str, ...] = ()) -> list[Path]:
+    """Compile each source to an object in `cache`, reusing the objects already there.
+
+    The cache key of an object is the SHA-256 of: the compiler (real path and `--version`), the
+    whole compile command but for the source and output paths, the source's path and bytes, and
+    one digest of every .c/.h file under firmware/ (_includable_digest). That last part is the
+    simple, conservative choice over hashing each file's preprocessed text: running the
+    preprocessor costs a good part of a compile, while hashing ~100 small files costs
+    milliseconds; it misses no header a source includes (firmware sources include only the
+    firmware tree and the compiler's own headers), at the price of recompiling everything when
+    any firmware file changes. So a second build of another model for the same board compiles
+    only the model's model.c. Objects are written under a temporary name and renamed into place
+    (atomic on one file system), so a parallel build sees a whole object or none.
+
+    `model_defines` (-DNAME=VALUE flags that change from model to model, e.g.
+    QE_INPUT_COPY_BYTES) are passed to every source like `flags`, but are part of a source's key
+    only where they can matter: when NAME occurs in the source's text or in any header of the
+    tree (then in every key). So they do not make every model recompile the whole firmware."""
+    cache.mkdir(parents=True, exist_ok=True)
+    fw = firmware_dir()
+    common = hashlib.sha256()
+    common.update(_compiler_id(cc).encode() + b"\0" + "\0".join(flags).encode() + b"\0"
+                  + _includable_digest([fw]).encode())
+    header_text = b"".join(f.read_bytes() for f in sorted(fw.rglob("*.h")))
+    names = {d: d[2:].split("=", 1)[0].encode() for d in model_defines}
+    everywhere = [d for d in model_defines if names[d] in header_text]
+    jobs, objects = [], []
+    for src in sources:
+        text = src.read_bytes()
+        h = common.copy()
+        h.update(str(src.resolve()).encode() + b"\0" + text)
+        for d in model_defines:
+            if d in everywhere or names[d] in text:
+                h.update(b"\0" + d.encode())
+        obj = cache / f"{src.stem}-{h.hexdigest()[:32]}.o"
+        objects.append(obj)
+        if not obj.is_file():
+            jobs.append((src, obj))
+
+    def compile_one(job: tuple[Path, Path]) -> subprocess.CompletedProcess:
+        src, obj = job
+        tmp = obj.with_name(f"{obj.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        proc = subprocess.run([cc, *flags, *model_defines, "-c", str(src), "-o", str(tmp)],
+                              capture_output=True, text=True)
+        if proc.returncode == 0:
+            os.replace(tmp, obj)
+        else:
+            tmp.unlink(missing_ok=True)
+        return proc
+
+    if jobs:
+        with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), os.cpu_count() or 1))) as pool:
+            failed = [p for p in pool.map(compile_one, jobs) if p.returncode != 0]
+        if failed:
+            more = f"\n(and {len(failed) - 1} more sources failed)" if len(failed) > 1 else ""
+            first = _failure(cc, failed[0])
+            if more and "printed nothing" in first:    # e.g. a killed compiler: one line
+                more = f" (so did {len(failed) - 1} more sources)"
+            raise ToolchainError(f"{failure}: {first}{more}")
+    return objects
+
+
+def compile_firmware(board: Board, sources: list[Path], out_elf: Path, extra_flags=(),
+                     model_defines=()) -> None:
+    """Compile `sources` (each through the object cache, object_cache_dir()) and link them into
+    `out_elf`. build.cmd beside it is the same build as one compiler call, re-runnable in a
+    shell without the cache. `model_defines`: -D flags of this model (see _compile_objects)."""
     cc = shutil.which(board.cc)
     if cc is None:
         raise ToolchainError(f"compiler '{board.cc}' for board {board.id} is not installed; "
                              f"install it with: {board.install or 'your package manager'}")
     fw = firmware_dir()
     includes = [f"-I{fw / 'core'}", *(f"-I{d}" for d in port_dirs(board))]
-    cmd = [cc, *COMMON_CFLAGS, *(expand_flag(board, f) for f in board.cflags), *extra_flags,
-           *board_defines(board), *includes, *map(str, sources), "-o", str(out_elf),
-           *(expand_flag(board, f) for f in board.ldflags)]
+    flags = [*COMMON_CFLAGS, *(expand_flag(board, f) for f in board.cflags), *extra_flags,
+             *board_defines(board), *includes]
+    ldflags = [expand_flag(board, f) for f in board.ldflags]
+    cmd = [cc, *flags, *model_defines, *map(str, sources), "-o", str(out_elf), *ldflags]
     (out_elf.parent / "build.cmd").write_text(shlex.join(cmd) + "\n")   # re-runnable in a shell
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    objects = _compile_objects(cc, flags, sources, object_cache_dir(),
+                               f"building firmware for {board.id} failed", tuple(model_defines))
+    # the compile flags again when linking: they choose the multilib (-mcpu, -mfloat-abi)
+    proc = subprocess.run([cc, *flags, *map(str, objects), "-o", str(out_elf), *ldflags],
+                          capture_output=True, text=True)
     if proc.returncode != 0:
         if any(s in proc.stderr for s in _LD_OVERFLOW):
             lines = [ln for ln in proc.stderr.splitlines() if any(s in ln for s in _LD_OVERFLOW)]
@@ -256,7 +373,7 @@ def build(model_path: Path, board: Board, out_dir: Path, extra_flags=()) -> Firm
         raise QuarlError(f"no model at {model_path}")
     out_dir.mkdir(parents=True, exist_ok=True)
     gen_dir = out_dir / "gen"
-    generate(model_path, gen_dir, name=model_path.stem)
+    generate(model_path, gen_dir, name=model_path.stem, kernels=board.kernels)
     info = json.loads((gen_dir / "model.json").read_text())
     elf = out_dir / "firmware.elf"
     # BENCH replays the last INFER input from a copy; size it to this model's inputs (AVR RAM).
@@ -266,8 +383,8 @@ def build(model_path: Path, board: Board, out_dir: Path, extra_flags=()) -> Firm
                          f"of at most {board.max_payload} B")
     for stale in (elf.with_suffix(".bin"), elf.with_suffix(".hex")):   # of an earlier build
         stale.unlink(missing_ok=True)
-    compile_firmware(board, firmware_sources(board) + [gen_dir / "model.c"], elf,
-                     (f"-DQE_INPUT_COPY_BYTES={max(input_bytes, 1)}u", *extra_flags))
+    compile_firmware(board, firmware_sources(board) + [gen_dir / "model.c"], elf, extra_flags,
+                     model_defines=(f"-DQE_INPUT_COPY_BYTES={max(input_bytes, 1)}u",))
     flash, ram = elf_memory(elf)
     memory = MemoryReport(flash, ram, int(info["arena_bytes"]), int(info["weight_bytes"]),
                           board_flash_bytes=board.flash_bytes, board_ram_bytes=board.ram_bytes)

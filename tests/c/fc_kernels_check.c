@@ -34,77 +34,9 @@ void qe_fully_connected_s8_acc_f32_reference(const qe_fc_s8_acc_params_t *p, con
 #define MAX_W 32768
 #define MAX_OUT 256
 
-/* ------------------------------------------------------------------------------ I/O */
-#if defined(__arm__) && !defined(__linux__)
-void qe_semihost_exit(uint32_t code);   /* firmware/ports/cortex-m/startup.c */
-
-static int32_t semihost(uint32_t op, void *arg)
-{
-    register uint32_t r0 __asm("r0") = op;
-    register void *r1 __asm("r1") = arg;
-    __asm volatile("bkpt 0xAB" : "+r"(r0) : "r"(r1) : "memory");
-    return (int32_t)r0;
-}
-
-static int32_t in_handle, out_handle;
-
-static int32_t sh_open(const char *name, uint32_t mode)
-{
-    uint32_t block[3] = {(uint32_t)(uintptr_t)name, mode, (uint32_t)strlen(name)};
-    return semihost(0x01u, block);   /* SYS_OPEN */
-}
-
-static int io_open(void)
-{
-    in_handle = sh_open("fc_cases.bin", 1u);    /* "rb" */
-    out_handle = sh_open("fc_out.bin", 5u);     /* "wb" */
-    return in_handle >= 0 && out_handle >= 0;
-}
-
-/* 1 when all n bytes were read, 0 at the end of the input */
-static int io_read(void *buf, uint32_t n)
-{
-    uint32_t block[3] = {(uint32_t)in_handle, (uint32_t)(uintptr_t)buf, n};
-    return n == 0 || semihost(0x06u, block) == 0;   /* SYS_READ: returns the bytes NOT read */
-}
-
-static void io_write(const void *buf, uint32_t n)
-{
-    uint32_t block[3] = {(uint32_t)out_handle, (uint32_t)(uintptr_t)buf, n};
-    (void)semihost(0x05u, block);   /* SYS_WRITE */
-}
-
-static int io_exit(int status)
-{
-    uint32_t block[1] = {(uint32_t)out_handle};
-    (void)semihost(0x02u, block);   /* SYS_CLOSE: flush the output file */
-    qe_semihost_exit((uint32_t)status);
-    return status;
-}
-#else
-#include <stdio.h>
-
-static int io_open(void)
-{
-    return 1;
-}
-
-static int io_read(void *buf, uint32_t n)
-{
-    return fread(buf, 1, n, stdin) == n;
-}
-
-static void io_write(const void *buf, uint32_t n)
-{
-    fwrite(buf, 1, n, stdout);
-}
-
-static int io_exit(int status)
-{
-    fflush(stdout);
-    return status;
-}
-#endif
+#define IN_FILE "fc_cases.bin"
+#define OUT_FILE "fc_out.bin"
+#include "checker_io.h"
 
 /* ------------------------------------------------------------------------------ cases */
 static int8_t input_buf[MAX_IN + 4], weights_buf[MAX_W + 4];

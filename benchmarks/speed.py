@@ -1,0 +1,216 @@
+"""Instructions per op and per multiply-accumulate on emulated boards (QEMU -icount: exact,
+repeatable counts), with our reference kernels and with the board's optimized variant, side by
+side in one run; flash and RAM of both firmwares; and the firmware build time with a cold and a
+warm object cache.
+
+    .venv/bin/python benchmarks/speed.py [--boards mps2-an386] [--models cnn,cartpole] [--md FILE]
+
+Per-op costs are measured, not estimated: for a model of n ops the firmware is built n + 1 times
+with its schedule (qe_model_invoke in the generated model.c) cut after the first k ops, k = 0..n,
+and op k costs count(k + 1) - count(k) instructions (every count is one BENCH of the same
+observation, min == max checked). The cut firmwares differ from the real one only in the calls
+left out; the total is the uncut firmware's count. With the object cache each cut build compiles
+only its model.c.
+
+Models: "cnn" is a 16x16x2 int8 CNN policy (float I/O) of the shapes issue 13 measured: conv 3x3
+stride 2 (8 filters), depthwise 3x3, conv 1x1 (12 filters), max pool 2x2, FC 192 -> 5, 20,928
+MACs; "cartpole" is the shipped examples/cartpole_dqn int8 policy. "SMLAD bound" is 0.5
+instructions per MAC: two multiply-accumulates per instruction and nothing else.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from quarl_edge.converters.cgen import generate  # noqa: E402
+from quarl_edge.converters.tflite_model import load  # noqa: E402
+from quarl_edge.link.runner import BoardLink  # noqa: E402
+from quarl_edge.targets import build as B  # noqa: E402
+from quarl_edge.targets.boards import get_board  # noqa: E402
+from quarl_edge.targets.launch import start  # noqa: E402
+
+
+def cnn_model(path: Path) -> Path:
+    from helpers_models import convert, random_cnn
+    calib = np.random.default_rng(0).standard_normal((64, 16, 16, 2)).astype(np.float32)
+    model = random_cnn(1, (16, 16, 2), pool="max", n_actions=5, head=None, filters=8,
+                       pointwise=12, hidden=0)
+    path.write_bytes(convert(model, "int8", calib))
+    return path
+
+
+def macs_per_op(model_path: Path) -> list[int]:
+    """Multiply-accumulates of each op: FULLY_CONNECTED out x depth, CONV_2D out x k_h x k_w x
+    in_c, DEPTHWISE_CONV_2D out x k_h x k_w; 0 for the others."""
+    m = load(model_path)
+    out = []
+    for op in m.operators:
+        if op.opcode in ("FULLY_CONNECTED", "CONV_2D", "DEPTHWISE_CONV_2D"):
+            y, w = m.tensors[op.outputs[0]], m.tensors[op.inputs[1]]
+            taps = int(np.prod(w.shape[1:])) if op.opcode != "DEPTHWISE_CONV_2D" else w.shape[1] * w.shape[2]
+            out.append(int(y.size) * int(taps))
+        else:
+            out.append(0)
+    return out
+
+
+def cut_schedule(model_c: str, keep: int) -> str:
+    """model.c with qe_model_invoke calling only its first `keep` ops (the comments stay)."""
+    head, rest = model_c.split("void qe_model_invoke(void)\n{\n", 1)
+    body, tail = rest.split("\n}\n", 1)
+    lines, out = body.split("\n"), []
+    for ln in lines:
+        m = re.match(r"    /\* op (\d+):", ln)
+        if m:
+            current = int(m.group(1))
+        elif ln.strip() and current >= keep:
+            ln = "    if (0) { " + ln.strip() + " }   /* cut: compiled away, its constants still used */"
+        out.append(ln)
+    return head + "void qe_model_invoke(void)\n{\n" + "\n".join(out) + "\n}\n" + tail
+
+
+def count(board, elf: Path, x: np.ndarray, spec) -> int:
+    with start(board, elf) as running:
+        link = BoardLink(running.url, alive=running.alive)
+        try:
+            link.hello(40.0)
+            link.infer([x.reshape(spec.shape).astype(spec.dtype)])
+            stats = link.bench(3)
+        finally:
+            link.close()
+    assert stats.min == stats.max, f"{board.id}: counts vary ({stats.min}..{stats.max})"
+    return int(stats.min)
+
+
+def per_op(model_path: Path, board, work: Path, x: np.ndarray) -> dict:
+    gen = work / "gen"
+    gm = generate(model_path, gen, name=model_path.stem, kernels=board.kernels)
+    full = (gen / "model.c").read_text()
+    info = json.loads((gen / "model.json").read_text())
+    flags = (f"-DQE_INPUT_COPY_BYTES={max(sum(int(t['bytes']) for t in info['inputs']), 1)}u",)
+    spec = gm.inputs[0]
+    counts, memory = [], None
+    for k in range(len(gm.ops) + 1):
+        d = work / f"cut{k}"
+        d.mkdir()
+        (d / "model.c").write_text(full if k == len(gm.ops) else cut_schedule(full, k))
+        B.compile_firmware(board, B.firmware_sources(board) + [d / "model.c"], d / "firmware.elf",
+                           model_defines=flags)
+        counts.append(count(board, d / "firmware.elf", x, spec))
+        if k == len(gm.ops):
+            memory = B.elf_memory(d / "firmware.elf")
+    calls = re.findall(r"    (qe_\w+)\(", full.split("void qe_model_invoke(void)", 1)[1])
+    return dict(ops=gm.ops, costs=[b - a for a, b in zip(counts, counts[1:])], total=counts[-1],
+                base=counts[0], flash=memory[0], ram=memory[1], arena=gm.arena_bytes, calls=calls,
+                kernels_called=_kernel_per_op(full))
+
+
+def _kernel_per_op(model_c: str) -> list[str]:
+    body = model_c.split("void qe_model_invoke(void)\n{\n", 1)[1].split("\n}\n", 1)[0]
+    out, cur = [], None
+    for ln in body.split("\n"):
+        if re.match(r"    /\* op \d+:", ln):
+            if cur is not None:
+                out.append(cur)
+            cur = "-"
+        elif ln.strip().startswith("qe_"):
+            cur = ln.strip().split("(", 1)[0]
+    out.append(cur)
+    return out
+
+
+def build_times(board, model_paths: list[Path], work: Path) -> tuple[float, float]:
+    """(seconds for a build with an empty object cache, for the next model's build after it)."""
+    import os
+    old = os.environ.get(B.CACHE_ENV)
+    os.environ[B.CACHE_ENV] = str(work / "fresh-cache")
+    try:
+        times = []
+        for k, m in enumerate(model_paths[:2]):
+            t = time.perf_counter()
+            B.build(m, board, work / f"time{k}")
+            times.append(time.perf_counter() - t)
+        return times[0], times[1]
+    finally:
+        if old is None:
+            os.environ.pop(B.CACHE_ENV)
+        else:
+            os.environ[B.CACHE_ENV] = old
+
+
+def table(name: str, board, macs: list[int], ref: dict, opt: dict, variant: str) -> str:
+    L = [f"### {name} on {board.id} ({board.cpu})", "",
+         f"| op | kind | MACs | reference: kernel | instr | /MAC | {variant}: kernel | instr | /MAC | ref/opt |",
+         "|---|---|---:|---|---:|---:|---|---:|---:|---:|"]
+    for i, op in enumerate(ref["ops"]):
+        r, o = ref["costs"][i], opt["costs"][i]
+        per = lambda c: f"{c / macs[i]:.2f}" if macs[i] else ""  # noqa: E731
+        L.append(f"| {i} | {op} | {macs[i]:,} | {ref['kernels_called'][i]} | {r:,} | {per(r)} | "
+                 f"{opt['kernels_called'][i]} | {o:,} | {per(o)} | "
+                 f"{f'{r / o:.2f}x' if o else ''} |")
+    total = sum(macs)
+    L.append(f"| | **total** (inference) | {total:,} | | **{ref['total']:,}** | "
+             f"**{ref['total'] / total:.2f}** | | **{opt['total']:,}** | **{opt['total'] / total:.2f}** | "
+             f"{ref['total'] / opt['total']:.2f}x |")
+    L.append("")
+    L.append(f"SMLAD bound: {0.5 * total:,.0f} instructions (0.5 / MAC). Harness outside the ops "
+             f"(BENCH with an empty schedule): reference {ref['base']:,}, {variant} {opt['base']:,}. "
+             f"Flash / RAM: reference {ref['flash']:,} B / {ref['ram']:,} B, {variant} "
+             f"{opt['flash']:,} B / {opt['ram']:,} B (arena {ref['arena']:,} B / {opt['arena']:,} B).")
+    L.append("")
+    return "\n".join(L)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--boards", default="mps2-an386")
+    ap.add_argument("--models", default="cnn,cartpole")
+    ap.add_argument("--md", type=Path, help="also write the tables to this Markdown file")
+    a = ap.parse_args()
+    out = []
+    with tempfile.TemporaryDirectory(prefix="qe-speed-") as tmp:
+        tmp = Path(tmp)
+        paths = {}
+        for name in a.models.split(","):
+            paths[name] = (cnn_model(tmp / "cnn_16x16x2_int8.tflite") if name == "cnn" else
+                           ROOT / "examples" / "cartpole_dqn" / "models" / "int8.tflite")
+        rng = np.random.default_rng(0)
+        for bid in a.boards.split(","):
+            board = get_board(bid)
+            variant = board.kernels
+            for name, path in paths.items():
+                x = (rng.standard_normal(16 * 16 * 2) if name == "cnn"
+                     else np.load(ROOT / "examples" / "cartpole_dqn" / "calibration.npy")[0])
+                res = {}
+                for kset in ("reference", variant):
+                    w = tmp / f"{bid}-{name}-{kset}"
+                    w.mkdir()
+                    res[kset] = per_op(path, dataclasses.replace(board, kernels=kset), w,
+                                       np.asarray(x, np.float32))
+                t = table(f"{name} ({path.name})", board, macs_per_op(path), res["reference"],
+                          res[variant], variant)
+                print(t, flush=True)
+                out.append(t)
+            cold, warm = build_times(board, list(paths.values()) * 2, tmp)
+            t = (f"Build time on {bid} (host, this machine): {cold:.2f} s with an empty object "
+                 f"cache, {warm:.2f} s for the next model (its model.c compiled, and harness.c when the input size differs).\n")
+            print(t, flush=True)
+            out.append(t)
+    if a.md:
+        a.md.parent.mkdir(parents=True, exist_ok=True)
+        a.md.write_text("\n".join(out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,210 @@
+/* The arithmetic the cortex-m-dsp kernels share (fully_connected.c, conv.c, depthwise_conv.c):
+ * int8 dot products with SXTAB16/SXTB16 + SMLAD (or the same loops in portable C without the DSP
+ * extension), the per-lane sign extensions, and the inlined requantization requant_s8 with its
+ * constants prepared once per tensor or channel. Why each is exactly the reference's arithmetic:
+ * fully_connected.c's header comment and the comments below. Static inline: each kernel file
+ * compiles its own copy, and --gc-sections drops what a firmware does not call. */
+#ifndef QE_CORTEX_M_DSP_H
+#define QE_CORTEX_M_DSP_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "../../../requant.h"       /* qe_offset_clamp: the shared output stage */
+
+#if defined(__AVR__)
+#error "the cortex-m-dsp kernels read weights through plain pointers; AVR boards use the reference (__flash)"
+#endif
+
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+#include <arm_acle.h>
+
+/* Four int8 from any address (LDR: ARMv7E-M and ARMv8-M Mainline allow unaligned words). */
+static inline uint32_t load_s8x4(const int8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* Bytes 1 and 3 of b, sign-extended to 16-bit lanes, + a: SXTAB16 with its operand rotated by
+ * 8 (gcc 12's arm_acle.h has no __ror, and a separate ROR would cost one more instruction). */
+static inline int16x2_t sxtab16_ror8(int16x2_t a, uint32_t b)
+{
+    int16x2_t r;
+    __asm("sxtab16 %0, %1, %2, ror #8" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
+
+static inline int16x2_t sxtb16_ror8(uint32_t b)
+{
+    int16x2_t r;
+    __asm("sxtb16 %0, %1, ror #8" : "=r"(r) : "r"(b));
+    return r;
+}
+
+/* acc[r] += sum_{d<n} w_r[d] * (x[d] + io) for the rows w0 and w1. */
+static inline void dot_2rows(const int8_t *x, const int8_t *w0, const int8_t *w1, uint32_t n,
+                             int32_t io, int32_t acc[2])
+{
+    const int16x2_t io2 = (int16x2_t)(((uint32_t)io & 0xFFFFu) * 0x00010001u);
+    const int8_t *const x_end = x + (n & ~3u);
+    int32_t a0 = acc[0], a1 = acc[1];
+    uint32_t xv, wv;
+    int16x2_t x02, x13;
+
+    while (x != x_end) {
+        xv = load_s8x4(x);
+        x02 = __sxtab16(io2, xv);            /* x[0] + io, x[2] + io */
+        x13 = sxtab16_ror8(io2, xv);         /* x[1] + io, x[3] + io */
+        wv = load_s8x4(w0);
+        a0 = __smlad(__sxtb16(wv), x02, a0);
+        a0 = __smlad(sxtb16_ror8(wv), x13, a0);
+        wv = load_s8x4(w1);
+        a1 = __smlad(__sxtb16(wv), x02, a1);
+        a1 = __smlad(sxtb16_ror8(wv), x13, a1);
+        x += 4;
+        w0 += 4;
+        w1 += 4;
+    }
+    for (n &= 3u; n > 0; --n) {
+        const int32_t xi = (int32_t)*x++ + io;
+        a0 += (int32_t)*w0++ * xi;
+        a1 += (int32_t)*w1++ * xi;
+    }
+    acc[0] = a0;
+    acc[1] = a1;
+}
+
+static inline int32_t dot_1row(const int8_t *x, const int8_t *w, uint32_t n, int32_t io)
+{
+    const int16x2_t io2 = (int16x2_t)(((uint32_t)io & 0xFFFFu) * 0x00010001u);
+    const int8_t *const x_end = x + (n & ~3u);
+    int32_t a = 0;
+    uint32_t xv, wv;
+
+    while (x != x_end) {
+        xv = load_s8x4(x);
+        wv = load_s8x4(w);
+        a = __smlad(__sxtb16(wv), __sxtab16(io2, xv), a);
+        a = __smlad(sxtb16_ror8(wv), sxtab16_ror8(io2, xv), a);
+        x += 4;
+        w += 4;
+    }
+    for (n &= 3u; n > 0; --n) {
+        a += (int32_t)*w++ * ((int32_t)*x++ + io);
+    }
+    return a;
+}
+
+#else /* portable C: the same structure, one value at a time */
+
+static inline void dot_2rows(const int8_t *x, const int8_t *w0, const int8_t *w1, uint32_t n,
+                             int32_t io, int32_t acc[2])
+{
+    int32_t a0 = acc[0], a1 = acc[1];
+    uint32_t d;
+
+    for (d = 0; d < n; ++d) {
+        const int32_t xi = (int32_t)x[d] + io;
+        a0 += (int32_t)w0[d] * xi;
+        a1 += (int32_t)w1[d] * xi;
+    }
+    acc[0] = a0;
+    acc[1] = a1;
+}
+
+static inline int32_t dot_1row(const int8_t *x, const int8_t *w, uint32_t n, int32_t io)
+{
+    int32_t a = 0;
+    uint32_t d;
+
+    for (d = 0; d < n; ++d) {
+        a += (int32_t)w[d] * ((int32_t)x[d] + io);
+    }
+    return a;
+}
+
+#endif /* __ARM_FEATURE_DSP */
+
+/* sum_d (x[d] + io): times the weights' offset, the part of every row's sum that the offset adds. */
+static inline int32_t sum_inputs(const int8_t *x, uint32_t n, int32_t io)
+{
+    int32_t s = 0;
+    uint32_t d;
+
+    for (d = 0; d < n; ++d) {
+        s += (int32_t)x[d] + io;
+    }
+    return s;
+}
+
+/* qe_multiply_by_quantized_multiplier (requant.h) inlined as requant_scale, with its per-tensor
+ * (or per-channel) constants prepared once:
+ *  - SaturatingRoundingDoublingHighMul(a, m) is (a*m + nudge) / 2^31 truncated toward zero, with
+ *    nudge 2^30 for a*m >= 0 and 1 - 2^30 below: for either sign that equals
+ *    floor((a*m + 2^30) / 2^31), an arithmetic shift (for a*m < 0 truncation is
+ *    floor((a*m + 1 - 2^30 + 2^31 - 1) / 2^31)). Its saturating case a == m == INT32_MIN cannot
+ *    occur: multipliers are >= 0. |a*m| < 2^62, and the result fits int32.
+ *  - RoundingDivideByPOT as in requant.c, with its mask and half-mask precomputed.
+ * requant_s8 then adds the output offset and clamps through requant.h's shared output stage,
+ * qe_offset_clamp, as every int8 kernel does. */
+typedef struct {
+    int32_t multiplier;
+    int32_t left_shift;
+    int32_t right_shift;
+    int32_t mask;
+    int32_t half;
+    int32_t output_offset;
+    int32_t act_min;
+    int32_t act_max;
+} requant_t;
+
+static inline void requant_init(requant_t *r, int32_t multiplier, int32_t shift,
+                                int32_t output_offset, int32_t act_min, int32_t act_max)
+{
+    r->multiplier = multiplier;
+    r->left_shift = (shift > 0) ? shift : 0;
+    r->right_shift = (shift > 0) ? 0 : -shift;
+    r->mask = (int32_t)(((int64_t)1 << r->right_shift) - 1);
+    r->half = r->mask >> 1;
+    r->output_offset = output_offset;
+    r->act_min = act_min;
+    r->act_max = act_max;
+}
+
+static inline int32_t requant_scale(const requant_t *r, int32_t x)
+{
+    /* x * 2^left_shift in int32, wrapping as TFLM's does (requant.c) */
+    const int64_t ab = (int64_t)(int32_t)((uint32_t)x << r->left_shift) * r->multiplier;
+    const int32_t high = (int32_t)((ab + ((int64_t)1 << 30)) >> 31);
+    const int32_t remainder = high & r->mask;
+    const int32_t threshold = r->half + (int32_t)((uint32_t)high >> 31);
+    return (high >> r->right_shift) + ((remainder > threshold) ? 1 : 0);
+}
+
+/* requant_scale, then the shared output stage (requant.h): + offset and clamp, overflow-free */
+static inline int8_t requant_s8(const requant_t *r, int32_t acc)
+{
+    return (int8_t)qe_offset_clamp(requant_scale(r, acc), r->output_offset, r->act_min,
+                                   r->act_max);
+}
+
+/* The filter taps of one window that lie inside the image, along one axis: [*lo, *hi) of the
+ * k taps at p0 + d * k (the reference skips the others: the padding). */
+static inline void inside_taps(int32_t p0, uint32_t d, uint32_t k, uint32_t size, uint32_t *lo,
+                               uint32_t *hi)
+{
+    uint32_t a = 0, b = k;
+    while (a < b && p0 + (int32_t)(d * a) < 0) {
+        ++a;
+    }
+    while (b > a && p0 + (int32_t)(d * (b - 1u)) >= (int32_t)size) {
+        --b;
+    }
+    *lo = a;
+    *hi = b;
+}
+
+#endif /* QE_CORTEX_M_DSP_H */

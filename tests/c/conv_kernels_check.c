@@ -1,0 +1,108 @@
+/* Compares the optimized CONV_2D and DEPTHWISE_CONV_2D int8 kernels of a variant
+ * (firmware/core/kernels/optimized/<v>/conv.c, depthwise_conv.c) with the reference ones, all in
+ * this one binary: the variant's files define the fast qe_conv_s8 / qe_depthwise_conv_s8 and
+ * carry the reference ones renamed *_reference. Used by tests/test_conv_kernels_optimized.py on
+ * the host (portable C) and on an emulated Cortex-M4 (the DSP path; files through semihosting,
+ * as tests/c/fc_kernels_check.c, whose I/O code this reuses).
+ *
+ * Input (host: stdin; board: conv_cases.bin), repeated cases:
+ *   int32 header[24] = kind (0: CONV_2D, 1: DEPTHWISE_CONV_2D), batches, in_h, in_w, in_c,
+ *       out_h, out_w, out_c, k_h, k_w, stride_h, stride_w, dil_h, dil_w, pad_top, pad_left,
+ *       depth_multiplier, input_offset, output_offset, activation_min, activation_max,
+ *       has_bias, input misalignment (0..3), filter misalignment (0..3)
+ *   int8 input[batches * in_h * in_w * in_c], int8 filter[out_c * k_h * k_w * (kind 0: in_c, 1: 1)],
+ *   int32 bias[out_c] if has_bias, int32 multipliers[out_c], int8 shifts[out_c]
+ * Output (host: stdout; board: conv_out.bin): per case the reference's output bytes, then the
+ * variant's. Exit status 0 when every case matched, 1 when one did not, 2 on bad input. */
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/conv.h"
+#include "kernels/depthwise_conv.h"
+
+void qe_conv_s8_reference(const qe_conv_s8_params_t *p, const int8_t *input,
+                          const int8_t *filter, const int32_t *bias, int8_t *output);
+void qe_depthwise_conv_s8_reference(const qe_conv_s8_params_t *p, const int8_t *input,
+                                    const int8_t *filter, const int32_t *bias, int8_t *output);
+
+#define MAX_IN 16384
+#define MAX_F 16384
+#define MAX_OUT 16384
+#define MAX_CH 512
+
+#define IN_FILE "conv_cases.bin"
+#define OUT_FILE "conv_out.bin"
+#include "checker_io.h"
+
+static int8_t input_buf[MAX_IN + 4], filter_buf[MAX_F + 4];
+static int32_t bias[MAX_CH], multipliers[MAX_CH];
+static int8_t shifts[MAX_CH];
+static int8_t out_ref[MAX_OUT + 1], out_opt[MAX_OUT + 1];
+
+int main(void)
+{
+    int32_t h[24];
+    int status = 0;
+
+    if (!io_open()) {
+        return io_exit(2);
+    }
+    while (io_read(h, sizeof h)) {
+        qe_conv_s8_params_t p;
+        const uint32_t kind = (uint32_t)h[0];
+        const uint32_t n_in = (uint32_t)(h[1] * h[2] * h[3] * h[4]);
+        const uint32_t n_out = (uint32_t)(h[1] * h[5] * h[6] * h[7]);
+        const uint32_t n_f = (uint32_t)(h[7] * h[8] * h[9] * (kind == 0u ? h[4] : 1));
+        const uint32_t out_c = (uint32_t)h[7];
+        const int has_bias = h[21] != 0;
+        int8_t *const in = input_buf + (h[22] & 3);
+        int8_t *const f = filter_buf + (h[23] & 3);
+        int k;
+
+        if (kind > 1u || n_in > MAX_IN || n_f > MAX_F || n_out > MAX_OUT || out_c > MAX_CH
+            || !io_read(in, n_in) || !io_read(f, n_f) || (has_bias && !io_read(bias, 4u * out_c))
+            || !io_read(multipliers, 4u * out_c) || !io_read(shifts, out_c)) {
+            return io_exit(2);
+        }
+        memset(&p, 0, sizeof p);
+        p.g.batches = (uint16_t)h[1];
+        p.g.in_h = (uint16_t)h[2];
+        p.g.in_w = (uint16_t)h[3];
+        p.g.in_c = (uint16_t)h[4];
+        p.g.out_h = (uint16_t)h[5];
+        p.g.out_w = (uint16_t)h[6];
+        p.g.out_c = (uint16_t)h[7];
+        p.g.k_h = (uint16_t)h[8];
+        p.g.k_w = (uint16_t)h[9];
+        p.g.stride_h = (uint16_t)h[10];
+        p.g.stride_w = (uint16_t)h[11];
+        p.g.dil_h = (uint16_t)h[12];
+        p.g.dil_w = (uint16_t)h[13];
+        p.g.pad_top = (uint16_t)h[14];
+        p.g.pad_left = (uint16_t)h[15];
+        p.g.depth_multiplier = (uint16_t)h[16];
+        p.input_offset = h[17];
+        p.output_offset = h[18];
+        p.activation_min = h[19];
+        p.activation_max = h[20];
+        p.multipliers = multipliers;
+        p.shifts = shifts;
+        memset(out_ref, 0x5A, sizeof out_ref);
+        memset(out_opt, 0xA5, sizeof out_opt);
+        if (kind == 0u) {
+            qe_conv_s8_reference(&p, in, f, has_bias ? bias : QE_FLASH_NULL, out_ref);
+            qe_conv_s8(&p, in, f, has_bias ? bias : QE_FLASH_NULL, out_opt);
+        } else {
+            qe_depthwise_conv_s8_reference(&p, in, f, has_bias ? bias : QE_FLASH_NULL, out_ref);
+            qe_depthwise_conv_s8(&p, in, f, has_bias ? bias : QE_FLASH_NULL, out_opt);
+        }
+        io_write(out_ref, n_out);
+        io_write(out_opt, n_out);
+        /* the variant must write exactly its outputs: the byte after them keeps its fill */
+        k = memcmp(out_ref, out_opt, n_out);
+        if (k != 0 || (uint8_t)out_opt[n_out] != 0xA5u) {
+            status = 1;
+        }
+    }
+    return io_exit(status);
+}
