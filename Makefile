@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 QE := .venv/bin/quarl-edge
 
-.PHONY: setup demo demo-pretrained test test-slow bench header wheel clean
+.PHONY: setup demo demo-pretrained test test-slow bench header wheel clean sb3-fixtures
 
 setup:
 	./scripts/setup.sh
@@ -26,6 +26,15 @@ wheel: setup
 	rm -rf build/lib build/bdist.* build/dist
 	$(PY) -m pip wheel -q --no-deps -w build/dist .
 	@ls -l build/dist
+
+# The Stable-Baselines3 fixtures of tests/test_import.py, remade with real SB3 and torch (a
+# separate venv: torch is ~5 GB with its CUDA libraries, not a dependency of quarl-edge), and
+# the optional test that checks the importer on a freshly trained one (pytest -m sb3).
+sb3-fixtures: setup
+	test -x .venv-sb3/bin/python || python3.11 -m venv .venv-sb3
+	.venv-sb3/bin/python -m pip install -q "stable-baselines3==2.9.2" "numpy==1.26.4" \
+	    "gymnasium==1.3.0" "box2d==2.3.10" "pygame==2.1.3" "onnx==1.17.0"
+	.venv-sb3/bin/python tests/fixtures/sb3/make_fixtures.py
 
 header:
 	$(PY) -m quarl_edge.link.protocol --header > firmware/core/qe_protocol.h

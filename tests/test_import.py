@@ -287,10 +287,15 @@ def test_a_run_whose_keras_file_has_a_lambda_never_runs_it(tmp_path):
 
 @pytest.mark.sb3
 def test_regenerated_fixture_with_real_sb3(tmp_path):
-    pytest.importorskip("stable_baselines3")
-    sys.path.insert(0, str(FIX))
-    import make_fixtures
-    make_fixtures.make("a2c_cartpole", tmp_path, steps=2000)
+    """A policy freshly trained by real SB3 (in .venv-sb3 from `make sb3-fixtures`, or the
+    Python named by $QUARL_EDGE_SB3_PYTHON), imported here: its actions are SB3's."""
+    sb3_python = Path(os.environ.get("QUARL_EDGE_SB3_PYTHON", ROOT / ".venv-sb3/bin/python"))
+    if not sb3_python.is_file():
+        pytest.skip("no Python with stable-baselines3: run `make sb3-fixtures`")
+    p = subprocess.run([str(sb3_python), str(FIX / "make_fixtures.py"), "a2c_cartpole",
+                        "--out", str(tmp_path), "--steps", "2000"],
+                       capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr[-2000:]
     import_policy(tmp_path / "a2c_cartpole.zip", tmp_path / "r", env="CartPole-v1")
     exp = np.load(tmp_path / "a2c_cartpole.expected.npz")
     actions = outputs_to_actions(keras_runner(load_keras(tmp_path / "r"))(exp["obs"]),
