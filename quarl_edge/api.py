@@ -128,6 +128,10 @@ class HilResult:
     std_return: float
     host_mean_return: float           # the same model on tflite-runtime, same seeds
     host_std_return: float
+    micro_mean_return: float | None   # the same model on TF Lite Micro (None: it cannot run it)
+    micro_std_return: float | None
+    board_equals_reference: bool      # every board return equal to TF Lite Micro's (else to
+                                      # tflite-runtime's when TFLM cannot run the model)
     fp32_mean_return: float | None    # the fp32 network (TensorFlow), same seeds; None for a
     fp32_std_return: float | None     # bare .tflite (no fp32 network to compare with)
     agreement: float                  # share of board actions equal to the reference's on its

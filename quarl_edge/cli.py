@@ -255,8 +255,13 @@ def cmd_hil(a, qe):
     res = qe.hil(a.run, a.board, model=a.model, episodes=a.episodes, seed=a.seed, port=a.port,
                  out=a.out, flasher=a.flasher, drive=a.drive, progress=True, env=a.env,
                  action=a.action, board_file=a.board_file)
+    # a board whose returns are not TF Lite Micro's (the reference it is bit-exact with) is a
+    # measured failure; without TFLM (fp16, hybrid models) tflite-runtime is only compared
+    code = EXIT_OK if res.board_equals_reference or res.micro_mean_return is None \
+        else EXIT_MISMATCH
     if a.json:
-        return emit_json(as_json(res))
+        emit_json(as_json(res))
+        return code
     lat = res.latency
     print(f"{res.model} on '{res.board}', {res.episodes} episodes of {res.env} "
           f"(seeds {res.seeds[0]}..{res.seeds[-1]}):")
@@ -265,13 +270,20 @@ def cmd_hil(a, qe):
              f"{res.agreement:.3f}"],
             ["tflite-runtime (host)", f"{res.host_mean_return:.1f} ± {res.host_std_return:.1f}",
              "1.000" if res.agreement_with == "tflite-runtime" else "-"]]
+    if res.micro_mean_return is not None:
+        rows.append(["TF Lite Micro (host)",
+                     f"{res.micro_mean_return:.1f} ± {res.micro_std_return:.1f}", "-"])
     if res.fp32_mean_return is not None:
         rows.append(["fp32 network (host)",
                      f"{res.fp32_mean_return:.1f} ± {res.fp32_std_return:.1f}", "1.000"])
     table(["runs on", "return (mean ± std)", agree], rows, right=("return (mean ± std)", agree))
+    ref = "TF Lite Micro's" if res.micro_mean_return is not None else "tflite-runtime's"
+    print(f"the board's returns equal {ref}, episode by episode" if res.board_equals_reference
+          else f"the board's returns DIFFER from {ref} on the same seeds")
     print(f"latency median {cost(lat.median, lat.unit)} (p99 {cost(lat.p99, lat.unit)}); "
           f"{res.steps_per_s:,.0f} steps/s")
     note(f"wrote the results to {res.results} (and the episode log beside it)")
+    return code
 
 
 def cmd_bench(a, qe):

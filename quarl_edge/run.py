@@ -249,9 +249,26 @@ def mlp_q_values(weights: list[np.ndarray], obs: np.ndarray) -> np.ndarray:
 
 
 def keras_runner(model):
-    """A plain Keras MLP as a batch runner (numpy observations in, numpy outputs out)."""
-    layers = mlp_layers(model)
+    """A Keras network as a batch runner (numpy observations in, numpy outputs out): a plain
+    MLP in numpy (no TensorFlow call per batch), any other network (an imported CNN) through
+    one traced tf.function."""
+    try:
+        layers = mlp_layers(model)
+    except QuarlError:
+        return keras_call(model)
     return lambda x: mlp_forward(layers, x)
+
+
+def keras_call(model):
+    """The Keras model itself as a batch runner, one traced tf.function (float32 numpy in and
+    out): what TensorFlow computes, for comparisons with the converted models."""
+    import tensorflow as tf
+
+    @tf.function(reduce_retracing=True)
+    def call(x):
+        return model(x, training=False)
+
+    return lambda x: call(tf.convert_to_tensor(np.asarray(x, np.float32))).numpy()
 
 
 def ppo_action_std(run_dir: Path) -> np.ndarray | None:

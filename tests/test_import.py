@@ -125,7 +125,8 @@ def test_sb3_pipeline_on_the_host_board(imported, tmp_path):
     p = cli("hil", run, "--model", "int8", "--board", "host", "--episodes", 20, "--json")
     assert p.returncode == 0, p.stderr
     res = json.loads(p.stdout)
-    assert res["returns"] and res["mean_return"] == res["host_mean_return"]
+    assert res["returns"] and res["board_equals_reference"]
+    assert res["mean_return"] == res["micro_mean_return"]
     assert res["fp32_mean_return"] == pytest.approx(float(np.mean(exp["returns"])))
 
 
@@ -136,7 +137,8 @@ def test_hil_of_a_bare_tflite(tmp_path):
     assert p.returncode == 0, p.stderr
     res = json.loads(p.stdout)
     assert res["agreement_with"] == "tflite-runtime" and res["agreement"] == 1.0
-    assert res["mean_return"] == res["host_mean_return"] and res["fp32_mean_return"] is None
+    assert res["mean_return"] == res["host_mean_return"] == res["micro_mean_return"]
+    assert res["fp32_mean_return"] is None and res["board_equals_reference"]
     assert (tmp_path / "results" / "hil_host_policy.json").is_file()
     for args, words in [((), "--env"), (("--env", "Pendulum-v1"), "shape (3,)"),
                         (("--env", "Acrobot-v1"), "shape (6,)")]:

@@ -12,7 +12,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import QuarlError
-from ..run import package_versions, write_run
+from ..run import keras_call, package_versions, write_run
 
 # Fidelity at import: the imported network against the source on this many env observations.
 FIDELITY_OBSERVATIONS = 1000
@@ -111,16 +111,6 @@ def check_spaces(env_id: str, obs_shape, action: dict, where: str):
     return obs_space, act_space
 
 
-def keras_batch(model):
-    import tensorflow as tf
-
-    @tf.function(reduce_retracing=True)
-    def f(x):
-        return model(x, training=False)
-
-    return lambda x: f(tf.convert_to_tensor(np.asarray(x, np.float32))).numpy()
-
-
 def fidelity(imp: Imported, seed: int = 0) -> dict:
     """The imported network against the source on FIDELITY_OBSERVATIONS observations from
     rollouts of the imported policy in the env (epsilon-greedy, off the test seeds): exact argmax
@@ -128,7 +118,7 @@ def fidelity(imp: Imported, seed: int = 0) -> dict:
     from ..quant.calibration import rollout_observations
     from ..rl.envs import make_gym, outputs_to_actions
 
-    ours = keras_batch(imp.model)
+    ours = keras_call(imp.model)
     obs = rollout_observations(imp.env_id, ours, size=FIDELITY_OBSERVATIONS, seed=seed)
     space = make_gym(imp.env_id).action_space
     out, ref = ours(obs), np.asarray(imp.reference(obs), np.float64)

@@ -8,9 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..run import safe_load_keras
-from .common import Imported, ImportError_, check_outputs, check_spaces, env_action, \
-    keras_batch, sha256
+from ..run import keras_call, safe_load_keras
+from .common import Imported, ImportError_, check_outputs, check_spaces, env_action, sha256
 
 
 def load(path: Path, env_id: str | None) -> Imported:
@@ -31,6 +30,6 @@ def load(path: Path, env_id: str | None) -> Imported:
     return Imported(model=copy, env_id=env_id, algo="keras",
                     source={"kind": "keras", "file": path.name, "sha256": sha256(path),
                             "format": path.suffix.lstrip(".")},
-                    reference=keras_batch(model), reference_name=f"the source model in TensorFlow {tf.__version__}'s Keras",
+                    reference=keras_call(model), reference_name=f"the source model in TensorFlow {tf.__version__}'s Keras",
                     network={"type": "keras", "layers": [layer.__class__.__name__
                                                          for layer in model.layers]})

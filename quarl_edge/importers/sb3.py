@@ -12,8 +12,11 @@ The network written is what SB3's `predict(obs, deterministic=True)` computes, a
     SAC            latent_pi, mu, tanh, unscale_action -> the action
     TD3            mu (ends in tanh), unscale_action   -> the action
 
-with VecNormalize's observation normalisation (a vecnormalize.pkl, read as inert data) folded
-into the first layer: W' = W / s, b' = b - (mean / s) W, s = sqrt(var + epsilon). SB3 also clips
+after SB3's NatureCNN for a CnnPolicy (DQN, PPO, A2C on uint8 HWC images: the Keras network
+takes the env's images as they are; SB3's channel-first transpose becomes the layout of the
+convolution weights and of the Linear after the Flatten, and its /255 is folded into the first
+convolution), and with VecNormalize's observation normalisation (a vecnormalize.pkl, read as
+inert data) folded into the first layer: W' = W / s, b' = b - (mean / s) W, s = sqrt(var + epsilon). SB3 also clips
 the normalised observation to +-clip_obs; the fold is exact while no observation reaches the
 clip, which the import checks on its fidelity observations (and refuses otherwise).
 
@@ -112,14 +115,39 @@ def _linear(sd: dict, prefix: str) -> tuple[np.ndarray, np.ndarray]:
     return sd[f"{prefix}.weight"].T, sd[f"{prefix}.bias"]
 
 
+# SB3's NatureCNN (CnnPolicy): three convolutions (these strides, no padding), each with ReLU,
+# then Flatten and a Linear + ReLU of features_dim; the kernel sizes are in the weights.
+NATURE_CNN_STRIDES = (4, 2, 1)
+
+
+def _nature_cnn(sd: dict, prefix: str, path: Path):
+    """The convolutions [(weight [out, in, kh, kw], bias, stride)] and the Linear (kernel
+    [in, out], bias) of a NatureCNN features extractor under `prefix`, or None if there is no
+    features extractor with weights there."""
+    convs = [k for k in sd if k.startswith(prefix + "cnn.") and k.endswith(".weight")]
+    if not convs and not any(k.startswith(prefix) for k in sd):
+        return None
+    idx = sorted(int(k[len(prefix) + 4:].split(".")[0]) for k in convs)
+    if idx != [0, 2, 4] or f"{prefix}linear.0.weight" not in sd:
+        raise ImportError_(f"{path}: a features extractor that is not SB3's NatureCNN "
+                           f"({', '.join(sorted(k for k in sd if k.startswith(prefix)))[:200]}); "
+                           "MlpPolicy and CnnPolicy with NatureCNN are supported")
+    conv = [(sd[f"{prefix}cnn.{i}.weight"], sd[f"{prefix}cnn.{i}.bias"], s)
+            for i, s in zip(idx, NATURE_CNN_STRIDES)]
+    return conv, _linear(sd, f"{prefix}linear.0")
+
+
 def _layers(sd: dict, algo: str, act: str, action: dict, low, high, path: Path):
-    """The greedy network as [(kernel, bias, activation)] (see the module docstring)."""
+    """The greedy network's dense part as [(kernel, bias, activation)] (see the module
+    docstring), after a features extractor when the policy has one (see _nature_cnn)."""
     try:
-        if any(k.startswith("features_extractor.") or ".features_extractor." in k for k in sd):
-            raise ImportError_(f"{path}: a policy with a features extractor (CnnPolicy, "
-                               "MultiInputPolicy) is not supported yet; MlpPolicy is")
+        if any(".extractors." in k for k in sd):
+            raise ImportError_(f"{path}: a MultiInputPolicy (dict observations) is not "
+                               "supported yet")
         if any("lstm" in k for k in sd):
             raise ImportError_(f"{path}: a recurrent (LSTM) policy is not supported yet")
+        if algo in ("sac", "td3") and any("features_extractor.cnn" in k for k in sd):
+            raise ImportError_(f"{path}: a CnnPolicy for {algo.upper()} is not supported yet")
         if algo == "dqn":
             body = _sequential(sd, "q_net.q_net")
             return [(w, b, act) for w, b in body[:-1]] + [(*body[-1], "linear")]
@@ -180,11 +208,32 @@ def _fold(layers, norm: dict):
 _ACT = {"relu": lambda x: np.maximum(x, 0.0), "tanh": np.tanh, "linear": lambda x: x}
 
 
-def numpy_reference(layers, norm: dict | None, clip_box: tuple | None):
-    """SB3's forward in numpy float64 from the unfolded tensors: normalise (with the clip),
-    the layers, and for Box actions the clip to the bounds that predict() applies."""
+def _conv_nchw(x: np.ndarray, w: np.ndarray, b: np.ndarray, stride: int) -> np.ndarray:
+    """torch.nn.Conv2d (no padding) in numpy float64: x [n, c, h, w], w [o, c, kh, kw]."""
+    n, c, h, wd = x.shape
+    o, _, kh, kw = w.shape
+    oh, ow = (h - kh) // stride + 1, (wd - kw) // stride + 1
+    win = np.lib.stride_tricks.sliding_window_view(x, (kh, kw), axis=(2, 3))
+    win = win[:, :, ::stride, ::stride][:, :, :oh, :ow]           # [n, c, oh, ow, kh, kw]
+    return np.einsum("ncxykl,ockl->noxy", win, w.astype(np.float64)) + \
+        b.astype(np.float64)[None, :, None, None]
+
+
+def numpy_reference(layers, norm: dict | None, clip_box: tuple | None, cnn=None,
+                    scale_images: bool = True):
+    """SB3's forward in numpy float64 from the unfolded tensors: for a CnnPolicy the
+    channel-first transpose SB3 applies to HWC images (VecTransposeImage), /255, NatureCNN in
+    NCHW and its Flatten; VecNormalize (with the clip); the layers; and for Box actions the
+    clip to the bounds that predict() applies."""
     def run(obs):
-        x = np.asarray(obs, np.float64).reshape(len(obs), -1)
+        x = np.asarray(obs, np.float64)
+        if cnn is not None:
+            x = x.transpose(0, 3, 1, 2) / (255.0 if scale_images else 1.0)
+            for w, b, stride in cnn[0]:
+                x = np.maximum(_conv_nchw(x, w, b, stride), 0.0)
+            k, b = cnn[1]
+            x = np.maximum(x.reshape(len(x), -1) @ k.astype(np.float64) + b, 0.0)
+        x = x.reshape(len(obs), -1)
         if norm:
             x = np.clip((x - norm["mean"].reshape(-1)) / np.sqrt(norm["var"].reshape(-1)
                                                                 + norm["epsilon"]),
@@ -197,6 +246,33 @@ def numpy_reference(layers, norm: dict | None, clip_box: tuple | None):
     return run
 
 
+def keras_nature_cnn(obs_shape, cnn, layers, scale_images: bool, name: str):
+    """NatureCNN as Keras layers on the env's HWC images (what the board receives), then the
+    dense layers. SB3's /255 is folded into the first convolution's weights, and the Flatten's
+    order is fixed in the Linear layer after it: torch flattens [C, H, W], Keras [H, W, C]."""
+    import tensorflow as tf
+    inp = tf.keras.Input(shape=tuple(obs_shape), dtype=tf.float32, name="observation")
+    x, shape = inp, None
+    for i, (w, b, stride) in enumerate(cnn[0]):
+        k = w.transpose(2, 3, 1, 0).astype(np.float64)           # [kh, kw, in, out]
+        if i == 0 and scale_images:
+            k = k / 255.0
+        conv = tf.keras.layers.Conv2D(w.shape[0], w.shape[2:], strides=stride, padding="valid",
+                                      activation="relu", name=f"conv_{i}")
+        x = conv(x)
+        conv.set_weights([k.astype(np.float32), b.astype(np.float32)])
+        shape = tuple(int(d) for d in x.shape[1:])              # (H', W', C')
+    x = tf.keras.layers.Flatten()(x)
+    kernel, bias = cnn[1]                                       # rows in torch's C, H, W order
+    h, w_, c = shape
+    kernel = kernel.reshape(c, h, w_, -1).transpose(1, 2, 0, 3).reshape(h * w_ * c, -1)
+    for i, (k, b, act) in enumerate([(kernel, bias, "relu"), *layers]):
+        dense = tf.keras.layers.Dense(k.shape[1], activation=act, name=f"dense_{i}")
+        x = dense(x)
+        dense.set_weights([np.asarray(k, np.float32), np.asarray(b, np.float32)])
+    return tf.keras.Model(inp, x, name=name)
+
+
 def load(path: Path, env_id: str | None, vecnormalize: Path | None = None) -> Imported:
     path = Path(path)
     data, sd, version = _read_zip(path)
@@ -206,7 +282,17 @@ def load(path: Path, env_id: str | None, vecnormalize: Path | None = None) -> Im
     if obs["type"] != "box":
         raise ImportError_(f"{path}: discrete observations are not supported")
     env_id = env_id or guess_env(path)
-    _, act_space = check_spaces(env_id, obs["shape"], action, str(path))
+    prefix = {"dqn": "q_net.features_extractor."}.get(algo, "features_extractor.")
+    cnn = _nature_cnn(sd, prefix, path)
+    shape = tuple(obs["shape"])
+    if cnn is not None:   # SB3 saved the channel-first space VecTransposeImage made of HWC images
+        if len(shape) != 3 or obs.get("dtype") != "uint8":
+            raise ImportError_(f"{path}: a CnnPolicy on observations of shape {shape}, dtype "
+                               f"{obs.get('dtype')}: uint8 images are supported")
+        shape = (shape[1], shape[2], shape[0])
+    obs_space, act_space = check_spaces(env_id, shape, action, str(path))
+    if cnn is not None and tuple(obs_space.shape) != shape:
+        raise ImportError_(f"{path}: channel-first images from the env are not supported")
     act = _activation(data, algo, path)
     low = getattr(act_space, "low", None)
     high = getattr(act_space, "high", None)
@@ -216,6 +302,8 @@ def load(path: Path, env_id: str | None, vecnormalize: Path | None = None) -> Im
     if vecnormalize is None and (path.parent / "vecnormalize.pkl").is_file():
         vecnormalize = path.parent / "vecnormalize.pkl"
     norm = _vecnormalize(vecnormalize) if vecnormalize is not None else {}
+    if norm and cnn is not None:
+        raise ImportError_(f"{vecnormalize}: VecNormalize with a CnnPolicy is not supported")
     if norm and norm["mean"].size != int(np.prod(obs["shape"])):
         raise ImportError_(f"{vecnormalize}: statistics for {norm['mean'].size} observation "
                            f"values, the policy takes {int(np.prod(obs['shape']))}")
@@ -223,9 +311,15 @@ def load(path: Path, env_id: str | None, vecnormalize: Path | None = None) -> Im
     # SB3 clips a Gaussian policy's action to the bounds in predict(); so does the head
     # ("identity": the output clipped), so the network itself ends at the mean.
     clip_box = (low, high) if action["type"] == "box" else None
-    model = keras_mlp(obs["shape"], folded, name=f"sb3_{algo}")
+    kwargs = data.get("policy_kwargs") if isinstance(data.get("policy_kwargs"), dict) else {}
+    scale_images = bool(kwargs.get("normalize_images", True))
+    if cnn is None:
+        model = keras_mlp(obs["shape"], folded, name=f"sb3_{algo}")
+    else:
+        model = keras_nature_cnn(shape, cnn, folded, scale_images, name=f"sb3_{algo}_cnn")
     source = {"kind": "stable-baselines3", "file": path.name, "sha256": sha256(path),
-              "version": version, "algo": algo.upper(), "policy": "MlpPolicy",
+              "version": version, "algo": algo.upper(),
+              "policy": "MlpPolicy" if cnn is None else "CnnPolicy",
               "num_timesteps": data.get("num_timesteps")}
     if norm:
         source["vecnormalize"] = {"file": Path(vecnormalize).name,
@@ -234,10 +328,13 @@ def load(path: Path, env_id: str | None, vecnormalize: Path | None = None) -> Im
                                   "folded_into": "the first layer"}
     n_head = 2 if algo in ("sac", "td3") else 1    # the output layer (and the rescale)
     return Imported(model=model, env_id=env_id, algo=f"sb3-{algo}", source=source,
-                    reference=numpy_reference(layers, norm, clip_box),
+                    reference=numpy_reference(layers, norm, clip_box, cnn, scale_images),
                     reference_name="SB3's forward in numpy float64 from the zip's tensors",
-                    network={"type": "mlp", "activation": act,
-                             "hidden": [int(k.shape[1]) for k, _, _ in layers[:-n_head]]},
+                    network={"type": "mlp" if cnn is None else "cnn", "activation": act,
+                             "hidden": [int(k.shape[1]) for k, _, _ in layers[:-n_head]],
+                             **({} if cnn is None else {"convolutions": [
+                                 [int(d) for d in w.shape] + [s] for w, _, s in cnn[0]],
+                                 "features": int(cnn[1][0].shape[1])})},
                     unfolded=(lambda obs: _clipped(norm, obs)) if norm else None)
 
 

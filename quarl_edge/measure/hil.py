@@ -17,7 +17,7 @@ from ..link.runner import latency_summary
 from ..link.session import BoardSession
 from ..rl.envs import default_head, make_gym
 from ..rl.envs import output_to_action as to_action
-from ..run import load_keras, load_run, tflite_path
+from ..run import keras_call, load_keras, load_run, tflite_path
 from ..targets.boards import Board
 from .reference import host_reference
 
@@ -59,8 +59,9 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
             build_dir: Path | None = None, env_id: str | None = None,
             head: str | None = None) -> dict:
     """Play `episodes` episodes of the run's env on seeds seed.. with the board choosing every
-    action, then the same seeds with the same model on tflite-runtime and with the fp32
-    network. Writes results_dir (default RUN/results)/hil_<board>_<scheme>.json and the
+    action, then the same seeds with the same model on tflite-runtime, on TF Lite Micro (the
+    reference the firmware is bit-exact with: board_equals_reference says whether the board's
+    returns are its returns, episode by episode) and with the fp32 network. Writes results_dir (default RUN/results)/hil_<board>_<scheme>.json and the
     per-episode log beside it; builds into build_dir (default RUN/build/<board>/<scheme>).
     `progress`: a bar per episode on stderr.
 
@@ -96,7 +97,7 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
     partial_log = log_path.with_name(log_path.name + ".partial")
     log = partial_log.open("w")
     from tqdm import tqdm
-    bar = tqdm(total=3 * episodes, desc=f"hil {scheme} on {board.id}", unit="episode",
+    bar = tqdm(total=4 * episodes, desc=f"hil {scheme} on {board.id}", unit="episode",
                disable=not progress, leave=False)
 
     def log_episode(tag):
@@ -129,9 +130,20 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
     host = host_reference(mpath)   # tflite-runtime (int8-acc: the head's accumulator readout)
     host_returns, _, _ = play(env_id, lambda o: to_action(host.run([o])[0], space, head), seeds,
                               log_episode("tflite-runtime"))
+    # TF Lite Micro's reference kernels, which the firmware is bit-exact with: tflite-runtime's
+    # own int8 kernels differ from them in places (int8 TANH and LOGISTIC round differently), so
+    # the board's return must equal this one; TFLM cannot run fp16 and hybrid models (None).
+    try:
+        micro = host_reference(mpath, micro=True)
+    except QuarlError:
+        micro, micro_returns = None, None
+        bar.update(episodes)
+    if micro is not None:
+        micro_returns, _, _ = play(env_id, lambda o: to_action(micro.run([o])[0], space, head),
+                                   seeds, log_episode("tflm"))
 
     if meta is not None:
-        fp32_fn = _batched(load_keras(run_dir))
+        fp32_fn = keras_call(load_keras(run_dir))
         fp32_returns, _, _ = play(env_id, lambda o: to_action(fp32_fn(o[None])[0], space, head),
                                   seeds, log_episode("fp32"))
         fp32_actions = [to_action(q, space, head) for q in fp32_fn(visited)]
@@ -159,6 +171,10 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
         "std_return": float(np.std(returns)),
         "host_mean_return": float(np.mean(host_returns)),
         "host_std_return": float(np.std(host_returns)),
+        "micro_mean_return": None if micro_returns is None else float(np.mean(micro_returns)),
+        "micro_std_return": None if micro_returns is None else float(np.std(micro_returns)),
+        "board_equals_reference": returns == (micro_returns if micro_returns is not None
+                                              else host_returns),
         "fp32_mean_return": None if fp32_returns is None else float(np.mean(fp32_returns)),
         "fp32_std_return": None if fp32_returns is None else float(np.std(fp32_returns)),
         "agreement": agreement,
@@ -193,13 +209,3 @@ def _check_model_fits_env(model: Path, env, head: str, where) -> None:
             f"actions of shape {tuple(space.shape)}"
         raise QuarlError(f"{model} gives {n_out} outputs; {env.spec.id} has {kind} "
                          f"(head {head})")
-
-
-def _batched(keras_model):
-    import tensorflow as tf
-
-    @tf.function(reduce_retracing=True)
-    def f(x):
-        return keras_model(x, training=False)
-
-    return lambda x: f(tf.convert_to_tensor(np.asarray(x, dtype=np.float32))).numpy()

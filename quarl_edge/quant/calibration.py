@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import QuarlError
-from ..run import load_keras, load_run, mlp_forward, mlp_layers, mlp_q_values
+from ..run import keras_runner, load_keras, load_run, mlp_q_values
 
 CALIBRATION_SEED_BASE = 20_000
 CALIBRATION_EPSILON = 0.05
@@ -20,8 +20,8 @@ def collect_calibration(run_dir: Path, size: int = 1000, episodes: int = 10, see
     """`size` observations from epsilon-greedy rollouts of the run's Q-network (see
     rollout_observations)."""
     run = load_run(run_dir)
-    layers = mlp_layers(load_keras(run_dir))
-    return rollout_observations(run["env"], lambda x: mlp_forward(layers, x), run.get("n_actions"),
+    return rollout_observations(run["env"], keras_runner(load_keras(run_dir)),
+                                run.get("n_actions"),
                                 size, episodes, seed, epsilon)
 
 
