@@ -21,7 +21,8 @@ def test_hil_int8_on_the_host_board_equals_tflite_runtime(run_copy):
     assert res["board"] == "host" and res["model"] == "int8" and res["episodes"] == 4
     assert len(res["returns"]) == 4
     # same seeds, bit-exact outputs -> the same actions -> the same returns
-    assert res["mean_return"] == res["host_mean_return"]
+    assert res["mean_return"] == res["host_mean_return"] == res["micro_mean_return"]
+    assert res["board_equals_reference"]
     assert 0.0 <= res["agreement"] <= 1.0
     assert res["latency"]["unit"] == "ns" and res["latency"]["median"] > 0
     assert res["latency"]["p99"] >= res["latency"]["median"]
@@ -30,7 +31,7 @@ def test_hil_int8_on_the_host_board_equals_tflite_runtime(run_copy):
     assert mem["flash_bytes"] > mem["weights_bytes"] > 0 and mem["ram_bytes"] > mem["arena_bytes"] > 0
     assert 0 < mem["stack_bytes"] < 64 * 1024
     episodes = (run_copy / "results" / "hil_host_int8.episodes.jsonl").read_text().splitlines()
-    assert len(episodes) == 3 * 4   # board, tflite-runtime, fp32: written as they finish
+    assert len(episodes) == 4 * 4   # board, tflite-runtime, TFLM, fp32: written as they finish
 
 
 def test_hil_fp32_firmware_plays_like_the_float_network(run_copy):
