@@ -275,7 +275,7 @@ def cmd_hil(a, qe):
 
 
 def cmd_bench(a, qe):
-    rows = qe.bench(a.run, a.boards, n=a.n, out=a.out, progress=not a.json)
+    rows = qe.bench(a.run, a.boards, n=a.n, out=a.out, progress=not a.json, episodes=a.episodes)
     if a.json:
         return emit_json(as_json(rows))
     speed = {}
@@ -288,7 +288,7 @@ def cmd_bench(a, qe):
     for r in rows:
         if r.error is not None:
             out.append([r.board, r.cpu, r.precision, None, None, None, None, None, None,
-                        f"refused: {r.error}"])
+                        f"refused: {r.error}"] + [None] * (3 * bool(a.episodes)))
             continue
         est = None
         if r.clock_hz and r.unit in ("cycles", "instructions"):
@@ -297,10 +297,21 @@ def cmd_bench(a, qe):
                     kib(r.flash_bytes), kib(r.ram_bytes), kib(r.stack_bytes),
                     kib(r.arena_bytes),
                     f"{speed[r.board]:.2f}x" if r.precision == "int8" and r.board in speed else ""])
-    table(["board", "cpu", "precision", "cost / inference", "at board clock", "flash", "RAM",
-           "stack", "arena", "int8 speedup"], out,
-          right=("cost / inference", "at board clock", "flash", "RAM", "stack", "arena",
-                 "int8 speedup"))
+        if a.episodes:
+            out[-1] += [f"{r.mean_return:,.1f} ± {r.std_return:,.1f}",
+                        "yes" if r.matches_tflite else "NO", f"{r.agreement:.3f}"]
+    head = ["board", "cpu", "precision", "cost / inference", "at board clock", "flash", "RAM",
+            "stack", "arena", "int8 speedup"]
+    right = ("cost / inference", "at board clock", "flash", "RAM", "stack", "arena",
+             "int8 speedup")
+    if a.episodes:
+        head += ["return", "= tflite-runtime", "agreement"]
+        right += ("return", "agreement")
+    table(head, out, right=right)
+    if a.episodes:
+        note(f"return: {a.episodes} episodes on seeds 0..{a.episodes - 1}, the board choosing "
+             "every action; = tflite-runtime: the same model there returns the same on every "
+             "seed; agreement: with the fp32 network's actions on the board's states")
     if any(r.unit == "instructions" for r in rows):
         note("instructions are counted by QEMU (-icount): exact and repeatable; the time at the "
              "board clock assumes one instruction per cycle (an estimate)")
@@ -578,6 +589,10 @@ def parser() -> argparse.ArgumentParser:
                    help="'all-emulated' and/or board ids, comma-separated")
     s.add_argument("-n", type=_int_at_least(1, BENCH_MAX_N), default=100,
                    help=f"inferences per BENCH command (1..{BENCH_MAX_N})")
+    s.add_argument("--episodes", type=nonnegative_int, default=0, metavar="N",
+                   help="also play N episodes per board and precision (seeds 0..N-1, the board "
+                        "choosing every action) for a return column, checked against "
+                        "tflite-runtime on the same seeds (0: no return column)")
     s.add_argument("--out", default=None, metavar="DIR",
                    help="results directory (default: RUN/results)")
     _flash_options(s)
