@@ -459,11 +459,14 @@ def study(config: PathLike, *, out: PathLike | None = None, workers: int = 1,
     return _from(StudySummary, res)
 
 
-def report(results: PathLike, *, out: PathLike | None = None,
-           tolerance: float = 0.05) -> ReportResult:
-    """Markdown and HTML report (figures, QuaRL claim verdicts) of a study's results.jsonl."""
+def report(results: PathLike, *, out: PathLike | None = None, tolerance: float = 0.05,
+           bench: Iterable[PathLike] = ()) -> ReportResult:
+    """Markdown and HTML report (figures, QuaRL claim verdicts) of a study's results.jsonl;
+    `bench`: bench.jsonl files of `bench(..., episodes=N)` for the board section (reward,
+    latency and memory per board and scheme)."""
     from .study.report import write_report
-    paths = write_report(Path(results), Path(out) if out else None, tolerance=tolerance)
+    paths = write_report(Path(results), Path(out) if out else None, tolerance=tolerance,
+                         bench=[Path(b) for b in bench])
     return ReportResult(str(paths["markdown"]), str(paths["html"]))
 
 

@@ -332,7 +332,7 @@ def cmd_study(a, qe):
 
 
 def cmd_report(a, qe):
-    res = qe.report(a.results, out=a.out, tolerance=a.tolerance)
+    res = qe.report(a.results, out=a.out, tolerance=a.tolerance, bench=a.bench)
     print(f"report: {res.markdown}\n        {res.html}")
 
 
@@ -620,6 +620,10 @@ def parser() -> argparse.ArgumentParser:
                    help="report directory (default: next to RESULTS)")
     s.add_argument("--tolerance", type=float, default=0.05,
                    help="relative return loss still counted as 'no loss'")
+    s.add_argument("--bench", action="append", default=[], metavar="BENCH.jsonl",
+                   help="rows of `quarl-edge bench RUN --episodes N` (its OUT/bench.jsonl) for "
+                        "the board section: reward, latency and memory per board and scheme; "
+                        "repeatable")
 
     s = _sub(sub, "demo", "the whole pipeline on CartPole, one table at the end",
              "quarl-edge demo --pretrained --board mps2-an386", cmd_demo)
