@@ -496,6 +496,7 @@ def fig_return_vs_precision(res: Results, path: Path) -> bool:
             ax.scatter([np.mean(ys)], [i], color="black", marker="|", s=200)
         runs = [r for k, r in res.runs.items() if k[:2] == t]
         lo, hi = _data_limits(shown + [np.mean([r["fp32_return"] for r in runs])] if runs else shown)
+        xlabel = "greedy return"
         if runs:
             ax.axvline(np.mean([r["fp32_return"] for r in runs]), color="tab:green", ls="--",
                        lw=1, label="fp32 (Keras)")
@@ -503,18 +504,15 @@ def fig_return_vs_precision(res: Results, path: Path) -> bool:
             if rnd and lo <= np.mean(rnd) <= hi:
                 ax.axvline(np.mean(rnd), color="tab:red", ls=":", lw=1, label="random policy")
             elif rnd:
-                side = "left" if np.mean(rnd) < lo else "right"
-                ax.text(0.02 if side == "left" else 0.98, 0.02,
-                        f"random policy: {np.mean(rnd):,.1f} (off the axis, {side})",
-                        transform=ax.transAxes, ha=side, va="bottom", fontsize=7,
-                        color="tab:red")
+                xlabel += (f" (random policy: {np.mean(rnd):,.1f}, off the axis to the "
+                           f"{'left' if np.mean(rnd) < lo else 'right'})")
         ax.set_xlim(lo, hi)
         ax.set_yticks(range(len(schemes)), schemes, fontsize=8)
         ax.set_ylim(len(schemes) - 0.5, -0.5)          # fp32 at the top
         ax.tick_params(axis="x", labelsize=8)
         ax.grid(axis="x", alpha=0.3)
         ax.set_title(_task_name(t), fontsize=10)
-        ax.set_xlabel("greedy return", fontsize=8)
+        ax.set_xlabel(xlabel, fontsize=8)
         if runs:
             ax.legend(fontsize=7, loc="upper left" if np.mean(shown) > (lo + hi) / 2 else "upper right")
     return _save(fig, path, axes, len(tasks), "Return per precision (dots: seeds, bar: mean)")
