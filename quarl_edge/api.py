@@ -157,7 +157,8 @@ class BenchRow:
     stack_bytes: int | None = None
     arena_bytes: int | None = None
     error: str | None = None          # why this cell has no figures (e.g. does not fit)
-    env: str | None = None            # the run's env and algorithm
+    run: str | None = None            # the run directory, its env and algorithm
+    env: str | None = None
     algo: str | None = None
     # bench(..., episodes=N): N episodes on the board, seeds 0..N-1 (None without episodes)
     episodes: int | None = None

@@ -59,7 +59,7 @@ def test_bench_episodes_gives_the_boards_return_equal_to_tflite_runtime(tmp_path
         assert r["returns"] == _tflite_returns(run, scheme, [0, 1, 2]) == r["tflite_returns"]
         assert r["matches_tflite"] is True
         assert r["mean_return"] == pytest.approx(np.mean(r["returns"]))
-        assert r["env"] == "CartPole-v1" and r["algo"] == "dqn"
+        assert r["env"] == "CartPole-v1" and r["algo"] == "dqn" and r["run"] == str(run)
     assert rows[("host", "fp32")]["agreement"] == 1.0   # the fp32 model acts as the fp32 network
     assert 0 < rows[("host", "int8")]["agreement"] <= 1.0
     md = (run / "results" / "bench.md").read_text()
@@ -77,7 +77,7 @@ def test_bench_episodes_gives_the_boards_return_equal_to_tflite_runtime(tmp_path
     report = (tmp_path / "report" / "report.md").read_text()
     assert "## On the board: reward, latency and memory" in report
     fp32 = rows[("mps2-an386", "fp32")]
-    assert (f"| DQN CartPole-v1 | mps2-an386 | int8 | 3 | {int8['mean_return']:,.1f} ± "
+    assert (f"| DQN CartPole-v1 (`{run}`) | mps2-an386 | int8 | 3 | {int8['mean_return']:,.1f} ± "
             f"{int8['std_return']:,.1f} |") in report
     assert f"| {int8['cost_mean']:,.0f} instructions | ~{int8['cost_mean'] / int8['clock_hz'] * 1e6:,.0f} " \
            f"(estimate) | {int8['flash_bytes']:,} | {int8['ram_bytes']:,} |" in report

@@ -17,7 +17,8 @@ board's visited states where the fp32 network picks the same action; continuous 
 A row (one JSON line of OUT/bench.jsonl; `quarl-edge report RESULTS --bench BENCH.jsonl`
 reads them):
 
-    board, cpu, precision, kernels, env, algo     what ran where
+    board, cpu, precision, kernels, run, env,     what ran where (run: the run directory)
+    algo
     unit, cost_first, cost_mean, cost_min,        cost per inference (BENCH n), in the board's
     cost_max, n, clock_hz                         unit (ns, cycles, instructions)
     flash_bytes, ram_bytes, stack_bytes,          memory
@@ -170,7 +171,7 @@ def run_bench(run_dir: Path, boards: list[Board], n: int = 100, out: Path | None
                     row = bench_cell(run_dir, board, scheme, n, x, flasher, drive, play_spec)
                 except QuarlError as e:        # e.g. does not fit: a result too, not a crash
                     row = {"board": board.id, "cpu": board.cpu, "precision": scheme, "error": str(e)}
-                row = {**row, "env": meta["env"], "algo": meta.get("algo")}
+                row = {**row, "run": str(run_dir), "env": meta["env"], "algo": meta.get("algo")}
                 rows.append(row)
                 log.write(json.dumps(row) + "\n")
                 log.flush()

@@ -863,7 +863,8 @@ def _board_blocks(res: Results) -> list:
     for it in items:
         r = it["row"]
         played = bool(r.get("episodes"))
-        rows.append([f"{r.get('algo', '?').upper()} {r.get('env', '?')}", r["board"],
+        rows.append([f"{r.get('algo', '?').upper()} {r.get('env', '?')}"
+                     + (f" (`{r['run']}`)" if r.get("run") else ""), r["board"],
                      r["precision"], str(r.get("episodes") or "-"),
                      f"{r['mean_return']:,.1f} ± {r['std_return']:,.1f}" if played else "-",
                      _pct(it["loss"]), f"{r['agreement']:.3f}" if played else "-",
