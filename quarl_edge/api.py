@@ -161,6 +161,22 @@ class BenchRow:
     stack_bytes: int | None = None
     arena_bytes: int | None = None
     error: str | None = None          # why this cell has no figures (e.g. does not fit)
+    run: str | None = None            # the run directory, its env and algorithm
+    env: str | None = None
+    algo: str | None = None
+    # bench(..., episodes=N): N episodes on the board, seeds 0..N-1 (None without episodes)
+    episodes: int | None = None
+    seeds: list | None = None
+    returns: list | None = None       # the board's return per seed
+    mean_return: float | None = None
+    std_return: float | None = None
+    action_head: str | None = None
+    tflite_returns: list | None = None  # the same model on tflite-runtime, same seeds
+    tflite_mean_return: float | None = None
+    matches_tflite: bool | None = None  # the board's return equals tflite-runtime's on every seed
+    fp32_returns: list | None = None  # the fp32 network, same seeds
+    fp32_mean_return: float | None = None
+    agreement: float | None = None    # board actions equal to the fp32 network's on its states
 
 
 @dataclass
@@ -418,16 +434,20 @@ def hil(run: PathLike, board="host", *, model: str = "int8", episodes: int = 20,
 
 
 def bench(run: PathLike, boards: str | Iterable = "all-emulated", *, n: int = 100,
-          out: PathLike | None = None, progress: bool = False) -> list[BenchRow]:
+          out: PathLike | None = None, progress: bool = False,
+          episodes: int = 0) -> list[BenchRow]:
     """Cost per inference (BENCH, n repeats on the board), flash, RAM and stack for the run's
     fp32 and int8 models on each board ("all-emulated" or board ids). Rows are written to
-    `out` (default RUN/results) as they finish; a cell that cannot run is a row with `error`."""
+    `out` (default RUN/results) as they finish; a cell that cannot run is a row with `error`.
+    `episodes` N > 0: each row also gets the board's return over N episodes (seeds 0..N-1,
+    the board choosing every action) and whether it equals tflite-runtime's on every seed."""
     from .measure.bench import BENCH_MAX_N, run_bench, select_boards
     _count("n", n, 1, BENCH_MAX_N)
+    _count("episodes", episodes, 0)
     spec = boards if isinstance(boards, str) else ",".join(
         b if isinstance(b, str) else b.id for b in boards)
     rows = run_bench(Path(run), select_boards(spec), n=n, out=Path(out) if out else None,
-                     progress=progress)
+                     progress=progress, episodes=episodes)
     return [_from(BenchRow, r) for r in rows]
 
 
@@ -444,11 +464,14 @@ def study(config: PathLike, *, out: PathLike | None = None, workers: int = 1,
     return _from(StudySummary, res)
 
 
-def report(results: PathLike, *, out: PathLike | None = None,
-           tolerance: float = 0.05) -> ReportResult:
-    """Markdown and HTML report (figures, QuaRL claim verdicts) of a study's results.jsonl."""
+def report(results: PathLike, *, out: PathLike | None = None, tolerance: float = 0.05,
+           bench: Iterable[PathLike] = ()) -> ReportResult:
+    """Markdown and HTML report (figures, QuaRL claim verdicts) of a study's results.jsonl;
+    `bench`: bench.jsonl files of `bench(..., episodes=N)` for the board section (reward,
+    latency and memory per board and scheme)."""
     from .study.report import write_report
-    paths = write_report(Path(results), Path(out) if out else None, tolerance=tolerance)
+    paths = write_report(Path(results), Path(out) if out else None, tolerance=tolerance,
+                         bench=[Path(b) for b in bench])
     return ReportResult(str(paths["markdown"]), str(paths["html"]))
 
 

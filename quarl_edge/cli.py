@@ -287,7 +287,7 @@ def cmd_hil(a, qe):
 
 
 def cmd_bench(a, qe):
-    rows = qe.bench(a.run, a.boards, n=a.n, out=a.out, progress=not a.json)
+    rows = qe.bench(a.run, a.boards, n=a.n, out=a.out, progress=not a.json, episodes=a.episodes)
     if a.json:
         return emit_json(as_json(rows))
     speed = {}
@@ -300,7 +300,7 @@ def cmd_bench(a, qe):
     for r in rows:
         if r.error is not None:
             out.append([r.board, r.cpu, r.precision, None, None, None, None, None, None,
-                        f"refused: {r.error}"])
+                        f"refused: {r.error}"] + [None] * (3 * bool(a.episodes)))
             continue
         est = None
         if r.clock_hz and r.unit in ("cycles", "instructions"):
@@ -309,10 +309,21 @@ def cmd_bench(a, qe):
                     kib(r.flash_bytes), kib(r.ram_bytes), kib(r.stack_bytes),
                     kib(r.arena_bytes),
                     f"{speed[r.board]:.2f}x" if r.precision == "int8" and r.board in speed else ""])
-    table(["board", "cpu", "precision", "cost / inference", "at board clock", "flash", "RAM",
-           "stack", "arena", "int8 speedup"], out,
-          right=("cost / inference", "at board clock", "flash", "RAM", "stack", "arena",
-                 "int8 speedup"))
+        if a.episodes:
+            out[-1] += [f"{r.mean_return:,.1f} ± {r.std_return:,.1f}",
+                        "yes" if r.matches_tflite else "NO", f"{r.agreement:.3f}"]
+    head = ["board", "cpu", "precision", "cost / inference", "at board clock", "flash", "RAM",
+            "stack", "arena", "int8 speedup"]
+    right = ("cost / inference", "at board clock", "flash", "RAM", "stack", "arena",
+             "int8 speedup")
+    if a.episodes:
+        head += ["return", "= tflite-runtime", "agreement"]
+        right += ("return", "agreement")
+    table(head, out, right=right)
+    if a.episodes:
+        note(f"return: {a.episodes} episodes on seeds 0..{a.episodes - 1}, the board choosing "
+             "every action; = tflite-runtime: the same model there returns the same on every "
+             "seed; agreement: with the fp32 network's actions on the board's states")
     if any(r.unit == "instructions" for r in rows):
         note("instructions are counted by QEMU (-icount): exact and repeatable; the time at the "
              "board clock assumes one instruction per cycle (an estimate)")
@@ -333,7 +344,7 @@ def cmd_study(a, qe):
 
 
 def cmd_report(a, qe):
-    res = qe.report(a.results, out=a.out, tolerance=a.tolerance)
+    res = qe.report(a.results, out=a.out, tolerance=a.tolerance, bench=a.bench)
     print(f"report: {res.markdown}\n        {res.html}")
 
 
@@ -590,6 +601,10 @@ def parser() -> argparse.ArgumentParser:
                    help="'all-emulated' and/or board ids, comma-separated")
     s.add_argument("-n", type=_int_at_least(1, BENCH_MAX_N), default=100,
                    help=f"inferences per BENCH command (1..{BENCH_MAX_N})")
+    s.add_argument("--episodes", type=nonnegative_int, default=0, metavar="N",
+                   help="also play N episodes per board and precision (seeds 0..N-1, the board "
+                        "choosing every action) for a return column, checked against "
+                        "tflite-runtime on the same seeds (0: no return column)")
     s.add_argument("--out", default=None, metavar="DIR",
                    help="results directory (default: RUN/results)")
     _flash_options(s)
@@ -617,6 +632,10 @@ def parser() -> argparse.ArgumentParser:
                    help="report directory (default: next to RESULTS)")
     s.add_argument("--tolerance", type=float, default=0.05,
                    help="relative return loss still counted as 'no loss'")
+    s.add_argument("--bench", action="append", default=[], metavar="BENCH.jsonl",
+                   help="rows of `quarl-edge bench RUN --episodes N` (its OUT/bench.jsonl) for "
+                        "the board section: reward, latency and memory per board and scheme; "
+                        "repeatable")
 
     s = _sub(sub, "demo", "the whole pipeline on CartPole, one table at the end",
              "quarl-edge demo --pretrained --board mps2-an386", cmd_demo)

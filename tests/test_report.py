@@ -3,12 +3,17 @@ insufficient data), duplicates resolve to the last row, figures are real PNGs, t
 self-contained. Synthetic results here; the smoke study's real ones in test_study.py."""
 from __future__ import annotations
 
+import base64
 import json
+import re
+import struct
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from quarl_edge.errors import QuarlError
+from quarl_edge.study.grid import latest_rows
 from quarl_edge.study.report import (Results, claims, normalised_loss, reward_threshold, spearman, write_report)
 
 
@@ -181,7 +186,7 @@ def test_remedy_table_picks_the_winner_per_task(tmp_path):
         for scheme in ("int8", "int8-acc"):
             rows.append(_cell("dqn", "CartPole-v1", seed, scheme, 500.0, 500.0))
         # a continuous task: its remedy cells are skipped, so it has no remedy row
-        rows.append(_run("sac", "Pendulum-v1", seed, -150.0, -1200.0, 1.0))
+        rows.append({**_run("sac", "Pendulum-v1", seed, -150.0, -1200.0, 1.0), "output": "action"})
         rows.append(_cell("sac", "Pendulum-v1", seed, "int8", -150.0, -150.0))
         rows.append({"kind": "cell", "study": "synthetic", "algo": "sac", "env": "Pendulum-v1",
                      "seed": seed, "scheme": "int8-acc", "status": "skipped",
@@ -200,8 +205,10 @@ def test_remedy_table_picks_the_winner_per_task(tmp_path):
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "## Tie remedies for argmax heads" in md
     assert "| DQN Acrobot-v1 | int8 | 0,1 | -120.0 ± 0.0 |" in md
-    # skipped rows collapse to one line per reason, seeds listed
-    assert "| cell | SAC Pendulum-v1 | 0,1 | int8-acc | skipped | continuous actions |" in md
+    # remedies do not apply to continuous actions: said once, not listed per cell
+    assert "| int8-acc | a tie remedy for argmax heads: discrete actions only " \
+           "(quarl_edge/quant/remedies.py) | SAC Pendulum-v1 | 2 |" in md
+    assert "| cell | SAC Pendulum-v1" not in md and "No other row was skipped or failed." in md
     assert json.loads(out["remedies"].read_text())[0]["winner"] == "int8-acc"
 
 
@@ -210,3 +217,78 @@ def test_reward_threshold_is_gymnasiums_solved_return():
     assert reward_threshold("MountainCarContinuous-v0") == 90.0
     assert reward_threshold("Pendulum-v1") is None        # registered without one
     assert reward_threshold("NoSuchEnv-v0") is None
+
+
+# ------------------------------------------------------------ the committed classic results
+CLASSIC = Path(__file__).resolve().parents[1] / "results" / "classic" / "results.jsonl"
+
+
+def _png_size(path):
+    head = path.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR"
+    return struct.unpack(">II", head[16:24])
+
+
+@pytest.fixture(scope="module")
+def classic(tmp_path_factory):
+    """The committed classic grid's report, with one unexpected skip and one failed cell
+    added (an int8 cell of a DQN run: int8 applies to every task)."""
+    rows = [json.loads(line) for line in CLASSIC.read_text().splitlines() if line.strip()]
+    extra = [{"kind": "cell", "study": "classic", "algo": "dqn", "env": "Acrobot-v1", "seed": 7,
+              "scheme": "int8", "status": "skipped", "reason": "no run for seed 7"},
+             {"kind": "cell", "study": "classic", "algo": "dqn", "env": "Acrobot-v1", "seed": 8,
+              "scheme": "fp16", "status": "error", "reason": "converter crashed"}]
+    path = tmp_path_factory.mktemp("classic") / "results.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows + extra))
+    out = write_report(path, path.parent / "report")
+    return rows, out
+
+
+def test_classic_report_figures_are_bounded_and_embedded(classic):
+    _, out = classic
+    assert {f.name for f in out["figures"]} == {"return_vs_precision.png", "return_vs_bits.png",
+                                                "weight_histograms.png", "model_size.png"}
+    for f in out["figures"]:
+        width, height = _png_size(f)
+        assert 300 < width <= 1600 and height <= 1600, (f.name, width, height)
+    page = out["html"].read_text()
+    sources = re.findall(r'<img src="([^"]*)"', page)
+    assert len(sources) == 4 and all(s.startswith("data:image/png;base64,") for s in sources)
+    for src, f in zip(sources, ("return_vs_precision", "return_vs_bits", "weight_histograms",
+                                "model_size")):
+        assert base64.b64decode(src.split(",", 1)[1]) == (out["html"].parent / f"{f}.png").read_bytes()
+    assert "http" not in page.replace('charset="utf-8"', "") and "<script" not in page
+
+
+def test_classic_report_claims_are_a_table_of_their_numbers(classic):
+    rows, out = classic
+    md = out["markdown"].read_text()
+    found = json.loads(out["claims"].read_text())
+    assert "| claim | our data | n | the numbers |" in md
+    for c in found:
+        assert f"| {c['claim']} | **{c['verdict']}** | {c['n']} | {c['summary']} |" in md
+        assert c["tables"] and all(t["rows"] for t in c["tables"])
+    assert " ".join(found[0]["evidence"]) not in md            # no wall of text
+    # claim 2's method table: the counts of by_method, from the rows
+    c2 = found[1]
+    rl = c2["by_method"]["qat-int8"]
+    assert f"| qat-int8 (RL-loop QAT) | {rl['n']} | {rl['ok']} |" in md
+    # claim 1's per-setting counts add up to n
+    assert sum(int(r[1]) for r in found[0]["tables"][0]["rows"]) == found[0]["n"]
+
+
+def test_classic_report_lists_only_unexpected_skips(classic):
+    rows, out = classic
+    md = out["markdown"].read_text()
+    section = md[md.index("## Skipped and failed"):]
+    skipped = [r for r in latest_rows(rows).values() if r.get("status") == "skipped"]
+    table = section[section.index("| schemes | why | not applicable to | cells |"):].split("\n\n")[0]
+    lines = table.splitlines()[2:]
+    assert [line.split(" | ")[0].lstrip("| ") for line in lines] == [
+        "qat-int8", "int8-centred, int8-acc, int8-centred-acc, int8-i16head"]
+    assert sum(int(line.rstrip(" |").rsplit("| ", 1)[1]) for line in lines) == len(skipped)
+    assert "PPO CartPole-v1" in lines[0] and "PPO CartPole-v1" not in lines[1]  # discrete PPO
+    # only the two rows added by the fixture are listed one by one
+    listed = [line for line in section.splitlines() if line.startswith("| cell |")]
+    assert listed == ["| cell | DQN Acrobot-v1 | 7 | int8 | skipped | no run for seed 7 |",
+                      "| cell | DQN Acrobot-v1 | 8 | fp16 | error | converter crashed |"]

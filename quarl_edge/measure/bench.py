@@ -4,7 +4,33 @@ Each (board, precision) cell builds the firmware, starts the board, sends one re
 (from the run's calibration set) with INFER, then BENCH n repeats it on the board. Costs stay in
 each board's own unit (ns, cycles, instructions); the int8/fp32 speedup is a ratio within one
 board, so units never mix. Results are written per cell as they finish (JSON lines), then as
-Markdown."""
+Markdown.
+
+With episodes=N (`bench --episodes N`), each cell also plays N episodes of the run's env on
+seeds 0..N-1 with the board choosing every action (hil.play, in the same board session, after
+the cost and memory measurement), then the same seeds with the same model on tflite-runtime:
+the row gets the board's return and whether it equals tflite-runtime's on every seed. The fp32
+network plays the seeds once per bench, for the loss and the agreement (the share of the
+board's visited states where the fp32 network picks the same action; continuous actions:
+1 - mean |a - a_fp32| / action range).
+
+A row (one JSON line of OUT/bench.jsonl; `quarl-edge report RESULTS --bench BENCH.jsonl`
+reads them):
+
+    board, cpu, precision, kernels, run, env,     what ran where (run: the run directory)
+    algo
+    unit, cost_first, cost_mean, cost_min,        cost per inference (BENCH n), in the board's
+    cost_max, n, clock_hz                         unit (ns, cycles, instructions)
+    flash_bytes, ram_bytes, stack_bytes,          memory
+    arena_bytes
+    error                                         instead of the figures: why the cell did not run
+  with episodes > 0, also:
+    episodes, seeds, returns, mean_return,        the board's episodes
+    std_return, action_head
+    tflite_returns, tflite_mean_return,           the same model on tflite-runtime, same seeds;
+    matches_tflite                                true when every seed's return is equal
+    fp32_returns, fp32_mean_return, agreement     the fp32 network, same seeds
+"""
 from __future__ import annotations
 
 import json
@@ -14,7 +40,8 @@ import numpy as np
 
 from ..errors import QuarlError
 from ..link.session import BoardSession
-from ..run import tflite_path
+from ..rl.envs import default_head, make_gym, output_to_action
+from ..run import load_keras, load_run, tflite_path
 from ..targets.boards import Board, all_boards, get_board
 
 PRECISIONS = ("fp32", "int8")
@@ -34,9 +61,60 @@ def select_boards(spec: str) -> list[Board]:
     return list({b.id: b for b in out}.values())
 
 
+class Fp32Episodes:
+    """The run's fp32 network on the bench's seeds, played once per bench: its returns, and its
+    actions on any states (for the agreement of a board's actions with it)."""
+
+    def __init__(self, run_dir: Path, env_id: str, head: str, seeds: list[int]):
+        from .hil import play
+        model = load_keras(run_dir)
+        self.space = make_gym(env_id).action_space
+        self.head = head
+        self.forward = lambda x: model(np.asarray(x, np.float32), training=False).numpy()
+        self.returns, _, _ = play(env_id, lambda o: self.action(self.forward(o[None])[0]), seeds)
+
+    def action(self, output):
+        return output_to_action(output, self.space, self.head)
+
+    def agreement(self, states: np.ndarray, actions: list) -> float:
+        ref = [self.action(y) for y in self.forward(states)]
+        if hasattr(self.space, "n"):
+            return float(np.mean([a == b for a, b in zip(actions, ref)]))
+        span = np.asarray(self.space.high - self.space.low, dtype=np.float64)
+        return float(1.0 - (np.abs(np.asarray(actions) - np.asarray(ref)) / span).mean())
+
+
+def board_episodes(session: BoardSession, model: Path, env_id: str, seeds: list[int],
+                   fp32: Fp32Episodes) -> dict:
+    """The episodes of a bench row: the board choosing every action on `seeds`, then the same
+    model on tflite-runtime (the check: equal returns on every seed) and the fp32 agreement."""
+    from .hil import dequantized, play
+    from .reference import host_reference
+    in_spec, out_spec = session.info.inputs[0], session.info.outputs[0]
+
+    def board_act(obs):
+        (y,), _ = session.link.infer([obs.reshape(in_spec.shape)])
+        return fp32.action(dequantized(y, out_spec))
+
+    returns, visited, actions = play(env_id, board_act, seeds)
+    host = host_reference(model)
+    host_returns, _, _ = play(env_id, lambda o: fp32.action(host.run([o])[0]), seeds)
+    return {"episodes": len(seeds), "seeds": list(seeds), "returns": returns,
+            "mean_return": float(np.mean(returns)), "std_return": float(np.std(returns)),
+            "action_head": fp32.head,
+            "tflite_returns": host_returns, "tflite_mean_return": float(np.mean(host_returns)),
+            "matches_tflite": bool(returns == host_returns),
+            "fp32_returns": fp32.returns, "fp32_mean_return": float(np.mean(fp32.returns)),
+            "agreement": fp32.agreement(visited, actions)}
+
+
 def bench_cell(run_dir: Path, board: Board, scheme: str, n: int, obs: np.ndarray,
-               flasher: str | None = None, drive: str | None = None) -> dict:
-    with BoardSession(tflite_path(run_dir, scheme), board, run_dir / "build" / board.id / scheme,
+               flasher: str | None = None, drive: str | None = None,
+               episodes: tuple[str, list[int], Fp32Episodes] | None = None) -> dict:
+    """One (board, precision) row: cost and memory; with `episodes` (env id, seeds, the fp32
+    network's episodes), then the board's episodes (board_episodes)."""
+    model = tflite_path(run_dir, scheme)
+    with BoardSession(model, board, run_dir / "build" / board.id / scheme,
                       flasher=flasher, drive=drive) as s:
         spec = s.info.inputs[0]
         if spec.dtype != "float32":
@@ -44,25 +122,37 @@ def bench_cell(run_dir: Path, board: Board, scheme: str, n: int, obs: np.ndarray
         _, first = s.link.infer([obs.reshape(spec.shape)])
         stats = s.link.bench(n)
         mem = s.memory()
-        return {"board": board.id, "cpu": board.cpu, "precision": scheme, "kernels": board.kernels,
-                "unit": s.info.cost_unit,
-                "cost_first": first, "cost_mean": stats.mean, "cost_min": stats.min,
-                "cost_max": stats.max, "n": stats.n, "clock_hz": board.clock_hz,
-                "flash_bytes": mem.get("flash_bytes"), "ram_bytes": mem.get("ram_bytes"),
-                "stack_bytes": mem.get("stack_bytes"), "arena_bytes": mem.get("arena_bytes")}
+        row = {"board": board.id, "cpu": board.cpu, "precision": scheme, "kernels": board.kernels,
+               "unit": s.info.cost_unit,
+               "cost_first": first, "cost_mean": stats.mean, "cost_min": stats.min,
+               "cost_max": stats.max, "n": stats.n, "clock_hz": board.clock_hz,
+               "flash_bytes": mem.get("flash_bytes"), "ram_bytes": mem.get("ram_bytes"),
+               "stack_bytes": mem.get("stack_bytes"), "arena_bytes": mem.get("arena_bytes")}
+        if episodes is not None:
+            row.update(board_episodes(s, model, *episodes))
+        return row
 
 
 def run_bench(run_dir: Path, boards: list[Board], n: int = 100, out: Path | None = None,
               progress: bool = False, flasher: str | None = None,
-              drive: str | None = None) -> list[dict]:
+              drive: str | None = None, episodes: int = 0) -> list[dict]:
     """Every (board, precision) cell: one row each, written as it finishes to
     OUT/bench.jsonl.partial (default OUT: RUN/results), which becomes OUT/bench.jsonl when all
     cells are done, then OUT/bench.md: a bench that fails keeps the previous results.
-    `progress`: a bar over the cells on stderr."""
+    `episodes` > 0: each row also gets the return of that many episodes on the board (seeds
+    0..episodes-1; see the module docstring). `progress`: a bar over the cells on stderr."""
     if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= BENCH_MAX_N:
         raise QuarlError(f"n (inferences per BENCH) must be an integer in 1..{BENCH_MAX_N}, "
                          f"got {n!r}")
+    if not isinstance(episodes, int) or isinstance(episodes, bool) or episodes < 0:
+        raise QuarlError(f"episodes must be an integer >= 0, got {episodes!r}")
     run_dir = Path(run_dir)
+    meta = load_run(run_dir)
+    play_spec = None
+    if episodes:
+        seeds = list(range(episodes))
+        head = meta.get("action_head") or default_head(make_gym(meta["env"]).action_space)
+        play_spec = (meta["env"], seeds, Fp32Episodes(run_dir, meta["env"], head, seeds))
     calib = run_dir / "calibration.npy"
     obs = np.load(calib)[0] if calib.is_file() else None
     out = out or run_dir / "results"
@@ -78,9 +168,10 @@ def run_bench(run_dir: Path, boards: list[Board], n: int = 100, out: Path | None
                 bar.set_postfix_str(f"{board.id} {scheme}")
                 x = obs if obs is not None else np.zeros(1, np.float32)
                 try:
-                    row = bench_cell(run_dir, board, scheme, n, x, flasher, drive)
+                    row = bench_cell(run_dir, board, scheme, n, x, flasher, drive, play_spec)
                 except QuarlError as e:        # e.g. does not fit: a result too, not a crash
                     row = {"board": board.id, "cpu": board.cpu, "precision": scheme, "error": str(e)}
+                row = {**row, "run": str(run_dir), "env": meta["env"], "algo": meta.get("algo")}
                 rows.append(row)
                 log.write(json.dumps(row) + "\n")
                 log.flush()
@@ -101,21 +192,39 @@ def speedups(rows: list[dict]) -> dict[str, float]:
 
 def markdown(rows: list[dict]) -> str:
     sp = speedups(rows)
-    lines = ["| board | cpu | precision | kernels | cost / inference | unit | est. time at board clock | "
-             "flash (B) | RAM (B) | stack (B) | arena (B) | int8 speedup |",
-             "|---|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|"]
+    played = any("episodes" in r for r in rows)     # bench --episodes: the return columns too
+    head = ["board", "cpu", "precision", "kernels", "cost / inference", "unit",
+            "est. time at board clock", "flash (B)", "RAM (B)", "stack (B)", "arena (B)",
+            "int8 speedup"]
+    align = ["---"] * 4 + ["---:", "---", "---:"] + ["---:"] * 5
+    if played:
+        head += ["return (mean ± std)", "= tflite-runtime", "agreement"]
+        align += ["---:", "---", "---:"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(align) + "|"]
     for r in rows:
         if "error" in r:
             lines.append(f"| {r['board']} | {r['cpu']} | {r['precision']} | | refused: {r['error']} |"
-                         " | | | | | | |")
+                         + " |" * (len(head) - 5))
             continue
         est = ""
         if r["clock_hz"] and r["unit"] in ("cycles", "instructions"):
             us = r["cost_mean"] / r["clock_hz"] * 1e6
             est = f"~{us:,.0f} µs" + (" (1 instr/cycle, estimate)" if r["unit"] == "instructions" else "")
         speed = f"{sp[r['board']]:.2f}x" if r["precision"] == "int8" and r["board"] in sp else ""
-        lines.append(f"| {r['board']} | {r['cpu']} | {r['precision']} | {r.get('kernels', '')} | "
-                     f"{r['cost_mean']:,.0f} | "
-                     f"{r['unit']} | {est} | {r['flash_bytes'] or '-'} | {r['ram_bytes'] or '-'} | "
-                     f"{r['stack_bytes']} | {r['arena_bytes']} | {speed} |")
+        line = (f"| {r['board']} | {r['cpu']} | {r['precision']} | {r.get('kernels', '')} | "
+                f"{r['cost_mean']:,.0f} | "
+                f"{r['unit']} | {est} | {r['flash_bytes'] or '-'} | {r['ram_bytes'] or '-'} | "
+                f"{r['stack_bytes']} | {r['arena_bytes']} | {speed} |")
+        if played:
+            line += (f" {r['mean_return']:,.1f} ± {r['std_return']:,.1f} | "
+                     f"{'yes' if r['matches_tflite'] else 'NO'} | {r['agreement']:.3f} |"
+                     if "episodes" in r else " | | |")
+        lines.append(line)
+    if played:
+        n = max(r.get("episodes", 0) for r in rows)
+        lines.append("")
+        lines.append(f"Return: {n} episodes on seeds 0..{n - 1}, the board choosing every action; "
+                     "= tflite-runtime: the same model on tflite-runtime returns the same on "
+                     "every seed; agreement: with the fp32 network's actions on the states the "
+                     "board visited.")
     return "\n".join(lines) + "\n"

@@ -310,6 +310,31 @@ def row_key(row: dict) -> tuple:
     return base
 
 
+def scope(scheme: str) -> str | None:
+    """What a task needs for `scheme` to apply, for the schemes that do not apply to every task
+    (the rule of not_applicable, in words); None for the others."""
+    from ..quant import remedies
+    if scheme == "qat-int8":
+        return (f"fine-tunes in the RL loop of {', '.join(a.upper() for a in QAT_ALGOS)} only "
+                "(quarl_edge/rl/qat.py)")
+    if scheme in remedies.NAMES:
+        return "a tie remedy for argmax heads: discrete actions only (quarl_edge/quant/remedies.py)"
+    return None
+
+
+def not_applicable(scheme: str, algo: str, env_id: str, argmax_head: bool) -> str | None:
+    """Why `scheme` does not apply to (algo, env): the reason its cell is recorded "skipped"
+    with; None when it applies. `argmax_head`: the env's actions are discrete."""
+    from ..quant import remedies
+    if scheme == "qat-int8" and algo not in QAT_ALGOS:
+        return (f"qat-int8 fine-tunes in the RL loop of {', '.join(QAT_ALGOS)} only "
+                f"(quarl_edge/rl/qat.py); {algo} is not supported")
+    if scheme in remedies.NAMES and not argmax_head:
+        return (f"{scheme} is a remedy for argmax heads (quarl_edge/quant/remedies.py); "
+                f"{env_id} has continuous actions")
+    return None
+
+
 def run_dir_name(algo: str, env_id: str, seed: int) -> str:
     return f"{algo}-{env_id}-s{seed}"
 
@@ -493,15 +518,9 @@ def run_group(group: dict, out: Path, done: set, emit: Callable[[dict], None],
         if key not in pending:
             continue
         row = {"kind": "cell", **base, "scheme": scheme}
-        if scheme == "qat-int8" and algo not in QAT_ALGOS:
-            emit({**row, "status": "skipped",
-                  "reason": f"qat-int8 fine-tunes in the RL loop of {', '.join(QAT_ALGOS)} only "
-                            f"(quarl_edge/rl/qat.py); {algo} is not supported"})
-            continue
-        if scheme in remedies.NAMES and not argmax_head:
-            emit({**row, "status": "skipped",
-                  "reason": f"{scheme} is a remedy for argmax heads (quarl_edge/quant/remedies.py); "
-                            f"{env_id} has continuous actions"})
+        reason = not_applicable(scheme, algo, env_id, argmax_head)
+        if reason:
+            emit({**row, "status": "skipped", "reason": reason})
             continue
         t1 = time.perf_counter()
         try:

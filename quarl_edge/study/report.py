@@ -1,15 +1,31 @@
-"""A study's results as a report: Markdown and self-contained HTML (no external CSS or script;
-the figures are PNG files next to it), with a verdict on each of QuaRL's claims computed from
-the rows.
+"""A study's results as a report: Markdown and one self-contained HTML file (no external CSS,
+script or image: the figures are embedded as data: URIs; the PNG files are also written next to
+the Markdown), with a verdict on each of QuaRL's claims computed from the rows.
 
-    quarl-edge report RESULTS.jsonl [--out DIR] [--tolerance 0.05]
+    quarl-edge report RESULTS.jsonl [--out DIR] [--tolerance 0.05] [--bench BENCH.jsonl ...]
 
-Writes DIR/report.md, DIR/report.html and the figures (matplotlib, Agg backend):
+Writes DIR/report.md, DIR/report.html and the figures (matplotlib, Agg backend; never wider
+than MAX_WIDTH_PX, whatever the number of tasks):
 
-    return_vs_precision.png  greedy return per scheme for each (algo, env), one point per seed
+    return_vs_precision.png  greedy return per scheme for each (algo, env), one point per seed;
+                             the return axis spans the plotted returns (the random policy's
+                             return is a note when it falls outside)
     return_vs_bits.png       the n-bit sweep: return vs bits per mode
     weight_histograms.png    the kernels' weight distribution per algorithm (pooled over runs)
-    model_size.png           .tflite size per scheme for each (algo, env)
+    model_size.png           .tflite size per (algo, env) and scheme, as a grid
+
+The claims are one table (claim, verdict, n, the key numbers), then the tables of numbers
+behind each verdict. Cells skipped because their scheme does not apply to the task
+(grid.not_applicable: qat-int8 outside DQN, the tie remedies for continuous actions) are said
+once per rule; only other skipped or failed rows are listed.
+
+--bench: the JSON lines of `quarl-edge bench RUN --episodes N` (OUT/bench.jsonl; the row format
+is in quarl_edge/measure/bench.py) add a section "On the board": per board and scheme, the
+board's return over N episodes, its normalised loss against the fp32 network on those seeds,
+the agreement, whether tflite-runtime returns the same, the cost per inference, its µs at the
+board's clock, flash and RAM, and per board "int8 is N× faster and M× smaller than fp32 with a
+return loss of L", computed from those rows. Bench rows without episodes give the cost and
+memory only.
 
 Normalised return loss. A quantized policy's loss is measured against the fp32 network on the
 same evaluation seeds, in units of what training gained over a uniformly random policy:
@@ -44,6 +60,7 @@ mean return (several when equal; "all equal" when no scheme differs).
 """
 from __future__ import annotations
 
+import base64
 import html
 import json
 import re
@@ -125,7 +142,8 @@ def permutation_p(x, y, rho: float, n: int = 10_000, seed: int = 0) -> float:
 class Results:
     """The rows of a results file, deduplicated (last row per key), grouped for the report."""
 
-    def __init__(self, rows: list[dict]):
+    def __init__(self, rows: list[dict], bench: list[dict] = ()):
+        self.bench = list(bench)      # board rows (bench --episodes JSON lines), as they are
         latest = latest_rows(rows)
         self.all = list(latest.values())
         self.runs = {(r["algo"], r["env"], r["seed"]): r for r in self.all
@@ -210,38 +228,54 @@ def _qat_evidence(scheme: str, pairs: list[tuple], tolerance: float, label: str)
 
 
 def claims(res: Results, tolerance: float) -> list[dict]:
-    """QuaRL's three claims, each {"claim", "verdict", "evidence": [text], "n"}; computed."""
+    """QuaRL's three claims, each {"claim", "verdict", "n", "evidence": [sentences], "summary":
+    the key numbers in one line, "tables": [{"title", "columns", "rows" (display strings),
+    "collapsed" (optional)}]: the numbers behind the verdict}; all computed from the rows."""
     out = []
 
     # 1. 6-8 bits lose no reward
-    items = []
+    items = []   # (policy, setting, loss)
     for r in res.ok_cells:
         if r["scheme"] in EIGHT_BIT and res.learned(r):
-            items.append((f"{_task_name(_task(r))} seed {r['seed']} {r['scheme']}", res.loss(r)))
+            items.append((f"{_task_name(_task(r))} seed {r['seed']} {r['scheme']}", r["scheme"],
+                          res.loss(r)))
     for r in res.sweep:
         if r["mode"] != "fp32" and 6 <= r["bits"] <= 8 and res.learned(r):
             items.append((f"{_task_name(_task(r))} seed {r['seed']} {r['bits']}-bit "
-                          f"{r['mode']}", res.loss(r)))
-    items = [(k, v) for k, v in items if v is not None]
-    within = [v <= tolerance for _, v in items]
-    ev = []
+                          f"{r['mode']}", f"{r['bits']}-bit sweep", res.loss(r)))
+    items = [it for it in items if it[2] is not None]
+    within = [v <= tolerance for _, _, v in items]
+    ev, summary, tables = [], "", []
     if items:
-        losses = np.array([v for _, v in items])
-        worst = max(items, key=lambda kv: kv[1])
+        losses = np.array([v for _, _, v in items])
+        worst = max(items, key=lambda it: it[2])
         ev.append(f"{sum(within)} of {len(items)} policies at 6-8 bits are within "
                   f"{tolerance:.0%} of their fp32 return (normalised loss: median {_pct(np.median(losses))}, "
-                  f"worst {_pct(worst[1])} for {worst[0]}).")
-        by_bits = defaultdict(list)
-        for k, v in items:
-            m = re.search(r"(\d+)-bit", k)
-            by_bits[f"{m.group(1)}-bit sweep" if m else k.rsplit(" ", 1)[-1]].append(v)
+                  f"worst {_pct(worst[2])} for {worst[0]}).")
+        by_setting = defaultdict(list)
+        for it in items:
+            by_setting[it[1]].append(it)
         ev.append("Per setting (mean normalised loss): " + "; ".join(
-            f"{k}: {_pct(float(np.mean(v)))} over {len(v)}" for k, v in sorted(by_bits.items())) + ".")
+            f"{k}: {_pct(float(np.mean([v for _, _, v in its])))} over {len(its)}"
+            for k, its in sorted(by_setting.items())) + ".")
+        summary = (f"{sum(within)} of {len(items)} within {tolerance:.0%}; median loss "
+                   f"{_pct(np.median(losses))}, worst {_pct(worst[2])} ({worst[0]})")
+        rows = []
+        for k, its in sorted(by_setting.items()):
+            w = max(its, key=lambda it: it[2])
+            rows.append([k, str(len(its)), str(sum(v <= tolerance for _, _, v in its)),
+                         _pct(float(np.mean([v for _, _, v in its]))), _pct(w[2]),
+                         w[0].removesuffix(f" {k}")])
+        tables.append({"title": "Normalised loss per setting (learned runs)",
+                       "columns": ["setting", "policies", f"within {tolerance:.0%}",
+                                   "mean loss", "worst loss", "worst policy"], "rows": rows})
     else:
         ev.append(f"No learned run has an 8-bit scheme ({', '.join(EIGHT_BIT)}) or a 6-8 bit "
                   "sweep point.")
+        summary = ev[-1]
     out.append({"claim": "6-8 bit policies lose no reward", "n": len(items),
-                "verdict": _share_verdict(sum(within), len(items)), "evidence": ev})
+                "verdict": _share_verdict(sum(within), len(items)), "evidence": ev,
+                "summary": summary, "tables": tables})
 
     # 2. QAT >= PTQ (and often >= fp32): RL-loop QAT and distillation QAT, counted apart
     by_run = defaultdict(dict)
@@ -277,10 +311,39 @@ def claims(res: Results, tolerance: float) -> list[dict]:
     for m, p in pairs.items():
         n_ok = sum(d >= -tolerance for _, d, _ in p)
         by_method[m] = {"n": len(p), "ok": n_ok, "verdict": _share_verdict(n_ok, len(p))}
+    tables, parts = [], []
+    method_rows = []
+    for m, p in pairs.items():
+        if not p:
+            continue
+        diffs = np.array([d for _, d, _ in p])
+        ge_fp32 = sum(loss is not None and loss <= 0 for _, _, loss in p)
+        method_rows.append([f"{m} ({QAT_METHODS[m]})", str(len(p)), str(by_method[m]["ok"]),
+                            str(int(np.sum(diffs > 0))), str(int(np.sum(diffs == 0))),
+                            _pct(float(diffs.mean())), str(ge_fp32), by_method[m]["verdict"]])
+        parts.append(f"{m} >= int8 in {by_method[m]['ok']} of {len(p)} runs")
+    if method_rows:
+        tables.append({"title": "Each QAT method against int8 of the same run (differences in "
+                                "% of the fp32-over-random gain)",
+                       "columns": ["method", "runs", f"≥ int8 (within {tolerance:.0%})",
+                                   "better", "equal", "mean difference", "≥ fp32", "verdict"],
+                       "rows": method_rows})
+        per_run = defaultdict(dict)
+        for m, p in pairs.items():
+            for k, d, _ in p:
+                per_run[k][m] = d
+        tables.append({"title": "Per run: QAT minus int8", "collapsed": True,
+                       "columns": ["task", "seed", *(f"{m} − int8" for m in QAT_METHODS)],
+                       "rows": [[_task_name(k[:2]), str(k[2]),
+                                 *(_pct(per_run[k].get(m)) for m in QAT_METHODS)]
+                                for k in sorted(per_run)]})
+    summary = ("; ".join(parts) + (" (the verdict is RL-loop QAT's)" if rl and dist else
+                                   " (no RL-loop QAT pair: the verdict is distillation's)"
+                                   if dist else "")) if parts else ev[0]
     out.append({"claim": "QAT >= PTQ (and often >= fp32)", "n": len(main),
                 "verdict": _share_verdict(sum(d >= -tolerance for _, d, _ in main), len(main)),
                 "evidence": ev, "method": "qat-distill-int8" if dist and not rl else "qat-int8",
-                "by_method": by_method})
+                "by_method": by_method, "summary": summary, "tables": tables})
 
     # 3. wider weight distributions quantize worse
     ev, verdicts = [], []
@@ -292,6 +355,7 @@ def claims(res: Results, tolerance: float) -> list[dict]:
             sweep_loss[(r["algo"], r["env"], r["seed"])].append(res.loss(r))
     sweeps = [(res.runs[k], float(np.mean(v))) for k, v in sweep_loss.items()]
     n_total = 0
+    corr_rows, parts = [], []
     for label, pts in (("int8 loss", int8), ("mean n-bit sweep loss", sweeps)):
         pts = [(run, v) for run, v in pts if v is not None]
         n_total = max(n_total, len(pts))
@@ -299,6 +363,8 @@ def claims(res: Results, tolerance: float) -> list[dict]:
             ev.append(f"Weight range vs {label}: {len(pts)} learned run(s), fewer than 4: "
                       "insufficient data.")
             verdicts.append("insufficient data")
+            corr_rows.append([f"weight range vs {label}", str(len(pts)), "-", "-",
+                              "insufficient data (fewer than 4 runs)"])
             continue
         x = [run["weights"]["all"]["range"] for run, _ in pts]
         y = [v for _, v in pts]
@@ -308,6 +374,8 @@ def claims(res: Results, tolerance: float) -> list[dict]:
                       f"{'the loss' if np.std(y) == 0 else 'the range'} (all "
                       f"{_pct(y[0]) if np.std(y) == 0 else _fmt(x[0], 3)}): insufficient data.")
             verdicts.append("insufficient data")
+            corr_rows.append([f"weight range vs {label}", str(len(pts)), "-", "-",
+                              "insufficient data (no variation)"])
             continue
         p = permutation_p(x, y, rho)
         v = ("agree" if rho > 0 and p < 0.05 else "disagree" if rho < 0 and p < 0.05
@@ -315,19 +383,31 @@ def claims(res: Results, tolerance: float) -> list[dict]:
         verdicts.append(v)
         ev.append(f"Weight range vs {label} over {len(pts)} learned runs: Spearman rho = "
                   f"{rho:+.2f} (permutation p = {p:.3f}) -> {v}.")
+        corr_rows.append([f"weight range vs {label}", str(len(pts)), f"{rho:+.2f}", f"{p:.3f}", v])
+        parts.append(f"rho {rho:+.2f} (p {p:.3f}) vs {label} over {len(pts)} runs")
     per_algo = defaultdict(list)
     for run in res.runs.values():
         per_algo[run["algo"]].append(run["weights"]["all"])
+    tables = [{"title": "Spearman rank correlation over learned runs (permutation p-value)",
+               "columns": ["comparison", "runs", "rho", "p", "verdict"], "rows": corr_rows}]
     if per_algo:
         ev.append("Weight range per algorithm (mean over runs): " + "; ".join(
             f"{a.upper()} {np.mean([s['range'] for s in v]):.2f} (kurtosis "
             f"{np.mean([s['kurtosis'] for s in v]):.1f}, {len(v)} runs)"
             for a, v in sorted(per_algo.items())) + ".")
+        tables.append({"title": "Kernel weights per algorithm (mean over runs)",
+                       "columns": ["algorithm", "runs", "weight range", "kurtosis"],
+                       "rows": [[a.upper(), str(len(v)),
+                                 f"{np.mean([s['range'] for s in v]):.2f}",
+                                 f"{np.mean([s['kurtosis'] for s in v]):.1f}"]
+                                for a, v in sorted(per_algo.items())]})
     decided = [v for v in verdicts if v != "insufficient data"]
     verdict = ("insufficient data" if not decided else decided[0] if len(set(decided)) == 1
                else "mixed: " + ", ".join(decided))
     out.append({"claim": "wider weight distributions quantize worse", "n": n_total,
-                "verdict": verdict, "evidence": ev})
+                "verdict": verdict, "evidence": ev,
+                "summary": "; ".join(parts) or "fewer than 4 learned runs, or no variation",
+                "tables": tables})
     return out
 
 
@@ -372,36 +452,69 @@ def _grid(n: int):
     return rows, cols
 
 
+DPI = 110
+MAX_WIDTH_PX = 1600      # a figure is never wider than this, whatever the number of tasks
+
+
+def _figsize(width_in: float, height_in: float) -> tuple[float, float]:
+    """A figure size in inches with its width capped at MAX_WIDTH_PX at the saved DPI."""
+    return min(width_in, MAX_WIDTH_PX / DPI), height_in
+
+
 def _schemes(cells) -> list[str]:
     present = {r["scheme"] for r in cells}
     return [s for s in SCHEME_ORDER if s in present] + sorted(present - set(SCHEME_ORDER))
 
 
+def _data_limits(values, pad: float = 0.08) -> tuple[float, float]:
+    """Axis limits around `values` with a margin (a flat set of values gets a small one)."""
+    lo, hi = float(np.min(values)), float(np.max(values))
+    margin = (hi - lo) * pad or max(abs(hi) * 0.02, 1.0)
+    return lo - margin, hi + margin
+
+
 def fig_return_vs_precision(res: Results, path: Path) -> bool:
+    """One panel per task: the schemes down the side (horizontal, so long names stay
+    readable), the greedy return across, its axis scaled to the plotted returns; the random
+    policy's return is a line when it falls inside that range, else a note in the panel."""
     tasks = [t for t in res.tasks if any(_task(r) == t for r in res.ok_cells)]
     if not tasks:
         return False
     plt = _plt()
     rows, cols = _grid(len(tasks))
-    fig, axes = plt.subplots(rows, cols, figsize=(max(6.5, 4.6 * cols), 3.4 * rows), squeeze=False)
+    n_schemes = max(len(_schemes([r for r in res.ok_cells if _task(r) == t])) for t in tasks)
+    fig, axes = plt.subplots(rows, cols, squeeze=False,
+                             figsize=_figsize(max(6.5, 4.8 * cols), (0.8 + 0.22 * n_schemes) * rows + 0.6))
     for ax, t in zip(axes.flat, tasks):
         cells = [r for r in res.ok_cells if _task(r) == t]
         schemes = _schemes(cells)
+        shown = []
         for i, s in enumerate(schemes):
             ys = [r["mean_return"] for r in cells if r["scheme"] == s]
-            ax.scatter([i] * len(ys), ys, color="tab:blue", alpha=0.6, s=18)
-            ax.scatter([i], [np.mean(ys)], color="black", marker="_", s=300)
+            shown += ys
+            ax.scatter(ys, [i] * len(ys), color="tab:blue", alpha=0.6, s=16)
+            ax.scatter([np.mean(ys)], [i], color="black", marker="|", s=200)
         runs = [r for k, r in res.runs.items() if k[:2] == t]
+        lo, hi = _data_limits(shown + [np.mean([r["fp32_return"] for r in runs])] if runs else shown)
+        xlabel = "greedy return"
         if runs:
-            ax.axhline(np.mean([r["fp32_return"] for r in runs]), color="tab:green", ls="--",
+            ax.axvline(np.mean([r["fp32_return"] for r in runs]), color="tab:green", ls="--",
                        lw=1, label="fp32 (Keras)")
             rnd = [r["random_return"] for r in runs if r.get("random_return") is not None]
-            if rnd:
-                ax.axhline(np.mean(rnd), color="tab:red", ls=":", lw=1, label="random policy")
-        ax.set_xticks(range(len(schemes)), schemes, rotation=30)
+            if rnd and lo <= np.mean(rnd) <= hi:
+                ax.axvline(np.mean(rnd), color="tab:red", ls=":", lw=1, label="random policy")
+            elif rnd:
+                xlabel += (f" (random policy: {np.mean(rnd):,.1f}, off the axis to the "
+                           f"{'left' if np.mean(rnd) < lo else 'right'})")
+        ax.set_xlim(lo, hi)
+        ax.set_yticks(range(len(schemes)), schemes, fontsize=8)
+        ax.set_ylim(len(schemes) - 0.5, -0.5)          # fp32 at the top
+        ax.tick_params(axis="x", labelsize=8)
+        ax.grid(axis="x", alpha=0.3)
         ax.set_title(_task_name(t), fontsize=10)
-        ax.set_ylabel("greedy return")
-        ax.legend(fontsize=7, loc="best")
+        ax.set_xlabel(xlabel, fontsize=8)
+        if runs:
+            ax.legend(fontsize=7, loc="upper left" if np.mean(shown) > (lo + hi) / 2 else "upper right")
     return _save(fig, path, axes, len(tasks), "Return per precision (dots: seeds, bar: mean)")
 
 
@@ -413,7 +526,7 @@ def _save(fig, path: Path, axes=None, used: int = 0, title: str | None = None) -
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=DPI)
     _plt().close(fig)
     return True
 
@@ -424,7 +537,8 @@ def fig_return_vs_bits(res: Results, path: Path) -> bool:
         return False
     plt = _plt()
     rows, cols = _grid(len(tasks))
-    fig, axes = plt.subplots(rows, cols, figsize=(max(6.5, 4.6 * cols), 3.4 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=_figsize(max(6.5, 4.6 * cols), 3.4 * rows),
+                             squeeze=False)
     for ax, t in zip(axes.flat, tasks):
         pts = [r for r in res.sweep if _task(r) == t]
         for mode in sorted({r["mode"] for r in pts} - {"fp32"}):
@@ -453,7 +567,8 @@ def fig_weight_histograms(res: Results, path: Path) -> bool:
     plt = _plt()
     algos = sorted(by_algo)
     rows, cols = _grid(len(algos))
-    fig, axes = plt.subplots(rows, cols, figsize=(max(6.5, 4.6 * cols), 3.2 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=_figsize(max(6.5, 4.6 * cols), 3.2 * rows),
+                             squeeze=False)
     grid = np.linspace(0, 1, 2001)
     for ax, algo in zip(axes.flat, algos):
         runs = by_algo[algo]
@@ -472,28 +587,42 @@ def fig_weight_histograms(res: Results, path: Path) -> bool:
 
 
 def fig_model_size(res: Results, path: Path) -> bool:
+    """A grid of tasks x schemes: each cell the .tflite size (KiB, mean over seeds), coloured
+    by its share of the task's fp32 size (its width does not grow with the number of tasks)."""
     cells = [r for r in res.ok_cells if r.get("size_bytes")]
     if not cells:
         return False
     plt = _plt()
     tasks = sorted({_task(r) for r in cells})
     schemes = _schemes(cells)
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.2 * len(tasks) * len(schemes) / 3 + 3), 3.6))
-    width = 0.8 / len(schemes)
-    for j, s in enumerate(schemes):
-        ys = [np.mean([r["size_bytes"] for r in cells if _task(r) == t and r["scheme"] == s] or [0])
-              / 1024 for t in tasks]
-        ax.bar(np.arange(len(tasks)) + j * width - 0.4 + width / 2, ys, width, label=s)
-    ax.set_xticks(range(len(tasks)), [_task_name(t) for t in tasks], rotation=20, fontsize=8,
-                  ha="right")
-    ax.set_ylabel(".tflite size (KiB)")
-    ax.legend(fontsize=7, ncol=min(len(schemes), 6))
-    ax.set_title("Model size per scheme")
+    kib = np.full((len(tasks), len(schemes)), np.nan)
+    for i, t in enumerate(tasks):
+        for j, s in enumerate(schemes):
+            sizes = [r["size_bytes"] for r in cells if _task(r) == t and r["scheme"] == s]
+            if sizes:
+                kib[i, j] = np.mean(sizes) / 1024
+    fp32 = kib[:, schemes.index("fp32")][:, None] if "fp32" in schemes else np.nanmax(kib, 1)[:, None]
+    share = kib / fp32
+    fig, ax = plt.subplots(figsize=_figsize(3.0 + 0.75 * len(schemes), 1.6 + 0.3 * len(tasks)))
+    im = ax.imshow(share, cmap="Blues", vmin=0, vmax=max(1.0, float(np.nanmax(share))),
+                   aspect="auto")
+    for i in range(len(tasks)):
+        for j in range(len(schemes)):
+            if np.isfinite(kib[i, j]):
+                ax.text(j, i, f"{kib[i, j]:.1f}", ha="center", va="center", fontsize=7,
+                        color="white" if share[i, j] > 0.6 else "black")
+    ax.set_xticks(range(len(schemes)), schemes, rotation=35, ha="left", fontsize=8,
+                  rotation_mode="anchor")
+    ax.xaxis.tick_top()
+    ax.set_yticks(range(len(tasks)), [_task_name(t) for t in tasks], fontsize=8)
+    fig.colorbar(im, ax=ax, fraction=0.03, pad=0.02, label="share of fp32 size")
+    ax.set_title(".tflite size per scheme (KiB, mean over seeds; blank: skipped)", fontsize=10)
     return _save(fig, path)
 
 
 # ------------------------------------------------------------------------------ the document
-def _blocks(res: Results, tolerance: float, figures: dict[str, bool], source: Path) -> list:
+def _blocks(res: Results, tolerance: float, figures: dict[str, bool], source: Path,
+            bench: list[Path] = ()) -> list:
     B = []
     title = f"QuaRL study report: {res.study or source.stem}"
     B.append(("h", 1, title))
@@ -501,7 +630,9 @@ def _blocks(res: Results, tolerance: float, figures: dict[str, bool], source: Pa
     for r in res.all:
         n[(r["kind"], r.get("status"))] += 1
     B.append(("p", f"Source: `{source}`. Rows (last per key): "
-                   + ", ".join(f"{v} {k[0]} {k[1]}" for k, v in sorted(n.items(), key=str)) + "."))
+                   + ", ".join(f"{v} {k[0]} {k[1]}" for k, v in sorted(n.items(), key=str)) + "."
+                   + (f" Board rows: {len(res.bench)} from " + ", ".join(f"`{p}`" for p in bench)
+                      + "." if res.bench else "")))
     seeds = sorted({r["seed"] for r in res.runs.values()})
     eval_n = sorted({len(r.get("eval_seeds") or []) for r in res.runs.values()})
     B.append(("p", f"{len(res.tasks)} task(s), training seeds {seeds}, greedy evaluation on "
@@ -511,10 +642,16 @@ def _blocks(res: Results, tolerance: float, figures: dict[str, bool], source: Pa
                    f"a loss of at most {tolerance:.0%} counts as no loss."))
 
     B.append(("h", 2, "QuaRL's claims against these measurements"))
-    rows = []
-    for c in claims(res, tolerance):
-        rows.append([c["claim"], f"**{c['verdict']}**", str(c["n"]), " ".join(c["evidence"])])
-    B.append(("table", ["claim", "our data", "n", "evidence"], rows))
+    found = claims(res, tolerance)
+    B.append(("table", ["claim", "our data", "n", "the numbers"],
+              [[c["claim"], f"**{c['verdict']}**", str(c["n"]), c["summary"]] for c in found]))
+    for i, c in enumerate(found, 1):
+        B.append(("h", 3, f"{i}. {c['claim']}: {c['verdict']}"))
+        for t in c["tables"]:
+            table = ("table", t["columns"], t["rows"])
+            B.append(("details", t["title"], table) if t.get("collapsed") else ("p", f"{t['title']}:"))
+            if not t.get("collapsed"):
+                B.append(table)
 
     B.append(("h", 2, "Training runs"))
     rows, unsolved = [], []
@@ -626,17 +763,152 @@ def _blocks(res: Results, tolerance: float, figures: dict[str, bool], source: Pa
     else:
         B.append(("p", "No quantized models in the results."))
 
-    if res.other:
+    B += _board_blocks(res)
+
+    expected, unexpected = _skips(res)
+    if expected or unexpected:
         B.append(("h", 2, "Skipped and failed"))
+    if expected:
+        B.append(("p", f"Schemes that do not apply to every task ({sum(len(v) for v in expected.values())} "
+                       "cells recorded as skipped, as the study runner does by design):"))
+        B.append(("table", ["schemes", "why", "not applicable to", "cells"],
+                  [[", ".join(schemes), why, ", ".join(tasks), str(n)]
+                   for (schemes, why), (tasks, n) in _merge_scopes(expected).items()]))
+    if unexpected:
         grouped = defaultdict(list)   # one line per (kind, task, what, status, reason): its seeds
-        for r in res.other:
+        for r in unexpected:
             what = str(r.get("scheme") or (f"{r.get('mode')} {r.get('bits')}"
                                            if r["kind"] == "sweep" else ""))
             grouped[(r["kind"], _task_name(_task(r)), what, str(r.get("status")),
                      str(r.get("reason", "")))].append(str(r.get("seed")))
         rows = [[k[0], k[1], ",".join(seeds), k[2], k[3], k[4]] for k, seeds in grouped.items()]
+        B.append(("p", "Other skipped or failed rows:"))
         B.append(("table", ["kind", "task", "seeds", "what", "status", "reason"], rows))
+    elif expected:
+        B.append(("p", "No other row was skipped or failed."))
     return B
+
+
+def _us(r: dict) -> str:
+    """A bench row's cost per inference in µs: measured (ns on the host board) or estimated at
+    the board's clock (cycles; instructions at one per cycle)."""
+    if r["unit"] == "ns":
+        return f"{r['cost_mean'] / 1000:,.1f} (wall clock)"
+    if r.get("clock_hz") and r["unit"] in ("cycles", "instructions"):
+        us = r["cost_mean"] / r["clock_hz"] * 1e6
+        return f"~{us:,.0f}" + (" (estimate)" if r["unit"] == "instructions" else "")
+    return "-"
+
+
+def board_table(res: Results) -> list[dict]:
+    """One item per bench row that ran (rows with an error are left out): the row, the
+    normalised loss of its board return against the fp32 network on the same seeds (the
+    random policy's return on those seeds computed here) and its µs per inference."""
+    from .analysis import random_policy_return
+    random_of: dict[tuple, float] = {}
+    out = []
+    for r in res.bench:
+        if "error" in r:
+            continue
+        loss = None
+        if r.get("episodes") and r.get("env"):
+            key = (r["env"], tuple(r["seeds"]))
+            if key not in random_of:
+                random_of[key] = random_policy_return(r["env"], list(r["seeds"]))
+            loss = normalised_loss(r["fp32_mean_return"], r["mean_return"], random_of[key])
+        out.append({"row": r, "loss": loss, "us": _us(r)})
+    return out
+
+
+def int8_vs_fp32(items: list[dict]) -> list[str]:
+    """Per board with both precisions: "int8 is N× faster and M× smaller than fp32 on board B
+    with a return loss of L", from the rows' own numbers."""
+    by = {(it["row"]["board"], it["row"]["precision"]): it for it in items}
+    out = []
+    for (board, precision), q in by.items():
+        f = by.get((board, "fp32"))
+        if precision != "int8" or f is None:
+            continue
+        qr, fr = q["row"], f["row"]
+        speed = fr["cost_mean"] / qr["cost_mean"]
+        faster = f"{speed:.2f}× faster" if speed >= 1 else f"{1 / speed:.2f}× slower"
+        text = (f"On {board} ({qr['cpu']}), int8 is {faster} ({qr['cost_mean']:,.0f} vs "
+                f"{fr['cost_mean']:,.0f} {qr['unit']} per inference)")
+        if qr.get("flash_bytes") and fr.get("flash_bytes"):
+            text += (f" and {fr['flash_bytes'] / qr['flash_bytes']:.2f}× smaller in flash "
+                     f"({qr['flash_bytes']:,} vs {fr['flash_bytes']:,} B)")
+        text += " than fp32"
+        if q["loss"] is not None:
+            text += (f", with a return loss of {_pct(q['loss'])} (int8 {qr['mean_return']:,.1f} "
+                     f"on the board vs the fp32 network's {qr['fp32_mean_return']:,.1f} over "
+                     f"{qr['episodes']} episodes)")
+        elif not qr.get("episodes"):
+            text += " (return not measured: bench without --episodes)"
+        out.append(text + ".")
+    return out
+
+
+def _board_blocks(res: Results) -> list:
+    if not res.bench:
+        return []
+    items = board_table(res)
+    B = [("h", 2, "On the board: reward, latency and memory"),
+         ("p", "From `quarl-edge bench RUN --episodes N` rows: per board and scheme, the return "
+               "of N episodes (seeds 0..N-1) with the board choosing every action, its "
+               "normalised loss against the run's fp32 network on the same seeds, the agreement "
+               "with the fp32 network's actions on the board's states, whether tflite-runtime "
+               "returns the same on every seed, the cost per inference in the board's unit, "
+               "that cost in µs at the board's clock, and the firmware's flash and static RAM.")]
+    rows = []
+    for it in items:
+        r = it["row"]
+        played = bool(r.get("episodes"))
+        rows.append([f"{r.get('algo', '?').upper()} {r.get('env', '?')}"
+                     + (f" (`{r['run']}`)" if r.get("run") else ""), r["board"],
+                     r["precision"], str(r.get("episodes") or "-"),
+                     f"{r['mean_return']:,.1f} ± {r['std_return']:,.1f}" if played else "-",
+                     _pct(it["loss"]), f"{r['agreement']:.3f}" if played else "-",
+                     ("yes" if r["matches_tflite"] else "NO") if played else "-",
+                     f"{r['cost_mean']:,.0f} {r['unit']}", it["us"],
+                     f"{r['flash_bytes']:,}" if r.get("flash_bytes") else "-",
+                     f"{r['ram_bytes']:,}" if r.get("ram_bytes") else "-"])
+    B.append(("table", ["task", "board", "scheme", "episodes", "return (mean ± std)",
+                        "normalised loss", "agreement", "= tflite-runtime", "cost / inference",
+                        "µs / inference", "flash (B)", "RAM (B)"], rows))
+    B += [("p", text) for text in int8_vs_fp32(items)]
+    refused = [r for r in res.bench if "error" in r]
+    if refused:
+        B.append(("p", "Refused: " + "; ".join(f"{r['board']} {r['precision']}: {r['error']}"
+                                               for r in refused) + "."))
+    return B
+
+
+def _skips(res: Results) -> tuple[dict, list]:
+    """The rows that are not ok, split: {scheme: [cells]} skipped because the scheme does not
+    apply to the task (grid.not_applicable), and every other row (errors, other skips)."""
+    from .grid import not_applicable
+    expected, unexpected = defaultdict(list), []
+    for r in res.other:
+        run = res.run_of(r)
+        if (r["kind"] == "cell" and r.get("status") == "skipped" and run is not None
+                and not_applicable(r["scheme"], r["algo"], r["env"],
+                                   run.get("output") in ("q_values", "logits"))):
+            expected[r["scheme"]].append(r)
+        else:
+            unexpected.append(r)
+    return expected, unexpected
+
+
+def _merge_scopes(expected: dict) -> dict:
+    """{(schemes, what they need): (the tasks they were skipped for, number of cells)}:
+    schemes with the same rule and the same tasks share one line."""
+    from .grid import scope
+    by_rule = defaultdict(list)
+    for scheme in _schemes([{"scheme": s} for s in expected]):
+        tasks = tuple(sorted({_task_name(_task(r)) for r in expected[scheme]}))
+        by_rule[(scope(scheme), tasks)].append(scheme)
+    return {(tuple(schemes), why): (list(tasks), sum(len(expected[s]) for s in schemes))
+            for (why, tasks), schemes in by_rule.items()}
 
 
 def _md_cell(s: str) -> str:
@@ -676,15 +948,19 @@ color:#222}table{border-collapse:collapse;margin:1em 0;font-size:0.9em}th,td{bor
 code{background:#f4f4f4;padding:0 3px}"""
 
 
-def to_html(blocks, title: str) -> str:
+def to_html(blocks, title: str, image_dir: Path = Path(".")) -> str:
+    """The blocks as one HTML page; images are read from `image_dir` and embedded as data:
+    URIs."""
     body = []
     for b in blocks:
         if b[0] == "h":
             body.append(f"<h{b[1]}>{_inline(b[2])}</h{b[1]}>")
         elif b[0] == "p":
             body.append(f"<p>{_inline(b[1])}</p>")
-        elif b[0] == "img":
-            body.append(f'<p><img src="{html.escape(b[1])}" alt="{html.escape(b[2])}"></p>')
+        elif b[0] == "img":   # embedded: the page is one self-contained file
+            data = base64.b64encode((image_dir / b[1]).read_bytes()).decode("ascii")
+            body.append(f'<p><img src="data:image/png;base64,{data}" alt="{html.escape(b[2])}">'
+                        "</p>")
         elif b[0] == "table":
             head = "".join(f"<th>{_inline(h)}</th>" for h in b[1])
             rows = "".join("<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in row) + "</tr>"
@@ -692,13 +968,29 @@ def to_html(blocks, title: str) -> str:
             body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
         elif b[0] == "details":
             body.append(f"<details><summary>{_inline(b[1])}</summary>"
-                        f"{to_html([b[2]], title).split('<body>')[1].split('</body>')[0]}</details>")
+                        f"{to_html([b[2]], title, image_dir).split('<body>')[1].split('</body>')[0]}</details>")
     return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{html.escape(title)}"
             f"</title><style>{CSS}</style></head><body>" + "\n".join(body) + "</body></html>\n")
 
 
-def write_report(results: Path, out: Path | None = None, tolerance: float = 0.05) -> dict:
-    """Write report.md, report.html and the figures for the results file; returns their paths."""
+def read_bench(path: Path) -> list[dict]:
+    """The rows of a `quarl-edge bench` JSON-lines file (quarl_edge/measure/bench.py documents
+    a row); each must name its board and precision."""
+    path = Path(path)
+    if not path.is_file():
+        raise QuarlError(f"no bench file {path}")
+    rows = read_results(path)
+    bad = [r for r in rows if not {"board", "precision"} <= set(r)]
+    if bad or not rows:
+        raise QuarlError(f"{path}: not a bench file (each line is a row of `quarl-edge bench`, "
+                         "with board and precision)")
+    return rows
+
+
+def write_report(results: Path, out: Path | None = None, tolerance: float = 0.05,
+                 bench=()) -> dict:
+    """Write report.md, report.html and the figures for the results file; returns their paths.
+    `bench`: JSON-lines files of `quarl-edge bench [--episodes N]`, for the board section."""
     results = Path(results)
     if not results.is_file():
         raise QuarlError(f"no results file {results}")
@@ -708,23 +1000,24 @@ def write_report(results: Path, out: Path | None = None, tolerance: float = 0.05
     bad = [r for r in rows if r.get("kind") not in ("run", "cell", "sweep")]
     if bad:
         raise QuarlError(f"{results}: rows of unknown kind {bad[0].get('kind')!r}: not a study's "
-                         "results file")
+                         "results file (bench rows go with --bench)")
+    board_rows = [r for path in bench for r in read_bench(path)]
     if not 0 <= tolerance < 1:
         raise QuarlError(f"--tolerance must be in [0, 1), got {tolerance}")
     out = Path(out) if out else results.parent
     out.mkdir(parents=True, exist_ok=True)
-    res = Results(rows)
+    res = Results(rows, board_rows)
     figures = {
         "return_vs_precision": fig_return_vs_precision(res, out / "return_vs_precision.png"),
         "return_vs_bits": fig_return_vs_bits(res, out / "return_vs_bits.png"),
         "weight_histograms": fig_weight_histograms(res, out / "weight_histograms.png"),
         "model_size": fig_model_size(res, out / "model_size.png"),
     }
-    blocks = _blocks(res, tolerance, figures, results)
+    blocks = _blocks(res, tolerance, figures, results, [Path(p) for p in bench])
     md = out / "report.md"
     md.write_text(to_markdown(blocks))
     page = out / "report.html"
-    page.write_text(to_html(blocks, blocks[0][2]))
+    page.write_text(to_html(blocks, blocks[0][2], out))
     (out / "claims.json").write_text(json.dumps(claims(res, tolerance), indent=2) + "\n")
     (out / "remedies.json").write_text(json.dumps(remedy_table(res), indent=2) + "\n")
     return {"markdown": md, "html": page, "claims": out / "claims.json",
