@@ -174,6 +174,9 @@ class BenchRow:
     tflite_returns: list | None = None  # the same model on tflite-runtime, same seeds
     tflite_mean_return: float | None = None
     matches_tflite: bool | None = None  # the board's return equals tflite-runtime's on every seed
+    micro_returns: list | None = None   # TF Lite Micro's returns, same seeds (None: it cannot run)
+    micro_mean_return: float | None = None
+    matches_reference: bool | None = None  # ... equals TFLM's (else tflite-runtime's) every seed
     fp32_returns: list | None = None  # the fp32 network, same seeds
     fp32_mean_return: float | None = None
     agreement: float | None = None    # board actions equal to the fp32 network's on its states

@@ -311,13 +311,13 @@ def cmd_bench(a, qe):
                     f"{speed[r.board]:.2f}x" if r.precision == "int8" and r.board in speed else ""])
         if a.episodes:
             out[-1] += [f"{r.mean_return:,.1f} ± {r.std_return:,.1f}",
-                        "yes" if r.matches_tflite else "NO", f"{r.agreement:.3f}"]
+                        "yes" if r.matches_reference else "NO", f"{r.agreement:.3f}"]
     head = ["board", "cpu", "precision", "cost / inference", "at board clock", "flash", "RAM",
             "stack", "arena", "int8 speedup"]
     right = ("cost / inference", "at board clock", "flash", "RAM", "stack", "arena",
              "int8 speedup")
     if a.episodes:
-        head += ["return", "= tflite-runtime", "agreement"]
+        head += ["return", "= TF Lite Micro", "agreement"]
         right += ("return", "agreement")
     table(head, out, right=right)
     if a.episodes:

@@ -29,6 +29,9 @@ reads them):
     std_return, action_head
     tflite_returns, tflite_mean_return,           the same model on tflite-runtime, same seeds;
     matches_tflite                                true when every seed's return is equal
+    micro_returns, micro_mean_return,             the same on TF Lite Micro (None if it cannot
+    matches_reference                             run the model); true when every board return
+                                                  equals TFLM's (else tflite-runtime's)
     fp32_returns, fp32_mean_return, agreement     the fp32 network, same seeds
 """
 from __future__ import annotations
@@ -87,9 +90,10 @@ class Fp32Episodes:
 def board_episodes(session: BoardSession, model: Path, env_id: str, seeds: list[int],
                    fp32: Fp32Episodes) -> dict:
     """The episodes of a bench row: the board choosing every action on `seeds`, then the same
-    model on tflite-runtime (the check: equal returns on every seed) and the fp32 agreement."""
+    model on tflite-runtime and on TF Lite Micro (the check: equal returns on every seed) and
+    the fp32 agreement."""
     from .hil import dequantized, play
-    from .reference import host_reference
+    from .reference import host_reference, micro_reference
     in_spec, out_spec = session.info.inputs[0], session.info.outputs[0]
 
     def board_act(obs):
@@ -99,11 +103,18 @@ def board_episodes(session: BoardSession, model: Path, env_id: str, seeds: list[
     returns, visited, actions = play(env_id, board_act, seeds)
     host = host_reference(model)
     host_returns, _, _ = play(env_id, lambda o: fp32.action(host.run([o])[0]), seeds)
+    micro, micro_returns = micro_reference(model), None
+    if micro is not None:
+        micro_returns, _, _ = play(env_id, lambda o: fp32.action(micro.run([o])[0]), seeds)
     return {"episodes": len(seeds), "seeds": list(seeds), "returns": returns,
             "mean_return": float(np.mean(returns)), "std_return": float(np.std(returns)),
             "action_head": fp32.head,
             "tflite_returns": host_returns, "tflite_mean_return": float(np.mean(host_returns)),
             "matches_tflite": bool(returns == host_returns),
+            "micro_returns": micro_returns,
+            "micro_mean_return": None if micro_returns is None else float(np.mean(micro_returns)),
+            "matches_reference": bool(returns == (host_returns if micro_returns is None
+                                                  else micro_returns)),
             "fp32_returns": fp32.returns, "fp32_mean_return": float(np.mean(fp32.returns)),
             "agreement": fp32.agreement(visited, actions)}
 

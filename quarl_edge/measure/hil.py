@@ -19,7 +19,7 @@ from ..rl.envs import default_head, make_gym
 from ..rl.envs import output_to_action as to_action
 from ..run import keras_call, load_keras, load_run, tflite_path
 from ..targets.boards import Board
-from .reference import host_reference
+from .reference import host_reference, micro_reference
 
 
 def play(env_id: str, act: Callable[[np.ndarray], object], seeds: list[int],
@@ -133,12 +133,10 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
     # TF Lite Micro's reference kernels, which the firmware is bit-exact with: tflite-runtime's
     # own int8 kernels differ from them in places (int8 TANH and LOGISTIC round differently), so
     # the board's return must equal this one; TFLM cannot run fp16 and hybrid models (None).
-    try:
-        micro = host_reference(mpath, micro=True)
-    except QuarlError:
-        micro, micro_returns = None, None
+    micro, micro_returns = micro_reference(mpath), None
+    if micro is None:
         bar.update(episodes)
-    if micro is not None:
+    else:
         micro_returns, _, _ = play(env_id, lambda o: to_action(micro.run([o])[0], space, head),
                                    seeds, log_episode("tflm"))
 

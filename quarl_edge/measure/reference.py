@@ -135,6 +135,17 @@ class TFLiteRuntime:
         return [self.interp.get_tensor(d["index"]).copy() for d in self.outputs]
 
 
+def micro_reference(model_path: Path):
+    """TF Lite Micro's reference for `model_path` (what the firmware is bit-exact with), or None
+    when TFLM cannot run the model (fp16 and hybrid models). tflite-runtime's own int8 kernels
+    differ from TFLM's in places (int8 TANH and LOGISTIC round differently), so a board's
+    returns are checked against this one."""
+    try:
+        return host_reference(model_path, micro=True)
+    except QuarlError:
+        return None
+
+
 def host_reference(model_path: Path, micro: bool = False):
     """The reference a board's outputs are compared with: TF Lite Micro (micro=True) or
     tflite-runtime for a plain model, the accumulator readout for an int8-acc model."""

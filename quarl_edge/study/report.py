@@ -22,7 +22,7 @@ once per rule; only other skipped or failed rows are listed.
 --bench: the JSON lines of `quarl-edge bench RUN --episodes N` (OUT/bench.jsonl; the row format
 is in quarl_edge/measure/bench.py) add a section "On the board": per board and scheme, the
 board's return over N episodes, its normalised loss against the fp32 network on those seeds,
-the agreement, whether tflite-runtime returns the same, the cost per inference, its µs at the
+the agreement, whether TF Lite Micro returns the same, the cost per inference, its µs at the
 board's clock, flash and RAM, and per board "int8 is N× faster and M× smaller than fp32 with a
 return loss of L", computed from those rows. Bench rows without episodes give the cost and
 memory only.
@@ -856,8 +856,8 @@ def _board_blocks(res: Results) -> list:
          ("p", "From `quarl-edge bench RUN --episodes N` rows: per board and scheme, the return "
                "of N episodes (seeds 0..N-1) with the board choosing every action, its "
                "normalised loss against the run's fp32 network on the same seeds, the agreement "
-               "with the fp32 network's actions on the board's states, whether tflite-runtime "
-               "returns the same on every seed, the cost per inference in the board's unit, "
+               "with the fp32 network's actions on the board's states, whether TF Lite Micro (the "
+               "reference the firmware is bit-exact with) returns the same on every seed, the cost per inference in the board's unit, "
                "that cost in µs at the board's clock, and the firmware's flash and static RAM.")]
     rows = []
     for it in items:
@@ -868,12 +868,13 @@ def _board_blocks(res: Results) -> list:
                      r["precision"], str(r.get("episodes") or "-"),
                      f"{r['mean_return']:,.1f} ± {r['std_return']:,.1f}" if played else "-",
                      _pct(it["loss"]), f"{r['agreement']:.3f}" if played else "-",
-                     ("yes" if r["matches_tflite"] else "NO") if played else "-",
+                     ("yes" if r.get("matches_reference", r["matches_tflite"]) else "NO")
+                     if played else "-",
                      f"{r['cost_mean']:,.0f} {r['unit']}", it["us"],
                      f"{r['flash_bytes']:,}" if r.get("flash_bytes") else "-",
                      f"{r['ram_bytes']:,}" if r.get("ram_bytes") else "-"])
     B.append(("table", ["task", "board", "scheme", "episodes", "return (mean ± std)",
-                        "normalised loss", "agreement", "= tflite-runtime", "cost / inference",
+                        "normalised loss", "agreement", "= TF Lite Micro", "cost / inference",
                         "µs / inference", "flash (B)", "RAM (B)"], rows))
     B += [("p", text) for text in int8_vs_fp32(items)]
     refused = [r for r in res.bench if "error" in r]
