@@ -28,7 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 FIX = ROOT / "tests" / "fixtures" / "sb3"
 SB3 = {"dqn_cartpole": "CartPole-v1", "a2c_cartpole": "CartPole-v1",
        "ppo_lunar": "LunarLander-v3", "sac_pendulum": "Pendulum-v1",
-       "td3_mountaincar": "MountainCarContinuous-v0", "ppo_vecnorm_pendulum": "Pendulum-v1"}
+       "td3_mountaincar": "MountainCarContinuous-v0", "ppo_vecnorm_pendulum": "Pendulum-v1",
+       "dqn_catch_cnn": "QuarlEdge/Catch-v0"}
 ONNX = {"onnx_cartpole_q": "CartPole-v1", "onnx_pendulum_actor": "Pendulum-v1"}
 
 
@@ -72,11 +73,33 @@ def test_sb3_policy_acts_as_sb3_predict(imported, name):
 
 
 @pytest.mark.parametrize("name", ["dqn_cartpole", "ppo_lunar", "sac_pendulum",
-                                  "ppo_vecnorm_pendulum"])
+                                  "ppo_vecnorm_pendulum", "dqn_catch_cnn"])
 def test_imported_fp32_return_equals_sb3s_return(imported, name):
     exp = np.load(FIX / f"{name}.expected.npz")
     ours = greedy_returns(imported[name], SB3[name], exp["seeds"].tolist())
     np.testing.assert_allclose(ours, exp["returns"], rtol=1e-4, atol=1e-4)
+
+
+def test_a_cnn_policy_takes_the_envs_images_and_quantizes(imported, tmp_path):
+    """SB3's CnnPolicy (NatureCNN) on 40 x 40 x 1 uint8 images: the Keras network takes the
+    env's HWC images as they are (SB3's CHW transpose and /255 folded in), and its int8 model
+    runs on TF Lite Micro as on tflite-runtime. The boards take it once inputs larger than one
+    frame stream (issue 12): until then build says so with the numbers."""
+    run = imported["dqn_catch_cnn"]
+    info = load_run(run)
+    assert info["source"]["policy"] == "CnnPolicy" and info["network"]["type"] == "cnn"
+    assert [c[-1] for c in info["network"]["convolutions"]] == [4, 2, 1]
+    assert load_keras(run).inputs[0].shape[1:] == (40, 40, 1)
+    p = cli("quantize", run, "--scheme", "int8", "--json")
+    assert p.returncode == 0, p.stderr
+    from quarl_edge.measure.reference import TFLiteRuntime, TFLMReference
+    model = run / "models" / "int8.tflite"
+    obs = np.load(FIX / "dqn_catch_cnn.expected.npz")["obs"][:50].astype(np.float32)
+    micro, rt = TFLMReference(model), TFLiteRuntime(model)
+    for o in obs:
+        assert np.array_equal(micro.run([o])[0], rt.run([o])[0])
+    p = cli("build", model, "--board", "mps2-an386", "--out", tmp_path / "b")
+    assert p.returncode == 2 and "inputs take 6400 B" in p.stderr, p.stderr
 
 
 def test_vecnormalize_is_folded_and_recorded(imported):
