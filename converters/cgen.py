@@ -193,7 +193,11 @@ def generate(tflite_path, out_dir, name: str | None = None) -> GeneratedModel:
     out.mkdir(parents=True, exist_ok=True)
     gm.c_path = out / "model.c"
     gm.json_path = out / "model.json"
-    gm.c_path.write_text(emit.model_c(model, gm, kernels, act_ids, offset, path, KERNEL_HEADERS))
+    # every model.c includes KERNEL_HEADERS; an op's own extra headers (Kernel.headers) only
+    # when the model uses it, so that models without those ops keep their exact bytes
+    extra = sorted({h for k in kernels for h in k.headers} - set(KERNEL_HEADERS))
+    gm.c_path.write_text(emit.model_c(model, gm, kernels, act_ids, offset, path,
+                                      KERNEL_HEADERS + tuple(extra)))
     gm.json_path.write_text(emit.model_json(gm, model, path))
     return gm
 

@@ -6,7 +6,10 @@ To add an op FOO (one kernel file + one lowering file + its golden test):
 2. the lowering: converters/ops/foo.py with a docstring naming the TFLM kernel it matches and
    the op's limits, and
        SUPPORTED = ("FOO int8 and float32",)    # for "not supported" messages
-       KERNEL_HEADERS = ("foo.h",)              # included by every model.c
+       KERNEL_HEADERS = ()                      # included by every model.c: () for a new op
+       OP_HEADERS = ("foo.h",)                  # passed as Kernel(..., headers=OP_HEADERS):
+                                                # included only by models that use FOO, so
+                                                # every other model.c keeps its exact bytes
        def lower_foo(op, model, pname) -> Kernel: ...
    which validates the op completely (ops/common.py: unsupported, per_tensor, ...) and returns
    the C to emit (ops/common.py: Kernel);

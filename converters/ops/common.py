@@ -225,6 +225,39 @@ def window_c(g: dict) -> str:
     return ("    .g = {\n" + "".join(f"        .{k} = {v}u,\n" for k, v in g.items()) + "    },\n")
 
 
+# ------------------------------------------------------- broadcasting (binary element-wise ops)
+def broadcast_c(op: Operator, model: TFLiteModel, a: Tensor, b: Tensor, out: Tensor) -> str:
+    """The `.bc = {...}` qe_broadcast_t initializer (firmware/core/kernels/broadcast.h) for
+    out = a (op) b with numpy broadcasting up to 6-D (ADD, MUL, SUB, MAXIMUM, MINIMUM)."""
+    rank = len(out.shape)
+    if max(len(a.shape), len(b.shape)) > rank or rank > 6:
+        raise unsupported(op, model, f"shapes {list(a.shape)}, {list(b.shape)} -> {list(out.shape)}")
+    try:
+        want = tuple(np.broadcast_shapes(a.shape, b.shape))
+    except ValueError:
+        raise ModelError(f"op {op.index} {op.opcode}: shapes {list(a.shape)} and {list(b.shape)} "
+                         f"do not broadcast") from None
+    if want != tuple(out.shape):
+        raise ModelError(f"op {op.index} {op.opcode}: {list(a.shape)} and {list(b.shape)} broadcast "
+                         f"to {list(want)}, the output is {list(out.shape)}")
+    for d in out.shape:
+        u16(op, model, "output dimension", d)
+    if tuple(a.shape) == tuple(b.shape) == tuple(out.shape) or out.size == 0:
+        return f"    .bc = {{ .size = {out.size}u, .ndims = 0u }},\n"
+
+    def strides(t: Tensor) -> list[int]:
+        shape = [1] * (rank - len(t.shape)) + list(t.shape)
+        st, acc = [0] * rank, 1
+        for d in range(rank - 1, -1, -1):
+            st[d] = acc if shape[d] != 1 else 0
+            acc *= shape[d]
+        return st
+    fmt = lambda v: "{ " + ", ".join(f"{x}u" for x in v) + " }"  # noqa: E731
+    return (f"    .bc = {{\n        .size = {out.size}u,\n        .ndims = {rank}u,\n"
+            f"        .dims = {fmt(out.shape)},\n        .stride1 = {fmt(strides(a))},\n"
+            f"        .stride2 = {fmt(strides(b))},\n    }},\n")
+
+
 # ----------------------------------------------------------------- axis arguments (MEAN, ARG_MAX)
 def axis_values(op: Operator, model: TFLiteModel, rank: int) -> list[int]:
     """The op's constant axis input (its second), normalised to 0..rank-1, sorted, unique."""
