@@ -35,6 +35,7 @@ from .pooling import lower_pool
 from .quantize import lower_quantize
 from .reshape import lower_reshape
 from .softmax import lower_softmax
+from .sub import lower_sub
 
 LOWERINGS = {
     "QUANTIZE": lower_quantize,
@@ -57,6 +58,7 @@ LOWERINGS = {
     "CONCATENATION": lower_concatenation,
     "MEAN": lower_mean,
     "ARG_MAX": lower_arg_max,
+    "SUB": lower_sub,
 }
 
 _MODULES = list(dict.fromkeys(sys.modules[f.__module__] for f in LOWERINGS.values()))
