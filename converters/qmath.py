@@ -510,7 +510,7 @@ def softmax_exp_table_s8(multiplier: int, left_shift: int, diff_min: int) -> np.
     return out
 
 
-def add_params_s8(s1: float, s2: float, s_out: float, left_shift: int = 20):
+def add_params_s8(s1: float, s2: float, s_out: float, left_shift: int = 20, op: str = "ADD"):
     """TFLM int8 ADD Prepare: ((m1, shift1), (m2, shift2), (m_out, shift_out)), all shifts <= 0
     (QuantizeMultiplierSmallerThanOneExp). Raises ValueError where TFLM's checks would fail."""
     s1, s2, s_out = (float(np.float32(v)) for v in (s1, s2, s_out))
@@ -519,26 +519,8 @@ def add_params_s8(s1: float, s2: float, s_out: float, left_shift: int = 20):
     res = []
     for r in reals:
         if not 0.0 < r < 1.0:
-            raise ValueError(f"ADD rescaling multiplier {r:g} is not in (0, 1): the output scale "
+            raise ValueError(f"{op} rescaling multiplier {r:g} is not in (0, 1): the output scale "
                              f"{s_out:g} is too small for input scales {s1:g}, {s2:g}")
-        res.append(quantize_multiplier(r))
-    return res
-
-
-def sub_params_s8(s1: float, s2: float, s_out: float, left_shift: int = 20):
-    """TFLM int8 SUB Prepare (sub_common.cc): add_params_s8's scheme, but the scale ratios are
-    computed in float32 (ADD's Prepare divides in double), then widened to double for
-    QuantizeMultiplierSmallerThanOneExp. Raises ValueError where TFLM's checks would fail."""
-    f1, f2, fo = (np.float32(v) for v in (s1, s2, s_out))
-    twice_max = np.float32(2) * max(f1, f2)
-    with np.errstate(all="ignore"):
-        reals = (float(f1 / twice_max), float(f2 / twice_max),
-                 float(twice_max / (np.float32(1 << left_shift) * fo)))
-    res = []
-    for r in reals:
-        if not 0.0 < r < 1.0:
-            raise ValueError(f"SUB rescaling multiplier {r:g} is not in (0, 1): the output scale "
-                             f"{float(fo):g} is too small for input scales {float(f1):g}, {float(f2):g}")
         res.append(quantize_multiplier(r))
     return res
 

@@ -1,9 +1,11 @@
 """SUB: firmware/core/kernels/sub.c over broadcast.c, TFLM's sub.cc (reference_ops::Sub,
 BroadcastQuantSubSlow for int8; SubWithActivation, BroadcastSubSlow for float32).
 
-- int8 with TFLM's scheme (ADD's: both inputs rescaled to twice the larger input scale after a
-  left shift of 20, subtracted, rescaled to the output), its multipliers from the scale ratios
-  in float32 as TFLM's SUB Prepare computes them (converters/qmath.py: sub_params_s8);
+- int8 with TFLM's scheme, ADD's with a difference: both inputs rescaled to twice the larger
+  input scale after a left shift of 20, subtracted, rescaled to the output; the multipliers are
+  ADD's (converters/qmath.py: add_params_s8, scale ratios in double). The tflite-micro sources
+  we read divide SUB's scales in float32, but the interpreter we test against divides in
+  double: scale triples where the two differ are pinned in tests/test_policy_ops_golden.py;
 - float32;
 - numpy broadcasting up to 6-D (every output dimension <= 65535); either input may be a
   constant, not both; fused NONE/RELU/RELU6/RELU_N1_TO_1; the output may be written over the
@@ -53,7 +55,7 @@ def lower_sub(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
     for t, w in ((a, "input 1"), (b, "input 2"), (out, "output")):
         per_tensor(t, op, model, w)
     try:
-        (m1, s1), (m2, s2), (mo, so) = qmath.sub_params_s8(a.scale, b.scale, out.scale)
+        (m1, s1), (m2, s2), (mo, so) = qmath.add_params_s8(a.scale, b.scale, out.scale, op="SUB")
     except ValueError as exc:
         raise unsupported(op, model, str(exc)) from None
     lo, hi = qmath.activation_range_quantized(act, out.scale, out.zero_point)

@@ -4,9 +4,8 @@
  *
  * int8: ADD's scheme with a difference: both inputs are offset, shifted left by 20, each
  * rescaled to twice the larger input scale (Q31 multiplier, shift <= 0), subtracted, then
- * rescaled to the output (double rounding), offset and clamped. The multipliers come from
- * TFLM's SUB Prepare, which (unlike ADD's) divides the scales in float32
- * (converters/qmath.py: sub_params_s8). The parameter layout is ADD's. */
+ * rescaled to the output (double rounding), offset and clamped. The multipliers and the
+ * parameter layout are ADD's (converters/qmath.py: add_params_s8). */
 #ifndef QE_SUB_H
 #define QE_SUB_H
 
