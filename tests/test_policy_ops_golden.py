@@ -29,7 +29,7 @@ from quarl_edge.errors import UnsupportedOpError
 
 _PHASES = [Phase.explicit, Phase.reuse, Phase.generate]
 _HC = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large]
-CHEAP = settings(max_examples=6, deadline=None, phases=_PHASES, suppress_health_check=_HC)
+CHEAP = settings(max_examples=4, deadline=None, phases=_PHASES, suppress_health_check=_HC)
 S = schema()
 N = 200                       # records per model
 ACTS = ["NONE", "RELU", "RELU6", "RELU_N1_TO_1"]
@@ -154,6 +154,22 @@ def test_sub_int8_exact_quantization(tmp_path, seed, shapes, act, swap):
                       f"SUB int8 {sa} {sb} {qa} {qb} {qo} {act}")
 
 
+# scale triples where float32 and double scale ratios give different int8 SUB outputs (found
+# by search over all 65536 input pairs): the interpreter agrees with double, as ADD's Prepare
+_SUB_RATIO_CASES = [((0.16229993104934692, 121), (0.8617790937423706, 79), (0.5826199054718018, -117)),
+                    ((0.5804091691970825, 0), (0.1772611290216446, -16), (0.03269818425178528, 3)),
+                    ((0.0386870875954628, 124), (0.024941222742199898, 88), (0.03935600072145462, 29))]
+
+
+@pytest.mark.parametrize("qa, qb, qo", _SUB_RATIO_CASES)
+def test_sub_int8_every_pair_where_float_and_double_ratios_differ(tmp_path, qa, qb, qo):
+    a = np.repeat(ALL_INT8, 256).reshape(1, 256, 256)
+    b = np.tile(ALL_INT8, 256).reshape(1, 256, 256)
+    m = op_model("SUB", [dict(shape=[256, 256], dtype="int8", q=qa), dict(shape=[256, 256], dtype="int8", q=qb)],
+                 [dict(shape=[256, 256], dtype="int8", q=qo)], S.SubOptionsT())
+    compare_generated(m, [a, b], _wd(tmp_path), f"SUB all pairs {qa} {qb} {qo}")
+
+
 def test_sub_refusals(tmp_path):
     m = op_model("SUB", [dict(shape=[1, 4], dtype="int16", q=(0.1, 0)), dict(shape=[1, 4], dtype="int16", q=(0.1, 0))],
                  [dict(shape=[1, 4], dtype="int16", q=(0.1, 0))], S.SubOptionsT())
@@ -161,3 +177,64 @@ def test_sub_refusals(tmp_path):
     m = op_model("SUB", [dict(shape=[1, 4], dtype="int8", q=(1.0, 0)), dict(shape=[1, 4], dtype="int8", q=(1.0, 0))],
                  [dict(shape=[1, 4], dtype="int8", q=(1e-7, 0))], S.SubOptionsT())
     refused(tmp_path, m, r"op 0 SUB .*output scale")
+
+
+# ------------------------------------------------------------------------- LEAKY_RELU
+ALPHAS = st.sampled_from([0.01, 0.2, 0.3, 1.0, 1.7, 0.0, -0.5, -2.0])
+
+
+@CHEAP
+@given(seed=st.integers(0, 2 ** 16), shape=st.sampled_from([[1, 8], [2, 3, 5], [1, 4, 4, 3]]),
+       mode=MODES, calib=CALIB, alpha=st.sampled_from([0.01, 0.2, 0.3]))
+def test_leaky_relu_from_converter(tmp_path, seed, shape, mode, calib, alpha):
+    import tensorflow as tf
+    rng = np.random.default_rng(seed)
+    check_tf(tmp_path, lambda x: tf.nn.leaky_relu(x, alpha), [shape], mode, rng, calib,
+             "LEAKY_RELU", f"leaky_relu {alpha}")
+
+
+@CHEAP
+@given(seed=st.integers(0, 2 ** 16), alpha=ALPHAS)
+def test_leaky_relu_every_int8_and_int16_value(tmp_path, seed, alpha):
+    """Hand-built: all 256 int8 inputs for 3 random (input, output) quantizations, alpha of
+    either sign and beyond one; int16 over its whole range."""
+    rng = np.random.default_rng(seed)
+    opt = S.LeakyReluOptionsT()
+    opt.alpha = alpha
+    for k in range(3):
+        qi = _q(rng, -2, 0)
+        qo = qi if k == 0 else _q(rng, -2.5, 0.5)
+        m = op_model("LEAKY_RELU", [dict(shape=[1, 256], dtype="int8", q=qi)],
+                     [dict(shape=[1, 256], dtype="int8", q=qo)], opt)
+        compare_generated(m, [ALL_INT8.reshape(1, 1, 256)], _wd(tmp_path), f"leaky int8 {alpha} {qi} {qo}")
+    si, so = _f32(10 ** rng.uniform(-5, -3)), _f32(10 ** rng.uniform(-5, -3))
+    m = op_model("LEAKY_RELU", [dict(shape=[1, 512], dtype="int16", q=(si, 0))],
+                 [dict(shape=[1, 512], dtype="int16", q=(so, 0))], opt)
+    x = rng.integers(-32768, 32768, (8, 1, 512)).astype(np.int16)
+    x[0, 0, :2] = -32768, 32767
+    compare_generated(m, [x], _wd(tmp_path), f"leaky int16 {alpha} {si} {so}")
+    m = op_model("LEAKY_RELU", [dict(shape=[1, 16], dtype="float32")], [dict(shape=[1, 16], dtype="float32")], opt)
+    x = _float_inputs(rng, [1, 16])
+    x[1, 0, :4] = np.inf, -np.inf, np.nan, -0.0
+    compare_generated(m, [x], _wd(tmp_path), f"leaky float {alpha}")
+
+
+def test_leaky_relu_int16_multipliers_in_double(tmp_path):
+    """Every int16 value for scales where float32 ratios (as in the TFLM sources we read) move
+    17 outputs by one: the interpreter computes them in double, and so do we."""
+    opt = S.LeakyReluOptionsT()
+    opt.alpha = 0.3
+    m = op_model("LEAKY_RELU", [dict(shape=[256, 256], dtype="int16", q=(3.123496571788564e-05, 0))],
+                 [dict(shape=[256, 256], dtype="int16", q=(1.75723234860925e-05, 0))], opt)
+    x = np.arange(-32768, 32768, dtype=np.int16).reshape(1, 256, 256)
+    compare_generated(m, [x], _wd(tmp_path), "leaky int16 double ratios")
+
+
+def test_leaky_relu_refusals(tmp_path):
+    opt = S.LeakyReluOptionsT()
+    opt.alpha = 0.1
+    m = op_model("LEAKY_RELU", [dict(shape=[1, 4], dtype="int32")], [dict(shape=[1, 4], dtype="int32")], opt)
+    refused(tmp_path, m, r"op 0 LEAKY_RELU \(int32 -> int32\) is not supported: int32 LEAKY_RELU")
+    m = op_model("LEAKY_RELU", [dict(shape=[1, 4], dtype="int8", q=(1.0, 0))],
+                 [dict(shape=[1, 4], dtype="int8", q=(1e-9, 0))], opt)
+    refused(tmp_path, m, r"LEAKY_RELU.*identity rescaling .* out of range")

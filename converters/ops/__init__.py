@@ -30,6 +30,7 @@ from .common import Kernel
 from .concatenation import lower_concatenation
 from .conv import lower_conv
 from .fully_connected import lower_fully_connected
+from .leaky_relu import lower_leaky_relu
 from .mean import lower_mean
 from .pooling import lower_pool
 from .quantize import lower_quantize
@@ -59,6 +60,7 @@ LOWERINGS = {
     "MEAN": lower_mean,
     "ARG_MAX": lower_arg_max,
     "SUB": lower_sub,
+    "LEAKY_RELU": lower_leaky_relu,
 }
 
 _MODULES = list(dict.fromkeys(sys.modules[f.__module__] for f in LOWERINGS.values()))
