@@ -238,3 +238,67 @@ def test_leaky_relu_refusals(tmp_path):
     m = op_model("LEAKY_RELU", [dict(shape=[1, 4], dtype="int8", q=(1.0, 0))],
                  [dict(shape=[1, 4], dtype="int8", q=(1e-9, 0))], opt)
     refused(tmp_path, m, r"LEAKY_RELU.*identity rescaling .* out of range")
+
+
+# ------------------------------------------------------------------------- HARD_SWISH
+def test_hard_swish_twin_matches_interpreter():
+    """qmath.hard_swish_s8 (TFLM's int16 fixed point, in Python) against the interpreter on
+    every int8 input for 150 random quantizations: scales over four decades (reluish exponents
+    of both signs, output exponents down to -20, where int16 RoundingDivideByPOT is odd)."""
+    from quarl_edge.converters import qmath
+    from helpers_models import tflm_run_multi
+    rng = np.random.default_rng(5)
+    done = 0
+    for _ in range(150):
+        (si, zi), (so, zo) = _q(rng, -3, 1), _q(rng, -3, 1)
+        try:
+            p = qmath.hard_swish_params_s8(si, so)
+        except ValueError:
+            continue
+        m = op_model("HARD_SWISH", [dict(shape=[1, 256], dtype="int8", q=(si, zi))],
+                     [dict(shape=[1, 256], dtype="int8", q=(so, zo))])
+        ref = tflm_run_multi(m, [[ALL_INT8.reshape(1, 256)]])[0][0].ravel()
+        twin = [qmath.hard_swish_s8(v, zi, zo, *p) for v in range(-128, 128)]
+        assert ref.tolist() == twin, (si, zi, so, zo, p)
+        done += 1
+    assert done > 100
+
+
+@CHEAP
+@given(seed=st.integers(0, 2 ** 16))
+def test_hard_swish_every_int8_value_and_float(tmp_path, seed):
+    rng = np.random.default_rng(seed)
+    for k in range(3):
+        qi = _q(rng, -2.5, 0.5)
+        qo = qi if k == 0 else _q(rng, -2.5, 0.5)
+        if qo[0] < qi[0] / 128:
+            qo = (qi[0], qo[1])
+        m = op_model("HARD_SWISH", [dict(shape=[1, 256], dtype="int8", q=qi)],
+                     [dict(shape=[1, 256], dtype="int8", q=qo)])
+        compare_generated(m, [ALL_INT8.reshape(1, 1, 256)], _wd(tmp_path), f"hard_swish int8 {qi} {qo}")
+    m = op_model("HARD_SWISH", [dict(shape=[1, 16], dtype="float32")], [dict(shape=[1, 16], dtype="float32")])
+    x = _float_inputs(rng, [1, 16], scale=4.0)
+    x[1, 0, :6] = np.inf, -np.inf, np.nan, -0.0, -3.0, 3.0
+    compare_generated(m, [x], _wd(tmp_path), "hard_swish float")
+
+
+@CHEAP
+@given(seed=st.integers(0, 2 ** 16), shape=st.sampled_from([[1, 8], [2, 3, 5], [1, 4, 4, 3]]),
+       mode=MODES, calib=CALIB)
+def test_hard_swish_from_converter(tmp_path, seed, shape, mode, calib):
+    import tensorflow as tf
+    rng = np.random.default_rng(seed)
+    check_tf(tmp_path, lambda x: x * tf.nn.relu6(x + 3.0) * (1.0 / 6.0), [shape], mode, rng, calib,
+             "HARD_SWISH", "hard_swish")
+
+
+def test_hard_swish_refusals(tmp_path):
+    from helpers_models import tflm_run_multi
+    m = op_model("HARD_SWISH", [dict(shape=[1, 4], dtype="int8", q=(1.0, 0))],
+                 [dict(shape=[1, 4], dtype="int8", q=(1e-4, 0))])
+    with pytest.raises(RuntimeError):          # TFLM's Prepare refuses the left shift too
+        tflm_run_multi(m, [[np.zeros((1, 4), np.int8)]])
+    refused(tmp_path, m, r"op 0 HARD_SWISH \(int8 -> int8\) is not supported: .*left shift")
+    m = op_model("HARD_SWISH", [dict(shape=[1, 4], dtype="int16", q=(1e-3, 0))],
+                 [dict(shape=[1, 4], dtype="int16", q=(1e-3, 0))])
+    refused(tmp_path, m, r"op 0 HARD_SWISH \(int16 -> int16\) is not supported: int16 HARD_SWISH")

@@ -30,6 +30,7 @@ from .common import Kernel
 from .concatenation import lower_concatenation
 from .conv import lower_conv
 from .fully_connected import lower_fully_connected
+from .hard_swish import lower_hard_swish
 from .leaky_relu import lower_leaky_relu
 from .mean import lower_mean
 from .pooling import lower_pool
@@ -61,6 +62,7 @@ LOWERINGS = {
     "ARG_MAX": lower_arg_max,
     "SUB": lower_sub,
     "LEAKY_RELU": lower_leaky_relu,
+    "HARD_SWISH": lower_hard_swish,
 }
 
 _MODULES = list(dict.fromkeys(sys.modules[f.__module__] for f in LOWERINGS.values()))
