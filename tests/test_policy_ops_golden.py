@@ -302,3 +302,62 @@ def test_hard_swish_refusals(tmp_path):
     m = op_model("HARD_SWISH", [dict(shape=[1, 4], dtype="int16", q=(1e-3, 0))],
                  [dict(shape=[1, 4], dtype="int16", q=(1e-3, 0))])
     refused(tmp_path, m, r"op 0 HARD_SWISH \(int16 -> int16\) is not supported: int16 HARD_SWISH")
+
+
+# ------------------------------------------------------------------ MAXIMUM, MINIMUM
+@CHEAP
+@given(seed=st.integers(0, 2 ** 16), shapes=st.sampled_from(_BROADCASTS), mode=MODES, calib=CALIB,
+       const=st.booleans())
+def test_maximum_minimum_from_converter(tmp_path, seed, shapes, mode, calib, const):
+    """Two inputs or a constant operand; and the clip SB3's VecNormalize exports
+    (tf.clip_by_value -> MINIMUM(MAXIMUM(x, lo), hi))."""
+    import tensorflow as tf
+    rng = np.random.default_rng(seed)
+    sa, sb = shapes
+    if const:
+        c = tf.constant((rng.standard_normal(sb) * calib).astype(np.float32))
+        r = check_tf(tmp_path, lambda a: tf.minimum(tf.maximum(a, c), c + 0.5 * calib), [sa], mode, rng,
+                     calib, "MAXIMUM", "max/min const")
+        assert "MINIMUM" in r["gm"].ops
+    else:
+        r = check_tf(tmp_path, lambda a, b: tf.maximum(a, b) - tf.minimum(a, b), [sa, sb], mode, rng,
+                     calib, "MINIMUM", "max/min")
+        assert "MAXIMUM" in r["gm"].ops
+    clip = 5.0 * calib
+    r = check_tf(tmp_path, lambda a: tf.clip_by_value(a, -clip, clip), [sa], mode, rng, calib, "MINIMUM",
+                 "clip")
+
+
+@CHEAP
+@given(seed=st.integers(0, 2 ** 16), shapes=st.sampled_from(_BROADCASTS), swap=st.booleans())
+def test_maximum_minimum_hand_built(tmp_path, seed, shapes, swap):
+    """int8 and int16 with one random quantization, float32 with NaN, inf and -0.0 on both sides."""
+    rng = np.random.default_rng(seed)
+    sa, sb = shapes[::-1] if swap else shapes
+    so = list(np.broadcast_shapes(sa, sb))
+    for op in ("MAXIMUM", "MINIMUM"):
+        q = _q(rng)
+        m = op_model(op, [dict(shape=sa, dtype="int8", q=q), dict(shape=sb, dtype="int8", q=q)],
+                     [dict(shape=so, dtype="int8", q=q)])
+        compare_generated(m, [_int8_inputs(rng, sa, 50), _int8_inputs(rng, sb, 50)], _wd(tmp_path), f"{op} int8")
+        q16 = (q[0], 0)
+        m = op_model(op, [dict(shape=sa, dtype="int16", q=q16), dict(shape=sb, dtype="int16", q=q16)],
+                     [dict(shape=so, dtype="int16", q=q16)])
+        xs = [rng.integers(-32768, 32768, (50, *s)).astype(np.int16) for s in (sa, sb)]
+        compare_generated(m, xs, _wd(tmp_path), f"{op} int16")
+        m = op_model(op, [dict(shape=sa, dtype="float32"), dict(shape=sb, dtype="float32")],
+                     [dict(shape=so, dtype="float32")])
+        xs = [_float_inputs(rng, s, 50) for s in (sa, sb)]
+        for x in xs:
+            x.reshape(50, -1)[1:5, 0] = np.nan, np.inf, -np.inf, -0.0
+        compare_generated(m, xs, _wd(tmp_path), f"{op} float")
+
+
+def test_maximum_minimum_refusals(tmp_path):
+    m = op_model("MAXIMUM", [dict(shape=[1, 4], dtype="int8", q=(0.1, 0)), dict(shape=[1, 4], dtype="int8", q=(0.2, 0))],
+                 [dict(shape=[1, 4], dtype="int8", q=(0.2, 0))])
+    refused(tmp_path, m, r"op 0 MAXIMUM \(int8, int8 -> int8\) is not supported: .*different "
+                         r"quantizations.*without rescaling")
+    m = op_model("MINIMUM", [dict(shape=[1, 4], dtype="int32"), dict(shape=[1, 4], dtype="int32")],
+                 [dict(shape=[1, 4], dtype="int32")])
+    refused(tmp_path, m, r"op 0 MINIMUM \(int32, int32 -> int32\) is not supported: int32 MINIMUM")

@@ -32,6 +32,7 @@ from .conv import lower_conv
 from .fully_connected import lower_fully_connected
 from .hard_swish import lower_hard_swish
 from .leaky_relu import lower_leaky_relu
+from .maximum_minimum import lower_maximum_minimum
 from .mean import lower_mean
 from .pooling import lower_pool
 from .quantize import lower_quantize
@@ -63,6 +64,8 @@ LOWERINGS = {
     "SUB": lower_sub,
     "LEAKY_RELU": lower_leaky_relu,
     "HARD_SWISH": lower_hard_swish,
+    "MAXIMUM": lower_maximum_minimum,
+    "MINIMUM": lower_maximum_minimum,
 }
 
 _MODULES = list(dict.fromkeys(sys.modules[f.__module__] for f in LOWERINGS.values()))
