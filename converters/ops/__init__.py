@@ -34,11 +34,14 @@ from .hard_swish import lower_hard_swish
 from .leaky_relu import lower_leaky_relu
 from .maximum_minimum import lower_maximum_minimum
 from .mean import lower_mean
+from .pad import lower_pad
 from .pooling import lower_pool
 from .quantize import lower_quantize
 from .reshape import lower_reshape
 from .softmax import lower_softmax
+from .strided_slice import lower_strided_slice
 from .sub import lower_sub
+from .transpose import lower_transpose
 
 LOWERINGS = {
     "QUANTIZE": lower_quantize,
@@ -66,6 +69,10 @@ LOWERINGS = {
     "HARD_SWISH": lower_hard_swish,
     "MAXIMUM": lower_maximum_minimum,
     "MINIMUM": lower_maximum_minimum,
+    "PAD": lower_pad,
+    "PADV2": lower_pad,
+    "TRANSPOSE": lower_transpose,
+    "STRIDED_SLICE": lower_strided_slice,
 }
 
 _MODULES = list(dict.fromkeys(sys.modules[f.__module__] for f in LOWERINGS.values()))
