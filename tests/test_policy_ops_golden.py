@@ -502,3 +502,44 @@ def test_strided_slice_refusals(tmp_path):
     m = op_model("STRIDED_SLICE", [dict(shape=[2, 3], dtype="float32"), cst([0, 0]), cst([2, 3]),
                                    dict(shape=[2], dtype="int32")], [dict(shape=[2, 3], dtype="float32")])
     refused(tmp_path, m, r"STRIDED_SLICE.*strides .* must be a constant")
+
+
+# ------------------------------------------------------------- end to end, on boards
+def _normalized_policy():
+    """An SB3-style policy: VecNormalize's (obs - mean) / std clipped to +-5 (SUB, MUL,
+    MAXIMUM, MINIMUM), a dense layer with leaky ReLU, one with hard-swish, and a head that
+    pads, transposes and slices (PAD, TRANSPOSE, STRIDED_SLICE)."""
+    import tensorflow as tf
+    rng = np.random.default_rng(7)
+    mean = tf.constant(rng.standard_normal(6).astype(np.float32))
+    inv_std = tf.constant((1 / rng.uniform(0.5, 2, 6)).astype(np.float32))
+    w1 = tf.constant(rng.standard_normal((6, 16)).astype(np.float32) * 0.5)
+    w2 = tf.constant(rng.standard_normal((16, 8)).astype(np.float32) * 0.5)
+
+    def policy(obs):
+        x = tf.clip_by_value((obs - mean) * inv_std, -5.0, 5.0)
+        h = tf.nn.leaky_relu(tf.matmul(x, w1), 0.1)
+        h = h * tf.nn.relu6(h + 3.0) * (1.0 / 6.0)
+        h = tf.matmul(h, w2)
+        g = tf.transpose(tf.pad(tf.reshape(h, [1, 2, 4]), [[0, 0], [0, 1], [1, 0]]), [0, 2, 1])
+        return g[:, 1:, ::-1] * 2.0
+    return policy
+
+
+@pytest.mark.parametrize("mode", ["int8", "float"])
+def test_policy_with_new_ops_is_bit_exact_on_host_and_qemu(tmp_path, mode):
+    import shutil as sh
+    from quarl_edge.measure.validate import validate
+    from quarl_edge.targets.boards import get_board
+    m = tf_model(_normalized_policy(), [[1, 6]], mode, 2.0)
+    path = tmp_path / f"policy_{mode}.tflite"
+    path.write_bytes(m)
+    from quarl_edge.converters.tflite_model import parse
+    ops = {o.opcode for o in parse(m).operators}
+    assert {"SUB", "MAXIMUM", "MINIMUM", "LEAKY_RELU", "HARD_SWISH", "PAD", "TRANSPOSE",
+            "STRIDED_SLICE"} <= ops, ops
+    boards = ["host"] + (["mps2-an386"] if sh.which("qemu-system-arm") and sh.which("arm-none-eabi-gcc") else [])
+    for b in boards:
+        res = validate(path, get_board(b), tmp_path / b, random_n=30, seed=3)
+        assert res["bit_exact"] is True, (b, mode, res)
+    assert len(boards) == 2 or pytest.skip("no QEMU/arm-none-eabi-gcc: validated on host only")
