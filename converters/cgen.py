@@ -44,7 +44,17 @@ Supported (everything else is refused by name, with the op's index and types):
   other int8 cases, and so do we);
 - MEAN over one contiguous run of axes (e.g. the spatial axes of NHWC, keep_dims or not): int8
   (TFLM's integer QuantizedMeanOrSum: 1/n folded into the Q31 multiplier), float32;
-- ARG_MAX along one axis: int8 or float32 input, int32 output (first maximum wins).
+- ARG_MAX along one axis: int8 or float32 input, int32 output (first maximum wins);
+- SUB: int8 (ADD's scheme, subtracted) and float32, broadcasting, fused activations;
+- LEAKY_RELU: float32, int8 and int16 (TFLM's identity and alpha multipliers, any alpha);
+- HARD_SWISH: float32, int8 (TFLM's int16 fixed point; converters/qmath.py has its twin);
+- MAXIMUM, MINIMUM: float32, int8, int16 (one quantization for inputs and output, as TFLM
+  compares raw values), broadcasting, either input constant;
+- PAD, PADV2: float32, int8 (PAD pads with the output zero point), int16, int32, up to 5-D;
+- TRANSPOSE: float32, int8, int16, up to 5-D; STRIDED_SLICE: float32, int8, int16, int32, up
+  to 4-D, constant begin/end/strides, begin/end/shrink-axis masks (ellipsis and new-axis masks
+  refused: TFLM's kernel ignores them). The data-movement ops copy bytes: int8/int16 input and
+  output share one quantization.
 
 Memory plan: one arena, tensors placed by liveness (converters/planner.py); reshapes alias, and
 an element-wise op writes over its input when that input dies there and is not a graph
@@ -197,7 +207,11 @@ def generate(tflite_path, out_dir, name: str | None = None,
     out.mkdir(parents=True, exist_ok=True)
     gm.c_path = out / "model.c"
     gm.json_path = out / "model.json"
-    gm.c_path.write_text(emit.model_c(model, gm, kernels, act_ids, offset, path, KERNEL_HEADERS))
+    # every model.c includes KERNEL_HEADERS; an op's own extra headers (Kernel.headers) only
+    # when the model uses it, so that models without those ops keep their exact bytes
+    extra = sorted({h for k in kernels for h in k.headers} - set(KERNEL_HEADERS))
+    gm.c_path.write_text(emit.model_c(model, gm, kernels, act_ids, offset, path,
+                                      KERNEL_HEADERS + tuple(extra)))
     gm.json_path.write_text(emit.model_json(gm, model, path))
     return gm
 

@@ -73,3 +73,5 @@ class Kernel:
     comment: str
     alias: bool = False     # RESHAPE-like: no code, the output is the input's bytes
     inplace: bool = False   # element-wise: the output may take over the input's buffer
+    headers: tuple = ()     # kernel headers this op needs beyond ops.KERNEL_HEADERS (included
+                            # only by the model.c of a model that uses the op)

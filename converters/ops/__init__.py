@@ -6,7 +6,10 @@ To add an op FOO (one kernel file + one lowering file + its golden test):
 2. the lowering: converters/ops/foo.py with a docstring naming the TFLM kernel it matches and
    the op's limits, and
        SUPPORTED = ("FOO int8 and float32",)    # for "not supported" messages
-       KERNEL_HEADERS = ("foo.h",)              # included by every model.c
+       KERNEL_HEADERS = ()                      # included by every model.c: () for a new op
+       OP_HEADERS = ("foo.h",)                  # passed as Kernel(..., headers=OP_HEADERS):
+                                                # included only by models that use FOO, so
+                                                # every other model.c keeps its exact bytes
        def lower_foo(op, model, pname) -> Kernel: ...
    which validates the op completely (ops/common.py: unsupported, per_tensor, ...) and returns
    the C to emit (ops/common.py: Kernel);
@@ -27,11 +30,18 @@ from .common import Kernel
 from .concatenation import lower_concatenation
 from .conv import lower_conv, lower_conv_pointwise_as_fc
 from .fully_connected import lower_fully_connected
+from .hard_swish import lower_hard_swish
+from .leaky_relu import lower_leaky_relu
+from .maximum_minimum import lower_maximum_minimum
 from .mean import lower_mean
+from .pad import lower_pad
 from .pooling import lower_pool
 from .quantize import lower_quantize
 from .reshape import lower_reshape
 from .softmax import lower_softmax
+from .strided_slice import lower_strided_slice
+from .sub import lower_sub
+from .transpose import lower_transpose
 
 LOWERINGS = {
     "QUANTIZE": lower_quantize,
@@ -54,6 +64,15 @@ LOWERINGS = {
     "CONCATENATION": lower_concatenation,
     "MEAN": lower_mean,
     "ARG_MAX": lower_arg_max,
+    "SUB": lower_sub,
+    "LEAKY_RELU": lower_leaky_relu,
+    "HARD_SWISH": lower_hard_swish,
+    "MAXIMUM": lower_maximum_minimum,
+    "MINIMUM": lower_maximum_minimum,
+    "PAD": lower_pad,
+    "PADV2": lower_pad,
+    "TRANSPOSE": lower_transpose,
+    "STRIDED_SLICE": lower_strided_slice,
 }
 
 # On boards that build an optimized kernel variant (`[build] kernels` other than "reference";

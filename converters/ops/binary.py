@@ -16,46 +16,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from quarl_edge.errors import ModelError
-
 from .. import qmath
 from ..emit import c_float, c_float_limit
 from ..tflite_model import Operator, Tensor, TFLiteModel
-from .common import Kernel, fused_activation, operand, per_tensor, u16, unsupported
+from .common import Kernel, broadcast_c, fused_activation, operand, per_tensor, unsupported
 
 SUPPORTED = ("ADD/MUL int8 and float32 (broadcasting)",)
 KERNEL_HEADERS = ("add.h", "mul.h")
-
-
-def _broadcast(op: Operator, model: TFLiteModel, a: Tensor, b: Tensor, out: Tensor) -> str:
-    """The qe_broadcast_t initializer for out = a (op) b with numpy broadcasting."""
-    rank = len(out.shape)
-    if max(len(a.shape), len(b.shape)) > rank or rank > 6:
-        raise unsupported(op, model, f"shapes {list(a.shape)}, {list(b.shape)} -> {list(out.shape)}")
-    try:
-        want = tuple(np.broadcast_shapes(a.shape, b.shape))
-    except ValueError:
-        raise ModelError(f"op {op.index} {op.opcode}: shapes {list(a.shape)} and {list(b.shape)} "
-                         f"do not broadcast") from None
-    if want != tuple(out.shape):
-        raise ModelError(f"op {op.index} {op.opcode}: {list(a.shape)} and {list(b.shape)} broadcast "
-                         f"to {list(want)}, the output is {list(out.shape)}")
-    for d in out.shape:
-        u16(op, model, "output dimension", d)
-    if tuple(a.shape) == tuple(b.shape) == tuple(out.shape) or out.size == 0:
-        return f"    .bc = {{ .size = {out.size}u, .ndims = 0u }},\n"
-
-    def strides(t: Tensor) -> list[int]:
-        shape = [1] * (rank - len(t.shape)) + list(t.shape)
-        st, acc = [0] * rank, 1
-        for d in range(rank - 1, -1, -1):
-            st[d] = acc if shape[d] != 1 else 0
-            acc *= shape[d]
-        return st
-    fmt = lambda v: "{ " + ", ".join(f"{x}u" for x in v) + " }"  # noqa: E731
-    return (f"    .bc = {{\n        .size = {out.size}u,\n        .ndims = {rank}u,\n"
-            f"        .dims = {fmt(out.shape)},\n        .stride1 = {fmt(strides(a))},\n"
-            f"        .stride2 = {fmt(strides(b))},\n    }},\n")
 
 
 def lower_binary(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
@@ -69,7 +36,7 @@ def lower_binary(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
         raise unsupported(op, model, f"inputs {a.dtype}, {b.dtype}, output {out.dtype} differ")
     if a.is_constant and b.is_constant:
         raise unsupported(op, model, "both inputs are constant")
-    bc = _broadcast(op, model, a, b, out)
+    bc = broadcast_c(op, model, a, b, out)
     shapes = f"{a.describe()} {'+' if op.opcode == 'ADD' else '*'} {b.describe()} -> {out.describe()}, {act}"
     consts: list[str] = []
     fn = op.opcode.lower()

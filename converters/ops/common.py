@@ -225,6 +225,39 @@ def window_c(g: dict) -> str:
     return ("    .g = {\n" + "".join(f"        .{k} = {v}u,\n" for k, v in g.items()) + "    },\n")
 
 
+# ------------------------------------------------------- broadcasting (binary element-wise ops)
+def broadcast_c(op: Operator, model: TFLiteModel, a: Tensor, b: Tensor, out: Tensor) -> str:
+    """The `.bc = {...}` qe_broadcast_t initializer (firmware/core/kernels/broadcast.h) for
+    out = a (op) b with numpy broadcasting up to 6-D (ADD, MUL, SUB, MAXIMUM, MINIMUM)."""
+    rank = len(out.shape)
+    if max(len(a.shape), len(b.shape)) > rank or rank > 6:
+        raise unsupported(op, model, f"shapes {list(a.shape)}, {list(b.shape)} -> {list(out.shape)}")
+    try:
+        want = tuple(np.broadcast_shapes(a.shape, b.shape))
+    except ValueError:
+        raise ModelError(f"op {op.index} {op.opcode}: shapes {list(a.shape)} and {list(b.shape)} "
+                         f"do not broadcast") from None
+    if want != tuple(out.shape):
+        raise ModelError(f"op {op.index} {op.opcode}: {list(a.shape)} and {list(b.shape)} broadcast "
+                         f"to {list(want)}, the output is {list(out.shape)}")
+    for d in out.shape:
+        u16(op, model, "output dimension", d)
+    if tuple(a.shape) == tuple(b.shape) == tuple(out.shape) or out.size == 0:
+        return f"    .bc = {{ .size = {out.size}u, .ndims = 0u }},\n"
+
+    def strides(t: Tensor) -> list[int]:
+        shape = [1] * (rank - len(t.shape)) + list(t.shape)
+        st, acc = [0] * rank, 1
+        for d in range(rank - 1, -1, -1):
+            st[d] = acc if shape[d] != 1 else 0
+            acc *= shape[d]
+        return st
+    fmt = lambda v: "{ " + ", ".join(f"{x}u" for x in v) + " }"  # noqa: E731
+    return (f"    .bc = {{\n        .size = {out.size}u,\n        .ndims = {rank}u,\n"
+            f"        .dims = {fmt(out.shape)},\n        .stride1 = {fmt(strides(a))},\n"
+            f"        .stride2 = {fmt(strides(b))},\n    }},\n")
+
+
 # ----------------------------------------------------------------- axis arguments (MEAN, ARG_MAX)
 def axis_values(op: Operator, model: TFLiteModel, rank: int) -> list[int]:
     """The op's constant axis input (its second), normalised to 0..rank-1, sorted, unique."""
@@ -246,3 +279,43 @@ def outer_inner(shape, lo: int, hi: int) -> tuple[int, int, int]:
     """`shape` viewed as [outer][dims lo..hi][inner]: the three sizes."""
     p = lambda s: int(np.prod(s, dtype=np.int64))  # noqa: E731
     return p(shape[:lo]), p(shape[lo:hi + 1]), p(shape[hi + 1:])
+
+
+# ---------------------------------------------------- data movement (PAD, TRANSPOSE, STRIDED_SLICE)
+def copy_io(op: Operator, model: TFLiteModel, dtypes: tuple[str, ...]) -> tuple[Tensor, Tensor]:
+    """(input, output) of an op that moves elements without changing them: a non-constant input
+    of one of `dtypes`, an output of the same type and, for int8/int16, the same quantization
+    (TFLM copies raw values; the converter always emits these ops so)."""
+    if not op.inputs or op.inputs[0] < 0 or len(op.outputs) != 1:
+        raise unsupported(op, model, "expected an input and one output")
+    x, y = model.tensors[op.inputs[0]], model.tensors[op.outputs[0]]
+    if x.dtype not in dtypes:
+        raise unsupported(op, model, f"{x.dtype} {op.opcode}; supported: {', '.join(dtypes)}")
+    if y.dtype != x.dtype:
+        raise unsupported(op, model, f"input {x.dtype} and output {y.dtype} differ")
+    if x.is_constant:
+        raise unsupported(op, model, f"input '{x.name}' is a constant")
+    if x.dtype in ("int8", "int16"):
+        per_tensor(x, op, model, "input")
+        per_tensor(y, op, model, "output")
+        if (float(x.scale), x.zero_point) != (float(y.scale), y.zero_point):
+            raise unsupported(op, model, f"input (scale {x.scale:g}, zero point {x.zero_point}) and "
+                                         f"output (scale {y.scale:g}, zero point {y.zero_point}) "
+                                         f"differ: TFLM's kernel copies raw values")
+    return x, y
+
+
+def const_int_input(op: Operator, model: TFLiteModel, k: int, what: str) -> np.ndarray:
+    """Input `k` of the op, which must be a constant int32/int64 tensor: its values as int64."""
+    if len(op.inputs) <= k or op.inputs[k] < 0:
+        raise unsupported(op, model, f"no {what} input")
+    t = model.tensors[op.inputs[k]]
+    if not t.is_constant or t.dtype not in ("int32", "int64"):
+        raise unsupported(op, model, f"{what} '{t.name}' must be a constant int32/int64 tensor "
+                                     f"(TFLM's kernel needs it constant too)")
+    return np.asarray(t.data, dtype=np.int64)
+
+
+def dims_c(values, suffix: str = "u") -> str:
+    """A C brace list `{ 1u, 2u }` of ints."""
+    return "{ " + ", ".join(f"{int(v)}{suffix}" for v in values) + " }"
