@@ -83,8 +83,9 @@ def test_imported_fp32_return_equals_sb3s_return(imported, name):
 def test_a_cnn_policy_takes_the_envs_images_and_quantizes(imported, tmp_path):
     """SB3's CnnPolicy (NatureCNN) on 40 x 40 x 1 uint8 images: the Keras network takes the
     env's HWC images as they are (SB3's CHW transpose and /255 folded in), and its int8 model
-    runs on TF Lite Micro as on tflite-runtime. The boards take it once inputs larger than one
-    frame stream (issue 12): until then build says so with the numbers."""
+    runs on TF Lite Micro, within one output step of tflite-runtime (whose optimized int8
+    kernels round differently). The boards take it once inputs larger than one frame stream
+    (issue 12): until then build says so with the numbers."""
     run = imported["dqn_catch_cnn"]
     info = load_run(run)
     assert info["source"]["policy"] == "CnnPolicy" and info["network"]["type"] == "cnn"
@@ -96,8 +97,13 @@ def test_a_cnn_policy_takes_the_envs_images_and_quantizes(imported, tmp_path):
     model = run / "models" / "int8.tflite"
     obs = np.load(FIX / "dqn_catch_cnn.expected.npz")["obs"][:50].astype(np.float32)
     micro, rt = TFLMReference(model), TFLiteRuntime(model)
-    for o in obs:
-        assert np.array_equal(micro.run([o])[0], rt.run([o])[0])
+    # the float outputs are the last int8 tensor dequantized: one step of it at most
+    from quarl_edge.measure.reference import tflite_runtime_interpreter
+    interp = tflite_runtime_interpreter(model)
+    dequantize = [op for op in interp._get_ops_details() if op["op_name"] == "DEQUANTIZE"][-1]
+    step = interp.get_tensor_details()[dequantize["inputs"][0]]["quantization"][0]
+    diffs = [np.max(np.abs(micro.run([o])[0] - rt.run([o])[0])) for o in obs]
+    assert max(diffs) <= step * 1.0001, (max(diffs), step)
     p = cli("build", model, "--board", "mps2-an386", "--out", tmp_path / "b")
     assert p.returncode == 2 and "inputs take 6400 B" in p.stderr, p.stderr
 
