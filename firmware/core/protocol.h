@@ -27,6 +27,7 @@ typedef struct {
     uint8_t seq;
     uint8_t error;            /* QE_ERR_* for QE_RX_ERROR, else 0 */
     uint16_t len;             /* payload length (for errors: what the header claimed) */
+    uint16_t crc;             /* QE_RX_FRAME only: the frame's CRC (tells a retry from a new request) */
     const uint8_t *payload;   /* QE_RX_FRAME only: valid until the next qe_rx_* call */
 } qe_frame_t;
 
