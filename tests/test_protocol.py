@@ -282,3 +282,33 @@ def test_c_parser_finds_the_frames_python_finds(lib, parts):
     assert c_frames == py_frames
     it = iter(c_frames)
     assert all(s in it for s in sent), "a sent frame was not found (in order)"
+
+
+# ------------------------------------------------------------- fuzz: the host's decoder
+HOST_LIMITS = {0x81: P.HELLO_REPLY_MAX, 0x82: 12, 0x83: 20, 0x84: 20, 0x85: 256,
+               P.CMD_ERROR: P.ERROR_REPLY_MAX}
+host_bytes = st.lists(st.one_of(
+    st.binary(max_size=80),
+    st.binary(max_size=12).map(lambda b: P.SYNC + b),                     # false syncs
+    st.tuples(st.sampled_from(sorted(HOST_LIMITS)), st.integers(0, 255), st.binary(max_size=60))
+      .map(lambda t: P.encode_frame(t[0], t[2], t[1])),                  # CRC-valid, any payload
+), max_size=10)
+
+
+@given(host_bytes, st.integers(1, 50))
+@settings(max_examples=400, deadline=None)
+def test_the_host_decoder_and_reply_parsers_raise_only_protocol_errors(parts, chunk):
+    """Whatever arrives: the decoder never raises and holds no more than one frame's worth of
+    bytes, and parsing whatever frames come out fails, if at all, with ProtocolError only."""
+    from quarl_edge.errors import ProtocolError
+    dec = P.FrameDecoder(version=P.VERSION, limits=HOST_LIMITS)
+    stream = b"".join(parts)
+    for i in range(0, len(stream), chunk):
+        for f in dec.feed(stream[i:i + chunk]):
+            for parse in (P.parse_hello, lambda p: P.unpack_reply(P.MEM_REPLY, p, "MEM"),
+                          lambda p: P.unpack_reply(P.BENCH_REPLY, p, "BENCH"), P.Frame.error):
+                try:
+                    parse(f.payload) if parse is not P.Frame.error else f.error()
+                except ProtocolError as e:
+                    assert str(e) and "\n" not in str(e)
+        assert len(dec.buf) <= P.HEADER_SIZE + P.HELLO_REPLY_MAX + P.CRC_SIZE

@@ -357,12 +357,26 @@ static void handle(qe_rx_status_t st, const qe_frame_t *f)
     }
 }
 
+/* The payload size of each request, checked at its header (protocol.h). */
+static int length_ok(uint8_t cmd, uint16_t len)
+{
+    const qe_model_info_t *m = &qe_model_info;
+    switch (cmd) {
+    case QE_CMD_HELLO: return len == 4u;
+    case QE_CMD_INFER: return len == tensors_bytes(m->inputs, m->n_inputs);
+    case QE_CMD_BENCH: return len == 2u;
+    case QE_CMD_MEM: return len == 0u;
+    default: return 1;   /* ECHO takes any size; others are answered once complete */
+    }
+}
+
 void qe_harness_run(void)
 {
     qe_frame_t f;
     int c;
 
     qe_rx_reset();
+    qe_rx_set_length_check(length_ok);
     tx_hello(QE_PROTO_BOOT_SEQ, QE_PROTO_BOOT_NONCE);   /* the boot announcement */
     for (;;) {
         qe_rx_status_t st;

@@ -57,6 +57,13 @@ static uint16_t rx_need;
 static uint16_t rx_rd;
 static uint16_t rx_wr;
 
+static qe_rx_length_check_t rx_length_ok;
+
+void qe_rx_set_length_check(qe_rx_length_check_t check)
+{
+    rx_length_ok = check;
+}
+
 void qe_rx_reset(void)
 {
     rx_fill = rx_need = rx_rd = rx_wr = 0;
@@ -107,6 +114,8 @@ static qe_rx_status_t rx_step(uint8_t b, qe_frame_t *out)
             return rx_fail(out, QE_ERR_BAD_VERSION);
         if (out->len > QE_MAX_PAYLOAD)
             return rx_fail(out, QE_ERR_TOO_LONG);
+        if (rx_length_ok && !rx_length_ok(out->cmd, out->len))
+            return rx_fail(out, QE_ERR_BAD_PAYLOAD);
         rx_need = (uint16_t)(QE_PROTO_HEADER_SIZE + out->len + QE_PROTO_CRC_SIZE);
         return QE_RX_NONE;
     }

@@ -38,6 +38,12 @@ void qe_rx_reset(void);
  * real frame may hide behind a false sync in garbage; that rescan can yield more events. */
 qe_rx_status_t qe_rx_push(uint8_t byte, qe_frame_t *out);
 qe_rx_status_t qe_rx_poll(qe_frame_t *out);
+/* Optional: a check of each header's (cmd, len), made as soon as the header is in; a header it
+ * refuses fails at once with QE_ERR_BAD_PAYLOAD instead of waiting for its payload. The harness
+ * knows every request's size: a length a corrupted byte made long then cannot swallow the
+ * frames behind it. NULL (the default) checks nothing beyond max_payload. */
+typedef int (*qe_rx_length_check_t)(uint8_t cmd, uint16_t len);
+void qe_rx_set_length_check(qe_rx_length_check_t check);
 
 /* ----------------------------------------------------------------------------- transmit */
 /* A frame is written as: qe_tx_begin(cmd, seq, payload length), exactly that many payload

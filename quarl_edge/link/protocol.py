@@ -143,6 +143,22 @@ class FrameDecoder:
         del self.buf[:2]
         return True
 
+    def find_inside(self, want) -> Frame | None:
+        """While a frame is pending, a complete valid frame that starts inside it and for
+        which want(frame) holds, e.g. the reply a host waits for: a false sync whose header
+        passed (a corrupted length) would hold it back until that many bytes came. If there is
+        one, the pending frame was false: it and everything up to the end of the found frame
+        are dropped, and the found frame is returned."""
+        if not self.pending:
+            return None
+        probe = FrameDecoder(self.max_payload, self.version, self.limits)
+        for f in probe.feed(bytes(self.buf[2:])):
+            if want(f):
+                self.rejected += 1
+                self.buf = probe.buf
+                return f
+        return None
+
     def _header_error(self, version: int, cmd: int, length: int) -> int:
         if self.version is not None and version != self.version:
             return 4                                    # BAD_VERSION

@@ -40,13 +40,13 @@ FIRST_ATTEMPT_S = 1.0      # the first wait for a command never answered before 
 ATTEMPT_MIN_S = 0.03       # the shortest wait for one attempt's reply ...
 RTT_FACTOR = 4             # ... else RTT_FACTOR x the slowest of the command's last round trips
 RTT_HISTORY = 32           # (how many round trips are remembered per command)
-ATTEMPT_MAX_S = 2.0        # each retry doubles the wait, up to this (bounded backoff)
-REHANDSHAKE_S = 5.0        # how long the HELLO after failed retries, or after a reset, may take
+ATTEMPT_MAX_S = 1.0        # each retry doubles the wait, up to this (bounded backoff)
+REHANDSHAKE_S = 3.0        # how long the HELLO after failed retries, or after a reset, may take
 RESET_REPLAYS = 3          # how often a caller redoes what board resets interrupted (hil: an
                            # episode, validate: an input) before the BoardReset is the error
 # A garbled exchange is re-sent at once. So a board that falls silent is reported within
-# FIRST_ATTEMPT_S + RETRIES x ATTEMPT_MAX_S + REHANDSHAKE_S (22 s) at most; during a session
-# (known round trips) within 0.03 + 0.06 + ... + 1.92 + 2 + 2 + 5 = 12.8 s.
+# FIRST_ATTEMPT_S + RETRIES x ATTEMPT_MAX_S + (zeros) + REHANDSHAKE_S (~13 s) at most; during a
+# session (known round trips) within 0.03 + 0.06 + ... + 0.96 + 1 + 1 + 0.4 + 3 = 8.3 s.
 
 TRANSPORT_ERRORS = {"BAD_CRC", "TOO_LONG", "BAD_VERSION"}   # the board got our bytes garbled
 
@@ -194,19 +194,24 @@ class BoardLink:
         frame = P.encode_frame(cmd, payload, seq)
         base = timeout or self._first_wait(cmd, len(payload))
         t0 = time.monotonic()
-        timeouts = 0
+        timeouts, zeroed = 0, False
         for attempt in range(RETRIES + 1):
             if attempt:
                 self.stats["retries"] += 1
-            if timeouts >= 2:
+            extra = 0.0
+            if timeouts >= 2 and not zeroed:
                 # Even a retry went unanswered: the board may be assembling a frame whose length
-                # a corrupted byte made long, swallowing our retries. Zeros complete it.
-                self._write(P.resync_bytes(self.info.max_payload if self.info else 0xFFFF))
+                # a corrupted byte made long, swallowing our retries. Zeros complete it; the
+                # wait includes the time the board takes to read them (else the next request
+                # times out behind them, and more zeros follow).
+                zeros = P.resync_bytes(self.info.max_payload if self.info else 0xFFFF)
+                self._write(zeros)
                 self.stats["resyncs"] += 1
+                extra, zeroed = len(zeros) / BYTES_PER_S, True
             sent = time.monotonic()
             self._write(frame)
-            wait = base if timeout else min(max(ATTEMPT_MAX_S, base), base * 2 ** attempt)
-            reply, timed_out = self._await(name, cmd, seq, sent + wait)
+            wait = extra + (base if timeout else min(max(ATTEMPT_MAX_S, base), base * 2 ** attempt))
+            reply, timed_out = self._await(name, cmd, seq, sent + wait, attempt)
             timeouts = timeouts + 1 if timed_out else 0
             if reply is not None:
                 if attempt == 0:
@@ -227,7 +232,8 @@ class BoardLink:
                          f"reply after {RETRIES + 1} attempts in {spent:.1f} s "
                          f"(link: {self.stats})")
 
-    def _await(self, name: str, cmd: int, seq: int, deadline: float) -> tuple[bytes | None, bool]:
+    def _await(self, name: str, cmd: int, seq: int, deadline: float,
+               attempt: int) -> tuple[bytes | None, bool]:
         """(the reply to request `seq`, False), or (None, timed out?) when it should be re-sent:
         the wait ran out, or the exchange was garbled (a frame failed here, or the board got
         our request garbled)."""
@@ -241,7 +247,10 @@ class BoardLink:
                     self.decoder.feed(b"")
                 return None, True
             rejected = self.decoder.rejected
-            for f in self._read_frames():
+            frames = self._read_frames()
+            hidden = self.decoder.find_inside(
+                lambda f: (f.cmd == cmd | P.REPLY_BIT and f.seq == seq) or self._is_boot(f))
+            for f in frames + ([hidden] if hidden else []):
                 if f.cmd == cmd | P.REPLY_BIT and f.seq == seq:
                     self._absorb_decoder_counts()
                     return f.payload, False
@@ -252,7 +261,10 @@ class BoardLink:
                     return None, False
                 if f.is_error:
                     err, _, msg = f.error()
-                    if err in TRANSPORT_ERRORS:
+                    if err in TRANSPORT_ERRORS or (err == "BAD_PAYLOAD" and f.seq == seq
+                                                   and attempt < RETRIES):
+                        # (our request's size is right: BAD_PAYLOAD is a length garbled on the
+                        # way, unless every attempt gets it)
                         self.stats["board_errors"] += 1
                         garbled = True
                     elif f.seq == seq:
