@@ -69,8 +69,8 @@ def hil_through_faults(running, run_copy, tmp_path, episodes, resets_at):
     assert link["retries"] > 0 and link["bad_frames"] + link["board_errors"] > 0
     # each reset the board announced interrupted an episode, which was played again
     assert 1 <= link["resets"] == link["replayed_episodes"] <= 2
-    episodes = [json.loads(ln) for ln in (tmp_path / f"hil_{board.id}_int8.episodes.jsonl").open()]
-    played = {w: [(e["seed"], e["return"], e["steps"]) for e in episodes if e["who"] == w]
+    logged = [json.loads(ln) for ln in (tmp_path / f"hil_{board.id}_int8.episodes.jsonl").open()]
+    played = {w: [(e["seed"], e["return"], e["steps"]) for e in logged if e["who"] == w]
               for w in ("board", "tflite-runtime")}
     # the same seeds, returns and episode lengths as the bit-exact host reference (a clean run)
     assert played["board"] == played["tflite-runtime"] and len(played["board"]) == episodes
