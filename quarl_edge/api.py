@@ -113,6 +113,7 @@ class ValidateResult:
     max_rel_diff: float
     latency: Latency
     memory: dict
+    link: dict = field(default_factory=dict)   # retries, timeouts, bad_frames, resyncs, resets
     out_dir: str = ""
 
 
@@ -140,6 +141,7 @@ class HilResult:
     latency: Latency
     steps_per_s: float | None
     memory: dict
+    link: dict = field(default_factory=dict)   # retries, ..., resets, replayed_episodes
     results: str = ""                 # the JSON file written
 
 

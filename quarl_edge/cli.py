@@ -206,6 +206,10 @@ def cmd_flash(a, qe):
         if s.firmware is not None:
             note(f"built into {s.out_dir}")
         if started_here:   # the board lives as long as this command: keep it up
+            s.release_port()   # ... and its port free for `validate --port URL`
+            if s.running.reset_handle:
+                note(f"reset it with a fault:// link: fault://?reset={s.running.reset_handle}"
+                     f"&reset_at=N&url={s.running.url}")
             try:
                 while s.running.alive():
                     time.sleep(0.5)

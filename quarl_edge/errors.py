@@ -23,3 +23,9 @@ class ToolchainError(QuarlError):
 
 class ProtocolError(BoardError):
     """The board answered with an error frame or something that is not a valid reply."""
+
+
+class BoardReset(BoardError):
+    """The board restarted during a session (its boot id changed, or it announced a boot). The
+    link has handshaken again and checked that the board still runs the same model; what was
+    in progress (an INFER, an episode) is lost and must be redone by the caller."""

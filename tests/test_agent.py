@@ -79,7 +79,7 @@ def raw_exchange(link, data: bytes, want: int, timeout: float = 5.0) -> list:
 
 @pytest.mark.parametrize("data, error", [
     (P.encode_frame(0x33, b"", 200), "UNKNOWN_CMD"),
-    (b"\xa5\x5a\x01\x02\x07\x04\x00abcd\x00\x00", "BAD_CRC"),
+    (P.SYNC + bytes([P.VERSION]) + b"\x02\x07\x04\x00abcd\x00\x00", "BAD_CRC"),
     (P.encode_frame(P.COMMANDS["HELLO"], b"1234", 9, version=9), "BAD_VERSION"),
     (P.encode_frame(P.COMMANDS["INFER"], b"\x00" * 3, 10), "BAD_PAYLOAD"),
     (P.encode_frame(P.COMMANDS["BENCH"], b"\x00\x00", 11), "BAD_PAYLOAD"),
@@ -93,7 +93,7 @@ def test_bad_frames_get_error_frames_and_the_agent_survives(agent_link, data, er
 
 def test_agent_unit_errors_without_transport():
     agent = Agent(MODELS / "fp32.tflite")
-    out = agent.feed(P.encode_frame(0x42, b"", 5) + b"\xa5\x5a\x01\x02\x07\xff\xff")
+    out = agent.feed(P.encode_frame(0x42, b"", 5) + P.SYNC + bytes([P.VERSION]) + b"\x02\x07\xff\xff")
     frames = P.FrameDecoder().feed(out)
     assert [(f.cmd, f.payload[0]) for f in frames] == [(P.CMD_ERROR, 3), (P.CMD_ERROR, 2)]
     assert agent.feed(P.encode_frame(0x81, b"", 1)) == b""      # replies are never answered

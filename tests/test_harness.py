@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import queue
 import random
+import signal
 import struct
 import subprocess
 import tempfile
@@ -101,6 +102,15 @@ class Board:
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
         self.seq = 0
+        self.boot = self.frame()   # what the harness sends first: its boot announcement
+
+    def expect_boot(self) -> P.Hello:
+        """The next frame is a boot announcement (docs/protocol.md, "Retries and resets")."""
+        f = self.frame()
+        assert f.cmd == 0x81 and f.seq == P.BOOT_SEQ, f
+        h = P.parse_hello(f.payload)
+        assert h.is_boot_announcement and h.boot_id == 0, h
+        return h
 
     def _read(self):
         while not self._stop.is_set():
@@ -218,7 +228,7 @@ def board(builds, request):
 # ---------------------------------------------------------------------------- commands
 def test_hello_reports_board_and_model(board):
     h = board.hello()
-    assert (h.version, h.cost_unit, h.clock_hz, h.max_payload) == (1, "ns", 0, MAX_PAYLOAD)
+    assert (h.version, h.cost_unit, h.clock_hz, h.max_payload) == (P.VERSION, "ns", 0, MAX_PAYLOAD)
     assert (h.board_id, h.model_name, h.model_hash, h.arena_bytes) == ("host", "identity",
                                                                        MODEL_HASH, 20)
     assert h.inputs == [P.TensorSpec("int8", (1, 4), 0.5, -3)]
@@ -321,8 +331,65 @@ def test_harness_exits_cleanly_on_pipe_eof(builds):
                        env={**os.environ, **env})
     assert p.returncode == 0, p.stderr
     frames = P.FrameDecoder().feed(p.stdout)
-    assert [(f.cmd, f.seq) for f in frames] == [(0x85, 1), (0x81, 2)]
-    assert frames[0].payload == b"over a pipe"
+    assert [(f.cmd, f.seq) for f in frames] == [(0x81, P.BOOT_SEQ), (0x85, 1), (0x81, 2)]
+    assert frames[1].payload == b"over a pipe"
+
+
+# ----------------------------------------------------------------- retries and resets
+def test_boot_announcement_then_the_first_hello_sets_the_boot_id(plain):
+    boot = P.parse_hello(plain.boot.payload)
+    assert plain.boot.seq == P.BOOT_SEQ and boot.is_boot_announcement and boot.boot_id == 0
+    assert (boot.board_id, boot.model_hash) == ("host", MODEL_HASH)
+    nonces = [random.getrandbits(32) | 1 for _ in range(3)]
+    ids = [P.parse_hello(plain.request(0x01, struct.pack("<I", n)).payload).boot_id for n in nonces]
+    assert ids == [nonces[0]] * 3       # the first HELLO's nonce, for as long as it runs
+
+
+def test_a_retried_infer_is_answered_again_not_run_again(plain):
+    """The model keeps a running sum of its output over every invoke: a retry (same seq, same
+    bytes) gets the identical reply, cost included, and the sum shows the model ran once."""
+    x = struct.pack("<4b", 10, 0, 0, 0)
+    seq = plain.next_seq()
+    plain.send(P.encode_frame(0x02, x, seq))
+    first = plain.frame()
+    plain.send(P.encode_frame(0x02, x, seq))
+    again = plain.frame()
+    assert first.seq == again.seq == seq and first.payload == again.payload
+    _, out, total = infer(plain, [10, 0, 0, 0])
+    assert total == 2 * out[0]          # two invokes, not three
+    # the same seq with other bytes is a new request; so is anything after a HELLO
+    plain.send(P.encode_frame(0x02, struct.pack("<4b", 11, 0, 0, 0), plain.seq))
+    assert struct.unpack("<I4ff", plain.frame().payload)[-1] == 2 * out[0] + dequant([11])[0]
+    plain.hello()
+    plain.send(P.encode_frame(0x02, struct.pack("<4b", 11, 0, 0, 0), plain.seq - 1))
+    assert struct.unpack("<I4ff", plain.frame().payload)[-1] == 2 * out[0] + 2 * dequant([11])[0]
+
+
+def test_a_retried_bench_is_answered_again_not_run_again(plain):
+    infer(plain, [1, 2, 3, 4])
+    seq = plain.next_seq()
+    plain.send(P.encode_frame(0x03, struct.pack("<H", 5), seq))
+    first = plain.frame()
+    plain.send(P.encode_frame(0x03, struct.pack("<H", 5), seq))
+    assert plain.frame().payload == first.payload
+    _, out, total = infer(plain, [1, 2, 3, 4])
+    assert total == 7 * out[0]          # INFER, 5 BENCH runs, INFER: the retry ran nothing
+
+
+def test_sigusr1_restarts_the_host_board_which_announces_it(plain):
+    """A reset from outside (the fault link's reset=signal:PID): the same process restarts
+    from scratch on the same pty, announces its boot and takes the next HELLO's nonce as its
+    new boot id; the model's state is gone (its running sum starts again)."""
+    old = plain.hello().boot_id
+    infer(plain, [20, 0, 0, 0])
+    pid = plain.proc.pid
+    os.kill(pid, signal.SIGUSR1)
+    plain.expect_boot()
+    new = plain.hello()
+    assert new.boot_id != old and plain.proc.pid == pid and plain.alive()
+    _, out, total = infer(plain, [20, 0, 0, 0])
+    assert total == out[0]
+    assert_clean_exit(plain)
 
 
 # -------------------------------------------------------------------------- robustness
@@ -344,14 +411,15 @@ def test_garbage_without_sync_is_skipped(board):
 
 def test_bad_crc(board):
     good = P.encode_frame(0x01, b"\1\2\3\4", 17)
-    board.send(good[:-2] + bytes([good[-2] ^ 0xFF, good[-1]]))
+    end = len(good) - P.PAD_SIZE
+    board.send(good[:end - 2] + bytes([good[end - 2] ^ 0xFF]) + good[end - 1:])
     expect_error(board, "BAD_CRC", 0x01, seq=17)
     board.hello()
     assert_clean_exit(board)
 
 
 def test_too_long(board):
-    board.send(P.SYNC + struct.pack("<BBBH", 1, 0x05, 18, MAX_PAYLOAD + 1))
+    board.send(P.SYNC + struct.pack("<BBBH", P.VERSION, 0x05, 18, MAX_PAYLOAD + 1))
     expect_error(board, "TOO_LONG", 0x05, seq=18)
     board.hello()
     assert_clean_exit(board)
@@ -367,7 +435,7 @@ def test_too_long_with_its_payload_sent_anyway(board):
 
 
 def test_wrong_version(board):
-    board.send(P.encode_frame(0x01, b"\1\2\3\4", 20, version=2))
+    board.send(P.encode_frame(0x01, b"\1\2\3\4", 20, version=P.VERSION + 1))
     expect_error(board, "BAD_VERSION", 0x01, seq=20)
     board.hello()
     assert_clean_exit(board)
@@ -407,8 +475,9 @@ def test_wrong_payload_size(board, cmd, payload):
 
 
 def test_all_errors_back_to_back_then_everything_works(board):
-    bad = (P.encode_frame(0x01, b"\0\0\0\0", 1)[:-1] + b"\x00"
-           + P.SYNC + struct.pack("<BBBH", 1, 2, 2, 0xFFFF)
+    crc_end = P.HEADER_SIZE + 4 + P.CRC_SIZE
+    bad = (P.encode_frame(0x01, b"\0\0\0\0", 1)[:crc_end - 1] + b"\x00"
+           + P.SYNC + struct.pack("<BBBH", P.VERSION, 2, 2, 0xFFFF)
            + P.encode_frame(0x01, b"\0\0\0\0", 3, version=0)
            + P.encode_frame(0x33, b"", 4)
            + P.encode_frame(0x02, b"\0", 5))
@@ -425,7 +494,7 @@ def test_all_errors_back_to_back_then_everything_works(board):
 def test_frame_hidden_behind_a_false_sync_is_found(board):
     """Garbage that looks like a header announcing 100 bytes swallows a real HELLO; once the
     false frame fails its CRC the harness rescans and answers the HELLO."""
-    board.send(P.SYNC + struct.pack("<BBBH", 1, 0x09, 0, 100))
+    board.send(P.SYNC + struct.pack("<BBBH", P.VERSION, 0x09, 0, 100))
     nonce = 0x12345678
     board.send(P.encode_frame(0x01, struct.pack("<I", nonce), 77) + b"\x00" * 100)
     first, second = board.frame(), board.frame()
@@ -468,7 +537,7 @@ def test_python_decoder_roundtrip_and_resync(parts, chunk_sizes):
 @given(st.integers(0, 255), st.integers(0, 255), st.binary(max_size=2000))
 def test_python_encode_decode_roundtrip(cmd, seq, payload):
     (f,) = P.FrameDecoder().feed(P.encode_frame(cmd, payload, seq))
-    assert (f.version, f.cmd, f.seq, f.payload) == (1, cmd, seq, payload)
+    assert (f.version, f.cmd, f.seq, f.payload) == (P.VERSION, cmd, seq, payload)
 
 
 # ------------------------------------------------------------------ property: live harness

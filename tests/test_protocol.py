@@ -223,9 +223,10 @@ def test_c_error_frame(lib):
 # --------------------------------------------------------------------------------- parser
 def test_c_parser_errors(lib):
     good = P.encode_frame(1, b"\x01\x02\x03\x04", 5)
-    bad_crc = good[:-1] + bytes([good[-1] ^ 0x01])
-    too_long = P.SYNC + struct.pack("<BBBH", 1, 5, 6, MAX_PAYLOAD + 1)
-    bad_version = P.encode_frame(1, b"\0\0\0\0", 7, version=2)
+    end = len(good) - P.PAD_SIZE             # the CRC's last byte is just before the pad
+    bad_crc = good[:end - 1] + bytes([good[end - 1] ^ 0x01]) + good[end:]
+    too_long = P.SYNC + struct.pack("<BBBH", P.VERSION, 5, 6, MAX_PAYLOAD + 1)
+    bad_version = P.encode_frame(1, b"\0\0\0\0", 7, version=P.VERSION + 1)
     events = c_feed(lib, bad_crc + too_long + bad_version + good)
     assert events == [("error", 1, 1, 5), ("error", 2, 5, 6), ("error", 4, 1, 7),
                       ("frame", 1, 5, b"\x01\x02\x03\x04")]
@@ -244,7 +245,7 @@ def test_c_parser_finds_a_frame_hidden_behind_a_false_sync(lib):
     false frame's CRC fails, the parser rescans the swallowed bytes and still finds it."""
     c_feed(lib, flush_bytes())
     real = P.encode_frame(5, b"hidden", 42)
-    false_header = P.SYNC + struct.pack("<BBBH", 1, 3, 0, 40)
+    false_header = P.SYNC + struct.pack("<BBBH", P.VERSION, 3, 0, 40)
     events = c_feed(lib, false_header + real + bytes(40))
     assert ("frame", 5, 42, b"hidden") in events
     assert events[0] == ("error", 1, 3, 0)      # the false frame: BAD_CRC, reported first
@@ -263,7 +264,7 @@ chunks = st.one_of(
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_c_parser_finds_the_frames_python_finds(lib, parts):
     """Differential: on garbage interleaved with frames, the C state machine reports exactly the
-    frames Python's FrameDecoder reports (version-1 frames; C drops others at the header), in
+    frames Python's FrameDecoder reports (frames of our version; C drops others at the header), in
     order, and every frame that was sent."""
     c_feed(lib, flush_bytes())   # start from a clean parser state
     stream, sent = b"", []
@@ -277,7 +278,37 @@ def test_c_parser_finds_the_frames_python_finds(lib, parts):
     stream += flush_bytes()
     c_frames = [e[1:] for e in c_feed(lib, stream) if e[0] == "frame"]
     py_frames = [(f.cmd, f.seq, f.payload)
-                 for f in P.FrameDecoder(max_payload=MAX_PAYLOAD).feed(stream) if f.version == 1]
+                 for f in P.FrameDecoder(max_payload=MAX_PAYLOAD).feed(stream) if f.version == P.VERSION]
     assert c_frames == py_frames
     it = iter(c_frames)
     assert all(s in it for s in sent), "a sent frame was not found (in order)"
+
+
+# ------------------------------------------------------------- fuzz: the host's decoder
+HOST_LIMITS = {0x81: P.HELLO_REPLY_MAX, 0x82: 12, 0x83: 20, 0x84: 20, 0x85: 256,
+               P.CMD_ERROR: P.ERROR_REPLY_MAX}
+host_bytes = st.lists(st.one_of(
+    st.binary(max_size=80),
+    st.binary(max_size=12).map(lambda b: P.SYNC + b),                     # false syncs
+    st.tuples(st.sampled_from(sorted(HOST_LIMITS)), st.integers(0, 255), st.binary(max_size=60))
+      .map(lambda t: P.encode_frame(t[0], t[2], t[1])),                  # CRC-valid, any payload
+), max_size=10)
+
+
+@given(host_bytes, st.integers(1, 50))
+@settings(max_examples=400, deadline=None)
+def test_the_host_decoder_and_reply_parsers_raise_only_protocol_errors(parts, chunk):
+    """Whatever arrives: the decoder never raises and holds no more than one frame's worth of
+    bytes, and parsing whatever frames come out fails, if at all, with ProtocolError only."""
+    from quarl_edge.errors import ProtocolError
+    dec = P.FrameDecoder(version=P.VERSION, limits=HOST_LIMITS)
+    stream = b"".join(parts)
+    for i in range(0, len(stream), chunk):
+        for f in dec.feed(stream[i:i + chunk]):
+            for parse in (P.parse_hello, lambda p: P.unpack_reply(P.MEM_REPLY, p, "MEM"),
+                          lambda p: P.unpack_reply(P.BENCH_REPLY, p, "BENCH"), P.Frame.error):
+                try:
+                    parse(f.payload) if parse is not P.Frame.error else f.error()
+                except ProtocolError as e:
+                    assert str(e) and "\n" not in str(e)
+        assert len(dec.buf) <= P.HEADER_SIZE + P.HELLO_REPLY_MAX + P.CRC_SIZE

@@ -6,6 +6,7 @@ import threading
 import time
 import tty
 
+import numpy as np
 import pytest
 
 from quarl_edge.link import protocol as P
@@ -92,6 +93,72 @@ def test_handshake_ignores_garbage_and_stale_nonces():
             assert len(calls) >= 2
             assert info.board_id == "fake" and info.inputs[0].shape == (1, 4)
             assert info.outputs[0].dtype == "float32" and info.max_payload == 256
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
+# ------------------------------------------------------- CRC-valid but malformed replies
+GOOD_HELLO = P.Hello(0, P.VERSION, "ns", 0, 256, "fake", "m", b"12345678", 64,
+                     [P.TensorSpec("float32", (1, 4))], [P.TensorSpec("float32", (1, 2))], 7)
+
+
+def _hello_payload(nonce: int) -> bytes:
+    GOOD_HELLO.nonce = nonce
+    return P.pack_hello(GOOD_HELLO)
+
+
+def _spec_with_dtype_9(nonce: int) -> bytes:
+    p = bytearray(_hello_payload(nonce))
+    at = p.index(struct.pack("<I", 64)) + 4 + 1     # arena bytes, n_inputs, then the dtype
+    p[at] = 9
+    return bytes(p)
+
+
+@pytest.mark.parametrize("hello, request_name, reply, message", [
+    (lambda n: _hello_payload(n)[:12], None, None, "HELLO reply is cut short"),
+    (lambda n: _hello_payload(n) + b"xx", None, None, "HELLO reply has 2 bytes more"),
+    (_spec_with_dtype_9, None, None, "dtype 9, which the protocol does not define"),
+    (_hello_payload, "INFER", struct.pack("<I", 1) + b"\0" * 4, "INFER reply has 8 bytes, expected 12"),
+    (_hello_payload, "MEM", b"\0" * 12, "MEM reply has 12 bytes, expected 20"),
+    (_hello_payload, "BENCH", b"\0" * 4, "BENCH reply has 4 bytes, expected 20"),
+])
+def test_malformed_replies_are_protocol_errors(hello, request_name, reply, message):
+    """A board (here a fake one on a real pty) whose replies pass the CRC but not their layout:
+    one ProtocolError line, never struct.error, KeyError or a numpy error."""
+    master, slave = os.openpty()
+    tty.setraw(slave)
+
+    def answer(f):
+        if f.cmd == P.COMMANDS["HELLO"]:
+            (nonce,) = struct.unpack("<I", f.payload)
+            return P.encode_frame(0x81, hello(nonce), f.seq)
+        return P.encode_frame(f.cmd | P.REPLY_BIT, reply, f.seq)
+
+    fake_board(master, answer)
+    try:
+        with BoardLink(os.ttyname(slave)) as link:
+            with pytest.raises(ProtocolError, match=message) as e:
+                link.hello(total_timeout=3)
+                {"INFER": lambda: link.infer([np.zeros((1, 4), np.float32)]),
+                 "MEM": link.mem, "BENCH": lambda: link.bench(1)}[request_name]()
+            assert "\n" not in str(e.value)
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
+def test_a_board_of_another_protocol_version_is_named_at_once():
+    master, slave = os.openpty()
+    tty.setraw(slave)
+    fake_board(master, lambda f: P.encode_frame(0x81, b"\0" * 30, f.seq, version=1))
+    try:
+        with BoardLink(os.ttyname(slave)) as link:
+            t0 = time.monotonic()
+            with pytest.raises(ProtocolError, match="another protocol version; this quarl-edge "
+                                                    f"speaks v{P.VERSION}"):
+                link.hello(total_timeout=5)
+            assert time.monotonic() - t0 < 1
     finally:
         os.close(master)
         os.close(slave)

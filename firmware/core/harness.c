@@ -2,8 +2,21 @@
  *
  * RAM: the frame layer's receive buffer (protocol.c), a copy of the last INFER input
  * (QE_INPUT_COPY_BYTES, default QE_MAX_PAYLOAD: an INFER payload never exceeds it; a build
- * that knows the model's input size can pass it to save RAM) and a few locals. Replies are
- * streamed from the arena, so there is no reply buffer. */
+ * that knows the model's input size can pass it to save RAM), what a retried INFER or BENCH
+ * is answered with (about 30 bytes) and a few locals. Replies are streamed from the arena, so
+ * there is no reply buffer.
+ *
+ * Retries (docs/protocol.md, "Retries and resets"): a request with the command, sequence
+ * number and CRC of the last one is the host's retry after a lost reply. INFER and BENCH, the
+ * commands that run the model, are then answered again from what they left (the cost, the
+ * outputs still in the arena, BENCH's statistics) without running again; HELLO, MEM and ECHO
+ * have no effect to repeat and are simply answered again.
+ *
+ * Boot id: the nonce of the first HELLO answered since boot. A board has no entropy of its own
+ * at boot (QEMU with -icount runs the same instructions every time), but the host's nonces are
+ * random, so after a restart the boot id differs from the one the host knew. At boot the
+ * harness announces itself with an unsolicited HELLO reply (sequence number
+ * QE_PROTO_BOOT_SEQ, nonce QE_PROTO_BOOT_NONCE, boot id 0). */
 #include <string.h>
 
 #include "qe_protocol.h"
@@ -41,6 +54,24 @@
  * scratch tensor over an input (in-place arena), so after one invoke the arena no longer holds
  * the input. Zero until the first INFER (BENCH before INFER runs on zeros). */
 static uint8_t last_input[QE_INPUT_COPY_BYTES];
+
+static uint32_t boot_id;   /* 0 until the first HELLO */
+
+/* The last request (valid once one ran; cleared by HELLO: a new session) and what a retry of
+ * it is answered with. */
+static uint8_t last_valid, last_cmd, last_seq;
+static uint16_t last_crc;
+static uint32_t last_cost;                         /* INFER */
+static uint32_t bench_n, bench_lo, bench_hi;       /* BENCH */
+static uint64_t bench_sum;
+
+static void remember(const qe_frame_t *f)   /* after an INFER or BENCH ran */
+{
+    last_valid = 1;
+    last_cmd = f->cmd;
+    last_seq = f->seq;
+    last_crc = f->crc;
+}
 
 static uint32_t tensors_bytes(const qe_tensor_spec_t *t, uint8_t n)
 {
@@ -128,23 +159,21 @@ static void tx_specs(const qe_tensor_spec_t *t, uint8_t n)
     }
 }
 
-static void do_hello(const qe_frame_t *f)
+static void tx_hello(uint8_t seq, uint32_t nonce)
 {
     const qe_model_info_t *m = &qe_model_info;
     uint32_t len;
 
-    if (f->len != 4u) {
-        bad_payload(f, QE_MSG("HELLO takes a u32 nonce"));
-        return;
-    }
-    len = 4u + 1u + 1u + 4u + 2u                 /* nonce, version, cost unit, clock, max_payload */
+    len = 4u + 1u + 4u                           /* nonce, version, boot id */
+        + 1u + 4u + 2u                           /* cost unit, clock, max_payload */
         + 1u + str_len(QE_BOARD_ID) + 1u + str_len(m->name)
         + 8u + 4u                                /* model hash, arena bytes */
         + 1u + specs_wire_bytes(m->inputs, m->n_inputs)
         + 1u + specs_wire_bytes(m->outputs, m->n_outputs);
-    qe_tx_begin(QE_REPLY(QE_CMD_HELLO), f->seq, (uint16_t)len);   /* < 12 kB even for 255+255 specs */
-    qe_tx_u32(rd_u32(f->payload));
+    qe_tx_begin(QE_REPLY(QE_CMD_HELLO), seq, (uint16_t)len);   /* < 12 kB even for 255+255 specs */
+    qe_tx_u32(nonce);
     qe_tx_u8(QE_PROTO_VERSION);
+    qe_tx_u32(boot_id);
     qe_tx_u8((uint8_t)(QE_COST_UNIT));
     qe_tx_u32((uint32_t)(QE_CLOCK_HZ));
     qe_tx_u16((uint16_t)(QE_MAX_PAYLOAD));
@@ -157,14 +186,42 @@ static void do_hello(const qe_frame_t *f)
     qe_tx_end();
 }
 
+static void do_hello(const qe_frame_t *f)
+{
+    uint32_t nonce;
+
+    if (f->len != 4u) {
+        bad_payload(f, QE_MSG("HELLO takes a u32 nonce"));
+        return;
+    }
+    nonce = rd_u32(f->payload);
+    if (boot_id == 0u)
+        boot_id = nonce;
+    last_valid = 0;   /* a new session: nothing to replay */
+    tx_hello(f->seq, nonce);
+}
+
 /* ------------------------------------------------------------------------------- INFER */
+/* The reply to the last INFER: its cost and the outputs, still in the arena (nothing runs the
+ * model between an INFER and its retry). */
+static void tx_infer(uint8_t seq)
+{
+    const qe_model_info_t *m = &qe_model_info;
+    uint8_t i;
+    qe_tx_begin(QE_REPLY(QE_CMD_INFER), seq,
+                (uint16_t)(4u + tensors_bytes(m->outputs, m->n_outputs)));
+    qe_tx_u32(last_cost);
+    for (i = 0; i < m->n_outputs; i++)
+        qe_tx_bytes(qe_arena + m->outputs[i].arena_offset, m->outputs[i].bytes);
+    qe_tx_end();
+}
+
 static void do_infer(const qe_frame_t *f)
 {
     const qe_model_info_t *m = &qe_model_info;
     uint32_t in_bytes = tensors_bytes(m->inputs, m->n_inputs);
     uint32_t out_bytes = tensors_bytes(m->outputs, m->n_outputs);
     uint32_t cost;
-    uint8_t i;
 
     if (f->len != in_bytes) {
         bad_payload(f, QE_MSG("INFER payload size differs from the inputs' bytes"));
@@ -181,14 +238,22 @@ static void do_infer(const qe_frame_t *f)
     memcpy(last_input, f->payload, in_bytes);
     restore_inputs();
     cost = run_once();
-    qe_tx_begin(QE_REPLY(QE_CMD_INFER), f->seq, (uint16_t)(4u + out_bytes));
-    qe_tx_u32(cost);
-    for (i = 0; i < m->n_outputs; i++)
-        qe_tx_bytes(qe_arena + m->outputs[i].arena_offset, m->outputs[i].bytes);
-    qe_tx_end();
+    last_cost = cost;
+    remember(f);
+    tx_infer(f->seq);
 }
 
 /* ------------------------------------------------------------------------------- BENCH */
+static void tx_bench(uint8_t seq)
+{
+    qe_tx_begin(QE_REPLY(QE_CMD_BENCH), seq, 4u + 4u + 4u + 8u);
+    qe_tx_u32(bench_n);
+    qe_tx_u32(bench_lo);
+    qe_tx_u32(bench_hi);
+    qe_tx_u64(bench_sum);
+    qe_tx_end();
+}
+
 static void do_bench(const qe_frame_t *f)
 {
     uint32_t n, i, c, lo = 0xFFFFFFFFu, hi = 0;
@@ -208,12 +273,12 @@ static void do_bench(const qe_frame_t *f)
             hi = c;
         sum += c;
     }
-    qe_tx_begin(QE_REPLY(QE_CMD_BENCH), f->seq, 4u + 4u + 4u + 8u);
-    qe_tx_u32(n);
-    qe_tx_u32(lo);
-    qe_tx_u32(hi);
-    qe_tx_u64(sum);
-    qe_tx_end();
+    bench_n = n;
+    bench_lo = lo;
+    bench_hi = hi;
+    bench_sum = sum;
+    remember(f);
+    tx_bench(f->seq);
 }
 
 /* --------------------------------------------------------------------------------- MEM */
@@ -251,6 +316,20 @@ static const char *rx_error_text(uint8_t code)
     }
 }
 
+/* A retry of the last request that ran the model: answered again, not run again. */
+static int replayed(const qe_frame_t *f)
+{
+    if (!last_valid || f->cmd != last_cmd || f->seq != last_seq || f->crc != last_crc)
+        return 0;
+    if (f->cmd == QE_CMD_INFER)
+        tx_infer(f->seq);
+    else if (f->cmd == QE_CMD_BENCH)
+        tx_bench(f->seq);
+    else
+        return 0;
+    return 1;
+}
+
 static void handle(qe_rx_status_t st, const qe_frame_t *f)
 {
     if (st == QE_RX_ERROR) {
@@ -259,6 +338,8 @@ static void handle(qe_rx_status_t st, const qe_frame_t *f)
         qe_tx_error(f->seq, f->error, f->cmd, rx_error_text(f->error));
         return;
     }
+    if (replayed(f))
+        return;
     switch (f->cmd) {
     case QE_CMD_HELLO: do_hello(f); break;
     case QE_CMD_INFER: do_infer(f); break;
@@ -276,12 +357,27 @@ static void handle(qe_rx_status_t st, const qe_frame_t *f)
     }
 }
 
+/* The payload size of each request, checked at its header (protocol.h). */
+static int length_ok(uint8_t cmd, uint16_t len)
+{
+    const qe_model_info_t *m = &qe_model_info;
+    switch (cmd) {
+    case QE_CMD_HELLO: return len == 4u;
+    case QE_CMD_INFER: return len == tensors_bytes(m->inputs, m->n_inputs);
+    case QE_CMD_BENCH: return len == 2u;
+    case QE_CMD_MEM: return len == 0u;
+    default: return 1;   /* ECHO takes any size; others are answered once complete */
+    }
+}
+
 void qe_harness_run(void)
 {
     qe_frame_t f;
     int c;
 
     qe_rx_reset();
+    qe_rx_set_length_check(length_ok);
+    tx_hello(QE_PROTO_BOOT_SEQ, QE_PROTO_BOOT_NONCE);   /* the boot announcement */
     for (;;) {
         qe_rx_status_t st;
         c = qe_port_read_byte();

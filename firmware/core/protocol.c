@@ -57,6 +57,13 @@ static uint16_t rx_need;
 static uint16_t rx_rd;
 static uint16_t rx_wr;
 
+static qe_rx_length_check_t rx_length_ok;
+
+void qe_rx_set_length_check(qe_rx_length_check_t check)
+{
+    rx_length_ok = check;
+}
+
 void qe_rx_reset(void)
 {
     rx_fill = rx_need = rx_rd = rx_wr = 0;
@@ -99,6 +106,7 @@ static qe_rx_status_t rx_step(uint8_t b, qe_frame_t *out)
     out->seq = rx_buf[4];
     out->len = (uint16_t)(rx_buf[5] | ((uint16_t)rx_buf[6] << 8));
     out->error = 0;
+    out->crc = 0;
     if (rx_fill == QE_PROTO_HEADER_SIZE) {
         /* Checked as soon as the header is in: a false sync in garbage is then usually dropped
          * after 7 bytes instead of swallowing up to max_payload bytes that may hold a real frame. */
@@ -106,6 +114,8 @@ static qe_rx_status_t rx_step(uint8_t b, qe_frame_t *out)
             return rx_fail(out, QE_ERR_BAD_VERSION);
         if (out->len > QE_MAX_PAYLOAD)
             return rx_fail(out, QE_ERR_TOO_LONG);
+        if (rx_length_ok && !rx_length_ok(out->cmd, out->len))
+            return rx_fail(out, QE_ERR_BAD_PAYLOAD);
         rx_need = (uint16_t)(QE_PROTO_HEADER_SIZE + out->len + QE_PROTO_CRC_SIZE);
         return QE_RX_NONE;
     }
@@ -115,6 +125,7 @@ static qe_rx_status_t rx_step(uint8_t b, qe_frame_t *out)
     got = (uint16_t)(rx_buf[rx_need - 2] | ((uint16_t)rx_buf[rx_need - 1] << 8));
     if (got != qe_crc16(rx_buf + 2, (uint32_t)rx_need - 4u))
         return rx_fail(out, QE_ERR_BAD_CRC);
+    out->crc = got;
     out->payload = rx_buf + QE_PROTO_HEADER_SIZE;
     rx_fill = 0;   /* the next byte overwrites the header only: payload stays valid until then */
     return QE_RX_FRAME;
@@ -232,11 +243,14 @@ void qe_tx_bytes(const uint8_t *data, uint32_t n)
 void qe_tx_end(void)
 {
     uint16_t crc;
+    uint8_t i;
     while (tx_left)
         qe_tx_u8(0);
     crc = tx_crc;
     tx_raw((uint8_t)(crc & 0xFFu));
     tx_raw((uint8_t)(crc >> 8));
+    for (i = 0; i < QE_PROTO_PAD_SIZE; i++)   /* a receiver that lost a byte sees it at once */
+        tx_raw(0u);
     tx_flush();
 }
 

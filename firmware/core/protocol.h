@@ -27,6 +27,7 @@ typedef struct {
     uint8_t seq;
     uint8_t error;            /* QE_ERR_* for QE_RX_ERROR, else 0 */
     uint16_t len;             /* payload length (for errors: what the header claimed) */
+    uint16_t crc;             /* QE_RX_FRAME only: the frame's CRC (tells a retry from a new request) */
     const uint8_t *payload;   /* QE_RX_FRAME only: valid until the next qe_rx_* call */
 } qe_frame_t;
 
@@ -37,6 +38,12 @@ void qe_rx_reset(void);
  * real frame may hide behind a false sync in garbage; that rescan can yield more events. */
 qe_rx_status_t qe_rx_push(uint8_t byte, qe_frame_t *out);
 qe_rx_status_t qe_rx_poll(qe_frame_t *out);
+/* Optional: a check of each header's (cmd, len), made as soon as the header is in; a header it
+ * refuses fails at once with QE_ERR_BAD_PAYLOAD instead of waiting for its payload. The harness
+ * knows every request's size: a length a corrupted byte made long then cannot swallow the
+ * frames behind it. NULL (the default) checks nothing beyond max_payload. */
+typedef int (*qe_rx_length_check_t)(uint8_t cmd, uint16_t len);
+void qe_rx_set_length_check(qe_rx_length_check_t check);
 
 /* ----------------------------------------------------------------------------- transmit */
 /* A frame is written as: qe_tx_begin(cmd, seq, payload length), exactly that many payload

@@ -10,7 +10,11 @@ It needs only numpy, pyserial (for --serial) and tflite-runtime, so it runs on t
 of quarl-edge it imports only the protocol (targets/launch.py's AGENT_FILES are what a deploy
 copies).
 Costs are nanoseconds of the board's monotonic clock around invoke(). A malformed frame gets an
-error frame, as from the firmware; the agent never stops on bad input.
+error frame, as from the firmware; the agent never stops on bad input. Like the firmware, it
+announces its start with an unsolicited HELLO reply, answers a retried INFER or BENCH (same
+command, sequence number and payload as the last one) with the last reply instead of running
+it again, and its boot id is the nonce of the first HELLO it answered. SIGUSR1 restarts it (the
+process executes itself again, keeping its stdin/stdout): a board reset, for tests.
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ import argparse
 import hashlib
 import os
 import resource
+import signal
 import socket
 import struct
 import sys
@@ -50,11 +55,25 @@ class Agent:
         self.flash_bytes = len(data)
         self.decoder = P.FrameDecoder(MAX_PAYLOAD, version=P.VERSION)
         self.last_input: list[np.ndarray] | None = None
+        self.boot_id = 0
+        # the last INFER or BENCH request, (cmd, seq, payload), and the reply it got
+        self.last_request: tuple[int, int, bytes] | None = None
+        self.last_reply = b""
 
     def spec(self, d) -> P.TensorSpec:
         scale, zp = d["quantization"]
         return P.TensorSpec(DTYPE_NAMES[np.dtype(d["dtype"])], tuple(int(v) for v in d["shape"]),
                             float(scale), int(zp))
+
+    def hello_reply(self, seq: int, nonce: int) -> bytes:
+        return P.encode_frame(P.COMMANDS["HELLO"] | P.REPLY_BIT, P.pack_hello(P.Hello(
+            nonce, P.VERSION, "ns", 0, MAX_PAYLOAD, self.board_id, self.model_path.stem[:255],
+            self.model_hash, 0, [self.spec(d) for d in self.inputs],
+            [self.spec(d) for d in self.outputs], self.boot_id)), seq)
+
+    def announcement(self) -> bytes:
+        """What the agent sends when it starts (docs/protocol.md, "Retries and resets")."""
+        return self.hello_reply(P.BOOT_SEQ, P.BOOT_NONCE)
 
     # ---------------------------------------------------------------------- commands
     def _invoke(self, inputs: list[np.ndarray]) -> int:
@@ -73,14 +92,15 @@ class Agent:
             return P.encode_frame(P.CMD_ERROR, bytes([code, f.cmd]) + msg.encode(), f.seq)
 
         cmd, payload = f.cmd, f.payload
+        if (cmd, f.seq, payload) == self.last_request:
+            return self.last_reply          # a retry: answered again, not run again
         if cmd == P.COMMANDS["HELLO"]:
             if len(payload) != 4:
                 return error(5, "HELLO takes a u32 nonce")
             (nonce,) = struct.unpack("<I", payload)
-            return reply(P.pack_hello(P.Hello(
-                nonce, P.VERSION, "ns", 0, MAX_PAYLOAD, self.board_id, self.model_path.stem[:255],
-                self.model_hash, 0, [self.spec(d) for d in self.inputs],
-                [self.spec(d) for d in self.outputs])))
+            self.boot_id = self.boot_id or nonce
+            self.last_request = None        # a new session: nothing to replay
+            return self.hello_reply(f.seq, nonce)
         if cmd == P.COMMANDS["INFER"]:
             specs = [self.spec(d) for d in self.inputs]
             if len(payload) != sum(s.nbytes for s in specs):
@@ -93,7 +113,7 @@ class Agent:
             self.last_input = inputs
             cost = self._invoke(inputs)
             outs = b"".join(self.interp.get_tensor(d["index"]).tobytes() for d in self.outputs)
-            return reply(struct.pack(P.COST_FMT, cost) + outs)
+            return self._remember(f, reply(struct.pack(P.COST_FMT, cost) + outs))
         if cmd == P.COMMANDS["BENCH"]:
             if len(payload) != 2:
                 return error(5, "BENCH takes a u16 count")
@@ -102,7 +122,8 @@ class Agent:
                 return error(5, "BENCH needs n >= 1")
             inputs = self.last_input or [np.zeros(d["shape"], d["dtype"]) for d in self.inputs]
             costs = [self._invoke(inputs) for _ in range(n)]
-            return reply(struct.pack(P.BENCH_REPLY, n, min(costs), max(costs), sum(costs)))
+            return self._remember(f, reply(struct.pack(P.BENCH_REPLY, n, min(costs), max(costs),
+                                                       sum(costs))))
         if cmd == P.COMMANDS["MEM"]:
             if payload:
                 return error(5, "MEM takes no payload")
@@ -111,6 +132,10 @@ class Agent:
         if cmd == P.COMMANDS["ECHO"]:
             return reply(payload)
         return error(3, f"unknown command 0x{cmd:02X}")
+
+    def _remember(self, f: P.Frame, reply: bytes) -> bytes:
+        self.last_request, self.last_reply = (f.cmd, f.seq, f.payload), reply
+        return reply
 
     def feed(self, data: bytes) -> bytes:
         """Bytes in -> reply bytes out (error frames for frames that failed to parse)."""
@@ -123,6 +148,14 @@ class Agent:
             out.append(P.encode_frame(P.CMD_ERROR, bytes([code, cmd]) + P.ERRORS[code][0].encode(), seq))
         self.decoder.errors.clear()
         return b"".join(out)
+
+
+def restart_on_sigusr1() -> None:
+    """SIGUSR1 makes the agent start again from scratch (a board reset): the process executes
+    its own command line again, with the same stdin/stdout."""
+    def restart(signum, frame):
+        os.execv(sys.executable, sys.orig_argv)
+    signal.signal(signal.SIGUSR1, restart)
 
 
 def serve_fds(agent: Agent, rfd: int, wfd: int) -> None:
@@ -149,14 +182,17 @@ def main(argv=None) -> int:
     ap.add_argument("--baudrate", type=int, default=115200)
     a = ap.parse_args(argv)
     agent = Agent(a.model, a.board_id)
+    restart_on_sigusr1()
     if a.stdio:
         import tty
         if os.isatty(0):
             tty.setraw(0)
+        os.write(1, agent.announcement())
         serve_fds(agent, 0, 1)
     elif a.serial:
         import serial
         with serial.Serial(a.serial, a.baudrate, timeout=0.1) as port:
+            port.write(agent.announcement())
             while True:
                 out = agent.feed(port.read(max(1, port.in_waiting)))
                 if out:

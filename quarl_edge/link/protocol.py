@@ -11,10 +11,19 @@ import struct
 import sys
 from dataclasses import dataclass, field
 
-VERSION = 1
+from ..errors import ProtocolError
+
+# 2: HELLO's reply carries the board's boot id (a changed boot id means the board restarted),
+#    the board announces its boot with an unsolicited HELLO reply, and a repeated request
+#    (same command, sequence number and CRC) is answered with the last reply, not run again.
+VERSION = 2
 SYNC = b"\xA5\x5A"
 HEADER_SIZE = 7  # sync(2) version(1) cmd(1) seq(1) len(2)
 CRC_SIZE = 2
+# Zero bytes sent after every frame (not part of it: receivers skip them like any garbage).
+# When a byte of a frame is lost, they complete it at once, so the receiver sees a CRC error
+# now instead of waiting for bytes that will not come.
+PAD_SIZE = 2
 REPLY_BIT = 0x80
 
 COMMANDS = {
@@ -25,6 +34,17 @@ COMMANDS = {
     "ECHO": 0x05,
 }
 CMD_ERROR = 0xFF
+# What a host may receive: the reply to each command, and error frames.
+REPLY_COMMANDS = frozenset({code | REPLY_BIT for code in COMMANDS.values()} | {CMD_ERROR})
+# The board's boot announcement: an unsolicited HELLO reply with this sequence number and
+# nonce (hosts never send nonce 0, so no request of theirs can be answered with it).
+BOOT_SEQ = 0
+BOOT_NONCE = 0
+# Bounds on a reply's payload before the board's HELLO is known (after it, the host knows the
+# exact size of every reply): HELLO's is < 12 kB even with 255 + 255 tensor specs of 8 dims;
+# an error frame's message is short (the firmware sends at most 200 characters).
+HELLO_REPLY_MAX = 12 * 1024
+ERROR_REPLY_MAX = 2 + 255
 
 ERRORS = {
     1: ("BAD_CRC", "the CRC did not match"),
@@ -56,7 +76,7 @@ def encode_frame(cmd: int, payload: bytes = b"", seq: int = 0, version: int = VE
     if len(payload) > 0xFFFF:
         raise ValueError(f"payload of {len(payload)} bytes does not fit a frame")
     body = struct.pack("<BBBH", version, cmd, seq & 0xFF, len(payload)) + payload
-    return SYNC + body + struct.pack("<H", crc16(body))
+    return SYNC + body + struct.pack("<H", crc16(body)) + bytes(PAD_SIZE)
 
 
 def resync_bytes(max_payload: int = 0xFFFF) -> bytes:
@@ -87,21 +107,67 @@ class Frame:
 class FrameDecoder:
     """Incremental frame parser: feed() bytes, collect complete frames.
 
-    Garbage before a sync is skipped; a frame that fails (too long, bad CRC, or — when
-    `version` is given, as on a board — another protocol version, checked as soon as the header
-    is in) is recorded in ``errors`` as (error code, cmd, seq), and parsing rescans the bytes
-    after its sync.
+    Garbage before a sync is skipped. The header is checked as soon as it is in, before its
+    length is trusted: another protocol version (when `version` is given), a length above
+    `max_payload`, or (when `limits` is given, as on a host: {command: largest payload}) a
+    command that is not in `limits` or a length above its limit. A header that fails, or a
+    frame whose CRC fails, is recorded in ``errors`` as (error code, cmd, seq), and parsing
+    rescans from the byte after its sync, so a real frame behind a false sync is still found.
+    A host should check the header fully: a false sync that announces a long payload would
+    otherwise hold back every frame behind it until that many bytes have arrived.
     """
 
-    def __init__(self, max_payload: int = 0xFFFF, version: int | None = None):
+    def __init__(self, max_payload: int = 0xFFFF, version: int | None = None,
+                 limits: dict[int, int] | None = None):
         self.buf = bytearray()
         self.max_payload = max_payload
         self.version = version
+        self.limits = limits
         self.errors: list[tuple[int, int, int]] = []
+        self.rejected = 0     # every failed header or CRC, also those taken out of `errors`
 
     @property
     def bad_frames(self) -> int:
         return len(self.errors)
+
+    @property
+    def pending(self) -> bool:
+        """A frame has started (sync and maybe more) but is not complete."""
+        return self.buf.startswith(SYNC)
+
+    def skip_pending(self) -> bool:
+        """Give up on the frame being assembled (its rest will not come: a byte was lost) and
+        rescan from the byte after its sync; True if there was one. Call feed(b"") after it."""
+        if not self.pending:
+            return False
+        del self.buf[:2]
+        return True
+
+    def find_inside(self, want) -> Frame | None:
+        """While a frame is pending, a complete valid frame that starts inside it and for
+        which want(frame) holds, e.g. the reply a host waits for: a false sync whose header
+        passed (a corrupted length) would hold it back until that many bytes came. If there is
+        one, the pending frame was false: it and everything up to the end of the found frame
+        are dropped, and the found frame is returned."""
+        if not self.pending:
+            return None
+        probe = FrameDecoder(self.max_payload, self.version, self.limits)
+        for f in probe.feed(bytes(self.buf[2:])):
+            if want(f):
+                self.rejected += 1
+                self.buf = probe.buf
+                return f
+        return None
+
+    def _header_error(self, version: int, cmd: int, length: int) -> int:
+        if self.version is not None and version != self.version:
+            return 4                                    # BAD_VERSION
+        if self.limits is not None:
+            if cmd not in self.limits:
+                return 3                                # UNKNOWN_CMD
+            if length > self.limits[cmd]:
+                return 2                                # TOO_LONG
+        return 2 if length > self.max_payload else 0
 
     def feed(self, data: bytes) -> list[Frame]:
         self.buf += data
@@ -116,10 +182,10 @@ class FrameDecoder:
             if len(self.buf) < HEADER_SIZE:
                 return frames
             version, cmd, seq, length = struct.unpack_from("<BBBH", self.buf, 2)
-            error = (4 if self.version is not None and version != self.version else
-                     2 if length > self.max_payload else 0)
+            error = self._header_error(version, cmd, length)
             if error:
                 self.errors.append((error, cmd, seq))
+                self.rejected += 1
                 del self.buf[:2]
                 continue
             total = HEADER_SIZE + length + CRC_SIZE
@@ -129,6 +195,7 @@ class FrameDecoder:
             (crc,) = struct.unpack_from("<H", self.buf, HEADER_SIZE + length)
             if crc != crc16(body):
                 self.errors.append((1, cmd, seq))
+                self.rejected += 1
                 del self.buf[:2]
                 continue
             frames.append(Frame(version, cmd, seq, bytes(self.buf[HEADER_SIZE : HEADER_SIZE + length])))
@@ -173,20 +240,31 @@ class Hello:
     arena_bytes: int
     inputs: list[TensorSpec] = field(default_factory=list)
     outputs: list[TensorSpec] = field(default_factory=list)
+    boot_id: int = 0       # the nonce of the first HELLO the board answered since it booted
+
+    @property
+    def is_boot_announcement(self) -> bool:
+        return self.nonce == BOOT_NONCE
 
 
 class _Reader:
-    def __init__(self, data: bytes):
-        self.data, self.pos = data, 0
+    """Reads a reply payload; running short, or a value the protocol does not define, is a
+    ProtocolError naming what was being read."""
+
+    def __init__(self, data: bytes, what: str):
+        self.data, self.pos, self.what = data, 0, what
 
     def take(self, fmt: str):
+        size = struct.calcsize("<" + fmt)
+        if self.pos + size > len(self.data):
+            raise ProtocolError(f"{self.what} reply is cut short: {len(self.data)} bytes")
         vals = struct.unpack_from("<" + fmt, self.data, self.pos)
-        self.pos += struct.calcsize("<" + fmt)
+        self.pos += size
         return vals if len(vals) > 1 else vals[0]
 
     def raw(self, n: int) -> bytes:
         if self.pos + n > len(self.data):
-            raise struct.error("payload too short")
+            raise ProtocolError(f"{self.what} reply is cut short: {len(self.data)} bytes")
         out = self.data[self.pos : self.pos + n]
         self.pos += n
         return out
@@ -196,20 +274,42 @@ class _Reader:
 
     def tensor(self) -> TensorSpec:
         code, ndims = self.take("BB")
+        if code not in DTYPES:
+            raise ProtocolError(f"{self.what} reply names dtype {code}, which the protocol "
+                                f"does not define (known: {', '.join(map(str, DTYPES))})")
         dims = tuple(self.take("H") for _ in range(ndims))
         scale, zp = self.take("fi")
         return TensorSpec(DTYPES[code][0], dims, scale, zp)
 
+    def end(self) -> None:
+        if self.pos != len(self.data):
+            raise ProtocolError(f"{self.what} reply has {len(self.data) - self.pos} bytes "
+                                "more than its fields")
+
 
 def parse_hello(payload: bytes) -> Hello:
-    r = _Reader(payload)
-    nonce, version, unit, clock, max_payload = r.take("IBBIH")
+    """A HELLO reply's payload; anything malformed is a ProtocolError."""
+    r = _Reader(payload, "HELLO")
+    nonce, version = r.take("IB")
+    if version != VERSION:   # the rest may be laid out differently: do not read it
+        raise ProtocolError(f"the board speaks protocol v{version}; this quarl-edge speaks "
+                            f"v{VERSION}: rebuild and flash the firmware with this version")
+    boot_id, unit, clock, max_payload = r.take("IBIH")
     board, model, mhash = r.string(), r.string(), r.raw(8)
     arena = r.take("I")
     inputs = [r.tensor() for _ in range(r.take("B"))]
     outputs = [r.tensor() for _ in range(r.take("B"))]
+    r.end()
     return Hello(nonce, version, COST_UNITS.get(unit, f"unit{unit}"), clock, max_payload,
-                 board, model, mhash, arena, inputs, outputs)
+                 board, model, mhash, arena, inputs, outputs, boot_id)
+
+
+def unpack_reply(fmt: str, payload: bytes, what: str) -> tuple:
+    """struct.unpack of a fixed-size reply; another size is a ProtocolError."""
+    if len(payload) != struct.calcsize(fmt):
+        raise ProtocolError(f"{what} reply has {len(payload)} bytes, expected "
+                            f"{struct.calcsize(fmt)}")
+    return struct.unpack(fmt, payload)
 
 
 def pack_hello(h: Hello) -> bytes:
@@ -217,8 +317,8 @@ def pack_hello(h: Hello) -> bytes:
     def s(x: str) -> bytes:
         b = x.encode("ascii")
         return struct.pack("<B", len(b)) + b
-    return (struct.pack("<IBBIH", h.nonce, h.version, COST_UNIT_CODES[h.cost_unit], h.clock_hz,
-                        h.max_payload)
+    return (struct.pack("<IBIBIH", h.nonce, h.version, h.boot_id, COST_UNIT_CODES[h.cost_unit],
+                        h.clock_hz, h.max_payload)
             + s(h.board_id) + s(h.model_name) + h.model_hash[:8].ljust(8, b"\0")
             + struct.pack("<I", h.arena_bytes)
             + struct.pack("<B", len(h.inputs)) + b"".join(t.pack() for t in h.inputs)
@@ -244,8 +344,11 @@ def c_header() -> str:
         f"#define QE_PROTO_SYNC1 0x{SYNC[1]:02X}",
         f"#define QE_PROTO_HEADER_SIZE {HEADER_SIZE}",
         f"#define QE_PROTO_CRC_SIZE {CRC_SIZE}",
+        f"#define QE_PROTO_PAD_SIZE {PAD_SIZE}",
         f"#define QE_PROTO_REPLY_BIT 0x{REPLY_BIT:02X}",
         f"#define QE_PROTO_CMD_ERROR 0x{CMD_ERROR:02X}",
+        f"#define QE_PROTO_BOOT_SEQ {BOOT_SEQ}",
+        f"#define QE_PROTO_BOOT_NONCE {BOOT_NONCE}u",
         "",
     ]
     lines += [f"#define QE_CMD_{name} 0x{code:02X}" for name, code in COMMANDS.items()]

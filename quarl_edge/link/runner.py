@@ -1,10 +1,15 @@
 """The serial runner: talks the harness protocol (docs/protocol.md) to a board over pyserial.
 
 A port is anything pyserial's serial_for_url() opens: a device path (/dev/ttyACM0, a pty) or a
-URL (socket://127.0.0.1:PORT, loop://). One `command()` sends a frame and waits for its reply;
-error frames become ProtocolError with the error's name."""
+URL (socket://127.0.0.1:PORT, loop://, and our fault-injecting fault://, link/fault.py, which
+importing this module registers). One `command()` sends a request and returns its reply; a
+lost or garbled exchange is retried (the sequence number makes a retry idempotent: the board
+answers it with its last reply), a board that restarted raises BoardReset after a new
+handshake, and error frames for a well-formed request become ProtocolError with the error's
+name. `BoardLink.stats` counts what the link survived."""
 from __future__ import annotations
 
+import collections
 import os
 import queue
 import struct
@@ -16,13 +21,34 @@ import numpy as np
 import serial
 
 from . import protocol as P
-from ..errors import BoardError, ProtocolError
+from ..errors import BoardError, BoardReset, ProtocolError
+
+# pyserial finds the fault:// handler as quarl_edge.link.urlhandler.protocol_fault
+if "quarl_edge.link.urlhandler" not in serial.protocol_handler_packages:
+    serial.protocol_handler_packages.append("quarl_edge.link.urlhandler")
 
 HELLO_TIMEOUT_S = 0.25     # per HELLO attempt (a pty answers in < 1 ms; QEMU's pty can take ~1 s)
 HANDSHAKE_S = 10.0         # total time to wait for a board to answer HELLO
-REPLY_TIMEOUT_S = 5.0      # one command's reply
+REPLY_TIMEOUT_S = 5.0      # one command's reply: REPLY_TIMEOUT_S only bounds explicit waits
 BYTES_PER_S = 10_000       # extra timeout per payload byte (115200 baud ~ 11.5 kB/s)
 WRITE_TIMEOUT_S = 2.0      # a board that stops reading must not block us forever
+READ_S = 0.01              # one read's wait: how finely the waits below are kept
+
+# Retries (docs/protocol.md, "Retries and resets"): their limits, in this one place.
+RETRIES = 8                # re-sends of one request; then HELLO tells a reset from a dead board
+FIRST_ATTEMPT_S = 1.0      # the first wait for a command never answered before (+ payload time)
+ATTEMPT_MIN_S = 0.03       # the shortest wait for one attempt's reply ...
+RTT_FACTOR = 4             # ... else RTT_FACTOR x the slowest of the command's last round trips
+RTT_HISTORY = 32           # (how many round trips are remembered per command)
+ATTEMPT_MAX_S = 1.0        # each retry doubles the wait, up to this (bounded backoff)
+REHANDSHAKE_S = 3.0        # how long the HELLO after failed retries, or after a reset, may take
+RESET_REPLAYS = 3          # how often a caller redoes what board resets interrupted (hil: an
+                           # episode, validate: an input) before the BoardReset is the error
+# A garbled exchange is re-sent at once. So a board that falls silent is reported within
+# FIRST_ATTEMPT_S + RETRIES x ATTEMPT_MAX_S + (zeros) + REHANDSHAKE_S (~13 s) at most; during a
+# session (known round trips) within 0.03 + 0.06 + ... + 0.96 + 1 + 1 + 0.4 + 3 = 8.3 s.
+
+TRANSPORT_ERRORS = {"BAD_CRC", "TOO_LONG", "BAD_VERSION"}   # the board got our bytes garbled
 
 
 @dataclass
@@ -47,16 +73,24 @@ class BoardLink:
 
     def __init__(self, url: str, baudrate: int = 115200, trace: bool = False, alive=None):
         try:
-            self.ser = serial.serial_for_url(url, baudrate=baudrate, timeout=0.05,
+            self.ser = serial.serial_for_url(url, baudrate=baudrate, timeout=READ_S,
                                              write_timeout=WRITE_TIMEOUT_S)
         except (serial.SerialException, ValueError) as e:
             raise BoardError(f"cannot open serial port {url}: {e}") from None
         self.url = url
         self.trace = trace
         self.alive = alive or (lambda: True)   # tells whether the board process still runs
-        self.decoder = P.FrameDecoder()
         self.seq = 0
         self.info: P.Hello | None = None
+        # retries: re-sent requests; timeouts: attempts that got no reply in time; bad_frames:
+        # frames from the board whose header or CRC failed here; board_errors: error frames
+        # saying the board got our request garbled; resyncs: input flushed (handshakes) or a
+        # half-received frame given up; resets: board restarts seen.
+        self.stats = {"retries": 0, "timeouts": 0, "bad_frames": 0, "board_errors": 0,
+                      "resyncs": 0, "resets": 0}
+        self._rtt: dict[int, collections.deque] = {}
+        self._old_version_seq: int | None = None
+        self.decoder = self._new_decoder()
 
     def __enter__(self):
         return self
@@ -67,16 +101,51 @@ class BoardLink:
     def close(self):
         self.ser.close()
 
+    def report(self) -> dict:
+        """`stats`, and on a fault:// port what it injected ("faults")."""
+        from .fault import Serial as FaultPort
+        out = dict(self.stats)
+        if isinstance(self.ser, FaultPort):
+            out["faults"] = dict(self.ser.counts)
+        return out
+
     # ------------------------------------------------------------------------ framing
-    def _send(self, cmd: int, payload: bytes) -> int:
+    def _new_decoder(self) -> P.FrameDecoder:
+        """A decoder that takes only what this board may send: this protocol version, reply
+        commands, and no reply longer than it can be (exact sizes once HELLO is known)."""
+        R = P.REPLY_BIT
+        limits = {P.COMMANDS["HELLO"] | R: P.HELLO_REPLY_MAX, P.CMD_ERROR: P.ERROR_REPLY_MAX}
+        if self.info is not None:
+            outs = sum(s.nbytes for s in self.info.outputs)
+            limits.update({P.COMMANDS["INFER"] | R: struct.calcsize(P.COST_FMT) + outs,
+                           P.COMMANDS["BENCH"] | R: struct.calcsize(P.BENCH_REPLY),
+                           P.COMMANDS["MEM"] | R: struct.calcsize(P.MEM_REPLY),
+                           P.COMMANDS["ECHO"] | R: self.info.max_payload})
+        return P.FrameDecoder(max_payload=0xFFFF, version=P.VERSION, limits=limits)
+
+    def _reset_input(self) -> None:
+        """Start from a clean slate: drop what the port holds and what the decoder holds."""
+        self._absorb_decoder_counts()
+        try:
+            self.ser.reset_input_buffer()
+        except serial.SerialException as e:
+            raise BoardError(f"the board stopped: resetting {self.url} failed: {e}") from None
+        self.decoder = self._new_decoder()
+        self.stats["resyncs"] += 1
+
+    def _absorb_decoder_counts(self) -> None:
+        self.stats["bad_frames"] += self.decoder.rejected
+        self.decoder.rejected = 0
+
+    def _next_seq(self) -> int:
         self.seq = (self.seq + 1) & 0xFF
-        frame = P.encode_frame(cmd, payload, self.seq)
-        if self.trace:
-            print(f"[trace {time.monotonic():.4f}] -> {frame.hex(' ')}", file=sys.stderr)
-        self._write(frame)
+        if self.seq == P.BOOT_SEQ:      # the boot announcement's: never a request's
+            self.seq = 1
         return self.seq
 
     def _write(self, data: bytes) -> None:
+        if self.trace:
+            print(f"[trace {time.monotonic():.4f}] -> {data.hex(' ')}", file=sys.stderr)
         try:
             self.ser.write(data)
             self.ser.flush()
@@ -91,62 +160,191 @@ class BoardLink:
             data = self.ser.read(max(1, self.ser.in_waiting))
         except serial.SerialException as e:   # e.g. an emulator's TCP socket closed
             raise BoardError(f"the board stopped: reading from {self.url} failed: {e}") from None
-        if data and self.trace:
+        if not data:
+            return []
+        if self.trace:
             print(f"[trace {time.monotonic():.4f}] <- {data.hex(' ')}", file=sys.stderr)
-        return self.decoder.feed(data) if data else []
+        frames = self.decoder.feed(data)
+        for code, cmd, seq in self.decoder.errors:   # a header of another protocol version
+            if code == 4 and cmd == P.COMMANDS["HELLO"] | P.REPLY_BIT:   # answering HELLO
+                self._old_version_seq = seq
+        self.decoder.errors.clear()
+        return frames
+
+    @staticmethod
+    def _is_boot(f: P.Frame) -> bool:
+        return (f.cmd == P.COMMANDS["HELLO"] | P.REPLY_BIT and f.seq == P.BOOT_SEQ
+                and f.payload[:4] == struct.pack("<I", P.BOOT_NONCE))
+
+    # ----------------------------------------------------------------------- commands
+    def _first_wait(self, cmd: int, payload_len: int) -> float:
+        rtts = self._rtt.get(cmd)
+        if not rtts:
+            return FIRST_ATTEMPT_S + payload_len / BYTES_PER_S
+        return max(ATTEMPT_MIN_S, RTT_FACTOR * max(rtts))
 
     def command(self, name: str, payload: bytes = b"", timeout: float | None = None) -> bytes:
-        """Send one command and return its reply payload; error frames raise ProtocolError."""
+        """Send one request and return its reply payload, re-sending it (same sequence number)
+        while the reply is lost or garbled. `timeout`: the wait for a slow command's first
+        attempt (BENCH), else it follows the command's recent round trips. An error frame for
+        a well-formed request raises ProtocolError; a board that restarted, BoardReset; one
+        that stopped answering, BoardError, within a bounded time (see the constants)."""
         cmd = P.COMMANDS[name]
-        timeout = timeout or REPLY_TIMEOUT_S + len(payload) / BYTES_PER_S
-        seq = self._send(cmd, payload)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for f in self._read_frames():
-                if f.seq != seq:
-                    continue            # a late reply to an earlier, timed-out command
+        seq = self._next_seq()
+        frame = P.encode_frame(cmd, payload, seq)
+        base = timeout or self._first_wait(cmd, len(payload))
+        t0 = time.monotonic()
+        timeouts, zeroed = 0, False
+        for attempt in range(RETRIES + 1):
+            if attempt:
+                self.stats["retries"] += 1
+            extra = 0.0
+            if timeouts >= 2 and not zeroed:
+                # Even a retry went unanswered: the board may be assembling a frame whose length
+                # a corrupted byte made long, swallowing our retries. Zeros complete it; the
+                # wait includes the time the board takes to read them (else the next request
+                # times out behind them, and more zeros follow).
+                zeros = P.resync_bytes(self.info.max_payload if self.info else 0xFFFF)
+                self._write(zeros)
+                self.stats["resyncs"] += 1
+                extra, zeroed = len(zeros) / BYTES_PER_S, True
+            sent = time.monotonic()
+            self._write(frame)
+            wait = extra + (base if timeout else min(max(ATTEMPT_MAX_S, base), base * 2 ** attempt))
+            reply, timed_out = self._await(name, cmd, seq, sent + wait, attempt)
+            timeouts = timeouts + 1 if timed_out else 0
+            if reply is not None:
+                if attempt == 0:
+                    self._rtt.setdefault(cmd, collections.deque(maxlen=RTT_HISTORY)).append(
+                        time.monotonic() - sent)
+                return reply
+        # Every attempt failed: a board that restarted, or one that is gone?
+        spent = time.monotonic() - t0
+        try:
+            self.hello(REHANDSHAKE_S)      # raises BoardReset if the board restarted
+        except BoardReset:
+            raise
+        except BoardError:
+            raise BoardError(f"the board on {self.url} stopped answering: no reply to {name} "
+                             f"after {RETRIES + 1} attempts in {spent:.1f} s, and no answer to "
+                             f"HELLO within {REHANDSHAKE_S:.0f} s") from None
+        raise BoardError(f"the board on {self.url} answers HELLO but not {name}: no valid "
+                         f"reply after {RETRIES + 1} attempts in {spent:.1f} s "
+                         f"(link: {self.stats})")
+
+    def _await(self, name: str, cmd: int, seq: int, deadline: float,
+               attempt: int) -> tuple[bytes | None, bool]:
+        """(the reply to request `seq`, False), or (None, timed out?) when it should be re-sent:
+        the wait ran out, or the exchange was garbled (a frame failed here, or the board got
+        our request garbled)."""
+        garbled = False
+        while True:
+            now = time.monotonic()
+            if now >= deadline:
+                self.stats["timeouts"] += 1
+                if self.decoder.skip_pending():     # its rest will not come: a byte was lost
+                    self.stats["resyncs"] += 1
+                    self.decoder.feed(b"")
+                return None, True
+            rejected = self.decoder.rejected
+            frames = self._read_frames()
+            hidden = self.decoder.find_inside(
+                lambda f: (f.cmd == cmd | P.REPLY_BIT and f.seq == seq) or self._is_boot(f))
+            for f in frames + ([hidden] if hidden else []):
+                if f.cmd == cmd | P.REPLY_BIT and f.seq == seq:
+                    self._absorb_decoder_counts()
+                    return f.payload, False
+                if self._is_boot(f):
+                    # the board announced a boot: handshake again, which raises BoardReset
+                    # (if its boot id is unchanged, it did not restart: just re-send)
+                    self.hello(REHANDSHAKE_S)
+                    return None, False
                 if f.is_error:
                     err, _, msg = f.error()
-                    raise ProtocolError(f"board answered {name} with {err}: {msg}")
-                if f.cmd == cmd | P.REPLY_BIT:
-                    return f.payload
+                    if err in TRANSPORT_ERRORS or (err == "BAD_PAYLOAD" and f.seq == seq
+                                                   and attempt < RETRIES):
+                        # (our request's size is right: BAD_PAYLOAD is a length garbled on the
+                        # way, unless every attempt gets it)
+                        self.stats["board_errors"] += 1
+                        garbled = True
+                    elif f.seq == seq:
+                        raise ProtocolError(f"board answered {name} with {err}: {msg}")
+                # else: a late reply to an earlier attempt or request
+            garbled = garbled or self.decoder.rejected != rejected
+            self._absorb_decoder_counts()
+            if garbled and not self.ser.in_waiting:   # re-send once the burst is read
+                return None, False
             if not self.alive():
                 raise BoardError(f"the board stopped while waiting for {name}")
-        raise BoardError(f"no reply to {name} from {self.url} within {timeout:.1f} s")
 
-    # ---------------------------------------------------------------------- commands
+    # ---------------------------------------------------------------------- handshake
     def hello(self, total_timeout: float = HANDSHAKE_S) -> P.Hello:
-        """Handshake: HELLO with a random nonce, retried until the board echoes it."""
+        """Handshake: HELLO with a random nonce, retried until the board echoes it, from a
+        clean input. On a link that had handshaken before, a changed boot id means the board
+        restarted: if it still runs the same model (hash, tensor specs), BoardReset is raised."""
+        self._reset_input()
+        self._old_version_seq = None
         deadline = time.monotonic() + total_timeout
         attempts = 0
         while time.monotonic() < deadline:
             if attempts == 1:   # unanswered once: complete any frame a false sync started
                 try:
                     self._write(P.resync_bytes())
+                    self.stats["resyncs"] += 1
                 except BoardError:
                     pass        # a board that reads nothing will not answer HELLO either
             attempts += 1
             if not self.alive():
                 raise BoardError("the board stopped before answering HELLO")
-            nonce = struct.unpack("<I", os.urandom(4))[0]
+            nonce = 0
+            while nonce == P.BOOT_NONCE:
+                (nonce,) = struct.unpack("<I", os.urandom(4))
+            seq = self._next_seq()
             try:
-                reply = self.command("HELLO", struct.pack("<I", nonce), timeout=HELLO_TIMEOUT_S)
-            except ProtocolError:
-                continue                # e.g. BAD_CRC on bytes left from before we opened
+                self._write(P.encode_frame(P.COMMANDS["HELLO"], struct.pack("<I", nonce), seq))
             except BoardError:
-                if not self.alive():
-                    raise
-                continue
-            info = P.parse_hello(reply)
-            if info.nonce != nonce:
-                continue
-            if info.version != P.VERSION:
-                raise ProtocolError(f"board speaks protocol v{info.version}; we speak v{P.VERSION}")
-            self.info = info
-            return info
+                continue        # not taking bytes yet (still booting?): until the deadline
+            info = self._await_hello(seq, nonce, min(deadline, time.monotonic() + HELLO_TIMEOUT_S))
+            if info is not None:
+                return self._accept(info)
+        self._absorb_decoder_counts()
         raise BoardError(f"no HELLO answer from {self.url} within {total_timeout:.0f} s: is the "
                          "firmware running, and is this its port?")
 
+    def _await_hello(self, seq: int, nonce: int, deadline: float) -> P.Hello | None:
+        while time.monotonic() < deadline:
+            for f in self._read_frames():
+                if f.cmd == P.COMMANDS["HELLO"] | P.REPLY_BIT and f.seq == seq:
+                    info = P.parse_hello(f.payload)   # malformed: ProtocolError
+                    if info.nonce == nonce:
+                        return info
+            if self._old_version_seq == seq:
+                raise ProtocolError(f"the board on {self.url} answers HELLO in another protocol "
+                                    f"version; this quarl-edge speaks v{P.VERSION}: rebuild and "
+                                    "flash the firmware with it")
+            if not self.alive():
+                raise BoardError("the board stopped before answering HELLO")
+        self._absorb_decoder_counts()
+        return None
+
+    def _accept(self, info: P.Hello) -> P.Hello:
+        old, self.info = self.info, info
+        self._absorb_decoder_counts()
+        self.decoder = self._new_decoder()     # now with the exact reply sizes
+        if old is None or info.boot_id == old.boot_id:
+            return info
+        self.stats["resets"] += 1
+        for what, a, b in (("model hash", old.model_hash, info.model_hash),
+                           ("inputs", old.inputs, info.inputs),
+                           ("outputs", old.outputs, info.outputs)):
+            if a != b:
+                raise BoardError(f"the board on {self.url} restarted and now runs another model "
+                                 f"({what} {b} instead of {a}); flash it again")
+        raise BoardReset(f"the board on {self.url} restarted (boot id {old.boot_id:08x} -> "
+                         f"{info.boot_id:08x}); it runs the same model again, but what was in "
+                         "progress is lost")
+
+    # ----------------------------------------------------------------------- requests
     def infer(self, inputs: list[np.ndarray]) -> tuple[list[np.ndarray], int]:
         """Run one inference; returns (outputs, cost in the board's unit)."""
         assert self.info is not None, "call hello() first"
@@ -156,23 +354,25 @@ class BoardLink:
         payload = b"".join(np.ascontiguousarray(x, dtype=s.np_dtype).tobytes()
                            for x, s in zip(inputs, specs))
         reply = self.command("INFER", payload)
+        pos = struct.calcsize(P.COST_FMT)
+        want = pos + sum(s.nbytes for s in self.info.outputs)
+        if len(reply) != want:
+            raise ProtocolError(f"INFER reply has {len(reply)} bytes, expected {want}")
         (cost,) = struct.unpack_from(P.COST_FMT, reply)
-        outs, pos = [], struct.calcsize(P.COST_FMT)
+        outs = []
         for s in self.info.outputs:
             outs.append(np.frombuffer(reply, dtype=s.np_dtype, count=s.nbytes // np.dtype(s.np_dtype).itemsize,
                                       offset=pos).reshape(s.shape).copy())
             pos += s.nbytes
-        if pos != len(reply):
-            raise ProtocolError(f"INFER reply has {len(reply)} bytes, expected {pos}")
         return outs, cost
 
     def bench(self, n: int) -> BenchStats:
         reply = self.command("BENCH", struct.pack("<H", n), timeout=REPLY_TIMEOUT_S + n * 0.05)
-        cnt, lo, hi, total = struct.unpack(P.BENCH_REPLY, reply)
+        cnt, lo, hi, total = P.unpack_reply(P.BENCH_REPLY, reply, "BENCH")
         return BenchStats(cnt, lo, hi, total / max(cnt, 1))
 
     def mem(self) -> MemStats:
-        return MemStats(*struct.unpack(P.MEM_REPLY, self.command("MEM")))
+        return MemStats(*P.unpack_reply(P.MEM_REPLY, self.command("MEM"), "MEM"))
 
     def echo(self, data: bytes) -> bytes:
         return self.command("ECHO", data)

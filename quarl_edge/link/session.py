@@ -87,6 +87,14 @@ class BoardSession:
         if detail and "(board " not in str(exc):
             raise BoardError(f"{exc} (board {detail})") from None
 
+    def release_port(self) -> None:
+        """Close our connection to the board but keep the board running (`quarl-edge flash`):
+        a QEMU board's serial socket takes one client at a time, so the user's next command
+        (validate --port URL) can only connect once we are gone."""
+        if self.link is not None:
+            self.link.close()
+            self.link = None
+
     def memory(self) -> dict:
         """Flash/RAM from the ELF (when we built it) or the board, stack high-water from the board."""
         m = self.link.mem()

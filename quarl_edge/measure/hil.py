@@ -12,8 +12,8 @@ from typing import Callable
 import gymnasium as gym
 import numpy as np
 
-from ..errors import QuarlError
-from ..link.runner import latency_summary
+from ..errors import BoardReset, QuarlError
+from ..link.runner import RESET_REPLAYS, latency_summary
 from ..link.session import BoardSession
 from ..rl.envs import default_head, make_gym
 from ..rl.envs import output_to_action as to_action
@@ -121,11 +121,29 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
             costs.append(cost)
             return to_action(dequantized(y, out_spec), space, head)
 
+        replayed = 0
+
+        def board_episode(sd):   # an episode a board reset interrupted is played again
+            nonlocal replayed
+            for replay in range(RESET_REPLAYS + 1):
+                mark = len(costs)
+                try:
+                    return play(env_id, board_act, [sd], log_episode("board"))
+                except BoardReset:
+                    del costs[mark:]
+                    if replay == RESET_REPLAYS:
+                        raise
+                    replayed += 1
+
         t0 = time.perf_counter()
-        returns, visited, board_actions = play(env_id, board_act, seeds, log_episode("board"))
+        episodes_played = [board_episode(sd) for sd in seeds]
         wall = time.perf_counter() - t0
+        returns = [r for e in episodes_played for r in e[0]]
+        visited = np.concatenate([e[1] for e in episodes_played])
+        board_actions = [a for e in episodes_played for a in e[2]]
         memory = s.memory()
         unit = s.info.cost_unit
+        link = {**s.link.report(), "replayed_episodes": replayed}
 
     host = host_reference(mpath)   # tflite-runtime (int8-acc: the head's accumulator readout)
     host_returns, _, _ = play(env_id, lambda o: to_action(host.run([o])[0], space, head), seeds,
@@ -181,6 +199,7 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
         "latency": latency_summary(costs, unit),
         "steps_per_s": len(board_actions) / wall if wall > 0 else None,
         "memory": memory,
+        "link": link,      # what the link survived: retries, resyncs, bad frames, resets
         "results": str(out_path),
     }
     tmp = out_path.with_name(out_path.name + ".tmp")

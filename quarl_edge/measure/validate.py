@@ -5,8 +5,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ModelError, QuarlError
-from ..link.runner import latency_summary
+from ..errors import BoardReset, ModelError, QuarlError
+from ..link.runner import RESET_REPLAYS, latency_summary
 from ..link.session import BoardSession
 from ..targets.boards import Board
 from .reference import TFLiteRuntime, host_reference
@@ -89,11 +89,18 @@ def validate(model_path: Path, board: Board, out_dir: Path, inputs: Path | None 
     board_out, costs = [], []
     with BoardSession(model_path, board, out_dir, port=port, flasher=flasher, drive=drive) as s:
         for x in xs:
-            (y,), cost = s.link.infer([x.reshape(in_shape)])
+            for replay in range(RESET_REPLAYS + 1):   # an INFER a board reset lost: again
+                try:
+                    (y,), cost = s.link.infer([x.reshape(in_shape)])
+                    break
+                except BoardReset:
+                    if replay == RESET_REPLAYS:
+                        raise
             board_out.append(y)
             costs.append(cost)
         memory = s.memory()
         unit = s.info.cost_unit
+        link = s.link.report()
 
     exact, max_diff, max_rel, mismatches = True, 0.0, 0.0, 0
     for x, y in zip(xs, board_out):
@@ -127,4 +134,5 @@ def validate(model_path: Path, board: Board, out_dir: Path, inputs: Path | None 
         "max_rel_diff": max_rel,
         "latency": latency_summary(costs, unit),
         "memory": {k: memory.get(k) for k in ("flash_bytes", "ram_bytes", "stack_bytes", "arena_bytes")},
+        "link": link,      # what the link survived: retries, resyncs, bad frames, resets
     }

@@ -23,6 +23,9 @@ from ..resources import simavr_bridge_source
 
 class RunningBoard:
     url: str
+    # How a fault:// link (quarl_edge/link/fault.py, `reset=`) can reset this board, if it can:
+    # "signal:PID" or "qemu-monitor:PATH".
+    reset_handle: str | None = None
 
     def __enter__(self):
         return self
@@ -99,6 +102,8 @@ class HostPty(ChildProcess):
         self.proc = subprocess.Popen(argv or [str(elf)], stdin=master, stdout=master,
                                      stderr=self._log, close_fds=True)
         os.close(master)
+        # the host firmware (firmware/ports/host/port.c) and the linux agent restart on SIGUSR1
+        self.reset_handle = f"signal:{self.proc.pid}"
 
     def stop(self) -> None:
         self._terminate()
@@ -139,7 +144,10 @@ def _check_arm_elf(elf: Path) -> None:
 class Qemu(ChildProcess):
     """An emulated Cortex-M board: qemu-system-arm runs the firmware ELF with instruction counting
     (-icount shift=N, so SysTick counts instructions exactly and repeatably), its serial port 0 on
-    a TCP socket (socket://127.0.0.1:PORT, QEMU picks a free port), and a QMP control socket.
+    a TCP socket (socket://127.0.0.1:PORT, QEMU picks a free port), a QMP control socket (ours)
+    and a human monitor socket (`reset_handle`: others may reset the board through it, e.g.
+    `socat - UNIX-CONNECT:PATH` then `system_reset`, or the fault:// link's `reset=`). The
+    serial socket takes one client at a time and a new one after it disconnects.
 
     QEMU starts paused (-S); we read the chosen port through QMP (query-chardev), then `cont`.
     Bytes the firmware sends before the host connects are dropped by QEMU, which is harmless:
@@ -163,11 +171,14 @@ class Qemu(ChildProcess):
         _check_arm_elf(self.elf)   # QEMU would run any other file as a raw image, silently
         self._dir = Path(tempfile.mkdtemp(prefix="qe-qemu-"))   # short path: AF_UNIX limit
         self._qmp_path = self._dir / "qmp.sock"
+        self._monitor_path = self._dir / "monitor.sock"
+        self.reset_handle = f"qemu-monitor:{self._monitor_path}"
         self._qmp: socket.socket | None = None
         self._qmp_buf = b""
         self._open_log(self.elf.with_suffix(".qemu.log"))
         self.cmd = [qemu, "-machine", machine, "-kernel", str(self.elf), "-display", "none",
-                    "-monitor", "none", "-nodefaults", "-nic", "none", "-icount", f"shift={shift}",
+                    "-monitor", f"unix:{self._monitor_path},server=on,wait=off", "-nodefaults",
+                    "-nic", "none", "-icount", f"shift={shift}",
                     "-semihosting-config", "enable=on,target=native",
                     "-chardev", "socket,id=ser0,host=127.0.0.1,port=0,server=on,wait=off,nodelay=on",
                     "-serial", "chardev:ser0",
