@@ -1,0 +1,118 @@
+"""The firmware's libFuzzer target: build it, seed it with valid frames, run it.
+
+    .venv/bin/python tests/fuzz/fuzz.py [--runs N | --seconds S] [--out DIR]      (make fuzz)
+
+tests/fuzz/fuzz_harness.c is the port: each fuzz input is the byte stream a board receives. The
+firmware is the host board's (firmware/core: protocol.c, harness.c, the kernels) with the
+shipped CartPole int8 policy generated into it, compiled by clang with libFuzzer, AddressSanitizer
+and UndefinedBehaviorSanitizer (every report is fatal). The seed corpus is one valid request of
+each command (HELLO, INFER, BENCH, MEM, ECHO) and a few sequences of them, from the Python
+encoder (quarl_edge.link.protocol), so mutations start inside the protocol, not from noise.
+A finding leaves its input as OUT/crash-* and makes this exit non-zero.
+
+clang-19 and libclang-rt-19-dev (the libFuzzer runtime) come from scripts/setup.sh."""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+CLANG = ("clang-19", "clang")
+SAN = ["-fsanitize=fuzzer,address,undefined", "-fno-sanitize-recover=all", "-g", "-O1"]
+
+
+def clang() -> str:
+    for name in CLANG:
+        path = shutil.which(name)
+        if path:
+            return path
+    raise SystemExit("fuzz: clang is not installed; as root: apt-get install -y "
+                     "--no-install-recommends clang-19 libclang-rt-19-dev (scripts/setup.sh)")
+
+
+def build(out: Path) -> Path:
+    """The fuzzer binary OUT/fuzz_harness (rebuilt every time: it is a few seconds)."""
+    sys.path.insert(0, str(ROOT))
+    from quarl_edge.converters.cgen import generate
+    from quarl_edge.resources import examples_dir, firmware_dir
+    from quarl_edge.targets.boards import get_board
+    from quarl_edge.targets.build import board_defines
+
+    out.mkdir(parents=True, exist_ok=True)
+    model = examples_dir() / "cartpole_dqn" / "models" / "int8.tflite"
+    gen = generate(model, out / "gen", name="fuzz")
+    fw = firmware_dir()
+    core = [f for f in sorted((fw / "core").glob("*.c")) if f.name != "main.c"]
+    kernels = sorted((fw / "core" / "kernels").glob("*.c"))
+    input_bytes = sum(t.nbytes for t in gen.inputs)
+    exe = out / "fuzz_harness"
+    cmd = [clang(), "-std=c99", *SAN, f"-I{fw / 'core'}", *board_defines(get_board("host")),
+           f"-DQE_INPUT_COPY_BYTES={input_bytes}u", *map(str, core + kernels),
+           str(out / "gen" / "model.c"), str(HERE / "fuzz_harness.c"), "-o", str(exe), "-lm"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"fuzz: the build failed:\n{' '.join(cmd)}\n{proc.stderr[-3000:]}")
+    return exe
+
+
+def seed_corpus(directory: Path, input_bytes: int) -> Path:
+    sys.path.insert(0, str(ROOT))
+    from quarl_edge.link import protocol as p
+    directory.mkdir(parents=True, exist_ok=True)
+    x = struct.pack(f"<{input_bytes // 4}f", *([0.1] * (input_bytes // 4)))
+    c = p.COMMANDS
+    frames = {"hello": p.encode_frame(c["HELLO"], struct.pack("<I", 7), seq=1),
+              "infer": p.encode_frame(c["INFER"], x, seq=2),
+              "bench": p.encode_frame(c["BENCH"], struct.pack("<H", 3), seq=3),
+              "mem": p.encode_frame(c["MEM"], b"", seq=4),
+              "echo": p.encode_frame(c["ECHO"], b"quarl", seq=5)}
+    for name, data in frames.items():
+        (directory / name).write_bytes(data)
+    (directory / "session").write_bytes(b"".join(frames[k] for k in
+                                                 ("hello", "infer", "infer", "bench", "mem")))
+    (directory / "retry").write_bytes(frames["hello"] + frames["infer"] * 2 + b"\x00\xa5" +
+                                      frames["bench"])
+    return directory
+
+
+def run(exe: Path, corpus: Path, runs: int | None = None, seconds: int | None = None,
+        artifacts: Path | None = None, counts: bool = False) -> subprocess.CompletedProcess:
+    args = [str(exe), "-max_len=4200", "-print_final_stats=1"]
+    args.append(f"-runs={runs}" if runs is not None else f"-max_total_time={seconds}")
+    if artifacts is not None:
+        args.append(f"-artifact_prefix={artifacts}/")
+    env = {**os.environ, **({"QE_FUZZ_COUNTS": "1"} if counts else {})}
+    return subprocess.run([*args, str(corpus)], capture_output=True, text=True, env=env)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    g = ap.add_mutually_exclusive_group()
+    g.add_argument("--runs", type=int, default=None, help="executions (default: 10,000,000)")
+    g.add_argument("--seconds", type=int, default=None, help="run this long instead")
+    ap.add_argument("--out", type=Path, default=ROOT / "build" / "fuzz")
+    a = ap.parse_args(argv)
+    runs = a.runs if a.runs is not None or a.seconds is not None else 10_000_000
+    exe = build(a.out)
+    corpus = a.out / "corpus"
+    if not corpus.is_dir():
+        seed_corpus(corpus, 16)
+    proc = run(exe, corpus, runs=runs, seconds=a.seconds, artifacts=a.out, counts=True)
+    stats = [ln for ln in proc.stderr.splitlines() if ln.startswith(("stat::", "fuzz replies",
+                                                                     "Done", "#"))]
+    print("\n".join(stats[-12:]))
+    if proc.returncode != 0:
+        print(proc.stderr[-4000:], file=sys.stderr)
+        print(f"fuzz: a finding (exit {proc.returncode}); its input is in {a.out}/crash-*",
+              file=sys.stderr)
+    return proc.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
