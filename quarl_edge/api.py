@@ -179,9 +179,10 @@ class BenchRow:
     micro_returns: list | None = None   # TF Lite Micro's returns, same seeds (None: it cannot run)
     micro_mean_return: float | None = None
     matches_reference: bool | None = None  # ... equals TFLM's (else tflite-runtime's) every seed
-    fp32_returns: list | None = None  # the fp32 network, same seeds
+    fp32_returns: list | None = None  # the fp32 network, same seeds (None for a bare .tflite)
     fp32_mean_return: float | None = None
     agreement: float | None = None    # board actions equal to the fp32 network's on its states
+    agreement_with: str | None = None  # "fp32", or "tflm" / "tflite-runtime" for a bare .tflite
 
 
 @dataclass
@@ -440,19 +441,21 @@ def hil(run: PathLike, board="host", *, model: str = "int8", episodes: int = 20,
 
 def bench(run: PathLike, boards: str | Iterable = "all-emulated", *, n: int = 100,
           out: PathLike | None = None, progress: bool = False,
-          episodes: int = 0) -> list[BenchRow]:
+          episodes: int = 0, env: str | None = None) -> list[BenchRow]:
     """Cost per inference (BENCH, n repeats on the board), flash, RAM and stack for the run's
     fp32 and int8 models on each board ("all-emulated" or board ids). Rows are written to
     `out` (default RUN/results) as they finish; a cell that cannot run is a row with `error`.
     `episodes` N > 0: each row also gets the board's return over N episodes (seeds 0..N-1,
-    the board choosing every action) and whether it equals tflite-runtime's on every seed."""
+    the board choosing every action) and whether it equals TF Lite Micro's on every seed.
+    `run` may be a bare MODEL.tflite (one row per board; `env` for its episodes, whose
+    agreement is then with the same model on TF Lite Micro)."""
     from .measure.bench import BENCH_MAX_N, run_bench, select_boards
     _count("n", n, 1, BENCH_MAX_N)
     _count("episodes", episodes, 0)
     spec = boards if isinstance(boards, str) else ",".join(
         b if isinstance(b, str) else b.id for b in boards)
     rows = run_bench(Path(run), select_boards(spec), n=n, out=Path(out) if out else None,
-                     progress=progress, episodes=episodes)
+                     progress=progress, episodes=episodes, env_id=env)
     return [_from(BenchRow, r) for r in rows]
 
 

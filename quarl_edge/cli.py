@@ -291,7 +291,8 @@ def cmd_hil(a, qe):
 
 
 def cmd_bench(a, qe):
-    rows = qe.bench(a.run, a.boards, n=a.n, out=a.out, progress=not a.json, episodes=a.episodes)
+    rows = qe.bench(a.run, a.boards, n=a.n, out=a.out, progress=not a.json, episodes=a.episodes,
+                    env=a.env)
     if a.json:
         return emit_json(as_json(rows))
     speed = {}
@@ -325,13 +326,17 @@ def cmd_bench(a, qe):
         right += ("return", "agreement")
     table(head, out, right=right)
     if a.episodes:
+        ref = "the fp32 network's" if Path(a.run).suffix != ".tflite" else \
+            "the same model's on TF Lite Micro"
         note(f"return: {a.episodes} episodes on seeds 0..{a.episodes - 1}, the board choosing "
-             "every action; = tflite-runtime: the same model there returns the same on every "
-             "seed; agreement: with the fp32 network's actions on the board's states")
+             "every action; = TF Lite Micro: the same model on TF Lite Micro (the kernels the "
+             f"firmware is bit-exact with) returns the same on every seed; agreement: with {ref} "
+             "actions on the board's states")
     if any(r.unit == "instructions" for r in rows):
         note("instructions are counted by QEMU (-icount): exact and repeatable; the time at the "
              "board clock assumes one instruction per cycle (an estimate)")
-    note(f"wrote the rows to {Path(a.out) if a.out else Path(a.run) / 'results'}"
+    home = Path(a.run).parent if Path(a.run).suffix == ".tflite" else Path(a.run)
+    note(f"wrote the rows to {Path(a.out) if a.out else home / 'results'}"
          "/bench.jsonl and bench.md")
 
 
@@ -600,7 +605,11 @@ def parser() -> argparse.ArgumentParser:
     s = _sub(sub, "bench", "cost per inference and memory per board and precision",
              "quarl-edge bench runs/cartpole --boards host,mps2-an386,lm3s6965evb -n 100",
              cmd_bench)
-    s.add_argument("run", metavar="RUN", help="a run directory with fp32 and int8 models")
+    s.add_argument("run", metavar="RUN", help="a run directory with fp32 and int8 models, or a "
+                                               "bare MODEL.tflite")
+    s.add_argument("--env", default=None, metavar="ID",
+                   help="the Gymnasium id a bare MODEL.tflite plays, for --episodes (its first "
+                        "observation is also what BENCH repeats)")
     s.add_argument("--boards", default="all-emulated",
                    help="'all-emulated' and/or board ids, comma-separated")
     s.add_argument("-n", type=_int_at_least(1, BENCH_MAX_N), default=100,

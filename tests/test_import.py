@@ -332,3 +332,39 @@ def test_regenerated_fixture_with_real_sb3(tmp_path):
     actions = outputs_to_actions(keras_runner(load_keras(tmp_path / "r"))(exp["obs"]),
                                  make_gym("CartPole-v1").action_space)
     assert np.array_equal(actions, exp["actions"])
+
+
+def test_a_recurrent_tf_agents_policy_is_refused(tmp_path):
+    """A real TF-Agents policy with state (QRnnNetwork, saved by PolicySaver) is refused with
+    the reason, until recurrent policies are supported; nothing is written."""
+    import tensorflow as tf
+    from tf_agents.agents.dqn import dqn_agent
+    from tf_agents.networks import q_rnn_network
+    from tf_agents.policies import policy_saver
+    from tf_agents.specs import tensor_spec
+    from tf_agents.trajectories import time_step as ts
+
+    obs = tensor_spec.TensorSpec((4,), tf.float32, name="observation")
+    act = tensor_spec.BoundedTensorSpec((), tf.int64, 0, 1, name="action")
+    net = q_rnn_network.QRnnNetwork(obs, act, lstm_size=(8,))
+    agent = dqn_agent.DqnAgent(ts.time_step_spec(obs), act, q_network=net,
+                               optimizer=tf.keras.optimizers.Adam())
+    agent.initialize()
+    policy_saver.PolicySaver(agent.policy).save(str(tmp_path / "rnn_policy"))
+    p = cli("import", tmp_path / "rnn_policy", "--env", "CartPole-v1", "--out", tmp_path / "r")
+    assert p.returncode == 2 and "has state" in p.stderr and "recurrent" in p.stderr, p.stderr
+    assert not (tmp_path / "r").exists()
+
+
+def test_bench_of_a_bare_tflite(tmp_path):
+    model = tmp_path / "policy.tflite"
+    model.write_bytes((ROOT / "examples" / "cartpole_dqn" / "models" / "int8.tflite").read_bytes())
+    p = cli("bench", model, "--boards", "host", "--env", "CartPole-v1", "--episodes", 2,
+            "-n", 10, "--json")
+    assert p.returncode == 0, p.stderr
+    (row,) = json.loads(p.stdout)
+    assert row["precision"] == "policy" and row["cost_mean"] > 0 and row["matches_reference"]
+    assert row["agreement_with"] == "tflm" and row["agreement"] == 1.0
+    assert (tmp_path / "results" / "bench.jsonl").is_file()
+    p = cli("bench", model, "--boards", "host", "--episodes", 2)
+    assert p.returncode == 2 and "--env" in p.stderr and "Traceback" not in p.stderr

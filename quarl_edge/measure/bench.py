@@ -67,16 +67,29 @@ def select_boards(spec: str) -> list[Board]:
 
 
 class Fp32Episodes:
-    """The run's fp32 network on the bench's seeds, played once per bench: its returns, and its
-    actions on any states (for the agreement of a board's actions with it)."""
+    """The reference network on the bench's seeds, played once per bench: its returns, and its
+    actions on any states (for the agreement of a board's actions with it). For a run the
+    reference is its fp32 network; for a bare .tflite (no run) the same model on TF Lite Micro
+    (`for_model`)."""
 
-    def __init__(self, run_dir: Path, env_id: str, head: str, seeds: list[int]):
+    def __init__(self, forward, env_id: str, head: str, seeds: list[int], name: str = "fp32"):
         from .hil import play
-        model = load_keras(run_dir)
         self.space = make_gym(env_id).action_space
-        self.head = head
-        self.forward = lambda x: model(np.asarray(x, np.float32), training=False).numpy()
+        self.head, self.forward, self.name = head, forward, name
         self.returns, _, _ = play(env_id, lambda o: self.action(self.forward(o[None])[0]), seeds)
+
+    @classmethod
+    def for_run(cls, run_dir: Path, env_id: str, head: str, seeds: list[int]):
+        from ..run import keras_call
+        return cls(keras_call(load_keras(run_dir)), env_id, head, seeds)
+
+    @classmethod
+    def for_model(cls, model: Path, env_id: str, head: str, seeds: list[int]):
+        from .reference import host_reference, micro_reference
+        ref = micro_reference(model) or host_reference(model)
+        name = "tflm" if micro_reference(model) is not None else "tflite-runtime"
+        return cls(lambda x: np.stack([np.asarray(ref.run([o])[0]).reshape(-1) for o in x]),
+                   env_id, head, seeds, name)
 
     def action(self, output):
         return output_to_action(output, self.space, self.head)
@@ -117,21 +130,27 @@ def board_episodes(session: BoardSession, model: Path, env_id: str, seeds: list[
             "micro_mean_return": None if micro_returns is None else float(np.mean(micro_returns)),
             "matches_reference": bool(returns == (host_returns if micro_returns is None
                                                   else micro_returns)),
-            "fp32_returns": fp32.returns, "fp32_mean_return": float(np.mean(fp32.returns)),
-            "agreement": fp32.agreement(visited, actions)}
+            "fp32_returns": fp32.returns if fp32.name == "fp32" else None,
+            "fp32_mean_return": float(np.mean(fp32.returns)) if fp32.name == "fp32" else None,
+            "agreement": fp32.agreement(visited, actions), "agreement_with": fp32.name}
 
 
 def bench_cell(run_dir: Path, board: Board, scheme: str, n: int, obs: np.ndarray,
                flasher: str | None = None, drive: str | None = None,
                episodes: tuple[str, list[int], Fp32Episodes] | None = None) -> dict:
     """One (board, precision) row: cost and memory; with `episodes` (env id, seeds, the fp32
-    network's episodes), then the board's episodes (board_episodes)."""
-    model = tflite_path(run_dir, scheme)
-    with BoardSession(model, board, run_dir / "build" / board.id / scheme,
+    network's episodes), then the board's episodes (board_episodes). `run_dir` may be a bare
+    MODEL.tflite (then `scheme` is its stem)."""
+    bare = run_dir.suffix == ".tflite"
+    model = run_dir if bare else tflite_path(run_dir, scheme)
+    home = run_dir.parent if bare else run_dir
+    with BoardSession(model, board, home / "build" / board.id / scheme,
                       flasher=flasher, drive=drive) as s:
         spec = s.info.inputs[0]
         if spec.dtype != "float32":
             raise QuarlError("bench feeds float observations; the model's input must be float32")
+        if obs.size != int(np.prod(spec.shape)):   # no observation of the model's size: zeros
+            obs = np.zeros(spec.shape, np.float32)
         _, first = s.link.infer([obs.reshape(spec.shape)])
         stats = s.link.bench(n)
         mem = s.memory()
@@ -148,36 +167,59 @@ def bench_cell(run_dir: Path, board: Board, scheme: str, n: int, obs: np.ndarray
 
 def run_bench(run_dir: Path, boards: list[Board], n: int = 100, out: Path | None = None,
               progress: bool = False, flasher: str | None = None,
-              drive: str | None = None, episodes: int = 0) -> list[dict]:
+              drive: str | None = None, episodes: int = 0,
+              env_id: str | None = None) -> list[dict]:
     """Every (board, precision) cell: one row each, written as it finishes to
     OUT/bench.jsonl.partial (default OUT: RUN/results), which becomes OUT/bench.jsonl when all
     cells are done, then OUT/bench.md: a bench that fails keeps the previous results.
     `episodes` > 0: each row also gets the return of that many episodes on the board (seeds
-    0..episodes-1; see the module docstring). `progress`: a bar over the cells on stderr."""
+    0..episodes-1; see the module docstring). `progress`: a bar over the cells on stderr.
+
+    `run_dir` may be a bare MODEL.tflite: one row per board, its precision the model's stem,
+    results in MODEL's folder/results; `env_id` names its env (needed for episodes; its first
+    observation is what BENCH repeats, else zeros), and the episodes' reference is the model
+    on TF Lite Micro instead of an fp32 network."""
     if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= BENCH_MAX_N:
         raise QuarlError(f"n (inferences per BENCH) must be an integer in 1..{BENCH_MAX_N}, "
                          f"got {n!r}")
     if not isinstance(episodes, int) or isinstance(episodes, bool) or episodes < 0:
         raise QuarlError(f"episodes must be an integer >= 0, got {episodes!r}")
     run_dir = Path(run_dir)
-    meta = load_run(run_dir)
+    bare = run_dir.suffix == ".tflite"
+    if bare:
+        if not run_dir.is_file():
+            raise QuarlError(f"no model at {run_dir}")
+        if episodes and env_id is None:
+            raise QuarlError(f"{run_dir} is a bare model: episodes need its env (--env ID)")
+        meta, precisions, home = {"env": env_id, "algo": None}, (run_dir.stem,), run_dir.parent
+        if env_id is not None:
+            from .reference import check_env_fits_model
+            check_env_fits_model(env_id, run_dir, run_dir)
+    else:
+        meta, precisions, home = load_run(run_dir), PRECISIONS, run_dir
+        if env_id is not None and env_id != meta["env"]:
+            raise QuarlError(f"{run_dir} was made for {meta['env']}, not {env_id}")
     play_spec = None
     if episodes:
         seeds = list(range(episodes))
         head = meta.get("action_head") or default_head(make_gym(meta["env"]).action_space)
-        play_spec = (meta["env"], seeds, Fp32Episodes(run_dir, meta["env"], head, seeds))
-    calib = run_dir / "calibration.npy"
-    obs = np.load(calib)[0] if calib.is_file() else None
-    out = out or run_dir / "results"
+        ref = (Fp32Episodes.for_model(run_dir, meta["env"], head, seeds) if bare else
+               Fp32Episodes.for_run(run_dir, meta["env"], head, seeds))
+        play_spec = (meta["env"], seeds, ref)
+    calib = home / "calibration.npy"
+    obs = np.load(calib)[0] if calib.is_file() and not bare else None
+    if obs is None and meta["env"] is not None:
+        obs = np.asarray(make_gym(meta["env"]).reset(seed=0)[0], np.float32)
+    out = out or home / "results"
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     from tqdm import tqdm
-    bar = tqdm(total=len(boards) * len(PRECISIONS), desc="bench", unit="cell",
+    bar = tqdm(total=len(boards) * len(precisions), desc="bench", unit="cell",
                disable=not progress, leave=False)
     partial = out / "bench.jsonl.partial"
     with partial.open("w") as log:
         for board in boards:
-            for scheme in PRECISIONS:
+            for scheme in precisions:
                 bar.set_postfix_str(f"{board.id} {scheme}")
                 x = obs if obs is not None else np.zeros(1, np.float32)
                 try:
