@@ -165,8 +165,10 @@ def output_metrics(board: np.ndarray, ref: np.ndarray, details: dict, name: str)
     err = np.abs(yf - rf)
     yc, rc = y[finite], r[finite]
     ny, nr = float(np.linalg.norm(yc)), float(np.linalg.norm(rc))
-    if ny == 0.0 and nr == 0.0:
-        cosine = 1.0 if yc.size else None
+    if not yc.size:
+        cosine = None
+    elif not yf.size or (ny == 0.0 and nr == 0.0):
+        cosine = 1.0                                        # equal: exactly, not 1 - 1e-16
     elif ny == 0.0 or nr == 0.0:
         cosine = 0.0
     else:
