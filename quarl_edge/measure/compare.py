@@ -60,36 +60,33 @@ class InputQuantize:
 
 def input_quantize(model_path: Path) -> InputQuantize | None:
     """The QUANTIZE op of the model's first input, None when the input is not quantized by one
-    (an integer or a float model)."""
-    from .reference import tflite_runtime_interpreter
-    interp = tflite_runtime_interpreter(model_path)
-    idx = interp.get_input_details()[0]["index"]
-    try:
-        tensors = {t["index"]: t for t in interp.get_tensor_details()}
-        for op in interp._get_ops_details():
-            if op["op_name"] == "QUANTIZE" and idx in list(op["inputs"]):
-                t = tensors[op["outputs"][0]]
-                scale, zp = t["quantization"]
-                np.iinfo(t["dtype"])            # an integer type (ValueError otherwise)
-                return InputQuantize(float(scale), int(zp), np.dtype(t["dtype"]))
-    except (KeyError, IndexError, ValueError) as e:    # a corrupt graph tflite-runtime loaded
-        raise ModelError(f"{model_path} is not a valid TFLite model (its QUANTIZE input op: "
-                         f"{type(e).__name__}: {e})") from None
+    (an integer or a float model). Read from the flatbuffer: tflite-runtime refuses models that
+    TF Lite Micro runs (a FULLY_CONNECTED whose scales it finds too far apart)."""
+    from ..converters.tflite_model import load
+    model = load(model_path)
+    first = model.inputs[0]
+    for op in model.operators:
+        if op.opcode == "QUANTIZE" and first in op.inputs:
+            out = model.tensors[op.outputs[0]]
+            if out.dtype not in ("int8", "int16") or out.quantization is None:
+                raise ModelError(f"{model_path}: the QUANTIZE of its input gives {out.dtype}"
+                                 f"{'' if out.quantization else ' without a scale'}; "
+                                 "int8 or int16 with a scale is what it can give")
+            return InputQuantize(out.scale, out.zero_point, np.dtype(out.dtype))
     return None
 
 
 def libm_ops(model_path: Path) -> list[str]:
     """The model's float ops (float32 first input) that call libm's transcendental functions,
     once each in execution order: where a libm-ulp difference can come from."""
-    from .reference import tflite_runtime_interpreter
-    interp = tflite_runtime_interpreter(model_path)
-    dtypes = {t["index"]: np.dtype(t["dtype"]) for t in interp.get_tensor_details()}
+    from ..converters.tflite_model import load
+    model = load(model_path)
     found = []
-    for op in interp._get_ops_details():
-        ins = [i for i in op["inputs"] if i >= 0]
-        if (op["op_name"] in LIBM_OPS and op["op_name"] not in found and ins
-                and dtypes.get(ins[0]) == np.float32):
-            found.append(op["op_name"])
+    for op in model.operators:
+        ins = [i for i in op.inputs if i >= 0]
+        if (op.opcode in LIBM_OPS and op.opcode not in found and ins
+                and model.tensors[ins[0]].dtype == "float32"):
+            found.append(op.opcode)
     return found
 
 

@@ -114,7 +114,8 @@ def validate(model_path: Path, board: Board, out_dir: Path, inputs: Path | None 
         max_diff = max(max_diff, float(np.nanmax(diff)) if diff.size else 0.0)
         rel = np.where(same, 0.0, diff / np.maximum(np.abs(rf), np.finfo(np.float32).tiny))
         max_rel = max(max_rel, float(np.nanmax(rel)) if rel.size else 0.0)
-    rows = (len(xs), *board_out[0].shape[1:])
+    shape = board_out[0].shape                   # the output tensor's; one row less its batch of 1
+    rows = (len(xs), *(shape[1:] if shape[:1] == (1,) else shape))
     metrics = output_metrics(np.stack(board_out).reshape(rows), np.stack(refs).reshape(rows),
                              out_d, output_name(model_path))
 
