@@ -49,7 +49,7 @@ class InputQuantize:
     """The QUANTIZE op that takes a float model input to integers."""
     scale: float
     zero_point: int
-    dtype: np.dtype          # int8 or int16
+    dtype: np.dtype          # int8 or int16 (what the firmware's QUANTIZE gives)
 
     @property
     def range(self) -> tuple[float, float]:
@@ -68,10 +68,10 @@ def input_quantize(model_path: Path) -> InputQuantize | None:
     for op in model.operators:
         if op.opcode == "QUANTIZE" and first in op.inputs:
             out = model.tensors[op.outputs[0]]
-            if out.dtype not in ("int8", "int16") or out.quantization is None:
+            if out.dtype not in ("int8", "uint8", "int16", "int32") or out.quantization is None:
                 raise ModelError(f"{model_path}: the QUANTIZE of its input gives {out.dtype}"
-                                 f"{'' if out.quantization else ' without a scale'}; "
-                                 "int8 or int16 with a scale is what it can give")
+                                 f"{'' if out.quantization else ' without a scale'}, not "
+                                 "quantized integers")
             return InputQuantize(out.scale, out.zero_point, np.dtype(out.dtype))
     return None
 
