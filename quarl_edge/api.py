@@ -104,17 +104,29 @@ class BuildResult:
 
 @dataclass
 class ValidateResult:
+    """Each output row whose bits differ from TF Lite Micro's is classed (`classes`: rows per
+    class; quarl_edge/measure/compare.py): `reference-undefined` (TFLM's QUANTIZE is undefined
+    C++ for that input; the board equals TFLM on the saturated input), `nan-payload` (NaN on
+    both sides, other bits), `libm-ulp` (a float output within an ulp, the model having float
+    transcendental ops: `libm_ops`) or `mismatch`. Only mismatches fail: `bit_exact` is true
+    when there are none. max_abs_diff/max_rel_diff and `outputs` (per output tensor: max abs
+    error, RMSE, cosine similarity, top-1 agreement, dequantized) compare a reference-undefined
+    row with TFLM's output on the saturated input."""
     board: str
     model: str
     n: int
     bit_exact: bool
-    mismatches: int
+    mismatches: int                   # rows of class `mismatch`
     max_abs_diff: float
     max_rel_diff: float
     latency: Latency
     memory: dict
     link: dict = field(default_factory=dict)   # retries, timeouts, bad_frames, resyncs, resets
     out_dir: str = ""
+    differing: int = 0                # rows whose bits differ, whatever the class
+    classes: dict = field(default_factory=dict)
+    libm_ops: list = field(default_factory=list)
+    outputs: list = field(default_factory=list)
 
 
 @dataclass

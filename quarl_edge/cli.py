@@ -217,6 +217,15 @@ def cmd_flash(a, qe):
                 pass
 
 
+def _mismatch_why(cls: str, libm_ops: list) -> str:
+    """One line on a class of differing outputs (quarl_edge/measure/compare.py)."""
+    return {"mismatch": "ours: fails",
+            "reference-undefined": "TFLM's QUANTIZE is undefined C++ there; equal on the "
+                                   "saturated input",
+            "libm-ulp": f"1 ulp: the C libraries round {'/'.join(libm_ops) or 'expf/tanhf'} differently",
+            "nan-payload": "NaN on both, other payload bits"}.get(cls, "")
+
+
 def cmd_validate(a, qe):
     res = qe.validate(a.model, a.board, inputs=a.inputs, random=a.random, seed=a.seed,
                       save_outputs=a.save_outputs, port=a.port, out=a.out, flasher=a.flasher,
@@ -225,10 +234,24 @@ def cmd_validate(a, qe):
         emit_json(as_json(res))
     else:
         lat, m = res.latency, res.memory
-        verdict = ("bit-exact with TF Lite Micro" if res.bit_exact else
-                   f"NOT bit-exact: {res.mismatches} of {res.n} outputs differ "
-                   f"(max |diff| {res.max_abs_diff:g}, max relative {res.max_rel_diff:g})")
+        if not res.bit_exact:
+            verdict = (f"NOT bit-exact: {res.mismatches} of {res.n} outputs differ "
+                       f"(max |diff| {res.max_abs_diff:g}, max relative {res.max_rel_diff:g})")
+        elif res.differing:
+            verdict = (f"bit-exact with TF Lite Micro where it is defined; {res.differing} of "
+                       f"{res.n} outputs differ for reasons that are not ours")
+        else:
+            verdict = "bit-exact with TF Lite Micro"
         print(f"{res.n} inputs on '{res.board}': {verdict}")
+        if res.differing:
+            table(["class", "outputs", "why"],
+                  [[c, k, _mismatch_why(c, res.libm_ops)] for c, k in res.classes.items()],
+                  right=("outputs",))
+        table(["output", "max |error|", "RMSE", "cosine", "top-1 agreement"],
+              [[o["name"], f"{o['max_abs_error']:.3g}", f"{o['rmse']:.3g}",
+                None if o["cosine"] is None else f"{o['cosine']:.6f}",
+                None if o["top1_agreement"] is None else f"{o['top1_agreement']:.3f}"]
+               for o in res.outputs], right=("max |error|", "RMSE", "cosine", "top-1 agreement"))
         print(f"  latency  median {cost(lat.median, lat.unit)} (p99 {cost(lat.p99, lat.unit)})")
         print(f"  flash {kib(m.get('flash_bytes'))}, RAM {kib(m.get('ram_bytes'))}, "
               f"stack {kib(m.get('stack_bytes'))}, arena {kib(m.get('arena_bytes'))}")

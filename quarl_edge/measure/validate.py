@@ -5,29 +5,24 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import BoardReset, ModelError, QuarlError
+from ..errors import BoardReset, QuarlError
 from ..link.runner import RESET_REPLAYS, latency_summary
 from ..link.session import BoardSession
 from ..targets.boards import Board
-from .reference import TFLiteRuntime, host_reference
+from .compare import (CLASSES, FAILING, MISMATCH, REFERENCE_UNDEFINED, input_quantize, libm_ops,
+                      output_metrics, row_class, saturated_inputs, undefined_inputs)
+from .reference import host_reference
 
 
 def input_range(model_path: Path) -> tuple[float, float] | None:
     """The float range the model's first QUANTIZE op can represent (None for float models)."""
-    rt = TFLiteRuntime(model_path)
-    idx = rt.inputs[0]["index"]
-    try:
-        tensors = {t["index"]: t for t in rt.interp.get_tensor_details()}
-        for op in rt.interp._get_ops_details():
-            if op["op_name"] == "QUANTIZE" and idx in list(op["inputs"]):
-                t = tensors[op["outputs"][0]]
-                scale, zp = t["quantization"]
-                info = np.iinfo(t["dtype"])
-                return scale * (info.min - zp), scale * (info.max - zp)
-    except (KeyError, IndexError, ValueError) as e:    # a corrupt graph tflite-runtime loaded
-        raise ModelError(f"{model_path} is not a valid TFLite model (its QUANTIZE input op: "
-                         f"{type(e).__name__}: {e})") from None
-    return None
+    q = input_quantize(model_path)
+    return q.range if q else None
+
+
+def output_name(model_path: Path) -> str:
+    from ..converters.tflite_model import load
+    return load(model_path).output_tensors()[0].name
 
 
 def random_inputs(model_path: Path, shape: tuple[int, ...], dtype, n: int, seed: int) -> np.ndarray:
@@ -61,11 +56,6 @@ def load_inputs(path: Path, shape: tuple[int, ...], dtype) -> np.ndarray:
     if x.ndim == 0 or len(x) == 0:
         raise QuarlError(f"{path} holds no inputs (shape {x.shape}): nothing to validate")
     return x
-
-
-def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
-    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
-    return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
 
 
 def validate(model_path: Path, board: Board, out_dir: Path, inputs: Path | None = None,
@@ -102,19 +92,34 @@ def validate(model_path: Path, board: Board, out_dir: Path, inputs: Path | None 
         unit = s.info.cost_unit
         link = s.link.report()
 
-    exact, max_diff, max_rel, mismatches = True, 0.0, 0.0, 0
+    # Each differing row is classed (measure/compare.py): only `mismatch` is ours and fails.
+    quantize, libm = input_quantize(model_path), libm_ops(model_path)
+    counts = dict.fromkeys(CLASSES, 0)
+    refs, max_diff, max_rel = [], 0.0, 0.0
     for x, y in zip(xs, board_out):
         (r,) = ref.run([x.reshape(in_shape)])
         r = r.reshape(y.shape)
-        if not same_bits(y, r):
-            exact = False
-            mismatches += 1
+        cls = row_class(y, r, bool(libm))
+        if cls == MISMATCH and quantize is not None:
+            undefined = undefined_inputs(x, quantize)
+            if undefined.any():          # what TFLM gives on the input the board quantized
+                (r_sat,) = ref.run([saturated_inputs(x, quantize, undefined).reshape(in_shape)])
+                r_sat = r_sat.reshape(y.shape)
+                if row_class(y, r_sat, bool(libm)) != MISMATCH:
+                    cls, r = REFERENCE_UNDEFINED, r_sat   # compared with that from here on
+        if cls is not None:
+            counts[cls] += 1
+        refs.append(r)
         yf, rf = y.astype(np.float64), r.astype(np.float64)
         same = (yf == rf) | (np.isnan(yf) & np.isnan(rf))
         diff = np.where(same, 0.0, np.abs(yf - rf))
         max_diff = max(max_diff, float(np.nanmax(diff)) if diff.size else 0.0)
         rel = np.where(same, 0.0, diff / np.maximum(np.abs(rf), np.finfo(np.float32).tiny))
         max_rel = max(max_rel, float(np.nanmax(rel)) if rel.size else 0.0)
+    shape = board_out[0].shape                   # the output tensor's; one row less its batch of 1
+    rows = (len(xs), *(shape[1:] if shape[:1] == (1,) else shape))
+    metrics = output_metrics(np.stack(board_out).reshape(rows), np.stack(refs).reshape(rows),
+                             out_d, output_name(model_path))
 
     if save_outputs is not None:   # through a temporary file: a failed write keeps the old one
         save_outputs = Path(save_outputs)
@@ -126,12 +131,17 @@ def validate(model_path: Path, board: Board, out_dir: Path, inputs: Path | None 
         "board": board.id,
         "model": str(model_path),
         "n": int(len(xs)),
-        "bit_exact": exact,
-        "mismatches": mismatches,
+        # bit-exact wherever TFLM is defined and the C libraries agree: no row is a `mismatch`
+        "bit_exact": not any(counts[c] for c in FAILING),
+        "mismatches": counts[MISMATCH],                 # rows that fail
+        "differing": sum(counts.values()),              # rows whose bits differ, for any reason
+        "classes": counts,                              # rows per class
+        "libm_ops": libm,
         "max_abs_diff": max_diff,
         # float outputs through libm (expf, tanhf) may differ by an ulp between the board's C
         # library and the host's; integer outputs never may
         "max_rel_diff": max_rel,
+        "outputs": [metrics],                           # per output tensor (compare.output_metrics)
         "latency": latency_summary(costs, unit),
         "memory": {k: memory.get(k) for k in ("flash_bytes", "ram_bytes", "stack_bytes", "arena_bytes")},
         "link": link,      # what the link survived: retries, resyncs, bad frames, resets
