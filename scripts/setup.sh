@@ -11,7 +11,8 @@ APT_PACKAGES=(gcc libc6-dev make
               gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm    # boards/mps2-*, lm3s6965evb
               simavr gcc-avr avr-libc libsimavr-dev libsimavrparts1        # boards/atmega328p
               openocd avrdude teensy-loader-cli    # flash tools for the real boards (quarl_edge/targets/flash.py)
-              openssh-client openssh-server)       # linux boards' SSH deploy (tests: a local sshd)
+              openssh-client openssh-server        # linux boards' SSH deploy (tests: a local sshd)
+              clang-19 libclang-rt-19-dev)         # the firmware's libFuzzer target (make fuzz, tests/test_fuzz.py)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

@@ -36,8 +36,9 @@ def clang() -> str:
                      "--no-install-recommends clang-19 libclang-rt-19-dev (scripts/setup.sh)")
 
 
-def build(out: Path) -> Path:
-    """The fuzzer binary OUT/fuzz_harness (rebuilt every time: it is a few seconds)."""
+def build(out: Path, extra: list[str] | None = None) -> Path:
+    """The fuzzer binary OUT/fuzz_harness (rebuilt every time: it is a few seconds); `extra`:
+    more compiler flags (the test's -DQE_FUZZ_PLANTED_BUG=1)."""
     sys.path.insert(0, str(ROOT))
     from quarl_edge.converters.cgen import generate
     from quarl_edge.resources import examples_dir, firmware_dir
@@ -53,7 +54,7 @@ def build(out: Path) -> Path:
     input_bytes = sum(t.nbytes for t in gen.inputs)
     exe = out / "fuzz_harness"
     cmd = [clang(), "-std=c99", *SAN, f"-I{fw / 'core'}", *board_defines(get_board("host")),
-           f"-DQE_INPUT_COPY_BYTES={input_bytes}u", *map(str, core + kernels),
+           f"-DQE_INPUT_COPY_BYTES={input_bytes}u", *(extra or []), *map(str, core + kernels),
            str(out / "gen" / "model.c"), str(HERE / "fuzz_harness.c"), "-o", str(exe), "-lm"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -61,17 +62,20 @@ def build(out: Path) -> Path:
     return exe
 
 
-def seed_corpus(directory: Path, input_bytes: int) -> Path:
+def frame(command: str, payload: bytes, seq: int = 1) -> bytes:
+    """One request as the host encodes it (quarl_edge.link.protocol)."""
     sys.path.insert(0, str(ROOT))
     from quarl_edge.link import protocol as p
+    return p.encode_frame(p.COMMANDS[command], payload, seq=seq)
+
+
+def seed_corpus(directory: Path, input_bytes: int) -> Path:
+    """One valid request of each command and two sessions, in `directory`."""
     directory.mkdir(parents=True, exist_ok=True)
     x = struct.pack(f"<{input_bytes // 4}f", *([0.1] * (input_bytes // 4)))
-    c = p.COMMANDS
-    frames = {"hello": p.encode_frame(c["HELLO"], struct.pack("<I", 7), seq=1),
-              "infer": p.encode_frame(c["INFER"], x, seq=2),
-              "bench": p.encode_frame(c["BENCH"], struct.pack("<H", 3), seq=3),
-              "mem": p.encode_frame(c["MEM"], b"", seq=4),
-              "echo": p.encode_frame(c["ECHO"], b"quarl", seq=5)}
+    frames = {"hello": frame("HELLO", struct.pack("<I", 7), 1),
+              "infer": frame("INFER", x, 2), "bench": frame("BENCH", struct.pack("<H", 3), 3),
+              "mem": frame("MEM", b"", 4), "echo": frame("ECHO", b"quarl", 5)}
     for name, data in frames.items():
         (directory / name).write_bytes(data)
     (directory / "session").write_bytes(b"".join(frames[k] for k in
@@ -100,9 +104,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     runs = a.runs if a.runs is not None or a.seconds is not None else 10_000_000
     exe = build(a.out)
-    corpus = a.out / "corpus"
-    if not corpus.is_dir():
-        seed_corpus(corpus, 16)
+    corpus = seed_corpus(a.out / "corpus", 16)   # kept between runs; the seeds re-added
     proc = run(exe, corpus, runs=runs, seconds=a.seconds, artifacts=a.out, counts=True)
     stats = [ln for ln in proc.stderr.splitlines() if ln.startswith(("stat::", "fuzz replies",
                                                                      "Done", "#"))]

@@ -1,0 +1,40 @@
+"""The firmware's frame parser and command dispatch under libFuzzer with ASan and UBSan: a
+short run in the default suite (`make fuzz` is the long one, tests/fuzz/fuzz.py)."""
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "fuzz"))
+import fuzz  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not any(shutil.which(c) for c in fuzz.CLANG),
+                                reason="clang is not installed (scripts/setup.sh installs clang-19)")
+
+
+def test_a_short_fuzz_run_finds_nothing_and_reaches_every_command(tmp_path):
+    exe = fuzz.build(tmp_path)
+    corpus = fuzz.seed_corpus(tmp_path / "corpus", 16)
+    proc = fuzz.run(exe, corpus, runs=30_000, artifacts=tmp_path, counts=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "ERROR: AddressSanitizer" not in proc.stderr and "runtime error" not in proc.stderr
+    assert not list(tmp_path.glob("crash-*"))
+    m = re.search(r"fuzz replies: HELLO (\d+) INFER (\d+) BENCH (\d+) MEM (\d+) ECHO (\d+) "
+                  r"ERROR (\d+)", proc.stderr)
+    assert m, proc.stderr[-2000:]
+    counts = dict(zip(("HELLO", "INFER", "BENCH", "MEM", "ECHO", "ERROR"), map(int, m.groups())))
+    # the mutations get past the CRC into every command, and into the error paths
+    assert all(counts[k] > 0 for k in counts), counts
+
+
+def test_the_fuzzer_finds_a_planted_out_of_bounds_read(tmp_path):
+    """The same build with a deliberate bug (a read past the receive buffer when an ECHO says
+    'boom'): the fuzzer, seeded with an ECHO, must report it. A fuzz test that cannot fail
+    would prove nothing."""
+    exe = fuzz.build(tmp_path, extra=["-DQE_FUZZ_PLANTED_BUG=1"])
+    corpus = fuzz.seed_corpus(tmp_path / "corpus", 16)
+    (corpus / "boom").write_bytes(fuzz.frame("ECHO", b"boom"))
+    proc = fuzz.run(exe, corpus, runs=30_000, artifacts=tmp_path)
+    assert proc.returncode != 0 and "AddressSanitizer" in proc.stderr, proc.stderr[-2000:]
