@@ -296,7 +296,7 @@ def test_a_finished_hil_replaces_them(capsys, run):
     code, _, err = run_cli(capsys, "hil", run, "--episodes", 1)
     assert code == 0, err
     rows = [json.loads(ln) for ln in log.read_text().splitlines()]
-    assert [r["who"] for r in rows] == ["board", "tflite-runtime", "fp32"]
+    assert [r["who"] for r in rows] == ["board", "tflite-runtime", "tflm", "fp32"]
     assert not log.with_name(log.name + ".partial").exists()
 
 
