@@ -67,7 +67,7 @@ def gcc() -> str:
 
 
 def core_sources() -> list[Path]:
-    return [CORE / "requant.c"] + sorted((CORE / "kernels").glob("*.c"))
+    return [CORE / "requant.c", CORE / "qe_model_state.c"] + sorted((CORE / "kernels").glob("*.c"))
 
 
 def compile_c(sources, out: Path, extra: list[str] | None = None) -> Path:
