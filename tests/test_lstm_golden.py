@@ -7,7 +7,8 @@ function with a fixed batch and time (which fuses the layer into one
 UNIDIRECTIONAL_SEQUENCE_LSTM with variable hidden/cell state tensors and cell clip 10). Both
 sides run every record through one model instance, so the LSTM state carries over from
 invocation to invocation, as on a board; the reset tests call qe_model_reset_state() and the
-interpreter's reset() at the same records.
+interpreter's reset() at the same records. The policy-sized model is also validated on the
+host board and on QEMU mps2-an386.
 """
 from __future__ import annotations
 
@@ -112,28 +113,26 @@ def test_lstm_float_batch_major_batch2(tmp_path):
     compare_generated(mb, [_inputs(rng, (2, 2, 3))], _wd(tmp_path), "lstm batch 2")
 
 
-def test_lstm_cell_clip(tmp_path):
-    """Cell clipping: with cellClip 0.25 (patched into the converted op) and large weights the
-    clip decides the outputs (they differ from the unclipped model's), and we match TFLM."""
-    mb = keras_lstm(3, 4, 6, head=2, seed=5, weight_scale=3.0)
-
-    def clip(m, op):
-        op.builtinOptions.cellClip = 0.25
-    clipped = _edit(mb, clip)
-    rng = np.random.default_rng(5)
-    x = _inputs(rng, (1, 3, 4), scale=3.0)
-    a = compare_generated(clipped, [x], _wd(tmp_path), "lstm cell clip 0.25")["got"][0]
-    b = compare_generated(mb, [x], _wd(tmp_path), "lstm cell clip 10")["got"][0]
-    assert not np.array_equal(a, b)
-
-
-# ---------------------------------------------------------------------------------- state
 @pytest.fixture(scope="module")
 def policy_lstm() -> bytes:
     """Policy-sized: 4 observations, 32 units, one time step, a Dense head of 2 actions."""
     return keras_lstm(1, 4, 32, head=2, seed=6)
 
 
+def test_lstm_cell_clip(tmp_path, policy_lstm):
+    """Cell clipping: with cellClip 0.25 (patched into the converted op, whose Keras default is
+    10) the clip decides the outputs (they differ from the unclipped model's), and we match TFLM."""
+    def clip(m, op):
+        op.builtinOptions.cellClip = 0.25
+    clipped = _edit(policy_lstm, clip)
+    rng = np.random.default_rng(5)
+    x = _inputs(rng, (1, 1, 4), scale=3.0)
+    a = compare_generated(clipped, [x], _wd(tmp_path), "lstm cell clip 0.25")["got"][0]
+    b = compare_generated(policy_lstm, [x], _wd(tmp_path), "lstm cell clip 10")["got"][0]
+    assert not np.array_equal(a, b)
+
+
+# ---------------------------------------------------------------------------------- state
 def test_lstm_state_persists_and_resets(tmp_path, policy_lstm):
     """The same input invoked repeatedly gives changing outputs (the state carries over, on
     both sides); resetting every 5 invocations (qe_model_reset_state / Interpreter.reset)
@@ -216,3 +215,28 @@ def test_lstm_refuses_int8(tmp_path):
     mb = keras_lstm(2, 3, 4, seed=9, mode="int8")
     assert "UNIDIRECTIONAL_SEQUENCE_LSTM" in _lstm_ops(mb)
     _refused(tmp_path, mb, "int8 LSTM", "int16 cell state")
+
+
+# ---------------------------------------------------------------------------------- boards
+@pytest.mark.parametrize("board_id", ["host", "mps2-an386"])
+def test_lstm_policy_validates_on_board(board_id, policy_lstm, tmp_path):
+    """The policy-sized LSTM through `validate` on the host board and on QEMU mps2-an386.
+
+    validate sends one input per INFER; the board keeps the LSTM state between them, and
+    validate's reference (one TF Lite Micro interpreter, its rows run in the same order) keeps
+    it too, so row k on both sides sees the state left by rows 0..k-1. The board starts from
+    zero state (its first invoke runs qe_model_reset_state()), as a new interpreter does."""
+    from quarl_edge.measure.validate import validate
+    from quarl_edge.targets.boards import get_board
+    path = tmp_path / "lstm_policy_float.tflite"
+    path.write_bytes(policy_lstm)
+    board = get_board(board_id)
+    res = validate(path, board, tmp_path / board_id, random_n=30, seed=3)
+    if board.kind == "host":
+        assert res["bit_exact"] is True, res
+    else:
+        # sigmoid/tanh call newlib's expf/tanhf, TFLM's reference ran on glibc: an ulp apart
+        # per call, carried along in the recurrent state (a state bug would be far larger);
+        # absolute: the relative difference of an action value near 0 says little
+        assert res["max_abs_diff"] <= 1e-6, res
+    assert res["n"] == 30 and res["memory"]["arena_bytes"] > 0
