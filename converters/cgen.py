@@ -54,12 +54,23 @@ Supported (everything else is refused by name, with the op's index and types):
 - TRANSPOSE: float32, int8, int16, up to 5-D; STRIDED_SLICE: float32, int8, int16, int32, up
   to 4-D, constant begin/end/strides, begin/end/shrink-axis masks (ellipsis and new-axis masks
   refused: TFLM's kernel ignores them). The data-movement ops copy bytes: int8/int16 input and
-  output share one quantization.
+  output share one quantization;
+- UNIDIRECTIONAL_SEQUENCE_LSTM float32 (TFLM's float LstmStep): gates i, f, c, o with input
+  and recurrent weights and biases, cell gate TANH, cell clipping, time-major or not, any
+  batch; CIFG, peephole, projection, layer norm, integer and hybrid LSTMs are refused by name.
+  Its hidden and cell state are variable tensors: see "State" below.
 
 Memory plan: one arena, tensors placed by liveness (converters/planner.py); reshapes alias, and
 an element-wise op writes over its input when that input dies there and is not a graph
 input/output. On every model compared so far the arena is at most TFLM's activation arena for
 the same model (asserted in tests/test_arena_vs_tflm.py; printed by benchmarks/arena_vs_tflm.py).
+
+State: variable tensors (TFLite's isVariable, e.g. an LSTM's hidden and cell state) keep their
+values from one qe_model_invoke() to the next. They live for the whole run (the planner never
+gives their bytes to another tensor), and a model with any gets a generated
+`qe_model_reset_state()` (qe_model.h) that zeros them, as TFLM's MicroInterpreter::Reset; its
+first invoke calls it. Models without state keep their exact model.c (firmware/core's
+qe_model_state.c has a weak no-op default for them).
 
 Dynamic-range (hybrid: float activations, int8 weights) and float16-weight models are refused,
 with a message saying to use the fp32 or a full-integer model. Expanding their weights to

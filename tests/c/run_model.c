@@ -14,6 +14,12 @@
 
 #include "qe_model.h"
 
+/* weak: the driver also links with source lists that leave out qe_model_state.c (a model
+ * without state defines no qe_model_reset_state, and --reset-every is then a no-op) */
+#if defined(__GNUC__)
+extern void qe_model_reset_state(void) __attribute__((weak));
+#endif
+
 static uint32_t total_bytes(const qe_tensor_spec_t *specs, uint8_t n)
 {
     uint32_t sum = 0;
@@ -48,7 +54,7 @@ int main(int argc, char **argv)
 
     for (;;) {
         uint8_t i;
-        if (reset_every != 0 && records % reset_every == 0) {
+        if (reset_every != 0 && records % reset_every == 0 && qe_model_reset_state != NULL) {
             qe_model_reset_state();
         }
         for (i = 0; i < m->n_inputs; ++i) {
