@@ -4,11 +4,12 @@ unidirectional_sequence_lstm.cc (lstm_eval.h EvalLstm, the float instantiation).
 - float32: input, weights, biases, states and output all float32; the standard LSTM (gates
   i, f, c, o, each with input and recurrent weights and a bias), the cell gate's activation
   TANH (the op's fused activation: the only one TFLM's kernel runs from a flatbuffer; the
-  schema has no SIGMOID), cell clipping (cellClip > 0),
-  time_major or batch-major, any batch;
+  schema has no SIGMOID), cell clipping (cellClip > 0), time_major or batch-major, any
+  batch;
 - the hidden and cell states are variable tensors (TFLite's isVariable): the generator keeps
   them alive for the whole run in memory nothing else uses, and the generated
-  `qe_model_reset_state()` zeros them (called by the first invoke and by the harness);
+  `qe_model_reset_state()` zeros them (the first invoke calls it; a RESET command can);
+- the weights are plain const arrays (not QE_FLASH: on AVR they would sit in RAM);
 - refused, by name: CIFG (no input gate), peephole, projection, layer norm (TFLM refuses
   those variants too), proj_clip, int8/int16 (the integer LSTM), hybrid (float activations
   with int8 weights), states that are not variable tensors.
@@ -62,8 +63,8 @@ def lower_lstm(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
             raise unsupported(op, model, f"weight or bias '{w.name}' is {w.dtype}: hybrid LSTMs "
                                          f"(float activations, quantized weights) are not "
                                          f"supported; use the fp32 model")
-    h, c = t[_get(op, _OUTPUT_STATE)] if _get(op, _OUTPUT_STATE) >= 0 else None, \
-        t[_get(op, _CELL_STATE)] if _get(op, _CELL_STATE) >= 0 else None
+    h = t[_get(op, _OUTPUT_STATE)] if _get(op, _OUTPUT_STATE) >= 0 else None
+    c = t[_get(op, _CELL_STATE)] if _get(op, _CELL_STATE) >= 0 else None
     for s, what in ((h, "hidden (output) state"), (c, "cell state")):
         if s is None:
             raise unsupported(op, model, f"no {what} tensor")
