@@ -54,12 +54,23 @@ Supported (everything else is refused by name, with the op's index and types):
 - TRANSPOSE: float32, int8, int16, up to 5-D; STRIDED_SLICE: float32, int8, int16, int32, up
   to 4-D, constant begin/end/strides, begin/end/shrink-axis masks (ellipsis and new-axis masks
   refused: TFLM's kernel ignores them). The data-movement ops copy bytes: int8/int16 input and
-  output share one quantization.
+  output share one quantization;
+- UNIDIRECTIONAL_SEQUENCE_LSTM float32 (TFLM's float LstmStep): gates i, f, c, o with input
+  and recurrent weights and biases, cell gate TANH, cell clipping, time-major or not, any
+  batch; CIFG, peephole, projection, layer norm, integer and hybrid LSTMs are refused by name.
+  Its hidden and cell state are variable tensors: see "State" below.
 
 Memory plan: one arena, tensors placed by liveness (converters/planner.py); reshapes alias, and
 an element-wise op writes over its input when that input dies there and is not a graph
 input/output. On every model compared so far the arena is at most TFLM's activation arena for
 the same model (asserted in tests/test_arena_vs_tflm.py; printed by benchmarks/arena_vs_tflm.py).
+
+State: variable tensors (TFLite's isVariable, e.g. an LSTM's hidden and cell state) keep their
+values from one qe_model_invoke() to the next. They live for the whole run (the planner never
+gives their bytes to another tensor), and a model with any gets a generated
+`qe_model_reset_state()` (qe_model.h) that zeros them, as TFLM's MicroInterpreter::Reset; its
+first invoke calls it. Models without state keep their exact model.c (firmware/core's
+qe_model_state.c has a weak no-op default for them).
 
 Dynamic-range (hybrid: float activations, int8 weights) and float16-weight models are refused,
 with a message saying to use the fp32 or a full-integer model. Expanding their weights to
@@ -165,15 +176,22 @@ def generate(tflite_path, out_dir, name: str | None = None,
     for i in model.inputs:
         first[i] = -1
         last[i] = -1
+    # variable tensors (an LSTM's state) persist across invocations: alive for the whole run,
+    # so no other tensor ever shares their bytes
+    state = sorted({i for op in model.operators for i in op.inputs
+                    if i >= 0 and model.tensors[i].is_variable and not model.tensors[i].is_constant})
+    for i in state:
+        first[i] = -1
+        last[i] = n_ops
     for op in model.operators:
         for i in op.inputs:
             if i >= 0 and not model.tensors[i].is_constant:
                 if i not in first:
                     raise ModelError(f"{path}: op {op.index} {op.opcode} reads tensor "
                                      f"'{model.tensors[i].name}' before anything writes it")
-                last[i] = max(last[i], op.index)
+                last[i] = max(last[i], op.index) if i not in state else n_ops
         for i in op.outputs:
-            if i in first:
+            if i in first or model.tensors[i].is_variable:
                 raise ModelError(f"{path}: tensor '{model.tensors[i].name}' is written twice")
             first[i] = last[i] = op.index
     for i in model.outputs:
@@ -181,17 +199,22 @@ def generate(tflite_path, out_dir, name: str | None = None,
             raise ModelError(f"{path}: graph output '{model.tensors[i].name}' is never written")
         last[i] = n_ops
     act_ids = sorted(first)
-    root = _alias_roots(model, kernels, first, last)
+    root = _alias_roots(model, kernels, first, last, set(state))
     roots = sorted(set(root.values()))
     bufs = []
     for r in roots:
         group = [i for i in act_ids if root[i] == r]
         bufs.append(planner.Buffer(max(model.tensors[i].nbytes for i in group),
                                    min(first[i] for i in group), max(last[i] for i in group)))
+    scratch_ops = [k.op.index for k in kernels if k.scratch_bytes]
+    for k in kernels:           # a kernel's scratch: arena bytes live during its op only
+        if k.scratch_bytes:
+            bufs.append(planner.Buffer(k.scratch_bytes, k.op.index, k.op.index))
     mem = planner.plan(bufs, alignment=16)
     planner.check(bufs, mem, alignment=16)
     root_offset = {r: mem.offsets[k] for k, r in enumerate(roots)}
     offset = {i: root_offset[root[i]] for i in act_ids}
+    scratch = {j: mem.offsets[len(roots) + n] for n, j in enumerate(scratch_ops)}
     arena_bytes = max(mem.arena_bytes, 16)
 
     gm = GeneratedModel(
@@ -211,22 +234,24 @@ def generate(tflite_path, out_dir, name: str | None = None,
     # when the model uses it, so that models without those ops keep their exact bytes
     extra = sorted({h for k in kernels for h in k.headers} - set(KERNEL_HEADERS))
     gm.c_path.write_text(emit.model_c(model, gm, kernels, act_ids, offset, path,
-                                      KERNEL_HEADERS + tuple(extra)))
+                                      KERNEL_HEADERS + tuple(extra), state=state,
+                                      scratch=scratch))
     gm.json_path.write_text(emit.model_json(gm, model, path))
     return gm
 
 
 def _alias_roots(model: TFLiteModel, kernels: list[Kernel], first: dict[int, int],
-                 last: dict[int, int]) -> dict[int, int]:
+                 last: dict[int, int], state: set[int] = frozenset()) -> dict[int, int]:
     """Which activation tensors share one buffer: tensor -> the tensor whose buffer it uses.
 
     A RESHAPE-like op's output always shares its input's bytes (no code runs; the bytes are
     read-only views of each other). An element-wise op (lookup table, float activation) writes
     its output over its input when that is safe: the input and everything sharing its buffer
     are used for the last time by this op, and none of them is a graph input or output (the
-    harness reads those around qe_model_invoke)."""
+    harness reads those around qe_model_invoke) or a variable tensor (`state`: kept across
+    invocations)."""
     root = {i: i for i in first}
-    io = set(model.inputs) | set(model.outputs)
+    io = set(model.inputs) | set(model.outputs) | set(state)
     for k in kernels:
         if not (k.alias or k.inplace):
             continue

@@ -75,3 +75,5 @@ class Kernel:
     inplace: bool = False   # element-wise: the output may take over the input's buffer
     headers: tuple = ()     # kernel headers this op needs beyond ops.KERNEL_HEADERS (included
                             # only by the model.c of a model that uses the op)
+    scratch_bytes: int = 0  # arena bytes the kernel needs during this op only (the call's
+                            # @S<op index>@ placeholder is their address)

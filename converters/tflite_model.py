@@ -59,6 +59,8 @@ class Tensor:
     dtype: str                          # "float32", "int8", ... ("int4", "string" ... as named)
     quantization: Quantization | None = None
     data: np.ndarray | None = None      # constant data, shaped; None for activations
+    is_variable: bool = False           # state kept across invocations (an LSTM's cell and
+                                        # hidden state): TFLite's Tensor.isVariable
 
     @property
     def is_constant(self) -> bool:
@@ -231,7 +233,7 @@ def _convert(model, data: bytes, path: str) -> TFLiteModel:
                     raise ModelError(f"{path}: tensor '{name}' {list(shape)} {dtype} needs {want} "
                                      f"bytes of data, its buffer holds {len(raw)}")
                 arr = np.frombuffer(raw, dtype=np_dtype).reshape(shape)
-        tensors.append(Tensor(i, name, shape, dtype, quant, arr))
+        tensors.append(Tensor(i, name, shape, dtype, quant, arr, bool(t.isVariable)))
 
     def check_indices(idx: list[int], what: str, optional: bool) -> list[int]:
         for k in idx:

@@ -67,7 +67,7 @@ def gcc() -> str:
 
 
 def core_sources() -> list[Path]:
-    return [CORE / "requant.c"] + sorted((CORE / "kernels").glob("*.c"))
+    return [CORE / "requant.c", CORE / "qe_model_state.c"] + sorted((CORE / "kernels").glob("*.c"))
 
 
 def compile_c(sources, out: Path, extra: list[str] | None = None) -> Path:
@@ -118,8 +118,10 @@ def build_generated(tflite_path, out_dir, name: str | None = None):
     return gm, compile_driver(Path(out_dir))
 
 
-def run_driver(exe: Path, records: bytes) -> bytes:
-    res = subprocess.run([str(exe)], input=records, capture_output=True, timeout=60)
+def run_driver(exe: Path, records: bytes, reset_every: int = 0) -> bytes:
+    """Run the batch driver; reset_every > 0: qe_model_reset_state() before every N-th record."""
+    args = ["--reset-every", str(reset_every)] if reset_every else []
+    res = subprocess.run([str(exe), *args], input=records, capture_output=True, timeout=60)
     if res.returncode != 0:
         raise AssertionError(f"{exe} exited {res.returncode}: {res.stderr.decode(errors='replace')}")
     return res.stdout
@@ -382,16 +384,22 @@ def tflm_arena(model_bytes: bytes, input_arrays=None) -> dict:
     return out
 
 
-def tflm_run_multi(model_bytes: bytes, records: list[list[np.ndarray]]) -> list[list[np.ndarray]]:
+def tflm_run_multi(model_bytes: bytes, records: list[list[np.ndarray]],
+                   reset_every: int = 0) -> list[list[np.ndarray]]:
     """Like tflm_run for models with several inputs and outputs: each record is a list of the
-    input arrays in graph order; returns, per record, the list of all outputs."""
+    input arrays in graph order; returns, per record, the list of all outputs. One interpreter
+    runs every record, so variable tensors (an LSTM's state) carry over from record to record,
+    as in the driver; reset_every > 0: Interpreter.reset() (TFLM's MicroInterpreter::Reset,
+    variables back to zero) before every N-th record."""
     from tflite_micro.python.tflite_micro import runtime
     # the interpreter's default arena (10x the model's size) is too small for hand-built models
     # with few weights and large activations
     it = runtime.Interpreter.from_bytes(bytes(model_bytes), arena_size=max(10 * len(model_bytes), 1 << 20))
     n_out = len(parse_outputs(model_bytes))
     outs = []
-    for rec in records:
+    for n, rec in enumerate(records):
+        if reset_every and n % reset_every == 0:
+            it.reset()
         for k, x in enumerate(rec):
             it.set_input(x, k)
         it.invoke()
@@ -405,7 +413,7 @@ def parse_outputs(model_bytes: bytes) -> list[int]:
 
 
 def compare_generated(model_bytes: bytes, inputs: list[np.ndarray], workdir, label: str,
-                      float_rtol: float = 0.0) -> dict:
+                      float_rtol: float = 0.0, reset_every: int = 0) -> dict:
     """Generated C (through tests/c/run_model.c) against the tflite-micro interpreter for a model
     with any number of inputs/outputs. inputs: one array per graph input, each N records.
     Integer outputs must be identical; float outputs bit-identical unless float_rtol > 0."""
@@ -420,10 +428,10 @@ def compare_generated(model_bytes: bytes, inputs: list[np.ndarray], workdir, lab
             for x, s in zip(inputs, gm.inputs)]
     n = len(arrs[0])
     records = b"".join(b"".join(a[i].tobytes() for a in arrs) for i in range(n))
-    raw = run_driver(exe, records)
+    raw = run_driver(exe, records, reset_every)
     per = sum(s.nbytes for s in gm.outputs)
     assert len(raw) == n * per
-    ref = tflm_run_multi(model_bytes, [[a[i] for a in arrs] for i in range(n)])
+    ref = tflm_run_multi(model_bytes, [[a[i] for a in arrs] for i in range(n)], reset_every)
     got_all = []
     for k, s in enumerate(gm.outputs):
         off = sum(o.nbytes for o in gm.outputs[:k])

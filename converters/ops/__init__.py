@@ -32,6 +32,7 @@ from .conv import lower_conv, lower_conv_pointwise_as_fc
 from .fully_connected import lower_fully_connected
 from .hard_swish import lower_hard_swish
 from .leaky_relu import lower_leaky_relu
+from .lstm import lower_lstm
 from .maximum_minimum import lower_maximum_minimum
 from .mean import lower_mean
 from .pad import lower_pad
@@ -73,6 +74,7 @@ LOWERINGS = {
     "PADV2": lower_pad,
     "TRANSPOSE": lower_transpose,
     "STRIDED_SLICE": lower_strided_slice,
+    "UNIDIRECTIONAL_SEQUENCE_LSTM": lower_lstm,
 }
 
 # On boards that build an optimized kernel variant (`[build] kernels` other than "reference";

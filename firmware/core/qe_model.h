@@ -45,5 +45,10 @@ typedef struct {
 extern const qe_model_info_t qe_model_info;
 extern uint8_t qe_arena[];
 void qe_model_invoke(void);
+/* Set the model's variable tensors (state kept across invocations, e.g. an LSTM's hidden and
+ * cell state) to zero, as TFLM's MicroInterpreter::Reset. A model with state defines it (and
+ * its first qe_model_invoke() calls it); for a model without, qe_model_state.c's weak default
+ * does nothing. */
+void qe_model_reset_state(void);
 
 #endif /* QE_MODEL_H */
