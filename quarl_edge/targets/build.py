@@ -29,7 +29,6 @@ from elftools.elf.elffile import ELFFile
 from .boards import Board
 from .flash import intel_hex, loadable_segments
 from ..errors import QuarlError, ToolchainError
-from ..link.protocol import streamed
 from ..resources import firmware_dir
 
 COMMON_CFLAGS = ("-std=c99", "-Wall", "-Wextra", "-Werror", "-ffp-contract=off")
@@ -381,7 +380,7 @@ def build(model_path: Path, board: Board, out_dir: Path, extra_flags=()) -> Firm
     # Inputs larger than one frame are streamed into the arena (docs/protocol.md, "Streamed
     # tensors") and have no copy: the arena is the only buffer they need.
     input_bytes = sum(int(t["bytes"]) for t in info["inputs"])
-    copy_bytes = 0 if streamed(input_bytes, board.max_payload) else input_bytes
+    copy_bytes = 0 if input_bytes > board.max_payload else input_bytes
     for stale in (elf.with_suffix(".bin"), elf.with_suffix(".hex")):   # of an earlier build
         stale.unlink(missing_ok=True)
     compile_firmware(board, firmware_sources(board) + [gen_dir / "model.c"], elf, extra_flags,
