@@ -48,7 +48,8 @@ def stream_builds(tmp_path_factory):
     flags = [f"-DQE_MAX_PAYLOAD={MAXP}u", "-DQE_INPUT_COPY_BYTES=0u", f"-DQE_IDENTITY_N={N}"]
     from test_harness import SAN_ENV, SANITIZE
     return {"plain": (build(d / "harness", flags), {}),
-            "sanitized": (build(d / "harness_san", flags + SANITIZE), SAN_ENV)}
+            "sanitized": (build(d / "harness_san", flags + SANITIZE), SAN_ENV),
+            "one-frame": (build(d / "harness_1", ["-DQE_MAX_PAYLOAD=64u"]), {})}
 
 
 @pytest.fixture(params=["plain", "sanitized"])
@@ -262,6 +263,30 @@ def test_boardlink_streams_through_a_corrupting_link(stream_builds):
         assert len(costs) == 60 and all(c > 0 for c in costs)
         assert report["chunks"] == 60 * (N // CHUNK + OUT_BYTES // CHUNK)    # 4 in, 17 out
         assert report["retries"] > 0 and report["faults"]["flipped"] > 20
+    finally:
+        proc.terminate()
+        proc.wait(5)
+        os.close(slave)
+
+
+def test_a_model_that_fits_one_frame_keeps_the_single_frame_infer(stream_builds):
+    """The default identity model (4 B in, 20 B out) on a 64-byte max_payload: one INFER frame
+    each way per step, byte for byte as in protocol v2 (HIL speed), no chunk."""
+    exe, _ = stream_builds["one-frame"]
+    master, slave = os.openpty()
+    tty.setraw(slave)
+    proc = subprocess.Popen([str(exe)], stdin=master, stdout=master, close_fds=True)
+    os.close(master)
+    try:
+        with BoardLink(os.ttyname(slave), alive=lambda: proc.poll() is None) as link:
+            link.hello(10)
+            sizes, write = [], link.ser.write
+            link.ser.write = lambda data: (sizes.append(len(data)), write(data))[1]
+            for v in range(5):
+                (y, _), _ = link.infer([np.full((1, 4), v, np.int8)])
+                assert y.ravel().tolist() == dequant([v] * 4)
+            assert sizes == [len(P.encode_frame(P.COMMANDS["INFER"], bytes(4)))] * 5 == [15] * 5
+            assert link.stats["chunks"] == 0
     finally:
         proc.terminate()
         proc.wait(5)

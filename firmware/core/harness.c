@@ -14,9 +14,10 @@
  *
  * Retries (docs/protocol.md, "Retries and resets"): a request with the command, sequence
  * number and CRC of the last one is the host's retry after a lost reply. INFER and BENCH, the
- * commands that run the model, are then answered again from what they left (the cost, the
- * outputs still in the arena, BENCH's statistics) without running again; HELLO, MEM and ECHO
- * have no effect to repeat and are simply answered again.
+ * commands that run the model, and IN_CHUNK are then answered again from what they left (the
+ * cost, the outputs still in the arena, BENCH's statistics, the input bytes received) without
+ * running or writing again; HELLO, MEM, ECHO and OUT_CHUNK have no effect to repeat and are
+ * simply answered again.
  *
  * Boot id: the nonce of the first HELLO answered since boot. A board has no entropy of its own
  * at boot (QEMU with -icount runs the same instructions every time), but the host's nonces are
@@ -94,10 +95,10 @@ static uint32_t tensors_bytes(const qe_tensor_spec_t *t, uint8_t n)
     return sum;
 }
 
-/* Tensors t[0..n) as one run of bytes (their concatenation, as on the wire): the bytes
- * [off, off + len) of it are copied to dst (dst != 0) or from src into the arena. */
-static void tensors_span(const qe_tensor_spec_t *t, uint8_t n, uint32_t off, uint32_t len,
-                         uint8_t *dst, const uint8_t *src)
+/* Tensors t[0..n) as one run of bytes (their concatenation, as on the wire): bytes
+ * [off, off + len) of it are written from src into the arena, or sent from the arena. */
+static void write_tensors(const qe_tensor_spec_t *t, uint8_t n, uint32_t off, uint32_t len,
+                          const uint8_t *src)
 {
     uint8_t i;
     for (i = 0; i < n && len; i++) {
@@ -106,30 +107,27 @@ static void tensors_span(const qe_tensor_spec_t *t, uint8_t n, uint32_t off, uin
             off -= t[i].bytes;
             continue;
         }
-        k = t[i].bytes - off;
-        if (k > len)
-            k = len;
-        if (dst) {
-            memcpy(dst, qe_arena + t[i].arena_offset + off, k);
-            dst += k;
-        } else {
-            memcpy(qe_arena + t[i].arena_offset + off, src, k);
-            src += k;
-        }
+        k = t[i].bytes - off < len ? t[i].bytes - off : len;
+        memcpy(qe_arena + t[i].arena_offset + off, src, k);
+        src += k;
         len -= k;
         off = 0;
     }
 }
 
-static void tx_tensors_span(const qe_tensor_spec_t *t, uint8_t n, uint32_t off, uint32_t len)
+static void tx_tensors(const qe_tensor_spec_t *t, uint8_t n, uint32_t off, uint32_t len)
 {
-    uint8_t piece[16];
-    while (len) {
-        uint32_t k = len < sizeof piece ? len : (uint32_t)sizeof piece;
-        tensors_span(t, n, off, k, piece, 0);
-        qe_tx_bytes(piece, k);
-        off += k;
+    uint8_t i;
+    for (i = 0; i < n && len; i++) {
+        uint32_t k;
+        if (off >= t[i].bytes) {
+            off -= t[i].bytes;
+            continue;
+        }
+        k = t[i].bytes - off < len ? t[i].bytes - off : len;
+        qe_tx_bytes(qe_arena + t[i].arena_offset + off, k);
         len -= k;
+        off = 0;
     }
 }
 
@@ -147,8 +145,7 @@ static void restore_inputs(void)   /* no copy of streamed inputs: BENCH runs on 
 {
     const qe_model_info_t *m = &qe_model_info;
     if (!inputs_streamed())
-        tensors_span(m->inputs, m->n_inputs, 0, tensors_bytes(m->inputs, m->n_inputs), 0,
-                     last_input);
+        write_tensors(m->inputs, m->n_inputs, 0, tensors_bytes(m->inputs, m->n_inputs), last_input);
 }
 
 static uint32_t run_once(void)
@@ -268,7 +265,7 @@ static void tx_infer(uint8_t seq)   /* streamed outputs: the cost only (OUT_CHUN
     uint32_t out_bytes = outputs_streamed() ? 0u : tensors_bytes(m->outputs, m->n_outputs);
     qe_tx_begin(QE_REPLY(QE_CMD_INFER), seq, (uint16_t)(4u + out_bytes));
     qe_tx_u32(last_cost);
-    tx_tensors_span(m->outputs, m->n_outputs, 0, out_bytes);
+    tx_tensors(m->outputs, m->n_outputs, 0, out_bytes);
     qe_tx_end();
 }
 
@@ -325,7 +322,7 @@ static void do_in_chunk(const qe_frame_t *f)
         return;
     }
     if (off <= in_received) {   /* else a gap: not written; the reply says where to resume */
-        tensors_span(m->inputs, m->n_inputs, off, n, 0, f->payload + 4);
+        write_tensors(m->inputs, m->n_inputs, off, n, f->payload + 4);
         in_received = off + n;
         out_ready = 0;          /* the arena changed: the outputs may be overwritten */
     }
@@ -349,7 +346,7 @@ static void do_out_chunk(const qe_frame_t *f)
     }
     qe_tx_begin(QE_REPLY(QE_CMD_OUT_CHUNK), f->seq, (uint16_t)(4u + n));
     qe_tx_u32(off);
-    tx_tensors_span(m->outputs, m->n_outputs, off, n);
+    tx_tensors(m->outputs, m->n_outputs, off, n);
     qe_tx_end();
 }
 
