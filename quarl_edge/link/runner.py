@@ -280,9 +280,7 @@ class BoardLink:
                         self.stats["board_errors"] += 1
                         garbled = True
                     elif f.seq == seq:
-                        e = ProtocolError(f"board answered {name} with {err}: {msg}")
-                        e.code = err
-                        raise e
+                        raise ProtocolError(f"board answered {name} with {err}: {msg}", err)
                 # else: a late reply to an earlier attempt or request
             garbled = garbled or self.decoder.rejected != rejected
             self._absorb_decoder_counts()
@@ -391,7 +389,7 @@ class BoardLink:
             except ProtocolError as e:
                 # NOT_READY: the board lost the streamed tensors. A restart whose announcement
                 # was lost: the handshake raises BoardReset. Otherwise stream once more.
-                if getattr(e, "code", None) != "NOT_READY" or again:
+                if e.code != "NOT_READY" or again:
                     raise
                 self.hello(REHANDSHAKE_S)
                 self.stats["restreams"] += 1
