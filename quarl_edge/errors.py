@@ -22,7 +22,12 @@ class ToolchainError(QuarlError):
 
 
 class ProtocolError(BoardError):
-    """The board answered with an error frame or something that is not a valid reply."""
+    """The board answered with an error frame or something that is not a valid reply. `code`:
+    the error frame's name (docs/protocol.md: BAD_PAYLOAD, NOT_READY, ...), if it was one."""
+
+    def __init__(self, message: str, code: str | None = None):
+        super().__init__(message)
+        self.code = code
 
 
 class BoardReset(BoardError):

@@ -441,7 +441,7 @@ def test_wrong_version(board):
     assert_clean_exit(board)
 
 
-@pytest.mark.parametrize("cmd", [0x00, 0x06, 0x42, 0x7F])
+@pytest.mark.parametrize("cmd", [0x00, 0x08, 0x42, 0x7F])
 def test_unknown_command(board, cmd):
     f = board.request(cmd, b"abc")
     assert f.is_error and f.error()[:2] == ("UNKNOWN_CMD", cmd)

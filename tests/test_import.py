@@ -84,8 +84,9 @@ def test_a_cnn_policy_takes_the_envs_images_and_quantizes(imported, tmp_path):
     """SB3's CnnPolicy (NatureCNN) on 40 x 40 x 1 uint8 images: the Keras network takes the
     env's HWC images as they are (SB3's CHW transpose and /255 folded in), and its int8 model
     runs on TF Lite Micro, within one output step of tflite-runtime (whose optimized int8
-    kernels round differently). The boards take it once inputs larger than one frame stream
-    (issue 12): until then build says so with the numbers."""
+    kernels round differently). Its 6,400 input bytes stream to the boards in chunks (issue 12):
+    it validates bit-exact on the host board and the Cortex-M4 in QEMU, and HIL on the host
+    board plays TF Lite Micro's returns."""
     run = imported["dqn_catch_cnn"]
     info = load_run(run)
     assert info["source"]["policy"] == "CnnPolicy" and info["network"]["type"] == "cnn"
@@ -104,8 +105,14 @@ def test_a_cnn_policy_takes_the_envs_images_and_quantizes(imported, tmp_path):
     step = interp.get_tensor_details()[dequantize["inputs"][0]]["quantization"][0]
     diffs = [np.max(np.abs(micro.run([o])[0] - rt.run([o])[0])) for o in obs]
     assert max(diffs) <= step * 1.0001, (max(diffs), step)
-    p = cli("build", model, "--board", "mps2-an386", "--out", tmp_path / "b")
-    assert p.returncode == 2 and "inputs take 6400 B" in p.stderr, p.stderr
+    from quarl_edge import api
+    np.save(tmp_path / "obs.npy", obs[:20])
+    for board in ("host", "mps2-an386"):
+        res = api.validate(model, board, inputs=tmp_path / "obs.npy", out=tmp_path / board)
+        assert res.bit_exact and res.n == 20, (board, res)
+        assert res.link["chunks"] == 20 * 6400 // 256 and res.latency.n == 20
+    hil = api.hil(run, "host", episodes=3, out=tmp_path / "hil")
+    assert hil.board_equals_reference and hil.micro_mean_return == hil.mean_return, hil
 
 
 def test_vecnormalize_is_folded_and_recorded(imported):

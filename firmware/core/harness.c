@@ -2,15 +2,22 @@
  *
  * RAM: the frame layer's receive buffer (protocol.c), a copy of the last INFER input
  * (QE_INPUT_COPY_BYTES, default QE_MAX_PAYLOAD: an INFER payload never exceeds it; a build
- * that knows the model's input size can pass it to save RAM), what a retried INFER or BENCH
- * is answered with (about 30 bytes) and a few locals. Replies are streamed from the arena, so
- * there is no reply buffer.
+ * that knows the model's input size can pass it to save RAM; 0 for a model whose inputs are
+ * streamed), what a retried INFER or BENCH is answered with (about 30 bytes) and a few
+ * locals. Replies are streamed from the arena, so there is no reply buffer.
+ *
+ * Streamed tensors (docs/protocol.md, "Streamed tensors"): inputs larger than one frame come
+ * in IN_CHUNK frames, each written straight into the input tensors in the arena at its
+ * offset; outputs larger than one frame are read with OUT_CHUNK, straight from the output
+ * tensors. So the board needs no buffer of a tensor's size besides the arena: any model whose
+ * arena fits the board's RAM runs, whatever its frame size.
  *
  * Retries (docs/protocol.md, "Retries and resets"): a request with the command, sequence
  * number and CRC of the last one is the host's retry after a lost reply. INFER and BENCH, the
- * commands that run the model, are then answered again from what they left (the cost, the
- * outputs still in the arena, BENCH's statistics) without running again; HELLO, MEM and ECHO
- * have no effect to repeat and are simply answered again.
+ * commands that run the model, and IN_CHUNK are then answered again from what they left (the
+ * cost, the outputs still in the arena, BENCH's statistics, the input bytes received) without
+ * running or writing again; HELLO, MEM, ECHO and OUT_CHUNK have no effect to repeat and are
+ * simply answered again.
  *
  * Boot id: the nonce of the first HELLO answered since boot. A board has no entropy of its own
  * at boot (QEMU with -icount runs the same instructions every time), but the host's nonces are
@@ -53,7 +60,7 @@
 /* The last INFER input, restored before every BENCH run: a planner may place an output or a
  * scratch tensor over an input (in-place arena), so after one invoke the arena no longer holds
  * the input. Zero until the first INFER (BENCH before INFER runs on zeros). */
-static uint8_t last_input[QE_INPUT_COPY_BYTES];
+static uint8_t last_input[QE_INPUT_COPY_BYTES > 0 ? QE_INPUT_COPY_BYTES : 1];
 
 static uint32_t boot_id;   /* 0 until the first HELLO */
 
@@ -64,6 +71,12 @@ static uint16_t last_crc;
 static uint32_t last_cost;                         /* INFER */
 static uint32_t bench_n, bench_lo, bench_hi;       /* BENCH */
 static uint64_t bench_sum;
+
+/* Streamed inputs: bytes [0, in_received) of the inputs are in the input tensors, written by
+ * IN_CHUNK in order since the last run. out_ready: the output tensors hold the last INFER's
+ * outputs (nothing has written the arena since), so OUT_CHUNK may read them. */
+static uint32_t in_received;
+static uint8_t out_ready;
 
 static void remember(const qe_frame_t *f)   /* after an INFER or BENCH ran */
 {
@@ -82,15 +95,57 @@ static uint32_t tensors_bytes(const qe_tensor_spec_t *t, uint8_t n)
     return sum;
 }
 
-static void restore_inputs(void)
+/* Tensors t[0..n) as one run of bytes (their concatenation, as on the wire): bytes
+ * [off, off + len) of it are written from src into the arena, or sent from the arena. */
+static void write_tensors(const qe_tensor_spec_t *t, uint8_t n, uint32_t off, uint32_t len,
+                          const uint8_t *src)
+{
+    uint8_t i;
+    for (i = 0; i < n && len; i++) {
+        uint32_t k;
+        if (off >= t[i].bytes) {
+            off -= t[i].bytes;
+            continue;
+        }
+        k = t[i].bytes - off < len ? t[i].bytes - off : len;
+        memcpy(qe_arena + t[i].arena_offset + off, src, k);
+        src += k;
+        len -= k;
+        off = 0;
+    }
+}
+
+static void tx_tensors(const qe_tensor_spec_t *t, uint8_t n, uint32_t off, uint32_t len)
+{
+    uint8_t i;
+    for (i = 0; i < n && len; i++) {
+        uint32_t k;
+        if (off >= t[i].bytes) {
+            off -= t[i].bytes;
+            continue;
+        }
+        k = t[i].bytes - off < len ? t[i].bytes - off : len;
+        qe_tx_bytes(qe_arena + t[i].arena_offset + off, k);
+        len -= k;
+        off = 0;
+    }
+}
+
+static int inputs_streamed(void)
+{
+    return tensors_bytes(qe_model_info.inputs, qe_model_info.n_inputs) > QE_MAX_PAYLOAD;
+}
+
+static int outputs_streamed(void)
+{
+    return tensors_bytes(qe_model_info.outputs, qe_model_info.n_outputs) > QE_MAX_PAYLOAD;
+}
+
+static void restore_inputs(void)   /* no copy of streamed inputs: BENCH runs on the arena */
 {
     const qe_model_info_t *m = &qe_model_info;
-    uint32_t off = 0;
-    uint8_t i;
-    for (i = 0; i < m->n_inputs; i++) {
-        memcpy(qe_arena + m->inputs[i].arena_offset, last_input + off, m->inputs[i].bytes);
-        off += m->inputs[i].bytes;
-    }
+    if (!inputs_streamed())
+        write_tensors(m->inputs, m->n_inputs, 0, tensors_bytes(m->inputs, m->n_inputs), last_input);
 }
 
 static uint32_t run_once(void)
@@ -204,15 +259,13 @@ static void do_hello(const qe_frame_t *f)
 /* ------------------------------------------------------------------------------- INFER */
 /* The reply to the last INFER: its cost and the outputs, still in the arena (nothing runs the
  * model between an INFER and its retry). */
-static void tx_infer(uint8_t seq)
+static void tx_infer(uint8_t seq)   /* streamed outputs: the cost only (OUT_CHUNK reads them) */
 {
     const qe_model_info_t *m = &qe_model_info;
-    uint8_t i;
-    qe_tx_begin(QE_REPLY(QE_CMD_INFER), seq,
-                (uint16_t)(4u + tensors_bytes(m->outputs, m->n_outputs)));
+    uint32_t out_bytes = outputs_streamed() ? 0u : tensors_bytes(m->outputs, m->n_outputs);
+    qe_tx_begin(QE_REPLY(QE_CMD_INFER), seq, (uint16_t)(4u + out_bytes));
     qe_tx_u32(last_cost);
-    for (i = 0; i < m->n_outputs; i++)
-        qe_tx_bytes(qe_arena + m->outputs[i].arena_offset, m->outputs[i].bytes);
+    tx_tensors(m->outputs, m->n_outputs, 0, out_bytes);
     qe_tx_end();
 }
 
@@ -220,27 +273,81 @@ static void do_infer(const qe_frame_t *f)
 {
     const qe_model_info_t *m = &qe_model_info;
     uint32_t in_bytes = tensors_bytes(m->inputs, m->n_inputs);
-    uint32_t out_bytes = tensors_bytes(m->outputs, m->n_outputs);
-    uint32_t cost;
 
-    if (f->len != in_bytes) {
-        bad_payload(f, QE_MSG("INFER payload size differs from the inputs' bytes"));
-        return;
+    if (inputs_streamed()) {   /* the inputs came in IN_CHUNK frames; INFER carries none */
+        if (f->len != 0u) {
+            bad_payload(f, QE_MSG("streamed inputs: INFER takes no payload"));
+            return;
+        }
+        if (in_received != in_bytes) {
+            qe_tx_error(f->seq, QE_ERR_NOT_READY, f->cmd, QE_MSG("input chunks missing"));
+            return;
+        }
+    } else {
+        if (f->len != in_bytes) {
+            bad_payload(f, QE_MSG("INFER payload size differs from the inputs' bytes"));
+            return;
+        }
+        if (in_bytes > sizeof last_input) {
+            bad_payload(f, QE_MSG("inputs exceed QE_INPUT_COPY_BYTES"));
+            return;
+        }
+        memcpy(last_input, f->payload, in_bytes);
+        restore_inputs();
     }
-    if (in_bytes > sizeof last_input) {
-        bad_payload(f, QE_MSG("inputs exceed QE_INPUT_COPY_BYTES"));
-        return;
-    }
-    if (4u + out_bytes > 0xFFFFu) {
-        bad_payload(f, QE_MSG("outputs do not fit a frame"));
-        return;
-    }
-    memcpy(last_input, f->payload, in_bytes);
-    restore_inputs();
-    cost = run_once();
-    last_cost = cost;
+    last_cost = run_once();
+    in_received = 0;   /* the run may have reused the input tensors' arena bytes */
+    out_ready = 1;
     remember(f);
     tx_infer(f->seq);
+}
+
+/* ----------------------------------------------------------------- IN_CHUNK, OUT_CHUNK */
+static void tx_in_chunk(uint8_t seq)   /* the reply: how many input bytes are in, in order */
+{
+    qe_tx_begin(QE_REPLY(QE_CMD_IN_CHUNK), seq, 4u);
+    qe_tx_u32(in_received);
+    qe_tx_end();
+}
+
+static void do_in_chunk(const qe_frame_t *f)
+{
+    const qe_model_info_t *m = &qe_model_info;
+    uint32_t off = rd_u32(f->payload);   /* the length check made sure of the offset's 4 bytes */
+    uint32_t n = (uint32_t)f->len - 4u;
+
+    if (off > tensors_bytes(m->inputs, m->n_inputs) ||
+        n > tensors_bytes(m->inputs, m->n_inputs) - off) {
+        bad_payload(f, QE_MSG("chunk ends beyond the inputs"));
+        return;
+    }
+    if (off <= in_received) {   /* else a gap: not written; the reply says where to resume */
+        write_tensors(m->inputs, m->n_inputs, off, n, f->payload + 4);
+        in_received = off + n;
+        out_ready = 0;          /* the arena changed: the outputs may be overwritten */
+    }
+    remember(f);
+    tx_in_chunk(f->seq);
+}
+
+static void do_out_chunk(const qe_frame_t *f)
+{
+    const qe_model_info_t *m = &qe_model_info;
+    uint32_t off = rd_u32(f->payload), n = rd_u16(f->payload + 4);
+
+    if (!out_ready) {
+        qe_tx_error(f->seq, QE_ERR_NOT_READY, f->cmd, QE_MSG("no outputs since the last run"));
+        return;
+    }
+    if (off > tensors_bytes(m->outputs, m->n_outputs) ||
+        n > tensors_bytes(m->outputs, m->n_outputs) - off) {
+        bad_payload(f, QE_MSG("chunk ends beyond the outputs"));
+        return;
+    }
+    qe_tx_begin(QE_REPLY(QE_CMD_OUT_CHUNK), f->seq, (uint16_t)(4u + n));
+    qe_tx_u32(off);
+    tx_tensors(m->outputs, m->n_outputs, off, n);
+    qe_tx_end();
 }
 
 /* ------------------------------------------------------------------------------- BENCH */
@@ -277,6 +384,7 @@ static void do_bench(const qe_frame_t *f)
     bench_lo = lo;
     bench_hi = hi;
     bench_sum = sum;
+    out_ready = 0;   /* streamed inputs are not restored: the outputs may differ from INFER's */
     remember(f);
     tx_bench(f->seq);
 }
@@ -325,6 +433,8 @@ static int replayed(const qe_frame_t *f)
         tx_infer(f->seq);
     else if (f->cmd == QE_CMD_BENCH)
         tx_bench(f->seq);
+    else if (f->cmd == QE_CMD_IN_CHUNK)
+        tx_in_chunk(f->seq);
     else
         return 0;
     return 1;
@@ -346,6 +456,8 @@ static void handle(qe_rx_status_t st, const qe_frame_t *f)
     case QE_CMD_BENCH: do_bench(f); break;
     case QE_CMD_MEM: do_mem(f); break;
     case QE_CMD_ECHO: do_echo(f); break;
+    case QE_CMD_IN_CHUNK: do_in_chunk(f); break;
+    case QE_CMD_OUT_CHUNK: do_out_chunk(f); break;
     default:
         /* A frame with the reply bit set (a reply or error frame: our own output looped back by
          * a tty still echoing, or another board) is not a request: answering it could start an
@@ -363,7 +475,9 @@ static int length_ok(uint8_t cmd, uint16_t len)
     const qe_model_info_t *m = &qe_model_info;
     switch (cmd) {
     case QE_CMD_HELLO: return len == 4u;
-    case QE_CMD_INFER: return len == tensors_bytes(m->inputs, m->n_inputs);
+    case QE_CMD_INFER: return len == (inputs_streamed() ? 0u : tensors_bytes(m->inputs, m->n_inputs));
+    case QE_CMD_IN_CHUNK: return len >= 4u;
+    case QE_CMD_OUT_CHUNK: return len == 6u;
     case QE_CMD_BENCH: return len == 2u;
     case QE_CMD_MEM: return len == 0u;
     default: return 1;   /* ECHO takes any size; others are answered once complete */

@@ -4,7 +4,7 @@
 #ifndef QE_PROTOCOL_H
 #define QE_PROTOCOL_H
 
-#define QE_PROTO_VERSION 2
+#define QE_PROTO_VERSION 3
 #define QE_PROTO_SYNC0 0xA5
 #define QE_PROTO_SYNC1 0x5A
 #define QE_PROTO_HEADER_SIZE 7
@@ -20,12 +20,15 @@
 #define QE_CMD_BENCH 0x03
 #define QE_CMD_MEM 0x04
 #define QE_CMD_ECHO 0x05
+#define QE_CMD_IN_CHUNK 0x06
+#define QE_CMD_OUT_CHUNK 0x07
 
 #define QE_ERR_BAD_CRC 1  /* the CRC did not match */
 #define QE_ERR_TOO_LONG 2  /* the payload length exceeds the board's max_payload */
 #define QE_ERR_UNKNOWN_CMD 3  /* no such command */
 #define QE_ERR_BAD_VERSION 4  /* the frame's protocol version is not the board's */
 #define QE_ERR_BAD_PAYLOAD 5  /* the payload has the wrong size for the command */
+#define QE_ERR_NOT_READY 6  /* streamed tensors missing: INFER before all input chunks, or OUT_CHUNK with no outputs since the last run */
 
 #define QE_DTYPE_FLOAT32 0
 #define QE_DTYPE_INT8 1

@@ -59,6 +59,11 @@ class Agent:
         # the last INFER or BENCH request, (cmd, seq, payload), and the reply it got
         self.last_request: tuple[int, int, bytes] | None = None
         self.last_reply = b""
+        # streamed tensors (docs/protocol.md, "Streamed tensors"), as the firmware does them
+        self.in_bytes = sum(self.spec(d).nbytes for d in self.inputs)
+        self.out_bytes = sum(self.spec(d).nbytes for d in self.outputs)
+        self.stream = P.InputStream(bytearray(self.in_bytes))
+        self.last_outputs: bytes | None = None    # for OUT_CHUNK; None: none since the last run
 
     def spec(self, d) -> P.TensorSpec:
         scale, zp = d["quantization"]
@@ -103,6 +108,14 @@ class Agent:
             return self.hello_reply(f.seq, nonce)
         if cmd == P.COMMANDS["INFER"]:
             specs = [self.spec(d) for d in self.inputs]
+            if P.streamed(self.in_bytes, MAX_PAYLOAD):   # the inputs came in IN_CHUNK frames
+                if payload:
+                    return error(5, "streamed inputs: INFER takes no payload")
+                if not self.stream.complete:
+                    return error(6, f"input chunks missing: {self.stream.received} of "
+                                    f"{self.in_bytes} B received")
+                payload = bytes(self.stream.buf)
+                self.stream.received = 0
             if len(payload) != sum(s.nbytes for s in specs):
                 return error(5, "INFER payload does not match the inputs' size")
             inputs, pos = [], 0
@@ -113,7 +126,30 @@ class Agent:
             self.last_input = inputs
             cost = self._invoke(inputs)
             outs = b"".join(self.interp.get_tensor(d["index"]).tobytes() for d in self.outputs)
+            self.last_outputs = outs
+            if P.streamed(len(outs), MAX_PAYLOAD):
+                outs = b""                              # read with OUT_CHUNK
             return self._remember(f, reply(struct.pack(P.COST_FMT, cost) + outs))
+        if cmd == P.COMMANDS["IN_CHUNK"]:
+            if len(payload) < 4:
+                return error(5, "IN_CHUNK takes a u32 offset and bytes")
+            (off,) = struct.unpack_from(P.IN_CHUNK_HEAD, payload)
+            try:
+                received = self.stream.write(off, payload[4:])
+            except ValueError as e:
+                return error(5, str(e))
+            self.last_outputs = None
+            return self._remember(f, reply(struct.pack(P.IN_CHUNK_HEAD, received)))
+        if cmd == P.COMMANDS["OUT_CHUNK"]:
+            if len(payload) != struct.calcsize(P.OUT_CHUNK_REQ):
+                return error(5, "OUT_CHUNK takes a u32 offset and a u16 length")
+            off, n = struct.unpack(P.OUT_CHUNK_REQ, payload)
+            if self.last_outputs is None:
+                return error(6, "no outputs since the last run")
+            if off + n > len(self.last_outputs):
+                return error(5, f"chunk [{off}, {off + n}) ends beyond the outputs' "
+                                f"{len(self.last_outputs)} B")
+            return reply(struct.pack(P.IN_CHUNK_HEAD, off) + self.last_outputs[off:off + n])
         if cmd == P.COMMANDS["BENCH"]:
             if len(payload) != 2:
                 return error(5, "BENCH takes a u16 count")
@@ -122,6 +158,7 @@ class Agent:
                 return error(5, "BENCH needs n >= 1")
             inputs = self.last_input or [np.zeros(d["shape"], d["dtype"]) for d in self.inputs]
             costs = [self._invoke(inputs) for _ in range(n)]
+            self.last_outputs = None    # as on the firmware
             return self._remember(f, reply(struct.pack(P.BENCH_REPLY, n, min(costs), max(costs),
                                                        sum(costs))))
         if cmd == P.COMMANDS["MEM"]:

@@ -16,7 +16,10 @@ from ..errors import ProtocolError
 # 2: HELLO's reply carries the board's boot id (a changed boot id means the board restarted),
 #    the board announces its boot with an unsolicited HELLO reply, and a repeated request
 #    (same command, sequence number and CRC) is answered with the last reply, not run again.
-VERSION = 2
+# 3: tensors larger than one frame are streamed: IN_CHUNK writes a chunk of the inputs straight
+#    into the model's input tensors, OUT_CHUNK reads one of the outputs (docs/protocol.md,
+#    "Streamed tensors"); INFER of a model whose tensors fit one frame is unchanged.
+VERSION = 3
 SYNC = b"\xA5\x5A"
 HEADER_SIZE = 7  # sync(2) version(1) cmd(1) seq(1) len(2)
 CRC_SIZE = 2
@@ -32,6 +35,8 @@ COMMANDS = {
     "BENCH": 0x03,
     "MEM": 0x04,
     "ECHO": 0x05,
+    "IN_CHUNK": 0x06,
+    "OUT_CHUNK": 0x07,
 }
 CMD_ERROR = 0xFF
 # What a host may receive: the reply to each command, and error frames.
@@ -52,6 +57,8 @@ ERRORS = {
     3: ("UNKNOWN_CMD", "no such command"),
     4: ("BAD_VERSION", "the frame's protocol version is not the board's"),
     5: ("BAD_PAYLOAD", "the payload has the wrong size for the command"),
+    6: ("NOT_READY", "streamed tensors missing: INFER before all input chunks, or OUT_CHUNK "
+                     "with no outputs since the last run"),
 }
 
 DTYPES = {  # code -> (name, numpy dtype string, size in bytes)
@@ -328,6 +335,50 @@ def pack_hello(h: Hello) -> bytes:
 BENCH_REPLY = "<IIIQ"   # n, min, max, sum
 MEM_REPLY = "<IIIII"    # flash, ram, stack used, stack size, arena
 COST_FMT = "<I"
+IN_CHUNK_HEAD = "<I"    # IN_CHUNK request: u32 offset, then the chunk's bytes; reply: u32 received
+OUT_CHUNK_REQ = "<IH"   # OUT_CHUNK request: u32 offset, u16 n; reply: u32 offset, then n bytes
+
+
+# ------------------------------------------------------------------------ streamed tensors
+def streamed(nbytes: int, max_payload: int) -> bool:
+    """Whether tensors of `nbytes` (all inputs, or all outputs) go in chunks: only when they do
+    not fit one frame, so a small model's INFER stays one frame each way."""
+    return nbytes > max_payload
+
+
+def chunk_spans(total: int, chunk: int, start: int = 0) -> list[tuple[int, int]]:
+    """(offset, length) of the chunks that carry bytes [start, total), `chunk` bytes each (the
+    last may be shorter)."""
+    if chunk < 1:
+        raise ValueError(f"a chunk must hold at least one byte, not {chunk}")
+    return [(off, min(chunk, total - off)) for off in range(start, total, chunk)]
+
+
+class InputStream:
+    """The board's side of IN_CHUNK (the firmware's harness.c and the agent do the same): the
+    bytes received in order so far, written straight into `buf` (the input tensors).
+
+    A chunk may start anywhere up to `received` (0 starts again; a re-sent chunk rewrites what
+    it wrote before) and sets `received` to its end; a chunk that would leave a gap (offset >
+    received) is not written. The reply is `received`, so a host whose chunk was not taken
+    resumes from there. INFER needs received == len(buf)."""
+
+    def __init__(self, buf: bytearray):
+        self.buf = buf
+        self.received = 0
+
+    def write(self, offset: int, data: bytes) -> int:
+        if offset + len(data) > len(self.buf):
+            raise ValueError(f"a chunk of {len(data)} B at offset {offset} ends beyond the "
+                             f"inputs' {len(self.buf)} B")
+        if offset <= self.received:
+            self.buf[offset : offset + len(data)] = data
+            self.received = offset + len(data)
+        return self.received
+
+    @property
+    def complete(self) -> bool:
+        return self.received == len(self.buf)
 
 
 # ------------------------------------------------------------------------------ C header

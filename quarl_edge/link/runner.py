@@ -48,6 +48,12 @@ RESET_REPLAYS = 3          # how often a caller redoes what board resets interru
 # FIRST_ATTEMPT_S + RETRIES x ATTEMPT_MAX_S + (zeros) + REHANDSHAKE_S (~13 s) at most; during a
 # session (known round trips) within 0.03 + 0.06 + ... + 0.96 + 1 + 1 + 0.4 + 3 = 8.3 s.
 
+# Streamed tensors (docs/protocol.md, "Streamed tensors"): tensor bytes per IN_CHUNK/OUT_CHUNK
+# frame (fewer if the board's max_payload is smaller). Small enough that a chunk at a 1e-3
+# byte error rate gets through in ~1.3 attempts, large enough that the 15-byte frame and the
+# reply cost little.
+STREAM_CHUNK = 256
+
 TRANSPORT_ERRORS = {"BAD_CRC", "TOO_LONG", "BAD_VERSION"}   # the board got our bytes garbled
 
 
@@ -85,9 +91,11 @@ class BoardLink:
         # retries: re-sent requests; timeouts: attempts that got no reply in time; bad_frames:
         # frames from the board whose header or CRC failed here; board_errors: error frames
         # saying the board got our request garbled; resyncs: input flushed (handshakes) or a
-        # half-received frame given up; resets: board restarts seen.
+        # half-received frame given up; resets: board restarts seen; chunks: IN_CHUNK and
+        # OUT_CHUNK frames of streamed tensors (each once, however often it was re-sent);
+        # restreams: streams resumed where the board said it had the inputs up to, or done again.
         self.stats = {"retries": 0, "timeouts": 0, "bad_frames": 0, "board_errors": 0,
-                      "resyncs": 0, "resets": 0}
+                      "resyncs": 0, "resets": 0, "chunks": 0, "restreams": 0}
         self._rtt: dict[int, collections.deque] = {}
         self._old_version_seq: int | None = None
         self.decoder = self._new_decoder()
@@ -117,10 +125,14 @@ class BoardLink:
         limits = {P.COMMANDS["HELLO"] | R: P.HELLO_REPLY_MAX, P.CMD_ERROR: P.ERROR_REPLY_MAX}
         if self.info is not None:
             outs = sum(s.nbytes for s in self.info.outputs)
+            if P.streamed(outs, self.info.max_payload):
+                outs = 0    # read with OUT_CHUNK
             limits.update({P.COMMANDS["INFER"] | R: struct.calcsize(P.COST_FMT) + outs,
                            P.COMMANDS["BENCH"] | R: struct.calcsize(P.BENCH_REPLY),
                            P.COMMANDS["MEM"] | R: struct.calcsize(P.MEM_REPLY),
-                           P.COMMANDS["ECHO"] | R: self.info.max_payload})
+                           P.COMMANDS["ECHO"] | R: self.info.max_payload,
+                           P.COMMANDS["IN_CHUNK"] | R: 4,
+                           P.COMMANDS["OUT_CHUNK"] | R: 4 + self.chunk_bytes()})
         return P.FrameDecoder(max_payload=0xFFFF, version=P.VERSION, limits=limits)
 
     def _reset_input(self) -> None:
@@ -268,7 +280,7 @@ class BoardLink:
                         self.stats["board_errors"] += 1
                         garbled = True
                     elif f.seq == seq:
-                        raise ProtocolError(f"board answered {name} with {err}: {msg}")
+                        raise ProtocolError(f"board answered {name} with {err}: {msg}", err)
                 # else: a late reply to an earlier attempt or request
             garbled = garbled or self.decoder.rejected != rejected
             self._absorb_decoder_counts()
@@ -345,26 +357,82 @@ class BoardLink:
                          "progress is lost")
 
     # ----------------------------------------------------------------------- requests
+    def chunk_bytes(self) -> int:
+        """Tensor bytes per IN_CHUNK/OUT_CHUNK frame on this board."""
+        return min(STREAM_CHUNK, self.info.max_payload - struct.calcsize(P.IN_CHUNK_HEAD))
+
     def infer(self, inputs: list[np.ndarray]) -> tuple[list[np.ndarray], int]:
-        """Run one inference; returns (outputs, cost in the board's unit)."""
+        """Run one inference; returns (outputs, cost in the board's unit). Inputs or outputs
+        larger than one frame are streamed in chunks (docs/protocol.md, "Streamed tensors");
+        the cost is that of the one run, whatever the number of frames."""
         assert self.info is not None, "call hello() first"
         specs = self.info.inputs
         if len(inputs) != len(specs):
             raise BoardError(f"model has {len(specs)} inputs, got {len(inputs)}")
         payload = b"".join(np.ascontiguousarray(x, dtype=s.np_dtype).tobytes()
                            for x, s in zip(inputs, specs))
-        reply = self.command("INFER", payload)
-        pos = struct.calcsize(P.COST_FMT)
-        want = pos + sum(s.nbytes for s in self.info.outputs)
-        if len(reply) != want:
-            raise ProtocolError(f"INFER reply has {len(reply)} bytes, expected {want}")
-        (cost,) = struct.unpack_from(P.COST_FMT, reply)
-        outs = []
+        out_bytes = sum(s.nbytes for s in self.info.outputs)
+        stream_in = P.streamed(len(payload), self.info.max_payload)
+        stream_out = P.streamed(out_bytes, self.info.max_payload)
+        for again in range(2):
+            try:
+                if stream_in:
+                    self._stream_inputs(payload)
+                reply = self.command("INFER", b"" if stream_in else payload)
+                pos = struct.calcsize(P.COST_FMT)
+                want = pos + (0 if stream_out else out_bytes)
+                if len(reply) != want:
+                    raise ProtocolError(f"INFER reply has {len(reply)} bytes, expected {want}")
+                (cost,) = struct.unpack_from(P.COST_FMT, reply)
+                data = self._stream_outputs(out_bytes) if stream_out else reply[pos:]
+                break
+            except ProtocolError as e:
+                # NOT_READY: the board lost the streamed tensors. A restart whose announcement
+                # was lost: the handshake raises BoardReset. Otherwise stream once more.
+                if e.code != "NOT_READY" or again:
+                    raise
+                self.hello(REHANDSHAKE_S)
+                self.stats["restreams"] += 1
+        outs, pos = [], 0
         for s in self.info.outputs:
-            outs.append(np.frombuffer(reply, dtype=s.np_dtype, count=s.nbytes // np.dtype(s.np_dtype).itemsize,
+            outs.append(np.frombuffer(data, dtype=s.np_dtype, count=s.nbytes // np.dtype(s.np_dtype).itemsize,
                                       offset=pos).reshape(s.shape).copy())
             pos += s.nbytes
         return outs, cost
+
+    def _stream_inputs(self, payload: bytes) -> None:
+        """IN_CHUNK frames until the board has all of `payload`. Each reply says how many bytes
+        the board has in order; one short of the chunk's end (it missed an earlier chunk: it
+        restarted, or a stale retry rewound it) makes us resume from there, a bounded number of
+        times."""
+        chunk, off, resumes = self.chunk_bytes(), 0, 0
+        while off < len(payload):
+            n = min(chunk, len(payload) - off)
+            reply = self.command("IN_CHUNK", struct.pack(P.IN_CHUNK_HEAD, off) + payload[off:off + n])
+            (received,) = P.unpack_reply(P.IN_CHUNK_HEAD, reply, "IN_CHUNK")
+            self.stats["chunks"] += 1
+            if received == off + n:
+                off = received
+                continue
+            if received > off + n or resumes == RETRIES:
+                raise ProtocolError(f"the board has {received} B of the inputs after a chunk "
+                                    f"[{off}, {off + n}) ({resumes} resumed streams)")
+            resumes += 1
+            self.stats["restreams"] += 1
+            off = received
+
+    def _stream_outputs(self, total: int) -> bytes:
+        """The output tensors' bytes, read with OUT_CHUNK; each reply must name its offset."""
+        data = bytearray()
+        for off, n in P.chunk_spans(total, self.chunk_bytes()):
+            reply = self.command("OUT_CHUNK", struct.pack(P.OUT_CHUNK_REQ, off, n))
+            self.stats["chunks"] += 1
+            head = struct.calcsize(P.IN_CHUNK_HEAD)
+            if len(reply) != head + n or struct.unpack_from("<I", reply)[0] != off:
+                raise ProtocolError(f"OUT_CHUNK reply for [{off}, {off + n}) has {len(reply)} "
+                                    f"bytes at offset {struct.unpack_from('<I', reply)[0] if len(reply) >= 4 else '?'}")
+            data += reply[head:]
+        return bytes(data)
 
     def bench(self, n: int) -> BenchStats:
         reply = self.command("BENCH", struct.pack("<H", n), timeout=REPLY_TIMEOUT_S + n * 0.05)

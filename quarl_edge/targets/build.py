@@ -377,14 +377,21 @@ def build(model_path: Path, board: Board, out_dir: Path, extra_flags=()) -> Firm
     info = json.loads((gen_dir / "model.json").read_text())
     elf = out_dir / "firmware.elf"
     # BENCH replays the last INFER input from a copy; size it to this model's inputs (AVR RAM).
+    # Inputs larger than one frame are streamed into the arena (docs/protocol.md, "Streamed
+    # tensors") and have no copy: the arena is the only buffer they need.
     input_bytes = sum(int(t["bytes"]) for t in info["inputs"])
-    if input_bytes > board.max_payload:
-        raise QuarlError(f"the model's inputs take {input_bytes} B; board {board.id} accepts frames "
-                         f"of at most {board.max_payload} B")
+    copy_bytes = 0 if input_bytes > board.max_payload else input_bytes
     for stale in (elf.with_suffix(".bin"), elf.with_suffix(".hex")):   # of an earlier build
         stale.unlink(missing_ok=True)
-    compile_firmware(board, firmware_sources(board) + [gen_dir / "model.c"], elf, extra_flags,
-                     model_defines=(f"-DQE_INPUT_COPY_BYTES={max(input_bytes, 1)}u",))
+    try:
+        compile_firmware(board, firmware_sources(board) + [gen_dir / "model.c"], elf, extra_flags,
+                         model_defines=(f"-DQE_INPUT_COPY_BYTES={copy_bytes}u",))
+    except QuarlError as e:
+        if "does not fit the board's memory" not in str(e):
+            raise
+        raise QuarlError(f"{e}; the model's arena takes {info['arena_bytes']} B, its weights "
+                         f"{info['weight_bytes']} B; the board has {board.ram_bytes} B of RAM, "
+                         f"{board.flash_bytes} B of flash") from None
     flash, ram = elf_memory(elf)
     memory = MemoryReport(flash, ram, int(info["arena_bytes"]), int(info["weight_bytes"]),
                           board_flash_bytes=board.flash_bytes, board_ram_bytes=board.ram_bytes)
