@@ -14,17 +14,22 @@ pytestmark = pytest.mark.skipif(not any(shutil.which(c) for c in fuzz.CLANG),
                                 reason="clang is not installed (scripts/setup.sh installs clang-19)")
 
 
-def test_a_short_fuzz_run_finds_nothing_and_reaches_every_command(tmp_path):
-    exe = fuzz.build(tmp_path)
+@pytest.mark.parametrize("variant", sorted(fuzz.VARIANTS))
+def test_a_short_fuzz_run_finds_nothing_and_reaches_every_command(tmp_path, variant):
+    exe = fuzz.build(tmp_path, max_payload=fuzz.VARIANTS[variant])
     corpus = fuzz.seed_corpus(tmp_path / "corpus", 16)
     proc = fuzz.run(exe, corpus, runs=30_000, artifacts=tmp_path, counts=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "ERROR: AddressSanitizer" not in proc.stderr and "runtime error" not in proc.stderr
     assert not list(tmp_path.glob("crash-*"))
     m = re.search(r"fuzz replies: HELLO (\d+) INFER (\d+) BENCH (\d+) MEM (\d+) ECHO (\d+) "
-                  r"ERROR (\d+)", proc.stderr)
+                  r"IN_CHUNK (\d+) OUT_CHUNK (\d+) ERROR (\d+)", proc.stderr)
     assert m, proc.stderr[-2000:]
-    counts = dict(zip(("HELLO", "INFER", "BENCH", "MEM", "ECHO", "ERROR"), map(int, m.groups())))
+    counts = dict(zip(("HELLO", "INFER", "BENCH", "MEM", "ECHO", "IN_CHUNK", "OUT_CHUNK",
+                       "ERROR"), map(int, m.groups())))
+    if variant == "frame":       # tensors fit one frame: no chunk is ever taken
+        counts.pop("IN_CHUNK")
+        counts.pop("OUT_CHUNK")
     # the mutations get past the CRC into every command, and into the error paths
     assert all(counts[k] > 0 for k in counts), counts
 

@@ -6,7 +6,7 @@ tests/fuzz/fuzz_harness.c is the port: each fuzz input is the byte stream a boar
 firmware is the host board's (firmware/core: protocol.c, harness.c, the kernels) with the
 shipped CartPole int8 policy generated into it, compiled by clang with libFuzzer, AddressSanitizer
 and UndefinedBehaviorSanitizer (every report is fatal). The seed corpus is one valid request of
-each command (HELLO, INFER, BENCH, MEM, ECHO) and a few sequences of them, from the Python
+each command (HELLO, INFER, BENCH, MEM, ECHO, IN_CHUNK, OUT_CHUNK) and a few sequences of them, from the Python
 encoder (quarl_edge.link.protocol), so mutations start inside the protocol, not from noise.
 A finding leaves its input as OUT/crash-* and makes this exit non-zero.
 
@@ -36,9 +36,16 @@ def clang() -> str:
                      "--no-install-recommends clang-19 libclang-rt-19-dev (scripts/setup.sh)")
 
 
-def build(out: Path, extra: list[str] | None = None) -> Path:
+# The two firmwares fuzzed: the host board's frames (4096 B: the policy's tensors fit one
+# frame, so INFER carries them) and frames of 12 B, where its 16 B of inputs stream in IN_CHUNKs
+# (protocol v3) and its 8 B of outputs still fit a reply.
+VARIANTS = {"frame": None, "stream": 12}
+
+
+def build(out: Path, extra: list[str] | None = None, max_payload: int | None = None) -> Path:
     """The fuzzer binary OUT/fuzz_harness (rebuilt every time: it is a few seconds); `extra`:
-    more compiler flags (the test's -DQE_FUZZ_PLANTED_BUG=1)."""
+    more compiler flags (the test's -DQE_FUZZ_PLANTED_BUG=1); `max_payload`: the frame size
+    instead of the host board's."""
     sys.path.insert(0, str(ROOT))
     from quarl_edge.converters.cgen import generate
     from quarl_edge.resources import examples_dir, firmware_dir
@@ -53,7 +60,11 @@ def build(out: Path, extra: list[str] | None = None) -> Path:
     kernels = sorted((fw / "core" / "kernels").glob("*.c"))
     input_bytes = sum(t.nbytes for t in gen.inputs)
     exe = out / "fuzz_harness"
-    cmd = [clang(), "-std=c99", *SAN, f"-I{fw / 'core'}", *board_defines(get_board("host")),
+    defines = board_defines(get_board("host"))
+    if max_payload is not None:
+        defines = [d for d in defines if not d.startswith("-DQE_MAX_PAYLOAD=")] + \
+            [f"-DQE_MAX_PAYLOAD={max_payload}u"]
+    cmd = [clang(), "-std=c99", *SAN, f"-I{fw / 'core'}", *defines,
            f"-DQE_INPUT_COPY_BYTES={input_bytes}u", *(extra or []), *map(str, core + kernels),
            str(out / "gen" / "model.c"), str(HERE / "fuzz_harness.c"), "-o", str(exe), "-lm"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -75,11 +86,18 @@ def seed_corpus(directory: Path, input_bytes: int) -> Path:
     x = struct.pack(f"<{input_bytes // 4}f", *([0.1] * (input_bytes // 4)))
     frames = {"hello": frame("HELLO", struct.pack("<I", 7), 1),
               "infer": frame("INFER", x, 2), "bench": frame("BENCH", struct.pack("<H", 3), 3),
-              "mem": frame("MEM", b"", 4), "echo": frame("ECHO", b"quarl", 5)}
+              "mem": frame("MEM", b"", 4), "echo": frame("ECHO", b"quarl", 5),
+              # streamed tensors (protocol v3): a chunk of the inputs, a piece of the outputs
+              "in_chunk": frame("IN_CHUNK", struct.pack("<I", 0) + x[:8], 6),
+              "in_chunk2": frame("IN_CHUNK", struct.pack("<I", 8) + x[8:16], 7),
+              "infer_streamed": frame("INFER", b"", 8),
+              "out_chunk": frame("OUT_CHUNK", struct.pack("<IH", 0, 4), 9)}
     for name, data in frames.items():
         (directory / name).write_bytes(data)
     (directory / "session").write_bytes(b"".join(frames[k] for k in
                                                  ("hello", "infer", "infer", "bench", "mem")))
+    (directory / "stream").write_bytes(b"".join(frames[k] for k in (
+        "hello", "in_chunk", "in_chunk", "in_chunk2", "infer_streamed", "out_chunk")))
     (directory / "retry").write_bytes(frames["hello"] + frames["infer"] * 2 + b"\x00\xa5" +
                                       frames["bench"])
     return directory
@@ -103,17 +121,27 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "build" / "fuzz")
     a = ap.parse_args(argv)
     runs = a.runs if a.runs is not None or a.seconds is not None else 10_000_000
-    exe = build(a.out)
-    corpus = seed_corpus(a.out / "corpus", 16)   # kept between runs; the seeds re-added
-    proc = run(exe, corpus, runs=runs, seconds=a.seconds, artifacts=a.out, counts=True)
-    stats = [ln for ln in proc.stderr.splitlines() if ln.startswith(("stat::", "fuzz replies",
-                                                                     "Done", "#"))]
-    print("\n".join(stats[-12:]))
-    if proc.returncode != 0:
-        print(proc.stderr[-4000:], file=sys.stderr)
-        print(f"fuzz: a finding (exit {proc.returncode}); its input is in {a.out}/crash-*",
-              file=sys.stderr)
-    return proc.returncode
+    total = 0
+    for name, max_payload in VARIANTS.items():      # half the runs (or the time) each
+        out = a.out / name
+        exe = build(out, max_payload=max_payload)
+        corpus = seed_corpus(out / "corpus", 16)    # kept between runs; the seeds re-added
+        proc = run(exe, corpus, runs=None if runs is None else runs // len(VARIANTS),
+                   seconds=None if a.seconds is None else a.seconds // len(VARIANTS),
+                   artifacts=out, counts=True)
+        stats = [ln for ln in proc.stderr.splitlines()
+                 if ln.startswith(("stat::", "fuzz replies", "Done"))]
+        print(f"== {name} (max_payload {max_payload or 'of the host board'})")
+        print("\n".join(stats))
+        done = [ln for ln in stats if ln.startswith("stat::number_of_executed_units")]
+        total += int(done[0].split()[-1]) if done else 0
+        if proc.returncode != 0:
+            print(proc.stderr[-4000:], file=sys.stderr)
+            print(f"fuzz: a finding (exit {proc.returncode}); its input is in {out}/crash-*",
+                  file=sys.stderr)
+            return proc.returncode
+    print(f"fuzz: {total:,} inputs, no finding")
+    return 0
 
 
 if __name__ == "__main__":
