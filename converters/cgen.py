@@ -130,8 +130,9 @@ def generate(tflite_path, out_dir, name: str | None = None,
              kernels: str = "reference") -> GeneratedModel:
     """Generate out_dir/model.c and out_dir/model.json for a .tflite model. `kernels` is the
     board's kernel set (`[build] kernels`): with an optimized variant, ops/__init__.py's
-    VARIANT_LOWERINGS replace some lowerings (e.g. a 1x1 CONV_2D becomes a FULLY_CONNECTED)."""
-    lowerings = LOWERINGS if kernels == "reference" else {**LOWERINGS, **VARIANT_LOWERINGS}
+    VARIANT_LOWERINGS[kernels] replace some lowerings (e.g. a 1x1 CONV_2D becomes a
+    FULLY_CONNECTED, an int8 FULLY_CONNECTED gets the packed weight layout)."""
+    lowerings = {**LOWERINGS, **VARIANT_LOWERINGS.get(kernels, {})}
     path = Path(tflite_path)
     model = apply_head_readout(load(path))
     mname = _model_name(name, path)

@@ -27,6 +27,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from quarl_edge.converters import qmath
+from quarl_edge.converters.ops.fully_connected import PACKED_MAX_DEPTH, pack_fc_weights
 from quarl_edge.targets.boards import all_boards, get_board, load_board_file
 from quarl_edge.targets.build import (COMMON_CFLAGS, board_defines, expand_flag, firmware_sources,
                                       kernel_sources, port_dirs)
@@ -42,7 +43,7 @@ INT32_MIN = -(2**31)
 # the emulated boards whose cores have the DSP extension (Cortex-M4/M7/M33)
 DSP_BOARDS = ("mps2-an386", "mps2-an500", "mps2-an505", "netduinoplus2")
 
-S8, PC, ACC = 0, 1, 2
+S8, PC, ACC, PACKED = 0, 1, 2, 3   # PACKED: kind S8 through the generator's packed layout
 
 
 # ------------------------------------------------------------------------------ cases
@@ -70,9 +71,14 @@ class Case:
     scales: np.ndarray       # float32 [rows] (accumulator head)
 
     def encode(self) -> bytes:
+        packed = None
+        if self.kind == PACKED:     # the generator's own packing function
+            packed = pack_fc_weights(self.w.reshape(self.rows, self.depth), self.bias,
+                                     self.input_offset, self.filter_offset)
         h = [self.kind, self.batches, self.depth, self.rows, self.input_offset, self.filter_offset,
              self.output_offset, self.multiplier, self.shift, self.act_min, self.act_max,
-             int(self.bias is not None), self.channel_stride, self.in_misalign, self.w_misalign, 0]
+             int(self.bias is not None), self.channel_stride, self.in_misalign, self.w_misalign,
+             packed[2] if packed else 0]
         out = struct.pack("<16i", *h) + self.x.astype(np.int8).tobytes() + self.w.astype(np.int8).tobytes()
         if self.bias is not None:
             out += self.bias.astype("<i4").tobytes()
@@ -80,6 +86,8 @@ class Case:
             out += self.mults.astype("<i4").tobytes() + self.shifts.astype(np.int8).tobytes()
         if self.kind == ACC:
             out += self.scales.astype("<f4").tobytes()
+        if packed:
+            out += packed[0].astype("<i4").tobytes() + packed[1].astype("<i4").tobytes()
         return out
 
     @property
@@ -97,11 +105,13 @@ def multiplier_and_shift(draw_int) -> tuple[int, int]:
 @st.composite
 def fc_case(draw, kind=None, max_depth=300, max_rows=70) -> Case:
     i = lambda lo, hi: draw(st.integers(lo, hi))  # noqa: E731
-    kind = i(0, 2) if kind is None else kind
+    kind = i(0, 3) if kind is None else kind
     batches, depth, rows = i(1, 3), i(1, max_depth), i(1, max_rows)
     # zero points are int8: offsets -zp in [-127, 128]; per-channel and head weights symmetric
     io = i(-127, 128)
-    fo = i(-127, 128) if kind == S8 and i(0, 2) else 0
+    if kind == PACKED:
+        depth = min(depth, PACKED_MAX_DEPTH)
+    fo = i(-127, 128) if kind in (S8, PACKED) and i(0, 2) else 0
     rng = np.random.default_rng(i(0, 2**32 - 1))
     style = i(0, 3)     # uniform, extremes only, mostly zeros, narrow
     def int8s(n):
@@ -140,7 +150,8 @@ def fc_case(draw, kind=None, max_depth=300, max_rows=70) -> Case:
     hi = i(lo, 127)
     scales = (rng.standard_normal(rows) * 10.0 ** rng.integers(-8, 2, rows)).astype(np.float32)
     return Case(kind, batches, depth, rows, io, fo, i(-128, 127), mult, shift, lo, hi,
-                i(0, 1) if kind != S8 else 0, i(0, 3), i(0, 3), x, w, bias, mults, shifts, scales)
+                i(0, 1) if kind not in (S8, PACKED) else 0, i(0, 3), i(0, 3), x, w, bias, mults,
+                shifts, scales)
 
 
 def edge_cases() -> list[Case]:
@@ -164,6 +175,29 @@ def edge_cases() -> list[Case]:
                                     np.array([INT32_MAX, 1 << 30, 0][:rows], np.int64),
                                     np.array([30, -31, 0][:rows], np.int8),
                                     np.array([1.0, -3.5e-6, 7.25e3][:rows], np.float32)))
+    return out
+
+
+def packed_edge_cases(max_depth: int = PACKED_MAX_DEPTH) -> list[Case]:
+    """The packed layout's edges: every depth remainder mod 4 and mod 8 (the two-quad loop and
+    its one-quad tail, the zero-padded last quad), 1..9 rows (full and padded row groups), the
+    offsets at their ends with extreme weights, the largest biases, every misalignment."""
+    rng = np.random.default_rng(13)
+    out = []
+    for depth in sorted({1, 2, 3, 4, 5, 7, 8, 9, 12, 15, 16, 17, 63, 64, 65, max_depth}):
+        for rows in (1, 3, 4, 5, 8, 9):
+            for io, fo, fill in ((128, 128, -128), (-127, -127, 127), (5, -3, None), (-1, 0, None)):
+                n_x, n_w = 2 * depth, rows * depth
+                x = np.full(n_x, fill, np.int8) if fill is not None else rng.integers(-128, 128, n_x).astype(np.int8)
+                w = np.full(n_w, fill, np.int8) if fill is not None else rng.integers(-128, 128, n_w).astype(np.int8)
+                worst = depth * (128 + abs(fo)) * (128 + abs(io))
+                bias = np.resize(np.array([INT32_MAX - worst, -(INT32_MAX - worst), 0, 17], np.int64),
+                                 rows).astype(np.int32)
+                mis = len(out) % 4
+                out.append(Case(PACKED, 2, depth, rows, io, fo, -1 + len(out) % 3, (1 << 30) + 12345,
+                                -31 + len(out) % 62, -128 + len(out) % 7, 127, 0, mis, (mis + 1) % 4,
+                                x, w, bias if len(out) % 5 else None, np.zeros(rows, np.int64),
+                                np.zeros(rows, np.int8), np.ones(rows, np.float32)))
     return out
 
 
@@ -205,12 +239,12 @@ def output_stage_cases() -> list[Case]:
                    (INT32_MAX, 1), (INT32_MAX, 0), (INT32_MAX, -1), (0, 30)]
     bounds = [(-128, 127), (-128, -128), (127, 127), (-5, 5)]
     n = 0
-    for kind in (S8, PC, ACC):
+    for kind in (S8, PC, ACC, PACKED):
         for io in (-127, 128, 3):
             for oo in (-128, 127, -2):
                 for mult, shift in mult_shifts:
                     n += 1
-                    fo = (0, 128, -127)[n % 3] if kind == S8 else 0
+                    fo = (0, 128, -127)[n % 3] if kind in (S8, PACKED) else 0
                     lo, hi = bounds[n % len(bounds)]
                     if n % 5 == 0:                     # RELU: from the zero point up
                         lo, hi = max(-128, oo), 127
@@ -242,7 +276,7 @@ def output_stage_cases() -> list[Case]:
                     if kind != PC:
                         mults[:] = mult
                     out.append(Case(kind, batches, depth, rows, io, fo, oo, mult, shift, lo, hi,
-                                    1 if kind != S8 else 0, n % 4, (n + 1) % 4, x, w.reshape(-1),
+                                    1 if kind not in (S8, PACKED) else 0, n % 4, (n + 1) % 4, x, w.reshape(-1),
                                     bias.astype(np.int32), mults, np.array(shifts, np.int8),
                                     np.array([1.0, -3.5e-6, 7.25e3, 2.0**-20, -1.0, 0.5, 3.0][:rows],
                                              np.float32)))
@@ -397,6 +431,36 @@ def test_edge_cases_on_the_host(host_exe):
     assert_same(cases, status, out, twin=True)
 
 
+def test_packed_edge_cases_on_the_host(host_exe):
+    cases = packed_edge_cases()
+    status, out = run_host(host_exe, cases)
+    assert_same(cases, status, out, twin=True)
+
+
+def test_packed_edge_cases_under_sanitizers(sanitized_exe):
+    cases = packed_edge_cases()
+    status, out = run_host(sanitized_exe, cases)
+    assert_same(cases, status, out, twin=True)
+
+
+def test_pack_fc_weights_layout():
+    """The word order of fully_connected.h, spelled out for one small case: two rows (padded to
+    four), depth 5 (padded to 8), filter offset 1, input offset 2."""
+    w = np.arange(10, dtype=np.int8).reshape(2, 5)          # w' = w + 1: 1..5, 6..10
+    words, bias_p, d_pad = pack_fc_weights(w, np.array([100, -100], np.int32), 2, 1)
+    assert d_pad == 8 and words.size == 4 * 8 // 2 and list(bias_p) == [100 + 2 * 15, -100 + 2 * 40, 0, 0]
+    lo = lambda v: (int(v) & 0xFFFF) - (0x10000 if int(v) & 0x8000 else 0)  # noqa: E731
+    pair = lambda v: int(v) >> 16                                           # noqa: E731
+    neg, _, _ = pack_fc_weights(np.array([[-1, 0, -2, 0]], np.int8), None, 0, 0)
+    assert [(lo(v), pair(v)) for v in neg[:1]] == [(-1, -2)] and int(neg[0]) == -65537  # 0xFFFE:FFFF
+    # quad 0, half 0: rows 0..3 hold (w'[r][0], w'[r][2]); half 1: (w'[r][1], w'[r][3])
+    assert [(lo(v), pair(v)) for v in words[0:4]] == [(1, 3), (6, 8), (0, 0), (0, 0)]
+    assert [(lo(v), pair(v)) for v in words[4:8]] == [(2, 4), (7, 9), (0, 0), (0, 0)]
+    # quad 1: d = 4 is real, 5..7 padding
+    assert [(lo(v), pair(v)) for v in words[8:12]] == [(5, 0), (10, 0), (0, 0), (0, 0)]
+    assert all(v == 0 for v in words[12:16])
+
+
 def test_output_stage_cases_reach_the_int32_overflow():
     """The deterministic family really holds the inputs where TFLM's int32 `+ output_offset`
     overflows (the shrunk case among them), per tensor and per channel, at both ends."""
@@ -478,6 +542,8 @@ def test_the_dsp_path_is_compiled_for_cortex_m4(m4_elf):
                          text=True).stdout
     body = dis.split("<qe_fully_connected_s8>:", 1)[1].split("\n\n", 1)[0]
     assert "smlad" in body and "sxtab16" in body
+    body = dis.split("<qe_fully_connected_s8_packed>:", 1)[1].split("\n\n", 1)[0]
+    assert "smlad" in body and "ldmia" in body
 
 
 def test_edge_cases_on_cortex_m4(m4_elf, host_exe):
@@ -485,6 +551,14 @@ def test_edge_cases_on_cortex_m4(m4_elf, host_exe):
     _, host_out = run_host(host_exe, cases)
     status, out = run_board("mps2-an386", m4_elf, cases)
     assert_same(cases, status, out, [r for r, _ in split(cases, host_out)])
+
+
+def test_packed_edge_cases_on_cortex_m4(m4_elf, host_exe):
+    """The LDM/SMLAD loop of qe_fully_connected_s8_packed on the generator's layout."""
+    cases = packed_edge_cases()
+    _, host_out = run_host(host_exe, cases)
+    status, out = run_board("mps2-an386", m4_elf, cases)
+    assert_same(cases, status, out, [r for r, _ in split(cases, host_out)], twin=True)
 
 
 def test_output_stage_cases_on_cortex_m4(m4_elf, host_exe):

@@ -29,7 +29,7 @@ from .binary import lower_binary
 from .common import Kernel
 from .concatenation import lower_concatenation
 from .conv import lower_conv, lower_conv_pointwise_as_fc
-from .fully_connected import lower_fully_connected
+from .fully_connected import lower_fully_connected, lower_fully_connected_packed
 from .hard_swish import lower_hard_swish
 from .leaky_relu import lower_leaky_relu
 from .maximum_minimum import lower_maximum_minimum
@@ -76,10 +76,17 @@ LOWERINGS = {
 }
 
 # On boards that build an optimized kernel variant (`[build] kernels` other than "reference";
-# cgen.generate's `kernels`), these lowerings replace the ones above: they map an op onto a kernel
-# the variants make fast. Boards with the reference kernels get exactly the C they always got.
+# cgen.generate's `kernels`), these lowerings replace the ones above, per variant: they map an op
+# onto a kernel the variant makes fast, or lay its weights out for it. Boards with the reference
+# kernels get exactly the C they always got.
 VARIANT_LOWERINGS = {
-    "CONV_2D": lower_conv_pointwise_as_fc,      # 1x1, stride 1, no padding -> FULLY_CONNECTED
+    "cortex-m-dsp": {
+        "CONV_2D": lower_conv_pointwise_as_fc,      # 1x1, stride 1, no padding -> FULLY_CONNECTED
+        "FULLY_CONNECTED": lower_fully_connected_packed,   # int8 per tensor: packed weights
+    },
+    "cortex-m0": {
+        "FULLY_CONNECTED": lower_fully_connected_packed,
+    },
 }
 
 _MODULES = list(dict.fromkeys(sys.modules[f.__module__] for f in LOWERINGS.values()))
