@@ -199,6 +199,53 @@ static void widen_input(const int8_t *in, uint32_t n, uint32_t padded, uint32_t 
     :                                                                                     \
     : "r4", "r5", "r6", "r8", "r9", "r10", "memory"
 
+/* One batch: every group of four rows. `mode` is a constant in each call (the function is
+ * inlined three times, so that the output stage's choice is made once per call, not per value):
+ * 0 the general requant_s8, 1 requant_right_s8 with full int8 range, 2 requant_right_s8 with
+ * the activation's bounds. */
+static inline __attribute__((always_inline)) void packed_batch(
+    const uint32_t *xw, uint32_t quads, const int32_t *w, const QE_FLASH int32_t *bias,
+    uint32_t rows, int8_t *out, const requant_t *rq, const requant_right_t *rr, int mode)
+{
+    uint32_t o;
+    for (o = 0; o < rows; o += QE_FC_PACKED_ROWS) {
+        const uint32_t *x = xw;
+        const uint32_t *const x_pairs_end = xw + 2u * (quads & ~1u);
+        int32_t a0 = bias[o], a1 = bias[o + 1u], a2 = bias[o + 2u], a3 = bias[o + 3u];
+        int32_t acc[4];
+        uint32_t r;
+        while (x != x_pairs_end) {
+            __asm volatile(QUAD_STEP QUAD_STEP QUAD_OPERANDS);
+        }
+        if (quads & 1u) {
+            __asm volatile(QUAD_STEP QUAD_OPERANDS);
+        }
+        if (o + QE_FC_PACKED_ROWS <= rows) {
+            /* a whole group: four outputs */
+            if (mode == 0) {
+                out[o] = requant_s8(rq, a0);
+                out[o + 1u] = requant_s8(rq, a1);
+                out[o + 2u] = requant_s8(rq, a2);
+                out[o + 3u] = requant_s8(rq, a3);
+            } else {
+                out[o] = requant_right_s8(rr, a0, mode == 1);
+                out[o + 1u] = requant_right_s8(rr, a1, mode == 1);
+                out[o + 2u] = requant_right_s8(rr, a2, mode == 1);
+                out[o + 3u] = requant_right_s8(rr, a3, mode == 1);
+            }
+            continue;
+        }
+        /* the last group, padded: its real rows only */
+        acc[0] = a0;
+        acc[1] = a1;
+        acc[2] = a2;
+        acc[3] = a3;
+        for (r = 0; o + r < rows; ++r) {
+            out[o + r] = (mode == 0) ? requant_s8(rq, acc[r]) : requant_right_s8(rr, acc[r], mode == 1);
+        }
+    }
+}
+
 void qe_fully_connected_s8_packed(const qe_fc_s8_packed_params_t *p, const int8_t *input,
                                   const QE_FLASH int32_t *weights, const QE_FLASH int32_t *bias,
                                   int8_t *output)
@@ -207,35 +254,27 @@ void qe_fully_connected_s8_packed(const qe_fc_s8_packed_params_t *p, const int8_
     const uint32_t quads = padded / 4u, batches = p->batches;
     uint32_t xw[QE_FC_PACKED_MAX_DEPTH / 2u];
     requant_t rq;
-    uint32_t b, o;
+    requant_right_t rr;
+    int mode;
+    uint32_t b;
 
     requant_init(&rq, p->output_multiplier, p->output_shift, p->output_offset,
                  p->activation_min, p->activation_max);
+    mode = requant_right_init(&rr, p->output_multiplier, p->output_shift, p->output_offset,
+                              p->activation_min, p->activation_max);
+    if (mode && (p->activation_min > -128 || p->activation_max < 127)) {
+        mode = 2;
+    }
     for (b = 0; b < batches; ++b) {
         int8_t *out = output + b * rows;
         const int32_t *w = (const int32_t *)weights;
-        widen_input(input + b * p->accum_depth, n, padded, xw);
-        for (o = 0; o < rows; o += QE_FC_PACKED_ROWS) {
-            const uint32_t *x = xw;
-            const uint32_t *const x_pairs_end = xw + 2u * (quads & ~1u);
-            int32_t a0 = bias[o], a1 = bias[o + 1u], a2 = bias[o + 2u], a3 = bias[o + 3u];
-            while (x != x_pairs_end) {
-                __asm volatile(QUAD_STEP QUAD_STEP QUAD_OPERANDS);
-            }
-            if (quads & 1u) {
-                __asm volatile(QUAD_STEP QUAD_OPERANDS);
-            }
-            /* the real rows of this group only (the last group may be padded) */
-            out[o] = requant_s8(&rq, a0);
-            if (o + 1u < rows) {
-                out[o + 1u] = requant_s8(&rq, a1);
-            }
-            if (o + 2u < rows) {
-                out[o + 2u] = requant_s8(&rq, a2);
-            }
-            if (o + 3u < rows) {
-                out[o + 3u] = requant_s8(&rq, a3);
-            }
+        widen_input(input + b * n, n, padded, xw);
+        if (mode == 1) {
+            packed_batch(xw, quads, w, bias, rows, out, &rq, &rr, 1);
+        } else if (mode == 2) {
+            packed_batch(xw, quads, w, bias, rows, out, &rq, &rr, 2);
+        } else {
+            packed_batch(xw, quads, w, bias, rows, out, &rq, &rr, 0);
         }
     }
 }
