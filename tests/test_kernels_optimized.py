@@ -38,6 +38,10 @@ FW = ROOT / "firmware"
 CHECK = ROOT / "tests" / "c" / "fc_kernels_check.c"
 VARIANT = "cortex-m-dsp"
 VARIANT_FC = FW / "core" / "kernels" / "optimized" / VARIANT / "fully_connected.c"
+# the ARMv6-M variant: only the packed kernel (its other FC functions are the reference's own)
+M0_VARIANT = "cortex-m0"
+M0_FC = FW / "core" / "kernels" / "optimized" / M0_VARIANT / "fully_connected.c"
+M0_DEFINES = ("-DQE_CHECK_UNRENAMED_REFERENCE", "-DQE_CHECK_SMALL_RAM")
 INT32_MAX = 2**31 - 1
 INT32_MIN = -(2**31)
 # the emulated boards whose cores have the DSP extension (Cortex-M4/M7/M33)
@@ -324,29 +328,32 @@ def int32_add_overflows(c: Case) -> bool:
 
 
 # ------------------------------------------------------------------------------ checkers
-def host_checker(tmp: Path, sanitize: bool = False) -> Path:
+def host_checker(tmp: Path, sanitize: bool = False, variant_fc: Path = VARIANT_FC,
+                 defines: tuple = ()) -> Path:
     if shutil.which("gcc") is None:
         pytest.skip("gcc is not installed")
-    exe = tmp / ("fc_check_san" if sanitize else "fc_check")
+    exe = tmp / (("fc_check_san" if sanitize else "fc_check") + ("_m0" if defines else ""))
     san = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-g"] if sanitize else []
-    cmd = ["gcc", *COMMON_CFLAGS, "-O2", *san, f"-I{FW / 'core'}", str(CHECK), str(VARIANT_FC),
-           str(FW / "core" / "requant.c"), "-o", str(exe)]
+    cmd = ["gcc", *COMMON_CFLAGS, "-O2", *san, *defines, f"-I{FW / 'core'}", str(CHECK),
+           str(variant_fc), str(FW / "core" / "requant.c"), "-o", str(exe)]
     res = subprocess.run(cmd, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     return exe
 
 
-def board_checker(board_id: str, tmp: Path) -> Path:
+def board_checker(board_id: str, tmp: Path, variant_fc: Path = VARIANT_FC,
+                  defines: tuple = ()) -> Path:
     """The checker as bare-metal firmware for an emulated board: its start-up code, linker
     script and flags (boards/<id>.toml), the variant and the reference in one ELF."""
     board = get_board(board_id)
     if shutil.which(board.cc) is None or shutil.which("qemu-system-arm") is None:
         pytest.skip(f"{board.cc} or qemu-system-arm is not installed")
     elf = tmp / f"fc_check_{board_id}.elf"
-    srcs = [CHECK, VARIANT_FC, FW / "core" / "requant.c",
+    srcs = [CHECK, variant_fc, FW / "core" / "requant.c",
             *(c for d in port_dirs(board) for c in sorted(d.glob("*.c")))]
     cmd = [board.cc, *COMMON_CFLAGS, *(expand_flag(board, f) for f in board.cflags),
-           *board_defines(board), f"-I{FW / 'core'}", *(f"-I{d}" for d in port_dirs(board)),
+           *board_defines(board), *defines, f"-I{FW / 'core'}",
+           *(f"-I{d}" for d in port_dirs(board)),
            *map(str, srcs), "-o", str(elf), *(expand_flag(board, f) for f in board.ldflags)]
     res = subprocess.run(cmd, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
@@ -599,6 +606,57 @@ def test_long_fuzz_on_the_dsp_boards(tmp_module, host_exe, cases, board_id):
     assert_same(cases, status, out, [r for r, _ in split(cases, host_out)])
 
 
+# ------------------------------------------------------------------------------ boards (ARMv6-M)
+def m0_cases(cases: list[Case]) -> list[Case]:
+    """The cases that fit the checker's small buffers (16 KiB of RAM on the micro:bit)."""
+    return [c for c in cases if c.batches * c.depth <= 1024 and c.rows * c.depth <= 2048
+            and c.rows <= 64 and ((c.rows + 3) // 4 * 4) * ((c.depth + 3) // 4 * 4) // 2 <= 1024]
+
+
+@pytest.fixture(scope="module")
+def m0_elf(tmp_module) -> Path:
+    return board_checker("microbit", tmp_module, M0_FC, M0_DEFINES)
+
+
+def test_the_m0_variant_on_the_host_under_sanitizers(tmp_module):
+    """The cortex-m0 file compiles for the host (its portable path) and checks clean."""
+    exe = host_checker(tmp_module, sanitize=True, variant_fc=M0_FC, defines=M0_DEFINES)
+    cases = packed_edge_cases()
+    status, out = run_host(exe, cases)
+    assert_same(cases, status, out, twin=True)
+
+
+def test_the_armv6m_path_is_compiled_for_cortex_m0(m0_elf):
+    dis = subprocess.run(["arm-none-eabi-objdump", "-d", str(m0_elf)], capture_output=True,
+                         text=True).stdout
+    body = dis.split("<qe_fully_connected_s8_packed>:", 1)[1].split("\n\n", 1)[0]
+    assert "muls" in body and "ldmia" in body and "sxth" in body
+
+
+def test_packed_edge_cases_on_cortex_m0(m0_elf, host_exe):
+    cases = m0_cases(packed_edge_cases())
+    assert len(cases) > 300
+    _, host_out = run_host(host_exe, cases)
+    status, out = run_board("microbit", m0_elf, cases)
+    assert_same(cases, status, out, [r for r, _ in split(cases, host_out)], twin=True)
+
+
+def test_output_stage_cases_on_cortex_m0(m0_elf, host_exe):
+    cases = [c for c in output_stage_cases() if c.kind == PACKED]
+    _, host_out = run_host(host_exe, cases)
+    status, out = run_board("microbit", m0_elf, cases)
+    assert_same(cases, status, out, [r for r, _ in split(cases, host_out)], twin=True)
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cases=st.lists(fc_case(kind=PACKED, max_depth=96, max_rows=20), min_size=10, max_size=30))
+def test_random_packed_cases_on_cortex_m0(m0_elf, host_exe, cases):
+    cases = m0_cases(cases)
+    _, host_out = run_host(host_exe, cases)
+    status, out = run_board("microbit", m0_elf, cases)
+    assert_same(cases, status, out, [r for r, _ in split(cases, host_out)], twin=True)
+
+
 # ------------------------------------------------------------------------------ board files, build
 def _board_file(tmp_path: Path, kernels) -> Path:
     src = (ROOT / "boards" / "mps2-an386.toml").read_text()
@@ -614,16 +672,19 @@ def _board_file(tmp_path: Path, kernels) -> Path:
 def test_board_kernels_key(tmp_path):
     assert load_board_file(_board_file(tmp_path, None)).kernels == "reference"
     assert load_board_file(_board_file(tmp_path, VARIANT)).kernels == VARIANT
-    with pytest.raises(BoardError, match="'kernels' is 'cmsis'; expected one of reference, cortex-m-dsp"):
+    with pytest.raises(BoardError, match="'kernels' is 'cmsis'; expected one of reference, cortex-m-dsp, cortex-m0"):
         load_board_file(_board_file(tmp_path, "cmsis"))
 
 
 def test_only_cortex_m_boards_with_dsp_opt_in():
-    """The variant is opt-in: AVR (__flash weights) and cores without the DSP extension keep
-    the reference."""
+    """The variants are opt-in: AVR (__flash weights) keeps the reference; cortex-m-dsp only on
+    cores with the DSP extension, cortex-m0 only on the nRF51 boards (microbit, emulated, where it
+    is validated, and microbit-v1, the same chip, whose firmware also runs on QEMU's microbit)."""
     boards = all_boards()
     for b in boards.values():
-        if b.kernels != "reference":
+        if b.kernels == M0_VARIANT:
+            assert b.id in ("microbit", "microbit-v1") and "-mcpu=cortex-m0" in b.cflags, b.id
+        elif b.kernels != "reference":
             assert b.kernels == VARIANT and b.cc == "arm-none-eabi-gcc", b.id
             assert any(f"-mcpu={c}" in b.cflags for c in ("cortex-m4", "cortex-m7", "cortex-m33")), b.id
     assert {b for b in DSP_BOARDS if boards[b].kernels == VARIANT} == set(DSP_BOARDS)
@@ -657,6 +718,17 @@ def test_cartpole_int8_with_the_variant_is_bit_exact_on_mps2_an386(tmp_path):
     assert res["bit_exact"] and res["mismatches"] == 0 and res["n"] == 100
 
 
+def test_cartpole_int8_with_the_m0_variant_is_bit_exact_on_microbit(tmp_path):
+    from quarl_edge.measure.validate import validate
+    board = get_board("microbit")
+    assert board.kernels == M0_VARIANT
+    res = validate(ROOT / "examples" / "cartpole_dqn" / "models" / "int8.tflite", board,
+                   tmp_path / "fw", random_n=60)
+    assert f"optimized/{M0_VARIANT}/fully_connected.c" in (tmp_path / "fw" / "build.cmd").read_text()
+    assert "qe_fully_connected_s8_packed(" in (tmp_path / "fw" / "gen" / "model.c").read_text()
+    assert res["bit_exact"] and res["mismatches"] == 0 and res["n"] == 60
+
+
 def test_cartpole_int8_acc_head_with_the_variant_is_bit_exact_on_mps2_an386(tmp_path):
     from quarl_edge.quant import remedies
     path = tmp_path / "int8-acc.tflite"
@@ -682,7 +754,7 @@ def test_random_int8_mlps_with_the_variant_are_bit_exact_on_mps2_an386(tmp_path,
 @pytest.mark.parametrize("per_channel", [False, True])
 def test_hand_built_fc_models_with_the_variant_are_bit_exact_on_mps2_an386(tmp_path, per_channel):
     """int8 in and out, batches of 3, odd depth: per channel, and per tensor with a weights zero
-    point (the filter offset the variant moves out of its loop)."""
+    point (the filter offset the generator folds into the packed weights and bias')."""
     from helpers_models import fc_model
     rng = np.random.default_rng(5)
     w = rng.integers(-128, 128, (11, 23)).astype(np.int8)
@@ -695,4 +767,7 @@ def test_hand_built_fc_models_with_the_variant_are_bit_exact_on_mps2_an386(tmp_p
     assert res["bit_exact"] and res["mismatches"] == 0
     c = (tmp_path / "fw" / "gen" / "model.c").read_text()
     assert ".batches = 3u" in c
-    assert ("qe_fully_connected_s8_pc(" in c) if per_channel else (".filter_offset = -3," in c)
+    if per_channel:
+        assert "qe_fully_connected_s8_pc(" in c
+    else:
+        assert "qe_fully_connected_s8_packed(" in c and "zero point 3: packed" in c
