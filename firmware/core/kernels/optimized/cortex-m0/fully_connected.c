@@ -73,6 +73,48 @@ static int requant_right_init(requant_right_t *r, int32_t multiplier, int32_t sh
     return shift <= -1 && multiplier >= 0;
 }
 
+#if defined(__ARM_ARCH_6M__)
+/* requant_right_scale in 26 instructions: the C below, scheduled by hand into the 7 low
+ * registers MULS/ADCS need (gcc's own schedule took ~60). The struct's field offsets are the
+ * asm's: ml 0, mh 4, round_lo 8/12, round_hi 16/20, hi_shift 24. */
+static inline int32_t requant_right_scale(const requant_right_t *r, int32_t x)
+{
+    uint32_t xl, xh, lo, hi, t;
+    __asm(".syntax unified\n\t"
+          "uxth %[xl], %[x]\n\t"                 /* x = xh * 2^16 + xl */
+          "asrs %[xh], %[x], #16\n\t"
+          "lsrs %[x], %[x], #31\n\t"             /* x: neg */
+          "ldr %[t], [%[r], #0]\n\t"             /* ml */
+          "movs %[lo], %[xl]\n\t"
+          "muls %[lo], %[t], %[lo]\n\t"          /* lo = xl * ml */
+          "muls %[t], %[xh], %[t]\n\t"           /* t = xh * ml (mid_h) */
+          "ldr %[hi], [%[r], #4]\n\t"            /* mh */
+          "muls %[xl], %[hi], %[xl]\n\t"         /* xl = xl * mh (mid_l) */
+          "muls %[hi], %[xh], %[hi]\n\t"         /* hi = xh * mh */
+          "lsls %[xh], %[t], #16\n\t"            /* hi:lo += mid_h * 2^16 */
+          "asrs %[t], %[t], #16\n\t"
+          "adds %[lo], %[lo], %[xh]\n\t"
+          "adcs %[hi], %[hi], %[t]\n\t"
+          "lsls %[xh], %[xl], #16\n\t"           /* hi:lo += mid_l * 2^16 */
+          "lsrs %[xl], %[xl], #16\n\t"
+          "adds %[lo], %[lo], %[xh]\n\t"
+          "adcs %[hi], %[hi], %[xl]\n\t"
+          "lsls %[x], %[x], #2\n\t"              /* hi:lo += round[neg] */
+          "adds %[x], %[x], %[r]\n\t"
+          "ldr %[t], [%[x], #8]\n\t"
+          "ldr %[xl], [%[x], #16]\n\t"
+          "adds %[lo], %[lo], %[t]\n\t"
+          "adcs %[hi], %[hi], %[xl]\n\t"
+          "ldr %[t], [%[r], #24]\n\t"            /* >> (e - 1) */
+          "asrs %[hi], %[hi], %[t]"
+          : [x] "+&l"(x), [xl] "=&l"(xl), [xh] "=&l"(xh), [lo] "=&l"(lo), [hi] "=&l"(hi),
+            [t] "=&l"(t)
+          : [r] "l"(r)
+          : "cc", "memory");
+    (void)lo;
+    return (int32_t)hi;
+}
+#else
 static inline int32_t requant_right_scale(const requant_right_t *r, int32_t x)
 {
     const uint32_t xl = (uint32_t)x & 0xFFFFu;
@@ -93,6 +135,8 @@ static inline int32_t requant_right_scale(const requant_right_t *r, int32_t x)
     hi += r->round_hi[neg] + (int32_t)(s < lo);
     return hi >> r->hi_shift;
 }
+
+#endif
 
 #if defined(__ARM_ARCH_6M__)
 
