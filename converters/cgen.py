@@ -198,6 +198,7 @@ def generate(tflite_path, out_dir, name: str | None = None,
     gm = GeneratedModel(
         name=mname, hash=model.hash8, inputs=inputs, outputs=outputs, arena_bytes=arena_bytes,
         ops=[op.opcode for op in model.operators], weight_bytes=sum(k.const_bytes for k in kernels),
+        layout_extra_bytes=sum(k.layout_extra_bytes for k in kernels),
         input_names=[t.name for t in model.input_tensors()],
         output_names=[t.name for t in model.output_tensors()],
         input_offsets=[offset[i] for i in model.inputs],

@@ -149,7 +149,8 @@ def lower_fully_connected_packed(op: Operator, model: TFLiteModel, pname: str) -
     ref_bytes = w.size + (4 * bias.size if bias is not None else 0)
     return Kernel(op, call, params, consts, const_bytes,
                   kernel.comment.replace("FULLY_CONNECTED int8:", "FULLY_CONNECTED int8 (packed):")
-                  + f"; layout {const_bytes} B of flash (reference layout {ref_bytes} B)")
+                  + f"; layout {const_bytes} B of flash (reference layout {ref_bytes} B)",
+                  layout_extra_bytes=const_bytes - ref_bytes)
 
 
 def _lower_fc_s8(op, model, pname, x, w, bias, out, act, batches, accum_depth, output_depth,

@@ -54,6 +54,8 @@ class MemoryReport:
     board_ram_bytes: int = 0        # the board's RAM (board file's ram_bytes)
     flash_percent: float | None = None   # flash_bytes in % of board_flash_bytes (2 decimals)
     ram_percent: float | None = None     # ram_bytes in % of board_ram_bytes (2 decimals)
+    layout_extra_bytes: int = 0     # of weights_bytes, what a kernel variant's weight layout adds
+                                    # over the reference layout (model.json)
 
     def __post_init__(self):
         self.flash_percent = _percent(self.flash_bytes, self.board_flash_bytes)
@@ -387,7 +389,8 @@ def build(model_path: Path, board: Board, out_dir: Path, extra_flags=()) -> Firm
                      model_defines=(f"-DQE_INPUT_COPY_BYTES={max(input_bytes, 1)}u",))
     flash, ram = elf_memory(elf)
     memory = MemoryReport(flash, ram, int(info["arena_bytes"]), int(info["weight_bytes"]),
-                          board_flash_bytes=board.flash_bytes, board_ram_bytes=board.ram_bytes)
+                          board_flash_bytes=board.flash_bytes, board_ram_bytes=board.ram_bytes,
+                          layout_extra_bytes=int(info.get("layout_extra_bytes", 0)))
     if board.flash_bytes and flash > board.flash_bytes:
         raise QuarlError(f"firmware for {board.id} needs {flash} B of flash; the board has "
                          f"{board.flash_bytes} B")
