@@ -199,10 +199,39 @@ static void widen_input(const int8_t *in, uint32_t n, uint32_t padded, uint32_t 
     :                                                                                     \
     : "r4", "r5", "r6", "r8", "r9", "r10", "memory"
 
+/* The output stage of a whole group (four outputs) in one asm block, for modes 1 and 3 below:
+ * requant_right_s8's instructions with its constants in the registers the MAC loop frees (one
+ * LDM; requant_right_t's first five fields, in order). Per output: the 64-bit round + x * m
+ * (SMLAL), - 2^31 for x < 0 (the accumulator's register keeps only its sign bit, and "asr #31"
+ * of it is -1 or 0), >> e - 1, then + offset (QADD) and SSAT to int8. RELU_UP (mode 3, the
+ * activation [offset, 127]) clamps the scaled value at 0 first (USAT #8 to [0, 255]): then
+ * + offset and SSAT give max(offset, min(scaled + offset, 127)), exactly the clamp. */
+#define OUT_ONE(A, I, RELU_UP)                                                            \
+    "mov r10, r5\n\t"                                                                     \
+    "mov %[hi], r6\n\t"                                                                   \
+    "smlal r10, %[hi], " A ", r4\n\t"                                                     \
+    "and " A ", " A ", #0x80000000\n\t"                                                   \
+    "adds r10, r10, " A "\n\t"                                                            \
+    "adc %[hi], %[hi], " A ", asr #31\n\t"                                                \
+    "asr %[hi], %[hi], r8\n\t"                                                            \
+    RELU_UP                                                                               \
+    "qadd %[hi], %[hi], r9\n\t"                                                           \
+    "ssat %[hi], #8, %[hi]\n\t"                                                           \
+    "strb %[hi], [%[out], #" I "]\n\t"
+
+#define OUT_GROUP(RELU_UP)                                                                \
+    __asm volatile("ldm %[k], {r4, r5, r6, r8, r9}\n\t"                                   \
+                   OUT_ONE("%[a0]", "0", RELU_UP) OUT_ONE("%[a1]", "1", RELU_UP)          \
+                   OUT_ONE("%[a2]", "2", RELU_UP) OUT_ONE("%[a3]", "3", RELU_UP)          \
+                   : [a0] "+r"(a0), [a1] "+r"(a1), [a2] "+r"(a2), [a3] "+r"(a3),         \
+                     [hi] "=&r"(hi)                                                       \
+                   : [k] "r"(rr), [out] "r"(out + o)                                      \
+                   : "r4", "r5", "r6", "r8", "r9", "r10", "cc", "memory")
+
 /* One batch: every group of four rows. `mode` is a constant in each call (the function is
  * inlined three times, so that the output stage's choice is made once per call, not per value):
  * 0 the general requant_s8, 1 requant_right_s8 with full int8 range, 2 requant_right_s8 with
- * the activation's bounds. */
+ * the activation's bounds, 3 requant_right_s8 with the bounds [offset, 127] (RELU). */
 static inline __attribute__((always_inline)) void packed_batch(
     const uint32_t *xw, uint32_t quads, const int32_t *w, const QE_FLASH int32_t *bias,
     uint32_t rows, int8_t *out, const requant_t *rq, const requant_right_t *rr, int mode)
@@ -222,6 +251,15 @@ static inline __attribute__((always_inline)) void packed_batch(
         }
         if (o + QE_FC_PACKED_ROWS <= rows) {
             /* a whole group: four outputs */
+            int32_t hi;
+            if (mode == 1) {
+                OUT_GROUP("");
+                continue;
+            }
+            if (mode == 3) {
+                OUT_GROUP("usat %[hi], #8, %[hi]\n\t");
+                continue;
+            }
             if (mode == 0) {
                 out[o] = requant_s8(rq, a0);
                 out[o + 1u] = requant_s8(rq, a1);
@@ -242,6 +280,7 @@ static inline __attribute__((always_inline)) void packed_batch(
         acc[3] = a3;
         for (r = 0; o + r < rows; ++r) {
             out[o + r] = (mode == 0) ? requant_s8(rq, acc[r]) : requant_right_s8(rr, acc[r], mode == 1);
+            /* (mode 3 is mode 2's clamp: the same value) */
         }
     }
 }
@@ -263,7 +302,7 @@ void qe_fully_connected_s8_packed(const qe_fc_s8_packed_params_t *p, const int8_
     mode = requant_right_init(&rr, p->output_multiplier, p->output_shift, p->output_offset,
                               p->activation_min, p->activation_max);
     if (mode && (p->activation_min > -128 || p->activation_max < 127)) {
-        mode = 2;
+        mode = (p->activation_min == p->output_offset && p->activation_max == 127) ? 3 : 2;
     }
     for (b = 0; b < batches; ++b) {
         int8_t *out = output + b * rows;
@@ -273,6 +312,8 @@ void qe_fully_connected_s8_packed(const qe_fc_s8_packed_params_t *p, const int8_
             packed_batch(xw, quads, w, bias, rows, out, &rq, &rr, 1);
         } else if (mode == 2) {
             packed_batch(xw, quads, w, bias, rows, out, &rq, &rr, 2);
+        } else if (mode == 3) {
+            packed_batch(xw, quads, w, bias, rows, out, &rq, &rr, 3);
         } else {
             packed_batch(xw, quads, w, bias, rows, out, &rq, &rr, 0);
         }
