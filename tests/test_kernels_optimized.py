@@ -185,7 +185,8 @@ def edge_cases() -> list[Case]:
 def packed_edge_cases(max_depth: int = PACKED_MAX_DEPTH) -> list[Case]:
     """The packed layout's edges: every depth remainder mod 4 and mod 8 (the two-quad loop and
     its one-quad tail, the zero-padded last quad), 1..9 rows (full and padded row groups), the
-    offsets at their ends with extreme weights, the largest biases, every misalignment."""
+    offsets at their ends with extreme weights, the largest biases, every misalignment, every
+    shift, and the variants' output-stage paths (full range, RELU, other bounds)."""
     rng = np.random.default_rng(13)
     out = []
     for depth in sorted({1, 2, 3, 4, 5, 7, 8, 9, 12, 15, 16, 17, 63, 64, 65, max_depth}):
@@ -197,9 +198,12 @@ def packed_edge_cases(max_depth: int = PACKED_MAX_DEPTH) -> list[Case]:
                 worst = depth * (128 + abs(fo)) * (128 + abs(io))
                 bias = np.resize(np.array([INT32_MAX - worst, -(INT32_MAX - worst), 0, 17], np.int64),
                                  rows).astype(np.int32)
-                mis = len(out) % 4
-                out.append(Case(PACKED, 2, depth, rows, io, fo, -1 + len(out) % 3, (1 << 30) + 12345,
-                                -31 + len(out) % 62, -128 + len(out) % 7, 127, 0, mis, (mis + 1) % 4,
+                k = len(out)
+                mis, oo = k % 4, -1 + k % 3
+                # the output stages: full int8 range, RELU [offset, 127], other bounds
+                lo, hi = ((-128, 127), (oo, 127), (-128 + k % 7, 127 - k % 5))[k % 3]
+                out.append(Case(PACKED, 2, depth, rows, io, fo, oo, (1 << 30) + 12345 + 977 * k,
+                                -31 + k % 62, lo, hi, 0, mis, (mis + 1) % 4,
                                 x, w, bias if len(out) % 5 else None, np.zeros(rows, np.int64),
                                 np.zeros(rows, np.int8), np.ones(rows, np.float32)))
     return out
