@@ -733,6 +733,19 @@ def test_cartpole_int8_with_the_m0_variant_is_bit_exact_on_microbit(tmp_path):
     assert res["bit_exact"] and res["mismatches"] == 0 and res["n"] == 60
 
 
+def test_a_random_int8_mlp_with_the_m0_variant_is_bit_exact_on_microbit(tmp_path):
+    """Padded row groups (37 rows), a padded quad (depth 7), RELU: TF Lite Micro's outputs."""
+    from helpers_models import convert, random_mlp
+    from quarl_edge.measure.validate import validate
+    rng = np.random.default_rng(1)
+    model = tmp_path / "mlp.tflite"
+    model.write_bytes(convert(random_mlp(1, 7, [37, 19, 3], ["relu", "relu", "none"], 2.0), "int8",
+                              rng.standard_normal((64, 7)).astype(np.float32)))
+    res = validate(model, get_board("microbit"), tmp_path / "fw", random_n=40)
+    assert "qe_fully_connected_s8_packed(" in (tmp_path / "fw" / "gen" / "model.c").read_text()
+    assert res["bit_exact"] and res["mismatches"] == 0
+
+
 def test_cartpole_int8_acc_head_with_the_variant_is_bit_exact_on_mps2_an386(tmp_path):
     from quarl_edge.quant import remedies
     path = tmp_path / "int8-acc.tflite"
