@@ -13,7 +13,7 @@
  * Why the integers are the reference's: the products are exact in 32 bits (|w'| <= 255,
  * |x| <= 128) and the sums wrap like the reference's int32 sum, which the generator's bounds keep
  * from overflowing in any order (fully_connected.h). The output stage for right shifts
- * (requant_right_scale below) builds TFLM's 64-bit product from 16-bit halves; other shifts take
+ * (requant_right_output below) builds TFLM's 64-bit product from 16-bit halves; other shifts take
  * requant.h's. Without __ARM_ARCH_6M__ (the host) the inner loop is the same walk in C, so the
  * host tests (ASan/UBSan) cover the widening, the layout and the output stage too. The other
  * FULLY_CONNECTED functions are the reference's, included below with the packed one renamed out
@@ -56,9 +56,13 @@ typedef struct {
     uint32_t round_lo[2];       /* 2^30 + 2^(30+e), and the same - 2^31 (for x < 0): low words */
     int32_t round_hi[2];        /* ... and high words */
     uint32_t hi_shift;          /* e - 1 */
+    int32_t lo_bound;           /* act_min - offset, act_max - offset: requant.h's clamp in the */
+    int32_t hi_bound;           /* offset-shifted domain (int16 zero points: no overflow) */
+    int32_t offset;
 } requant_right_t;
 
-static int requant_right_init(requant_right_t *r, int32_t multiplier, int32_t shift)
+static int requant_right_init(requant_right_t *r, int32_t multiplier, int32_t shift,
+                              int32_t offset, int32_t act_min, int32_t act_max)
 {
     const int32_t e = (shift < 0) ? -shift : 1;      /* (shift >= 0: not used) */
     const uint64_t round = ((uint64_t)1 << 30) + ((uint64_t)1 << (30 + e));
@@ -70,14 +74,18 @@ static int requant_right_init(requant_right_t *r, int32_t multiplier, int32_t sh
     r->round_lo[1] = (uint32_t)round_neg;
     r->round_hi[1] = (int32_t)(round_neg >> 32);
     r->hi_shift = (uint32_t)(e - 1);
+    r->lo_bound = (int32_t)((uint32_t)act_min - (uint32_t)offset);
+    r->hi_bound = (int32_t)((uint32_t)act_max - (uint32_t)offset);
+    r->offset = offset;
     return shift <= -1 && multiplier >= 0;
 }
 
 #if defined(__ARM_ARCH_6M__)
-/* requant_right_scale in 26 instructions: the C below, scheduled by hand into the 7 low
+/* requant_right_output in 26 + 10 instructions: the C below, scheduled by hand into the 7 low
  * registers MULS/ADCS need (gcc's own schedule took ~60). The struct's field offsets are the
- * asm's: ml 0, mh 4, round_lo 8/12, round_hi 16/20, hi_shift 24. */
-static inline int32_t requant_right_scale(const requant_right_t *r, int32_t x)
+ * asm's: ml 0, mh 4, round_lo 8/12, round_hi 16/20, hi_shift 24, lo_bound 28, hi_bound 32,
+ * offset 36. */
+static inline int32_t requant_right_output(const requant_right_t *r, int32_t x)
 {
     uint32_t xl, xh, lo, hi, t;
     __asm(".syntax unified\n\t"
@@ -106,7 +114,19 @@ static inline int32_t requant_right_scale(const requant_right_t *r, int32_t x)
           "adds %[lo], %[lo], %[t]\n\t"
           "adcs %[hi], %[hi], %[xl]\n\t"
           "ldr %[t], [%[r], #24]\n\t"            /* >> (e - 1) */
-          "asrs %[hi], %[hi], %[t]"
+          "asrs %[hi], %[hi], %[t]\n\t"
+          "ldr %[t], [%[r], #28]\n\t"            /* clamp to [lo_bound, hi_bound] */
+          "cmp %[hi], %[t]\n\t"
+          "bge 1f\n\t"
+          "movs %[hi], %[t]\n"
+          "1:\n\t"
+          "ldr %[t], [%[r], #32]\n\t"
+          "cmp %[hi], %[t]\n\t"
+          "ble 2f\n\t"
+          "movs %[hi], %[t]\n"
+          "2:\n\t"
+          "ldr %[t], [%[r], #36]\n\t"            /* + offset */
+          "adds %[hi], %[hi], %[t]"
           : [x] "+&l"(x), [xl] "=&l"(xl), [xh] "=&l"(xh), [lo] "=&l"(lo), [hi] "=&l"(hi),
             [t] "=&l"(t)
           : [r] "l"(r)
@@ -115,7 +135,7 @@ static inline int32_t requant_right_scale(const requant_right_t *r, int32_t x)
     return (int32_t)hi;
 }
 #else
-static inline int32_t requant_right_scale(const requant_right_t *r, int32_t x)
+static inline int32_t requant_right_output(const requant_right_t *r, int32_t x)
 {
     const uint32_t xl = (uint32_t)x & 0xFFFFu;
     const int32_t xh = x >> 16;                          /* arithmetic: x = xh * 2^16 + xl */
@@ -133,7 +153,14 @@ static inline int32_t requant_right_scale(const requant_right_t *r, int32_t x)
     lo = s;
     s = lo + r->round_lo[neg];
     hi += r->round_hi[neg] + (int32_t)(s < lo);
-    return hi >> r->hi_shift;
+    hi >>= r->hi_shift;                                 /* the requantized value; then requant.h's */
+    if (hi < r->lo_bound) {                             /* clamp, in the offset-shifted domain */
+        hi = r->lo_bound;
+    }
+    if (hi > r->hi_bound) {
+        hi = r->hi_bound;
+    }
+    return hi + r->offset;
 }
 
 #endif
@@ -215,7 +242,7 @@ void qe_fully_connected_s8_packed(const qe_fc_s8_packed_params_t *p, const int8_
                   act_max = p->activation_max;
     int32_t xb[QE_FC_PACKED_MAX_DEPTH];
     requant_right_t rr;
-    const int fast = requant_right_init(&rr, multiplier, shift);
+    const int fast = requant_right_init(&rr, multiplier, shift, offset, act_min, act_max);
     uint32_t b, o, r;
 
     for (b = 0; b < p->batches; ++b) {
@@ -229,11 +256,15 @@ void qe_fully_connected_s8_packed(const qe_fc_s8_packed_params_t *p, const int8_
             acc[2] = bias[o + 2u];
             acc[3] = bias[o + 3u];
             group_dot(xb, xb + padded, &w, acc);
-            for (r = 0; r < QE_FC_PACKED_ROWS && o + r < rows; ++r) {
-                out[o + r] = (int8_t)(fast ? qe_offset_clamp(requant_right_scale(&rr, acc[r]),
-                                                             offset, act_min, act_max)
-                                           : qe_requantize_output(acc[r], multiplier, shift,
-                                                                  offset, act_min, act_max));
+            if (fast) {
+                for (r = 0; r < QE_FC_PACKED_ROWS && o + r < rows; ++r) {
+                    out[o + r] = (int8_t)requant_right_output(&rr, acc[r]);
+                }
+            } else {
+                for (r = 0; r < QE_FC_PACKED_ROWS && o + r < rows; ++r) {
+                    out[o + r] = (int8_t)qe_requantize_output(acc[r], multiplier, shift, offset,
+                                                              act_min, act_max);
+                }
             }
         }
     }
