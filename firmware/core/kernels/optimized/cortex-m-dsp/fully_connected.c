@@ -1,7 +1,9 @@
 /* FULLY_CONNECTED, optimized variant "cortex-m-dsp" (see ../README.md): the int8 kernels
  * qe_fully_connected_s8 (per tensor), qe_fully_connected_s8_pc (per channel) and
  * qe_fully_connected_s8_acc_f32 (int8-acc's accumulator head), with exactly the reference's
- * results (../../fully_connected.c), computed with fewer instructions:
+ * results (../../fully_connected.c), computed with fewer instructions; and
+ * qe_fully_connected_s8_packed, the generator's packed layout for per-tensor int8 FCs (four rows
+ * per pass, LDM + SMLAD only: see "the packed layout" below). On the original layout:
  *
  *  - Two output rows per pass over the input: each input value is loaded, sign-extended and
  *    offset once for both rows.
