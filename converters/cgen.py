@@ -127,12 +127,17 @@ def _refusal(refused: list[UnsupportedOpError], n_ops: int) -> UnsupportedOpErro
 
 
 def generate(tflite_path, out_dir, name: str | None = None,
-             kernels: str = "reference") -> GeneratedModel:
+             kernels: str = "reference", pack_weights: bool = True) -> GeneratedModel:
     """Generate out_dir/model.c and out_dir/model.json for a .tflite model. `kernels` is the
     board's kernel set (`[build] kernels`): with an optimized variant, ops/__init__.py's
     VARIANT_LOWERINGS[kernels] replace some lowerings (e.g. a 1x1 CONV_2D becomes a
-    FULLY_CONNECTED, an int8 FULLY_CONNECTED gets the packed weight layout)."""
-    lowerings = {**LOWERINGS, **VARIANT_LOWERINGS.get(kernels, {})}
+    FULLY_CONNECTED, an int8 FULLY_CONNECTED gets the packed weight layout). pack_weights=False
+    keeps the reference weight layout (the variants run it too: the build falls back to it when
+    the packed weights do not fit the board's flash)."""
+    variant = dict(VARIANT_LOWERINGS.get(kernels, {}))
+    if not pack_weights:
+        variant.pop("FULLY_CONNECTED", None)
+    lowerings = {**LOWERINGS, **variant}
     path = Path(tflite_path)
     model = apply_head_readout(load(path))
     mname = _model_name(name, path)

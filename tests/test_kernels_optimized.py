@@ -867,3 +867,18 @@ def test_the_m0_quantize_is_the_reference_on_cortex_m0(tmp_module):
         out = (Path(d) / "q_out.bin").read_bytes()
     pairs = _quantize_split(data, out)
     assert len(pairs) > 40 and all(r == o for r, o in pairs)
+
+
+def test_the_build_falls_back_to_the_int8_layout_when_packed_weights_do_not_fit(tmp_path):
+    """The packed layout doubles the FC weights' flash; on a board where that does not fit, the
+    build keeps the reference layout (the variant's files run it too)."""
+    from quarl_edge.targets.build import build
+    model = ROOT / "examples" / "cartpole_dqn" / "models" / "int8.tflite"
+    board = get_board("microbit")
+    packed = build(model, board, tmp_path / "packed")
+    assert packed.memory.layout_extra_bytes > 4000
+    small = dataclasses.replace(board, flash_bytes=packed.memory.flash_bytes - 1)
+    fw = build(model, small, tmp_path / "small")
+    c = (tmp_path / "small" / "gen" / "model.c").read_text()
+    assert "qe_fully_connected_s8_packed(" not in c and "qe_fully_connected_s8(" in c
+    assert fw.memory.layout_extra_bytes == 0 and fw.memory.flash_bytes < small.flash_bytes

@@ -366,8 +366,12 @@ def compile_firmware(board: Board, sources: list[Path], out_elf: Path, extra_fla
     (out_elf.parent / "build.log").write_text(proc.stderr)
 
 
-def build(model_path: Path, board: Board, out_dir: Path, extra_flags=()) -> Firmware:
-    """Generate C for `model_path` and compile the firmware for `board` into `out_dir`."""
+def build(model_path: Path, board: Board, out_dir: Path, extra_flags=(),
+          pack_weights: bool = True) -> Firmware:
+    """Generate C for `model_path` and compile the firmware for `board` into `out_dir`. When the
+    board's kernel variant lays weights out its own way (the packed FULLY_CONNECTED weights, about
+    twice the int8 bytes) and the firmware then does not fit the board's flash, it is built once
+    more with the reference layout, which the variant runs too."""
     from ..converters.cgen import generate  # the generator pulls in the flatbuffer schema
 
     model_path = Path(model_path)
@@ -375,7 +379,8 @@ def build(model_path: Path, board: Board, out_dir: Path, extra_flags=()) -> Firm
         raise QuarlError(f"no model at {model_path}")
     out_dir.mkdir(parents=True, exist_ok=True)
     gen_dir = out_dir / "gen"
-    generate(model_path, gen_dir, name=model_path.stem, kernels=board.kernels)
+    generate(model_path, gen_dir, name=model_path.stem, kernels=board.kernels,
+             pack_weights=pack_weights)
     info = json.loads((gen_dir / "model.json").read_text())
     elf = out_dir / "firmware.elf"
     # BENCH replays the last INFER input from a copy; size it to this model's inputs (AVR RAM).
@@ -385,9 +390,17 @@ def build(model_path: Path, board: Board, out_dir: Path, extra_flags=()) -> Firm
                          f"of at most {board.max_payload} B")
     for stale in (elf.with_suffix(".bin"), elf.with_suffix(".hex")):   # of an earlier build
         stale.unlink(missing_ok=True)
-    compile_firmware(board, firmware_sources(board) + [gen_dir / "model.c"], elf, extra_flags,
-                     model_defines=(f"-DQE_INPUT_COPY_BYTES={max(input_bytes, 1)}u",))
+    packed = int(info.get("layout_extra_bytes", 0)) > 0
+    try:
+        compile_firmware(board, firmware_sources(board) + [gen_dir / "model.c"], elf, extra_flags,
+                         model_defines=(f"-DQE_INPUT_COPY_BYTES={max(input_bytes, 1)}u",))
+    except QuarlError as e:
+        if packed and "does not fit" in str(e):      # the linker's overflow: try the int8 layout
+            return build(model_path, board, out_dir, extra_flags, pack_weights=False)
+        raise
     flash, ram = elf_memory(elf)
+    if packed and board.flash_bytes and flash > board.flash_bytes:
+        return build(model_path, board, out_dir, extra_flags, pack_weights=False)
     memory = MemoryReport(flash, ram, int(info["arena_bytes"]), int(info["weight_bytes"]),
                           board_flash_bytes=board.flash_bytes, board_ram_bytes=board.ram_bytes,
                           layout_extra_bytes=int(info.get("layout_extra_bytes", 0)))
