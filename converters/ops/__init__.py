@@ -22,6 +22,7 @@ SUPPORTED and KERNEL_HEADERS here are collected from the lowering modules in tab
 from __future__ import annotations
 
 import sys
+from functools import partial
 
 from .activations import lower_activation
 from .arg_max import lower_arg_max
@@ -82,7 +83,9 @@ LOWERINGS = {
 VARIANT_LOWERINGS = {
     "cortex-m-dsp": {
         "CONV_2D": lower_conv_pointwise_as_fc,      # 1x1, stride 1, no padding -> FULLY_CONNECTED
-        "FULLY_CONNECTED": lower_fully_connected_packed,   # int8 per tensor: packed weights
+        # int8 per tensor: packed weights, four rows per pass; fewer than four rows (a policy's
+        # 2-3 action head) run faster on the two-row kernel than padded to four
+        "FULLY_CONNECTED": partial(lower_fully_connected_packed, min_rows=4),
     },
     "cortex-m0": {
         "FULLY_CONNECTED": lower_fully_connected_packed,

@@ -110,16 +110,17 @@ def pack_fc_weights(w: np.ndarray, bias: np.ndarray | None, input_offset: int,
     return words.reshape(-1).astype(np.int32), bias_p.astype(np.int32), d_pad
 
 
-def lower_fully_connected_packed(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
+def lower_fully_connected_packed(op: Operator, model: TFLiteModel, pname: str,
+                                 min_rows: int = 1) -> Kernel:
     """For boards with an optimized variant: an int8 per-tensor FULLY_CONNECTED with accum_depth
-    <= PACKED_MAX_DEPTH gets the packed layout (qe_fully_connected_s8_packed); every other one
-    the lowering of the reference boards."""
+    <= PACKED_MAX_DEPTH (and at least min_rows outputs) gets the packed layout
+    (qe_fully_connected_s8_packed); every other one the lowering of the reference boards."""
     kernel = lower_fully_connected(op, model, pname)     # validates the op completely
     if not kernel.call.startswith("qe_fully_connected_s8("):
         return kernel
     x, w, bias, out, act = weighted_operands(op, model, "weights")
     output_depth, accum_depth = w.shape
-    if accum_depth > PACKED_MAX_DEPTH:
+    if accum_depth > PACKED_MAX_DEPTH or output_depth < min_rows:
         return kernel
     batches = out.size // output_depth
     words, bias_p, d_pad = pack_fc_weights(w.data, None if bias is None else bias.data,
