@@ -14,8 +14,10 @@ only its model.c.
 
 Models: "cnn" is a 16x16x2 int8 CNN policy (float I/O) of the shapes issue 13 measured: conv 3x3
 stride 2 (8 filters), depthwise 3x3, conv 1x1 (12 filters), max pool 2x2, FC 192 -> 5, 20,928
-MACs; "cartpole" is the shipped examples/cartpole_dqn int8 policy. "SMLAD bound" is 0.5
-instructions per MAC: two multiply-accumulates per instruction and nothing else.
+MACs; "cartpole" is the shipped examples/cartpole_dqn int8 policy (4 -> 64 -> 64 -> 2);
+"mlp32", "mlp64" (any "mlpN") are int8 MLP policies 8 -> N -> N -> 4 with ReLU and random
+weights. "SMLAD bound" (DSP cores) is 0.5 instructions per MAC: two multiply-accumulates per
+instruction and nothing else.
 """
 from __future__ import annotations
 
@@ -47,6 +49,15 @@ def cnn_model(path: Path) -> Path:
     model = random_cnn(1, (16, 16, 2), pool="max", n_actions=5, head=None, filters=8,
                        pointwise=12, hidden=0)
     path.write_bytes(convert(model, "int8", calib))
+    return path
+
+
+def mlp_model(path: Path, width: int) -> Path:
+    """An int8 MLP policy (float I/O) 8 -> width -> width -> 4, ReLU, random weights."""
+    from helpers_models import convert, random_mlp
+    rng = np.random.default_rng(width)
+    model = random_mlp(width, 8, [width, width, 4], ["relu", "relu", "none"], 2.0)
+    path.write_bytes(convert(model, "int8", rng.standard_normal((64, 8)).astype(np.float32)))
     return path
 
 
@@ -164,7 +175,9 @@ def table(name: str, board, macs: list[int], ref: dict, opt: dict, variant: str)
              f"**{ref['total'] / total:.2f}** | | **{opt['total']:,}** | **{opt['total'] / total:.2f}** | "
              f"{ref['total'] / opt['total']:.2f}x |")
     L.append("")
-    L.append(f"SMLAD bound: {0.5 * total:,.0f} instructions (0.5 / MAC). Harness outside the ops "
+    bound = (f"SMLAD bound: {0.5 * total:,.0f} instructions (0.5 / MAC). "
+             if variant == "cortex-m-dsp" else "")
+    L.append(f"{bound}Harness outside the ops "
              f"(BENCH with an empty schedule): reference {ref['base']:,}, {variant} {opt['base']:,}. "
              f"Flash / RAM: reference {ref['flash']:,} B / {ref['ram']:,} B, {variant} "
              f"{opt['flash']:,} B / {opt['ram']:,} B (arena {ref['arena']:,} B / {opt['arena']:,} B).")
@@ -183,14 +196,19 @@ def main() -> None:
         tmp = Path(tmp)
         paths = {}
         for name in a.models.split(","):
-            paths[name] = (cnn_model(tmp / "cnn_16x16x2_int8.tflite") if name == "cnn" else
-                           ROOT / "examples" / "cartpole_dqn" / "models" / "int8.tflite")
+            if name == "cnn":
+                paths[name] = cnn_model(tmp / "cnn_16x16x2_int8.tflite")
+            elif name.startswith("mlp"):
+                paths[name] = mlp_model(tmp / f"{name}_int8.tflite", int(name[3:]))
+            else:
+                paths[name] = ROOT / "examples" / "cartpole_dqn" / "models" / "int8.tflite"
         rng = np.random.default_rng(0)
         for bid in a.boards.split(","):
             board = get_board(bid)
             variant = board.kernels
             for name, path in paths.items():
                 x = (rng.standard_normal(16 * 16 * 2) if name == "cnn"
+                     else rng.standard_normal(8) if name.startswith("mlp")
                      else np.load(ROOT / "examples" / "cartpole_dqn" / "calibration.npy")[0])
                 res = {}
                 for kset in ("reference", variant):

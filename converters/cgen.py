@@ -138,11 +138,17 @@ def _refusal(refused: list[UnsupportedOpError], n_ops: int) -> UnsupportedOpErro
 
 
 def generate(tflite_path, out_dir, name: str | None = None,
-             kernels: str = "reference") -> GeneratedModel:
+             kernels: str = "reference", pack_weights: bool = True) -> GeneratedModel:
     """Generate out_dir/model.c and out_dir/model.json for a .tflite model. `kernels` is the
     board's kernel set (`[build] kernels`): with an optimized variant, ops/__init__.py's
-    VARIANT_LOWERINGS replace some lowerings (e.g. a 1x1 CONV_2D becomes a FULLY_CONNECTED)."""
-    lowerings = LOWERINGS if kernels == "reference" else {**LOWERINGS, **VARIANT_LOWERINGS}
+    VARIANT_LOWERINGS[kernels] replace some lowerings (e.g. a 1x1 CONV_2D becomes a
+    FULLY_CONNECTED, an int8 FULLY_CONNECTED gets the packed weight layout). pack_weights=False
+    keeps the reference weight layout (the variants run it too: the build falls back to it when
+    the packed weights do not fit the board's flash)."""
+    variant = dict(VARIANT_LOWERINGS.get(kernels, {}))
+    if not pack_weights:
+        variant.pop("FULLY_CONNECTED", None)
+    lowerings = {**LOWERINGS, **variant}
     path = Path(tflite_path)
     model = apply_head_readout(load(path))
     mname = _model_name(name, path)
@@ -220,6 +226,7 @@ def generate(tflite_path, out_dir, name: str | None = None,
     gm = GeneratedModel(
         name=mname, hash=model.hash8, inputs=inputs, outputs=outputs, arena_bytes=arena_bytes,
         ops=[op.opcode for op in model.operators], weight_bytes=sum(k.const_bytes for k in kernels),
+        layout_extra_bytes=sum(k.layout_extra_bytes for k in kernels),
         input_names=[t.name for t in model.input_tensors()],
         output_names=[t.name for t in model.output_tensors()],
         input_offsets=[offset[i] for i in model.inputs],

@@ -195,6 +195,7 @@ def model_json(gm: GeneratedModel, model: TFLiteModel, path: Path) -> str:
         "source": path.name,
         "arena_bytes": gm.arena_bytes,
         "weight_bytes": gm.weight_bytes,
+        **({"layout_extra_bytes": gm.layout_extra_bytes} if gm.layout_extra_bytes else {}),
         "ops": gm.ops,
         "inputs": [spec(s, n, o) for s, n, o in zip(gm.inputs, gm.input_names, gm.input_offsets)],
         "outputs": [spec(s, n, o) for s, n, o in zip(gm.outputs, gm.output_names, gm.output_offsets)],

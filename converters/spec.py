@@ -46,6 +46,7 @@ class GeneratedModel:
     arena_bytes: int
     ops: list[str]
     weight_bytes: int                   # const data emitted (weights, biases)
+    layout_extra_bytes: int = 0         # of weight_bytes, what the variant's layouts add
     input_names: list[str] = field(default_factory=list)
     output_names: list[str] = field(default_factory=list)
     input_offsets: list[int] = field(default_factory=list)
@@ -77,3 +78,5 @@ class Kernel:
                             # only by the model.c of a model that uses the op)
     scratch_bytes: int = 0  # arena bytes the kernel needs during this op only (the call's
                             # @S<op index>@ placeholder is their address)
+    layout_extra_bytes: int = 0  # flash its weights take beyond the reference layout (a kernel
+                                 # variant's packed weights; 0 on reference boards)

@@ -166,8 +166,11 @@ def cmd_sweep(a, qe):
 
 
 def _memory_lines(m: dict) -> None:
+    extra = m.get("layout_extra_bytes") or 0
     print(f"  flash  {share(m.get('flash_bytes'), m.get('board_flash_bytes'))}"
-          f"  (weights and parameters {m.get('weights_bytes', 0):,} B)")
+          f"  (weights and parameters {m.get('weights_bytes', 0):,} B"
+          + (f", of which {extra:,} B the kernel variant's weight layout adds" if extra else "")
+          + ")")
     print(f"  RAM    {share(m.get('ram_bytes'), m.get('board_ram_bytes'))}"
           f"  (model arena {m.get('arena_bytes', 0):,} B)")
 

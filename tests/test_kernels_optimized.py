@@ -27,6 +27,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from quarl_edge.converters import qmath
+from quarl_edge.converters.ops.fully_connected import PACKED_MAX_DEPTH, pack_fc_weights
 from quarl_edge.targets.boards import all_boards, get_board, load_board_file
 from quarl_edge.targets.build import (COMMON_CFLAGS, board_defines, expand_flag, firmware_sources,
                                       kernel_sources, port_dirs)
@@ -37,12 +38,16 @@ FW = ROOT / "firmware"
 CHECK = ROOT / "tests" / "c" / "fc_kernels_check.c"
 VARIANT = "cortex-m-dsp"
 VARIANT_FC = FW / "core" / "kernels" / "optimized" / VARIANT / "fully_connected.c"
+# the ARMv6-M variant: only the packed kernel (its other FC functions are the reference's own)
+M0_VARIANT = "cortex-m0"
+M0_FC = FW / "core" / "kernels" / "optimized" / M0_VARIANT / "fully_connected.c"
+M0_DEFINES = ("-DQE_CHECK_UNRENAMED_REFERENCE", "-DQE_CHECK_SMALL_RAM")
 INT32_MAX = 2**31 - 1
 INT32_MIN = -(2**31)
 # the emulated boards whose cores have the DSP extension (Cortex-M4/M7/M33)
 DSP_BOARDS = ("mps2-an386", "mps2-an500", "mps2-an505", "netduinoplus2")
 
-S8, PC, ACC = 0, 1, 2
+S8, PC, ACC, PACKED = 0, 1, 2, 3   # PACKED: kind S8 through the generator's packed layout
 
 
 # ------------------------------------------------------------------------------ cases
@@ -70,9 +75,14 @@ class Case:
     scales: np.ndarray       # float32 [rows] (accumulator head)
 
     def encode(self) -> bytes:
+        packed = None
+        if self.kind == PACKED:     # the generator's own packing function
+            packed = pack_fc_weights(self.w.reshape(self.rows, self.depth), self.bias,
+                                     self.input_offset, self.filter_offset)
         h = [self.kind, self.batches, self.depth, self.rows, self.input_offset, self.filter_offset,
              self.output_offset, self.multiplier, self.shift, self.act_min, self.act_max,
-             int(self.bias is not None), self.channel_stride, self.in_misalign, self.w_misalign, 0]
+             int(self.bias is not None), self.channel_stride, self.in_misalign, self.w_misalign,
+             packed[2] if packed else 0]
         out = struct.pack("<16i", *h) + self.x.astype(np.int8).tobytes() + self.w.astype(np.int8).tobytes()
         if self.bias is not None:
             out += self.bias.astype("<i4").tobytes()
@@ -80,6 +90,8 @@ class Case:
             out += self.mults.astype("<i4").tobytes() + self.shifts.astype(np.int8).tobytes()
         if self.kind == ACC:
             out += self.scales.astype("<f4").tobytes()
+        if packed:
+            out += packed[0].astype("<i4").tobytes() + packed[1].astype("<i4").tobytes()
         return out
 
     @property
@@ -97,11 +109,13 @@ def multiplier_and_shift(draw_int) -> tuple[int, int]:
 @st.composite
 def fc_case(draw, kind=None, max_depth=300, max_rows=70) -> Case:
     i = lambda lo, hi: draw(st.integers(lo, hi))  # noqa: E731
-    kind = i(0, 2) if kind is None else kind
+    kind = i(0, 3) if kind is None else kind
     batches, depth, rows = i(1, 3), i(1, max_depth), i(1, max_rows)
     # zero points are int8: offsets -zp in [-127, 128]; per-channel and head weights symmetric
     io = i(-127, 128)
-    fo = i(-127, 128) if kind == S8 and i(0, 2) else 0
+    if kind == PACKED:
+        depth = min(depth, PACKED_MAX_DEPTH)
+    fo = i(-127, 128) if kind in (S8, PACKED) and i(0, 2) else 0
     rng = np.random.default_rng(i(0, 2**32 - 1))
     style = i(0, 3)     # uniform, extremes only, mostly zeros, narrow
     def int8s(n):
@@ -140,7 +154,8 @@ def fc_case(draw, kind=None, max_depth=300, max_rows=70) -> Case:
     hi = i(lo, 127)
     scales = (rng.standard_normal(rows) * 10.0 ** rng.integers(-8, 2, rows)).astype(np.float32)
     return Case(kind, batches, depth, rows, io, fo, i(-128, 127), mult, shift, lo, hi,
-                i(0, 1) if kind != S8 else 0, i(0, 3), i(0, 3), x, w, bias, mults, shifts, scales)
+                i(0, 1) if kind not in (S8, PACKED) else 0, i(0, 3), i(0, 3), x, w, bias, mults,
+                shifts, scales)
 
 
 def edge_cases() -> list[Case]:
@@ -164,6 +179,33 @@ def edge_cases() -> list[Case]:
                                     np.array([INT32_MAX, 1 << 30, 0][:rows], np.int64),
                                     np.array([30, -31, 0][:rows], np.int8),
                                     np.array([1.0, -3.5e-6, 7.25e3][:rows], np.float32)))
+    return out
+
+
+def packed_edge_cases(max_depth: int = PACKED_MAX_DEPTH) -> list[Case]:
+    """The packed layout's edges: every depth remainder mod 4 and mod 8 (the two-quad loop and
+    its one-quad tail, the zero-padded last quad), 1..9 rows (full and padded row groups), the
+    offsets at their ends with extreme weights, the largest biases, every misalignment, every
+    shift, and the variants' output-stage paths (full range, RELU, other bounds)."""
+    rng = np.random.default_rng(13)
+    out = []
+    for depth in sorted({1, 2, 3, 4, 5, 7, 8, 9, 12, 15, 16, 17, 63, 64, 65, max_depth}):
+        for rows in (1, 3, 4, 5, 8, 9):
+            for io, fo, fill in ((128, 128, -128), (-127, -127, 127), (5, -3, None), (-1, 0, None)):
+                n_x, n_w = 2 * depth, rows * depth
+                x = np.full(n_x, fill, np.int8) if fill is not None else rng.integers(-128, 128, n_x).astype(np.int8)
+                w = np.full(n_w, fill, np.int8) if fill is not None else rng.integers(-128, 128, n_w).astype(np.int8)
+                worst = depth * (128 + abs(fo)) * (128 + abs(io))
+                bias = np.resize(np.array([INT32_MAX - worst, -(INT32_MAX - worst), 0, 17], np.int64),
+                                 rows).astype(np.int32)
+                k = len(out)
+                mis, oo = k % 4, -1 + k % 3
+                # the output stages: full int8 range, RELU [offset, 127], other bounds
+                lo, hi = ((-128, 127), (oo, 127), (-128 + k % 7, 127 - k % 5))[k % 3]
+                out.append(Case(PACKED, 2, depth, rows, io, fo, oo, (1 << 30) + 12345 + 977 * k,
+                                -31 + k % 62, lo, hi, 0, mis, (mis + 1) % 4,
+                                x, w, bias if len(out) % 5 else None, np.zeros(rows, np.int64),
+                                np.zeros(rows, np.int8), np.ones(rows, np.float32)))
     return out
 
 
@@ -205,12 +247,12 @@ def output_stage_cases() -> list[Case]:
                    (INT32_MAX, 1), (INT32_MAX, 0), (INT32_MAX, -1), (0, 30)]
     bounds = [(-128, 127), (-128, -128), (127, 127), (-5, 5)]
     n = 0
-    for kind in (S8, PC, ACC):
+    for kind in (S8, PC, ACC, PACKED):
         for io in (-127, 128, 3):
             for oo in (-128, 127, -2):
                 for mult, shift in mult_shifts:
                     n += 1
-                    fo = (0, 128, -127)[n % 3] if kind == S8 else 0
+                    fo = (0, 128, -127)[n % 3] if kind in (S8, PACKED) else 0
                     lo, hi = bounds[n % len(bounds)]
                     if n % 5 == 0:                     # RELU: from the zero point up
                         lo, hi = max(-128, oo), 127
@@ -242,7 +284,7 @@ def output_stage_cases() -> list[Case]:
                     if kind != PC:
                         mults[:] = mult
                     out.append(Case(kind, batches, depth, rows, io, fo, oo, mult, shift, lo, hi,
-                                    1 if kind != S8 else 0, n % 4, (n + 1) % 4, x, w.reshape(-1),
+                                    1 if kind not in (S8, PACKED) else 0, n % 4, (n + 1) % 4, x, w.reshape(-1),
                                     bias.astype(np.int32), mults, np.array(shifts, np.int8),
                                     np.array([1.0, -3.5e-6, 7.25e3, 2.0**-20, -1.0, 0.5, 3.0][:rows],
                                              np.float32)))
@@ -290,29 +332,32 @@ def int32_add_overflows(c: Case) -> bool:
 
 
 # ------------------------------------------------------------------------------ checkers
-def host_checker(tmp: Path, sanitize: bool = False) -> Path:
+def host_checker(tmp: Path, sanitize: bool = False, variant_fc: Path = VARIANT_FC,
+                 defines: tuple = ()) -> Path:
     if shutil.which("gcc") is None:
         pytest.skip("gcc is not installed")
-    exe = tmp / ("fc_check_san" if sanitize else "fc_check")
+    exe = tmp / (("fc_check_san" if sanitize else "fc_check") + ("_m0" if defines else ""))
     san = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-g"] if sanitize else []
-    cmd = ["gcc", *COMMON_CFLAGS, "-O2", *san, f"-I{FW / 'core'}", str(CHECK), str(VARIANT_FC),
-           str(FW / "core" / "requant.c"), "-o", str(exe)]
+    cmd = ["gcc", *COMMON_CFLAGS, "-O2", *san, *defines, f"-I{FW / 'core'}", str(CHECK),
+           str(variant_fc), str(FW / "core" / "requant.c"), "-o", str(exe)]
     res = subprocess.run(cmd, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     return exe
 
 
-def board_checker(board_id: str, tmp: Path) -> Path:
+def board_checker(board_id: str, tmp: Path, variant_fc: Path = VARIANT_FC,
+                  defines: tuple = ()) -> Path:
     """The checker as bare-metal firmware for an emulated board: its start-up code, linker
     script and flags (boards/<id>.toml), the variant and the reference in one ELF."""
     board = get_board(board_id)
     if shutil.which(board.cc) is None or shutil.which("qemu-system-arm") is None:
         pytest.skip(f"{board.cc} or qemu-system-arm is not installed")
     elf = tmp / f"fc_check_{board_id}.elf"
-    srcs = [CHECK, VARIANT_FC, FW / "core" / "requant.c",
+    srcs = [CHECK, variant_fc, FW / "core" / "requant.c",
             *(c for d in port_dirs(board) for c in sorted(d.glob("*.c")))]
     cmd = [board.cc, *COMMON_CFLAGS, *(expand_flag(board, f) for f in board.cflags),
-           *board_defines(board), f"-I{FW / 'core'}", *(f"-I{d}" for d in port_dirs(board)),
+           *board_defines(board), *defines, f"-I{FW / 'core'}",
+           *(f"-I{d}" for d in port_dirs(board)),
            *map(str, srcs), "-o", str(elf), *(expand_flag(board, f) for f in board.ldflags)]
     res = subprocess.run(cmd, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
@@ -397,6 +442,36 @@ def test_edge_cases_on_the_host(host_exe):
     assert_same(cases, status, out, twin=True)
 
 
+def test_packed_edge_cases_on_the_host(host_exe):
+    cases = packed_edge_cases()
+    status, out = run_host(host_exe, cases)
+    assert_same(cases, status, out, twin=True)
+
+
+def test_packed_edge_cases_under_sanitizers(sanitized_exe):
+    cases = packed_edge_cases()
+    status, out = run_host(sanitized_exe, cases)
+    assert_same(cases, status, out, twin=True)
+
+
+def test_pack_fc_weights_layout():
+    """The word order of fully_connected.h, spelled out for one small case: two rows (padded to
+    four), depth 5 (padded to 8), filter offset 1, input offset 2."""
+    w = np.arange(10, dtype=np.int8).reshape(2, 5)          # w' = w + 1: 1..5, 6..10
+    words, bias_p, d_pad = pack_fc_weights(w, np.array([100, -100], np.int32), 2, 1)
+    assert d_pad == 8 and words.size == 4 * 8 // 2 and list(bias_p) == [100 + 2 * 15, -100 + 2 * 40, 0, 0]
+    lo = lambda v: (int(v) & 0xFFFF) - (0x10000 if int(v) & 0x8000 else 0)  # noqa: E731
+    pair = lambda v: int(v) >> 16                                           # noqa: E731
+    neg, _, _ = pack_fc_weights(np.array([[-1, 0, -2, 0]], np.int8), None, 0, 0)
+    assert [(lo(v), pair(v)) for v in neg[:1]] == [(-1, -2)] and int(neg[0]) == -65537  # 0xFFFE:FFFF
+    # quad 0, half 0: rows 0..3 hold (w'[r][0], w'[r][2]); half 1: (w'[r][1], w'[r][3])
+    assert [(lo(v), pair(v)) for v in words[0:4]] == [(1, 3), (6, 8), (0, 0), (0, 0)]
+    assert [(lo(v), pair(v)) for v in words[4:8]] == [(2, 4), (7, 9), (0, 0), (0, 0)]
+    # quad 1: d = 4 is real, 5..7 padding
+    assert [(lo(v), pair(v)) for v in words[8:12]] == [(5, 0), (10, 0), (0, 0), (0, 0)]
+    assert all(v == 0 for v in words[12:16])
+
+
 def test_output_stage_cases_reach_the_int32_overflow():
     """The deterministic family really holds the inputs where TFLM's int32 `+ output_offset`
     overflows (the shrunk case among them), per tensor and per channel, at both ends."""
@@ -478,6 +553,8 @@ def test_the_dsp_path_is_compiled_for_cortex_m4(m4_elf):
                          text=True).stdout
     body = dis.split("<qe_fully_connected_s8>:", 1)[1].split("\n\n", 1)[0]
     assert "smlad" in body and "sxtab16" in body
+    body = dis.split("<qe_fully_connected_s8_packed>:", 1)[1].split("\n\n", 1)[0]
+    assert "smlad" in body and "ldmia" in body
 
 
 def test_edge_cases_on_cortex_m4(m4_elf, host_exe):
@@ -485,6 +562,14 @@ def test_edge_cases_on_cortex_m4(m4_elf, host_exe):
     _, host_out = run_host(host_exe, cases)
     status, out = run_board("mps2-an386", m4_elf, cases)
     assert_same(cases, status, out, [r for r, _ in split(cases, host_out)])
+
+
+def test_packed_edge_cases_on_cortex_m4(m4_elf, host_exe):
+    """The LDM/SMLAD loop of qe_fully_connected_s8_packed on the generator's layout."""
+    cases = packed_edge_cases()
+    _, host_out = run_host(host_exe, cases)
+    status, out = run_board("mps2-an386", m4_elf, cases)
+    assert_same(cases, status, out, [r for r, _ in split(cases, host_out)], twin=True)
 
 
 def test_output_stage_cases_on_cortex_m4(m4_elf, host_exe):
@@ -507,7 +592,7 @@ def test_random_cases_on_cortex_m4(m4_elf, host_exe, cases):
 @pytest.mark.parametrize("board_id", [b for b in DSP_BOARDS if b != "mps2-an386"])
 def test_edge_cases_on_the_other_dsp_boards(tmp_module, host_exe, board_id):
     elf = board_checker(board_id, tmp_module)
-    cases = edge_cases()
+    cases = edge_cases() + packed_edge_cases()[::3]
     _, host_out = run_host(host_exe, cases)
     status, out = run_board(board_id, elf, cases)
     assert_same(cases, status, out, [r for r, _ in split(cases, host_out)])
@@ -525,6 +610,57 @@ def test_long_fuzz_on_the_dsp_boards(tmp_module, host_exe, cases, board_id):
     assert_same(cases, status, out, [r for r, _ in split(cases, host_out)])
 
 
+# ------------------------------------------------------------------------------ boards (ARMv6-M)
+def m0_cases(cases: list[Case]) -> list[Case]:
+    """The cases that fit the checker's small buffers (16 KiB of RAM on the micro:bit)."""
+    return [c for c in cases if c.batches * c.depth <= 1024 and c.rows * c.depth <= 2048
+            and c.rows <= 64 and ((c.rows + 3) // 4 * 4) * ((c.depth + 3) // 4 * 4) // 2 <= 1024]
+
+
+@pytest.fixture(scope="module")
+def m0_elf(tmp_module) -> Path:
+    return board_checker("microbit", tmp_module, M0_FC, M0_DEFINES)
+
+
+def test_the_m0_variant_on_the_host_under_sanitizers(tmp_module):
+    """The cortex-m0 file compiles for the host (its portable path) and checks clean."""
+    exe = host_checker(tmp_module, sanitize=True, variant_fc=M0_FC, defines=M0_DEFINES)
+    cases = packed_edge_cases()
+    status, out = run_host(exe, cases)
+    assert_same(cases, status, out, twin=True)
+
+
+def test_the_armv6m_path_is_compiled_for_cortex_m0(m0_elf):
+    dis = subprocess.run(["arm-none-eabi-objdump", "-d", str(m0_elf)], capture_output=True,
+                         text=True).stdout
+    body = dis.split("<qe_fully_connected_s8_packed>:", 1)[1].split("\n\n", 1)[0]
+    assert "muls" in body and "ldmia" in body and "sxth" in body
+
+
+def test_packed_edge_cases_on_cortex_m0(m0_elf, host_exe):
+    cases = m0_cases(packed_edge_cases())
+    assert len(cases) > 300
+    _, host_out = run_host(host_exe, cases)
+    status, out = run_board("microbit", m0_elf, cases)
+    assert_same(cases, status, out, [r for r, _ in split(cases, host_out)], twin=True)
+
+
+def test_output_stage_cases_on_cortex_m0(m0_elf, host_exe):
+    cases = [c for c in output_stage_cases() if c.kind == PACKED]
+    _, host_out = run_host(host_exe, cases)
+    status, out = run_board("microbit", m0_elf, cases)
+    assert_same(cases, status, out, [r for r, _ in split(cases, host_out)], twin=True)
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cases=st.lists(fc_case(kind=PACKED, max_depth=96, max_rows=20), min_size=10, max_size=30))
+def test_random_packed_cases_on_cortex_m0(m0_elf, host_exe, cases):
+    cases = m0_cases(cases)
+    _, host_out = run_host(host_exe, cases)
+    status, out = run_board("microbit", m0_elf, cases)
+    assert_same(cases, status, out, [r for r, _ in split(cases, host_out)], twin=True)
+
+
 # ------------------------------------------------------------------------------ board files, build
 def _board_file(tmp_path: Path, kernels) -> Path:
     src = (ROOT / "boards" / "mps2-an386.toml").read_text()
@@ -540,16 +676,19 @@ def _board_file(tmp_path: Path, kernels) -> Path:
 def test_board_kernels_key(tmp_path):
     assert load_board_file(_board_file(tmp_path, None)).kernels == "reference"
     assert load_board_file(_board_file(tmp_path, VARIANT)).kernels == VARIANT
-    with pytest.raises(BoardError, match="'kernels' is 'cmsis'; expected one of reference, cortex-m-dsp"):
+    with pytest.raises(BoardError, match="'kernels' is 'cmsis'; expected one of reference, cortex-m-dsp, cortex-m0"):
         load_board_file(_board_file(tmp_path, "cmsis"))
 
 
 def test_only_cortex_m_boards_with_dsp_opt_in():
-    """The variant is opt-in: AVR (__flash weights) and cores without the DSP extension keep
-    the reference."""
+    """The variants are opt-in: AVR (__flash weights) keeps the reference; cortex-m-dsp only on
+    cores with the DSP extension, cortex-m0 only on the nRF51 boards (microbit, emulated, where it
+    is validated, and microbit-v1, the same chip, whose firmware also runs on QEMU's microbit)."""
     boards = all_boards()
     for b in boards.values():
-        if b.kernels != "reference":
+        if b.kernels == M0_VARIANT:
+            assert b.id in ("microbit", "microbit-v1") and "-mcpu=cortex-m0" in b.cflags, b.id
+        elif b.kernels != "reference":
             assert b.kernels == VARIANT and b.cc == "arm-none-eabi-gcc", b.id
             assert any(f"-mcpu={c}" in b.cflags for c in ("cortex-m4", "cortex-m7", "cortex-m33")), b.id
     assert {b for b in DSP_BOARDS if boards[b].kernels == VARIANT} == set(DSP_BOARDS)
@@ -583,6 +722,30 @@ def test_cartpole_int8_with_the_variant_is_bit_exact_on_mps2_an386(tmp_path):
     assert res["bit_exact"] and res["mismatches"] == 0 and res["n"] == 100
 
 
+def test_cartpole_int8_with_the_m0_variant_is_bit_exact_on_microbit(tmp_path):
+    from quarl_edge.measure.validate import validate
+    board = get_board("microbit")
+    assert board.kernels == M0_VARIANT
+    res = validate(ROOT / "examples" / "cartpole_dqn" / "models" / "int8.tflite", board,
+                   tmp_path / "fw", random_n=60)
+    assert f"optimized/{M0_VARIANT}/fully_connected.c" in (tmp_path / "fw" / "build.cmd").read_text()
+    assert "qe_fully_connected_s8_packed(" in (tmp_path / "fw" / "gen" / "model.c").read_text()
+    assert res["bit_exact"] and res["mismatches"] == 0 and res["n"] == 60
+
+
+def test_a_random_int8_mlp_with_the_m0_variant_is_bit_exact_on_microbit(tmp_path):
+    """Padded row groups (37 rows), a padded quad (depth 7), RELU: TF Lite Micro's outputs."""
+    from helpers_models import convert, random_mlp
+    from quarl_edge.measure.validate import validate
+    rng = np.random.default_rng(1)
+    model = tmp_path / "mlp.tflite"
+    model.write_bytes(convert(random_mlp(1, 7, [37, 19, 3], ["relu", "relu", "none"], 2.0), "int8",
+                              rng.standard_normal((64, 7)).astype(np.float32)))
+    res = validate(model, get_board("microbit"), tmp_path / "fw", random_n=40)
+    assert "qe_fully_connected_s8_packed(" in (tmp_path / "fw" / "gen" / "model.c").read_text()
+    assert res["bit_exact"] and res["mismatches"] == 0
+
+
 def test_cartpole_int8_acc_head_with_the_variant_is_bit_exact_on_mps2_an386(tmp_path):
     from quarl_edge.quant import remedies
     path = tmp_path / "int8-acc.tflite"
@@ -608,7 +771,7 @@ def test_random_int8_mlps_with_the_variant_are_bit_exact_on_mps2_an386(tmp_path,
 @pytest.mark.parametrize("per_channel", [False, True])
 def test_hand_built_fc_models_with_the_variant_are_bit_exact_on_mps2_an386(tmp_path, per_channel):
     """int8 in and out, batches of 3, odd depth: per channel, and per tensor with a weights zero
-    point (the filter offset the variant moves out of its loop)."""
+    point (the filter offset the generator folds into the packed weights and bias')."""
     from helpers_models import fc_model
     rng = np.random.default_rng(5)
     w = rng.integers(-128, 128, (11, 23)).astype(np.int8)
@@ -621,4 +784,101 @@ def test_hand_built_fc_models_with_the_variant_are_bit_exact_on_mps2_an386(tmp_p
     assert res["bit_exact"] and res["mismatches"] == 0
     c = (tmp_path / "fw" / "gen" / "model.c").read_text()
     assert ".batches = 3u" in c
-    assert ("qe_fully_connected_s8_pc(" in c) if per_channel else (".filter_offset = -3," in c)
+    if per_channel:
+        assert "qe_fully_connected_s8_pc(" in c
+    else:
+        assert "qe_fully_connected_s8_packed(" in c and "zero point 3: packed" in c
+
+
+# ------------------------------------------------------------------------------ QUANTIZE (cortex-m0)
+Q_CHECK = ROOT / "tests" / "c" / "quantize_check.c"
+M0_QUANTIZE = FW / "core" / "kernels" / "optimized" / M0_VARIANT / "quantize.c"
+
+
+def quantize_cases(seed: int = 3) -> bytes:
+    """Floats and scales where the rounding and the saturation decide: exact halves (v = k + 1/2
+    for the scale, both signs), their float neighbours, 0, -0, denormals, 0.5 and its
+    neighbours, values near +-2^17 and +-128, inf, NaN, huge, random; zero points at the ends."""
+    rng = np.random.default_rng(seed)
+    out = b""
+    for scale in (1.0, 0.5, 0.0117, 0.25, 3.0e-5, 1.7, 1e-30, 0.003921569):
+        s = np.float32(scale)
+        halves = (np.arange(-300, 300, dtype=np.float32) + np.float32(0.5)) * s
+        special = np.array([0.0, -0.0, 1e-45, -1e-45, 1e-39, 0.5, -0.5, 0.49999997, 0.50000006,
+                            131071.5, 131072.0, -131072.0, 131073.0, 127.5, -128.5, 1e38, -1e38,
+                            np.inf, -np.inf, np.nan], np.float32) * s
+        xs = np.concatenate([halves, np.nextafter(halves, np.float32(np.inf)),
+                             np.nextafter(halves, np.float32(-np.inf)), special,
+                             (rng.standard_normal(300) * 10.0 ** rng.integers(-3, 4, 300)).astype(np.float32) * s,
+                             rng.integers(0, 2**32, 200, dtype=np.uint64).astype(np.uint32).view(np.float32)])
+        for zp in (-128, -1, 0, 5, 127):
+            for i in range(0, len(xs), 1000):
+                chunk = xs[i:i + 1000].astype("<f4")
+                out += struct.pack("<iiIi", len(chunk), zp, int(np.array([s], "<f4").view("<u4")[0]), 0)
+                out += chunk.tobytes()
+    return out
+
+
+def _quantize_split(data: bytes, out: bytes) -> list[tuple[bytes, bytes]]:
+    pairs, pos, at = [], 0, 0
+    while at < len(data):
+        n = struct.unpack_from("<i", data, at)[0]
+        at += 16 + 4 * n
+        pairs.append((out[pos:pos + n], out[pos + n:pos + 2 * n]))
+        pos += 2 * n
+    assert pos == len(out)
+    return pairs
+
+
+def test_the_m0_quantize_is_the_reference_on_the_host_under_sanitizers(tmp_module):
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed")
+    exe = tmp_module / "q_check_san"
+    res = subprocess.run(["gcc", *COMMON_CFLAGS, "-O2", "-fsanitize=address,undefined",
+                          "-fno-sanitize-recover=all", "-g", f"-I{FW / 'core'}", str(Q_CHECK),
+                          str(M0_QUANTIZE), "-o", str(exe), "-lm"], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    data = quantize_cases()
+    run = subprocess.run([str(exe)], input=data, capture_output=True, timeout=120,
+                         env={**os.environ, **SAN_ENV})
+    assert run.returncode == 0, run.stderr.decode(errors="replace")[-2000:]
+    assert all(r == o for r, o in _quantize_split(data, run.stdout))
+
+
+def test_the_m0_quantize_is_the_reference_on_cortex_m0(tmp_module):
+    board = get_board("microbit")
+    if shutil.which(board.cc) is None or shutil.which("qemu-system-arm") is None:
+        pytest.skip(f"{board.cc} or qemu-system-arm is not installed")
+    elf = tmp_module / "q_check_microbit.elf"
+    srcs = [Q_CHECK, M0_QUANTIZE, *(c for d in port_dirs(board) for c in sorted(d.glob("*.c")))]
+    cmd = [board.cc, *COMMON_CFLAGS, *(expand_flag(board, f) for f in board.cflags),
+           *board_defines(board), f"-I{FW / 'core'}", *(f"-I{d}" for d in port_dirs(board)),
+           *map(str, srcs), "-o", str(elf), *(expand_flag(board, f) for f in board.ldflags)]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    data = quantize_cases(5)
+    with tempfile.TemporaryDirectory(prefix="qe-q-") as d:
+        (Path(d) / "q_cases.bin").write_bytes(data)
+        run = subprocess.run(["qemu-system-arm", "-machine", board.connect["machine"], "-kernel",
+                              str(elf), "-display", "none", "-monitor", "none", "-serial", "null",
+                              "-nodefaults", "-nic", "none", "-semihosting-config",
+                              "enable=on,target=native"], cwd=d, capture_output=True, timeout=300)
+        assert run.returncode == 0, (run.returncode, run.stderr)
+        out = (Path(d) / "q_out.bin").read_bytes()
+    pairs = _quantize_split(data, out)
+    assert len(pairs) > 40 and all(r == o for r, o in pairs)
+
+
+def test_the_build_falls_back_to_the_int8_layout_when_packed_weights_do_not_fit(tmp_path):
+    """The packed layout doubles the FC weights' flash; on a board where that does not fit, the
+    build keeps the reference layout (the variant's files run it too)."""
+    from quarl_edge.targets.build import build
+    model = ROOT / "examples" / "cartpole_dqn" / "models" / "int8.tflite"
+    board = get_board("microbit")
+    packed = build(model, board, tmp_path / "packed")
+    assert packed.memory.layout_extra_bytes > 4000
+    small = dataclasses.replace(board, flash_bytes=packed.memory.flash_bytes - 1)
+    fw = build(model, small, tmp_path / "small")
+    c = (tmp_path / "small" / "gen" / "model.c").read_text()
+    assert "qe_fully_connected_s8_packed(" not in c and "qe_fully_connected_s8(" in c
+    assert fw.memory.layout_extra_bytes == 0 and fw.memory.flash_bytes < small.flash_bytes

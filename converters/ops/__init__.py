@@ -22,6 +22,7 @@ SUPPORTED and KERNEL_HEADERS here are collected from the lowering modules in tab
 from __future__ import annotations
 
 import sys
+from functools import partial
 
 from .activations import lower_activation
 from .arg_max import lower_arg_max
@@ -29,7 +30,7 @@ from .binary import lower_binary
 from .common import Kernel
 from .concatenation import lower_concatenation
 from .conv import lower_conv, lower_conv_pointwise_as_fc
-from .fully_connected import lower_fully_connected
+from .fully_connected import lower_fully_connected, lower_fully_connected_packed
 from .hard_swish import lower_hard_swish
 from .leaky_relu import lower_leaky_relu
 from .lstm import lower_lstm
@@ -78,10 +79,19 @@ LOWERINGS = {
 }
 
 # On boards that build an optimized kernel variant (`[build] kernels` other than "reference";
-# cgen.generate's `kernels`), these lowerings replace the ones above: they map an op onto a kernel
-# the variants make fast. Boards with the reference kernels get exactly the C they always got.
+# cgen.generate's `kernels`), these lowerings replace the ones above, per variant: they map an op
+# onto a kernel the variant makes fast, or lay its weights out for it. Boards with the reference
+# kernels get exactly the C they always got.
 VARIANT_LOWERINGS = {
-    "CONV_2D": lower_conv_pointwise_as_fc,      # 1x1, stride 1, no padding -> FULLY_CONNECTED
+    "cortex-m-dsp": {
+        "CONV_2D": lower_conv_pointwise_as_fc,      # 1x1, stride 1, no padding -> FULLY_CONNECTED
+        # int8 per tensor: packed weights, four rows per pass; fewer than four rows (a policy's
+        # 2-3 action head) run faster on the two-row kernel than padded to four
+        "FULLY_CONNECTED": partial(lower_fully_connected_packed, min_rows=4),
+    },
+    "cortex-m0": {
+        "FULLY_CONNECTED": lower_fully_connected_packed,
+    },
 }
 
 _MODULES = list(dict.fromkeys(sys.modules[f.__module__] for f in LOWERINGS.values()))

@@ -54,6 +54,8 @@ class MemoryReport:
     board_ram_bytes: int = 0        # the board's RAM (board file's ram_bytes)
     flash_percent: float | None = None   # flash_bytes in % of board_flash_bytes (2 decimals)
     ram_percent: float | None = None     # ram_bytes in % of board_ram_bytes (2 decimals)
+    layout_extra_bytes: int = 0     # of weights_bytes, what a kernel variant's weight layout adds
+                                    # over the reference layout (model.json)
 
     def __post_init__(self):
         self.flash_percent = _percent(self.flash_bytes, self.board_flash_bytes)
@@ -364,8 +366,12 @@ def compile_firmware(board: Board, sources: list[Path], out_elf: Path, extra_fla
     (out_elf.parent / "build.log").write_text(proc.stderr)
 
 
-def build(model_path: Path, board: Board, out_dir: Path, extra_flags=()) -> Firmware:
-    """Generate C for `model_path` and compile the firmware for `board` into `out_dir`."""
+def build(model_path: Path, board: Board, out_dir: Path, extra_flags=(),
+          pack_weights: bool = True) -> Firmware:
+    """Generate C for `model_path` and compile the firmware for `board` into `out_dir`. When the
+    board's kernel variant lays weights out its own way (the packed FULLY_CONNECTED weights, about
+    twice the int8 bytes) and the firmware then does not fit the board's flash, it is built once
+    more with the reference layout, which the variant runs too."""
     from ..converters.cgen import generate  # the generator pulls in the flatbuffer schema
 
     model_path = Path(model_path)
@@ -373,7 +379,8 @@ def build(model_path: Path, board: Board, out_dir: Path, extra_flags=()) -> Firm
         raise QuarlError(f"no model at {model_path}")
     out_dir.mkdir(parents=True, exist_ok=True)
     gen_dir = out_dir / "gen"
-    generate(model_path, gen_dir, name=model_path.stem, kernels=board.kernels)
+    generate(model_path, gen_dir, name=model_path.stem, kernels=board.kernels,
+             pack_weights=pack_weights)
     info = json.loads((gen_dir / "model.json").read_text())
     elf = out_dir / "firmware.elf"
     # BENCH replays the last INFER input from a copy; size it to this model's inputs (AVR RAM).
@@ -383,18 +390,24 @@ def build(model_path: Path, board: Board, out_dir: Path, extra_flags=()) -> Firm
     copy_bytes = 0 if input_bytes > board.max_payload else input_bytes
     for stale in (elf.with_suffix(".bin"), elf.with_suffix(".hex")):   # of an earlier build
         stale.unlink(missing_ok=True)
+    packed = int(info.get("layout_extra_bytes", 0)) > 0
     try:
         compile_firmware(board, firmware_sources(board) + [gen_dir / "model.c"], elf, extra_flags,
                          model_defines=(f"-DQE_INPUT_COPY_BYTES={copy_bytes}u",))
     except QuarlError as e:
         if "does not fit the board's memory" not in str(e):
             raise
+        if packed:      # the linker's overflow: try the reference weight layout
+            return build(model_path, board, out_dir, extra_flags, pack_weights=False)
         raise QuarlError(f"{e}; the model's arena takes {info['arena_bytes']} B, its weights "
                          f"{info['weight_bytes']} B; the board has {board.ram_bytes} B of RAM, "
                          f"{board.flash_bytes} B of flash") from None
     flash, ram = elf_memory(elf)
+    if packed and board.flash_bytes and flash > board.flash_bytes:
+        return build(model_path, board, out_dir, extra_flags, pack_weights=False)
     memory = MemoryReport(flash, ram, int(info["arena_bytes"]), int(info["weight_bytes"]),
-                          board_flash_bytes=board.flash_bytes, board_ram_bytes=board.ram_bytes)
+                          board_flash_bytes=board.flash_bytes, board_ram_bytes=board.ram_bytes,
+                          layout_extra_bytes=int(info.get("layout_extra_bytes", 0)))
     if board.flash_bytes and flash > board.flash_bytes:
         raise QuarlError(f"firmware for {board.id} needs {flash} B of flash; the board has "
                          f"{board.flash_bytes} B")

@@ -6,20 +6,35 @@
  * semihosting, `bkpt 0xAB`).
  *
  * Input (host: stdin; board: the file fc_cases.bin in QEMU's working directory), repeated cases:
- *   int32 header[16] = kind (0: s8 per tensor, 1: s8 per channel, 2: s8 -> f32 accumulator head),
+ *   int32 header[16] = kind (0: s8 per tensor, 1: s8 per channel, 2: s8 -> f32 accumulator head,
+ *       3: s8 per tensor, the variant's qe_fully_connected_s8_packed on the generator's layout
+ *       against the reference's qe_fully_connected_s8 on the original weights),
  *       batches, accum_depth, output_depth, input_offset, filter_offset, output_offset,
  *       output_multiplier, output_shift, activation_min, activation_max, has_bias,
- *       channel_stride, input misalignment (0..3), weights misalignment (0..3), 0
+ *       channel_stride, input misalignment (0..3), weights misalignment (0..3),
+ *       kind 3: the padded depth (else 0)
  *   int8 input[batches * accum_depth], int8 weights[output_depth * accum_depth],
  *   int32 bias[output_depth] if has_bias,
  *   kind 1: int32 multipliers[output_depth], int8 shifts[output_depth];
- *   kind 2: float scales[output_depth]
+ *   kind 2: float scales[output_depth];
+ *   kind 3: int32 packed weights[padded rows * padded depth / 2], int32 bias'[padded rows]
  * Output (host: stdout; board: fc_out.bin): per case the reference's output bytes, then the
- * variant's. Exit status 0 when every case matched, 1 when one did not, 2 on bad input. */
+ * variant's. Exit status 0 when every case matched, 1 when one did not, 2 on bad input.
+ *
+ * A variant that overrides only some functions (cortex-m0: the packed kernel) carries no
+ * *_reference copies of the others: build with -DQE_CHECK_UNRENAMED_REFERENCE, and its own
+ * (reference) qe_fully_connected_s8 & co. are the reference. -DQE_CHECK_SMALL_RAM shrinks the
+ * buffers for boards with 16 KiB of RAM. */
 #include <stdint.h>
 #include <string.h>
 
 #include "kernels/fully_connected.h"
+
+#ifdef QE_CHECK_UNRENAMED_REFERENCE
+#define qe_fully_connected_s8_reference qe_fully_connected_s8
+#define qe_fully_connected_s8_pc_reference qe_fully_connected_s8_pc
+#define qe_fully_connected_s8_acc_f32_reference qe_fully_connected_s8_acc_f32
+#endif
 
 void qe_fully_connected_s8_reference(const qe_fc_s8_params_t *p, const int8_t *input,
                                      const int8_t *weights, const int32_t *bias, int8_t *output);
@@ -30,9 +45,17 @@ void qe_fully_connected_s8_acc_f32_reference(const qe_fc_s8_acc_params_t *p, con
                                              const int8_t *weights, const int32_t *bias,
                                              float *output);
 
+#ifdef QE_CHECK_SMALL_RAM
+#define MAX_IN 1024
+#define MAX_W 2048
+#define MAX_OUT 64
+#define MAX_PACKED 1024
+#else
 #define MAX_IN 4096
 #define MAX_W 32768
 #define MAX_OUT 256
+#define MAX_PACKED 16384
+#endif
 
 #define IN_FILE "fc_cases.bin"
 #define OUT_FILE "fc_out.bin"
@@ -43,6 +66,7 @@ static int8_t input_buf[MAX_IN + 4], weights_buf[MAX_W + 4];
 static int32_t bias[MAX_OUT], multipliers[MAX_OUT];
 static int8_t shifts[MAX_OUT];
 static float scales[MAX_OUT];
+static int32_t packed[MAX_PACKED], packed_bias[MAX_OUT + 4];
 static float out_ref[MAX_OUT * 4 + 1], out_opt[MAX_OUT * 4 + 1];   /* int8 outputs too, as bytes */
 
 int main(void)
@@ -61,13 +85,18 @@ int main(void)
         int8_t *const w = weights_buf + (h[14] & 3);
         const int32_t *const b = has_bias ? bias : QE_FLASH_NULL;
         const uint32_t out_bytes = batches * rows * (kind == 2u ? 4u : 1u);
+        const uint32_t padded = (uint32_t)h[15], prows = (rows + 3u) & ~3u;
 
-        if (kind > 2u || batches * depth > MAX_IN || rows * depth > MAX_W || rows > MAX_OUT
+        if (kind > 3u || (kind == 3u && (padded < depth || padded % 4u != 0u
+                                         || padded > QE_FC_PACKED_MAX_DEPTH
+                                         || prows * padded / 2u > MAX_PACKED)) || batches * depth > MAX_IN || rows * depth > MAX_W || rows > MAX_OUT
             || out_bytes + 1u > sizeof out_ref || batches == 0u || depth == 0u || rows == 0u
             || !io_read(in, batches * depth) || !io_read(w, rows * depth)
             || (has_bias && !io_read(bias, 4u * rows))
             || (kind == 1u && (!io_read(multipliers, 4u * rows) || !io_read(shifts, rows)))
-            || (kind == 2u && !io_read(scales, 4u * rows))) {
+            || (kind == 2u && !io_read(scales, 4u * rows))
+            || (kind == 3u && (!io_read(packed, 4u * (prows * padded / 2u))
+                               || !io_read(packed_bias, 4u * prows)))) {
             return io_exit(2);
         }
         memset(out_ref, 0x5A, sizeof out_ref);
@@ -83,6 +112,14 @@ int main(void)
                                          (uint16_t)rows};
             qe_fully_connected_s8_pc_reference(&p, in, w, b, (int8_t *)out_ref);
             qe_fully_connected_s8_pc(&p, in, w, b, (int8_t *)out_opt);
+        } else if (kind == 3u) {
+            const qe_fc_s8_params_t p = {h[4], h[5], h[6], h[7], h[8], h[9], h[10],
+                                         (uint16_t)batches, (uint16_t)depth, (uint16_t)rows};
+            const qe_fc_s8_packed_params_t pp = {h[6], h[7], h[8], h[9], h[10],
+                                                 (uint16_t)batches, (uint16_t)depth,
+                                                 (uint16_t)padded, (uint16_t)rows};
+            qe_fully_connected_s8_reference(&p, in, w, b, (int8_t *)out_ref);
+            qe_fully_connected_s8_packed(&pp, in, packed, packed_bias, (int8_t *)out_opt);
         } else {
             const qe_fc_s8_acc_params_t p = {h[4], scales, (uint8_t)h[12], (uint16_t)batches,
                                              (uint16_t)depth, (uint16_t)rows};

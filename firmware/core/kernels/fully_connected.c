@@ -152,3 +152,40 @@ void qe_fully_connected_s8_acc_f32(const qe_fc_s8_acc_params_t *p, const int8_t 
         }
     }
 }
+
+/* The generator's packed layout (fully_connected.h, qe_fc_s8_packed_params_t), read one weight at
+ * a time: the definition the optimized variants' versions are compared with. */
+static int32_t packed_weight(const QE_FLASH int32_t *group, uint32_t row, uint32_t d)
+{
+    const uint32_t q = d >> 2, h = d & 1u, j = (d >> 1) & 1u;
+    const int32_t word = group[(q * 2u + h) * QE_FC_PACKED_ROWS + row];
+    /* word = hi * 65536 + (lo mod 65536), lo and hi int16: both halves sign-extended, exactly */
+    const int32_t low_bits = (int32_t)((uint32_t)word & 0xFFFFu);
+    return j ? (word - low_bits) / 65536 : (low_bits >= 0x8000 ? low_bits - 0x10000 : low_bits);
+}
+
+void qe_fully_connected_s8_packed(const qe_fc_s8_packed_params_t *p, const int8_t *input,
+                                  const QE_FLASH int32_t *weights, const QE_FLASH int32_t *bias,
+                                  int8_t *output)
+{
+    const uint32_t n = p->accum_depth, rows = p->output_depth;
+    const uint32_t group_words = (uint32_t)p->padded_depth * QE_FC_PACKED_ROWS / 2u;
+    const int32_t output_offset = p->output_offset;
+    const int32_t activation_min = p->activation_min;
+    const int32_t activation_max = p->activation_max;
+    uint32_t b, o, d;
+
+    for (b = 0; b < p->batches; ++b) {
+        const int8_t *in = input + b * n;
+        for (o = 0; o < rows; ++o) {
+            const QE_FLASH int32_t *group = weights + (o / QE_FC_PACKED_ROWS) * group_words;
+            int32_t acc = bias[o];
+            for (d = 0; d < n; ++d) {
+                acc += packed_weight(group, o % QE_FC_PACKED_ROWS, d) * (int32_t)in[d];
+            }
+            output[b * rows + o] = (int8_t)qe_requantize_output(
+                acc, p->output_multiplier, p->output_shift, output_offset, activation_min,
+                activation_max);
+        }
+    }
+}

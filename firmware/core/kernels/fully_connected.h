@@ -83,4 +83,46 @@ void qe_fully_connected_s8_acc_f32(const qe_fc_s8_acc_params_t *p, const int8_t 
                                    const QE_FLASH int8_t *weights, const QE_FLASH int32_t *bias,
                                    float *output);
 
+/* int8 per-tensor FULLY_CONNECTED with the weights laid out by the generator for the optimized
+ * variants (converters/ops/fully_connected.py, pack_fc_weights): the same results as
+ * qe_fully_connected_s8 on the original weights, bit for bit. Boards with the reference kernels
+ * never get this layout; this file's portable implementation (fully_connected.c) is the
+ * definition the variants' fast versions are tested against.
+ *
+ * The generator folds both zero points in at generation time, exactly (integer arithmetic):
+ *     w'[o][d]  = w[o][d] + filter_offset                    (in [-255, 255]: an int16)
+ *     bias'[o]  = bias[o] + input_offset * sum_d w'[o][d]     (an int32: within the generator's
+ *                                                              worst-case accumulator bound)
+ * so that acc[o] = bias'[o] + sum_d w'[o][d] * x[d] is the reference's
+ * bias[o] + sum_d (w[o][d] + filter_offset) * (x[d] + input_offset), and no partial sum, in any
+ * order, leaves that bound (|bias'| + sum |w' x| <= |bias| + sum |w'| (|io| + 128)).
+ *
+ * Layout: rows in groups of QE_FC_PACKED_ROWS (4; the last group padded with zero rows), the
+ * depth padded with zero weights to padded_depth (a multiple of 4), and per group, per quad of
+ * inputs q (d = 4q .. 4q+3), per half h (0: d = 4q, 4q+2; 1: d = 4q+1, 4q+3), per row r of the
+ * group, one int32 word holding two int16 weights: low half w'[4g+r][4q+h], high half
+ * w'[4g+r][4q+h+2] (the bit pattern hi:lo, two's complement, as SMLAD reads its lanes; as an
+ * int32 value 65536 * hi + (lo mod 65536)).
+ * That is the order in which the DSP variant's SXTB16 splits four int8 inputs into two lane
+ * pairs, so one LDM fetches the weights of four rows for one SMLAD each. bias' has one int32
+ * per padded row. */
+#define QE_FC_PACKED_ROWS 4u
+#define QE_FC_PACKED_MAX_DEPTH 128u   /* the variants widen the input into a stack buffer */
+
+typedef struct {
+    int32_t output_offset;      /* +output zero point */
+    int32_t output_multiplier;  /* Q31 */
+    int32_t output_shift;       /* TFLite convention: > 0 shifts left */
+    int32_t activation_min;
+    int32_t activation_max;
+    uint16_t batches;
+    uint16_t accum_depth;       /* the input's depth, <= QE_FC_PACKED_MAX_DEPTH */
+    uint16_t padded_depth;      /* accum_depth rounded up to a multiple of 4 */
+    uint16_t output_depth;      /* the real rows (outputs) */
+} qe_fc_s8_packed_params_t;
+
+void qe_fully_connected_s8_packed(const qe_fc_s8_packed_params_t *p, const int8_t *input,
+                                  const QE_FLASH int32_t *weights, const QE_FLASH int32_t *bias,
+                                  int8_t *output);
+
 #endif

@@ -191,6 +191,77 @@ static inline int8_t requant_s8(const requant_t *r, int32_t acc)
                                    r->act_max);
 }
 
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+/* requant_scale for right shifts only (shift = -e, e >= 1: no left shift), in one 64-bit
+ * multiply-add and one shift, 7 instructions instead of ~14. Exactly the reference's two
+ * roundings: with P = x * m and high = floor((P + 2^30) / 2^31) (the doubling high multiply, as
+ * in requant_scale above), RoundingDivideByPOT(high, e) = floor((high + 2^(e-1) - neg) / 2^e),
+ * neg = (high < 0) (round half away from zero), and floor(floor(a / 2^31) / 2^e) =
+ * floor(a / 2^(31+e)), so
+ *     result = floor((P + 2^30 + 2^(30+e) - neg * 2^31) / 2^(31+e)),
+ * exact in 64 bits (|P| < 2^62). neg may be taken as (x < 0): x < 0 with high >= 0 means
+ * 0 <= P + 2^30 < 2^31 (m <= 2^31 - 1), i.e. high == 0, and then both neg = 0 and neg = 1 give
+ * 0 (for e >= 1 the sum stays within [0, 2^(31+e))). The shift by 31 + e >= 32 is the high word
+ * shifted by e - 1. tests/test_kernels_optimized.py checks it on QEMU against the reference. */
+typedef struct {
+    int32_t multiplier;
+    uint32_t round_lo;          /* the low and high words of 2^30 + 2^(30+e) */
+    int32_t round_hi;
+    uint32_t hi_shift;          /* e - 1 */
+    int32_t output_offset;
+    int32_t act_min;
+    int32_t act_max;
+} requant_right_t;
+
+/* 1 when the output stage can take this path (shift <= -1) */
+static inline int requant_right_init(requant_right_t *r, int32_t multiplier, int32_t shift,
+                                     int32_t output_offset, int32_t act_min, int32_t act_max)
+{
+    const int32_t e = (shift < 0) ? -shift : 1;      /* (shift >= 0: not used) */
+    const uint64_t round = ((uint64_t)1 << 30) + ((uint64_t)1 << (30 + e));
+    r->multiplier = multiplier;
+    r->round_lo = (uint32_t)round;
+    r->round_hi = (int32_t)(round >> 32);
+    r->hi_shift = (uint32_t)(e - 1);
+    r->output_offset = output_offset;
+    r->act_min = act_min;
+    r->act_max = act_max;
+    return shift <= -1;
+}
+
+static inline int32_t requant_right_scale(const requant_right_t *r, int32_t x)
+{
+    uint32_t lo = r->round_lo, sign;
+    int32_t hi = r->round_hi;
+    __asm("smlal %[lo], %[hi], %[x], %[m]\n\t"       /* hi:lo = round + x * m */
+          "and %[s], %[x], #0x80000000\n\t"          /* - 2^31 when x < 0: + (-1):0x80000000 */
+          "adds %[lo], %[lo], %[s]\n\t"
+          "adc %[hi], %[hi], %[x], asr #31"
+          : [lo] "+&r"(lo), [hi] "+&r"(hi), [s] "=&r"(sign)
+          : [x] "r"(x), [m] "r"(r->multiplier)
+          : "cc");
+    return hi >> r->hi_shift;
+}
+
+/* requant_right_scale + offset, clamped: the exact clamp(scaled + offset, act_min, act_max), as
+ * requant.h's output stage: QADD saturates the sum to int32 (a saturated sum lies outside int8
+ * as the exact one does), SSAT takes it to int8, then the fused activation's bounds (which lie
+ * within int8). With full_range (act_min -128, act_max 127) the SSAT is the whole clamp. */
+static inline int8_t requant_right_s8(const requant_right_t *r, int32_t acc, int full_range)
+{
+    int32_t v = __ssat(__qadd(requant_right_scale(r, acc), r->output_offset), 8);
+    if (!full_range) {
+        if (v < r->act_min) {
+            v = r->act_min;
+        }
+        if (v > r->act_max) {
+            v = r->act_max;
+        }
+    }
+    return (int8_t)v;
+}
+#endif /* __ARM_FEATURE_DSP */
+
 /* The filter taps of one window that lie inside the image, along one axis: [*lo, *hi) of the
  * k taps at p0 + d * k (the reference skips the others: the padding). */
 static inline void inside_taps(int32_t p0, uint32_t d, uint32_t k, uint32_t size, uint32_t *lo,

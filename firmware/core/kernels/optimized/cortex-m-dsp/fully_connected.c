@@ -1,7 +1,9 @@
 /* FULLY_CONNECTED, optimized variant "cortex-m-dsp" (see ../README.md): the int8 kernels
  * qe_fully_connected_s8 (per tensor), qe_fully_connected_s8_pc (per channel) and
  * qe_fully_connected_s8_acc_f32 (int8-acc's accumulator head), with exactly the reference's
- * results (../../fully_connected.c), computed with fewer instructions:
+ * results (../../fully_connected.c), computed with fewer instructions; and
+ * qe_fully_connected_s8_packed, the generator's packed layout for per-tensor int8 FCs (four rows
+ * per pass, LDM + SMLAD only: see "the packed layout" below). On the original layout:
  *
  *  - Two output rows per pass over the input: each input value is loaded, sign-extended and
  *    offset once for both rows.
@@ -35,10 +37,12 @@
 #define qe_fully_connected_s8 qe_fully_connected_s8_reference
 #define qe_fully_connected_s8_pc qe_fully_connected_s8_pc_reference
 #define qe_fully_connected_s8_acc_f32 qe_fully_connected_s8_acc_f32_reference
+#define qe_fully_connected_s8_packed qe_fully_connected_s8_packed_reference
 #include "../../fully_connected.c"
 #undef qe_fully_connected_s8
 #undef qe_fully_connected_s8_pc
 #undef qe_fully_connected_s8_acc_f32
+#undef qe_fully_connected_s8_packed
 
 void qe_fully_connected_s8(const qe_fc_s8_params_t *p, const int8_t *input,
                            const QE_FLASH int8_t *weights, const QE_FLASH int32_t *bias,
@@ -144,3 +148,187 @@ void qe_fully_connected_s8_acc_f32(const qe_fc_s8_acc_params_t *p, const int8_t 
         }
     }
 }
+
+/* ------------------------------------------------------------------------ the packed layout
+ * qe_fully_connected_s8_packed: the generator's layout (fully_connected.h), four rows per pass.
+ * The zero points are folded into the weights and bias' already, so the inner loop is only
+ * loads and SMLADs. The input is widened once per batch into a stack buffer of int16 lane pairs
+ * in SXTB16's order (per quad: x0|x2, x1|x3, padded with zeros), which the weight words match:
+ * per quad of inputs one LDM of the two input words, two LDMs of four weight words (four rows,
+ * one half each) and eight SMLADs: 11 instructions per 16 multiply-accumulates, two quads per
+ * loop pass (24 per 32 with the loop's compare and branch). */
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+
+/* The widened input: per quad two words; pad quads are zero (their weights are zero too, and the
+ * words must be defined). */
+static void widen_input(const int8_t *in, uint32_t n, uint32_t padded, uint32_t *xw)
+{
+    uint32_t d = 0;
+    for (; d + 4u <= n; d += 4u) {
+        const uint32_t v = load_s8x4(in + d);
+        xw[d / 2u] = (uint32_t)__sxtb16(v);            /* x0 | x2 << 16 */
+        xw[d / 2u + 1u] = (uint32_t)sxtb16_ror8(v);    /* x1 | x3 << 16 */
+    }
+    if (d < padded) {                                  /* the last, partial quad */
+        int32_t x[4] = {0, 0, 0, 0};
+        uint32_t k;
+        for (k = 0; d + k < n; ++k) {
+            x[k] = in[d + k];
+        }
+        xw[d / 2u] = ((uint32_t)x[0] & 0xFFFFu) | ((uint32_t)x[2] << 16);
+        xw[d / 2u + 1u] = ((uint32_t)x[1] & 0xFFFFu) | ((uint32_t)x[3] << 16);
+    }
+}
+
+/* One quad of inputs into the four accumulators: x and w advance (LDM with write-back). The
+ * registers of the LDM lists are named (an LDM list must be ascending); r7 is left to gcc (the
+ * Thumb frame pointer). */
+#define QUAD_STEP                                                                         \
+    "ldmia %[x]!, {r9, r10}\n\t"                                                         \
+    "ldmia %[w]!, {r4, r5, r6, r8}\n\t"                                                  \
+    "smlad %[a0], r4, r9, %[a0]\n\t"                                                     \
+    "smlad %[a1], r5, r9, %[a1]\n\t"                                                     \
+    "smlad %[a2], r6, r9, %[a2]\n\t"                                                     \
+    "smlad %[a3], r8, r9, %[a3]\n\t"                                                     \
+    "ldmia %[w]!, {r4, r5, r6, r8}\n\t"                                                  \
+    "smlad %[a0], r4, r10, %[a0]\n\t"                                                    \
+    "smlad %[a1], r5, r10, %[a1]\n\t"                                                    \
+    "smlad %[a2], r6, r10, %[a2]\n\t"                                                    \
+    "smlad %[a3], r8, r10, %[a3]\n\t"
+
+#define QUAD_OPERANDS                                                                     \
+    : [x] "+r"(x), [w] "+r"(w), [a0] "+r"(a0), [a1] "+r"(a1), [a2] "+r"(a2), [a3] "+r"(a3) \
+    :                                                                                     \
+    : "r4", "r5", "r6", "r8", "r9", "r10", "memory"
+
+/* The output stage of a whole group (four outputs) in one asm block, for modes 1 and 3 below:
+ * requant_right_s8's instructions with its constants in the registers the MAC loop frees (one
+ * LDM; requant_right_t's first five fields, in order). Per output: the 64-bit round + x * m
+ * (SMLAL), - 2^31 for x < 0 (the accumulator's register keeps only its sign bit, and "asr #31"
+ * of it is -1 or 0), >> e - 1, then + offset (QADD) and SSAT to int8. RELU_UP (mode 3, the
+ * activation [offset, 127]) clamps the scaled value at 0 first (USAT #8 to [0, 255]): then
+ * + offset and SSAT give max(offset, min(scaled + offset, 127)), exactly the clamp. */
+#define OUT_ONE(A, I, RELU_UP)                                                            \
+    "mov r10, r5\n\t"                                                                     \
+    "mov %[hi], r6\n\t"                                                                   \
+    "smlal r10, %[hi], " A ", r4\n\t"                                                     \
+    "and " A ", " A ", #0x80000000\n\t"                                                   \
+    "adds r10, r10, " A "\n\t"                                                            \
+    "adc %[hi], %[hi], " A ", asr #31\n\t"                                                \
+    "asr %[hi], %[hi], r8\n\t"                                                            \
+    RELU_UP                                                                               \
+    "qadd %[hi], %[hi], r9\n\t"                                                           \
+    "ssat %[hi], #8, %[hi]\n\t"                                                           \
+    "strb %[hi], [%[out], #" I "]\n\t"
+
+#define OUT_GROUP(RELU_UP)                                                                \
+    __asm volatile("ldm %[k], {r4, r5, r6, r8, r9}\n\t"                                   \
+                   OUT_ONE("%[a0]", "0", RELU_UP) OUT_ONE("%[a1]", "1", RELU_UP)          \
+                   OUT_ONE("%[a2]", "2", RELU_UP) OUT_ONE("%[a3]", "3", RELU_UP)          \
+                   : [a0] "+r"(a0), [a1] "+r"(a1), [a2] "+r"(a2), [a3] "+r"(a3),         \
+                     [hi] "=&r"(hi)                                                       \
+                   : [k] "r"(rr), [out] "r"(out + o)                                      \
+                   : "r4", "r5", "r6", "r8", "r9", "r10", "cc", "memory")
+
+/* One batch: every group of four rows. `mode` is a constant in each call (the function is
+ * inlined three times, so that the output stage's choice is made once per call, not per value):
+ * 0 the general requant_s8, 1 requant_right_s8 with full int8 range, 2 requant_right_s8 with
+ * the activation's bounds, 3 requant_right_s8 with the bounds [offset, 127] (RELU). */
+static inline __attribute__((always_inline)) void packed_batch(
+    const uint32_t *xw, uint32_t quads, const int32_t *w, const QE_FLASH int32_t *bias,
+    uint32_t rows, int8_t *out, const requant_t *rq, const requant_right_t *rr, int mode)
+{
+    uint32_t o;
+    for (o = 0; o < rows; o += QE_FC_PACKED_ROWS) {
+        const uint32_t *x = xw;
+        const uint32_t *const x_pairs_end = xw + 2u * (quads & ~1u);
+        int32_t a0 = bias[o], a1 = bias[o + 1u], a2 = bias[o + 2u], a3 = bias[o + 3u];
+        int32_t acc[4];
+        uint32_t r;
+        while (x != x_pairs_end) {
+            __asm volatile(QUAD_STEP QUAD_STEP QUAD_OPERANDS);
+        }
+        if (quads & 1u) {
+            __asm volatile(QUAD_STEP QUAD_OPERANDS);
+        }
+        if (o + QE_FC_PACKED_ROWS <= rows) {
+            /* a whole group: four outputs */
+            int32_t hi;
+            if (mode == 1) {
+                OUT_GROUP("");
+                continue;
+            }
+            if (mode == 3) {
+                OUT_GROUP("usat %[hi], #8, %[hi]\n\t");
+                continue;
+            }
+            if (mode == 0) {
+                out[o] = requant_s8(rq, a0);
+                out[o + 1u] = requant_s8(rq, a1);
+                out[o + 2u] = requant_s8(rq, a2);
+                out[o + 3u] = requant_s8(rq, a3);
+            } else {
+                out[o] = requant_right_s8(rr, a0, mode == 1);
+                out[o + 1u] = requant_right_s8(rr, a1, mode == 1);
+                out[o + 2u] = requant_right_s8(rr, a2, mode == 1);
+                out[o + 3u] = requant_right_s8(rr, a3, mode == 1);
+            }
+            continue;
+        }
+        /* the last group, padded: its real rows only */
+        acc[0] = a0;
+        acc[1] = a1;
+        acc[2] = a2;
+        acc[3] = a3;
+        for (r = 0; o + r < rows; ++r) {
+            out[o + r] = (mode == 0) ? requant_s8(rq, acc[r]) : requant_right_s8(rr, acc[r], mode == 1);
+            /* (mode 3 is mode 2's clamp: the same value) */
+        }
+    }
+}
+
+void qe_fully_connected_s8_packed(const qe_fc_s8_packed_params_t *p, const int8_t *input,
+                                  const QE_FLASH int32_t *weights, const QE_FLASH int32_t *bias,
+                                  int8_t *output)
+{
+    const uint32_t n = p->accum_depth, padded = p->padded_depth, rows = p->output_depth;
+    const uint32_t quads = padded / 4u, batches = p->batches;
+    uint32_t xw[QE_FC_PACKED_MAX_DEPTH / 2u];
+    requant_t rq;
+    requant_right_t rr;
+    int mode;
+    uint32_t b;
+
+    requant_init(&rq, p->output_multiplier, p->output_shift, p->output_offset,
+                 p->activation_min, p->activation_max);
+    mode = requant_right_init(&rr, p->output_multiplier, p->output_shift, p->output_offset,
+                              p->activation_min, p->activation_max);
+    if (mode && (p->activation_min > -128 || p->activation_max < 127)) {
+        mode = (p->activation_min == p->output_offset && p->activation_max == 127) ? 3 : 2;
+    }
+    for (b = 0; b < batches; ++b) {
+        int8_t *out = output + b * rows;
+        const int32_t *w = (const int32_t *)weights;
+        widen_input(input + b * n, n, padded, xw);
+        if (mode == 1) {
+            packed_batch(xw, quads, w, bias, rows, out, &rq, &rr, 1);
+        } else if (mode == 2) {
+            packed_batch(xw, quads, w, bias, rows, out, &rq, &rr, 2);
+        } else if (mode == 3) {
+            packed_batch(xw, quads, w, bias, rows, out, &rq, &rr, 3);
+        } else {
+            packed_batch(xw, quads, w, bias, rows, out, &rq, &rr, 0);
+        }
+    }
+}
+
+#else /* no DSP extension (the host): the portable definition */
+
+void qe_fully_connected_s8_packed(const qe_fc_s8_packed_params_t *p, const int8_t *input,
+                                  const QE_FLASH int32_t *weights, const QE_FLASH int32_t *bias,
+                                  int8_t *output)
+{
+    qe_fully_connected_s8_packed_reference(p, input, weights, bias, output);
+}
+
+#endif /* __ARM_FEATURE_DSP */

@@ -1,0 +1,271 @@
+/* FULLY_CONNECTED, optimized variant "cortex-m0" (see ../README.md): qe_fully_connected_s8_packed
+ * for ARMv6-M cores (Cortex-M0/M0+: no DSP extension, no long multiply, LDM/MULS on the low
+ * registers only), on the generator's packed layout (../../fully_connected.h): the weights are
+ * int16 pairs with both zero points folded in, four rows interleaved, so the inner loop is loads,
+ * one sign extension per weight, MULS and ADD:
+ *
+ *  - the input is widened once per batch into a stack buffer of int32, per quad of inputs in the
+ *    order x0, x2, x1, x3 -- the partners of each weight word's low and high halves;
+ *  - per half quad: LDM of the two inputs, then per two rows LDM of two weight words, and per
+ *    weight SXTH (low half) or ASRS #16 (high half), MULS, ADD into the row's accumulator
+ *    (which lives in a high register: ADD accepts those). 27 instructions per 8 MACs.
+ *
+ * Why the integers are the reference's: the products are exact in 32 bits (|w'| <= 255,
+ * |x| <= 128) and the sums wrap like the reference's int32 sum, which the generator's bounds keep
+ * from overflowing in any order (fully_connected.h). The output stage for right shifts
+ * (requant_right_output below) builds TFLM's 64-bit product from 16-bit halves; other shifts take
+ * requant.h's. Without __ARM_ARCH_6M__ (the host) the inner loop is the same walk in C, so the
+ * host tests (ASan/UBSan) cover the widening, the layout and the output stage too. The other
+ * FULLY_CONNECTED functions are the reference's, included below with the packed one renamed out
+ * of the way (*_reference, which the tests compare against). */
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../../fully_connected.h"
+#include "../../../requant.h"
+
+#if defined(__AVR__)
+#error "the cortex-m0 kernels read weights through plain pointers; AVR boards use the reference (__flash)"
+#endif
+
+#define qe_fully_connected_s8_packed qe_fully_connected_s8_packed_reference
+#include "../../fully_connected.c"
+#undef qe_fully_connected_s8_packed
+
+/* The input of one batch as int32 in the weight words' order, zeros past accum_depth. */
+static void widen_input(const int8_t *in, uint32_t n, uint32_t padded, int32_t *xb)
+{
+    uint32_t d;
+    for (d = 0; d < padded; d += 4u) {
+        xb[d] = (d < n) ? in[d] : 0;
+        xb[d + 1u] = (d + 2u < n) ? in[d + 2u] : 0;
+        xb[d + 2u] = (d + 1u < n) ? in[d + 1u] : 0;
+        xb[d + 3u] = (d + 3u < n) ? in[d + 3u] : 0;
+    }
+}
+
+/* The output stage for right shifts (shift = -e, e >= 1), without a long multiply (ARMv6-M has
+ * none; the reference's int64 products cost a library call each). The same exact formula as the
+ * cortex-m-dsp variant (its dsp.h, requant_right_t, says why it is TFLM's double rounding):
+ *     scaled = floor((x * m + 2^30 + 2^(30+e) - (x < 0) * 2^31) / 2^(31+e)),
+ * with the 64-bit sum built from four 16 x 16-bit products (x = xh * 2^16 + xl, m = mh * 2^16
+ * + ml, xl and ml unsigned): every product and every partial high word fits 32 bits. The high
+ * word shifted by e - 1 is the result. Then requant.h's output stage. */
+typedef struct {
+    uint32_t ml, mh;            /* the multiplier's low and high 16 bits (it is >= 0) */
+    uint32_t round_lo[2];       /* 2^30 + 2^(30+e), and the same - 2^31 (for x < 0): low words */
+    int32_t round_hi[2];        /* ... and high words */
+    uint32_t hi_shift;          /* e - 1 */
+    int32_t lo_bound;           /* act_min - offset, act_max - offset: requant.h's clamp in the */
+    int32_t hi_bound;           /* offset-shifted domain (int16 zero points: no overflow) */
+    int32_t offset;
+} requant_right_t;
+
+static int requant_right_init(requant_right_t *r, int32_t multiplier, int32_t shift,
+                              int32_t offset, int32_t act_min, int32_t act_max)
+{
+    const int32_t e = (shift < 0) ? -shift : 1;      /* (shift >= 0: not used) */
+    const uint64_t round = ((uint64_t)1 << 30) + ((uint64_t)1 << (30 + e));
+    const uint64_t round_neg = round - ((uint64_t)1 << 31);   /* >= 2^30: no wrap */
+    r->ml = (uint32_t)multiplier & 0xFFFFu;
+    r->mh = (uint32_t)multiplier >> 16;
+    r->round_lo[0] = (uint32_t)round;
+    r->round_hi[0] = (int32_t)(round >> 32);
+    r->round_lo[1] = (uint32_t)round_neg;
+    r->round_hi[1] = (int32_t)(round_neg >> 32);
+    r->hi_shift = (uint32_t)(e - 1);
+    r->lo_bound = (int32_t)((uint32_t)act_min - (uint32_t)offset);
+    r->hi_bound = (int32_t)((uint32_t)act_max - (uint32_t)offset);
+    r->offset = offset;
+    return shift <= -1 && multiplier >= 0;
+}
+
+#if defined(__ARM_ARCH_6M__)
+/* requant_right_output in 26 + 10 instructions: the C below, scheduled by hand into the 7 low
+ * registers MULS/ADCS need (gcc's own schedule took ~60). The struct's field offsets are the
+ * asm's: ml 0, mh 4, round_lo 8/12, round_hi 16/20, hi_shift 24, lo_bound 28, hi_bound 32,
+ * offset 36. */
+static inline int32_t requant_right_output(const requant_right_t *r, int32_t x)
+{
+    uint32_t xl, xh, lo, hi, t;
+    __asm(".syntax unified\n\t"
+          "uxth %[xl], %[x]\n\t"                 /* x = xh * 2^16 + xl */
+          "asrs %[xh], %[x], #16\n\t"
+          "lsrs %[x], %[x], #31\n\t"             /* x: neg */
+          "ldr %[t], [%[r], #0]\n\t"             /* ml */
+          "movs %[lo], %[xl]\n\t"
+          "muls %[lo], %[t], %[lo]\n\t"          /* lo = xl * ml */
+          "muls %[t], %[xh], %[t]\n\t"           /* t = xh * ml (mid_h) */
+          "ldr %[hi], [%[r], #4]\n\t"            /* mh */
+          "muls %[xl], %[hi], %[xl]\n\t"         /* xl = xl * mh (mid_l) */
+          "muls %[hi], %[xh], %[hi]\n\t"         /* hi = xh * mh */
+          "lsls %[xh], %[t], #16\n\t"            /* hi:lo += mid_h * 2^16 */
+          "asrs %[t], %[t], #16\n\t"
+          "adds %[lo], %[lo], %[xh]\n\t"
+          "adcs %[hi], %[hi], %[t]\n\t"
+          "lsls %[xh], %[xl], #16\n\t"           /* hi:lo += mid_l * 2^16 */
+          "lsrs %[xl], %[xl], #16\n\t"
+          "adds %[lo], %[lo], %[xh]\n\t"
+          "adcs %[hi], %[hi], %[xl]\n\t"
+          "lsls %[x], %[x], #2\n\t"              /* hi:lo += round[neg] */
+          "adds %[x], %[x], %[r]\n\t"
+          "ldr %[t], [%[x], #8]\n\t"
+          "ldr %[xl], [%[x], #16]\n\t"
+          "adds %[lo], %[lo], %[t]\n\t"
+          "adcs %[hi], %[hi], %[xl]\n\t"
+          "ldr %[t], [%[r], #24]\n\t"            /* >> (e - 1) */
+          "asrs %[hi], %[hi], %[t]\n\t"
+          "ldr %[t], [%[r], #28]\n\t"            /* clamp to [lo_bound, hi_bound] */
+          "cmp %[hi], %[t]\n\t"
+          "bge 1f\n\t"
+          "movs %[hi], %[t]\n"
+          "1:\n\t"
+          "ldr %[t], [%[r], #32]\n\t"
+          "cmp %[hi], %[t]\n\t"
+          "ble 2f\n\t"
+          "movs %[hi], %[t]\n"
+          "2:\n\t"
+          "ldr %[t], [%[r], #36]\n\t"            /* + offset */
+          "adds %[hi], %[hi], %[t]"
+          : [x] "+&l"(x), [xl] "=&l"(xl), [xh] "=&l"(xh), [lo] "=&l"(lo), [hi] "=&l"(hi),
+            [t] "=&l"(t)
+          : [r] "l"(r)
+          : "cc", "memory");
+    (void)lo;
+    return (int32_t)hi;
+}
+#else
+static inline int32_t requant_right_output(const requant_right_t *r, int32_t x)
+{
+    const uint32_t xl = (uint32_t)x & 0xFFFFu;
+    const int32_t xh = x >> 16;                          /* arithmetic: x = xh * 2^16 + xl */
+    const int32_t mid_h = xh * (int32_t)r->ml;           /* |.| < 2^31 */
+    const uint32_t mid_l = xl * r->mh;                   /* < 2^31 */
+    const uint32_t neg = (uint32_t)x >> 31;
+    uint32_t lo = xl * r->ml, s;                         /* < 2^32 */
+    int32_t hi = xh * (int32_t)r->mh;
+    /* hi:lo += mid_h * 2^16, mid_l * 2^16, round: each a 64-bit add, the carry by comparison */
+    s = lo + ((uint32_t)mid_h << 16);
+    hi += (mid_h >> 16) + (int32_t)(s < lo);
+    lo = s;
+    s = lo + (mid_l << 16);
+    hi += (int32_t)(mid_l >> 16) + (int32_t)(s < lo);
+    lo = s;
+    s = lo + r->round_lo[neg];
+    hi += r->round_hi[neg] + (int32_t)(s < lo);
+    hi >>= r->hi_shift;                                 /* the requantized value; then requant.h's */
+    if (hi < r->lo_bound) {                             /* clamp, in the offset-shifted domain */
+        hi = r->lo_bound;
+    }
+    if (hi > r->hi_bound) {
+        hi = r->hi_bound;
+    }
+    return hi + r->offset;
+}
+
+#endif
+
+#if defined(__ARM_ARCH_6M__)
+
+/* Two rows of one half quad: the weight words in r4, r5 (LDM), the inputs in r2 (low halves'
+ * partner) and r3 (high halves'). */
+#define TWO_ROWS(A, B)                                                            \
+    "ldm %[w]!, {r4, r5}\n\t"                                                     \
+    "sxth r6, r4\n\t"                                                             \
+    "muls r6, r2, r6\n\t"                                                         \
+    "add " A ", r6\n\t"                                                           \
+    "asrs r4, r4, #16\n\t"                                                        \
+    "muls r4, r3, r4\n\t"                                                         \
+    "add " A ", r4\n\t"                                                           \
+    "sxth r6, r5\n\t"                                                             \
+    "muls r6, r2, r6\n\t"                                                         \
+    "add " B ", r6\n\t"                                                           \
+    "asrs r5, r5, #16\n\t"                                                        \
+    "muls r5, r3, r5\n\t"                                                         \
+    "add " B ", r5\n\t"
+
+#define HALF_QUAD                                                                 \
+    "ldm %[x]!, {r2, r3}\n\t"                                                     \
+    TWO_ROWS("%[a0]", "%[a1]")                                                    \
+    TWO_ROWS("%[a2]", "%[a3]")
+
+/* acc[0..3] += one row group's weights times the widened input */
+static void group_dot(const int32_t *x, const int32_t *x_end, const int32_t **wp, int32_t acc[4])
+{
+    const int32_t *w = *wp;
+    /* the accumulators in high registers (ADD Rd, Rm takes any), the rest low */
+    register int32_t a0 __asm("r8") = acc[0];
+    register int32_t a1 __asm("r9") = acc[1];
+    register int32_t a2 __asm("r10") = acc[2];
+    register int32_t a3 __asm("r11") = acc[3];
+    while (x != x_end) {
+        /* gcc hands inline asm over in divided syntax on Thumb-1; ours is unified */
+        __asm volatile(".syntax unified\n\t" HALF_QUAD HALF_QUAD
+                       : [x] "+l"(x), [w] "+l"(w), [a0] "+r"(a0), [a1] "+r"(a1),
+                         [a2] "+r"(a2), [a3] "+r"(a3)
+                       :
+                       : "r2", "r3", "r4", "r5", "r6", "cc", "memory");
+    }
+    acc[0] = a0;
+    acc[1] = a1;
+    acc[2] = a2;
+    acc[3] = a3;
+    *wp = w;
+}
+
+#else /* not ARMv6-M (the host): the same loop in C, for the tests */
+
+static void group_dot(const int32_t *x, const int32_t *x_end, const int32_t **wp, int32_t acc[4])
+{
+    const int32_t *w = *wp;
+    uint32_t r;
+    for (; x != x_end; x += 2) {                /* a half quad: two inputs, four words */
+        for (r = 0; r < 4u; ++r, ++w) {
+            const uint32_t bits = (uint32_t)*w;
+            const int32_t lo = (int32_t)(bits & 0xFFFFu) - (int32_t)((bits & 0x8000u) << 1);
+            const int32_t hi = (int32_t)(bits >> 16) - (int32_t)((bits >> 15) & 0x10000u);
+            acc[r] += lo * x[0] + hi * x[1];
+        }
+    }
+    *wp = w;
+}
+
+#endif /* __ARM_ARCH_6M__ */
+
+void qe_fully_connected_s8_packed(const qe_fc_s8_packed_params_t *p, const int8_t *input,
+                                  const QE_FLASH int32_t *weights, const QE_FLASH int32_t *bias,
+                                  int8_t *output)
+{
+    const uint32_t n = p->accum_depth, padded = p->padded_depth, rows = p->output_depth;
+    const int32_t multiplier = p->output_multiplier, shift = p->output_shift;
+    const int32_t offset = p->output_offset, act_min = p->activation_min,
+                  act_max = p->activation_max;
+    int32_t xb[QE_FC_PACKED_MAX_DEPTH];
+    requant_right_t rr;
+    const int fast = requant_right_init(&rr, multiplier, shift, offset, act_min, act_max);
+    uint32_t b, o, r;
+
+    for (b = 0; b < p->batches; ++b) {
+        int8_t *out = output + b * rows;
+        const int32_t *w = (const int32_t *)weights;
+        widen_input(input + b * n, n, padded, xb);
+        for (o = 0; o < rows; o += QE_FC_PACKED_ROWS) {
+            int32_t acc[4];
+            acc[0] = bias[o];
+            acc[1] = bias[o + 1u];
+            acc[2] = bias[o + 2u];
+            acc[3] = bias[o + 3u];
+            group_dot(xb, xb + padded, &w, acc);
+            if (fast) {
+                for (r = 0; r < QE_FC_PACKED_ROWS && o + r < rows; ++r) {
+                    out[o + r] = (int8_t)requant_right_output(&rr, acc[r]);
+                }
+            } else {
+                for (r = 0; r < QE_FC_PACKED_ROWS && o + r < rows; ++r) {
+                    out[o + r] = (int8_t)qe_requantize_output(acc[r], multiplier, shift, offset,
+                                                              act_min, act_max);
+                }
+            }
+        }
+    }
+}
