@@ -37,8 +37,10 @@ SOURCES = [  # (label, file, env)
     ("SB3 SAC", "sac_pendulum.zip", "Pendulum-v1"),
     ("SB3 TD3", "td3_mountaincar.zip", "MountainCarContinuous-v0"),
     ("SB3 PPO + VecNormalize", "ppo_vecnorm_pendulum.zip", "Pendulum-v1"),
+    ("SB3 DQN CnnPolicy (40x40 images)", "dqn_catch_cnn.zip", "QuarlEdge/Catch-v0"),
     ("ONNX Q-network (torch export)", "onnx_cartpole_q.onnx", "CartPole-v1"),
     ("ONNX actor (torch export)", "onnx_pendulum_actor.onnx", "Pendulum-v1"),
+    ("ONNX CNN (torch export, NHWC images)", "onnx_catch_cnn.onnx", "QuarlEdge/Catch-v0"),
     ("TF-Agents SavedModel", ROOT / "examples" / "cartpole_dqn" / "policy", "CartPole-v1"),
 ]
 

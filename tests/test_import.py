@@ -30,7 +30,8 @@ SB3 = {"dqn_cartpole": "CartPole-v1", "a2c_cartpole": "CartPole-v1",
        "ppo_lunar": "LunarLander-v3", "sac_pendulum": "Pendulum-v1",
        "td3_mountaincar": "MountainCarContinuous-v0", "ppo_vecnorm_pendulum": "Pendulum-v1",
        "dqn_catch_cnn": "QuarlEdge/Catch-v0"}
-ONNX = {"onnx_cartpole_q": "CartPole-v1", "onnx_pendulum_actor": "Pendulum-v1"}
+ONNX = {"onnx_cartpole_q": "CartPole-v1", "onnx_pendulum_actor": "Pendulum-v1",
+        "onnx_catch_cnn": "QuarlEdge/Catch-v0"}
 
 
 def cli(*args, cwd=None):

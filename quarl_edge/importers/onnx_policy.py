@@ -12,6 +12,13 @@ mapped here, node by node, onto Dense layers:
                                         Activation layer
     Flatten, Identity, Dropout          nothing (the observations are a vector)
 
+and for a small CNN policy, before those: an optional Transpose of NHWC images to NCHW at the
+input (what a CleanRL/PyTorch actor does to the env's images: the Keras network then takes the
+images as they are), an optional scalar Mul/Div of the input (x / 255, folded into the first
+convolution), then Conv (group 1, dilation 1; padding as a ZeroPadding2D), each optionally
+followed by Relu, and MaxPool, then Flatten (or a Reshape to [N, -1]): torch's C, H, W flatten
+order is fixed in the Dense layer after it.
+
 The first output is the network's output (Q-values, logits or the action). Every node outside
 this list is named at once, with its index, in one error. Integer outputs (an ArgMax inside the
 graph) are refused: export the network before the argmax.
@@ -25,7 +32,7 @@ import numpy as np
 from .common import Imported, ImportError_, check_outputs, check_spaces, env_action, sha256
 
 SUPPORTED = ("Gemm", "MatMul", "Add", "Sub", "Mul", "Div", "Relu", "Tanh", "Sigmoid", "Softmax",
-             "Flatten", "Identity", "Dropout")
+             "Flatten", "Identity", "Dropout", "Conv", "MaxPool", "Transpose", "Reshape")
 ACTIVATIONS = {"Relu": "relu", "Tanh": "tanh", "Sigmoid": "sigmoid", "Softmax": "softmax"}
 
 
@@ -78,6 +85,10 @@ def _graph_to_layers(model, where: str) -> tuple[list[_Layer], int, str]:
 
     cur, layers = inputs[0].name, []     # the tensor the chain has reached; its Dense layers
     last_output_of: dict[str, _Layer] = {}
+    nodes = [(i, n) for i, n in enumerate(g.node) if n.op_type != "Constant"]
+    front = None
+    if any(n.op_type == "Conv" for _, n in nodes):
+        front, nodes, cur, size = _conv_front(nodes, consts, cur, dims, where)
 
     def fresh(n_in):
         layer = _Layer(np.eye(n_in), np.zeros(n_in))
@@ -85,9 +96,7 @@ def _graph_to_layers(model, where: str) -> tuple[list[_Layer], int, str]:
         return layer
 
     width = size
-    for i, n in enumerate(g.node):
-        if n.op_type == "Constant":
-            continue
+    for i, n in nodes:
         ins = list(n.input)
         data = [x for x in ins if x and x not in consts]
         if len(data) != 1 or data[0] != cur:
@@ -145,8 +154,11 @@ def _graph_to_layers(model, where: str) -> tuple[list[_Layer], int, str]:
                 if axis not in (-1, 1):
                     raise ImportError_(f"{where}: node #{i} Softmax over axis {axis}")
             new.act = ACTIVATIONS[n.op_type]
-        else:   # Flatten, Identity, Dropout
+        elif n.op_type in ("Flatten", "Identity", "Dropout"):
             new = layer
+        else:
+            raise ImportError_(f"{where}: node #{i} {n.op_type} after the dense layers began "
+                               "(convolutions, pooling and transposes come first)")
         cur = n.output[0]
         if new is not None:
             last_output_of[cur] = new
@@ -154,7 +166,109 @@ def _graph_to_layers(model, where: str) -> tuple[list[_Layer], int, str]:
         raise ImportError_(f"{where}: the chain ends at {cur}, not at the output {out_name}")
     if not layers:
         raise ImportError_(f"{where}: no layer with weights")
-    return layers, size or layers[0].kernel.shape[0], out_name
+    if front is not None:    # the first Dense reads torch's [C, H, W] flatten order; ours is HWC
+        c, h, w_ = front["chw"]
+        k = layers[0].kernel
+        layers[0].kernel = k.reshape(c, h, w_, -1).transpose(1, 2, 0, 3).reshape(c * h * w_, -1)
+    return layers, size or layers[0].kernel.shape[0], out_name, front
+
+
+def _ints(attrs, name, default):
+    return list(attrs[name].ints) if name in attrs else default
+
+
+def _conv_front(nodes, consts, cur, dims, where):
+    """The convolutional start of a CNN policy (see the module docstring): returns (front, the
+    nodes left for the dense chain, the tensor they start from, its size). front: "hwc_input"
+    (the graph takes NHWC images and transposes them itself), "stages" [("conv", weight
+    [O, I, kh, kw], bias, strides, pads [t, l, b, r], activation) | ("maxpool", kernel, strides)]
+    and "chw" the shape flattened."""
+    if len(dims) != 4:
+        raise ImportError_(f"{where}: a CNN takes 4-D image inputs, this one {dims}")
+    hwc_input, scale, stages = False, 1.0, []
+    c, h, w = dims[1:]
+    k = 0
+    while k < len(nodes):
+        i, n = nodes[k]
+        attrs = {a.name: a for a in n.attribute}
+        data = [x for x in n.input if x and x not in consts]
+        if len(data) != 1 or data[0] != cur:
+            raise ImportError_(f"{where}: node #{i} {n.op_type} does not continue one chain")
+        op = n.op_type
+        if op == "Transpose" and not stages and not hwc_input and \
+                _ints(attrs, "perm", []) == [0, 3, 1, 2]:
+            hwc_input, (h, w, c) = True, (c, h, w)   # dims were N, H, W, C
+        elif op in ("Mul", "Div") and not stages:
+            const = consts[[x for x in n.input if x in consts][0]]
+            if const.size != 1 or (op == "Div" and n.input[0] in consts):
+                raise ImportError_(f"{where}: node #{i} {op} of the images by a non-scalar")
+            scale = scale * float(const.reshape(-1)[0]) if op == "Mul" else \
+                scale / float(const.reshape(-1)[0])
+        elif op == "Conv":
+            wt = consts.get(n.input[1])
+            if wt is None or wt.ndim != 4 or wt.shape[1] != c:
+                raise ImportError_(f"{where}: node #{i} Conv: constant weights for {c} channels "
+                                   "are needed")
+            if attrs.get("group") and attrs["group"].i != 1 or \
+                    any(d != 1 for d in _ints(attrs, "dilations", [1, 1])):
+                raise ImportError_(f"{where}: node #{i} Conv with groups or dilation is not "
+                                   "supported")
+            b = consts.get(n.input[2]) if len(n.input) > 2 and n.input[2] else None
+            b = np.zeros(wt.shape[0]) if b is None else b
+            strides = _ints(attrs, "strides", [1, 1])
+            t, left, bottom, right = _ints(attrs, "pads", [0, 0, 0, 0])
+            if not stages:
+                wt = wt * scale
+            kh, kw = wt.shape[2:]
+            stages.append(["conv", wt, b, strides, [t, left, bottom, right], "linear"])
+            c = wt.shape[0]
+            h = (h + t + bottom - kh) // strides[0] + 1
+            w = (w + left + right - kw) // strides[1] + 1
+        elif op == "Relu" and stages and stages[-1][0] == "conv" and stages[-1][5] == "linear":
+            stages[-1][5] = "relu"
+        elif op == "MaxPool" and stages:
+            ks, st = _ints(attrs, "kernel_shape", [1, 1]), _ints(attrs, "strides", [1, 1])
+            if any(_ints(attrs, "pads", [0, 0, 0, 0])):
+                raise ImportError_(f"{where}: node #{i} MaxPool with padding is not supported")
+            stages.append(["maxpool", ks, st])
+            h, w = (h - ks[0]) // st[0] + 1, (w - ks[1]) // st[1] + 1
+        elif op in ("Flatten", "Reshape") and stages:
+            cur = n.output[0]
+            return ({"hwc_input": hwc_input, "stages": stages, "chw": (c, h, w),
+                     "input_chw": dims[1:] if not hwc_input else (dims[3], dims[1], dims[2])},
+                    nodes[k + 1:], cur, c * h * w)
+        else:
+            raise ImportError_(f"{where}: node #{i} {op} is not supported in a CNN's front "
+                               "(Transpose at the input, scalar Mul/Div, Conv, Relu, MaxPool, "
+                               "then Flatten)")
+        cur = n.output[0]
+        k += 1
+    raise ImportError_(f"{where}: a CNN without a Flatten after its convolutions")
+
+
+def _keras_cnn(obs_shape, front, mlp, name: str):
+    """The front's convolutions on the env's images, then the dense layers, as Keras."""
+    import tensorflow as tf
+    inp = tf.keras.Input(shape=tuple(obs_shape), dtype=tf.float32, name="observation")
+    x = inp if front["hwc_input"] else tf.keras.layers.Permute((2, 3, 1))(inp)   # CHW -> HWC
+    for stage in front["stages"]:
+        if stage[0] == "conv":
+            _, wt, b, strides, (t, left, bottom, right), act = stage
+            if t or left or bottom or right:
+                x = tf.keras.layers.ZeroPadding2D(((t, bottom), (left, right)))(x)
+            conv = tf.keras.layers.Conv2D(wt.shape[0], wt.shape[2:], strides=strides,
+                                          padding="valid", activation=act)
+            x = conv(x)
+            conv.set_weights([wt.transpose(2, 3, 1, 0).astype(np.float32),
+                              np.asarray(b, np.float32)])
+        else:
+            x = tf.keras.layers.MaxPooling2D(stage[1], stage[2], padding="valid")(x)
+    x = tf.keras.layers.Flatten()(x)
+    for k, b, act in mlp:
+        dense = tf.keras.layers.Dense(k.shape[1], activation=act)
+        x = dense(x)
+        dense.set_weights([k, b])
+    return tf.keras.Model(inp, x, name=name)
 
 
 def load(path: Path, env_id: str | None) -> Imported:
@@ -174,13 +288,18 @@ def load(path: Path, env_id: str | None) -> Imported:
         raise ImportError_(f"{path}: the output {model.graph.output[0].name} is "
                            f"{onnx.TensorProto.DataType.Name(out_type)}, not FLOAT (an ArgMax in "
                            "the graph?): export the network before the argmax")
-    layers, n_in, out_name = _graph_to_layers(model, str(path))
+    layers, n_in, out_name, front = _graph_to_layers(model, str(path))
     env_act = env_action(env_id)
     from ..rl.envs import make_gym
     env = make_gym(env_id)
     obs_shape = tuple(env.observation_space.shape)
     env.close()
-    if int(np.prod(obs_shape)) != n_in:
+    if front is not None:
+        c, h, w = front["input_chw"]
+        want = (h, w, c) if front["hwc_input"] else (c, h, w)
+        if obs_shape != want:
+            check_spaces(env_id, want, env_act, str(path))   # raises, naming both shapes
+    elif int(np.prod(obs_shape)) != n_in:
         check_spaces(env_id, (n_in,), env_act, str(path))   # raises, naming both shapes
     check_outputs(env_id, int(layers[-1].kernel.shape[1]), str(path))
     mlp = [(layer.kernel.astype(np.float32), layer.bias.astype(np.float32), layer.act)
@@ -196,12 +315,18 @@ def load(path: Path, env_id: str | None) -> Imported:
             return np.concatenate([session.run([out_name], {in_name: r[None]})[0] for r in x])
         return session.run([out_name], {in_name: x})[0].reshape(len(obs), -1)
 
-    return Imported(model=keras_mlp(obs_shape, mlp, name="onnx_policy"), env_id=env_id,
+    keras_model = keras_mlp(obs_shape, mlp, name="onnx_policy") if front is None else \
+        _keras_cnn(obs_shape, front, mlp, name="onnx_cnn_policy")
+    return Imported(model=keras_model, env_id=env_id,
                     algo="onnx",
                     source={"kind": "onnx", "file": path.name, "sha256": sha256(path),
                             "opset": max((o.version for o in model.opset_import), default=None),
                             "producer": f"{model.producer_name} {model.producer_version}".strip(),
                             "output": out_name},
                     reference=reference, reference_name=f"onnxruntime {ort.__version__}",
-                    network={"type": "mlp", "hidden": [int(x.kernel.shape[1]) for x in layers[:-1]],
-                             "activations": [x.act for x in layers]})
+                    network={"type": "mlp" if front is None else "cnn",
+                             "hidden": [int(x.kernel.shape[1]) for x in layers[:-1]],
+                             "activations": [x.act for x in layers],
+                             **({} if front is None else {"convolutions": [
+                                 [int(d) for d in st[1].shape] + list(st[3])
+                                 for st in front["stages"] if st[0] == "conv"]})})
