@@ -63,7 +63,7 @@ def test_bench_episodes_gives_the_boards_return_equal_to_tflite_runtime(tmp_path
     assert rows[("host", "fp32")]["agreement"] == 1.0   # the fp32 model acts as the fp32 network
     assert 0 < rows[("host", "int8")]["agreement"] <= 1.0
     md = (run / "results" / "bench.md").read_text()
-    assert "| return (mean ± std) | = tflite-runtime | agreement |" in md
+    assert "| return (mean ± std) | = TF Lite Micro | agreement |" in md
     int8 = rows[("mps2-an386", "int8")]
     assert f"| {int8['mean_return']:,.1f} ± {int8['std_return']:,.1f} | yes |" in md
 

@@ -95,7 +95,9 @@ def test_a_dead_emulator_is_reported_with_its_exit(run_copy, tmp_path):
             s.running.proc.kill()
             s.running.proc.wait()
             s.link.infer([np.zeros((1, 4), np.float32)])
-    assert "stopped" in str(e.value) and "killed by signal 9" in str(e.value)
+    # the link finds out by a failed read ("stopped answering") or a failed write ("connection
+    # reset"), whichever comes first; either way the error names what killed the board
+    assert "killed by signal 9" in str(e.value), str(e.value)
 
 
 def test_a_garbage_elf_is_a_clear_error(tmp_path):

@@ -196,7 +196,9 @@ def test_smoke_study_and_report_through_the_cli(tmp_path):
     assert "| wider weight distributions quantize worse | **insufficient data** |" in md
     assert f"{cells['int8']['mean_return']:,.1f}" in md  # numbers come from the results
     page = (out / "report" / "report.html").read_text()
-    assert "<table>" in page and 'src="return_vs_bits.png"' in page
+    # one self-contained file: the figures are embedded, none is linked
+    assert "<table>" in page and 'src="data:image/png;base64,' in page
+    assert 'src="return_vs_bits.png"' not in page
     assert "http://" not in page and "https://" not in page and "<script" not in page
 
     # a run trained with other hyperparameters than the study would use now (the tuned
