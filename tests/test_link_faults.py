@@ -78,18 +78,7 @@ def hil_through_faults(running, run_copy, tmp_path, episodes, resets_at):
 
 
 def test_hil_at_1e3_corruption_with_two_resets_plays_the_clean_episodes(running, run_copy, tmp_path):
-    # 20 episodes (~10,000 steps) take ~30 s on the host board, ~60 s on QEMU: there the
-    # default suite plays 5 and test-slow all 20
-    if running[0].id == "host":
-        hil_through_faults(running, run_copy, tmp_path, 20, "3000,7000")
-    else:
-        hil_through_faults(running, run_copy, tmp_path, 5, "600,1800")
-
-
-@pytest.mark.slow
-def test_hil_20_episodes_on_qemu_through_faults(running, run_copy, tmp_path):
-    if running[0].id == "host":
-        pytest.skip("the host board plays 20 episodes in the default suite")
+    # 20 episodes (~10,000 steps): ~30 s on the host board, ~60 s on QEMU mps2-an386
     hil_through_faults(running, run_copy, tmp_path, 20, "3000,7000")
 
 
