@@ -18,8 +18,9 @@ import numpy as np
 
 from .. import qmath
 from ..emit import c_float, c_float_limit
-from ..tflite_model import Operator, Tensor, TFLiteModel
-from .common import Kernel, broadcast_c, fused_activation, operand, per_tensor, unsupported
+from ..tflite_model import Operator, TFLiteModel
+from .common import (Kernel, broadcast_c, elementwise_operands, fused_activation, operand,
+                     per_tensor, unsupported)
 
 SUPPORTED = ("ADD/MUL int8 and float32 (broadcasting)",)
 KERNEL_HEADERS = ("add.h", "mul.h")
@@ -27,15 +28,8 @@ KERNEL_HEADERS = ("add.h", "mul.h")
 
 def lower_binary(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
     """ADD and MUL, int8 (TFLM's rescaling) and float32, with broadcasting."""
-    if len(op.inputs) != 2 or len(op.outputs) != 1 or min(op.inputs) < 0:
-        raise unsupported(op, model, "expected two inputs and one output")
-    a, b = model.tensors[op.inputs[0]], model.tensors[op.inputs[1]]
-    out = model.tensors[op.outputs[0]]
+    a, b, out = elementwise_operands(op, model)
     act = fused_activation(op, model)
-    if not (a.dtype == b.dtype == out.dtype):
-        raise unsupported(op, model, f"inputs {a.dtype}, {b.dtype}, output {out.dtype} differ")
-    if a.is_constant and b.is_constant:
-        raise unsupported(op, model, "both inputs are constant")
     bc = broadcast_c(op, model, a, b, out)
     shapes = f"{a.describe()} {'+' if op.opcode == 'ADD' else '*'} {b.describe()} -> {out.describe()}, {act}"
     consts: list[str] = []

@@ -39,6 +39,20 @@ def unsupported(op: Operator, model: TFLiteModel, why: str = "") -> UnsupportedO
     return err
 
 
+def elementwise_operands(op: Operator, model: TFLiteModel):
+    """(a, b, output) of a two-input element-wise op (ADD, MUL, SUB, MAXIMUM, MINIMUM): one type
+    for all three, at most one constant input."""
+    if len(op.inputs) != 2 or len(op.outputs) != 1 or min(op.inputs) < 0:
+        raise unsupported(op, model, "expected two inputs and one output")
+    a, b = model.tensors[op.inputs[0]], model.tensors[op.inputs[1]]
+    out = model.tensors[op.outputs[0]]
+    if not (a.dtype == b.dtype == out.dtype):
+        raise unsupported(op, model, f"inputs {a.dtype}, {b.dtype}, output {out.dtype} differ")
+    if a.is_constant and b.is_constant:
+        raise unsupported(op, model, "both inputs are constant")
+    return a, b, out
+
+
 def weighted_operands(op: Operator, model: TFLiteModel, weights: str):
     """(input, weights, bias or None, output, fused activation) of an op with constant weights
     (FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D); `weights` is their name in errors."""

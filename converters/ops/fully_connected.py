@@ -134,7 +134,7 @@ def lower_fully_connected_packed(op: Operator, model: TFLiteModel, pname: str,
               f"packed for the kernel variant (fully_connected.h), {output_depth} rows in groups "
               f"of {PACKED_ROWS}, depth {accum_depth} padded to {d_pad}, two int16 per word */\n"
               + c_array("int32_t", wname, words, 8, lambda v: str(int(v))),
-              f"/* bias + input_offset * sum(weights + filter_offset), per padded row */\n"
+              "/* bias + input_offset * sum(weights + filter_offset), per padded row */\n"
               + c_array("int32_t", bname, bias_p, 8, lambda v: str(int(v)))]
     const_bytes = 4 * words.size + 4 * bias_p.size
     params = (f"static const qe_fc_s8_packed_params_t {pname} = {{\n"

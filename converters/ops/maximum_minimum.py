@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..emit import c_float
 from ..tflite_model import Operator, TFLiteModel
-from .common import Kernel, broadcast_c, operand, per_tensor, unsupported
+from .common import Kernel, broadcast_c, elementwise_operands, operand, per_tensor, unsupported
 
 SUPPORTED = ("MAXIMUM/MINIMUM float32, int8 and int16 (equal quantization, broadcasting)",)
 KERNEL_HEADERS = ()
@@ -21,14 +21,7 @@ _TYPES = {"float32": ("float", "f32", c_float), "int8": ("int8_t", "s8", lambda 
 
 
 def lower_maximum_minimum(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
-    if len(op.inputs) != 2 or len(op.outputs) != 1 or min(op.inputs) < 0:
-        raise unsupported(op, model, "expected two inputs and one output")
-    a, b = model.tensors[op.inputs[0]], model.tensors[op.inputs[1]]
-    out = model.tensors[op.outputs[0]]
-    if not (a.dtype == b.dtype == out.dtype):
-        raise unsupported(op, model, f"inputs {a.dtype}, {b.dtype}, output {out.dtype} differ")
-    if a.is_constant and b.is_constant:
-        raise unsupported(op, model, "both inputs are constant")
+    a, b, out = elementwise_operands(op, model)
     if a.dtype not in _TYPES:
         raise unsupported(op, model, f"{a.dtype} {op.opcode}; supported: float32, int8, int16")
     if a.dtype != "float32":
