@@ -40,6 +40,7 @@ def clang() -> str:
 # frame, so INFER carries them) and frames of 12 B, where its 16 B of inputs stream in IN_CHUNKs
 # (protocol v3) and its 8 B of outputs still fit a reply.
 VARIANTS = {"frame": None, "stream": 12}
+INTERRUPTED = 72      # libFuzzer's exit code after Ctrl-C / SIGINT (it still prints its stats)
 
 
 def build(out: Path, extra: list[str] | None = None, max_payload: int | None = None) -> Path:
@@ -135,6 +136,9 @@ def main(argv=None) -> int:
         print("\n".join(stats))
         done = [ln for ln in stats if ln.startswith("stat::number_of_executed_units")]
         total += int(done[0].split()[-1]) if done else 0
+        if proc.returncode == INTERRUPTED:
+            print(f"fuzz: interrupted after {total:,} inputs, no finding", file=sys.stderr)
+            return proc.returncode
         if proc.returncode != 0:
             print(proc.stderr[-4000:], file=sys.stderr)
             print(f"fuzz: a finding (exit {proc.returncode}); its input is in {out}/crash-*",
