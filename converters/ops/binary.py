@@ -26,6 +26,22 @@ SUPPORTED = ("ADD/MUL int8 and float32 (broadcasting)",)
 KERNEL_HEADERS = ("add.h", "mul.h")
 
 
+def float_binary(op: Operator, a, b, out, act: str, pname: str, bc: str, fn: str, shapes: str,
+                 headers: tuple = ()) -> Kernel:
+    """The float32 kernel of a broadcasting binary op (ADD, MUL, SUB): qe_<fn>_f32 with the
+    fused activation's range; `bc` the broadcast initializer (broadcast_c)."""
+    consts: list[str] = []
+    lo, hi = qmath.activation_range_float(act)
+    pa, pb = (operand(t, "float", c_float, consts) for t in (a, b))
+    params = (f"static const qe_binary_f32_params_t {pname} = {{\n{bc}"
+              f"    .activation_min = {c_float_limit(lo)},\n"
+              f"    .activation_max = {c_float_limit(hi)},\n}};\n")
+    call = f"qe_{fn}_f32(&{pname}, {pa}, {pb}, (float *)@T{out.index}@);"
+    cb = sum(4 * t.size for t in (a, b) if t.is_constant)
+    return Kernel(op, call, params, consts, cb, f"{op.opcode} float32: {shapes}",
+                  inplace=not a.is_constant, headers=headers)
+
+
 def lower_binary(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
     """ADD and MUL, int8 (TFLM's rescaling) and float32, with broadcasting."""
     a, b, out = elementwise_operands(op, model)
@@ -36,14 +52,7 @@ def lower_binary(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
     fn = op.opcode.lower()
     inplace = not a.is_constant
     if a.dtype == "float32":
-        lo, hi = qmath.activation_range_float(act)
-        pa, pb = (operand(t, "float", c_float, consts) for t in (a, b))
-        params = (f"static const qe_binary_f32_params_t {pname} = {{\n{bc}"
-                  f"    .activation_min = {c_float_limit(lo)},\n"
-                  f"    .activation_max = {c_float_limit(hi)},\n}};\n")
-        call = f"qe_{fn}_f32(&{pname}, {pa}, {pb}, (float *)@T{out.index}@);"
-        cb = sum(4 * t.size for t in (a, b) if t.is_constant)
-        return Kernel(op, call, params, consts, cb, f"{op.opcode} float32: {shapes}", inplace=inplace)
+        return float_binary(op, a, b, out, act, pname, bc, fn, shapes)
     if a.dtype != "int8":
         raise unsupported(op, model, f"{a.dtype} {op.opcode}; supported: int8 and float32")
     for t, what in ((a, "input 1"), (b, "input 2"), (out, "output")):

@@ -16,8 +16,8 @@ BroadcastQuantSubSlow for int8; SubWithActivation, BroadcastSubSlow for float32)
 from __future__ import annotations
 
 from .. import qmath
-from ..emit import c_float, c_float_limit
 from ..tflite_model import Operator, TFLiteModel
+from .binary import float_binary
 from .common import (Kernel, broadcast_c, elementwise_operands, fused_activation, operand,
                      per_tensor, unsupported)
 
@@ -37,15 +37,7 @@ def lower_sub(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
     consts: list[str] = []
     inplace = not a.is_constant
     if a.dtype == "float32":
-        lo, hi = qmath.activation_range_float(act)
-        pa, pb = (operand(t, "float", c_float, consts) for t in (a, b))
-        params = (f"static const qe_binary_f32_params_t {pname} = {{\n{bc}"
-                  f"    .activation_min = {c_float_limit(lo)},\n"
-                  f"    .activation_max = {c_float_limit(hi)},\n}};\n")
-        call = f"qe_sub_f32(&{pname}, {pa}, {pb}, (float *)@T{out.index}@);"
-        cb = sum(4 * t.size for t in (a, b) if t.is_constant)
-        return Kernel(op, call, params, consts, cb, f"SUB float32: {what}", inplace=inplace,
-                      headers=OP_HEADERS)
+        return float_binary(op, a, b, out, act, pname, bc, "sub", what, OP_HEADERS)
     for t, w in ((a, "input 1"), (b, "input 2"), (out, "output")):
         per_tensor(t, op, model, w)
     try:
