@@ -590,12 +590,15 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("model", metavar="MODEL.tflite", help="the model")
     _board_option(s)
     g = s.add_mutually_exclusive_group()
-    g.add_argument("--inputs", metavar="X.npy",
-                   help="inputs, an .npy of shape (n, *input_shape[1:]) and the input's dtype")
+    g.add_argument("--inputs", metavar="X.npy|X.npz",
+                   help="inputs, an .npy of shape (n, *input_shape[1:]) and the input's dtype; "
+                        "for a model of several inputs an .npz with one such array per input, "
+                        "named as the input (pos for serving_default_pos:0) or arr_K by position")
     g.add_argument("--random", type=positive_int, default=None, metavar="N",
                    help="N random inputs over the input's range and beyond it (default 100)")
-    s.add_argument("--save-outputs", default=None, metavar="Y.npy",
-                   help="write the board's outputs to this .npy")
+    s.add_argument("--save-outputs", default=None, metavar="Y.npy|Y.npz",
+                   help="write the board's outputs to this .npy (an .npz of one array per "
+                        "output for a model of several outputs)")
     _port_option(s)
     _flash_options(s)
     s.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the random inputs")
