@@ -216,7 +216,9 @@ def test_lstm_refuses_hybrid(tmp_path, policy_lstm):
     s = schema()
 
     def hybrid(m, op):
-        m.subgraphs[0].tensors[op.inputs[1]].type = s.TensorType.INT8
+        w = m.subgraphs[0].tensors[op.inputs[1]]
+        w.type = s.TensorType.INT8
+        m.buffers[w.buffer].data = np.ones(int(np.prod(w.shape)), np.uint8)
     _refused(tmp_path, _edit(policy_lstm, hybrid), "hybrid LSTMs")
 
 
