@@ -630,4 +630,4 @@ def sigmoid_table_formula_u16() -> list[int]:
     """round(65536 * sigmoid(i / 24)), i = 0..255: equal to the measured table except at 44
     entries, where the measured value is one higher (i = 4, 8, 12, 14, ..., 135 and 255).
     Kept to document that difference (scripts/measure_sigmoid_table.py prints it)."""
-    return [int(math.floor(65536.0 / (1.0 + math.exp(-i / 24.0)) + 0.5)) for i in range(256)]
+    return [math.floor(65536.0 / (1.0 + math.exp(-i / 24.0)) + 0.5) for i in range(256)]

@@ -256,7 +256,7 @@ def test_lstm_int8_generated_c(tmp_path, policy_lstm8):
     text = cgen.generate(p, tmp_path / "gen").c_path.read_text()
     m, op = _lstm(policy_lstm8)
     h = m.tensors[op.inputs[18]]
-    assert "static const QE_FLASH uint16_t op%d_sigmoid_table[256]" % op.index in text
+    assert f"static const QE_FLASH uint16_t op{op.index}_sigmoid_table[256]" in text
     for k in range(1, 9):
         w = m.tensors[op.inputs[k]]
         assert f"static const QE_FLASH int8_t {c_ident(w.name, f'w{w.index}_')}[" in text

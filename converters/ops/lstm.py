@@ -39,8 +39,8 @@ from ..tflite_model import Operator, TFLiteModel
 from .common import (Kernel, bias_array, const_operand, opt, per_tensor, unsupported,
                      weight_quantization)
 
-SUPPORTED = ("UNIDIRECTIONAL_SEQUENCE_LSTM float32 and int8 (int16 cell state; no peephole, "
-             "projection or layer norm)",)
+SUPPORTED = (("UNIDIRECTIONAL_SEQUENCE_LSTM float32 and int8 (int16 cell state; no peephole, "
+              "projection or layer norm)"),)
 KERNEL_HEADERS = ()
 OP_HEADERS = ("lstm.h",)
 OP_HEADERS_S8 = ("lstm_int8.h",)
