@@ -227,6 +227,19 @@ def test_lstm_int8_cell_clip(tmp_path, policy_lstm8):
     assert not np.array_equal(a, b)
 
 
+@pytest.mark.parametrize("power", [-11, -12, -20])
+def test_lstm_int8_cell_scales(tmp_path, policy_lstm8, power):
+    """The cell state's scale patched to 2^power (the converter picks 2^-13 .. 2^-16 for these
+    models): tanh of the cell state then takes TFLM's other input scalings (multiplier 3 << k
+    for power >= -12, a right shift for smaller ones) and the f*c and i*g products other
+    multipliers; still identical with TFLM."""
+    def scale(m, op):
+        m.subgraphs[0].tensors[op.inputs[19]].quantization.scale = [2.0 ** power]
+    rng = np.random.default_rng(-power)
+    compare_generated(_edit(policy_lstm8, scale), [_inputs(rng, (1, 1, 4), scale=3.0)],
+                      _wd(tmp_path), f"lstm int8 cell scale 2^{power}")
+
+
 def test_lstm_int8_state_persists_and_resets(tmp_path, policy_lstm8):
     """The same input invoked repeatedly gives changing outputs (the state carries over, on both
     sides); resetting every 5 invocations (qe_model_reset_state: the int8 hidden state back to
