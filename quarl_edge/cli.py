@@ -375,7 +375,8 @@ def cmd_study(a, qe):
         counts = ", ".join(f"{n} {s}" for s, n in sorted(res.status.items()))
         print(f"study {res.study}: {counts} of {res.rows} rows in {res.seconds} s")
         note(f"wrote the results to {res.results}")
-    return EXIT_OK if set(res.status) <= {"ok", "skipped"} else EXIT_MISMATCH
+    from .study.grid import STATUS_DONE
+    return EXIT_OK if set(res.status) <= set(STATUS_DONE) else EXIT_MISMATCH
 
 
 def cmd_report(a, qe):
