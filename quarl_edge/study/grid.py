@@ -1097,11 +1097,29 @@ def _run_ray(ray, address: str, todo: list[dict], out: Path, done: set, writer: 
     farm-node`). OUT must be on a filesystem every node sees (run directories are written and
     read there). Rows stream back as they are made and only this process writes them; a task
     whose worker died is retried (RAY_RETRIES) and the writer drops rows already written."""
-    ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
-    try:
-        _drive_ray(ray, todo, out, done, writer, say)
-    finally:
-        ray.shutdown()
+    import contextlib
+    real = sys.stdout
+
+    def say_out(s: str) -> None:    # the study's own lines still go to its stdout
+        with contextlib.redirect_stdout(real):
+            say(s)
+
+    # What Ray itself prints in this process (e.g. "(raylet) A worker died ...") goes to
+    # stderr: stdout is the study's (--json prints only the summary there).
+    echo = writer.echo
+
+    def echo_out(row: dict) -> None:
+        with contextlib.redirect_stdout(real):
+            echo(row)
+
+    writer.echo = echo_out
+    with contextlib.redirect_stdout(sys.stderr):
+        ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
+        try:
+            _drive_ray(ray, todo, out, done, writer, say_out)
+        finally:
+            ray.shutdown()
+            writer.echo = echo
 
 
 def _drive_ray(ray, todo, out, done, writer, say) -> None:
