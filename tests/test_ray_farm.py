@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -21,32 +20,12 @@ import pytest
 ray = pytest.importorskip("ray", reason="the ray extra (pip install -e '.[ray]'; "
                                         "scripts/setup.sh installs it)")
 
+from helpers_models import cached_example_study  # noqa: E402
 from quarl_edge.study.farm import farm_resources, ray_start_command  # noqa: E402
 from quarl_edge.study.grid import RAY_PIN, load_study, plan, read_results, row_key  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-EXAMPLE = ROOT / "examples" / "cartpole_dqn"
-SCHEMES = ["fp32", "int8", "int16x8"]
-
-
-def cached_example_study(out: Path, boards: list[str], name: str = "farm") -> Path:
-    """OUT/runs/dqn-CartPole-v1-s0 = the example run, marked as trained by this study (its
-    hyperparameters are the task's options, so nothing is retrained); returns the TOML."""
-    run = out / "runs" / "dqn-CartPole-v1-s0"
-    shutil.copytree(EXAMPLE, run, ignore=shutil.ignore_patterns("build", "results"))
-    hp = json.loads((run / "run.json").read_text())["hyperparameters"]
-    options = {k: v for k, v in hp.items() if k != "steps" and v is not None}
-    (run / "study-train.json").write_text(json.dumps(
-        {"algo": "dqn", "env": "CartPole-v1", "seed": 0, "steps": hp["steps"],
-         "options": options}) + "\n")
-    toml = (f'[study]\nname = "{name}"\nseeds = [0]\nschemes = {json.dumps(SCHEMES)}\n'
-            f"episodes = 3\ncalib_size = 100\nboards = {json.dumps(boards)}\nbench_n = 20\n"
-            f'validate_n = 32\n\n[[task]]\nalgo = "dqn"\nenv = "CartPole-v1"\n'
-            f"steps = {hp['steps']}\n[task.options]\n"
-            + "".join(f"{k} = {json.dumps(v)}\n" for k, v in options.items()))
-    cfg = out.parent / f"{name}.toml"
-    cfg.write_text(toml)
-    return cfg
+SCHEMES = ["fp32", "int8", "int16x8"]     # cached_example_study's
 
 
 @pytest.fixture(scope="module")
