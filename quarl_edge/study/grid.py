@@ -16,6 +16,10 @@ The config (see studies/smoke.toml, studies/classic.toml):
     distill_steps = 4000              # qat-distill-int8: env steps of student rollouts (QAT by
                                       # on-policy distillation; default qat.DistillConfig.steps)
     sweep_modes = ["weights+activations"]
+    boards = ["host", "mps2-an386"]   # board cells: every scheme's model on each board
+    board_episodes = 5                # HIL episodes: the first N evaluation seeds (default all)
+    bench_n = 100                     # inferences per BENCH (cost per inference)
+    validate_n = 200                  # calibration observations validated against TFLM
 
     [[task]]                          # one per (algo, env): the training budget and overrides
     algo = "dqn"
@@ -58,11 +62,22 @@ fsync'ed per row, with plain strings and numbers:
                      "status": "ok" | "skipped" | "error", ...}  return over the eval seeds
                      (tflite-runtime), agreement with fp32, ties, KL (discrete PPO), model size
     {"kind": "sweep", ..., "mode": "weights+activations", "bits": 4, ...}
+    {"kind": "board", ..., "scheme": "int8", "board": "mps2-an386",
+                     "status": "ok" | "skipped" | "does-not-fit" | "error", ...}  a board cell
+                     (run_board_cell): measure/bench.py's row (cost_mean in the board's unit,
+                     flash/ram/arena/stack bytes, the HIL episodes' returns, matches_reference
+                     with TF Lite Micro, agreement with fp32), us_per_inference, bit_exact and
+                     validate (measure/validate.py's classes), and where it ran (node, host, pid)
 
 `--resume` skips every row already in the file whose status is ok or skipped (errors are tried
 again); a last line cut by a kill is dropped. `--redo ALGO/ENV` makes that task's rows again
 (after a change to the evaluation), reusing its trained runs. Without --resume an existing
 non-empty results file is refused. The report (quarl_edge/study/report.py) keeps the last row per key.
+
+With --ray ADDRESS the groups are Ray tasks (training and host rows, streamed back as made) and
+each board cell is a task asking for the resource board:<id>, which only the nodes serving that
+board advertise (quarl_edge/study/farm.py: `quarl-edge farm-node`); a task whose worker died is
+retried, and the writer drops a row whose key it already wrote (see _run_ray).
 
 Workers are spawned processes (multiprocessing "spawn" context) that die with the main process
 (Linux PR_SET_PDEATHSIG), so a killed study leaves no process writing behind it.
@@ -1055,6 +1070,7 @@ def _ray_group(group: dict, out_dir: str, done_keys: list):
     import queue
     import threading
     _quiet()
+    _limit_threads(1)     # the task's one CPU
     items: queue.Queue = queue.Queue()
 
     def work():
@@ -1081,6 +1097,7 @@ def _ray_group(group: dict, out_dir: str, done_keys: list):
 def _ray_board(group: dict, scheme: str, board_id: str, out_dir: str) -> dict:
     """A Ray task on a node that advertises board:<board_id>: one board cell's row."""
     _quiet()
+    _limit_threads(1)
     return run_board_cell(group, scheme, board_id, Path(out_dir))
 
 
