@@ -360,4 +360,4 @@ def test_board_tables_pareto_plots_and_the_int8_claim_from_real_rows(tmp_path):
     assert all(line in section for line in data["int8_vs_fp32"])
     # the not-deployable schemes are said once, not listed as failures
     assert "Not run on a board: dyn-int8 (dynamic-range" in section
-    assert "| board |" not in md[md.index("## Skipped and failed"):] if "## Skipped and failed" in md else True
+    assert "## Skipped and failed" not in md          # nothing failed

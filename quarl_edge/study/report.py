@@ -948,13 +948,13 @@ def fig_pareto(res: "Results", board: str, cells: list[dict], path: Path) -> boo
     schemes = _schemes(cells)
     for ax, t in zip(axes.flat, tasks):
         pts = [c for c in cells if c["task"] == t]
-        for c in pts:
+        for i, c in enumerate(sorted(pts, key=lambda c: (c["cost"], c["return"]))):
             size = 40 + 460 * (c["flash"] or 0) / big
             ax.scatter([c["cost"]], [c["return"]], s=size, alpha=0.6,
                        color=colours(schemes.index(c["scheme"]) % 10), edgecolors="black",
                        linewidths=0.5, label=f"{c['scheme']} ({_bytes(c['flash'])} B)")
-            ax.annotate(c["scheme"], (c["cost"], c["return"]), fontsize=7,
-                        xytext=(4, 4), textcoords="offset points")
+            ax.annotate(c["scheme"], (c["cost"], c["return"]), fontsize=7,   # staggered:
+                        xytext=(6, 6 - 10 * (i % 3)), textcoords="offset points")  # equal points
         front, best = [], -np.inf
         for c in sorted(pts, key=lambda c: (c["cost"], -c["return"])):
             if c["return"] > best:
