@@ -145,3 +145,17 @@ def test_farm_node_bad_input_is_one_line(tmp_path):
         p = subprocess.run([sys.executable, "-m", "quarl_edge.cli", "farm-node", *args,
                             "--print"], capture_output=True, text=True, cwd=ROOT, timeout=60)
         assert p.returncode == 2 and msg in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+def test_study_ray_address_that_does_not_answer_is_one_line(tmp_path):
+    cfg = tmp_path / "s.toml"
+    cfg.write_text('[study]\nname = "t"\nepisodes = 2\nboards = ["host"]\n[[task]]\n'
+                   'algo = "dqn"\nenv = "CartPole-v1"\nsteps = 100\n')
+    for address, msg in (("127.0.0.1:1", "no Ray cluster answers at 127.0.0.1:1"),
+                         ("nonsense", "--ray takes the head's HOST:PORT")):
+        p = subprocess.run([sys.executable, "-m", "quarl_edge.cli", "study", str(cfg), "--out",
+                            str(tmp_path / "out"), "--ray", address], capture_output=True,
+                           text=True, cwd=ROOT, timeout=120)
+        assert p.returncode == 2 and msg in p.stderr, p.stderr
+        assert len(p.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()

@@ -927,6 +927,7 @@ def run_study(config: Path, out: Path | None = None, workers: int = 1, resume: b
         except ImportError:
             raise QuarlError(f"install {RAY_PIN} to use --ray (pip install {RAY_PIN}, or "
                              "pip install -e '.[ray]')") from None
+        check_ray_address(ray_address)
     out.mkdir(parents=True, exist_ok=True)
     results = out / "results.jsonl"
     prior = read_results(results)
@@ -1099,6 +1100,24 @@ def _ray_board(group: dict, scheme: str, board_id: str, out_dir: str) -> dict:
     _quiet()
     _limit_threads(1)
     return run_board_cell(group, scheme, board_id, Path(out_dir))
+
+
+def check_ray_address(address: str, timeout_s: float = 5.0) -> None:
+    """A HOST:PORT --ray address must answer before ray.init, which would otherwise retry for
+    minutes; "auto" and ray:// addresses are left to Ray."""
+    import socket
+    if address == "auto" or "://" in address:
+        return
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise QuarlError(f"--ray takes the head's HOST:PORT (e.g. 127.0.0.1:6379) or 'auto', "
+                         f"got {address!r}")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        raise QuarlError(f"no Ray cluster answers at {address} ({e.strerror or e}): start its "
+                         "head with `quarl-edge farm-node --head` (README: Board farm on "
+                         "Ray)") from None
 
 
 def board_resource(board_id: str) -> str:
