@@ -677,7 +677,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--out", default=None, metavar="DIR",
                    help="output directory (default: results/<study name>)")
     s.add_argument("--ray", default=None, metavar="ADDRESS",
-                   help="run the grid on an existing Ray cluster (needs the ray extra)")
+                   help="run the grid on an existing Ray cluster (needs the ray extra); board "
+                        "cells go to the nodes that advertise their board (farm-node)")
     s.add_argument("--json", action="store_true", help="print only the summary, as JSON")
 
     s = _sub(sub, "farm-node", "start this machine's Ray node of a board farm, advertising the "
