@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 
 from helpers_models import compare_generated, convert
 from quarl_edge.converters.tflite_model import load
 
-SOME = settings(max_examples=4, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
+SOME = settings(max_examples=5, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
 
@@ -52,6 +52,9 @@ def test_conv_int16x8_is_bit_exact_with_tflm(tmp_path, seed, h, w, c, filters, k
     data = convert(model, "int16x8", calib)
     ops = _ops(data, tmp_path)
     assert ("CONV_2D", "int16") in ops, ops
+    # a dilated convolution the converter writes as SPACE_TO_BATCH_ND, CONV_2D,
+    # BATCH_TO_SPACE_ND and ADD (not ours to run in int16); one it keeps is tested
+    assume("SPACE_TO_BATCH_ND" not in {name for name, _ in ops})
     x = (rng.standard_normal((24, 1, h, w, c)) * spread * 1.5).astype(np.float32)  # some clip
     compare_generated(data, [x], tmp_path / "gen", "conv int16x8")
 

@@ -120,32 +120,50 @@ def lower_conv(op: Operator, model: TFLiteModel, pname: str, pointwise_as_fc: bo
         int(np.abs(bias.data.astype(np.int64)).max()) if bias is not None else 0)
     if worst > qmath.INT32_MAX:
         raise unsupported(op, model, f"the int32 accumulator could overflow ({taps} taps)")
-    mults, shifts = [], []
-    for c in range(oc):
-        real = qmath.effective_scale(x.scale, float(wq.scale[c if n_ch > 1 else 0]), out.scale)
-        m, sh = qmath.quantize_multiplier(real)
-        if not -31 <= sh <= 30:
-            raise unsupported(op, model, f"requantization scale {real:g} is out of range")
-        mults.append(m)
-        shifts.append(sh)
+    mults, shifts = _channel_multipliers(op, model, x, wq, out, oc, max_shift=30)
     act_min, act_max = qmath.activation_range_quantized(act, out.scale, out.zero_point)
     rows = g["batches"] * g["out_h"] * g["out_w"]
     if (pointwise_as_fc and not depthwise and k_h == k_w == 1 and g["stride_h"] == g["stride_w"] == 1
             and g["pad_top"] == g["pad_left"] == 0 and rows <= 0xFFFF):
         return _pointwise_fc(op, pname, x, w, bias, out, g, comment, wname, n_ch, mults, shifts,
                              act_min, act_max, rows)
+    consts, bname, bias_bytes, params = _per_channel_conv(
+        pname, w, wname, n_ch, mults, shifts, bias, "int32_t", str, g, -x.zero_point,
+        out.zero_point, act_min, act_max)
+    call = (f"{fn}_s8(&{pname}, (const int8_t *)@T{x.index}@, {wname}, {bname}, "
+            f"(int8_t *)@T{out.index}@);")
+    return Kernel(op, call, params, consts, w.size + 5 * oc + bias_bytes, comment)
+
+
+def _channel_multipliers(op, model, x, wq, out, oc: int, max_shift: int):
+    """QuantizeMultiplier of input scale x filter scale / output scale per output channel (one
+    filter scale serves all for per-tensor filters); shifts beyond [-31, max_shift] refused."""
+    n_ch = len(wq.scale)
+    mults, shifts = [], []
+    for c in range(oc):
+        real = qmath.effective_scale(x.scale, float(wq.scale[c if n_ch > 1 else 0]), out.scale)
+        m, sh = qmath.quantize_multiplier(real)
+        if not -31 <= sh <= max_shift:
+            raise unsupported(op, model, f"requantization scale {real:g} is out of range")
+        mults.append(m)
+        shifts.append(sh)
+    return mults, shifts
+
+
+def _per_channel_conv(pname, w, wname, n_ch, mults, shifts, bias, bias_ctype, bias_fmt, g,
+                      input_offset, output_offset, act_min, act_max):
+    """The constants (filter, multipliers, shifts, bias) and the qe_conv_s8_params_t of an
+    integer CONV_2D / DEPTHWISE_CONV_2D: (consts, bias name, bias bytes, params)."""
     consts = [f"/* {c_comment(w.describe())}, {n_ch} scale(s) */\n"
               + c_array("int8_t", wname, w.data, 16, lambda v: str(int(v))),
               c_array("int32_t", f"{pname}_mult", mults, 6, str),
               c_array("int8_t", f"{pname}_shift", shifts, 16, str)]
-    bname, bias_bytes = bias_array(bias, "int32_t", str, 6, consts)
+    bname, bias_bytes = bias_array(bias, bias_ctype, bias_fmt, 6, consts)
     params = (f"static const qe_conv_s8_params_t {pname} = {{\n" + window_c(g)
-              + f"    .input_offset = {-x.zero_point},\n    .output_offset = {out.zero_point},\n"
+              + f"    .input_offset = {input_offset},\n    .output_offset = {output_offset},\n"
               f"    .activation_min = {act_min},\n    .activation_max = {act_max},\n"
               f"    .multipliers = {pname}_mult,\n    .shifts = {pname}_shift,\n}};\n")
-    call = (f"{fn}_s8(&{pname}, (const int8_t *)@T{x.index}@, {wname}, {bname}, "
-            f"(int8_t *)@T{out.index}@);")
-    return Kernel(op, call, params, consts, w.size + 5 * oc + bias_bytes, comment)
+    return consts, bname, bias_bytes, params
 
 
 def _lower_conv_s16(op, model, pname, x, w, bias, out, act, g, oc, comment, wname) -> Kernel:
@@ -169,24 +187,10 @@ def _lower_conv_s16(op, model, pname, x, w, bias, out, act, g, oc, comment, wnam
                                   if bias is not None else 0)
     if worst > (1 << 47) - 1:
         raise unsupported(op, model, f"the int64 accumulator could leave 48 bits ({taps} taps)")
-    mults, shifts = [], []
-    for c in range(oc):
-        real = qmath.effective_scale(x.scale, float(wq.scale[c if n_ch > 1 else 0]), out.scale)
-        m, sh = qmath.quantize_multiplier(real)
-        if not -31 <= sh <= 7:
-            raise unsupported(op, model, f"requantization scale {real:g} is out of range")
-        mults.append(m)
-        shifts.append(sh)
+    mults, shifts = _channel_multipliers(op, model, x, wq, out, oc, max_shift=7)
     act_min, act_max = qmath.activation_range_quantized(act, out.scale, 0, -32768, 32767)
-    consts = [f"/* {c_comment(w.describe())}, {n_ch} scale(s) */\n"
-              + c_array("int8_t", wname, w.data, 16, lambda v: str(int(v))),
-              c_array("int32_t", f"{pname}_mult", mults, 6, str),
-              c_array("int8_t", f"{pname}_shift", shifts, 16, str)]
-    bname, bias_bytes = bias_array(bias, "int64_t", c_int64, 6, consts)
-    params = (f"static const qe_conv_s8_params_t {pname} = {{\n" + window_c(g)
-              + f"    .input_offset = 0,\n    .output_offset = 0,\n"
-              f"    .activation_min = {act_min},\n    .activation_max = {act_max},\n"
-              f"    .multipliers = {pname}_mult,\n    .shifts = {pname}_shift,\n}};\n")
+    consts, bname, bias_bytes, params = _per_channel_conv(
+        pname, w, wname, n_ch, mults, shifts, bias, "int64_t", c_int64, g, 0, 0, act_min, act_max)
     call = (f"qe_conv_s16(&{pname}, (const int16_t *)@T{x.index}@, {wname}, {bname}, "
             f"(int16_t *)@T{out.index}@);")
     return Kernel(op, call, params, consts, w.size + 5 * oc + bias_bytes,
