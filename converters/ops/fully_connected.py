@@ -154,6 +154,112 @@ def lower_fully_connected_packed(op: Operator, model: TFLiteModel, pname: str,
                   layout_extra_bytes=const_bytes - ref_bytes)
 
 
+AVR_ROWS = 4              # fully_connected.h: QE_FC_AVR_ROWS
+AVR_MAX_CHUNK = 255       # a chunk's length is one byte (0 ends a group's stream)
+AVR_DOT_LIMIT = (1 << 23) - 1   # the kernel's per-row running sum is 24 bits
+
+
+def _chunk_fits(pos: np.ndarray, neg: np.ndarray) -> np.ndarray:
+    """Whether sum_d w'[d] * x[d] over a chunk lies in int16 for every int8 x, per row, given the
+    chunk's sum of positive weights `pos` and of |negative weights| `neg`: its largest value is
+    127 pos + 128 neg, its smallest -128 pos - 127 neg."""
+    return (127 * pos + 128 * neg <= 32767) & (128 * pos + 127 * neg <= 32768)
+
+
+def avr_fc_stream(w: np.ndarray, bias: np.ndarray | None, input_offset: int,
+                  filter_offset: int) -> tuple[np.ndarray, np.ndarray, list[int]] | None:
+    """The AVR variant's layout of fully_connected.h (qe_fully_connected_s8_avr) for int8 weights
+    [rows][depth]: (int8 weight stream, int32 bias' per padded row, chunk lengths), or None when
+    the weights do not allow it (w' = w + filter_offset outside int8, or a row's sum |w'| too large
+    for the 24-bit running sum). bias' = bias + input_offset * sum_d w' (exact integers). Rows in
+    groups of AVR_ROWS (the last padded with zero rows); per group the depth is cut into chunks,
+    greedily as long as possible, such that no row's sum over a chunk can leave int16 for any
+    int8 input (so the kernel sums each chunk in 16 bits, exactly); per chunk one byte, its length
+    L (1..255), then L x AVR_ROWS weights, input by input (the group's rows for d, then for d+1...);
+    a 0 byte ends the group."""
+    rows, depth = w.shape
+    wp = w.astype(np.int64) + filter_offset
+    if wp.size and (wp.min() < -128 or wp.max() > 127):
+        return None
+    if np.abs(wp).sum(axis=1).max(initial=0) * 128 > AVR_DOT_LIMIT:
+        return None
+    b = (np.zeros(rows, np.int64) if bias is None else bias.astype(np.int64)) \
+        + input_offset * wp.sum(axis=1)
+    r_pad = -(-rows // AVR_ROWS) * AVR_ROWS
+    full = np.zeros((r_pad, depth), np.int64)
+    full[:rows] = wp
+    bias_p = np.zeros(r_pad, np.int64)
+    bias_p[:rows] = b
+    stream, chunks = [], []
+    for g in range(r_pad // AVR_ROWS):
+        gw = full[g * AVR_ROWS:(g + 1) * AVR_ROWS]          # [AVR_ROWS][depth]
+        d = 0
+        while d < depth:
+            pos = np.zeros(AVR_ROWS, np.int64)
+            neg = np.zeros(AVR_ROWS, np.int64)
+            n = 0
+            while d + n < depth and n < AVR_MAX_CHUNK:
+                col = gw[:, d + n]
+                p2, n2 = pos + np.maximum(col, 0), neg + np.maximum(-col, 0)
+                if not _chunk_fits(p2, n2).all():
+                    break
+                pos, neg, n = p2, n2, n + 1
+            assert n >= 1               # one product (|w'| <= 128, |x| <= 128) always fits
+            stream.append(n)
+            stream.extend(gw[:, d:d + n].T.reshape(-1))
+            chunks.append(n)
+            d += n
+        stream.append(0)
+    assert np.abs(bias_p).max(initial=0) <= qmath.INT32_MAX
+    return (np.array(stream, np.int64).astype(np.uint8).view(np.int8), bias_p.astype(np.int32),
+            chunks)
+
+
+def lower_fully_connected_avr(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
+    """For the avr variant: an int8 per-tensor FULLY_CONNECTED whose weights allow it
+    (avr_fc_stream) gets the chunked stream layout (qe_fully_connected_s8_avr); every other one
+    the lowering of the reference boards."""
+    kernel = lower_fully_connected(op, model, pname)     # validates the op completely
+    if not kernel.call.startswith("qe_fully_connected_s8("):
+        return kernel
+    x, w, bias, out, act = weighted_operands(op, model, "weights")
+    output_depth, accum_depth = w.shape
+    packed = avr_fc_stream(w.data, None if bias is None else bias.data, -x.zero_point,
+                           -w.zero_point)
+    if packed is None:
+        return kernel
+    stream, bias_p, chunks = packed
+    batches = out.size // output_depth
+    real = qmath.effective_scale(x.scale, w.scale, out.scale)
+    multiplier, shift = qmath.quantize_multiplier(real)
+    act_min, act_max = qmath.activation_range_quantized(act, out.scale, out.zero_point)
+    wname = c_ident(w.name, f"w{w.index}_") + "_avr"
+    bname = f"{pname}_bias"
+    consts = [f"/* {c_comment(w.describe())}, scale {w.scale:.9g}, zero point {w.zero_point}: "
+              f"the avr kernel's stream (fully_connected.h), {output_depth} rows in groups of "
+              f"{AVR_ROWS}, depth {accum_depth} in {len(chunks)} chunks of 16-bit sums "
+              f"(mean length {np.mean(chunks):.1f}) */\n"
+              + c_array("int8_t", wname, stream, 16, lambda v: str(int(v))),
+              "/* bias + input_offset * sum(weights + filter_offset), per padded row */\n"
+              + c_array("int32_t", bname, bias_p, 8, lambda v: str(int(v)))]
+    const_bytes = stream.size + 4 * bias_p.size
+    params = (f"static const qe_fc_s8_avr_params_t {pname} = {{\n"
+              f"    .output_offset = {out.zero_point},\n"
+              f"    .output_multiplier = {multiplier},  /* {real:.17g} = m * 2^(shift - 31) */\n"
+              f"    .output_shift = {shift},\n"
+              f"    .activation_min = {act_min},\n"
+              f"    .activation_max = {act_max},\n"
+              f"    .batches = {batches}u,\n    .accum_depth = {accum_depth}u,\n"
+              f"    .output_depth = {output_depth}u,\n}};\n")
+    call = (f"qe_fully_connected_s8_avr(&{pname}, (const int8_t *)@T{x.index}@, {wname}, "
+            f"{bname}, (int8_t *)@T{out.index}@);")
+    ref_bytes = w.size + (4 * bias.size if bias is not None else 0)
+    return Kernel(op, call, params, consts, const_bytes,
+                  kernel.comment.replace("FULLY_CONNECTED int8:", "FULLY_CONNECTED int8 (avr stream):")
+                  + f"; layout {const_bytes} B of flash (reference layout {ref_bytes} B)",
+                  layout_extra_bytes=const_bytes - ref_bytes)
+
+
 def _lower_fc_s8(op, model, pname, x, w, bias, out, act, batches, accum_depth, output_depth,
                  wname, comment_shapes) -> Kernel:
     """int8 with per-tensor weights: TFLM's reference_integer_ops::FullyConnected."""

@@ -189,3 +189,37 @@ void qe_fully_connected_s8_packed(const qe_fc_s8_packed_params_t *p, const int8_
         }
     }
 }
+
+/* The avr variant's stream layout (fully_connected.h, qe_fc_s8_avr_params_t), read in the
+ * plainest way (int32 sums): the definition the avr variant's version is compared with. */
+void qe_fully_connected_s8_avr(const qe_fc_s8_avr_params_t *p, const int8_t *input,
+                               const QE_FLASH int8_t *stream, const QE_FLASH int32_t *bias,
+                               int8_t *output)
+{
+    const uint32_t n = p->accum_depth, rows = p->output_depth;
+    uint32_t b, o, r;
+
+    for (b = 0; b < p->batches; ++b) {
+        const int8_t *in = input + b * n;
+        const QE_FLASH int8_t *s = stream;
+        for (o = 0; o < rows; o += QE_FC_AVR_ROWS) {
+            int32_t acc[QE_FC_AVR_ROWS];
+            uint32_t d = 0, len;
+            for (r = 0; r < QE_FC_AVR_ROWS; ++r) {
+                acc[r] = bias[o + r];
+            }
+            while ((len = (uint8_t)*s++) != 0u) {
+                for (; len > 0u; --len, ++d) {
+                    for (r = 0; r < QE_FC_AVR_ROWS; ++r) {
+                        acc[r] += (int32_t)*s++ * (int32_t)in[d];
+                    }
+                }
+            }
+            for (r = 0; r < QE_FC_AVR_ROWS && o + r < rows; ++r) {
+                output[b * rows + o + r] = (int8_t)qe_requantize_output(
+                    acc[r], p->output_multiplier, p->output_shift, p->output_offset,
+                    p->activation_min, p->activation_max);
+            }
+        }
+    }
+}

@@ -125,4 +125,37 @@ void qe_fully_connected_s8_packed(const qe_fc_s8_packed_params_t *p, const int8_
                                   const QE_FLASH int32_t *weights, const QE_FLASH int32_t *bias,
                                   int8_t *output);
 
+/* int8 per-tensor FULLY_CONNECTED in the layout of the avr variant (converters/ops/
+ * fully_connected.py, avr_fc_stream): the same results as qe_fully_connected_s8 on the original
+ * weights, bit for bit. Both zero points folded in at generation time, exactly:
+ *     w'[o][d] = w[o][d] + filter_offset     (the generator uses this layout only when every w'
+ *                                             is an int8)
+ *     bias'[o] = bias[o] + input_offset * sum_d w'[o][d]
+ * so acc[o] = bias'[o] + sum_d w'[o][d] * x[d] is the reference's accumulator.
+ *
+ * Layout: rows in groups of QE_FC_AVR_ROWS (4; the last group padded with zero rows); per group
+ * a stream of chunks, each one byte L (1..255) then L * 4 int8 weights, input by input
+ * (w'[4g][d], w'[4g+1][d], w'[4g+2][d], w'[4g+3][d], then d+1, ...), the chunks covering the depth
+ * in order, and a 0 byte ending the group. The generator cuts the chunks so that, for every row,
+ * the chunk's sum_d w'x lies in int16 for every int8 input (largest value 127 P + 128 N <= 32767,
+ * smallest -128 P - 127 N >= -32768; P, N the chunk's sums of positive and |negative| weights),
+ * which lets the kernel sum a chunk in 16 bits, and each row's sum |w'| <= 65535, so the whole
+ * dot product lies in 24 bits. bias' has one int32 per padded row. */
+#define QE_FC_AVR_ROWS 4u
+
+typedef struct {
+    int32_t output_offset;      /* +output zero point */
+    int32_t output_multiplier;  /* Q31 */
+    int32_t output_shift;       /* TFLite convention: > 0 shifts left */
+    int32_t activation_min;
+    int32_t activation_max;
+    uint16_t batches;
+    uint16_t accum_depth;
+    uint16_t output_depth;      /* the real rows (outputs) */
+} qe_fc_s8_avr_params_t;
+
+void qe_fully_connected_s8_avr(const qe_fc_s8_avr_params_t *p, const int8_t *input,
+                               const QE_FLASH int8_t *stream, const QE_FLASH int32_t *bias,
+                               int8_t *output);
+
 #endif
