@@ -288,7 +288,8 @@ void qe_fully_connected_s8_avr(const qe_fc_s8_avr_params_t *p, const int8_t *inp
         const QE_FLASH int32_t *bp = bias;
         for (o = 0; o < rows; o += QE_FC_AVR_ROWS, bp += QE_FC_AVR_ROWS) {
             int32_t acc[QE_FC_AVR_ROWS];
-            const uint16_t count = (rows - o < QE_FC_AVR_ROWS) ? rows - o : QE_FC_AVR_ROWS;
+            const uint16_t left = (uint16_t)(rows - o);
+            const uint16_t count = (left < QE_FC_AVR_ROWS) ? left : (uint16_t)QE_FC_AVR_ROWS;
             s = qe_avr_fc_dot4(in, s, acc);
             for (r = 0; r < count; ++r) {
                 /* bias' + dot is the reference's accumulator (no overflow: fully_connected.h) */
