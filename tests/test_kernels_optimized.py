@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 
 from quarl_edge.converters import qmath
 from quarl_edge.converters.ops.fully_connected import (AVR_ROWS, PACKED_MAX_DEPTH, avr_fc_stream,
+                                                       avr_output_stage, avr_output_stage_c,
                                                        pack_fc_weights)
 from quarl_edge.targets.boards import all_boards, get_board, load_board_file
 from quarl_edge.targets.build import (COMMON_CFLAGS, board_defines, expand_flag, firmware_sources,
@@ -100,10 +101,18 @@ class Case:
         if self.kind == ACC:
             out += self.scales.astype("<f4").tobytes()
         if packed and self.kind == AVR:
-            out += packed[0].astype(np.int8).tobytes() + packed[1].astype("<i4").tobytes()
+            st = self.avr_stage()
+            out += (packed[0].astype(np.int8).tobytes() + packed[1].astype("<i4").tobytes()
+                    + struct.pack("<2i", st["sat_low"], st["sat_high"])
+                    + bytes([st["fast"], *st["m_prime"], *st["round_pos"], *st["round_neg"],
+                             st["byte_moves"], 0, 0, 0]))
         elif packed:
             out += packed[0].astype("<i4").tobytes() + packed[1].astype("<i4").tobytes()
         return out
+
+    def avr_stage(self) -> dict:
+        return avr_output_stage(self.multiplier, self.shift, self.output_offset, self.act_min,
+                                self.act_max)
 
     def avr_stream(self):
         r = avr_fc_stream(self.w.reshape(self.rows, self.depth), self.bias, self.input_offset,
@@ -920,7 +929,35 @@ def avr_edge_cases(max_depth: int = 300) -> list[Case]:
     (chunks of every length, the 255 cap), 1..9 rows (full and padded row groups), offsets at
     their ends, the largest biases, every shift (both requantization paths)."""
     return [as_avr(c) for c in packed_edge_cases(max_depth) + output_stage_cases()
-            if c.kind in (S8, PACKED)]
+            if c.kind in (S8, PACKED)] + avr_output_stage_cases()
+
+
+def avr_output_stage_cases() -> list[Case]:
+    """The avr output stage's paths, each reached on purpose: accumulators (as the bias, the
+    input 0) at and around sat_low and sat_high, and strictly between them of 16 and of 24 bits
+    (the two- and three-row products), both signs, for right shifts 1..31 (byte_moves 0..3, and
+    the shifts where fast is 0), multipliers at their ends, RELU and narrow bounds, every offset."""
+    rng = np.random.default_rng(31)
+    out = []
+    for n, shift in enumerate(list(range(-31, 1)) * 2):
+        mult = [1 << 30, INT32_MAX, int(rng.integers(1 << 30, INT32_MAX))][n % 3]
+        oo = [-128, 127, -3, 40][n % 4]
+        lo, hi = [(-128, 127), (max(-128, oo), 127), (-100, -90), (5, 6), (0, 0)][n % 5]
+        st = avr_output_stage(mult, shift, oo, lo, hi)
+        lim = INT32_MAX - 128 * 128
+        targets = [st["sat_low"] + d for d in (-1, 0, 1)] + [st["sat_high"] + d for d in (-1, 0, 1)]
+        a, b = max(st["sat_low"], -lim), min(st["sat_high"], lim)
+        if a + 1 < b:
+            targets += [int(v) for v in rng.integers(a + 1, b, 8)]
+            targets += [v for v in (-32769, -32768, -32767, -1, 0, 1, 32767, 32768, (1 << 23) - 1,
+                                    -(1 << 23)) if a < v < b]
+        targets = [int(np.clip(t, -lim, lim)) for t in targets]
+        rows = len(targets)
+        out.append(Case(AVR, 1, 1, rows, 0, 0, oo, mult, shift, lo, hi, 0, 0, 0,
+                        np.zeros(1, np.int8), rng.integers(-128, 128, rows).astype(np.int8),
+                        np.array(targets, np.int32), np.zeros(rows, np.int64),
+                        np.zeros(rows, np.int8), np.ones(rows, np.float32)))
+    return out
 
 
 def _chunks_of(stream: np.ndarray, rows: int, depth: int) -> list[np.ndarray]:
@@ -1025,9 +1062,14 @@ def avr_cases_header(cases: list[Case]) -> str:
             out.append(f"static const QE_FLASH int32_t c{k}_b[] = {_c_list(c.bias)};")
         out.append(f"static const QE_FLASH int8_t c{k}_s[] = {_c_list(stream)};")
         out.append(f"static const QE_FLASH int32_t c{k}_bp[] = {_c_list(bias_p)};")
-        q = (f"{c.output_offset}, {c.multiplier}, {c.shift}, {c.act_min}, {c.act_max}, "
-             f"{c.batches}u, {c.depth}u, {c.rows}u")
-        rows.append(f"    {{{{{c.input_offset}, {c.filter_offset}, {q}}}, {{{q}}}, c{k}_x, c{k}_w, "
+        q = (f"{c.output_offset}, {c.multiplier}, {c.shift}, {c.act_min}, {c.act_max}")
+        dims = f"{c.batches}u, {c.depth}u, {c.rows}u"
+        qa = (f".output_offset = {c.output_offset}, .output_multiplier = {c.multiplier}, "
+              f".output_shift = {c.shift}, .activation_min = {c.act_min}, "
+              f".activation_max = {c.act_max},\n"
+              + avr_output_stage_c(c.avr_stage()).replace("/*", "//").replace("*/", "")
+              + f".batches = {c.batches}u, .accum_depth = {c.depth}u, .output_depth = {c.rows}u")
+        rows.append(f"    {{{{{c.input_offset}, {c.filter_offset}, {q}, {dims}}},\n{{{qa}}},\n c{k}_x, c{k}_w, "
                     f"{f'c{k}_b' if c.bias is not None else 'QE_FLASH_NULL'}, c{k}_s, c{k}_bp}},")
     return "\n".join(out + ["static const QE_FLASH fc_avr_case_t cases[] = {", *rows, "};", ""])
 
@@ -1092,14 +1134,15 @@ def assert_avr_board(cases: list[Case], tmp: Path, name: str) -> None:
 
 
 def test_the_avr_path_is_compiled_for_atmega328p(tmp_path):
-    """The checker's ELF has the variant's asm: LPM/MULS in the dot product, MUL in the output stage."""
+    """The checker's ELF has the variant's asm: LPM/MULS in the dot product (both entry points),
+    MUL in the batch routine's output stage."""
     cases = [c for c in avr_edge_cases(16) if _avr_fits(c)][:4]
     run_simavr_checker(cases, tmp_path, "asm")
     dis = subprocess.run(["avr-objdump", "-d", str(tmp_path / "asm" / "fc_avr_check.elf")],
                          capture_output=True, text=True).stdout
     dot = dis.split("<qe_avr_fc_dot4>:", 1)[1].split("\n\n", 1)[0]
-    rq = dis.split("<qe_avr_requant4>:", 1)[1].split("\n\n", 1)[0]
-    assert "muls" in dot and "lpm" in dot and "mul\t" in rq
+    batch = dis.split("<qe_avr_fc_batch>:", 1)[1].split("\n\n", 1)[0]
+    assert "muls" in dot and "lpm" in dot and "muls" in batch and "mul\t" in batch
 
 
 def test_avr_edge_cases_on_atmega328p(tmp_path):

@@ -215,6 +215,88 @@ def avr_fc_stream(w: np.ndarray, bias: np.ndarray | None, input_offset: int,
             chunks)
 
 
+def avr_output_stage(multiplier: int, shift: int, offset: int, act_min: int,
+                     act_max: int) -> dict:
+    """The avr kernel's output stage constants (qe_fc_s8_avr_params_t), computed here so that the
+    board only compares, multiplies and picks a byte. f(x) = qmath.requantize_output(x, ...) is
+    non-decreasing in x for right shifts (shift <= -1: two roundings to nearest of x * m / 2^31
+    and / 2^e), so
+      - sat_low: the largest int32 x with f(x) == act_min (INT32_MIN if none), sat_high: the
+        smallest with f(x) == act_max (INT32_MAX if none), found by bisection on the twin;
+      - for sat_low < x < sat_high the output lies strictly inside (act_min, act_max), so it is
+        f(x) = requant(x) + offset, and requant(x) = floor((x * m + R) / 2^(31+e)) with
+        R = 2^30 + 2^(30+e) - (x < 0) * 2^31 (the cortex-m variants' exact formula); scaled by
+        2^j (j = -(31+e) mod 8) numerator and denominator that is byte k = (31+e+j) / 8 of
+        x * m' + R' (m' = m * 2^j, R' = R * 2^j), of which only its low byte matters.
+    `fast` is 1 when the board may use this: shift <= -1, the byte within the 64-bit sum
+    (k <= 7), and every x strictly between the bounds a 24-bit integer (the kernel multiplies
+    3 bytes of x by 5 of m'). Else the kernel calls requant.h's output stage."""
+    f = lambda x: qmath.requantize_output(x, multiplier, shift, offset, act_min, act_max)  # noqa: E731
+    lo_i, hi_i = -(1 << 31), (1 << 31) - 1
+    out = dict(sat_low=lo_i, sat_high=hi_i, fast=0, m_prime=[0] * 5, round_pos=[0] * 5,
+               round_neg=[0] * 5, byte_moves=0)
+    if shift > -1 or multiplier < 0:
+        return out
+    if f(lo_i) == act_min:                   # the largest x with f(x) == act_min
+        a, b = lo_i, hi_i
+        if f(b) == act_min:
+            a = b
+        while b - a > 1:
+            mid = (a + b) // 2
+            a, b = (mid, b) if f(mid) == act_min else (a, mid)
+        out["sat_low"] = a
+    if f(hi_i) == act_max:                   # the smallest x with f(x) == act_max
+        a, b = lo_i, hi_i
+        if f(a) == act_max:
+            b = a
+        while b - a > 1:
+            mid = (a + b) // 2
+            a, b = (a, mid) if f(mid) == act_max else (mid, b)
+        out["sat_high"] = b
+    e = -shift
+    j = (-(31 + e)) % 8
+    k = (31 + e + j) // 8
+    m_p = multiplier << j
+    r_pos = ((1 << 30) + (1 << (30 + e))) << j
+    r_neg = ((1 << 30) + (1 << (30 + e)) - (1 << 31)) << j
+    byte = lambda v, i: (v >> (8 * i)) & 0xFF  # noqa: E731
+    if k <= 7 and out["sat_low"] >= -(1 << 23) - 1 and out["sat_high"] <= (1 << 23):
+        assert m_p < 1 << 40 and r_pos % (1 << 24) == 0 and r_neg % (1 << 24) == 0
+        assert r_pos < 1 << 64 and r_neg >= 0
+        out.update(fast=1, m_prime=[byte(m_p, i) for i in range(5)],
+                   round_pos=[byte(r_pos, i) for i in range(3, 8)],
+                   round_neg=[byte(r_neg, i) for i in range(3, 8)], byte_moves=k - 4)
+    return out
+
+
+def _c_int32(v: int) -> str:
+    return "(-2147483647 - 1)" if v == -(1 << 31) else str(v)
+
+
+def avr_output_stage_c(st: dict) -> str:
+    """avr_output_stage's constants as designated initializers of qe_fc_s8_avr_params_t."""
+    b = lambda v: "{" + ", ".join(f"0x{x:02x}u" for x in v) + "}"  # noqa: E731
+    return (f"    .sat_low = {_c_int32(st['sat_low'])},  /* <= this: activation_min */\n"
+            f"    .sat_high = {_c_int32(st['sat_high'])},  /* >= this: activation_max */\n"
+            f"    .fast = {st['fast']}u,\n"
+            f"    .m_prime = {b(st['m_prime'])},\n"
+            f"    .round = {{{b(st['round_pos'])}, {b(st['round_neg'])}}},\n"
+            f"    .byte_moves = {st['byte_moves']}u,\n")
+
+
+def avr_output_stage_value(st: dict, x: int, offset: int, act_min: int, act_max: int) -> int:
+    """What the avr kernel's fast output stage computes from avr_output_stage's constants (the
+    Python model of its asm, for the tests)."""
+    if x <= st["sat_low"]:
+        return act_min
+    if x >= st["sat_high"]:
+        return act_max
+    m_p = int.from_bytes(bytes(st["m_prime"]), "little")
+    r = int.from_bytes(bytes(st["round_neg" if x < 0 else "round_pos"]), "little") << 24
+    q = ((x * m_p + r) >> (8 * (4 + st["byte_moves"]))) & 0xFF
+    return ((q + offset + 128) & 0xFF) - 128
+
+
 def lower_fully_connected_avr(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
     """For the avr variant: an int8 per-tensor FULLY_CONNECTED whose weights allow it
     (avr_fc_stream) gets the chunked stream layout (qe_fully_connected_s8_avr); every other one
@@ -243,12 +325,14 @@ def lower_fully_connected_avr(op: Operator, model: TFLiteModel, pname: str) -> K
               "/* bias + input_offset * sum(weights + filter_offset), per padded row */\n"
               + c_array("int32_t", bname, bias_p, 8, lambda v: str(int(v)))]
     const_bytes = stream.size + 4 * bias_p.size
+    st = avr_output_stage(multiplier, shift, out.zero_point, act_min, act_max)
     params = (f"static const qe_fc_s8_avr_params_t {pname} = {{\n"
               f"    .output_offset = {out.zero_point},\n"
               f"    .output_multiplier = {multiplier},  /* {real:.17g} = m * 2^(shift - 31) */\n"
               f"    .output_shift = {shift},\n"
               f"    .activation_min = {act_min},\n"
               f"    .activation_max = {act_max},\n"
+              + avr_output_stage_c(st) +
               f"    .batches = {batches}u,\n    .accum_depth = {accum_depth}u,\n"
               f"    .output_depth = {output_depth}u,\n}};\n")
     call = (f"qe_fully_connected_s8_avr(&{pname}, (const int8_t *)@T{x.index}@, {wname}, "

@@ -149,6 +149,18 @@ typedef struct {
     int32_t output_shift;       /* TFLite convention: > 0 shifts left */
     int32_t activation_min;
     int32_t activation_max;
+    /* The avr variant's output stage, precomputed by the generator (converters/ops/
+     * fully_connected.py, avr_output_stage, which says why it is requant.h's, exactly); the
+     * portable definition ignores these. With fast = 1: accumulators <= sat_low give
+     * activation_min, >= sat_high activation_max, and one strictly between (then a 24-bit
+     * integer) gives offset + byte (4 + byte_moves) of acc * m' + r' (m' = m_prime, 5 bytes
+     * little-endian; r' = round[acc < 0], bytes 3..7 of a 64-bit constant whose bytes 0..2 are 0). */
+    int32_t sat_low;
+    int32_t sat_high;
+    uint8_t fast;
+    uint8_t m_prime[5];
+    uint8_t round[2][5];
+    uint8_t byte_moves;
     uint16_t batches;
     uint16_t accum_depth;
     uint16_t output_depth;      /* the real rows (outputs) */
