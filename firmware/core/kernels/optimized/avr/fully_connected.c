@@ -42,7 +42,7 @@ const QE_FLASH int8_t *qe_avr_fc_dot4(const int8_t *x, const QE_FLASH int8_t *w,
 /* The dot product of one row group, in registers: X = the input, Z = the group's stream, the
  * running sums r10-12, r13-15, r16-18, r19-21 (low byte first) cleared before; chunk sums r2:3,
  * r4:5, r6:7, r8:9; r23 the chunk's length, r24 the input, r25 the weight (MULS takes r16-r31),
- * r22 a sign byte. Leaves Z past the group's 0 byte. Labels 1-4. */
+ * r22 a sign byte. Leaves Z past the group's 0 byte. Labels 1-6. */
 #define QE_AVR_MAC_FIRST(LO) "lpm r25, Z+\n\tmuls r24, r25\n\tmovw " LO ", r0\n\t"
 #define QE_AVR_MAC(LO, HI) "lpm r25, Z+\n\tmuls r24, r25\n\tadd " LO ", r0\n\tadc " HI ", r1\n\t"
 #define QE_AVR_FLUSH(LO, HI, S0, S1, S2)                                                 \
@@ -51,24 +51,35 @@ const QE_FLASH int8_t *qe_avr_fc_dot4(const int8_t *x, const QE_FLASH int8_t *w,
 #define QE_AVR_CLEAR_SUMS                                                                \
     "clr r10\n\tclr r11\n\tclr r12\n\tclr r13\n\tclr r14\n\tclr r15\n\t"                 \
     "clr r16\n\tclr r17\n\tclr r18\n\tclr r19\n\tclr r20\n\tclr r21\n"
+#define QE_AVR_STEP                                                                      \
+    "ld r24, X+\n\t"                                                                     \
+    QE_AVR_MAC("r2", "r3") QE_AVR_MAC("r4", "r5") QE_AVR_MAC("r6", "r7") QE_AVR_MAC("r8", "r9")
 #define QE_AVR_DOT                                                                       \
     "1:\n\t"                                    /* a chunk: its length, 0 ends the group */ \
     "lpm r23, Z+\n\t"                                                                    \
     "tst r23\n\t"                                                                        \
-    "breq 4f\n\t"                                                                        \
+    "brne 5f\n\t"                                                                        \
+    "rjmp 4f\n"                                                                           \
+    "5:\n\t"                                                                             \
     "ld r24, X+\n\t"                            /* its first input: the products moved in */ \
     QE_AVR_MAC_FIRST("r2") QE_AVR_MAC_FIRST("r4") QE_AVR_MAC_FIRST("r6") QE_AVR_MAC_FIRST("r8") \
+    "dec r23\n\t"                              /* the others: added, 16 bits; an odd one */ \
+    "breq 3f\n\t"                              /* first, then two per loop */           \
+    "sbrs r23, 0\n\t"                                                                    \
+    "rjmp 6f\n\t"                                                                        \
+    QE_AVR_STEP                                                                          \
     "dec r23\n\t"                                                                        \
-    "breq 3f\n"                                                                          \
-    "2:\n\t"                                    /* the others: added, 16 bits */         \
-    "ld r24, X+\n\t"                                                                     \
-    QE_AVR_MAC("r2", "r3") QE_AVR_MAC("r4", "r5") QE_AVR_MAC("r6", "r7") QE_AVR_MAC("r8", "r9") \
+    "breq 3f\n"                                                                           \
+    "6:\n\t"                                                                             \
+    "lsr r23\n"                                                                           \
+    "2:\n\t"                                                                             \
+    QE_AVR_STEP QE_AVR_STEP                                                              \
     "dec r23\n\t"                                                                        \
-    "brne 2b\n"                                                                          \
+    "brne 2b\n"                                                                           \
     "3:\n\t"                                    /* end of chunk: into the 24-bit sums */ \
     QE_AVR_FLUSH("r2", "r3", "r10", "r11", "r12") QE_AVR_FLUSH("r4", "r5", "r13", "r14", "r15") \
     QE_AVR_FLUSH("r6", "r7", "r16", "r17", "r18") QE_AVR_FLUSH("r8", "r9", "r19", "r20", "r21") \
-    "rjmp 1b\n"                                                                          \
+    "rjmp 1b\n"                                                                           \
     "4:\n\t"
 #define QE_AVR_PUSH_SAVED                                                                \
     "push r2\n\tpush r3\n\tpush r4\n\tpush r5\n\tpush r6\n\tpush r7\n\tpush r8\n\tpush r9\n\t" \
