@@ -27,9 +27,10 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from quarl_edge.converters import qmath
-from quarl_edge.converters.ops.fully_connected import (AVR_ROWS, PACKED_MAX_DEPTH, avr_fc_stream,
-                                                       avr_output_stage, avr_output_stage_c,
-                                                       pack_fc_weights)
+from quarl_edge.converters.ops.fully_connected import (AVR_ROWS, PACKED_MAX_DEPTH, PAIRS_ROWS,
+                                                       avr_fc_stream, avr_output_stage,
+                                                       avr_output_stage_c, pack_fc_weights,
+                                                       pairs_fc_stream)
 from quarl_edge.targets.boards import all_boards, get_board, load_board_file
 from quarl_edge.targets.build import (COMMON_CFLAGS, board_defines, expand_flag, firmware_sources,
                                       kernel_sources, port_dirs)
@@ -43,7 +44,8 @@ VARIANT_FC = FW / "core" / "kernels" / "optimized" / VARIANT / "fully_connected.
 # the ARMv6-M variant: only the packed kernel (its other FC functions are the reference's own)
 M0_VARIANT = "cortex-m0"
 M0_FC = FW / "core" / "kernels" / "optimized" / M0_VARIANT / "fully_connected.c"
-M0_DEFINES = ("-DQE_CHECK_UNRENAMED_REFERENCE", "-DQE_CHECK_SMALL_RAM")
+M0_DEFINES = ("-DQE_CHECK_UNRENAMED_REFERENCE", "-DQE_CHECK_SMALL_RAM", "-DQE_CHECK_PAIRS_LAYOUT")
+M0_HOST_DEFINES = ("-DQE_CHECK_UNRENAMED_REFERENCE", "-DQE_CHECK_PAIRS_LAYOUT")   # host buffers
 INT32_MAX = 2**31 - 1
 INT32_MIN = -(2**31)
 # the emulated boards whose cores have the DSP extension (Cortex-M4/M7/M33)
@@ -51,6 +53,7 @@ DSP_BOARDS = ("mps2-an386", "mps2-an500", "mps2-an505", "netduinoplus2")
 
 S8, PC, ACC, PACKED = 0, 1, 2, 3   # PACKED: kind S8 through the generator's packed layout
 AVR = 4                           # kind S8 through the avr variant's stream (avr_fc_stream)
+PAIRS = 5                         # kind S8 through the cortex-m0 variant's row pairs (pairs_fc_stream)
 # the 8-bit AVR variant: only qe_fully_connected_s8_avr (its other FC functions are the reference's)
 AVR_VARIANT = "avr"
 AVR_FC = FW / "core" / "kernels" / "optimized" / AVR_VARIANT / "fully_connected.c"
@@ -88,6 +91,10 @@ class Case:
                                      self.input_offset, self.filter_offset)
         if self.kind == AVR:
             stream, bias_p, _ = self.avr_stream()
+            packed = (stream, bias_p, stream.size)
+        if self.kind == PAIRS:
+            stream, bias_p, _ = pairs_fc_stream(self.w.reshape(self.rows, self.depth), self.bias,
+                                                self.input_offset, self.filter_offset)
             packed = (stream, bias_p, stream.size)
         h = [self.kind, self.batches, self.depth, self.rows, self.input_offset, self.filter_offset,
              self.output_offset, self.multiplier, self.shift, self.act_min, self.act_max,
@@ -139,9 +146,9 @@ def fc_case(draw, kind=None, max_depth=300, max_rows=70) -> Case:
     batches, depth, rows = i(1, 3), i(1, max_depth), i(1, max_rows)
     # zero points are int8: offsets -zp in [-127, 128]; per-channel and head weights symmetric
     io = i(-127, 128)
-    if kind == PACKED:
+    if kind in (PACKED, PAIRS):
         depth = min(depth, PACKED_MAX_DEPTH)
-    fo = i(-127, 128) if kind in (S8, PACKED, AVR) and i(0, 2) else 0
+    fo = i(-127, 128) if kind in (S8, PACKED, AVR, PAIRS) and i(0, 2) else 0
     rng = np.random.default_rng(i(0, 2**32 - 1))
     style = i(0, 3)     # uniform, extremes only, mostly zeros, narrow
     def int8s(n):
@@ -180,7 +187,7 @@ def fc_case(draw, kind=None, max_depth=300, max_rows=70) -> Case:
     hi = i(lo, 127)
     scales = (rng.standard_normal(rows) * 10.0 ** rng.integers(-8, 2, rows)).astype(np.float32)
     c = Case(kind, batches, depth, rows, io, fo, i(-128, 127), mult, shift, lo, hi,
-             i(0, 1) if kind not in (S8, PACKED, AVR) else 0, i(0, 3), i(0, 3), x, w, bias, mults,
+             i(0, 1) if kind not in (S8, PACKED, AVR, PAIRS) else 0, i(0, 3), i(0, 3), x, w, bias, mults,
              shifts, scales)
     return as_avr(c) if kind == AVR else c
 
@@ -372,7 +379,8 @@ def host_checker(tmp: Path, sanitize: bool = False, variant_fc: Path = VARIANT_F
     if shutil.which("gcc") is None:
         pytest.skip("gcc is not installed")
     exe = tmp / (("fc_check_san" if sanitize else "fc_check")
-                 + (f"_{variant_fc.parent.name}" if defines else ""))
+                 + (f"_{variant_fc.parent.name}" if defines else "")
+                 + ("_small" if "-DQE_CHECK_SMALL_RAM" in defines else ""))
     san = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-g"] if sanitize else []
     cmd = ["gcc", *COMMON_CFLAGS, "-O2", *san, *defines, f"-I{FW / 'core'}", str(CHECK),
            str(variant_fc), str(FW / "core" / "requant.c"), "-o", str(exe)]
@@ -768,7 +776,7 @@ def test_cartpole_int8_with_the_m0_variant_is_bit_exact_on_microbit(tmp_path):
     res = validate(ROOT / "examples" / "cartpole_dqn" / "models" / "int8.tflite", board,
                    tmp_path / "fw", random_n=60)
     assert f"optimized/{M0_VARIANT}/fully_connected.c" in (tmp_path / "fw" / "build.cmd").read_text()
-    assert "qe_fully_connected_s8_packed(" in (tmp_path / "fw" / "gen" / "model.c").read_text()
+    assert "qe_fully_connected_s8_pairs(" in (tmp_path / "fw" / "gen" / "model.c").read_text()
     assert res["bit_exact"] and res["mismatches"] == 0 and res["n"] == 60
 
 
@@ -781,7 +789,7 @@ def test_a_random_int8_mlp_with_the_m0_variant_is_bit_exact_on_microbit(tmp_path
     model.write_bytes(convert(random_mlp(1, 7, [37, 19, 3], ["relu", "relu", "none"], 2.0), "int8",
                               rng.standard_normal((64, 7)).astype(np.float32)))
     res = validate(model, get_board("microbit"), tmp_path / "fw", random_n=40)
-    assert "qe_fully_connected_s8_packed(" in (tmp_path / "fw" / "gen" / "model.c").read_text()
+    assert "qe_fully_connected_s8_pairs(" in (tmp_path / "fw" / "gen" / "model.c").read_text()
     assert res["bit_exact"] and res["mismatches"] == 0
 
 
@@ -909,8 +917,9 @@ def test_the_m0_quantize_is_the_reference_on_cortex_m0(tmp_module):
 
 
 def test_the_build_falls_back_to_the_int8_layout_when_packed_weights_do_not_fit(tmp_path):
-    """The packed layout doubles the FC weights' flash; on a board where that does not fit, the
-    build keeps the reference layout (the variant's files run it too)."""
+    """The variant's layout (cortex-m0: chunked row pairs, ~4x the int8 weights) costs flash; on a
+    board where that does not fit, the build keeps the reference layout (the variant's files run
+    it too)."""
     from quarl_edge.targets.build import build
     model = ROOT / "examples" / "cartpole_dqn" / "models" / "int8.tflite"
     board = get_board("microbit")
@@ -919,7 +928,7 @@ def test_the_build_falls_back_to_the_int8_layout_when_packed_weights_do_not_fit(
     small = dataclasses.replace(board, flash_bytes=packed.memory.flash_bytes - 1)
     fw = build(model, small, tmp_path / "small")
     c = (tmp_path / "small" / "gen" / "model.c").read_text()
-    assert "qe_fully_connected_s8_packed(" not in c and "qe_fully_connected_s8(" in c
+    assert "qe_fully_connected_s8_pairs(" not in c and "qe_fully_connected_s8(" in c
     assert fw.memory.layout_extra_bytes == 0 and fw.memory.flash_bytes < small.flash_bytes
 
 
@@ -1182,3 +1191,97 @@ def test_a_random_int8_mlp_with_the_avr_variant_is_bit_exact_on_atmega328p(tmp_p
     res = validate(model, get_board("atmega328p"), tmp_path / "fw", random_n=40)
     assert "qe_fully_connected_s8_avr(" in (tmp_path / "fw" / "gen" / "model.c").read_text()
     assert res["bit_exact"] and res["mismatches"] == 0
+
+
+# ------------------------------------------------------------------------------ cortex-m0: row pairs
+def pairs_cases(cases: list[Case]) -> list[Case]:
+    """Per-tensor int8 cases (of depth <= 128) as cases of the chunked row-pair layout."""
+    return [dataclasses.replace(c, kind=PAIRS) for c in cases
+            if c.kind in (S8, PACKED) and c.depth <= PACKED_MAX_DEPTH]
+
+
+def pairs_edge_cases() -> list[Case]:
+    """The packed layout's edge cases (depths 1..128: chunks of one input, odd and even chunks,
+    weights and offsets at their ends, so w' = 255 and -255 words) and the output-stage
+    extremes, as row-pair cases."""
+    return pairs_cases(packed_edge_cases() + output_stage_cases())
+
+
+def pairs_m0_cases(cases: list[Case]) -> list[Case]:
+    """The cases that fit the micro:bit checker's buffers (MAX_PAIRS: 896 words of stream)."""
+    out = []
+    for c in m0_cases(cases):
+        stream, _, _ = pairs_fc_stream(c.w.reshape(c.rows, c.depth), c.bias, c.input_offset,
+                                       c.filter_offset)
+        if stream.size <= 896:
+            out.append(c)
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(case=fc_case(kind=PAIRS))
+def test_pairs_stream_words_are_two_rows_and_chunks_sum_in_16_bits(case):
+    """The words' values are 65536 w'[hi row] + w'[lo row], each chunk's sums lie in int16 for
+    every int8 input (so the 32-bit packed sums split exactly), the chunks cover the depth."""
+    stream, bias_p, chunks = pairs_fc_stream(case.w.reshape(case.rows, case.depth), case.bias,
+                                             case.input_offset, case.filter_offset)
+    wp = case.w.reshape(case.rows, case.depth).astype(np.int64) + case.filter_offset
+    full = np.zeros((-(-case.rows // PAIRS_ROWS) * PAIRS_ROWS, case.depth), np.int64)
+    full[:case.rows] = wp
+    s, pos = stream.astype(np.int64), 0
+    for g in range(full.shape[0] // PAIRS_ROWS):
+        gw, d = full[g * PAIRS_ROWS:(g + 1) * PAIRS_ROWS], 0
+        while (n := int(s[pos])) != 0:
+            words = s[pos + 1:pos + 1 + 2 * n].reshape(n, 2)
+            c = gw[:, d:d + n]
+            assert np.array_equal(words[:, 0], 65536 * c[1] + c[0])
+            assert np.array_equal(words[:, 1], 65536 * c[3] + c[2])
+            hi = 127 * np.maximum(c, 0).sum(1) + 128 * np.maximum(-c, 0).sum(1)
+            lo = 128 * np.maximum(c, 0).sum(1) + 127 * np.maximum(-c, 0).sum(1)
+            assert np.all(hi <= 32767) and np.all(lo <= 32768)
+            pos, d = pos + 1 + 2 * n, d + n
+        assert d == case.depth
+        pos += 1
+    assert pos == s.size
+
+
+def test_the_pairs_layout_on_the_host_under_sanitizers(tmp_module):
+    exe = host_checker(tmp_module, sanitize=True, variant_fc=M0_FC, defines=M0_HOST_DEFINES)
+    cases = pairs_edge_cases()
+    assert len(cases) > 400
+    status, out = run_host(exe, cases)
+    assert_same(cases, status, out, twin=True)
+
+
+@pytest.fixture(scope="module")
+def m0_host_exe(tmp_module) -> Path:
+    return host_checker(tmp_module, variant_fc=M0_FC, defines=M0_HOST_DEFINES)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cases=st.lists(fc_case(kind=PAIRS), min_size=1, max_size=8))
+def test_random_pairs_cases_on_the_host(m0_host_exe, cases):
+    status, out = run_host(m0_host_exe, cases)
+    assert_same(cases, status, out, twin=True)
+
+
+def test_the_armv6m_pairs_path_is_compiled_for_cortex_m0(m0_elf):
+    dis = subprocess.run(["arm-none-eabi-objdump", "-d", str(m0_elf)], capture_output=True,
+                         text=True).stdout
+    body = dis.split("<qe_fully_connected_s8_pairs>:", 1)[1].split("\n\n", 1)[0]
+    assert "muls" in body and "ldmia" in body and "sxth" in body
+
+
+def test_pairs_edge_cases_on_cortex_m0(m0_elf):
+    cases = pairs_m0_cases(pairs_edge_cases())
+    assert len(cases) > 300
+    status, out = run_board("microbit", m0_elf, cases)
+    assert_same(cases, status, out, twin=True)
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cases=st.lists(fc_case(kind=PAIRS, max_depth=96, max_rows=20), min_size=10, max_size=30))
+def test_random_pairs_cases_on_cortex_m0(m0_elf, cases):
+    cases = pairs_m0_cases(cases)
+    status, out = run_board("microbit", m0_elf, cases)
+    assert_same(cases, status, out, twin=True)

@@ -166,6 +166,109 @@ def _chunk_fits(pos: np.ndarray, neg: np.ndarray) -> np.ndarray:
     return (127 * pos + 128 * neg <= 32767) & (128 * pos + 127 * neg <= 32768)
 
 
+def _greedy_chunks(gw: np.ndarray, max_len: int) -> list[int]:
+    """The lengths of the chunks a row group's weights gw [rows][depth] are cut into: from the
+    start, each as long as it can be (at most max_len) with every row's sum over it in int16
+    for every int8 input (_chunk_fits)."""
+    depth, d, out = gw.shape[1], 0, []
+    while d < depth:
+        pos = np.zeros(gw.shape[0], np.int64)
+        neg = np.zeros(gw.shape[0], np.int64)
+        n = 0
+        while d + n < depth and n < max_len:
+            col = gw[:, d + n]
+            p2, n2 = pos + np.maximum(col, 0), neg + np.maximum(-col, 0)
+            if not _chunk_fits(p2, n2).all():
+                break
+            pos, neg, n = p2, n2, n + 1
+        assert n >= 1                   # one product (|w'| <= 255, x in int8) always fits
+        out.append(n)
+        d += n
+    return out
+
+
+PAIRS_ROWS = 4                   # fully_connected.h: QE_FC_PAIRS_ROWS
+
+
+def pairs_fc_stream(w: np.ndarray, bias: np.ndarray | None, input_offset: int,
+                    filter_offset: int) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """The layout of qe_fully_connected_s8_pairs (fully_connected.h; the cortex-m0 variant) for
+    int8 weights [rows][depth]: (int32 word stream, int32 bias' per padded row, chunk lengths).
+    w' = w + filter_offset (in [-255, 255]), bias' = bias + input_offset * sum_d w'; rows in
+    groups of 4 (the last padded with zero rows); per group chunks cut as for the avr stream
+    (_greedy_chunks: every row's chunk sum in int16 for every int8 input), each one word L, then
+    per input two words whose *values* are 65536 * w'[4g+1][d] + w'[4g][d] and
+    65536 * w'[4g+3][d] + w'[4g+2][d], a 0 word ending the group. One 32-bit multiply of such a
+    word by x is then two products, and a chunk's sum of them is 65536 H + L with H and L the two
+    rows' exact int16 sums."""
+    rows, depth = w.shape
+    wp = w.astype(np.int64) + filter_offset
+    b = (np.zeros(rows, np.int64) if bias is None else bias.astype(np.int64)) \
+        + input_offset * wp.sum(axis=1)
+    r_pad = -(-rows // PAIRS_ROWS) * PAIRS_ROWS
+    full = np.zeros((r_pad, depth), np.int64)
+    full[:rows] = wp
+    bias_p = np.zeros(r_pad, np.int64)
+    bias_p[:rows] = b
+    stream, chunks = [], []
+    for g in range(r_pad // PAIRS_ROWS):
+        gw = full[g * PAIRS_ROWS:(g + 1) * PAIRS_ROWS]
+        d = 0
+        for n in _greedy_chunks(gw, 65535):
+            stream.append(n)
+            for k in range(d, d + n):
+                stream += [65536 * gw[1, k] + gw[0, k], 65536 * gw[3, k] + gw[2, k]]
+            chunks.append(n)
+            d += n
+        stream.append(0)
+    assert np.abs(bias_p).max(initial=0) <= qmath.INT32_MAX
+    return np.array(stream, np.int64).astype(np.int32), bias_p.astype(np.int32), chunks
+
+
+def lower_fully_connected_pairs(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
+    """For the cortex-m0 variant: an int8 per-tensor FULLY_CONNECTED with accum_depth <=
+    PACKED_MAX_DEPTH gets the chunked pair layout (pairs_fc_stream, qe_fully_connected_s8_pairs);
+    every other one the lowering of the reference boards."""
+    kernel = lower_fully_connected(op, model, pname)     # validates the op completely
+    if not kernel.call.startswith("qe_fully_connected_s8("):
+        return kernel
+    x, w, bias, out, act = weighted_operands(op, model, "weights")
+    output_depth, accum_depth = w.shape
+    if accum_depth > PACKED_MAX_DEPTH:
+        return kernel
+    stream, bias_p, chunks = pairs_fc_stream(w.data, None if bias is None else bias.data,
+                                             -x.zero_point, -w.zero_point)
+    batches = out.size // output_depth
+    real = qmath.effective_scale(x.scale, w.scale, out.scale)
+    multiplier, shift = qmath.quantize_multiplier(real)
+    act_min, act_max = qmath.activation_range_quantized(act, out.scale, out.zero_point)
+    wname = c_ident(w.name, f"w{w.index}_") + "_pairs"
+    bname = f"{pname}_bias"
+    consts = [f"/* {c_comment(w.describe())}, scale {w.scale:.9g}, zero point {w.zero_point}: "
+              f"chunked row pairs for the kernel variant (fully_connected.h), {output_depth} rows "
+              f"in groups of {PAIRS_ROWS}, depth {accum_depth} in {len(chunks)} chunks of int16 "
+              f"sums (mean length {np.mean(chunks):.1f}) */\n"
+              + c_array("int32_t", wname, stream, 8, lambda v: str(int(v))),
+              "/* bias + input_offset * sum(weights + filter_offset), per padded row */\n"
+              + c_array("int32_t", bname, bias_p, 8, lambda v: str(int(v)))]
+    const_bytes = 4 * stream.size + 4 * bias_p.size
+    params = (f"static const qe_fc_s8_pairs_params_t {pname} = {{\n"
+              f"    .output_offset = {out.zero_point},\n"
+              f"    .output_multiplier = {multiplier},  /* {real:.17g} = m * 2^(shift - 31) */\n"
+              f"    .output_shift = {shift},\n"
+              f"    .activation_min = {act_min},\n"
+              f"    .activation_max = {act_max},\n"
+              f"    .batches = {batches}u,\n    .accum_depth = {accum_depth}u,\n"
+              f"    .output_depth = {output_depth}u,\n}};\n")
+    call = (f"qe_fully_connected_s8_pairs(&{pname}, (const int8_t *)@T{x.index}@, {wname}, "
+            f"{bname}, (int8_t *)@T{out.index}@);")
+    ref_bytes = w.size + (4 * bias.size if bias is not None else 0)
+    return Kernel(op, call, params, consts, const_bytes,
+                  kernel.comment.replace("FULLY_CONNECTED int8:", "FULLY_CONNECTED int8 (pairs):")
+                  + f"; layout {const_bytes} B of flash (reference layout {ref_bytes} B)",
+                  layout_extra_bytes=const_bytes - ref_bytes)
+
+
 def avr_fc_stream(w: np.ndarray, bias: np.ndarray | None, input_offset: int,
                   filter_offset: int) -> tuple[np.ndarray, np.ndarray, list[int]] | None:
     """The AVR variant's layout of fully_connected.h (qe_fully_connected_s8_avr) for int8 weights
@@ -194,17 +297,7 @@ def avr_fc_stream(w: np.ndarray, bias: np.ndarray | None, input_offset: int,
     for g in range(r_pad // AVR_ROWS):
         gw = full[g * AVR_ROWS:(g + 1) * AVR_ROWS]          # [AVR_ROWS][depth]
         d = 0
-        while d < depth:
-            pos = np.zeros(AVR_ROWS, np.int64)
-            neg = np.zeros(AVR_ROWS, np.int64)
-            n = 0
-            while d + n < depth and n < AVR_MAX_CHUNK:
-                col = gw[:, d + n]
-                p2, n2 = pos + np.maximum(col, 0), neg + np.maximum(-col, 0)
-                if not _chunk_fits(p2, n2).all():
-                    break
-                pos, neg, n = p2, n2, n + 1
-            assert n >= 1               # one product (|w'| <= 128, |x| <= 128) always fits
+        for n in _greedy_chunks(gw, AVR_MAX_CHUNK):
             stream.append(n)
             stream.extend(gw[:, d:d + n].T.reshape(-1))
             chunks.append(n)

@@ -23,6 +23,10 @@
  *       against the reference's qe_fully_connected_s8: int8 stream[header[15]],
  *       int32 bias'[padded rows], the output stage's int32 sat_low, sat_high, then 20 bytes:
  *       fast, m_prime[5], round[2][5], byte_moves, 3 zeros (fully_connected.h)
+ *   kind 5 (built with -DQE_CHECK_PAIRS_LAYOUT, the cortex-m0 variant): s8 per tensor, the
+ *       variant's qe_fully_connected_s8_pairs on the generator's chunked row pairs (header[15]:
+ *       the stream's length in words) against the reference's qe_fully_connected_s8:
+ *       int32 stream[header[15]], int32 bias'[padded rows]
  * Output (host: stdout; board: fc_out.bin): per case the reference's output bytes, then the
  * variant's. Exit status 0 when every case matched, 1 when one did not, 2 on bad input.
  *
@@ -78,6 +82,14 @@ static int8_t avr_stream[MAX_STREAM];
 static int32_t avr_sat[2];
 static uint8_t avr_stage[20];
 #endif
+#ifdef QE_CHECK_PAIRS_LAYOUT
+#ifdef QE_CHECK_SMALL_RAM
+#define MAX_PAIRS 896
+#else
+#define MAX_PAIRS 65536
+#endif
+static int32_t pairs_stream[MAX_PAIRS];
+#endif
 static float out_ref[MAX_OUT * 4 + 1], out_opt[MAX_OUT * 4 + 1];   /* int8 outputs too, as bytes */
 
 int main(void)
@@ -98,6 +110,36 @@ int main(void)
         const uint32_t out_bytes = batches * rows * (kind == 2u ? 4u : 1u);
         const uint32_t padded = (uint32_t)h[15], prows = (rows + 3u) & ~3u;
 
+#ifdef QE_CHECK_PAIRS_LAYOUT
+        if (kind == 5u) {
+            if ((uint32_t)h[15] > MAX_PAIRS || batches * depth > MAX_IN || rows * depth > MAX_W
+                || rows > MAX_OUT || depth > QE_FC_PACKED_MAX_DEPTH || batches == 0u
+                || depth == 0u || rows == 0u
+                || !io_read(in, batches * depth) || !io_read(w, rows * depth)
+                || (has_bias && !io_read(bias, 4u * rows))
+                || !io_read(pairs_stream, 4u * (uint32_t)h[15])
+                || !io_read(packed_bias, 4u * prows)) {
+                return io_exit(2);
+            }
+            memset(out_ref, 0x5A, sizeof out_ref);
+            memset(out_opt, 0xA5, sizeof out_opt);
+            {
+                const qe_fc_s8_params_t p = {h[4], h[5], h[6], h[7], h[8], h[9], h[10],
+                                             (uint16_t)batches, (uint16_t)depth, (uint16_t)rows};
+                const qe_fc_s8_pairs_params_t pp = {h[6], h[7], h[8], h[9], h[10],
+                                                    (uint16_t)batches, (uint16_t)depth,
+                                                    (uint16_t)rows};
+                qe_fully_connected_s8_reference(&p, in, w, b, (int8_t *)out_ref);
+                qe_fully_connected_s8_pairs(&pp, in, pairs_stream, packed_bias, (int8_t *)out_opt);
+            }
+            io_write(out_ref, out_bytes);
+            io_write(out_opt, out_bytes);
+            if (memcmp(out_ref, out_opt, out_bytes) != 0 || ((uint8_t *)out_opt)[out_bytes] != 0xA5u) {
+                status = 1;
+            }
+            continue;
+        }
+#endif
 #ifdef QE_CHECK_AVR_LAYOUT
         if (kind == 4u) {
             if ((uint32_t)h[15] > MAX_STREAM || batches * depth > MAX_IN || rows * depth > MAX_W

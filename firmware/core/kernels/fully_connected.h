@@ -170,4 +170,32 @@ void qe_fully_connected_s8_avr(const qe_fc_s8_avr_params_t *p, const int8_t *inp
                                const QE_FLASH int8_t *stream, const QE_FLASH int32_t *bias,
                                int8_t *output);
 
+/* int8 per-tensor FULLY_CONNECTED in the chunked row-pair layout of the cortex-m0 variant
+ * (converters/ops/fully_connected.py, pairs_fc_stream): the same results as
+ * qe_fully_connected_s8 on the original weights, bit for bit. Both zero points folded in as for
+ * the avr layout (w' = w + filter_offset in [-255, 255], bias' = bias + input_offset * sum w').
+ * Rows in groups of QE_FC_PAIRS_ROWS (4, the last padded with zero rows); per group chunks of
+ * the depth, in order, each one int32 word L (>= 1), then per input two int32 words whose
+ * values are 65536 * w'[4g+1][d] + w'[4g][d] and 65536 * w'[4g+3][d] + w'[4g+2][d]; a 0 word
+ * ends the group. The generator cuts the chunks (as for the avr stream) so that every row's sum
+ * over a chunk lies in int16 for every int8 input: a 32-bit sum of word * x over the chunk is
+ * then 65536 H + L (mod 2^32) with L, H the two rows' exact sums, L its low half sign-extended.
+ * Depth <= QE_FC_PACKED_MAX_DEPTH (the variant widens the input into a stack buffer). */
+#define QE_FC_PAIRS_ROWS 4u
+
+typedef struct {
+    int32_t output_offset;      /* +output zero point */
+    int32_t output_multiplier;  /* Q31 */
+    int32_t output_shift;       /* TFLite convention: > 0 shifts left */
+    int32_t activation_min;
+    int32_t activation_max;
+    uint16_t batches;
+    uint16_t accum_depth;       /* <= QE_FC_PACKED_MAX_DEPTH */
+    uint16_t output_depth;      /* the real rows (outputs) */
+} qe_fc_s8_pairs_params_t;
+
+void qe_fully_connected_s8_pairs(const qe_fc_s8_pairs_params_t *p, const int8_t *input,
+                                 const QE_FLASH int32_t *stream, const QE_FLASH int32_t *bias,
+                                 int8_t *output);
+
 #endif
