@@ -30,7 +30,7 @@ from quarl_edge.converters import qmath
 from quarl_edge.converters.ops.fully_connected import (AVR_ROWS, PACKED_MAX_DEPTH, PAIRS_ROWS,
                                                        avr_fc_stream, avr_output_stage,
                                                        avr_output_stage_c, pack_fc_weights,
-                                                       pairs_fc_stream)
+                                                       pairs_fc_stream, saturation_bounds)
 from quarl_edge.targets.boards import all_boards, get_board, load_board_file
 from quarl_edge.targets.build import (COMMON_CFLAGS, board_defines, expand_flag, firmware_sources,
                                       kernel_sources, port_dirs)
@@ -107,7 +107,12 @@ class Case:
             out += self.mults.astype("<i4").tobytes() + self.shifts.astype(np.int8).tobytes()
         if self.kind == ACC:
             out += self.scales.astype("<f4").tobytes()
-        if packed and self.kind == AVR:
+        if packed and self.kind == PAIRS:
+            out += (packed[0].astype("<i4").tobytes() + packed[1].astype("<i4").tobytes()
+                    + struct.pack("<2i", *saturation_bounds(self.multiplier, self.shift,
+                                                            self.output_offset, self.act_min,
+                                                            self.act_max)))
+        elif packed and self.kind == AVR:
             st = self.avr_stage()
             out += (packed[0].astype(np.int8).tobytes() + packed[1].astype("<i4").tobytes()
                     + struct.pack("<2i", st["sat_low"], st["sat_high"])
@@ -1202,9 +1207,11 @@ def pairs_cases(cases: list[Case]) -> list[Case]:
 
 def pairs_edge_cases() -> list[Case]:
     """The packed layout's edge cases (depths 1..128: chunks of one input, odd and even chunks,
-    weights and offsets at their ends, so w' = 255 and -255 words) and the output-stage
-    extremes, as row-pair cases."""
-    return pairs_cases(packed_edge_cases() + output_stage_cases())
+    weights and offsets at their ends, so w' = 255 and -255 words), the output-stage extremes,
+    and the accumulators around the saturation bounds (avr_output_stage_cases), as row-pair
+    cases."""
+    return pairs_cases(packed_edge_cases() + output_stage_cases()) + [
+        dataclasses.replace(c, kind=PAIRS) for c in avr_output_stage_cases()]
 
 
 def pairs_m0_cases(cases: list[Case]) -> list[Case]:

@@ -225,6 +225,21 @@ def pairs_fc_stream(w: np.ndarray, bias: np.ndarray | None, input_offset: int,
     return np.array(stream, np.int64).astype(np.int32), bias_p.astype(np.int32), chunks
 
 
+def saturation_bounds(multiplier: int, shift: int, offset: int, act_min: int,
+                      act_max: int) -> tuple[int, int]:
+    """(sat_low, sat_above) of qe_fc_s8_pairs_params_t: accumulators <= sat_low give act_min,
+    > sat_above act_max (avr_output_stage's bisection; INT32_MIN, INT32_MAX: none, as for
+    shifts >= 0, where requantization wraps and is not monotone)."""
+    st = avr_output_stage(multiplier, shift, offset, act_min, act_max)
+    f = lambda x: qmath.requantize_output(x, multiplier, shift, offset, act_min, act_max)  # noqa: E731
+    low, high = st["sat_low"], st["sat_high"]
+    lo_i, hi_i = -(1 << 31), (1 << 31) - 1
+    if low == lo_i or f(low) != act_min:          # none (or INT32_MIN itself: never reached)
+        low = lo_i
+    above = hi_i if (high == hi_i or f(high) != act_max) else max(high - 1, lo_i)
+    return low, above
+
+
 def lower_fully_connected_pairs(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
     """For the cortex-m0 variant: an int8 per-tensor FULLY_CONNECTED with accum_depth <=
     PACKED_MAX_DEPTH gets the chunked pair layout (pairs_fc_stream, qe_fully_connected_s8_pairs);
@@ -252,12 +267,15 @@ def lower_fully_connected_pairs(op: Operator, model: TFLiteModel, pname: str) ->
               "/* bias + input_offset * sum(weights + filter_offset), per padded row */\n"
               + c_array("int32_t", bname, bias_p, 8, lambda v: str(int(v)))]
     const_bytes = 4 * stream.size + 4 * bias_p.size
+    sat_low, sat_above = saturation_bounds(multiplier, shift, out.zero_point, act_min, act_max)
     params = (f"static const qe_fc_s8_pairs_params_t {pname} = {{\n"
               f"    .output_offset = {out.zero_point},\n"
               f"    .output_multiplier = {multiplier},  /* {real:.17g} = m * 2^(shift - 31) */\n"
               f"    .output_shift = {shift},\n"
               f"    .activation_min = {act_min},\n"
               f"    .activation_max = {act_max},\n"
+              f"    .sat_low = {_c_int32(sat_low)},  /* <= this: activation_min */\n"
+              f"    .sat_above = {_c_int32(sat_above)},  /* > this: activation_max */\n"
               f"    .batches = {batches}u,\n    .accum_depth = {accum_depth}u,\n"
               f"    .output_depth = {output_depth}u,\n}};\n")
     call = (f"qe_fully_connected_s8_pairs(&{pname}, (const int8_t *)@T{x.index}@, {wname}, "

@@ -189,6 +189,12 @@ typedef struct {
     int32_t output_shift;       /* TFLite convention: > 0 shifts left */
     int32_t activation_min;
     int32_t activation_max;
+    /* the generator's saturation bounds (converters/ops/fully_connected.py, avr_output_stage;
+     * the portable definition ignores them): accumulators <= sat_low give activation_min,
+     * accumulators > sat_above activation_max, with no requantization (INT32_MIN, INT32_MAX:
+     * none; accumulators lie in [-INT32_MAX, INT32_MAX]) */
+    int32_t sat_low;
+    int32_t sat_above;
     uint16_t batches;
     uint16_t accum_depth;       /* <= QE_FC_PACKED_MAX_DEPTH */
     uint16_t output_depth;      /* the real rows (outputs) */

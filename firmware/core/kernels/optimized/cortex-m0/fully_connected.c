@@ -377,7 +377,7 @@ void qe_fully_connected_s8_pairs(const qe_fc_s8_pairs_params_t *p, const int8_t 
     const uint32_t n = p->accum_depth, rows = p->output_depth;
     const int32_t multiplier = p->output_multiplier, shift = p->output_shift;
     const int32_t offset = p->output_offset, act_min = p->activation_min,
-                  act_max = p->activation_max;
+                  act_max = p->activation_max, sat_low = p->sat_low, sat_above = p->sat_above;
     int32_t xb[QE_FC_PACKED_MAX_DEPTH];
     requant_right_t rr;
     const int fast = requant_right_init(&rr, multiplier, shift, offset, act_min, act_max);
@@ -399,7 +399,11 @@ void qe_fully_connected_s8_pairs(const qe_fc_s8_pairs_params_t *p, const int8_t 
             w = pairs_group(xb, w, acc);
             if (fast) {
                 for (r = 0; r < QE_FC_PAIRS_ROWS && o + r < rows; ++r) {
-                    out[o + r] = (int8_t)requant_right_output(&rr, acc[r]);
+                    /* saturated: the generator's bounds say so, no requantization */
+                    const int32_t a = acc[r];
+                    out[o + r] = (int8_t)(a <= sat_low ? act_min
+                                          : a > sat_above ? act_max
+                                                          : requant_right_output(&rr, a));
                 }
             } else {
                 for (r = 0; r < QE_FC_PAIRS_ROWS && o + r < rows; ++r) {
