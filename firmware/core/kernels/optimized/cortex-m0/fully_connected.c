@@ -397,7 +397,16 @@ void qe_fully_connected_s8_pairs(const qe_fc_s8_pairs_params_t *p, const int8_t 
             acc[2] = bias[o + 2u];
             acc[3] = bias[o + 3u];
             w = pairs_group(xb, w, acc);
-            if (fast) {
+            if (fast && o + QE_FC_PAIRS_ROWS <= rows) {     /* a whole group, unrolled */
+                int8_t *const g = out + o;
+#define QE_M0_PAIRS_OUT(a)                                                                \
+    (int8_t)((a) <= sat_low ? act_min : (a) > sat_above ? act_max : requant_right_output(&rr, (a)))
+                g[0] = QE_M0_PAIRS_OUT(acc[0]);
+                g[1] = QE_M0_PAIRS_OUT(acc[1]);
+                g[2] = QE_M0_PAIRS_OUT(acc[2]);
+                g[3] = QE_M0_PAIRS_OUT(acc[3]);
+#undef QE_M0_PAIRS_OUT
+            } else if (fast) {
                 for (r = 0; r < QE_FC_PAIRS_ROWS && o + r < rows; ++r) {
                     /* saturated: the generator's bounds say so, no requantization */
                     const int32_t a = acc[r];
