@@ -47,6 +47,10 @@ fi
 # alone, and this builds the same way as a user's `pip install`. Re-run after pulling changes that
 # add packages (e.g. converters/ops/): the editable install records the package list it was made with.
 .venv/bin/python -m pip install -q -e '.[test,mujoco,onnx,ray]' 2>&1 | grep -v "^WARNING: Location" || true
-.venv/bin/python -c 'import quarl_edge.cli, tensorflow, tf_agents, tflite_runtime, tflite_micro, ray' \
+# MinAtar (the pixel tasks, quarl_edge/rl/minatar.py) without its declared dependencies: they
+# would replace numpy 1.26 by numpy 2 (TensorFlow 2.15 cannot import it) and add seaborn and
+# pandas for its GUI; its games need numpy only.
+.venv/bin/python -m pip install -q --no-deps "MinAtar==1.0.15" 2>&1 | grep -v "^WARNING: Location" || true
+.venv/bin/python -c 'import quarl_edge.cli, tensorflow, tf_agents, tflite_runtime, tflite_micro, ray, minatar' \
     2>/dev/null || { echo "setup: the Python packages did not install; see pip's output above" >&2; exit 1; }
 echo "setup: ready (.venv)"
