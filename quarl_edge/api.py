@@ -36,7 +36,7 @@ PathLike = str | os.PathLike
 
 __all__ = ["BenchRow", "BoardInfo", "BuildResult", "HilResult", "ImportResult", "Latency",
            "QuantizeResult", "ReportResult", "StudySummary", "SweepRow", "TrainResult",
-           "ValidateResult", "bench", "boards", "build", "hil", "import_policy", "ports",
+           "ValidateResult", "bench", "boards", "build", "farm_node", "hil", "import_policy", "ports",
            "quantize", "report", "session", "study", "sweep", "train", "validate"]
 
 
@@ -204,6 +204,12 @@ class StudySummary:
     rows: int
     status: dict                      # status -> number of rows ("ok", "skipped", "error", ...)
     seconds: float
+
+    @property
+    def complete(self) -> bool:
+        """Every row finished: ok, skipped, or a board it does not fit (no error rows)."""
+        from .study.grid import STATUS_DONE
+        return set(self.status) <= set(STATUS_DONE)
 
 
 @dataclass
@@ -483,6 +489,20 @@ def study(config: PathLike, *, out: PathLike | None = None, workers: int = 1,
                     resume=resume, ray_address=ray, redo=list(redo),
                     echo=(lambda s: print(s, flush=True)) if progress else None)
     return _from(StudySummary, res)
+
+
+def farm_node(*, head: bool = False, address: str | None = None, port: int = 6379,
+              instances: int | None = None, num_cpus: int | None = None,
+              resources: str | None = None, dry_run: bool = False,
+              ray_args: Iterable[str] = ()) -> dict:
+    """Start this machine's Ray node for a board farm (`ray start` with a custom resource per
+    board it can serve: board:host, board:<emulated id>: `instances`, board:<id>: 1 per attached
+    real board; `resources`: a JSON object of more), or with `dry_run` only say what it would
+    run: {"resources": {...}, "command": [...], "returncode": int | None}."""
+    from .study.farm import farm_node as start_node
+    return start_node(head=head, address=address, port=port, instances=instances,
+                      num_cpus=num_cpus, resources_json=resources, dry_run=dry_run,
+                      extra=list(ray_args))
 
 
 def report(results: PathLike, *, out: PathLike | None = None, tolerance: float = 0.05,

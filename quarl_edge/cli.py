@@ -375,15 +375,13 @@ def cmd_study(a, qe):
         counts = ", ".join(f"{n} {s}" for s, n in sorted(res.status.items()))
         print(f"study {res.study}: {counts} of {res.rows} rows in {res.seconds} s")
         note(f"wrote the results to {res.results}")
-    from .study.grid import STATUS_DONE
-    return EXIT_OK if set(res.status) <= set(STATUS_DONE) else EXIT_MISMATCH
+    return EXIT_OK if res.complete else EXIT_MISMATCH
 
 
 def cmd_farm_node(a, qe):
-    from .study.farm import farm_node
-    res = farm_node(head=a.head, address=a.address, port=a.port, instances=a.instances,
-                    num_cpus=a.num_cpus, resources_json=a.resources, dry_run=a.print,
-                    extra=a.ray_args)
+    res = qe.farm_node(head=a.head, address=a.address, port=a.port, instances=a.instances,
+                       num_cpus=a.num_cpus, resources=a.resources, dry_run=a.print,
+                       ray_args=a.ray_args)
     if a.json:
         return emit_json(res)
     if a.print:
