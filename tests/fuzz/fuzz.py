@@ -124,15 +124,19 @@ def main(argv=None) -> int:
     g.add_argument("--runs", type=int, default=None, help="executions (default: 10,000,000)")
     g.add_argument("--seconds", type=int, default=None, help="run this long instead")
     ap.add_argument("--out", type=Path, default=ROOT / "build" / "fuzz")
+    ap.add_argument("--variant", choices=sorted(VARIANTS), action="append",
+                    help="fuzz only this firmware (repeatable; default: all, the runs or the "
+                         "time split evenly between them)")
     a = ap.parse_args(argv)
     runs = a.runs if a.runs is not None or a.seconds is not None else 10_000_000
+    variants = {k: v for k, v in VARIANTS.items() if not a.variant or k in a.variant}
     total = 0
-    for name, max_payload in VARIANTS.items():      # half the runs (or the time) each
+    for name, max_payload in variants.items():      # an even share of the runs (or the time)
         out = a.out / name
         exe = build(out, max_payload=max_payload)
         corpus = seed_corpus(out / "corpus", 16)    # kept between runs; the seeds re-added
-        proc = run(exe, corpus, runs=None if runs is None else runs // len(VARIANTS),
-                   seconds=None if a.seconds is None else a.seconds // len(VARIANTS),
+        proc = run(exe, corpus, runs=None if runs is None else runs // len(variants),
+                   seconds=None if a.seconds is None else a.seconds // len(variants),
                    artifacts=out, counts=True)
         stats = [ln for ln in proc.stderr.splitlines()
                  if ln.startswith(("stat::", "fuzz replies", "Done"))]
