@@ -417,6 +417,33 @@ def test_a_retried_reset_leaves_the_state_zero_and_an_infer_retry_still_replays(
     assert infer(plain, [5, 0, 0, 0])[2] == 2 * dequant([5])[0]   # two runs since the RESET
 
 
+@given(st.lists(st.tuples(st.sampled_from(["infer", "reset"]), st.integers(-20, 20),
+                          st.integers(0, 2)), min_size=1, max_size=12))
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_reset_and_infer_with_retries_keep_the_state_of_a_model_run_once_per_step(plain, steps):
+    """Any sequence of INFERs and RESETs, each sent 1 + `retries` times with its sequence
+    number (a host whose replies got lost): the state (the fixture's running sum) is the sum of
+    the INFERs since the last RESET, each counted once, as if no request had been repeated."""
+    boot = plain.hello().boot_id
+    assert reset(plain) == boot
+    expected = 0.0
+    for what, x, retries in steps:
+        seq = plain.next_seq()
+        if what == "reset":
+            for _ in range(1 + retries):
+                assert reset(plain, seq) == boot
+            expected = 0.0
+            continue
+        frame = P.encode_frame(0x02, struct.pack("<4b", x, 0, 0, 0), seq)
+        replies = []
+        for _ in range(1 + retries):
+            plain.send(frame)
+            replies.append(plain.frame().payload)
+        expected += dequant([x])[0]
+        assert all(r == replies[0] for r in replies)
+        assert struct.unpack("<I4ff", replies[0])[-1] == pytest.approx(expected, abs=1e-4)
+
+
 def test_sigusr1_restarts_the_host_board_which_announces_it(plain):
     """A reset from outside (the fault link's reset=signal:PID): the same process restarts
     from scratch on the same pty, announces its boot and takes the next HELLO's nonce as its

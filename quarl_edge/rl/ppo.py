@@ -20,7 +20,7 @@ import numpy as np
 from ..errors import QuarlError
 from ..run import VALIDATION_SEED_BASE
 from .common import _agent_env, _save_actor_run, _validation_return, actor_layers, common_function
-from .recurrent import play_recurrent, rnn_actor_layers
+from .recurrent import normalization_layer, observation_statistics, play_recurrent, rnn_actor_layers
 
 
 NETS = ("mlp", "lstm")
@@ -47,6 +47,7 @@ class PPOConfig:
     entropy_regularization: float = 0.0
     normalize_rewards: bool = True
     eval_episodes: int = 10                # greedy validation after every iteration
+    gradient_clipping: float | None = None  # global norm of each gradient step (None: no clip)
     net: str = "mlp"                       # "mlp" or "lstm" (a recurrent policy, see above)
     lstm_units: int = 64                   # the LSTM's size (net="lstm")
 
@@ -94,11 +95,16 @@ def train_ppo(env_id: str, seed: int, out: Path, config: PPOConfig, progress: bo
         if not act_spec.dtype.is_integer:
             raise QuarlError(f"ppo --net lstm needs a Discrete action space; {env_id} has "
                              f"{env.gym_env.action_space}")
+        # inputs normalized by fixed statistics of random play (a preprocessing layer of both
+        # networks; the export folds it into the first layer)
+        norm = observation_statistics(env_id, seed)
         actor_net = actor_distribution_rnn_network.ActorDistributionRnnNetwork(
-            obs_spec, act_spec, input_fc_layer_params=cfg.hidden, lstm_size=(cfg.lstm_units,),
+            obs_spec, act_spec, preprocessing_layers=normalization_layer(*norm),
+            input_fc_layer_params=cfg.hidden, lstm_size=(cfg.lstm_units,),
             output_fc_layer_params=None)
         value_net = value_rnn_network.ValueRnnNetwork(
-            obs_spec, input_fc_layer_params=cfg.hidden, lstm_size=(cfg.lstm_units,),
+            obs_spec, preprocessing_layers=normalization_layer(*norm),
+            input_fc_layer_params=cfg.hidden, lstm_size=(cfg.lstm_units,),
             output_fc_layer_params=None)
     else:
         actor_net = actor_distribution_network.ActorDistributionNetwork(
@@ -113,6 +119,7 @@ def train_ppo(env_id: str, seed: int, out: Path, config: PPOConfig, progress: bo
         discount_factor=cfg.gamma, entropy_regularization=cfg.entropy_regularization,
         num_epochs=1 if split else cfg.epochs, use_gae=True, normalize_observations=False,
         normalize_rewards=cfg.normalize_rewards, update_normalizers_in_train=not split,
+        gradient_clipping=cfg.gradient_clipping,
         train_step_counter=tf.Variable(0, dtype=tf.int64))
     agent.initialize()
     collect = common_function(agent.collect_policy.action)
@@ -168,7 +175,7 @@ def train_ppo(env_id: str, seed: int, out: Path, config: PPOConfig, progress: bo
         loss = train_on(replay.gather_all())
         replay.clear()
         if recurrent:
-            layers = rnn_actor_layers(actor_net)
+            layers = rnn_actor_layers(actor_net, *norm)
             seeds = [VALIDATION_SEED_BASE + k for k in range(cfg.eval_episodes)]
             greedy = float(np.mean(play_recurrent(env_id, layers, seeds)[0]))
         else:
@@ -185,7 +192,7 @@ def train_ppo(env_id: str, seed: int, out: Path, config: PPOConfig, progress: bo
         from .recurrent import save_recurrent_run
         actor_net.set_weights(best["net_weights"])
         info = save_recurrent_run(out, env_id, seed, cfg, agent, actor_net, env, best,
-                                  time.perf_counter() - t0, recent)
+                                  time.perf_counter() - t0, recent, norm)
         envs.close()
         return info
     extra = {}
