@@ -88,9 +88,42 @@ class RecurrentLayers:
                    dense("out"))
 
 
-def rnn_actor_layers(actor_net) -> RecurrentLayers:
+def observation_statistics(env_id: str, seed: int, episodes: int = 20):
+    """Mean and standard deviation per observation component over `episodes` episodes of
+    uniformly random actions (seeds seed * 1000 + k): the fixed input normalization of a
+    recurrent policy (`ppo --net lstm`). CartPoleNoVel's pole angle varies by ~0.1 rad, its
+    change per step by ~0.01: unscaled, the LSTM has to grow large weights before it can tell
+    a velocity from two observations."""
+    from .envs import make_gym
+    env = make_gym(env_id)
+    env.action_space.seed(seed)
+    seen = []
+    try:
+        for k in range(episodes):
+            obs, _ = env.reset(seed=seed * 1000 + k)
+            done = False
+            while not done:
+                seen.append(np.asarray(obs, np.float64).reshape(-1))
+                obs, _, terminated, truncated, _ = env.step(env.action_space.sample())
+                done = terminated or truncated
+    finally:
+        env.close()
+    seen = np.stack(seen)
+    return seen.mean(0).astype(np.float32), np.maximum(seen.std(0), 1e-3).astype(np.float32)
+
+
+def normalization_layer(mean: np.ndarray, std: np.ndarray):
+    """A fixed Keras Normalization layer, (x - mean) / std (a network's preprocessing layer)."""
+    import tensorflow as tf
+    return tf.keras.layers.Normalization(mean=mean, variance=np.square(std))
+
+
+def rnn_actor_layers(actor_net, mean: np.ndarray | None = None,
+                     std: np.ndarray | None = None) -> RecurrentLayers:
     """The greedy (logits) path of a TF-Agents ActorDistributionRnnNetwork with a categorical
-    head and one LSTM cell, as RecurrentLayers."""
+    head and one LSTM cell, as RecurrentLayers. `mean`, `std`: the network's input
+    normalization (its preprocessing layer, normalization_layer), folded into the first Dense
+    layer (kernel / std, bias - (mean / std) @ kernel), so the arrays take raw observations."""
     import tensorflow as tf
     enc = actor_net._lstm_encoder
 
@@ -112,6 +145,16 @@ def rnn_actor_layers(actor_net) -> RecurrentLayers:
     if type(proj).__name__ != "CategoricalProjectionNetwork":
         raise QuarlError("recurrent policies need a discrete action space (categorical head)")
     dense_out = dense(list(enc._output_encoder) + [proj._projection_layer])
+    if mean is not None:
+        kernel, bias, act = dense_in[0] if dense_in else (lstm[0], lstm[2], None)
+        scale = (1.0 / std.astype(np.float64)).reshape(-1)
+        folded_k = (kernel.astype(np.float64) * scale[:, None]).astype(np.float32)
+        folded_b = (bias.astype(np.float64) - (mean.reshape(-1) * scale) @ kernel.astype(np.float64)
+                    ).astype(np.float32)
+        if dense_in:
+            dense_in[0] = (folded_k, folded_b, act)
+        else:
+            lstm = (folded_k, lstm[1], folded_b)
     return RecurrentLayers(dense_in, lstm, dense_out)
 
 
@@ -228,7 +271,7 @@ def convert_one_step(model, configure=None) -> bytes:
 
 # ------------------------------------------------------------------------- the run directory
 def save_recurrent_run(out: Path, env_id: str, seed: int, cfg, agent, actor_net, env, best: dict,
-                       train_seconds: float, recent_returns) -> dict:
+                       train_seconds: float, recent_returns, normalization) -> dict:
     """Write a recurrent PPO run: RUN/recurrent.npz (first: the arrays survive a failed export),
     policy/ (the greedy PolicySaver, with its policy state), RUN/policy.keras (the one-step
     model, checked against the agent's greedy policy stepped over probe episodes with its
@@ -244,7 +287,7 @@ def save_recurrent_run(out: Path, env_id: str, seed: int, cfg, agent, actor_net,
     from .envs import space_info
 
     out = Path(out)
-    layers = rnn_actor_layers(actor_net)
+    layers = rnn_actor_layers(actor_net, *normalization)
     layers.save(out / WEIGHTS_FILE)
     policy = greedy_policy.GreedyPolicy(agent.policy)
     policy_dir = out / "policy"
@@ -258,7 +301,8 @@ def save_recurrent_run(out: Path, env_id: str, seed: int, cfg, agent, actor_net,
     # the check: 4 probe sequences of 60 steps (a new episode every 20), the agent's greedy
     # policy with its state against the numpy step and the stateful Keras model
     rng = np.random.default_rng(seed + 1)
-    probe = rng.uniform(-1.0, 1.0, size=(60, 4, *obs_shape)).astype(np.float32)
+    mean, std = (np.asarray(v, np.float32).reshape(obs_shape) for v in normalization)
+    probe = (mean + std * rng.uniform(-2.0, 2.0, size=(60, 4, *obs_shape))).astype(np.float32)
     pstate = policy.get_initial_state(4)
     state = layers.zero_state(4)
     keras_states = []
@@ -302,7 +346,10 @@ def save_recurrent_run(out: Path, env_id: str, seed: int, cfg, agent, actor_net,
         # the network file is a one-step model: input [1, 1, *obs_shape], LSTM state kept
         # between calls and zeroed at each episode's start (recurrent.py)
         "network": {"type": "lstm", "hidden": list(cfg.hidden), "lstm_units": cfg.lstm_units,
-                    "activation": "relu", "head": "linear", "recurrent": True},
+                    "activation": "relu", "head": "linear", "recurrent": True,
+                    # the fixed input normalization, folded into the first layer of the export
+                    "observation_mean": normalization[0].tolist(),
+                    "observation_std": normalization[1].tolist()},
         "hyperparameters": {k: (list(v) if isinstance(v, tuple) else v)
                             for k, v in asdict(cfg).items()},
         "versions": package_versions(),
