@@ -48,8 +48,12 @@ class PPOConfig:
     normalize_rewards: bool = True
     eval_episodes: int = 10                # greedy validation after every iteration
     gradient_clipping: float | None = None  # global norm of each gradient step (None: no clip)
+    learning_rate_end: float | None = None  # rppo.py: linear decay to this by the last step
     net: str = "mlp"                       # "mlp" or "lstm" (a recurrent policy, see above)
     lstm_units: int = 64                   # the LSTM's size (net="lstm")
+    # net="lstm": "own" trains with rl/rppo.py (each row unrolled from the LSTM state it was
+    # collected with), "tf-agents" with PPOClipAgent and ActorDistributionRnnNetwork below
+    rnn_trainer: str = "own"
 
     def __post_init__(self):
         self.hidden = tuple(int(h) for h in self.hidden)
@@ -58,6 +62,8 @@ class PPOConfig:
                              f"{self.collect_steps}")
         if self.net not in NETS:
             raise QuarlError(f"unknown net {self.net!r}; known: {', '.join(NETS)}")
+        if self.rnn_trainer not in ("own", "tf-agents"):
+            raise QuarlError(f"unknown rnn_trainer {self.rnn_trainer!r}; known: own, tf-agents")
         if self.lstm_units <= 0:
             raise QuarlError(f"lstm_units must be positive, got {self.lstm_units}")
         if self.num_envs < 1 or self.minibatches < 1 or self.num_envs % self.minibatches:
@@ -67,6 +73,9 @@ class PPOConfig:
 
 
 def train_ppo(env_id: str, seed: int, out: Path, config: PPOConfig, progress: bool = True) -> dict:
+    if config.net == "lstm" and config.rnn_trainer == "own":
+        from .rppo import train_recurrent_ppo
+        return train_recurrent_ppo(env_id, seed, out, config, progress)
     import tensorflow as tf
     from tf_agents.agents.ppo import ppo_clip_agent
     from tf_agents.environments import batched_py_environment

@@ -28,6 +28,14 @@ from ..errors import QuarlError
 from ..run import ACTIVATIONS
 
 WEIGHTS_FILE = "recurrent.npz"   # RUN/recurrent.npz: the greedy actor's arrays (RecurrentLayers)
+# The cell clip of the converted LSTM: TFLite's converter fuses a Keras LSTM into a
+# UNIDIRECTIONAL_SEQUENCE_LSTM with cell_clip 10 (c = clip(f * c + i * g, -10, 10)), which Keras
+# itself does not have. A trained policy's cell reaches |c| ~ 150 on CartPoleNoVel: unclipped
+# numpy and TFLite then chose different actions at 5% of the steps. So the recurrence we train,
+# validate and compare with (RecurrentLayers.step, rppo.py's unroll) clips as TFLite does,
+# and the converted model computes exactly the policy that was trained; the stateful Keras
+# policy.keras (no clip) equals it while |c| stays below the clip.
+CELL_CLIP = 10.0
 
 
 @dataclass
@@ -54,7 +62,7 @@ class RecurrentLayers:
         u = self.units
         sig = lambda v: 1.0 / (1.0 + np.exp(-v))  # noqa: E731
         i, f, g, o = sig(z[:, :u]), sig(z[:, u:2 * u]), np.tanh(z[:, 2 * u:3 * u]), sig(z[:, 3 * u:])
-        c = f * c + i * g
+        c = np.clip(f * c + i * g, -CELL_CLIP, CELL_CLIP)
         h = o * np.tanh(c)
         x = h
         for kernel, bias, act in self.dense_out:
@@ -145,17 +153,25 @@ def rnn_actor_layers(actor_net, mean: np.ndarray | None = None,
     if type(proj).__name__ != "CategoricalProjectionNetwork":
         raise QuarlError("recurrent policies need a discrete action space (categorical head)")
     dense_out = dense(list(enc._output_encoder) + [proj._projection_layer])
-    if mean is not None:
-        kernel, bias, act = dense_in[0] if dense_in else (lstm[0], lstm[2], None)
-        scale = (1.0 / std.astype(np.float64)).reshape(-1)
-        folded_k = (kernel.astype(np.float64) * scale[:, None]).astype(np.float32)
-        folded_b = (bias.astype(np.float64) - (mean.reshape(-1) * scale) @ kernel.astype(np.float64)
-                    ).astype(np.float32)
-        if dense_in:
-            dense_in[0] = (folded_k, folded_b, act)
-        else:
-            lstm = (folded_k, lstm[1], folded_b)
-    return RecurrentLayers(dense_in, lstm, dense_out)
+    layers = RecurrentLayers(dense_in, lstm, dense_out)
+    return layers if mean is None else fold_normalization(layers, mean, std)
+
+
+def fold_normalization(layers: RecurrentLayers, mean: np.ndarray,
+                       std: np.ndarray) -> RecurrentLayers:
+    """`layers` that take (x - mean) / std, as layers that take x: the normalization folded
+    into the first layer (kernel / std, bias - (mean / std) @ kernel)."""
+    dense_in, lstm = list(layers.dense_in), layers.lstm
+    kernel, bias, act = dense_in[0] if dense_in else (lstm[0], lstm[2], None)
+    scale = (1.0 / np.asarray(std, np.float64)).reshape(-1)
+    folded_k = (kernel.astype(np.float64) * scale[:, None]).astype(np.float32)
+    folded_b = (bias.astype(np.float64) - (np.asarray(mean, np.float64).reshape(-1) * scale)
+                @ kernel.astype(np.float64)).astype(np.float32)
+    if dense_in:
+        dense_in[0] = (folded_k, folded_b, act)
+    else:
+        lstm = (folded_k, lstm[1], folded_b)
+    return RecurrentLayers(dense_in, lstm, list(layers.dense_out))
 
 
 def play_recurrent(env_id: str, layers: RecurrentLayers, seeds, record: bool = False,
@@ -328,7 +344,16 @@ def save_recurrent_run(out: Path, env_id: str, seed: int, cfg, agent, actor_net,
     model.reset_states()
     model.save(out / MODEL_FILES["ppo"])
 
-    space = env.gym_env.action_space
+    return _write_run_json(out, env_id, seed, cfg, best, train_seconds, recent_returns,
+                           normalization, obs_shape, env.gym_env.action_space)
+
+
+def _write_run_json(out: Path, env_id: str, seed: int, cfg, best: dict, train_seconds: float,
+                    recent_returns, normalization, obs_shape, space) -> dict:
+    from dataclasses import asdict
+
+    from ..run import MODEL_FILES, VALIDATION_SEED_BASE, package_versions, write_run
+    from .envs import space_info
     info = {
         "env": env_id,
         "algo": "ppo",
@@ -393,3 +418,34 @@ def recurrent_calibration(env_id: str, layers: RecurrentLayers, size: int, episo
     finally:
         env.close()
     return np.concatenate(chunks)[:size].astype(np.float32)
+
+
+def save_recurrent_arrays(out: Path, env_id: str, seed: int, cfg, best: dict, train_seconds: float,
+                          recent_returns, normalization, obs_shape, space) -> dict:
+    """Write a recurrent run trained by rl/rppo.py: RUN/recurrent.npz (best["layers"], the
+    normalization folded in), RUN/policy.keras (the one-step model, checked against the numpy
+    step over probe episodes) and run.json. (No policy/: the loop has no TF-Agents policy; the
+    later stages read policy.keras.)"""
+    from ..run import MODEL_FILES
+    out = Path(out)
+    layers = best["layers"]
+    layers.save(out / WEIGHTS_FILE)
+    model = one_step_keras(tuple(obs_shape), layers)
+    rng = np.random.default_rng(seed + 1)
+    mean, std = (np.asarray(v, np.float32).reshape(-1) for v in normalization)
+    diff = 0.0
+    for _ in range(3):
+        model.reset_states()
+        state = layers.zero_state()
+        for x in (mean + std * rng.uniform(-2, 2, size=(20, len(mean)))).astype(np.float32):
+            want, state = layers.step(x[None], state)
+            got = model(x.reshape(1, 1, *obs_shape), training=False).numpy()
+            if np.abs(state[1]).max() >= CELL_CLIP:    # Keras has no cell clip: stop there
+                break
+            diff = max(diff, float(np.abs(got - want).max()))
+    if diff > 1e-4:
+        raise RuntimeError(f"the one-step Keras model differs from the recurrent actor by {diff}")
+    model.reset_states()
+    model.save(out / MODEL_FILES["ppo"])
+    return _write_run_json(out, env_id, seed, cfg, best, train_seconds, recent_returns,
+                           normalization, obs_shape, space)
