@@ -156,7 +156,6 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
         episodes_played = [board_episode(sd) for sd in seeds]
         wall = time.perf_counter() - t0
         returns = [r for e in episodes_played for r in e[0]]
-        visited = np.concatenate([e[1] for e in episodes_played])
         board_actions = [a for e in episodes_played for a in e[2]]
         memory = s.memory()
         unit = s.info.cost_unit

@@ -293,14 +293,12 @@ def save_recurrent_run(out: Path, env_id: str, seed: int, cfg, agent, actor_net,
     model, checked against the agent's greedy policy stepped over probe episodes with its
     state) and run.json; returns run.json's contents."""
     import shutil
-    from dataclasses import asdict
 
     import tensorflow as tf
     from tf_agents.policies import greedy_policy, policy_saver
     from tf_agents.trajectories import time_step as ts
 
-    from ..run import MODEL_FILES, VALIDATION_SEED_BASE, package_versions, write_run
-    from .envs import space_info
+    from ..run import MODEL_FILES
 
     out = Path(out)
     layers = rnn_actor_layers(actor_net, *normalization)
