@@ -143,8 +143,10 @@ def cmd_train(a, qe):
     print(f"trained {res.algo} on {res.env} (seed {res.seed}, {res.steps:,} steps) in "
           f"{res.train_seconds:.0f} s: best greedy validation return {res.best_greedy_return:.1f} "
           f"at step {info.get('best_step', '-'):,}")
+    extra = "recurrent.npz, " if (Path(res.run_dir) / "recurrent.npz").is_file() else ""
+    extra += "policy/, " if (Path(res.run_dir) / "policy").is_dir() else ""
     note(f"wrote the run to {res.run_dir} (run.json, {info.get('model_file', 'qnet.keras')}, "
-         "policy/, train_curve.csv)")
+         f"{extra}train_curve.csv)")
 
 
 def cmd_quantize(a, qe):
