@@ -37,7 +37,7 @@ sb3-fixtures: setup
 	.venv-sb3/bin/python tests/fixtures/sb3/make_fixtures.py
 
 # The firmware's frame parser and dispatch under libFuzzer + ASan + UBSan, 10 million inputs
-# (about 30 minutes on 2 cores; FUZZ_RUNS=N or FUZZ_SECONDS=S to change); the corpus stays in build/fuzz.
+# (about 15 minutes on 2 cores; FUZZ_RUNS=N or FUZZ_SECONDS=S to change); the corpus stays in build/fuzz.
 FUZZ_RUNS ?= 10000000
 fuzz: setup
 	$(PY) tests/fuzz/fuzz.py $(if $(FUZZ_SECONDS),--seconds $(FUZZ_SECONDS),--runs $(FUZZ_RUNS))

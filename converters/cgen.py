@@ -55,9 +55,12 @@ Supported (everything else is refused by name, with the op's index and types):
   to 4-D, constant begin/end/strides, begin/end/shrink-axis masks (ellipsis and new-axis masks
   refused: TFLM's kernel ignores them). The data-movement ops copy bytes: int8/int16 input and
   output share one quantization;
-- UNIDIRECTIONAL_SEQUENCE_LSTM float32 (TFLM's float LstmStep): gates i, f, c, o with input
-  and recurrent weights and biases, cell gate TANH, cell clipping, time-major or not, any
-  batch; CIFG, peephole, projection, layer norm, integer and hybrid LSTMs are refused by name.
+- UNIDIRECTIONAL_SEQUENCE_LSTM float32 (TFLM's float LstmStep) and int8 (TFLM's integer
+  LSTM: int8 activations and weights per tensor, int32 biases, int16 cell state at a
+  power-of-two scale; gates at Q3.12, int16 sigmoid/tanh on TFLM's table, measured by
+  scripts/measure_sigmoid_table.py): gates i, f, c, o with input and recurrent weights and
+  biases, cell gate TANH, cell clipping, time-major or not, any batch; CIFG, peephole,
+  projection, layer norm, int16 (16x8), per-channel and hybrid LSTMs are refused by name.
   Its hidden and cell state are variable tensors: see "State" below.
 
 Memory plan: one arena, tensors placed by liveness (converters/planner.py); reshapes alias, and
@@ -68,7 +71,8 @@ the same model (asserted in tests/test_arena_vs_tflm.py; printed by benchmarks/a
 State: variable tensors (TFLite's isVariable, e.g. an LSTM's hidden and cell state) keep their
 values from one qe_model_invoke() to the next. They live for the whole run (the planner never
 gives their bytes to another tensor), and a model with any gets a generated
-`qe_model_reset_state()` (qe_model.h) that zeros them, as TFLM's MicroInterpreter::Reset; its
+`qe_model_reset_state()` (qe_model.h) that zeros them (an int8 one: fills it with its zero
+point), as TFLM's MicroInterpreter::Reset; its
 first invoke calls it. Models without state keep their exact model.c (firmware/core's
 qe_model_state.c has a weak no-op default for them).
 

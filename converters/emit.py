@@ -90,9 +90,11 @@ def _state_c(model: TFLiteModel, state: list[int], offset: dict[int, int]) -> st
          "void qe_model_reset_state(void)\n{\n    uint32_t i;"]
     for i in state:
         t = model.tensors[i]
+        # TFLM's ResetTensorData: memset with the zero point of an int8 tensor, else with 0
+        fill = (t.zero_point & 0xFF) if t.dtype == "int8" else 0
         L.append(f"    /* {c_comment(t.describe())} */\n"
                  f"    for (i = 0u; i < {t.nbytes}u; ++i) {{\n"
-                 f"        qe_arena[{offset[i]}u + i] = 0u;\n    }}")
+                 f"        qe_arena[{offset[i]}u + i] = {fill}u;\n    }}")
     L.append("    qe_state_ready = 1u;\n}\n")
     return "\n".join(L)
 

@@ -610,3 +610,24 @@ def mean_params_s8(input_scale: float, output_scale: float, n: int) -> tuple[int
     k = min(int(n).bit_length() - 1, 32, 31 + shift)
     return int((multiplier << k) // int(n)), shift - k
 
+
+
+# ---------------------------------------------------------------- int16 sigmoid / tanh (LSTM)
+def sigmoid_table_u16() -> tuple[int, ...]:
+    """The 256-entry uint16 table of TFLM's int16 LOGISTIC and TANH (reference_integer_ops::
+    Logistic / ::Tanh, which its integer LSTM runs for every gate and for tanh of the cell
+    state): sigmoid(i / 24) in 0.16 fixed point, as TFLM's own comment says, but not exactly
+    round(65536 * sigmoid(i / 24)): 44 of the 256 entries are one more than that (see
+    sigmoid_table_formula_u16). So the values are measured, not computed:
+    scripts/measure_sigmoid_table.py recovers every entry from the tflite-micro interpreter's
+    int16 TANH and LOGISTIC outputs and writes converters/sigmoid_table_u16.py;
+    tests/test_lstm_int8_golden.py measures again and compares."""
+    from .sigmoid_table_u16 import TABLE
+    return TABLE
+
+
+def sigmoid_table_formula_u16() -> list[int]:
+    """round(65536 * sigmoid(i / 24)), i = 0..255: equal to the measured table except at 44
+    entries, where the measured value is one higher (i = 4, 8, 12, 14, ..., 135 and 255).
+    Kept to document that difference (scripts/measure_sigmoid_table.py prints it)."""
+    return [math.floor(65536.0 / (1.0 + math.exp(-i / 24.0)) + 0.5) for i in range(256)]

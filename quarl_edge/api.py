@@ -411,8 +411,9 @@ def validate(model: PathLike, board="host", *, inputs: PathLike | None = None,
              random: int | None = None, seed: int = 0, save_outputs: PathLike | None = None,
              port: str | None = None, out: PathLike | None = None, flasher: str | None = None,
              drive: str | None = None, board_file: PathLike | None = None) -> ValidateResult:
-    """Run inputs (an .npy file, or `random` random ones, default 100) through `model` on the
-    board and compare each output bit for bit with TF Lite Micro on the host. `port`: a board
+    """Run inputs (an .npy file; for a model of several inputs an .npz with one array per
+    input; or `random` random ones, default 100) through `model` on the board and compare each
+    output bit for bit with TF Lite Micro on the host. `port`: a board
     already running this model (a serial port or pyserial URL); without it the board is built,
     started (emulators, host) or flashed (real boards: `flasher`, `drive`)."""
     from .measure.validate import validate as run_validate

@@ -379,7 +379,24 @@ def cmd_study(a, qe):
         counts = ", ".join(f"{n} {s}" for s, n in sorted(res.status.items()))
         print(f"study {res.study}: {counts} of {res.rows} rows in {res.seconds} s")
         note(f"wrote the results to {res.results}")
-    return EXIT_OK if set(res.status) <= {"ok", "skipped"} else EXIT_MISMATCH
+    from .study.grid import STATUS_DONE
+    return EXIT_OK if set(res.status) <= set(STATUS_DONE) else EXIT_MISMATCH
+
+
+def cmd_farm_node(a, qe):
+    from .study.farm import farm_node
+    res = farm_node(head=a.head, address=a.address, port=a.port, instances=a.instances,
+                    num_cpus=a.num_cpus, resources_json=a.resources, dry_run=a.print,
+                    extra=a.ray_args)
+    if a.json:
+        return emit_json(res)
+    if a.print:
+        import shlex
+        table(["resource", "count"], [[k, f"{v:g}"] for k, v in sorted(res["resources"].items())],
+              right=("count",))
+        print(shlex.join(res["command"]))
+        return None
+    return EXIT_OK if res["returncode"] == 0 else EXIT_MISMATCH
 
 
 def cmd_report(a, qe):
@@ -598,12 +615,15 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("model", metavar="MODEL.tflite", help="the model")
     _board_option(s)
     g = s.add_mutually_exclusive_group()
-    g.add_argument("--inputs", metavar="X.npy",
-                   help="inputs, an .npy of shape (n, *input_shape[1:]) and the input's dtype")
+    g.add_argument("--inputs", metavar="X.npy|X.npz",
+                   help="inputs, an .npy of shape (n, *input_shape[1:]) and the input's dtype; "
+                        "for a model of several inputs an .npz with one such array per input, "
+                        "named as the input (pos for serving_default_pos:0) or arr_K by position")
     g.add_argument("--random", type=positive_int, default=None, metavar="N",
                    help="N random inputs over the input's range and beyond it (default 100)")
-    s.add_argument("--save-outputs", default=None, metavar="Y.npy",
-                   help="write the board's outputs to this .npy")
+    s.add_argument("--save-outputs", default=None, metavar="Y.npy|Y.npz",
+                   help="write the board's outputs to this .npy (an .npz of one array per "
+                        "output for a model of several outputs)")
     _port_option(s)
     _flash_options(s)
     s.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the random inputs")
@@ -668,8 +688,30 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--out", default=None, metavar="DIR",
                    help="output directory (default: results/<study name>)")
     s.add_argument("--ray", default=None, metavar="ADDRESS",
-                   help="run the grid on an existing Ray cluster (needs the ray extra)")
+                   help="run the grid on an existing Ray cluster (needs the ray extra); board "
+                        "cells go to the nodes that advertise their board (farm-node)")
     s.add_argument("--json", action="store_true", help="print only the summary, as JSON")
+
+    s = _sub(sub, "farm-node", "start this machine's Ray node of a board farm, advertising the "
+                               "boards it can serve (board:<id>) as Ray resources",
+             "quarl-edge farm-node --head   (then: quarl-edge farm-node --address HEAD:6379)",
+             cmd_farm_node)
+    g = s.add_mutually_exclusive_group(required=True)
+    g.add_argument("--head", action="store_true", help="start the cluster's head node")
+    g.add_argument("--address", default=None, metavar="HEAD:PORT",
+                   help="join the cluster whose head is at this address")
+    s.add_argument("--port", type=positive_int, default=6379, help="the head's port (--head)")
+    s.add_argument("--instances", type=positive_int, default=None, metavar="N",
+                   help="board cells per host/emulated board at once (default: CPU count)")
+    s.add_argument("--num-cpus", type=positive_int, default=None, metavar="N",
+                   help="CPUs this node gives Ray (default: Ray's, all of them)")
+    s.add_argument("--resources", default=None, metavar="JSON",
+                   help="more resources, or overrides, e.g. '{\"board:nucleo-f446re\": 1}'")
+    s.add_argument("--print", action="store_true",
+                   help="show the resources and the `ray start` command; start nothing")
+    s.add_argument("ray_args", nargs="*", metavar="RAY_ARG",
+                   help="more `ray start` arguments, after --")
+    _json_option(s)
 
     s = _sub(sub, "report", "Markdown + HTML report with figures and QuaRL verdicts from a "
                             "study's results",

@@ -40,11 +40,17 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade "pip>=24" 2>&1 | grep -v "^WARNING: Location" || true
 # mujoco (~26 MB wheel): the MuJoCo tasks and their tests (tests/test_mujoco.py skips without it).
+# ray (the pinned ray==2.60.0 of the `ray` extra): `study --ray` and the board farm, tested on a
+# local two-node cluster (tests/test_ray_farm.py).
 # Built with pip's build isolation (pip fetches setuptools >= 77 for the build, see pyproject.toml),
 # not --no-build-isolation: the venv's own setuptools (65.5 from ensurepip) is too old and is left
 # alone, and this builds the same way as a user's `pip install`. Re-run after pulling changes that
 # add packages (e.g. converters/ops/): the editable install records the package list it was made with.
-.venv/bin/python -m pip install -q -e '.[test,mujoco,onnx]' 2>&1 | grep -v "^WARNING: Location" || true
-.venv/bin/python -c 'import quarl_edge.cli, tensorflow, tf_agents, tflite_runtime, tflite_micro' \
+.venv/bin/python -m pip install -q -e '.[test,mujoco,onnx,ray]' 2>&1 | grep -v "^WARNING: Location" || true
+# MinAtar (the pixel tasks, quarl_edge/rl/minatar.py) without its declared dependencies: they
+# would replace numpy 1.26 by numpy 2 (TensorFlow 2.15 cannot import it) and add seaborn and
+# pandas for its GUI; its games need numpy only.
+.venv/bin/python -m pip install -q --no-deps "MinAtar==1.0.15" 2>&1 | grep -v "^WARNING: Location" || true
+.venv/bin/python -c 'import quarl_edge.cli, tensorflow, tf_agents, tflite_runtime, tflite_micro, ray, minatar' \
     2>/dev/null || { echo "setup: the Python packages did not install; see pip's output above" >&2; exit 1; }
 echo "setup: ready (.venv)"

@@ -54,6 +54,29 @@ def copy_example_run(dest: Path) -> Path:
     for name in ("run.json", "qnet.keras"):
         shutil.copy(EXAMPLE_RUN / name, dest / name)
     return dest
+def cached_example_study(out: Path, boards: list[str], name: str = "farm",
+                         schemes=("fp32", "int8", "int16x8")) -> Path:
+    """OUT/runs/dqn-CartPole-v1-s0 = the example run, marked as trained by this study (its
+    hyperparameters are the task's options, so nothing is retrained); returns the TOML."""
+    import json
+    schemes = list(schemes)
+    run = out / "runs" / "dqn-CartPole-v1-s0"
+    shutil.copytree(EXAMPLE_RUN, run, ignore=shutil.ignore_patterns("build", "results"))
+    hp = json.loads((run / "run.json").read_text())["hyperparameters"]
+    options = {k: v for k, v in hp.items() if k != "steps" and v is not None}
+    (run / "study-train.json").write_text(json.dumps(
+        {"algo": "dqn", "env": "CartPole-v1", "seed": 0, "steps": hp["steps"],
+         "options": options}) + "\n")
+    toml = (f'[study]\nname = "{name}"\nseeds = [0]\nschemes = {json.dumps(schemes)}\n'
+            f"episodes = 3\ncalib_size = 100\nboards = {json.dumps(boards)}\nbench_n = 20\n"
+            f'validate_n = 32\n\n[[task]]\nalgo = "dqn"\nenv = "CartPole-v1"\n'
+            f"steps = {hp['steps']}\n[task.options]\n"
+            + "".join(f"{k} = {json.dumps(v)}\n" for k, v in options.items()))
+    cfg = out.parent / f"{name}.toml"
+    cfg.write_text(toml)
+    return cfg
+
+
 DRIVER = ROOT / "tests" / "c" / "run_model.c"
 CFLAGS = ["-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-ffp-contract=off", f"-I{CORE}"]
 

@@ -64,8 +64,9 @@ def test_int8_builds_warning_free_with_weights_in_flash_and_fits(int8_fw):
     assert m.flash_bytes <= 32768
     # weights, biases and tables stay in flash (.text), so RAM holds far less than the weights
     assert m.ram_bytes < 1024 < m.weights_bytes and m.ram_bytes > m.arena_bytes
-    consts = _symbol_sections(int8_fw.elf, ("w", "b"))
-    weights = {k: v for k, v in consts.items() if k[1:2].isdigit()}
+    # (the avr kernel variant's FULLY_CONNECTED streams are w*_avr, their biases op*_params_bias)
+    consts = _symbol_sections(int8_fw.elf, ("w", "b", "op"))
+    weights = {k: v for k, v in consts.items() if k[1:2].isdigit() or k.endswith("_params_bias")}
     assert len(weights) >= 6 and set(weights.values()) == {".text"}, weights
 
 

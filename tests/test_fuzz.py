@@ -43,3 +43,16 @@ def test_the_fuzzer_finds_a_planted_out_of_bounds_read(tmp_path):
     (corpus / "boom").write_bytes(fuzz.frame("ECHO", b"boom"))
     proc = fuzz.run(exe, corpus, runs=30_000, artifacts=tmp_path)
     assert proc.returncode != 0 and "AddressSanitizer" in proc.stderr, proc.stderr[-2000:]
+
+
+def test_the_slow_units_bench_is_refused_by_the_fuzz_build(tmp_path):
+    """tests/fuzz/slow/ holds the two inputs libFuzzer flagged as slow (2.5 and 3.7 s each): a
+    mutated BENCH frame inside an IN_CHUNK's payload kept a valid CRC and asked for 8,448 runs.
+    The fuzz build refuses BENCH n > QE_BENCH_MAX_N (4): each input now answers that BENCH with
+    an ERROR frame and runs no BENCH at all."""
+    exe = fuzz.build(tmp_path)
+    for unit in sorted((Path(__file__).parent / "fuzz" / "slow").iterdir()):
+        proc = fuzz.run(exe, unit, runs=1, counts=True)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        m = re.search(r"fuzz replies: .*BENCH (\d+) .*ERROR (\d+)", proc.stderr)
+        assert m and int(m.group(1)) == 0 and int(m.group(2)) >= 1, (unit.name, proc.stderr[-800:])

@@ -27,7 +27,10 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from quarl_edge.converters import qmath
-from quarl_edge.converters.ops.fully_connected import PACKED_MAX_DEPTH, pack_fc_weights
+from quarl_edge.converters.ops.fully_connected import (AVR_ROWS, PACKED_MAX_DEPTH, PAIRS_ROWS,
+                                                       avr_fc_stream, avr_output_stage,
+                                                       avr_output_stage_c, pack_fc_weights,
+                                                       pairs_fc_stream, saturation_bounds)
 from quarl_edge.targets.boards import all_boards, get_board, load_board_file
 from quarl_edge.targets.build import (COMMON_CFLAGS, board_defines, expand_flag, firmware_sources,
                                       kernel_sources, port_dirs)
@@ -41,13 +44,20 @@ VARIANT_FC = FW / "core" / "kernels" / "optimized" / VARIANT / "fully_connected.
 # the ARMv6-M variant: only the packed kernel (its other FC functions are the reference's own)
 M0_VARIANT = "cortex-m0"
 M0_FC = FW / "core" / "kernels" / "optimized" / M0_VARIANT / "fully_connected.c"
-M0_DEFINES = ("-DQE_CHECK_UNRENAMED_REFERENCE", "-DQE_CHECK_SMALL_RAM")
+M0_DEFINES = ("-DQE_CHECK_UNRENAMED_REFERENCE", "-DQE_CHECK_SMALL_RAM", "-DQE_CHECK_PAIRS_LAYOUT")
+M0_HOST_DEFINES = ("-DQE_CHECK_UNRENAMED_REFERENCE", "-DQE_CHECK_PAIRS_LAYOUT")   # host buffers
 INT32_MAX = 2**31 - 1
 INT32_MIN = -(2**31)
 # the emulated boards whose cores have the DSP extension (Cortex-M4/M7/M33)
 DSP_BOARDS = ("mps2-an386", "mps2-an500", "mps2-an505", "netduinoplus2")
 
 S8, PC, ACC, PACKED = 0, 1, 2, 3   # PACKED: kind S8 through the generator's packed layout
+AVR = 4                           # kind S8 through the avr variant's stream (avr_fc_stream)
+PAIRS = 5                         # kind S8 through the cortex-m0 variant's row pairs (pairs_fc_stream)
+# the 8-bit AVR variant: only qe_fully_connected_s8_avr (its other FC functions are the reference's)
+AVR_VARIANT = "avr"
+AVR_FC = FW / "core" / "kernels" / "optimized" / AVR_VARIANT / "fully_connected.c"
+AVR_DEFINES = ("-DQE_CHECK_UNRENAMED_REFERENCE", "-DQE_CHECK_AVR_LAYOUT")
 
 
 # ------------------------------------------------------------------------------ cases
@@ -79,6 +89,13 @@ class Case:
         if self.kind == PACKED:     # the generator's own packing function
             packed = pack_fc_weights(self.w.reshape(self.rows, self.depth), self.bias,
                                      self.input_offset, self.filter_offset)
+        if self.kind == AVR:
+            stream, bias_p, _ = self.avr_stream()
+            packed = (stream, bias_p, stream.size)
+        if self.kind == PAIRS:
+            stream, bias_p, _ = pairs_fc_stream(self.w.reshape(self.rows, self.depth), self.bias,
+                                                self.input_offset, self.filter_offset)
+            packed = (stream, bias_p, stream.size)
         h = [self.kind, self.batches, self.depth, self.rows, self.input_offset, self.filter_offset,
              self.output_offset, self.multiplier, self.shift, self.act_min, self.act_max,
              int(self.bias is not None), self.channel_stride, self.in_misalign, self.w_misalign,
@@ -90,9 +107,30 @@ class Case:
             out += self.mults.astype("<i4").tobytes() + self.shifts.astype(np.int8).tobytes()
         if self.kind == ACC:
             out += self.scales.astype("<f4").tobytes()
-        if packed:
+        if packed and self.kind == PAIRS:
+            out += (packed[0].astype("<i4").tobytes() + packed[1].astype("<i4").tobytes()
+                    + struct.pack("<2i", *saturation_bounds(self.multiplier, self.shift,
+                                                            self.output_offset, self.act_min,
+                                                            self.act_max)))
+        elif packed and self.kind == AVR:
+            st = self.avr_stage()
+            out += (packed[0].astype(np.int8).tobytes() + packed[1].astype("<i4").tobytes()
+                    + struct.pack("<2i", st["sat_low"], st["sat_high"])
+                    + bytes([st["fast"], *st["m_prime"], *st["round_pos"], *st["round_neg"],
+                             st["byte_moves"], 0, 0, 0]))
+        elif packed:
             out += packed[0].astype("<i4").tobytes() + packed[1].astype("<i4").tobytes()
         return out
+
+    def avr_stage(self) -> dict:
+        return avr_output_stage(self.multiplier, self.shift, self.output_offset, self.act_min,
+                                self.act_max)
+
+    def avr_stream(self):
+        r = avr_fc_stream(self.w.reshape(self.rows, self.depth), self.bias, self.input_offset,
+                          self.filter_offset)
+        assert r is not None, "not an avr case (see as_avr)"
+        return r
 
     @property
     def out_bytes(self) -> int:
@@ -113,9 +151,9 @@ def fc_case(draw, kind=None, max_depth=300, max_rows=70) -> Case:
     batches, depth, rows = i(1, 3), i(1, max_depth), i(1, max_rows)
     # zero points are int8: offsets -zp in [-127, 128]; per-channel and head weights symmetric
     io = i(-127, 128)
-    if kind == PACKED:
+    if kind in (PACKED, PAIRS):
         depth = min(depth, PACKED_MAX_DEPTH)
-    fo = i(-127, 128) if kind in (S8, PACKED) and i(0, 2) else 0
+    fo = i(-127, 128) if kind in (S8, PACKED, AVR, PAIRS) and i(0, 2) else 0
     rng = np.random.default_rng(i(0, 2**32 - 1))
     style = i(0, 3)     # uniform, extremes only, mostly zeros, narrow
     def int8s(n):
@@ -153,9 +191,18 @@ def fc_case(draw, kind=None, max_depth=300, max_rows=70) -> Case:
     lo = i(-128, 127)
     hi = i(lo, 127)
     scales = (rng.standard_normal(rows) * 10.0 ** rng.integers(-8, 2, rows)).astype(np.float32)
-    return Case(kind, batches, depth, rows, io, fo, i(-128, 127), mult, shift, lo, hi,
-                i(0, 1) if kind not in (S8, PACKED) else 0, i(0, 3), i(0, 3), x, w, bias, mults,
-                shifts, scales)
+    c = Case(kind, batches, depth, rows, io, fo, i(-128, 127), mult, shift, lo, hi,
+             i(0, 1) if kind not in (S8, PACKED, AVR, PAIRS) else 0, i(0, 3), i(0, 3), x, w, bias, mults,
+             shifts, scales)
+    return as_avr(c) if kind == AVR else c
+
+
+def as_avr(c: Case) -> Case:
+    """c as a case of the avr layout: kind AVR, the weights clipped so that w + filter_offset is
+    an int8 (the generator's condition for the layout; the bounds stay the generator's)."""
+    w = np.clip(c.w.astype(np.int64), -128 - c.filter_offset, 127 - c.filter_offset)
+    w = np.clip(w, -128, 127).astype(np.int8)
+    return dataclasses.replace(c, kind=AVR, w=w, channel_stride=0)
 
 
 def edge_cases() -> list[Case]:
@@ -336,7 +383,9 @@ def host_checker(tmp: Path, sanitize: bool = False, variant_fc: Path = VARIANT_F
                  defines: tuple = ()) -> Path:
     if shutil.which("gcc") is None:
         pytest.skip("gcc is not installed")
-    exe = tmp / (("fc_check_san" if sanitize else "fc_check") + ("_m0" if defines else ""))
+    exe = tmp / (("fc_check_san" if sanitize else "fc_check")
+                 + (f"_{variant_fc.parent.name}" if defines else "")
+                 + ("_small" if "-DQE_CHECK_SMALL_RAM" in defines else ""))
     san = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-g"] if sanitize else []
     cmd = ["gcc", *COMMON_CFLAGS, "-O2", *san, *defines, f"-I{FW / 'core'}", str(CHECK),
            str(variant_fc), str(FW / "core" / "requant.c"), "-o", str(exe)]
@@ -676,23 +725,26 @@ def _board_file(tmp_path: Path, kernels) -> Path:
 def test_board_kernels_key(tmp_path):
     assert load_board_file(_board_file(tmp_path, None)).kernels == "reference"
     assert load_board_file(_board_file(tmp_path, VARIANT)).kernels == VARIANT
-    with pytest.raises(BoardError, match="'kernels' is 'cmsis'; expected one of reference, cortex-m-dsp, cortex-m0"):
+    with pytest.raises(BoardError, match="'kernels' is 'cmsis'; expected one of reference, avr, cortex-m-dsp, cortex-m0"):
         load_board_file(_board_file(tmp_path, "cmsis"))
 
 
 def test_only_cortex_m_boards_with_dsp_opt_in():
-    """The variants are opt-in: AVR (__flash weights) keeps the reference; cortex-m-dsp only on
-    cores with the DSP extension, cortex-m0 only on the nRF51 boards (microbit, emulated, where it
-    is validated, and microbit-v1, the same chip, whose firmware also runs on QEMU's microbit)."""
+    """The variants are opt-in: avr only on the emulated ATmega328P (where it is validated);
+    cortex-m-dsp only on cores with the DSP extension, cortex-m0 only on the nRF51 boards
+    (microbit, emulated, where it is validated, and microbit-v1, the same chip, whose firmware
+    also runs on QEMU's microbit)."""
     boards = all_boards()
     for b in boards.values():
-        if b.kernels == M0_VARIANT:
+        if b.kernels == AVR_VARIANT:
+            assert b.id == "atmega328p" and b.cc == "avr-gcc", b.id
+        elif b.kernels == M0_VARIANT:
             assert b.id in ("microbit", "microbit-v1") and "-mcpu=cortex-m0" in b.cflags, b.id
         elif b.kernels != "reference":
             assert b.kernels == VARIANT and b.cc == "arm-none-eabi-gcc", b.id
             assert any(f"-mcpu={c}" in b.cflags for c in ("cortex-m4", "cortex-m7", "cortex-m33")), b.id
     assert {b for b in DSP_BOARDS if boards[b].kernels == VARIANT} == set(DSP_BOARDS)
-    assert boards["atmega328p"].kernels == "reference" and boards["host"].kernels == "reference"
+    assert boards["atmega328p"].kernels == AVR_VARIANT and boards["host"].kernels == "reference"
 
 
 def test_the_build_swaps_only_the_variants_files():
@@ -729,7 +781,7 @@ def test_cartpole_int8_with_the_m0_variant_is_bit_exact_on_microbit(tmp_path):
     res = validate(ROOT / "examples" / "cartpole_dqn" / "models" / "int8.tflite", board,
                    tmp_path / "fw", random_n=60)
     assert f"optimized/{M0_VARIANT}/fully_connected.c" in (tmp_path / "fw" / "build.cmd").read_text()
-    assert "qe_fully_connected_s8_packed(" in (tmp_path / "fw" / "gen" / "model.c").read_text()
+    assert "qe_fully_connected_s8_pairs(" in (tmp_path / "fw" / "gen" / "model.c").read_text()
     assert res["bit_exact"] and res["mismatches"] == 0 and res["n"] == 60
 
 
@@ -742,7 +794,7 @@ def test_a_random_int8_mlp_with_the_m0_variant_is_bit_exact_on_microbit(tmp_path
     model.write_bytes(convert(random_mlp(1, 7, [37, 19, 3], ["relu", "relu", "none"], 2.0), "int8",
                               rng.standard_normal((64, 7)).astype(np.float32)))
     res = validate(model, get_board("microbit"), tmp_path / "fw", random_n=40)
-    assert "qe_fully_connected_s8_packed(" in (tmp_path / "fw" / "gen" / "model.c").read_text()
+    assert "qe_fully_connected_s8_pairs(" in (tmp_path / "fw" / "gen" / "model.c").read_text()
     assert res["bit_exact"] and res["mismatches"] == 0
 
 
@@ -870,8 +922,9 @@ def test_the_m0_quantize_is_the_reference_on_cortex_m0(tmp_module):
 
 
 def test_the_build_falls_back_to_the_int8_layout_when_packed_weights_do_not_fit(tmp_path):
-    """The packed layout doubles the FC weights' flash; on a board where that does not fit, the
-    build keeps the reference layout (the variant's files run it too)."""
+    """The variant's layout (cortex-m0: chunked row pairs, ~4x the int8 weights) costs flash; on a
+    board where that does not fit, the build keeps the reference layout (the variant's files run
+    it too)."""
     from quarl_edge.targets.build import build
     model = ROOT / "examples" / "cartpole_dqn" / "models" / "int8.tflite"
     board = get_board("microbit")
@@ -880,5 +933,362 @@ def test_the_build_falls_back_to_the_int8_layout_when_packed_weights_do_not_fit(
     small = dataclasses.replace(board, flash_bytes=packed.memory.flash_bytes - 1)
     fw = build(model, small, tmp_path / "small")
     c = (tmp_path / "small" / "gen" / "model.c").read_text()
-    assert "qe_fully_connected_s8_packed(" not in c and "qe_fully_connected_s8(" in c
+    assert "qe_fully_connected_s8_pairs(" not in c and "qe_fully_connected_s8(" in c
     assert fw.memory.layout_extra_bytes == 0 and fw.memory.flash_bytes < small.flash_bytes
+
+
+# ------------------------------------------------------------------------------ avr (8-bit AVR)
+def avr_edge_cases(max_depth: int = 300) -> list[Case]:
+    """The packed layout's edge cases and the output-stage extremes as avr cases: depths 1..300
+    (chunks of every length, the 255 cap), 1..9 rows (full and padded row groups), offsets at
+    their ends, the largest biases, every shift (both requantization paths)."""
+    return [as_avr(c) for c in packed_edge_cases(max_depth) + output_stage_cases()
+            if c.kind in (S8, PACKED)] + avr_output_stage_cases()
+
+
+def avr_output_stage_cases() -> list[Case]:
+    """The avr output stage's paths, each reached on purpose: accumulators (as the bias, the
+    input 0) at and around sat_low and sat_high, and strictly between them of 16 and of 24 bits
+    (the two- and three-row products), both signs, for right shifts 1..31 (byte_moves 0..3, and
+    the shifts where fast is 0), multipliers at their ends, RELU and narrow bounds, every offset."""
+    rng = np.random.default_rng(31)
+    out = []
+    for n, shift in enumerate(list(range(-31, 1)) * 2):
+        mult = [1 << 30, INT32_MAX, int(rng.integers(1 << 30, INT32_MAX))][n % 3]
+        oo = [-128, 127, -3, 40][n % 4]
+        lo, hi = [(-128, 127), (max(-128, oo), 127), (-100, -90), (5, 6), (0, 0)][n % 5]
+        st = avr_output_stage(mult, shift, oo, lo, hi)
+        lim = INT32_MAX - 128 * 128
+        targets = [st["sat_low"] + d for d in (-1, 0, 1)] + [st["sat_high"] + d for d in (-1, 0, 1)]
+        a, b = max(st["sat_low"], -lim), min(st["sat_high"], lim)
+        if a + 1 < b:
+            targets += [int(v) for v in rng.integers(a + 1, b, 8)]
+            targets += [v for v in (-32769, -32768, -32767, -1, 0, 1, 32767, 32768, (1 << 23) - 1,
+                                    -(1 << 23)) if a < v < b]
+        targets = [int(np.clip(t, -lim, lim)) for t in targets]
+        rows = len(targets)
+        out.append(Case(AVR, 1, 1, rows, 0, 0, oo, mult, shift, lo, hi, 0, 0, 0,
+                        np.zeros(1, np.int8), rng.integers(-128, 128, rows).astype(np.int8),
+                        np.array(targets, np.int32), np.zeros(rows, np.int64),
+                        np.zeros(rows, np.int8), np.ones(rows, np.float32)))
+    return out
+
+
+def _chunks_of(stream: np.ndarray, rows: int, depth: int) -> list[np.ndarray]:
+    """The chunks of each row group of an avr stream: per group a list of [len][AVR_ROWS]."""
+    s, pos, groups = stream.astype(np.int64), 0, []
+    for _ in range(-(-rows // AVR_ROWS)):
+        chunks = []
+        while (n := int(s[pos]) & 0xFF) != 0:
+            chunks.append(s[pos + 1:pos + 1 + n * AVR_ROWS].reshape(n, AVR_ROWS))
+            pos += 1 + n * AVR_ROWS
+        pos += 1
+        assert sum(len(c) for c in chunks) == depth
+        groups.append(chunks)
+    assert pos == s.size
+    return groups
+
+
+@settings(max_examples=40, deadline=None)
+@given(case=fc_case(kind=AVR))
+def test_avr_stream_chunks_sum_exactly_in_16_bits(case):
+    """The generator's proof, checked from the stream: every chunk's sum of w' x lies in int16
+    for every int8 x (its extremes 127 P + 128 N and -128 P - 127 N), each chunk is as long as it
+    can be (one more input would break that, or it has 255), and the stream's weights are w'."""
+    stream, bias_p, chunks = case.avr_stream()
+    wp = case.w.reshape(case.rows, case.depth).astype(np.int64) + case.filter_offset
+    full = np.zeros((-(-case.rows // AVR_ROWS) * AVR_ROWS, case.depth), np.int64)
+    full[:case.rows] = wp
+    fits = lambda c: np.all((127 * np.maximum(c, 0).sum(0) + 128 * np.maximum(-c, 0).sum(0) <= 32767)
+                            & (128 * np.maximum(c, 0).sum(0) + 127 * np.maximum(-c, 0).sum(0) <= 32768))  # noqa: E731
+    for g, group in enumerate(_chunks_of(stream, case.rows, case.depth)):
+        d = 0
+        for c in group:
+            assert fits(c)
+            assert np.array_equal(c.T, full[g * AVR_ROWS:(g + 1) * AVR_ROWS, d:d + len(c)])
+            d += len(c)
+            if d < case.depth and len(c) < 255:
+                assert not fits(full[g * AVR_ROWS:(g + 1) * AVR_ROWS, d - len(c):d + 1].T)
+    expect = (0 if case.bias is None else case.bias.astype(np.int64)) + case.input_offset * wp.sum(1)
+    assert np.array_equal(bias_p[:case.rows], expect)
+
+
+def test_avr_stream_only_for_int8_w_prime():
+    """w + filter_offset outside int8 keeps the reference layout (None); at the edges it is used."""
+    w = np.array([[127, -128, 0]], np.int8)
+    assert avr_fc_stream(w, None, 0, 1) is None and avr_fc_stream(w, None, 0, -1) is None
+    stream, _, chunks = avr_fc_stream(w, None, 3, 0)
+    assert chunks == [3] and list(stream[:5]) == [3, 127, 0, 0, 0]   # 127 * 127 + 128 * 128 fits
+    stream, _, chunks = avr_fc_stream(np.array([[-128, -128, 5]], np.int8), None, 3, 0)
+    # (-128) * (-128) twice is 32768: the first two inputs are two chunks
+    assert chunks == [1, 2] and list(stream[:6]) == [1, -128, 0, 0, 0, 2]
+
+
+def test_the_avr_variant_on_the_host_under_sanitizers(tmp_module):
+    """The avr file compiles for the host (its C walk of the stream with the same wrapping 16- and
+    24-bit sums) and checks clean against the reference and the Python twin."""
+    exe = host_checker(tmp_module, sanitize=True, variant_fc=AVR_FC, defines=AVR_DEFINES)
+    cases = avr_edge_cases()
+    assert len(cases) > 500
+    status, out = run_host(exe, cases)
+    assert_same(cases, status, out, twin=True)
+
+
+@pytest.fixture(scope="module")
+def avr_host_exe(tmp_module) -> Path:
+    return host_checker(tmp_module, variant_fc=AVR_FC, defines=AVR_DEFINES)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cases=st.lists(fc_case(kind=AVR), min_size=1, max_size=8))
+def test_random_avr_cases_on_the_host(avr_host_exe, cases):
+    status, out = run_host(avr_host_exe, cases)
+    assert_same(cases, status, out, twin=True)
+
+
+# On the ATmega328P under simavr: the cases compiled into the checker's flash (tests/c/fc_avr_check.c)
+AVR_CHECK = ROOT / "tests" / "c" / "fc_avr_check.c"
+AVR_FLASH_FOR_CASES = 20000      # of 32 KiB: the checker, both kernels and the requantizer fit
+AVR_MAX_IN, AVR_MAX_OUT = 768, 384
+
+
+def _avr_fits(c: Case) -> bool:
+    return c.batches * c.depth <= AVR_MAX_IN and c.batches * c.rows <= AVR_MAX_OUT
+
+
+def _avr_case_bytes(c: Case) -> int:
+    return (c.x.size + c.w.size + c.avr_stream()[0].size
+            + 4 * (c.rows if c.bias is not None else 0) + 4 * (-(-c.rows // AVR_ROWS) * AVR_ROWS) + 64)
+
+
+def _c_list(vals) -> str:
+    lit = lambda v: "(-2147483647 - 1)" if int(v) == INT32_MIN else str(int(v))  # noqa: E731
+    return "{" + ", ".join(lit(v) for v in vals) + "}"
+
+
+def avr_cases_header(cases: list[Case]) -> str:
+    out, rows = [], []
+    for k, c in enumerate(cases):
+        stream, bias_p, _ = c.avr_stream()
+        out.append(f"static const QE_FLASH int8_t c{k}_x[] = {_c_list(c.x)};")
+        out.append(f"static const QE_FLASH int8_t c{k}_w[] = {_c_list(c.w)};")
+        if c.bias is not None:
+            out.append(f"static const QE_FLASH int32_t c{k}_b[] = {_c_list(c.bias)};")
+        out.append(f"static const QE_FLASH int8_t c{k}_s[] = {_c_list(stream)};")
+        out.append(f"static const QE_FLASH int32_t c{k}_bp[] = {_c_list(bias_p)};")
+        q = (f"{c.output_offset}, {c.multiplier}, {c.shift}, {c.act_min}, {c.act_max}")
+        dims = f"{c.batches}u, {c.depth}u, {c.rows}u"
+        qa = (f".output_offset = {c.output_offset}, .output_multiplier = {c.multiplier}, "
+              f".output_shift = {c.shift}, .activation_min = {c.act_min}, "
+              f".activation_max = {c.act_max},\n"
+              + avr_output_stage_c(c.avr_stage()).replace("/*", "//").replace("*/", "")
+              + f".batches = {c.batches}u, .accum_depth = {c.depth}u, .output_depth = {c.rows}u")
+        rows.append(f"    {{{{{c.input_offset}, {c.filter_offset}, {q}, {dims}}},\n{{{qa}}},\n c{k}_x, c{k}_w, "
+                    f"{f'c{k}_b' if c.bias is not None else 'QE_FLASH_NULL'}, c{k}_s, c{k}_bp}},")
+    return "\n".join(out + ["static const QE_FLASH fc_avr_case_t cases[] = {", *rows, "};", ""])
+
+
+def avr_batches(cases: list[Case]) -> list[list[Case]]:
+    """The cases in groups that fit one checker's flash."""
+    groups, cur, size = [], [], 0
+    for c in cases:
+        b = _avr_case_bytes(c)
+        if cur and size + b > AVR_FLASH_FOR_CASES:
+            groups.append(cur)
+            cur, size = [], 0
+        cur.append(c)
+        size += b
+    return groups + ([cur] if cur else [])
+
+
+def run_simavr_checker(cases: list[Case], tmp: Path, name: str) -> list[bytes]:
+    """Build the checker with `cases` in flash for the atmega328p (its board flags), run it under
+    simavr, and return the variant's outputs per case; every case must match the board's
+    reference (status 0)."""
+    board = get_board("atmega328p")
+    if shutil.which(board.cc) is None or shutil.which("simavr") is None:
+        pytest.skip("avr-gcc or simavr is not installed")
+    d = tmp / name
+    d.mkdir()
+    (d / "fc_avr_cases.h").write_text(avr_cases_header(cases))
+    elf = d / "fc_avr_check.elf"
+    cmd = [board.cc, *COMMON_CFLAGS, *(expand_flag(board, f) for f in board.cflags),
+           f"-I{FW / 'core'}", f"-I{d}", str(AVR_CHECK), str(AVR_FC), str(FW / "core" / "requant.c"),
+           "-o", str(elf), *(expand_flag(board, f) for f in board.ldflags)]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    res = subprocess.run(["simavr", "-m", "atmega328p", "-f", "16000000", str(elf)],
+                         capture_output=True, timeout=300)
+    import re
+    # simavr prints what the firmware sends on USART0 to stderr, a line at a time (in colour)
+    text = re.sub(r"\x1b\[[0-9;]*m", "", (res.stdout + res.stderr).decode(errors="replace"))
+    lines = [ln.strip().rstrip(".") for ln in text.splitlines()]
+    lines = [ln for ln in lines if ln and (ln[0] in "CE" or all(ch in "0123456789abcdef" for ch in ln))]
+    assert lines and lines[-1] == "END 0", (lines[-5:], res.stderr[-2000:])
+    outs, cur = [], None
+    for ln in lines[:-1]:
+        if ln.startswith("C "):
+            _, k, bad = ln.split()
+            assert bad == "0", f"case {k}: the avr variant differs from the reference on the board"
+            cur = bytearray()
+            outs.append(cur)
+        else:
+            cur += bytes.fromhex(ln)
+    assert len(outs) == len(cases)
+    return [bytes(o) for o in outs]
+
+
+def assert_avr_board(cases: list[Case], tmp: Path, name: str) -> None:
+    for j, group in enumerate(avr_batches(cases)):
+        outs = run_simavr_checker(group, tmp, f"{name}{j}")
+        for k, (c, o) in enumerate(zip(group, outs)):
+            assert o == twin_outputs(c), (f"{name}{j} case {k}: batches {c.batches} depth {c.depth} "
+                                          f"rows {c.rows} shift {c.shift}: the board's avr "
+                                          f"kernel differs from the Python twin")
+
+
+def test_the_avr_path_is_compiled_for_atmega328p(tmp_path):
+    """The checker's ELF has the variant's asm: LPM/MULS in the dot product (both entry points),
+    MUL in the batch routine's output stage."""
+    cases = [c for c in avr_edge_cases(16) if _avr_fits(c)][:4]
+    run_simavr_checker(cases, tmp_path, "asm")
+    dis = subprocess.run(["avr-objdump", "-d", str(tmp_path / "asm" / "fc_avr_check.elf")],
+                         capture_output=True, text=True).stdout
+    dot = dis.split("<qe_avr_fc_dot4>:", 1)[1].split("\n\n", 1)[0]
+    batch = dis.split("<qe_avr_fc_batch>:", 1)[1].split("\n\n", 1)[0]
+    assert "muls" in dot and "lpm" in dot and "muls" in batch and "mul\t" in batch
+
+
+def test_avr_edge_cases_on_atmega328p(tmp_path):
+    """The edge cases of depth <= 65 and the output-stage extremes, on simavr: the variant equals
+    the board's reference and the Python twin."""
+    cases = [c for c in avr_edge_cases(65) if _avr_fits(c)]
+    assert len(cases) > 300
+    assert_avr_board(cases, tmp_path, "edge")
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cases=st.lists(fc_case(kind=AVR, max_depth=96, max_rows=24), min_size=8, max_size=20))
+def test_random_avr_cases_on_atmega328p(tmp_path_factory, cases):
+    cases = [c for c in cases if _avr_fits(c)]
+    assert_avr_board(cases, tmp_path_factory.mktemp("avr_random"), "random")
+
+
+def test_cartpole_int8_with_the_avr_variant_is_bit_exact_on_atmega328p(tmp_path):
+    from quarl_edge.measure.validate import validate
+    board = get_board("atmega328p")
+    assert board.kernels == AVR_VARIANT
+    res = validate(ROOT / "examples" / "cartpole_dqn" / "models" / "int8.tflite", board,
+                   tmp_path / "fw", random_n=60)
+    assert f"optimized/{AVR_VARIANT}/fully_connected.c" in (tmp_path / "fw" / "build.cmd").read_text()
+    assert (tmp_path / "fw" / "gen" / "model.c").read_text().count("qe_fully_connected_s8_avr(") == 3
+    assert res["bit_exact"] and res["mismatches"] == 0 and res["n"] == 60
+
+
+def test_a_random_int8_mlp_with_the_avr_variant_is_bit_exact_on_atmega328p(tmp_path):
+    """Padded row groups (37, 19, 3 rows), depth 7, RELU: TF Lite Micro's outputs."""
+    from helpers_models import convert, random_mlp
+    from quarl_edge.measure.validate import validate
+    rng = np.random.default_rng(1)
+    model = tmp_path / "mlp.tflite"
+    model.write_bytes(convert(random_mlp(1, 7, [37, 19, 3], ["relu", "relu", "none"], 2.0), "int8",
+                              rng.standard_normal((64, 7)).astype(np.float32)))
+    res = validate(model, get_board("atmega328p"), tmp_path / "fw", random_n=40)
+    assert "qe_fully_connected_s8_avr(" in (tmp_path / "fw" / "gen" / "model.c").read_text()
+    assert res["bit_exact"] and res["mismatches"] == 0
+
+
+# ------------------------------------------------------------------------------ cortex-m0: row pairs
+def pairs_cases(cases: list[Case]) -> list[Case]:
+    """Per-tensor int8 cases (of depth <= 128) as cases of the chunked row-pair layout."""
+    return [dataclasses.replace(c, kind=PAIRS) for c in cases
+            if c.kind in (S8, PACKED) and c.depth <= PACKED_MAX_DEPTH]
+
+
+def pairs_edge_cases() -> list[Case]:
+    """The packed layout's edge cases (depths 1..128: chunks of one input, odd and even chunks,
+    weights and offsets at their ends, so w' = 255 and -255 words), the output-stage extremes,
+    and the accumulators around the saturation bounds (avr_output_stage_cases), as row-pair
+    cases."""
+    return pairs_cases(packed_edge_cases() + output_stage_cases()) + [
+        dataclasses.replace(c, kind=PAIRS) for c in avr_output_stage_cases()]
+
+
+def pairs_m0_cases(cases: list[Case]) -> list[Case]:
+    """The cases that fit the micro:bit checker's buffers (MAX_PAIRS: 896 words of stream)."""
+    out = []
+    for c in m0_cases(cases):
+        stream, _, _ = pairs_fc_stream(c.w.reshape(c.rows, c.depth), c.bias, c.input_offset,
+                                       c.filter_offset)
+        if stream.size <= 896:
+            out.append(c)
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(case=fc_case(kind=PAIRS))
+def test_pairs_stream_words_are_two_rows_and_chunks_sum_in_16_bits(case):
+    """The words' values are 65536 w'[hi row] + w'[lo row], each chunk's sums lie in int16 for
+    every int8 input (so the 32-bit packed sums split exactly), the chunks cover the depth."""
+    stream, bias_p, chunks = pairs_fc_stream(case.w.reshape(case.rows, case.depth), case.bias,
+                                             case.input_offset, case.filter_offset)
+    wp = case.w.reshape(case.rows, case.depth).astype(np.int64) + case.filter_offset
+    full = np.zeros((-(-case.rows // PAIRS_ROWS) * PAIRS_ROWS, case.depth), np.int64)
+    full[:case.rows] = wp
+    s, pos = stream.astype(np.int64), 0
+    for g in range(full.shape[0] // PAIRS_ROWS):
+        gw, d = full[g * PAIRS_ROWS:(g + 1) * PAIRS_ROWS], 0
+        while (n := int(s[pos])) != 0:
+            words = s[pos + 1:pos + 1 + 2 * n].reshape(n, 2)
+            c = gw[:, d:d + n]
+            assert np.array_equal(words[:, 0], 65536 * c[1] + c[0])
+            assert np.array_equal(words[:, 1], 65536 * c[3] + c[2])
+            hi = 127 * np.maximum(c, 0).sum(1) + 128 * np.maximum(-c, 0).sum(1)
+            lo = 128 * np.maximum(c, 0).sum(1) + 127 * np.maximum(-c, 0).sum(1)
+            assert np.all(hi <= 32767) and np.all(lo <= 32768)
+            pos, d = pos + 1 + 2 * n, d + n
+        assert d == case.depth
+        pos += 1
+    assert pos == s.size
+
+
+def test_the_pairs_layout_on_the_host_under_sanitizers(tmp_module):
+    exe = host_checker(tmp_module, sanitize=True, variant_fc=M0_FC, defines=M0_HOST_DEFINES)
+    cases = pairs_edge_cases()
+    assert len(cases) > 400
+    status, out = run_host(exe, cases)
+    assert_same(cases, status, out, twin=True)
+
+
+@pytest.fixture(scope="module")
+def m0_host_exe(tmp_module) -> Path:
+    return host_checker(tmp_module, variant_fc=M0_FC, defines=M0_HOST_DEFINES)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cases=st.lists(fc_case(kind=PAIRS), min_size=1, max_size=8))
+def test_random_pairs_cases_on_the_host(m0_host_exe, cases):
+    status, out = run_host(m0_host_exe, cases)
+    assert_same(cases, status, out, twin=True)
+
+
+def test_the_armv6m_pairs_path_is_compiled_for_cortex_m0(m0_elf):
+    dis = subprocess.run(["arm-none-eabi-objdump", "-d", str(m0_elf)], capture_output=True,
+                         text=True).stdout
+    body = dis.split("<qe_fully_connected_s8_pairs>:", 1)[1].split("\n\n", 1)[0]
+    assert "muls" in body and "ldmia" in body and "sxth" in body
+
+
+def test_pairs_edge_cases_on_cortex_m0(m0_elf):
+    cases = pairs_m0_cases(pairs_edge_cases())
+    assert len(cases) > 300
+    status, out = run_board("microbit", m0_elf, cases)
+    assert_same(cases, status, out, twin=True)
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cases=st.lists(fc_case(kind=PAIRS, max_depth=96, max_rows=20), min_size=10, max_size=30))
+def test_random_pairs_cases_on_cortex_m0(m0_elf, cases):
+    cases = pairs_m0_cases(cases)
+    status, out = run_board("microbit", m0_elf, cases)
+    assert_same(cases, status, out, twin=True)

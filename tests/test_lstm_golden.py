@@ -210,11 +210,16 @@ def test_lstm_refuses_cifg_and_plain_state(tmp_path, policy_lstm):
     _refused(tmp_path, _edit(policy_lstm, sign_bit), "cell gate activation RELU")
 
 
-def test_lstm_refuses_int8(tmp_path):
-    """The converter's full-integer LSTM (int8 activations, int16 cell) is refused by name."""
-    mb = keras_lstm(2, 3, 4, seed=9, mode="int8")
-    assert "UNIDIRECTIONAL_SEQUENCE_LSTM" in _lstm_ops(mb)
-    _refused(tmp_path, mb, "int8 LSTM", "int16 cell state")
+def test_lstm_refuses_hybrid(tmp_path, policy_lstm):
+    """Float activations with int8 weights (a dynamic-range LSTM) are refused by name (the int8
+    LSTM with int16 cell state runs: tests/test_lstm_int8_golden.py)."""
+    s = schema()
+
+    def hybrid(m, op):
+        w = m.subgraphs[0].tensors[op.inputs[1]]
+        w.type = s.TensorType.INT8
+        m.buffers[w.buffer].data = np.ones(int(np.prod(w.shape)), np.uint8)
+    _refused(tmp_path, _edit(policy_lstm, hybrid), "hybrid LSTMs")
 
 
 # ---------------------------------------------------------------------------------- boards

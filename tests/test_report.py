@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from quarl_edge.errors import QuarlError
-from quarl_edge.study.grid import latest_rows
+from quarl_edge.study.grid import latest_rows, read_results
 from quarl_edge.study.report import (Results, claims, normalised_loss, reward_threshold, spearman, write_report)
 
 
@@ -292,3 +292,72 @@ def test_classic_report_lists_only_unexpected_skips(classic):
     listed = [line for line in section.splitlines() if line.startswith("| cell |")]
     assert listed == ["| cell | DQN Acrobot-v1 | 7 | int8 | skipped | no run for seed 7 |",
                       "| cell | DQN Acrobot-v1 | 8 | fp16 | error | converter crashed |"]
+
+
+# ------------------------------------------------------------------------ board cells (real)
+BOARDS_EXAMPLE = Path(__file__).resolve().parents[1] / "results" / "boards-example" / "results.jsonl"
+# A real does-not-fit row: the example run's int8 model on a copy of the host board file with
+# 16 KiB of flash (grid.run_board_cell; tests/test_study.py makes such rows end to end)
+NO_FIT = {"kind": "board", "study": "boards-example", "algo": "dqn", "env": "CartPole-v1",
+          "seed": 0, "scheme": "int8", "board": "host-tiny", "node": None, "host": "vm",
+          "pid": 13520, "status": "does-not-fit",
+          "reason": "firmware for host-tiny needs 40263 B of flash; the board has 16384 B",
+          "board_flash_bytes": 16384, "board_ram_bytes": 0, "needs_flash_bytes": 40263,
+          "arena_bytes": 128, "weight_bytes": 5000, "seconds": 12.48}
+
+
+def test_board_tables_pareto_plots_and_the_int8_claim_from_real_rows(tmp_path):
+    """The committed board study (the shipped example run on five boards) through the report:
+    per task one scheme x board table, one Pareto plot per board embedded in the HTML, and the
+    int8-vs-fp32 line per board whose numbers are the rows' own."""
+    rows = read_results(BOARDS_EXAMPLE)
+    boards = [r for r in rows if r["kind"] == "board" and r["status"] == "ok"]
+    assert len({r["board"] for r in boards}) >= 4
+    path = tmp_path / "results.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows + [NO_FIT]))
+    out = write_report(path, tmp_path / "rep")
+    md = out["markdown"].read_text()
+    section = md[md.index("## On the board"):]
+    header = ("| board | scheme | seeds | return (mean ± std) | normalised loss | agreement | "
+              "= TF Lite Micro | bit-exact | cost / inference | µs / inference | flash (B) | "
+              "RAM (B) | arena (B) | stack (B) |")
+    assert "### DQN CartPole-v1: scheme × board" in section and header in section
+    for r in boards:     # every board cell is a row of the table with its own numbers
+        line = next(ln for ln in section.splitlines()
+                    if ln.startswith(f"| {r['board']} | {r['scheme']} | 1 |"))
+        assert f"{r['mean_return']:,.1f} ± {r['std_return']:,.1f}" in line
+        assert f"{r['cost_mean']:,.0f} {r['unit']}" in line and f"{r['flash_bytes']:,}" in line
+        assert "| yes | yes |" in line      # = TF Lite Micro, bit-exact
+    assert ("| host-tiny | int8 | - | does not fit (needs 40,263 B flash; arena 128 B; "
+            "weights 5,000 B) |") in section
+    assert "40,263 / 16,384" in section
+    # the claim, per board with fp32 and int8, computed from those rows
+    by = {(r["board"], r["scheme"]): r for r in boards}
+    for board in {b for b, s in by if s == "int8" and (b, "fp32") in by}:
+        q, f = by[(board, "int8")], by[(board, "fp32")]
+        speed = f["cost_mean"] / q["cost_mean"]
+        faster = f"{speed:.2f}× faster" if speed >= 1 else f"{1 / speed:.2f}× slower"
+        claim = next(ln for ln in section.splitlines()
+                     if ln.startswith(f"DQN CartPole-v1 on {board} "))
+        assert f"int8 is {faster}" in claim
+        assert f"{f['flash_bytes'] / q['flash_bytes']:.2f}× smaller in flash" in claim
+        assert "with a return loss of" in claim
+    # a Pareto plot per board, bounded, embedded in the self-contained page
+    pareto = sorted(f for f in out["figures"] if f.name.startswith("pareto_"))
+    assert [f.name for f in pareto] == sorted(f"pareto_{b}.png" for b in {r["board"] for r in boards})
+    for f in pareto:
+        width, height = _png_size(f)
+        assert 300 < width <= 1600 and height <= 1600
+        assert f"]({f.name})" in md
+    page = out["html"].read_text()
+    sources = re.findall(r'<img src="([^"]*)"', page)
+    assert len(sources) == len(out["figures"]) and all(s.startswith("data:image/png;base64,")
+                                                       for s in sources)
+    assert "http" not in page.replace('charset="utf-8"', "") and "<script" not in page
+    # boards.json: the same cells and lines, for scripts
+    data = json.loads(out["boards"].read_text())
+    assert len(data["cells"]) == len({(r["board"], r["scheme"]) for r in boards}) + 1
+    assert all(line in section for line in data["int8_vs_fp32"])
+    # the not-deployable schemes are said once, not listed as failures
+    assert "Not run on a board: dyn-int8 (dynamic-range" in section
+    assert "## Skipped and failed" not in md          # nothing failed

@@ -41,18 +41,27 @@ def test_loopback_echo_of_our_own_request_is_not_taken_as_a_reply():
 
 
 def fake_board(fd, reply_for):
-    """Answers each request frame on `fd` with reply_for(frame) (bytes to write)."""
+    """Answers each request frame on `fd` with reply_for(frame) (bytes to write). The thread
+    reads its own duplicate of `fd`: a test's os.close(fd) does not wake a blocked read, and the
+    next test's openpty() reuses the number, so a thread reading the number itself would answer
+    the next test's requests too (it did: a HELLO from the previous case). The duplicate keeps
+    this pty; its read fails once the test closes the slave side, and the thread ends."""
     dec = P.FrameDecoder()
+    fd = os.dup(fd)
+
     def loop():
-        while True:
-            try:
-                data = os.read(fd, 4096)
-            except OSError:
-                return
-            if not data:
-                return
-            for f in dec.feed(data):
-                os.write(fd, reply_for(f))
+        try:
+            while True:
+                try:
+                    data = os.read(fd, 4096)
+                except OSError:
+                    return
+                if not data:
+                    return
+                for f in dec.feed(data):
+                    os.write(fd, reply_for(f))
+        finally:
+            os.close(fd)
     threading.Thread(target=loop, daemon=True).start()
 
 

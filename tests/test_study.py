@@ -344,3 +344,65 @@ def test_sigkill_mid_grid_then_resume_loses_and_repeats_nothing(tmp_path):
     assert fp32["kl"] == pytest.approx(0.0, abs=1e-9) and int8["kl"] >= 0.0
     assert by_key[("run", "ppo", "CartPole-v1", 0)]["output"] == "logits"
     assert by_key[("cell", "dqn", "CartPole-v1", 1, "int8")]["kl"] is None
+
+
+# ------------------------------------------------------------------------------ board cells
+def test_boards_in_a_study_are_checked_and_planned(tmp_path):
+    bad = GOOD.replace("episodes = 3", 'episodes = 3\nboards = ["host", "no-such-board"]')
+    with pytest.raises(QuarlError, match=r"\[study\]: 'boards': unknown board 'no-such-board'"):
+        load_study(_write(tmp_path, bad))
+    bad = GOOD.replace("episodes = 3", 'episodes = 3\nboards = ["host", "host"]')
+    with pytest.raises(QuarlError, match="a board is listed twice"):
+        load_study(_write(tmp_path, bad))
+    bad = GOOD.replace("episodes = 3", "episodes = 3\nboards = \"host\"")
+    with pytest.raises(QuarlError, match="'boards' must be list"):
+        load_study(_write(tmp_path, bad))
+    bad = GOOD.replace("episodes = 3", 'episodes = 3\nboards = ["host"]\nboard_episodes = 4')
+    with pytest.raises(QuarlError, match="board_episodes = 4 but there are only 3"):
+        load_study(_write(tmp_path, bad))
+    ok = GOOD.replace("episodes = 3", 'episodes = 3\nboards = ["host", "mps2-an386"]\n'
+                                      "board_episodes = 2\nbench_n = 7")
+    (g,) = plan(load_study(_write(tmp_path, ok)))
+    assert g["keys"][3:] == [("board", "dqn", "CartPole-v1", 0, s, b)
+                             for s in ("fp32", "int8") for b in ("host", "mps2-an386")]
+    assert g["board_seeds"] == [0, 1] and g["bench_n"] == 7
+    assert row_key({"kind": "board", "algo": "dqn", "env": "E", "seed": 0, "scheme": "int8",
+                    "board": "host"}) == ("board", "dqn", "E", 0, "int8", "host")
+    p = subprocess.run(CLI + ["study", str(_write(tmp_path, GOOD.replace(
+        "episodes = 3", 'episodes = 3\nboards = ["nope"]'))), "--out", str(tmp_path / "o")],
+        capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=120)
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "unknown board 'nope'" in p.stderr
+
+
+def test_board_cells_locally_resume_and_a_board_too_small_is_a_row(tmp_path, monkeypatch):
+    """The study's board cells in one process (no Ray) on the host board and on a board file
+    whose flash is too small for the firmware: a "does-not-fit" row with the numbers; resuming
+    repeats nothing."""
+    from helpers_models import cached_example_study
+    boards_dir = tmp_path / "boards"
+    boards_dir.mkdir()
+    host = (ROOT / "boards" / "host.toml").read_text()
+    (boards_dir / "host-tiny.toml").write_text(
+        host.replace('id = "host"', 'id = "host-tiny"').replace("flash_bytes = 0", "flash_bytes = 16384"))
+    monkeypatch.setenv("QUARL_EDGE_BOARDS", str(boards_dir))
+    out = tmp_path / "out"
+    cfg = cached_example_study(out, ["host", "host-tiny"], name="local")
+    env = {**ENV, "QUARL_EDGE_BOARDS": str(boards_dir)}
+    p = subprocess.run(CLI + ["study", str(cfg), "--out", str(out), "--json"],
+                       capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert json.loads(p.stdout)["status"] == {"ok": 7, "does-not-fit": 3}
+    rows = read_results(out / "results.jsonl")
+    by = {row_key(r): r for r in rows}
+    tiny = by[("board", "dqn", "CartPole-v1", 0, "int8", "host-tiny")]
+    assert tiny["status"] == "does-not-fit" and tiny["board_flash_bytes"] == 16384
+    assert tiny["needs_flash_bytes"] > 16384 and tiny["arena_bytes"] > 0
+    assert "needs" in tiny["reason"] and "16384 B" in tiny["reason"]
+    ok = by[("board", "dqn", "CartPole-v1", 0, "int8", "host")]
+    assert ok["status"] == "ok" and ok["node"] is None and ok["pid"] > 0
+    assert ok["flash_bytes"] > 16384 and ok["validate"]["bit_exact"] is True
+    p = subprocess.run(CLI + ["study", str(cfg), "--out", str(out), "--resume"],
+                       capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    assert p.returncode == 0 and "10 done, 0 runs to do" in p.stdout, p.stdout + p.stderr
+    assert len(read_results(out / "results.jsonl")) == len(rows)

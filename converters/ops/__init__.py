@@ -30,7 +30,8 @@ from .binary import lower_binary
 from .common import Kernel
 from .concatenation import lower_concatenation
 from .conv import lower_conv, lower_conv_pointwise_as_fc
-from .fully_connected import lower_fully_connected, lower_fully_connected_packed
+from .fully_connected import (lower_fully_connected, lower_fully_connected_avr,
+                              lower_fully_connected_packed, lower_fully_connected_pairs)
 from .hard_swish import lower_hard_swish
 from .leaky_relu import lower_leaky_relu
 from .lstm import lower_lstm
@@ -90,7 +91,12 @@ VARIANT_LOWERINGS = {
         "FULLY_CONNECTED": partial(lower_fully_connected_packed, min_rows=4),
     },
     "cortex-m0": {
-        "FULLY_CONNECTED": lower_fully_connected_packed,
+        # int8 per tensor: chunked row pairs, one MULS for two rows' products (fully_connected.h)
+        "FULLY_CONNECTED": lower_fully_connected_pairs,
+    },
+    "avr": {
+        # int8 per tensor: the chunked stream of 16-bit-summable runs (fully_connected.h)
+        "FULLY_CONNECTED": lower_fully_connected_avr,
     },
 }
 

@@ -7,6 +7,9 @@ One lowering for both: they differ only in the filter layout ([out_c][k_h][k_w][
 
 - int8 with per-channel or per-tensor symmetric filters (zero point 0) and int32 bias; the
   int32 accumulator must not be able to overflow;
+- CONV_2D int16x8: int16 activations (zero point 0), int8 symmetric filters, int64 bias, the
+  int64 accumulator and the 64-bit MultiplyByQuantizedMultiplier (TFLM's ConvPerChannel for
+  int16 input); an int32 bias is refused by name;
 - float32 (float32 input with int8 filters, a hybrid model, is refused);
 - NHWC, any stride and dilation, SAME/VALID padding (converters/ops/common.py: window),
   fused NONE/RELU/RELU6/RELU_N1_TO_1, optional bias; constant filter and bias;
@@ -20,12 +23,13 @@ import numpy as np
 from quarl_edge.errors import ModelError
 
 from .. import qmath
-from ..emit import c_array, c_comment, c_float, c_float_limit, c_ident
+from ..emit import c_array, c_comment, c_float, c_float_limit, c_ident, c_int64
 from ..tflite_model import Operator, TFLiteModel
 from .common import (Kernel, bias_array, opt, per_tensor, unsupported,
                      weight_quantization, weighted_operands, window, window_c)
 
-SUPPORTED = ("CONV_2D/DEPTHWISE_CONV_2D int8 (per-channel or per-tensor symmetric weights) and float32",)
+SUPPORTED = ("CONV_2D/DEPTHWISE_CONV_2D int8 (per-channel or per-tensor symmetric weights) and float32",
+             "CONV_2D int16x8")
 KERNEL_HEADERS = ("conv.h", "depthwise_conv.h")
 
 
@@ -95,8 +99,11 @@ def lower_conv(op: Operator, model: TFLiteModel, pname: str, pointwise_as_fc: bo
                 f"(float *)@T{out.index}@);")
         return Kernel(op, call, params, consts, 4 * w.size + bias_bytes, comment)
 
+    if x.dtype == "int16" and not depthwise:
+        return _lower_conv_s16(op, model, pname, x, w, bias, out, act, g, oc, comment, wname)
     if x.dtype != "int8":
-        raise unsupported(op, model, f"{x.dtype} {kind}; supported: int8 and float32")
+        raise unsupported(op, model, f"{x.dtype} {kind}; supported: int8 and float32"
+                                     + ("" if depthwise else ", int16x8"))
     if w.dtype != "int8":
         raise unsupported(op, model, f"int8 input with {w.dtype} filter")
     for t, what in ((x, "input"), (out, "output")):
@@ -113,32 +120,81 @@ def lower_conv(op: Operator, model: TFLiteModel, pname: str, pointwise_as_fc: bo
         int(np.abs(bias.data.astype(np.int64)).max()) if bias is not None else 0)
     if worst > qmath.INT32_MAX:
         raise unsupported(op, model, f"the int32 accumulator could overflow ({taps} taps)")
-    mults, shifts = [], []
-    for c in range(oc):
-        real = qmath.effective_scale(x.scale, float(wq.scale[c if n_ch > 1 else 0]), out.scale)
-        m, sh = qmath.quantize_multiplier(real)
-        if not -31 <= sh <= 30:
-            raise unsupported(op, model, f"requantization scale {real:g} is out of range")
-        mults.append(m)
-        shifts.append(sh)
+    mults, shifts = _channel_multipliers(op, model, x, wq, out, oc, max_shift=30)
     act_min, act_max = qmath.activation_range_quantized(act, out.scale, out.zero_point)
     rows = g["batches"] * g["out_h"] * g["out_w"]
     if (pointwise_as_fc and not depthwise and k_h == k_w == 1 and g["stride_h"] == g["stride_w"] == 1
             and g["pad_top"] == g["pad_left"] == 0 and rows <= 0xFFFF):
         return _pointwise_fc(op, pname, x, w, bias, out, g, comment, wname, n_ch, mults, shifts,
                              act_min, act_max, rows)
+    consts, bname, bias_bytes, params = _per_channel_conv(
+        pname, w, wname, n_ch, mults, shifts, bias, "int32_t", str, g, -x.zero_point,
+        out.zero_point, act_min, act_max)
+    call = (f"{fn}_s8(&{pname}, (const int8_t *)@T{x.index}@, {wname}, {bname}, "
+            f"(int8_t *)@T{out.index}@);")
+    return Kernel(op, call, params, consts, w.size + 5 * oc + bias_bytes, comment)
+
+
+def _channel_multipliers(op, model, x, wq, out, oc: int, max_shift: int):
+    """QuantizeMultiplier of input scale x filter scale / output scale per output channel (one
+    filter scale serves all for per-tensor filters); shifts beyond [-31, max_shift] refused."""
+    n_ch = len(wq.scale)
+    mults, shifts = [], []
+    for c in range(oc):
+        real = qmath.effective_scale(x.scale, float(wq.scale[c if n_ch > 1 else 0]), out.scale)
+        m, sh = qmath.quantize_multiplier(real)
+        if not -31 <= sh <= max_shift:
+            raise unsupported(op, model, f"requantization scale {real:g} is out of range")
+        mults.append(m)
+        shifts.append(sh)
+    return mults, shifts
+
+
+def _per_channel_conv(pname, w, wname, n_ch, mults, shifts, bias, bias_ctype, bias_fmt, g,
+                      input_offset, output_offset, act_min, act_max):
+    """The constants (filter, multipliers, shifts, bias) and the qe_conv_s8_params_t of an
+    integer CONV_2D / DEPTHWISE_CONV_2D: (consts, bias name, bias bytes, params)."""
     consts = [f"/* {c_comment(w.describe())}, {n_ch} scale(s) */\n"
               + c_array("int8_t", wname, w.data, 16, lambda v: str(int(v))),
               c_array("int32_t", f"{pname}_mult", mults, 6, str),
               c_array("int8_t", f"{pname}_shift", shifts, 16, str)]
-    bname, bias_bytes = bias_array(bias, "int32_t", str, 6, consts)
+    bname, bias_bytes = bias_array(bias, bias_ctype, bias_fmt, 6, consts)
     params = (f"static const qe_conv_s8_params_t {pname} = {{\n" + window_c(g)
-              + f"    .input_offset = {-x.zero_point},\n    .output_offset = {out.zero_point},\n"
+              + f"    .input_offset = {input_offset},\n    .output_offset = {output_offset},\n"
               f"    .activation_min = {act_min},\n    .activation_max = {act_max},\n"
               f"    .multipliers = {pname}_mult,\n    .shifts = {pname}_shift,\n}};\n")
-    call = (f"{fn}_s8(&{pname}, (const int8_t *)@T{x.index}@, {wname}, {bname}, "
-            f"(int8_t *)@T{out.index}@);")
-    return Kernel(op, call, params, consts, w.size + 5 * oc + bias_bytes, comment)
+    return consts, bname, bias_bytes, params
+
+
+def _lower_conv_s16(op, model, pname, x, w, bias, out, act, g, oc, comment, wname) -> Kernel:
+    """int16x8 CONV_2D: qe_conv_s16, the int8 kernel's parameters with zero offsets."""
+    if w.dtype != "int8":
+        raise unsupported(op, model, f"int16 input with {w.dtype} filter")
+    for t, what in ((x, "input"), (out, "output")):
+        per_tensor(t, op, model, what)
+        if t.zero_point != 0:
+            raise unsupported(op, model, f"int16 {what} '{t.name}' has zero point {t.zero_point}; "
+                                         "TFLM's int16 kernels need 0")
+    wq = weight_quantization(op, model, w, "filter", oc, 0)
+    n_ch = len(wq.scale)
+    if np.any(wq.zero_point != 0):
+        raise unsupported(op, model, f"filter '{w.name}' is not symmetric")
+    if bias is not None and bias.dtype != "int64":
+        raise unsupported(op, model, f"int16x8 CONV_2D with {bias.dtype} bias '{bias.name}'; "
+                                     "supported: int64 (the converter's int16x8 bias)")
+    taps = g["k_h"] * g["k_w"] * g["in_c"]
+    worst = taps * 128 * 32768 + (int(np.abs(bias.data.astype(np.int64)).max())
+                                  if bias is not None else 0)
+    if worst > (1 << 47) - 1:
+        raise unsupported(op, model, f"the int64 accumulator could leave 48 bits ({taps} taps)")
+    mults, shifts = _channel_multipliers(op, model, x, wq, out, oc, max_shift=7)
+    act_min, act_max = qmath.activation_range_quantized(act, out.scale, 0, -32768, 32767)
+    consts, bname, bias_bytes, params = _per_channel_conv(
+        pname, w, wname, n_ch, mults, shifts, bias, "int64_t", c_int64, g, 0, 0, act_min, act_max)
+    call = (f"qe_conv_s16(&{pname}, (const int16_t *)@T{x.index}@, {wname}, {bname}, "
+            f"(int16_t *)@T{out.index}@);")
+    return Kernel(op, call, params, consts, w.size + 5 * oc + bias_bytes,
+                  comment.replace("CONV_2D int16:", "CONV_2D int16x8:"))
 
 
 def _pointwise_fc(op, pname, x, w, bias, out, g, comment, wname, n_ch, mults, shifts, act_min,

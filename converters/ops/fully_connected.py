@@ -154,6 +154,307 @@ def lower_fully_connected_packed(op: Operator, model: TFLiteModel, pname: str,
                   layout_extra_bytes=const_bytes - ref_bytes)
 
 
+AVR_ROWS = 4              # fully_connected.h: QE_FC_AVR_ROWS
+AVR_MAX_CHUNK = 255       # a chunk's length is one byte (0 ends a group's stream)
+AVR_DOT_LIMIT = (1 << 23) - 1   # the kernel's per-row running sum is 24 bits
+
+
+def _chunk_fits(pos: np.ndarray, neg: np.ndarray) -> np.ndarray:
+    """Whether sum_d w'[d] * x[d] over a chunk lies in int16 for every int8 x, per row, given the
+    chunk's sum of positive weights `pos` and of |negative weights| `neg`: its largest value is
+    127 pos + 128 neg, its smallest -128 pos - 127 neg."""
+    return (127 * pos + 128 * neg <= 32767) & (128 * pos + 127 * neg <= 32768)
+
+
+def _greedy_chunks(gw: np.ndarray, max_len: int) -> list[int]:
+    """The lengths of the chunks a row group's weights gw [rows][depth] are cut into: from the
+    start, each as long as it can be (at most max_len) with every row's sum over it in int16
+    for every int8 input (_chunk_fits)."""
+    depth, d, out = gw.shape[1], 0, []
+    while d < depth:
+        pos = np.zeros(gw.shape[0], np.int64)
+        neg = np.zeros(gw.shape[0], np.int64)
+        n = 0
+        while d + n < depth and n < max_len:
+            col = gw[:, d + n]
+            p2, n2 = pos + np.maximum(col, 0), neg + np.maximum(-col, 0)
+            if not _chunk_fits(p2, n2).all():
+                break
+            pos, neg, n = p2, n2, n + 1
+        assert n >= 1                   # one product (|w'| <= 255, x in int8) always fits
+        out.append(n)
+        d += n
+    return out
+
+
+PAIRS_ROWS = 4                   # fully_connected.h: QE_FC_PAIRS_ROWS
+
+
+def pairs_fc_stream(w: np.ndarray, bias: np.ndarray | None, input_offset: int,
+                    filter_offset: int) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """The layout of qe_fully_connected_s8_pairs (fully_connected.h; the cortex-m0 variant) for
+    int8 weights [rows][depth]: (int32 word stream, int32 bias' per padded row, chunk lengths).
+    w' = w + filter_offset (in [-255, 255]), bias' = bias + input_offset * sum_d w'; rows in
+    groups of 4 (the last padded with zero rows); per group chunks cut as for the avr stream
+    (_greedy_chunks: every row's chunk sum in int16 for every int8 input), each one word L, then
+    per input two words whose *values* are 65536 * w'[4g+1][d] + w'[4g][d] and
+    65536 * w'[4g+3][d] + w'[4g+2][d], a 0 word ending the group. One 32-bit multiply of such a
+    word by x is then two products, and a chunk's sum of them is 65536 H + L with H and L the two
+    rows' exact int16 sums."""
+    rows, depth = w.shape
+    wp = w.astype(np.int64) + filter_offset
+    b = (np.zeros(rows, np.int64) if bias is None else bias.astype(np.int64)) \
+        + input_offset * wp.sum(axis=1)
+    r_pad = -(-rows // PAIRS_ROWS) * PAIRS_ROWS
+    full = np.zeros((r_pad, depth), np.int64)
+    full[:rows] = wp
+    bias_p = np.zeros(r_pad, np.int64)
+    bias_p[:rows] = b
+    stream, chunks = [], []
+    for g in range(r_pad // PAIRS_ROWS):
+        gw = full[g * PAIRS_ROWS:(g + 1) * PAIRS_ROWS]
+        d = 0
+        for n in _greedy_chunks(gw, 65535):
+            stream.append(n)
+            for k in range(d, d + n):
+                stream += [65536 * gw[1, k] + gw[0, k], 65536 * gw[3, k] + gw[2, k]]
+            chunks.append(n)
+            d += n
+        stream.append(0)
+    assert np.abs(bias_p).max(initial=0) <= qmath.INT32_MAX
+    return np.array(stream, np.int64).astype(np.int32), bias_p.astype(np.int32), chunks
+
+
+def saturation_bounds(multiplier: int, shift: int, offset: int, act_min: int,
+                      act_max: int) -> tuple[int, int]:
+    """(sat_low, sat_above) of qe_fc_s8_pairs_params_t: accumulators <= sat_low give act_min,
+    > sat_above act_max (avr_output_stage's bisection; INT32_MIN, INT32_MAX: none, as for
+    shifts >= 0, where requantization wraps and is not monotone)."""
+    st = avr_output_stage(multiplier, shift, offset, act_min, act_max)
+    f = lambda x: qmath.requantize_output(x, multiplier, shift, offset, act_min, act_max)  # noqa: E731
+    low, high = st["sat_low"], st["sat_high"]
+    lo_i, hi_i = -(1 << 31), (1 << 31) - 1
+    if low == lo_i or f(low) != act_min:          # none (or INT32_MIN itself: never reached)
+        low = lo_i
+    above = hi_i if (high == hi_i or f(high) != act_max) else max(high - 1, lo_i)
+    return low, above
+
+
+def lower_fully_connected_pairs(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
+    """For the cortex-m0 variant: an int8 per-tensor FULLY_CONNECTED with accum_depth <=
+    PACKED_MAX_DEPTH gets the chunked pair layout (pairs_fc_stream, qe_fully_connected_s8_pairs);
+    every other one the lowering of the reference boards."""
+    kernel = lower_fully_connected(op, model, pname)     # validates the op completely
+    if not kernel.call.startswith("qe_fully_connected_s8("):
+        return kernel
+    x, w, bias, out, act = weighted_operands(op, model, "weights")
+    output_depth, accum_depth = w.shape
+    if accum_depth > PACKED_MAX_DEPTH:
+        return kernel
+    stream, bias_p, chunks = pairs_fc_stream(w.data, None if bias is None else bias.data,
+                                             -x.zero_point, -w.zero_point)
+    batches = out.size // output_depth
+    real = qmath.effective_scale(x.scale, w.scale, out.scale)
+    multiplier, shift = qmath.quantize_multiplier(real)
+    act_min, act_max = qmath.activation_range_quantized(act, out.scale, out.zero_point)
+    wname = c_ident(w.name, f"w{w.index}_") + "_pairs"
+    bname = f"{pname}_bias"
+    consts = [f"/* {c_comment(w.describe())}, scale {w.scale:.9g}, zero point {w.zero_point}: "
+              f"chunked row pairs for the kernel variant (fully_connected.h), {output_depth} rows "
+              f"in groups of {PAIRS_ROWS}, depth {accum_depth} in {len(chunks)} chunks of int16 "
+              f"sums (mean length {np.mean(chunks):.1f}) */\n"
+              + c_array("int32_t", wname, stream, 8, lambda v: str(int(v))),
+              "/* bias + input_offset * sum(weights + filter_offset), per padded row */\n"
+              + c_array("int32_t", bname, bias_p, 8, lambda v: str(int(v)))]
+    const_bytes = 4 * stream.size + 4 * bias_p.size
+    sat_low, sat_above = saturation_bounds(multiplier, shift, out.zero_point, act_min, act_max)
+    params = (f"static const qe_fc_s8_pairs_params_t {pname} = {{\n"
+              f"    .output_offset = {out.zero_point},\n"
+              f"    .output_multiplier = {multiplier},  /* {real:.17g} = m * 2^(shift - 31) */\n"
+              f"    .output_shift = {shift},\n"
+              f"    .activation_min = {act_min},\n"
+              f"    .activation_max = {act_max},\n"
+              f"    .sat_low = {_c_int32(sat_low)},  /* <= this: activation_min */\n"
+              f"    .sat_above = {_c_int32(sat_above)},  /* > this: activation_max */\n"
+              f"    .batches = {batches}u,\n    .accum_depth = {accum_depth}u,\n"
+              f"    .output_depth = {output_depth}u,\n}};\n")
+    call = (f"qe_fully_connected_s8_pairs(&{pname}, (const int8_t *)@T{x.index}@, {wname}, "
+            f"{bname}, (int8_t *)@T{out.index}@);")
+    ref_bytes = w.size + (4 * bias.size if bias is not None else 0)
+    return Kernel(op, call, params, consts, const_bytes,
+                  kernel.comment.replace("FULLY_CONNECTED int8:", "FULLY_CONNECTED int8 (pairs):")
+                  + f"; layout {const_bytes} B of flash (reference layout {ref_bytes} B)",
+                  layout_extra_bytes=const_bytes - ref_bytes)
+
+
+def avr_fc_stream(w: np.ndarray, bias: np.ndarray | None, input_offset: int,
+                  filter_offset: int) -> tuple[np.ndarray, np.ndarray, list[int]] | None:
+    """The AVR variant's layout of fully_connected.h (qe_fully_connected_s8_avr) for int8 weights
+    [rows][depth]: (int8 weight stream, int32 bias' per padded row, chunk lengths), or None when
+    the weights do not allow it (w' = w + filter_offset outside int8, or a row's sum |w'| too large
+    for the 24-bit running sum). bias' = bias + input_offset * sum_d w' (exact integers). Rows in
+    groups of AVR_ROWS (the last padded with zero rows); per group the depth is cut into chunks,
+    greedily as long as possible, such that no row's sum over a chunk can leave int16 for any
+    int8 input (so the kernel sums each chunk in 16 bits, exactly); per chunk one byte, its length
+    L (1..255), then L x AVR_ROWS weights, input by input (the group's rows for d, then for d+1...);
+    a 0 byte ends the group."""
+    rows, depth = w.shape
+    wp = w.astype(np.int64) + filter_offset
+    if wp.size and (wp.min() < -128 or wp.max() > 127):
+        return None
+    if np.abs(wp).sum(axis=1).max(initial=0) * 128 > AVR_DOT_LIMIT:
+        return None
+    b = (np.zeros(rows, np.int64) if bias is None else bias.astype(np.int64)) \
+        + input_offset * wp.sum(axis=1)
+    r_pad = -(-rows // AVR_ROWS) * AVR_ROWS
+    full = np.zeros((r_pad, depth), np.int64)
+    full[:rows] = wp
+    bias_p = np.zeros(r_pad, np.int64)
+    bias_p[:rows] = b
+    stream, chunks = [], []
+    for g in range(r_pad // AVR_ROWS):
+        gw = full[g * AVR_ROWS:(g + 1) * AVR_ROWS]          # [AVR_ROWS][depth]
+        d = 0
+        for n in _greedy_chunks(gw, AVR_MAX_CHUNK):
+            stream.append(n)
+            stream.extend(gw[:, d:d + n].T.reshape(-1))
+            chunks.append(n)
+            d += n
+        stream.append(0)
+    assert np.abs(bias_p).max(initial=0) <= qmath.INT32_MAX
+    return (np.array(stream, np.int64).astype(np.uint8).view(np.int8), bias_p.astype(np.int32),
+            chunks)
+
+
+def avr_output_stage(multiplier: int, shift: int, offset: int, act_min: int,
+                     act_max: int) -> dict:
+    """The avr kernel's output stage constants (qe_fc_s8_avr_params_t), computed here so that the
+    board only compares, multiplies and picks a byte. f(x) = qmath.requantize_output(x, ...) is
+    non-decreasing in x for right shifts (shift <= -1: two roundings to nearest of x * m / 2^31
+    and / 2^e), so
+      - sat_low: the largest int32 x with f(x) == act_min (INT32_MIN if none), sat_high: the
+        smallest with f(x) == act_max (INT32_MAX if none), found by bisection on the twin;
+      - for sat_low < x < sat_high the output lies strictly inside (act_min, act_max), so it is
+        f(x) = requant(x) + offset, and requant(x) = floor((x * m + R) / 2^(31+e)) with
+        R = 2^30 + 2^(30+e) - (x < 0) * 2^31 (the cortex-m variants' exact formula); scaled by
+        2^j (j = -(31+e) mod 8) numerator and denominator that is byte k = (31+e+j) / 8 of
+        x * m' + R' (m' = m * 2^j, R' = R * 2^j), of which only its low byte matters.
+    `fast` is 1 when the board may use this: shift <= -1, the byte within the 64-bit sum
+    (k <= 7), and every x strictly between the bounds a 24-bit integer (the kernel multiplies
+    3 bytes of x by 5 of m'). Else the kernel calls requant.h's output stage."""
+    f = lambda x: qmath.requantize_output(x, multiplier, shift, offset, act_min, act_max)  # noqa: E731
+    lo_i, hi_i = -(1 << 31), (1 << 31) - 1
+    out = dict(sat_low=lo_i, sat_high=hi_i, fast=0, m_prime=[0] * 5, round_pos=[0] * 5,
+               round_neg=[0] * 5, byte_moves=0)
+    if shift > -1 or multiplier < 0:
+        return out
+    if f(lo_i) == act_min:                   # the largest x with f(x) == act_min
+        a, b = lo_i, hi_i
+        if f(b) == act_min:
+            a = b
+        while b - a > 1:
+            mid = (a + b) // 2
+            a, b = (mid, b) if f(mid) == act_min else (a, mid)
+        out["sat_low"] = a
+    if f(hi_i) == act_max:                   # the smallest x with f(x) == act_max
+        a, b = lo_i, hi_i
+        if f(a) == act_max:
+            b = a
+        while b - a > 1:
+            mid = (a + b) // 2
+            a, b = (a, mid) if f(mid) == act_max else (mid, b)
+        out["sat_high"] = b
+    e = -shift
+    j = (-(31 + e)) % 8
+    k = (31 + e + j) // 8
+    m_p = multiplier << j
+    r_pos = ((1 << 30) + (1 << (30 + e))) << j
+    r_neg = ((1 << 30) + (1 << (30 + e)) - (1 << 31)) << j
+    byte = lambda v, i: (v >> (8 * i)) & 0xFF  # noqa: E731
+    if k <= 7 and out["sat_low"] >= -(1 << 23) - 1 and out["sat_high"] <= (1 << 23):
+        assert m_p < 1 << 40 and r_pos % (1 << 24) == 0 and r_neg % (1 << 24) == 0
+        assert r_pos < 1 << 64 and r_neg >= 0
+        out.update(fast=1, m_prime=[byte(m_p, i) for i in range(5)],
+                   round_pos=[byte(r_pos, i) for i in range(3, 8)],
+                   round_neg=[byte(r_neg, i) for i in range(3, 8)], byte_moves=k - 4)
+    return out
+
+
+def _c_int32(v: int) -> str:
+    return "(-2147483647 - 1)" if v == -(1 << 31) else str(v)
+
+
+def avr_output_stage_c(st: dict) -> str:
+    """avr_output_stage's constants as designated initializers of qe_fc_s8_avr_params_t."""
+    b = lambda v: "{" + ", ".join(f"0x{x:02x}u" for x in v) + "}"  # noqa: E731
+    return (f"    .sat_low = {_c_int32(st['sat_low'])},  /* <= this: activation_min */\n"
+            f"    .sat_high = {_c_int32(st['sat_high'])},  /* >= this: activation_max */\n"
+            f"    .fast = {st['fast']}u,\n"
+            f"    .m_prime = {b(st['m_prime'])},\n"
+            f"    .round = {{{b(st['round_pos'])}, {b(st['round_neg'])}}},\n"
+            f"    .byte_moves = {st['byte_moves']}u,\n")
+
+
+def avr_output_stage_value(st: dict, x: int, offset: int, act_min: int, act_max: int) -> int:
+    """What the avr kernel's fast output stage computes from avr_output_stage's constants (the
+    Python model of its asm, for the tests)."""
+    if x <= st["sat_low"]:
+        return act_min
+    if x >= st["sat_high"]:
+        return act_max
+    m_p = int.from_bytes(bytes(st["m_prime"]), "little")
+    r = int.from_bytes(bytes(st["round_neg" if x < 0 else "round_pos"]), "little") << 24
+    q = ((x * m_p + r) >> (8 * (4 + st["byte_moves"]))) & 0xFF
+    return ((q + offset + 128) & 0xFF) - 128
+
+
+def lower_fully_connected_avr(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
+    """For the avr variant: an int8 per-tensor FULLY_CONNECTED whose weights allow it
+    (avr_fc_stream) gets the chunked stream layout (qe_fully_connected_s8_avr); every other one
+    the lowering of the reference boards."""
+    kernel = lower_fully_connected(op, model, pname)     # validates the op completely
+    if not kernel.call.startswith("qe_fully_connected_s8("):
+        return kernel
+    x, w, bias, out, act = weighted_operands(op, model, "weights")
+    output_depth, accum_depth = w.shape
+    packed = avr_fc_stream(w.data, None if bias is None else bias.data, -x.zero_point,
+                           -w.zero_point)
+    if packed is None:
+        return kernel
+    stream, bias_p, chunks = packed
+    batches = out.size // output_depth
+    real = qmath.effective_scale(x.scale, w.scale, out.scale)
+    multiplier, shift = qmath.quantize_multiplier(real)
+    act_min, act_max = qmath.activation_range_quantized(act, out.scale, out.zero_point)
+    wname = c_ident(w.name, f"w{w.index}_") + "_avr"
+    bname = f"{pname}_bias"
+    consts = [f"/* {c_comment(w.describe())}, scale {w.scale:.9g}, zero point {w.zero_point}: "
+              f"the avr kernel's stream (fully_connected.h), {output_depth} rows in groups of "
+              f"{AVR_ROWS}, depth {accum_depth} in {len(chunks)} chunks of 16-bit sums "
+              f"(mean length {np.mean(chunks):.1f}) */\n"
+              + c_array("int8_t", wname, stream, 16, lambda v: str(int(v))),
+              "/* bias + input_offset * sum(weights + filter_offset), per padded row */\n"
+              + c_array("int32_t", bname, bias_p, 8, lambda v: str(int(v)))]
+    const_bytes = stream.size + 4 * bias_p.size
+    st = avr_output_stage(multiplier, shift, out.zero_point, act_min, act_max)
+    params = (f"static const qe_fc_s8_avr_params_t {pname} = {{\n"
+              f"    .output_offset = {out.zero_point},\n"
+              f"    .output_multiplier = {multiplier},  /* {real:.17g} = m * 2^(shift - 31) */\n"
+              f"    .output_shift = {shift},\n"
+              f"    .activation_min = {act_min},\n"
+              f"    .activation_max = {act_max},\n"
+              + avr_output_stage_c(st) +
+              f"    .batches = {batches}u,\n    .accum_depth = {accum_depth}u,\n"
+              f"    .output_depth = {output_depth}u,\n}};\n")
+    call = (f"qe_fully_connected_s8_avr(&{pname}, (const int8_t *)@T{x.index}@, {wname}, "
+            f"{bname}, (int8_t *)@T{out.index}@);")
+    ref_bytes = w.size + (4 * bias.size if bias is not None else 0)
+    return Kernel(op, call, params, consts, const_bytes,
+                  kernel.comment.replace("FULLY_CONNECTED int8:", "FULLY_CONNECTED int8 (avr stream):")
+                  + f"; layout {const_bytes} B of flash (reference layout {ref_bytes} B)",
+                  layout_extra_bytes=const_bytes - ref_bytes)
+
+
 def _lower_fc_s8(op, model, pname, x, w, bias, out, act, batches, accum_depth, output_depth,
                  wname, comment_shapes) -> Kernel:
     """int8 with per-tensor weights: TFLM's reference_integer_ops::FullyConnected."""

@@ -376,6 +376,13 @@ static void do_reset(const qe_frame_t *f)
 }
 
 /* ------------------------------------------------------------------------------- BENCH */
+/* The largest n a BENCH may ask for: all of u16 on a board. The fuzz target
+ * (tests/fuzz/fuzz_harness.c) builds with a small one: an input whose mutated BENCH keeps a valid
+ * CRC would otherwise run the model up to 65535 times under ASan (seconds for one input). */
+#ifndef QE_BENCH_MAX_N
+#define QE_BENCH_MAX_N 65535u
+#endif
+
 static void tx_bench(uint8_t seq)
 {
     qe_tx_begin(QE_REPLY(QE_CMD_BENCH), seq, 4u + 4u + 4u + 8u);
@@ -395,6 +402,12 @@ static void do_bench(const qe_frame_t *f)
         bad_payload(f, QE_MSG("BENCH takes a u16 n >= 1"));
         return;
     }
+#if QE_BENCH_MAX_N < 65535u
+    if (rd_u16(f->payload) > QE_BENCH_MAX_N) {
+        bad_payload(f, QE_MSG("BENCH n is over this build's QE_BENCH_MAX_N"));
+        return;
+    }
+#endif
     n = rd_u16(f->payload);
     for (i = 0; i < n; i++) {
         restore_inputs();   /* outside the measurement */

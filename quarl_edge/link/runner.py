@@ -40,6 +40,9 @@ FIRST_ATTEMPT_S = 1.0      # the first wait for a command never answered before 
 ATTEMPT_MIN_S = 0.03       # the shortest wait for one attempt's reply ...
 RTT_FACTOR = 4             # ... else RTT_FACTOR x the slowest of the command's last round trips
 RTT_HISTORY = 32           # (how many round trips are remembered per command)
+LATE_HISTORY = 8           # late replies (a re-sent request answered twice): their round
+                           # trips are learnt (the last 8 per command) ...
+LATE_MARGIN = 1.5          # ... and waited for, x 1.5, from then on
 ATTEMPT_MAX_S = 1.0        # each retry doubles the wait, up to this (bounded backoff)
 REHANDSHAKE_S = 3.0        # how long the HELLO after failed retries, or after a reset, may take
 RESET_REPLAYS = 3          # how often a caller redoes what board resets interrupted (hil: an
@@ -93,10 +96,14 @@ class BoardLink:
         # saying the board got our request garbled; resyncs: input flushed (handshakes) or a
         # half-received frame given up; resets: board restarts seen; chunks: IN_CHUNK and
         # OUT_CHUNK frames of streamed tensors (each once, however often it was re-sent);
-        # restreams: streams resumed where the board said it had the inputs up to, or done again.
+        # restreams: streams resumed where the board said it had the inputs up to, or done again;
+        # late_replies: replies that came after their wait (a stall, not a loss), then waited for.
         self.stats = {"retries": 0, "timeouts": 0, "bad_frames": 0, "board_errors": 0,
-                      "resyncs": 0, "resets": 0, "chunks": 0, "restreams": 0}
+                      "resyncs": 0, "resets": 0, "chunks": 0, "restreams": 0,
+                      "late_replies": 0}
         self._rtt: dict[int, collections.deque] = {}
+        self._late: dict[int, collections.deque] = {}     # round trips of late replies
+        self._maybe_late: tuple | None = None    # (cmd, seq, round trip) of a re-sent request
         self._old_version_seq: int | None = None
         self.decoder = self._new_decoder()
 
@@ -191,10 +198,10 @@ class BoardLink:
 
     # ----------------------------------------------------------------------- commands
     def _first_wait(self, cmd: int, payload_len: int) -> float:
-        rtts = self._rtt.get(cmd)
+        rtts, late = self._rtt.get(cmd), self._late.get(cmd)
         if not rtts:
             return FIRST_ATTEMPT_S + payload_len / BYTES_PER_S
-        return max(ATTEMPT_MIN_S, RTT_FACTOR * max(rtts))
+        return max(ATTEMPT_MIN_S, RTT_FACTOR * max(rtts), LATE_MARGIN * max(late) if late else 0.0)
 
     def command(self, name: str, payload: bytes = b"", timeout: float | None = None) -> bytes:
         """Send one request and return its reply payload, re-sending it (same sequence number)
@@ -207,7 +214,7 @@ class BoardLink:
         frame = P.encode_frame(cmd, payload, seq)
         base = timeout or self._first_wait(cmd, len(payload))
         t0 = time.monotonic()
-        timeouts, zeroed = 0, False
+        timeouts, zeroed, timed_out = 0, False, False
         for attempt in range(RETRIES + 1):
             if attempt:
                 self.stats["retries"] += 1
@@ -230,6 +237,10 @@ class BoardLink:
                 if attempt == 0:
                     self._rtt.setdefault(cmd, collections.deque(maxlen=RTT_HISTORY)).append(
                         time.monotonic() - sent)
+                elif self._maybe_late == (cmd, seq, None):   # its second reply came with it
+                    self._learn_late(cmd, time.monotonic() - t0)
+                else:      # late, or the re-send's? A second reply to `seq` will tell (_await)
+                    self._maybe_late = (cmd, seq, time.monotonic() - t0)
                 return reply
         # Every attempt failed: a board that restarted, or one that is gone?
         spent = time.monotonic() - t0
@@ -245,6 +256,15 @@ class BoardLink:
                          f"reply after {RETRIES + 1} attempts in {spent:.1f} s "
                          f"(link: {self.stats})")
 
+    def _learn_late(self, cmd: int, took: float) -> None:
+        """A re-sent request was answered twice: the first attempt's reply was late (a busy
+        host, a board that stalled), not lost. Its round trip is learnt, so the next waits
+        cover it instead of re-sending (and, two in a row, sending the resync zeros) at every
+        such stall."""
+        self._maybe_late = None
+        self.stats["late_replies"] += 1
+        self._late.setdefault(cmd, collections.deque(maxlen=LATE_HISTORY)).append(took)
+
     def _await(self, name: str, cmd: int, seq: int, deadline: float,
                attempt: int) -> tuple[bytes | None, bool]:
         """(the reply to request `seq`, False), or (None, timed out?) when it should be re-sent:
@@ -255,7 +275,12 @@ class BoardLink:
             now = time.monotonic()
             if now >= deadline:
                 self.stats["timeouts"] += 1
-                if self.decoder.skip_pending():     # its rest will not come: a byte was lost
+                # A frame half-received: its rest may be late (a stall: kept through the first
+                # re-send, so that it completes and is known for late) or will not come (a lost
+                # byte: the re-send's reply then completes it wrong, the CRC fails and the
+                # decoder rescans into that reply; or find_inside finds the reply inside it).
+                # From the second re-send on it is given up.
+                if attempt > 0 and self.decoder.skip_pending():
                     self.stats["resyncs"] += 1
                     self.decoder.feed(b"")
                 return None, True
@@ -263,9 +288,12 @@ class BoardLink:
             frames = self._read_frames()
             hidden = self.decoder.find_inside(
                 lambda f: (f.cmd == cmd | P.REPLY_BIT and f.seq == seq) or self._is_boot(f))
-            for f in frames + ([hidden] if hidden else []):
+            got = frames + ([hidden] if hidden else [])
+            for k, f in enumerate(got):
                 if f.cmd == cmd | P.REPLY_BIT and f.seq == seq:
                     self._absorb_decoder_counts()
+                    if attempt > 0 and any((g.cmd, g.seq) == (f.cmd, f.seq) for g in got[k + 1:]):
+                        self._maybe_late = (cmd, seq, None)   # answered twice: seen already
                     return f.payload, False
                 if self._is_boot(f):
                     # the board announced a boot: handshake again, which raises BoardReset
@@ -282,6 +310,11 @@ class BoardLink:
                         garbled = True
                     elif f.seq == seq:
                         raise ProtocolError(f"board answered {name} with {err}: {msg}", err)
+                elif self._maybe_late and (f.cmd, f.seq) == (self._maybe_late[0] | P.REPLY_BIT,
+                                                           self._maybe_late[1]):
+                    # a second reply to a request that was re-sent: the one taken was late
+                    late_cmd, _, took = self._maybe_late
+                    self._learn_late(late_cmd, took)
                 # else: a late reply to an earlier attempt or request
             garbled = garbled or self.decoder.rejected != rejected
             self._absorb_decoder_counts()

@@ -58,13 +58,13 @@ class InputQuantize:
         return self.scale * (info.min - self.zero_point), self.scale * (info.max - self.zero_point)
 
 
-def input_quantize(model_path: Path) -> InputQuantize | None:
-    """The QUANTIZE op of the model's first input, None when the input is not quantized by one
-    (an integer or a float model). Read from the flatbuffer: tflite-runtime refuses models that
-    TF Lite Micro runs (a FULLY_CONNECTED whose scales it finds too far apart)."""
+def input_quantize(model_path: Path, index: int = 0) -> InputQuantize | None:
+    """The QUANTIZE op of the model's input `index`, None when that input is not quantized by
+    one (an integer or a float model). Read from the flatbuffer: tflite-runtime refuses models
+    that TF Lite Micro runs (a FULLY_CONNECTED whose scales it finds too far apart)."""
     from ..converters.tflite_model import load
     model = load(model_path)
-    first = model.inputs[0]
+    first = model.inputs[index]
     for op in model.operators:
         if op.opcode == "QUANTIZE" and first in op.inputs:
             out = model.tensors[op.outputs[0]]
@@ -113,6 +113,13 @@ def saturated_inputs(x: np.ndarray, q: InputQuantize, undefined: np.ndarray) -> 
 
 
 # -------------------------------------------------------------------------- the outputs
+def worst_class(classes) -> str | None:
+    """The class of a row of several outputs: the first of CLASSES that any output has (None:
+    every output's bits are equal)."""
+    found = set(classes)
+    return next((c for c in CLASSES if c in found), None)
+
+
 def row_class(y: np.ndarray, r: np.ndarray, libm: bool) -> str | None:
     """The class of a board output y against its reference r (same shape): None when the bits
     are equal. `libm`: the model has float transcendental ops (libm_ops)."""

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..quant.calibration import rollout_observations
 from ..quant.schemes import convert_keras
-from ..run import VALIDATION_SEED_BASE
+from ..run import VALIDATION_SEED_BASE, keras_runner
 from .reference import tflite_runner
 
 
@@ -26,7 +26,7 @@ def int8_judge(env_id: str, val_env, model, n_actions: int, episodes: int,
     seeds. The candidate .tflite is written to `workdir` and removed."""
     from ..rl.tf_env import run_episode
 
-    calibration = rollout_observations(env_id, model.get_weights(), n_actions)
+    calibration = rollout_observations(env_id, keras_runner(model), n_actions)
     path = Path(workdir) / "candidate-int8.tflite"
     path.write_bytes(convert_keras(model, "int8", calibration))
     try:

@@ -10,71 +10,134 @@ from ..link.runner import RESET_REPLAYS, latency_summary
 from ..link.session import BoardSession
 from ..targets.boards import Board
 from .compare import (CLASSES, FAILING, MISMATCH, REFERENCE_UNDEFINED, input_quantize, libm_ops,
-                      output_metrics, row_class, saturated_inputs, undefined_inputs)
+                      output_metrics, row_class, saturated_inputs, undefined_inputs, worst_class)
 from .reference import has_state, host_reference
 
 
-def input_range(model_path: Path) -> tuple[float, float] | None:
-    """The float range the model's first QUANTIZE op can represent (None for float models)."""
-    q = input_quantize(model_path)
+def input_range(model_path: Path, index: int = 0) -> tuple[float, float] | None:
+    """The float range the QUANTIZE op of input `index` can represent (None: not quantized)."""
+    q = input_quantize(model_path, index)
     return q.range if q else None
 
 
-def output_name(model_path: Path) -> str:
+def tensor_names(model_path: Path) -> tuple[list[str], list[str]]:
+    """The names of the model's input and output tensors, in the subgraph's order (the order of
+    the board's tensors and of the reference interpreter's)."""
     from ..converters.tflite_model import load
-    return load(model_path).output_tensors()[0].name
+    model = load(model_path)
+    return [model.tensors[i].name for i in model.inputs], [t.name for t in model.output_tensors()]
 
 
-def random_inputs(model_path: Path, shape: tuple[int, ...], dtype, n: int, seed: int) -> np.ndarray:
-    """Random inputs that cover the representable range and, on purpose, saturate beyond it."""
-    rng = np.random.default_rng(seed)
+def output_name(model_path: Path) -> str:
+    return tensor_names(model_path)[1][0]
+
+
+def random_inputs(model_path: Path, shape: tuple[int, ...], dtype, n: int, seed: int,
+                  index: int = 0) -> np.ndarray:
+    """Random inputs that cover the representable range of input `index` and, on purpose,
+    saturate beyond it."""
+    rng = np.random.default_rng(seed if index == 0 else [seed, index])
     shape = (n, *shape[1:])
     dtype = np.dtype(dtype)
     if dtype.kind in "iu":
         info = np.iinfo(dtype)
         return rng.integers(info.min, info.max, size=shape, endpoint=True).astype(dtype)
-    rng_range = input_range(model_path)
+    rng_range = input_range(model_path, index)
     lo, hi = rng_range if rng_range else (-4.0, 4.0)
     mid, half = (lo + hi) / 2, (hi - lo) / 2
     x = mid + half * rng.uniform(-1.5, 1.5, size=shape)          # 1/3 of values saturate
     return x.astype(dtype)
 
 
-def load_inputs(path: Path, shape: tuple[int, ...], dtype) -> np.ndarray:
-    try:
-        x = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, EOFError) as e:
-        raise QuarlError(f"cannot read inputs {path}: {e}") from None
-    if not isinstance(x, np.ndarray):      # np.load gives an NpzFile for .npz archives
-        x.close()
-        raise QuarlError(f"{path} is an .npz archive; inputs are one array in an .npy file "
-                         "(numpy.save)")
-    want = tuple(shape[1:])
+def _short(name: str) -> str:
+    """A Keras input's own name inside its TFLite tensor name: serving_default_pos:0 -> pos."""
+    name = name.split(":")[0]
+    return name[len("serving_default_"):] if name.startswith("serving_default_") else name
+
+
+def _check_array(x: np.ndarray, what: str, shape: tuple[int, ...], dtype) -> np.ndarray:
+    want = tuple(int(v) for v in shape[1:])
     if x.dtype != np.dtype(dtype) or tuple(x.shape[1:]) != want:
-        raise QuarlError(f"{path} holds {x.dtype} {x.shape}; the model needs "
+        raise QuarlError(f"{what} holds {x.dtype} {x.shape}; the model needs "
                          f"{np.dtype(dtype)} with shape (n, {', '.join(map(str, want))})")
     if x.ndim == 0 or len(x) == 0:
-        raise QuarlError(f"{path} holds no inputs (shape {x.shape}): nothing to validate")
+        raise QuarlError(f"{what} holds no inputs (shape {x.shape}): nothing to validate")
     return x
+
+
+def load_inputs(path: Path, shape: tuple[int, ...], dtype) -> np.ndarray:
+    """The rows of a one-input model from an .npy file: (n, *the input's shape less its batch)."""
+    return load_input_arrays(path, [{"shape": shape, "dtype": dtype}], ["input"])[0]
+
+
+def load_input_arrays(path: Path, details: list[dict], names: list[str]) -> list[np.ndarray]:
+    """One array of rows per model input: from an .npy file for a one-input model, from an .npz
+    archive with one array per input for any model. An .npz array is found by the input's tensor
+    name (serving_default_pos:0), its Keras name (pos), or its position (arr_0, numpy.savez's
+    name for positional arrays, or input_0), or is the archive's only array for a one-input
+    model; every input needs one, and every input's row count must be the same."""
+    try:
+        data = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as e:
+        raise QuarlError(f"cannot read inputs {path}: {e}") from None
+    if isinstance(data, np.ndarray):
+        if len(details) != 1:
+            listed = ", ".join(_short(n) for n in names)
+            raise QuarlError(f"the model has {len(details)} inputs ({listed}); pass an .npz "
+                             f"archive with one array per input (numpy.savez(PATH, "
+                             f"{', '.join(f'{_short(n)}=...' for n in names)}))")
+        return [_check_array(data, str(path), details[0]["shape"], details[0]["dtype"])]
+    with data:
+        try:
+            arrays = {k: data[k] for k in data.files}
+        except (OSError, ValueError, EOFError) as e:
+            raise QuarlError(f"cannot read inputs {path}: {e}") from None
+    out, used = [], set()
+    for k, (d, name) in enumerate(zip(details, names)):
+        keys = [key for key in (name, _short(name), f"arr_{k}", f"input_{k}") if key in arrays]
+        if not keys and len(details) == 1 and len(arrays) == 1:
+            keys = list(arrays)
+        if not keys:
+            raise QuarlError(f"{path} has no array for the model's input {k} '{_short(name)}' "
+                             f"(tensor {name}); it has {', '.join(sorted(arrays)) or 'none'}: "
+                             f"name it {_short(name)!r} or {f'arr_{k}'!r}")
+        used.add(keys[0])
+        out.append(_check_array(arrays[keys[0]], f"{path}['{keys[0]}'] (input {k} "
+                                f"'{_short(name)}')", d["shape"], d["dtype"]))
+    extra = sorted(set(arrays) - used)
+    if extra:
+        raise QuarlError(f"{path} has arrays that are no input of the model: {', '.join(extra)} "
+                         f"(its inputs: {', '.join(_short(n) for n in names)})")
+    rows = {len(x) for x in out}
+    if len(rows) != 1:
+        raise QuarlError(f"{path}: the inputs' arrays have different numbers of rows "
+                         f"({', '.join(f'{_short(n)} {len(x)}' for n, x in zip(names, out))})")
+    return out
 
 
 def validate(model_path: Path, board: Board, out_dir: Path, inputs: Path | None = None,
              random_n: int | None = None, save_outputs: Path | None = None, port: str | None = None,
              seed: int = 0, flasher: str | None = None, drive: str | None = None) -> dict:
-    """Run inputs on the board and compare with the host reference. flasher/drive: how a real
-    board is flashed (quarl_edge/targets/flash.py)."""
+    """Run inputs on the board and compare with the host reference, output by output. A model
+    with several inputs takes its rows from an .npz with one array per input (load_input_arrays);
+    one with several outputs saves them (save_outputs) as an .npz, one array per output.
+    flasher/drive: how a real board is flashed (quarl_edge/targets/flash.py)."""
     model_path = Path(model_path)
     if random_n is not None and (not isinstance(random_n, int) or random_n < 1):
         raise QuarlError(f"the number of random inputs must be an integer >= 1, got {random_n!r}")
     ref = host_reference(model_path, micro=True)   # TF Lite Micro (int8-acc: its head readout)
-    if len(ref.inputs) != 1 or len(ref.outputs) != 1:
-        raise QuarlError("validate supports models with one input and one output")
-    in_d, out_d = ref.inputs[0], ref.outputs[0]
-    in_shape = tuple(int(v) for v in in_d["shape"])
+    in_names, out_names = tensor_names(model_path)
+    if save_outputs is not None and len(ref.outputs) > 1 and Path(save_outputs).suffix != ".npz":
+        raise QuarlError(f"the model has {len(ref.outputs)} outputs: save them to an .npz "
+                         f"(one array per output), not {save_outputs}")
+    shapes = [tuple(int(v) for v in d["shape"]) for d in ref.inputs]
     if inputs is not None:
-        xs = load_inputs(inputs, in_shape, in_d["dtype"])
+        columns = load_input_arrays(inputs, ref.inputs, in_names)
     else:
-        xs = random_inputs(model_path, in_shape, in_d["dtype"], random_n or 100, seed)
+        columns = [random_inputs(model_path, shape, d["dtype"], random_n or 100, seed, index=k)
+                   for k, (shape, d) in enumerate(zip(shapes, ref.inputs))]
+    xs = [[c[i].reshape(shape) for c, shape in zip(columns, shapes)]
+          for i in range(len(columns[0]))]
 
     board_out, costs = [], []
     # A model with state (an LSTM's, variable tensors) sees the rows in order, as the reference
@@ -90,12 +153,12 @@ def validate(model_path: Path, board: Board, out_dir: Path, inputs: Path | None 
                 for x in xs:
                     for replay in range(RESET_REPLAYS + 1):   # an INFER a board reset lost: again
                         try:
-                            (y,), cost = s.link.infer([x.reshape(in_shape)])
+                            ys, cost = s.link.infer(x)
                             break
                         except BoardReset:
                             if stateful or replay == RESET_REPLAYS:
                                 raise
-                    board_out.append(y)
+                    board_out.append(ys)
                     costs.append(cost)
                 break
             except BoardReset:
@@ -105,40 +168,55 @@ def validate(model_path: Path, board: Board, out_dir: Path, inputs: Path | None 
         unit = s.info.cost_unit
         link = s.link.report()
 
-    # Each differing row is classed (measure/compare.py): only `mismatch` is ours and fails.
-    quantize, libm = input_quantize(model_path), libm_ops(model_path)
+    # Each differing row is classed (measure/compare.py): only `mismatch` is ours and fails. A
+    # row of several outputs takes the worst of their classes.
+    quantizes = [input_quantize(model_path, k) for k in range(len(shapes))]
+    libm = libm_ops(model_path)
     counts = dict.fromkeys(CLASSES, 0)
     refs, max_diff, max_rel = [], 0.0, 0.0
-    for x, y in zip(xs, board_out):
-        (r,) = ref.run([x.reshape(in_shape)])
-        r = r.reshape(y.shape)
-        cls = row_class(y, r, bool(libm))
-        if cls == MISMATCH and quantize is not None:
-            undefined = undefined_inputs(x, quantize)
-            if undefined.any():          # what TFLM gives on the input the board quantized
-                (r_sat,) = ref.run([saturated_inputs(x, quantize, undefined).reshape(in_shape)])
-                r_sat = r_sat.reshape(y.shape)
-                if row_class(y, r_sat, bool(libm)) != MISMATCH:
-                    cls, r = REFERENCE_UNDEFINED, r_sat   # compared with that from here on
+    for x, ys in zip(xs, board_out):
+        rs = [r.reshape(y.shape) for r, y in zip(ref.run(x), ys)]
+        cls = worst_class(row_class(y, r, bool(libm)) for y, r in zip(ys, rs))
+        if cls == MISMATCH:
+            undefined = [None if q is None else undefined_inputs(xk, q)
+                         for xk, q in zip(x, quantizes)]
+            if any(u is not None and u.any() for u in undefined):
+                # what TFLM gives on the inputs the board quantized (saturated)
+                x_sat = [xk if u is None or not u.any() else saturated_inputs(xk, q, u)
+                         for xk, q, u in zip(x, quantizes, undefined)]
+                rs_sat = [r.reshape(y.shape) for r, y in zip(ref.run(x_sat), ys)]
+                if worst_class(row_class(y, r, bool(libm)) for y, r in zip(ys, rs_sat)) \
+                        != MISMATCH:
+                    cls, rs = REFERENCE_UNDEFINED, rs_sat   # compared with that from here on
         if cls is not None:
             counts[cls] += 1
-        refs.append(r)
-        yf, rf = y.astype(np.float64), r.astype(np.float64)
-        same = (yf == rf) | (np.isnan(yf) & np.isnan(rf))
-        diff = np.where(same, 0.0, np.abs(yf - rf))
-        max_diff = max(max_diff, float(np.nanmax(diff)) if diff.size else 0.0)
-        rel = np.where(same, 0.0, diff / np.maximum(np.abs(rf), np.finfo(np.float32).tiny))
-        max_rel = max(max_rel, float(np.nanmax(rel)) if rel.size else 0.0)
-    shape = board_out[0].shape                   # the output tensor's; one row less its batch of 1
-    rows = (len(xs), *(shape[1:] if shape[:1] == (1,) else shape))
-    metrics = output_metrics(np.stack(board_out).reshape(rows), np.stack(refs).reshape(rows),
-                             out_d, output_name(model_path))
+        refs.append(rs)
+        for y, r in zip(ys, rs):
+            yf, rf = y.astype(np.float64), r.astype(np.float64)
+            same = (yf == rf) | (np.isnan(yf) & np.isnan(rf))
+            diff = np.where(same, 0.0, np.abs(yf - rf))
+            max_diff = max(max_diff, float(np.nanmax(diff)) if diff.size else 0.0)
+            rel = np.where(same, 0.0, diff / np.maximum(np.abs(rf), np.finfo(np.float32).tiny))
+            max_rel = max(max_rel, float(np.nanmax(rel)) if rel.size else 0.0)
+    metrics, per_output = [], []
+    for j, (d, name) in enumerate(zip(ref.outputs, out_names)):
+        shape = board_out[0][j].shape            # the output tensor's; a row less its batch of 1
+        rows = (len(xs), *(shape[1:] if shape[:1] == (1,) else shape))
+        ys_j = np.stack([ys[j] for ys in board_out]).reshape(rows)
+        metrics.append(output_metrics(ys_j, np.stack([rs[j] for rs in refs]).reshape(rows),
+                                      d, name))
+        per_output.append(ys_j.astype(d["dtype"]))
 
     if save_outputs is not None:   # through a temporary file: a failed write keeps the old one
         save_outputs = Path(save_outputs)
         tmp = save_outputs.with_name(save_outputs.name + ".tmp")
         with tmp.open("wb") as f:
-            np.save(f, np.stack(board_out).reshape(len(xs), *y.shape[1:]).astype(out_d["dtype"]))
+            if len(per_output) == 1:
+                np.save(f, per_output[0])
+            else:
+                keys = [_short(n) for n in out_names]     # the full names where those repeat
+                keys = keys if len(set(keys)) == len(keys) else out_names
+                np.savez(f, **dict(zip(keys, per_output)))
         tmp.replace(save_outputs)
     return {
         "board": board.id,
@@ -154,7 +232,7 @@ def validate(model_path: Path, board: Board, out_dir: Path, inputs: Path | None 
         # float outputs through libm (expf, tanhf) may differ by an ulp between the board's C
         # library and the host's; integer outputs never may
         "max_rel_diff": max_rel,
-        "outputs": [metrics],                           # per output tensor (compare.output_metrics)
+        "outputs": metrics,                             # per output tensor (compare.output_metrics)
         "latency": latency_summary(costs, unit),
         "memory": {k: memory.get(k) for k in ("flash_bytes", "ram_bytes", "stack_bytes", "arena_bytes")},
         "link": link,      # what the link survived: retries, resyncs, bad frames, resets

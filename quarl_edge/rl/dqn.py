@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import QuarlError
-from ..run import (MODEL_FILES, VALIDATION_SEED_BASE, mlp_q_values, package_versions,
-                   write_run)
+from ..run import (MODEL_FILES, VALIDATION_SEED_BASE, keras_runner, mlp_q_values,
+                   package_versions, write_run)
 from .envs import space_info
 
 
@@ -28,6 +28,9 @@ class DQNConfig:
     """Double DQN with n-step returns; defaults reach a greedy return of 500 on CartPole-v1."""
     steps: int = 40_000                 # environment steps
     hidden: tuple[int, ...] = (64, 64)  # Q-network MLP (relu)
+    # Convolutions before the MLP, for image observations (MinAtar): (filters, kernel, stride)
+    # each, relu, VALID padding, then a flatten; () for none (an MLP).
+    conv: tuple[tuple[int, int, int], ...] = ()
     learning_rate: float = 2.3e-3
     learning_rate_end: float | None = None  # linear decay to this by the last step (None: constant)
     batch_size: int = 64
@@ -58,6 +61,10 @@ class DQNConfig:
 
     def __post_init__(self):
         self.hidden = tuple(int(h) for h in self.hidden)
+        self.conv = tuple(tuple(int(v) for v in layer) for layer in self.conv)
+        if any(len(layer) != 3 or min(layer) <= 0 for layer in self.conv):
+            raise QuarlError(f"conv layers are (filters, kernel, stride), all positive; got "
+                             f"{self.conv}")
         if self.steps <= 0:
             raise QuarlError(f"steps must be positive, got {self.steps}")
         if not self.hidden or min(self.hidden) <= 0:
@@ -65,19 +72,24 @@ class DQNConfig:
 
 
 
-def greedy_return(env, weights: list[np.ndarray], seed: int) -> float:
-    """Undiscounted return of one greedy episode of the MLP `weights` from reset(seed=seed)."""
+def greedy_return(env, q_values, seed: int) -> float:
+    """Undiscounted return of one greedy episode from reset(seed=seed); `q_values`: a batch of
+    observations -> their Q-values."""
     from .tf_env import run_episode
-    return run_episode(env, lambda obs: int(np.argmax(mlp_q_values(weights, obs[None])[0])),
-                       seed)[0]
+    return run_episode(env, lambda obs: int(np.argmax(q_values(obs[None])[0])), seed)[0]
 
 
-
-def keras_q_model(obs_shape: tuple[int, ...], hidden: tuple[int, ...], n_actions: int):
-    """The plain tf.keras twin of the QNetwork: float32 [None, *obs_shape] -> [None, n_actions]."""
+def keras_q_model(obs_shape: tuple[int, ...], hidden: tuple[int, ...], n_actions: int,
+                  conv: tuple[tuple[int, int, int], ...] = ()):
+    """The plain tf.keras twin of the QNetwork: float32 [None, *obs_shape] -> [None, n_actions]
+    (TF-Agents' EncodingNetwork: its Conv2D layers, VALID and relu, then a flatten)."""
     import tensorflow as tf
     inp = tf.keras.Input(shape=obs_shape, dtype=tf.float32, name="observation")
-    x = tf.keras.layers.Flatten()(inp) if len(obs_shape) != 1 else inp
+    x = inp
+    for i, (filters, kernel, stride) in enumerate(conv):
+        x = tf.keras.layers.Conv2D(filters, kernel, strides=stride, activation="relu",
+                                   name=f"conv_{i}")(x)
+    x = tf.keras.layers.Flatten()(x) if len(obs_shape) != 1 else x
     for i, h in enumerate(hidden):
         x = tf.keras.layers.Dense(h, activation="relu", name=f"dense_{i}")(x)
     out = tf.keras.layers.Dense(n_actions, name="q_values")(x)
@@ -125,7 +137,7 @@ def train_dqn(env_id: str, seed: int, out: Path, config: DQNConfig, progress: bo
 
     # --- agent: Q-network, target network, (double) DQN loss with n-step returns
     q_net = q_network.QNetwork(tensor_spec.from_spec(obs_spec), tensor_spec.from_spec(act_spec),
-                               fc_layer_params=cfg.hidden)
+                               conv_layer_params=cfg.conv or None, fc_layer_params=cfg.hidden)
     lr = cfg.learning_rate
     if cfg.learning_rate_end is not None:  # decays per gradient step
         rounds = (cfg.steps - cfg.learning_starts) // cfg.train_every
@@ -170,11 +182,21 @@ def train_dqn(env_id: str, seed: int, out: Path, config: DQNConfig, progress: bo
     recent_returns: deque[float] = deque(maxlen=20)
     episode_return, loss = 0.0, float("nan")
     best = {"return": -np.inf, "int8_return": None, "step": 0, "weights": q_net.get_weights()}
-    candidate = keras_q_model(obs_shape, cfg.hidden, n_actions)
+    candidate = keras_q_model(obs_shape, cfg.hidden, n_actions, cfg.conv)
+    # Acting: an MLP in numpy from its weights; a CNN through its Keras twin (one traced call)
+    acting = keras_q_model(obs_shape, cfg.hidden, n_actions, cfg.conv) if cfg.conv else None
+    acting_call = keras_runner(acting) if acting is not None else None
+
+    def q_function(w):
+        if acting is None:
+            return lambda x: mlp_q_values(w, x)
+        acting.set_weights(w)
+        return acting_call
     empty_info = ()
 
     t0 = time.perf_counter()
     weights = q_net.get_weights()  # numpy copy used for acting; refreshed after each update round
+    q_values = q_function(weights)
     time_step = env.reset()
     bar = tqdm(range(1, cfg.steps + 1), desc=f"dqn {env_id}", disable=not progress,
                mininterval=1.0, unit="step")
@@ -183,7 +205,7 @@ def train_dqn(env_id: str, seed: int, out: Path, config: DQNConfig, progress: bo
         if rng.random() < epsilon(step):
             action = np.int64(rng.integers(n_actions))
         else:
-            action = np.int64(np.argmax(mlp_q_values(weights, obs[None])[0]))
+            action = np.int64(np.argmax(q_values(obs[None])[0]))
         next_time_step = env.step(action)
         traj = trajectory.from_transition(time_step, policy_step.PolicyStep(action, (), empty_info),
                                           next_time_step)
@@ -205,10 +227,11 @@ def train_dqn(env_id: str, seed: int, out: Path, config: DQNConfig, progress: bo
                 experience, _ = next(samples)
                 loss = float(agent_train(experience).loss)
             weights = q_net.get_weights()
+            q_values = q_function(weights)
 
         greedy = None
         if step % cfg.eval_every == 0 or step == cfg.steps:
-            greedy = float(np.mean([greedy_return(val_env, weights, VALIDATION_SEED_BASE + k)
+            greedy = float(np.mean([greedy_return(val_env, q_values, VALIDATION_SEED_BASE + k)
                                     for k in range(cfg.eval_episodes)]))
             if greedy >= best["return"]:  # ties: keep the later, longer-trained one
                 int8 = None
@@ -236,7 +259,7 @@ def train_dqn(env_id: str, seed: int, out: Path, config: DQNConfig, progress: bo
         shutil.rmtree(policy_dir)
     policy_saver.PolicySaver(agent.policy, batch_size=None).save(str(policy_dir))
 
-    model = keras_q_model(obs_shape, cfg.hidden, n_actions)
+    model = keras_q_model(obs_shape, cfg.hidden, n_actions, cfg.conv)
     model.set_weights(best["weights"])
     probe = np.random.default_rng(seed + 1).normal(size=(256, *obs_shape)).astype(np.float32)
     agent_q = q_net(tf.constant(probe), training=False)[0].numpy()
@@ -260,7 +283,9 @@ def train_dqn(env_id: str, seed: int, out: Path, config: DQNConfig, progress: bo
         "n_actions": n_actions,
         "model_file": MODEL_FILES["dqn"],
         "action_space": space_info(env.gym_env.action_space),
-        "network": {"type": "mlp", "hidden": list(cfg.hidden), "activation": "relu"},
+        "network": ({"type": "cnn", "conv": [list(c) for c in cfg.conv], "hidden": list(cfg.hidden),
+                     "activation": "relu"} if cfg.conv else
+                    {"type": "mlp", "hidden": list(cfg.hidden), "activation": "relu"}),
         "hyperparameters": {k: (list(v) if isinstance(v, tuple) else v)
                             for k, v in asdict(cfg).items()},
         "versions": package_versions(),

@@ -12,6 +12,7 @@ import numpy as np
 from ..errors import QuarlError
 from . import catch  # noqa: F401  (registers QuarlEdge/Catch-v0, a small pixel task)
 from . import masked  # noqa: F401  (registers QuarlEdge/CartPoleNoVel-v0, velocities masked)
+from . import minatar  # noqa: F401  (registers QuarlEdge/MinAtar-<Game>-v0; needs `minatar`)
 
 
 # The environments of the classic study (studies/classic.toml); LunarLander needs box2d.
@@ -35,6 +36,8 @@ def install_hint(env_id: str) -> str:
         return f"MuJoCo environments need the mujoco extra: {MUJOCO_INSTALL}"
     if entry.startswith("gymnasium.envs.box2d"):
         return f"Box2D environments: {BOX2D_INSTALL}"
+    if env_id in minatar.ENV_IDS:
+        return f"MinAtar environments: {minatar.INSTALL}"
     return ""
 
 

@@ -16,6 +16,10 @@ The config (see studies/smoke.toml, studies/classic.toml):
     distill_steps = 4000              # qat-distill-int8: env steps of student rollouts (QAT by
                                       # on-policy distillation; default qat.DistillConfig.steps)
     sweep_modes = ["weights+activations"]
+    boards = ["host", "mps2-an386"]   # board cells: every scheme's model on each board
+    board_episodes = 5                # HIL episodes: the first N evaluation seeds (default all)
+    bench_n = 100                     # inferences per BENCH (cost per inference)
+    validate_n = 200                  # calibration observations validated against TFLM
 
     [[task]]                          # one per (algo, env): the training budget and overrides
     algo = "dqn"
@@ -58,11 +62,22 @@ fsync'ed per row, with plain strings and numbers:
                      "status": "ok" | "skipped" | "error", ...}  return over the eval seeds
                      (tflite-runtime), agreement with fp32, ties, KL (discrete PPO), model size
     {"kind": "sweep", ..., "mode": "weights+activations", "bits": 4, ...}
+    {"kind": "board", ..., "scheme": "int8", "board": "mps2-an386",
+                     "status": "ok" | "skipped" | "does-not-fit" | "error", ...}  a board cell
+                     (run_board_cell): measure/bench.py's row (cost_mean in the board's unit,
+                     flash/ram/arena/stack bytes, the HIL episodes' returns, matches_reference
+                     with TF Lite Micro, agreement with fp32), us_per_inference, bit_exact and
+                     validate (measure/validate.py's classes), and where it ran (node, host, pid)
 
 `--resume` skips every row already in the file whose status is ok or skipped (errors are tried
 again); a last line cut by a kill is dropped. `--redo ALGO/ENV` makes that task's rows again
 (after a change to the evaluation), reusing its trained runs. Without --resume an existing
 non-empty results file is refused. The report (quarl_edge/study/report.py) keeps the last row per key.
+
+With --ray ADDRESS the groups are Ray tasks (training and host rows, streamed back as made) and
+each board cell is a task asking for the resource board:<id>, which only the nodes serving that
+board advertise (quarl_edge/study/farm.py: `quarl-edge farm-node`); a task whose worker died is
+retried, and the writer drops a row whose key it already wrote (see _run_ray).
 
 Workers are spawned processes (multiprocessing "spawn" context) that die with the main process
 (Linux PR_SET_PDEATHSIG), so a killed study leaves no process writing behind it.
@@ -71,6 +86,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -88,7 +104,8 @@ from ..schema import Key, check, check_value, unknown_keys
 QAT_ALGOS = ("dqn",)
 SWEEP_MODES = ("weights+activations", "weights", "activations")
 RAY_PIN = "ray==2.60.0"
-STATUS_DONE = ("ok", "skipped")
+# Rows --resume keeps; "does-not-fit": a board cell whose firmware the board cannot hold
+STATUS_DONE = ("ok", "skipped", "does-not-fit")
 
 # What each table of a study file may hold (quarl_edge/schema.py checks the types and ranges;
 # load_study checks the names: algorithms, environments, schemes).
@@ -98,10 +115,14 @@ _EVALUATION = {"seeds": _SEEDS, "episodes": Key(int), "eval_seeds": _SEEDS,
                "calib_size": Key(int, min=1)}
 _SCHEMES = {"schemes": Key(list, items=str, nonempty=True), "qat_steps": Key(int, min=1),
             "distill_steps": Key(int, min=1)}
+# Board cells (run_board_cell): the boards, BENCH's repeats, the calibration observations
+# validated, the HIL episodes (the first N of the evaluation seeds; default all of them).
+_BOARDS = {"boards": Key(list, items=str), "bench_n": Key(int, min=1, max=65535),
+           "validate_n": Key(int, min=1), "board_episodes": Key(int, min=1)}
 STUDY_KEYS = {"name": Key(str, nonempty=True), "description": Key(str), **_EVALUATION,
-              **_SCHEMES, "sweep_modes": Key(list, items=str, nonempty=True)}
+              **_SCHEMES, **_BOARDS, "sweep_modes": Key(list, items=str, nonempty=True)}
 TASK_KEYS = {"algo": Key(str, required=True), "env": Key(str, required=True), "steps": Key(int),
-             **_EVALUATION, **_SCHEMES, "options": Key(dict), "qat": Key(dict),
+             **_EVALUATION, **_SCHEMES, **_BOARDS, "options": Key(dict), "qat": Key(dict),
              "distill": Key(dict), "note": Key(str)}
 SWEEP_KEYS = {"algo": Key(str, required=True), "env": Key(str, required=True),
               "bits": Key(list, items=int, nonempty=True),
@@ -123,6 +144,10 @@ class Task:
     qat: dict = field(default_factory=dict)
     distill_steps: int | None = None   # None: qat.DistillConfig's default
     distill: dict = field(default_factory=dict)
+    boards: list[str] = field(default_factory=list)   # board cells: every scheme on each
+    bench_n: int = 100
+    validate_n: int = 200
+    board_episodes: int | None = None                 # None: every evaluation seed
 
 
 @dataclass
@@ -198,6 +223,19 @@ def _check_env(algo: str, env_id: str, where: str) -> None:
                          f"{space}")
 
 
+def _board_ids(ids: list[str], where: str) -> list[str]:
+    """The study's board ids, each a board file quarl-edge knows (`quarl-edge boards`)."""
+    from ..targets.boards import get_board
+    if len(set(ids)) != len(ids):
+        raise QuarlError(f"{where}: a board is listed twice in {ids}")
+    for b in ids:
+        try:
+            get_board(b)
+        except QuarlError as e:
+            raise QuarlError(f"{where}: 'boards': {e}") from None
+    return list(ids)
+
+
 def load_study(path: Path) -> Study:
     """Parse and check a study TOML file; raises QuarlError naming the first bad entry."""
     from ..quant.remedies import RUNNERS as REMEDY_RUNNERS
@@ -221,6 +259,7 @@ def load_study(path: Path) -> Study:
     d_qat = int(top.get("qat_steps", 5000))
     d_distill = top.get("distill_steps")
     d_modes = list(top.get("sweep_modes", ["weights+activations"]))
+    d_boards = _board_ids(top.get("boards", []), f"{path} [study]")
 
     tasks: list[Task] = []
     seen = set()
@@ -256,6 +295,12 @@ def load_study(path: Path) -> Study:
         if steps is not None and int(steps) <= 0:
             raise QuarlError(f"{where}: steps must be positive, got {steps}")
         _check_env(algo, env_id, where)
+        boards = _board_ids(t["boards"], where) if "boards" in t else d_boards
+        b_episodes = t.get("board_episodes", top.get("board_episodes"))
+        t_eval = _eval_seeds(t, d_eval, where)
+        if b_episodes is not None and int(b_episodes) > len(t_eval):
+            raise QuarlError(f"{where}: board_episodes = {b_episodes} but there are only "
+                             f"{len(t_eval)} evaluation seeds")
         try:  # the algo's config dataclass checks the values too
             from ..rl.train import DEFAULTS
             config_cls(**{**DEFAULTS.get((algo, env_id), {}), **options,
@@ -264,9 +309,12 @@ def load_study(path: Path) -> Study:
             raise QuarlError(f"{where}: invalid options: {e}") from None
         tasks.append(Task(algo, env_id, None if steps is None else int(steps),
                           [int(s) for s in t.get("seeds", d_seeds)], schemes,
-                          _eval_seeds(t, d_eval, where), int(t.get("calib_size", d_calib)),
+                          t_eval, int(t.get("calib_size", d_calib)),
                           int(t.get("qat_steps", d_qat)), options, qat,
-                          None if distill_steps is None else int(distill_steps), distill))
+                          None if distill_steps is None else int(distill_steps), distill,
+                          boards, int(t.get("bench_n", top.get("bench_n", 100))),
+                          int(t.get("validate_n", top.get("validate_n", 200))),
+                          None if b_episodes is None else int(b_episodes)))
     if not tasks:
         raise QuarlError(f"{path}: no [[task]] entries")
 
@@ -307,6 +355,8 @@ def row_key(row: dict) -> tuple:
         return base + (row.get("scheme"),)
     if kind == "sweep":
         return base + (row.get("mode"), row.get("bits"))
+    if kind == "board":
+        return base + (row.get("scheme"), row.get("board"))
     return base
 
 
@@ -347,6 +397,7 @@ def plan(study: Study) -> list[dict]:
         for seed in t.seeds:
             keys = [("run", t.algo, t.env, seed)]
             keys += [("cell", t.algo, t.env, seed, s) for s in t.schemes]
+            keys += [("board", t.algo, t.env, seed, s, b) for s in t.schemes for b in t.boards]
             sw = []
             for s in sweeps:
                 if seed not in s.seeds:
@@ -360,6 +411,8 @@ def plan(study: Study) -> list[dict]:
                            "eval_seeds": t.eval_seeds, "calib_size": t.calib_size,
                            "qat_steps": t.qat_steps, "qat": t.qat,
                            "distill_steps": t.distill_steps, "distill": t.distill, "sweeps": sw,
+                           "boards": t.boards, "bench_n": t.bench_n, "validate_n": t.validate_n,
+                           "board_seeds": t.eval_seeds[:t.board_episodes or len(t.eval_seeds)],
                            "keys": list(dict.fromkeys(keys))})
     return groups
 
@@ -454,8 +507,10 @@ def _limit_threads(threads: int) -> None:
 
 
 def run_group(group: dict, out: Path, done: set, emit: Callable[[dict], None],
-              log: Callable[[str], None] = lambda s: None) -> None:
-    """Train (or reuse) one run and produce its pending rows, calling emit(row) per row."""
+              log: Callable[[str], None] = lambda s: None, boards: bool = True) -> None:
+    """Train (or reuse) one run and produce its pending rows, calling emit(row) per row.
+    `boards`: also its board cells, after every other row (on Ray they are tasks of their own,
+    scheduled onto the nodes that have the board: see _run_ray)."""
     from ..measure.reference import tflite_runner
     from ..measure.selection import int8_judge
     from ..quant import remedies
@@ -470,9 +525,14 @@ def run_group(group: dict, out: Path, done: set, emit: Callable[[dict], None],
     algo, env_id, seed = group["algo"], group["env"], group["seed"]
     base = {"study": group.get("study"), "algo": algo, "env": env_id, "seed": seed}
     pending = [k for k in map(tuple, group["keys"]) if k not in done]
-    if not pending:
-        return
+    board_keys = [k for k in pending if k[0] == "board"]
+    pending = [k for k in pending if k[0] != "board"]
     run_dir = Path(out) / "runs" / run_dir_name(algo, env_id, seed)
+    if not pending:
+        if boards:
+            for k in board_keys:
+                emit(run_board_cell(group, k[4], k[5], out))
+        return
     t0 = time.perf_counter()
     cached = _train_matches(run_dir, group)
     if not cached:
@@ -584,6 +644,142 @@ def run_group(group: dict, out: Path, done: set, emit: Callable[[dict], None],
                   "eval_seeds": list(sw["eval_seeds"]), "fp32_return": ref_mean,
                   "seconds": secs})
 
+    if boards:
+        for k in board_keys:
+            emit(run_board_cell(group, k[4], k[5], out))
+
+
+# ---------------------------------------------------------------------------- board cells
+# Schemes the firmware cannot run (converters/cgen.py refuses float16-weight and dynamic-range
+# models; int8-i16head is a numpy readout on the host): their board cells are "skipped".
+NOT_DEPLOYABLE = {
+    "fp16": "float16-weight models are not deployable (TF Lite Micro and the code generator "
+            "refuse them)",
+    "dyn-int8": "dynamic-range (hybrid) models are not deployable (TF Lite Micro and the code "
+                "generator refuse them)",
+    "int8-i16head": "int8-i16head's int16 head is a numpy readout on the host, not a model "
+                    "a board runs",
+}
+_NO_FIT = re.compile(r"does not fit the board's memory|needs (\d+) B of (flash|RAM)")
+
+
+def where_row() -> dict:
+    """Where a row was made: the Ray node (when it ran in a Ray task), host name and process."""
+    import socket
+    node = None
+    if "ray" in sys.modules:
+        try:
+            import ray
+            if ray.is_initialized():
+                node = ray.get_runtime_context().get_node_id()
+        except Exception:  # not in a Ray worker
+            node = None
+    return {"node": node, "host": socket.gethostname(), "pid": os.getpid()}
+
+
+def us_per_inference(cost: float | None, unit: str | None, clock_hz: int | None
+                     ) -> tuple[float | None, str | None]:
+    """(µs per inference, how it was had): ns are measured (the host's wall clock); cycles and
+    instructions become µs at the board's clock (instructions at one per cycle: an
+    estimate); None without a clock."""
+    if cost is None or unit is None:
+        return None, None
+    if unit == "ns":
+        return cost / 1000.0, "measured"
+    if clock_hz and unit in ("cycles", "instructions"):
+        return cost / clock_hz * 1e6, ("at the board clock" if unit == "cycles" else
+                                       "estimate: one instruction per cycle at the board clock")
+    return None, None
+
+
+def run_board_cell(group: dict, scheme: str, board_id: str, out: Path) -> dict:
+    """One board cell: the run's `scheme` model on board `board_id` (measure/bench.py's
+    bench_cell: cost per inference over BENCH n, flash, static RAM, arena, stack, and the HIL
+    episodes on the study's test seeds with the check against TF Lite Micro and the agreement
+    with the fp32 network; then measure/validate.py on the run's calibration observations).
+    Returns its row; never raises: a model that does not fit the board is a row with status
+    "does-not-fit" and the numbers, any other failure an "error" row."""
+    from ..targets.boards import get_board
+    algo, env_id, seed = group["algo"], group["env"], group["seed"]
+    row = {"kind": "board", "study": group.get("study"), "algo": algo, "env": env_id,
+           "seed": seed, "scheme": scheme, "board": board_id, **where_row()}
+    if scheme in NOT_DEPLOYABLE:
+        return {**row, "status": "skipped", "reason": NOT_DEPLOYABLE[scheme]}
+    t0 = time.perf_counter()
+    run_dir = Path(out) / "runs" / run_dir_name(algo, env_id, seed)
+    build_dir = run_dir / "build" / board_id / scheme
+    try:
+        board = get_board(board_id)
+        from ..rl.envs import make_gym
+        space = make_gym(env_id).action_space
+        reason = not_applicable(scheme, algo, env_id, hasattr(space, "n"))
+        if reason:     # as its scheme cell
+            return {**row, "status": "skipped", "reason": reason}
+        return {**row, **_measure_board(run_dir, build_dir, board, scheme, group),
+                "seconds": round(time.perf_counter() - t0, 2), "run_dir": str(run_dir)}
+    except QuarlError as e:
+        text = str(e)
+        if _NO_FIT.search(text):
+            return {**row, "status": "does-not-fit", "reason": text.splitlines()[0],
+                    **_no_fit_numbers(text, build_dir, board_id),
+                    "seconds": round(time.perf_counter() - t0, 2)}
+        return {**row, "status": "error", "reason": _reason(e)}
+    except Exception as e:
+        return {**row, "status": "error", "reason": _reason(e)}
+
+
+def _no_fit_numbers(text: str, build_dir: Path, board_id: str) -> dict:
+    """What a refused build needed and what the board has, from the message and the generated
+    model's model.json (arena and weight bytes)."""
+    from ..targets.boards import get_board
+    board = get_board(board_id)
+    nums = {"board_flash_bytes": board.flash_bytes, "board_ram_bytes": board.ram_bytes}
+    for m in re.finditer(r"needs (\d+) B of (flash|RAM)", text):
+        nums[f"needs_{m.group(2).lower()}_bytes"] = int(m.group(1))
+    info = build_dir / "gen" / "model.json"
+    if info.is_file():
+        try:
+            meta = json.loads(info.read_text())
+            nums["arena_bytes"] = int(meta["arena_bytes"])
+            nums["weight_bytes"] = int(meta["weight_bytes"])
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            pass
+    return nums
+
+
+def _measure_board(run_dir: Path, build_dir: Path, board, scheme: str, group: dict) -> dict:
+    from ..measure.bench import Fp32Episodes, bench_cell
+    from ..measure.validate import validate
+    from ..rl.envs import default_head, make_gym
+    from ..run import load_run, tflite_path
+    meta = load_run(run_dir)
+    model = tflite_path(run_dir, scheme)    # made by the scheme's cell
+    env_id, seeds = group["env"], list(group["board_seeds"])
+    head = meta.get("action_head") or default_head(make_gym(env_id).action_space)
+    calib_file = run_dir / "calibration.npy"
+    calib = np.load(calib_file) if calib_file.is_file() else None
+    obs = calib[0] if calib is not None else np.asarray(
+        make_gym(env_id).reset(seed=seeds[0])[0], np.float32)
+    fp32 = Fp32Episodes.for_run(run_dir, env_id, head, seeds)
+    bench = bench_cell(run_dir, board, scheme, int(group.get("bench_n", 100)),
+                       np.asarray(obs, np.float32), episodes=(env_id, seeds, fp32))
+    build_dir.mkdir(parents=True, exist_ok=True)
+    n_val = int(group.get("validate_n", 200))
+    if calib is not None:
+        inputs = build_dir / "validate_inputs.npy"
+        np.save(inputs, np.asarray(calib[:n_val], np.float32))
+        v = validate(model, board, build_dir / "validate", inputs=inputs)
+    else:   # no calibration set (no integer scheme in the study): random inputs over the range
+        v = validate(model, board, build_dir / "validate", random_n=n_val)
+    us, basis = us_per_inference(bench.get("cost_mean"), bench.get("unit"), board.clock_hz)
+    return {"status": "ok", **bench, "us_per_inference": us, "us_basis": basis,
+            "model_bytes": model.stat().st_size,
+            "bit_exact": v["bit_exact"],
+            "validate": {"n": v["n"], "inputs": "calibration" if calib is not None else "random",
+                         "bit_exact": v["bit_exact"], "mismatches": v["mismatches"],
+                         "differing": v["differing"], "classes": v["classes"],
+                         "max_abs_diff": v["max_abs_diff"]}}
+
 
 def _reason(e: Exception) -> str:
     text = str(e).strip()
@@ -635,15 +831,27 @@ def _quiet() -> None:
 
 
 class _Writer:
-    """The results file: one JSON line per row, flushed and fsync'ed."""
+    """The results file: one JSON line per row, flushed and fsync'ed. A row whose key is
+    already finished (in `finished`: done before this run, or written by it with status ok,
+    skipped or does-not-fit) is dropped, not written again: a Ray task retried after its worker
+    died makes its rows again, and the file holds each once."""
 
     def __init__(self, path: Path, done: dict, echo: Callable[[dict], None],
-                 on_row: Callable[[], None] = lambda: None):
+                 on_row: Callable[[], None] = lambda: None, finished: set | None = None):
         self.path, self.done, self.echo, self.on_row = path, done, echo, on_row
+        self.finished = set(finished or ())
+        self.dropped = 0
         _repair_tail(path)
         self.f = path.open("a")
 
-    def write(self, row: dict) -> None:
+    def write(self, row: dict) -> bool:
+        """Append `row`; False (and nothing written) when its key is already finished."""
+        key = row_key(row)
+        if key in self.finished:
+            self.dropped += 1
+            return False
+        if row.get("status") in STATUS_DONE:
+            self.finished.add(key)
         row = _jsonable({**row, "time": time.strftime("%Y-%m-%dT%H:%M:%S")})
         self.f.write(json.dumps(row, separators=(", ", ": ")) + "\n")
         self.f.flush()
@@ -651,16 +859,19 @@ class _Writer:
         self.done[row_key(row)] = row
         self.echo(row)
         self.on_row()
+        return True
 
     def fail_group(self, group: dict, reason: str) -> None:
         for key in map(tuple, group["keys"]):
-            if key in self.done and self.done[key].get("status") in STATUS_DONE:
+            if key in self.finished:
                 continue
             kind, algo, env_id, seed, *rest = key
             row = {"kind": kind, "study": group.get("study"), "algo": algo, "env": env_id,
                    "seed": seed, "status": "error", "reason": reason}
             if kind == "cell":
                 row["scheme"] = rest[0]
+            elif kind == "board":
+                row["scheme"], row["board"] = rest
             elif kind == "sweep":
                 row["mode"], row["bits"] = rest
             self.write(row)
@@ -671,10 +882,19 @@ class _Writer:
 
 def _describe(row: dict) -> str:
     what = {"run": "run", "cell": row.get("scheme"),
-            "sweep": f"sweep {row.get('mode')} {row.get('bits')} bits"}.get(row["kind"])
+            "sweep": f"sweep {row.get('mode')} {row.get('bits')} bits",
+            "board": f"{row.get('scheme')} on {row.get('board')}"}.get(row["kind"])
     head = f"{row['algo']:4s} {row['env']:24s} seed {row['seed']}  {what}"
     if row.get("status") != "ok":
         return f"{head}: {row.get('status')} ({row.get('reason')})"
+    if row["kind"] == "board":
+        us = row.get("us_per_inference")
+        return (f"{head}: return {row['mean_return']:.1f} (= TFLM: "
+                f"{'yes' if row.get('matches_reference') else 'NO'}), agree "
+                f"{row['agreement']:.3f}, {row['cost_mean']:,.0f} {row['unit']}"
+                + (f" (~{us:,.1f} µs)" if us is not None else "")
+                + f", flash {row.get('flash_bytes') or 0:,} B, bit-exact "
+                f"{'yes' if row.get('bit_exact') else 'NO'}")
     if row["kind"] == "run":
         return f"{head}: fp32 return {row['fp32_return']:.1f} (validation {row.get('best_validation_return')})"
     extra = f", agree {row['agreement']:.3f}" if row.get("agreement") is not None else ""
@@ -707,6 +927,7 @@ def run_study(config: Path, out: Path | None = None, workers: int = 1, resume: b
         except ImportError:
             raise QuarlError(f"install {RAY_PIN} to use --ray (pip install {RAY_PIN}, or "
                              "pip install -e '.[ray]')") from None
+        check_ray_address(ray_address)
     out.mkdir(parents=True, exist_ok=True)
     results = out / "results.jsonl"
     prior = read_results(results)
@@ -735,7 +956,7 @@ def run_study(config: Path, out: Path | None = None, workers: int = 1, resume: b
         if progress and echo is not None:    # lines above the bar, not through it
             say = lambda s: bar.write(s, file=sys.stdout)  # noqa: E731
         writer = _Writer(results, dict(latest_rows(prior)), lambda r: say(_describe(r)),
-                         on_row=lambda: bar.update(1))
+                         on_row=lambda: bar.update(1), finished=set(done))
         t0 = time.perf_counter()
         try:
             if not todo:
@@ -840,29 +1061,167 @@ def _run_pool(todo: list[dict], out: Path, done: set, workers: int, writer: _Wri
                 p.kill()
 
 
+RAY_RETRIES = 3     # a Ray task whose worker process died is run again, up to this often
+
+
+def _ray_group(group: dict, out_dir: str, done_keys: list):
+    """A Ray task (a streaming generator): one run's training and host rows, each yielded as
+    it is made, so the driver writes it at once. Board cells are tasks of their own. A failed
+    training yields one {"kind": "_fail"} item."""
+    import queue
+    import threading
+    _quiet()
+    _limit_threads(1)     # the task's one CPU
+    items: queue.Queue = queue.Queue()
+
+    def work():
+        try:
+            run_group(group, Path(out_dir), {tuple(k) for k in done_keys},
+                      lambda r: items.put(("row", r)), boards=False)
+            items.put(("end", None))
+        except BaseException as e:    # noqa: BLE001 (the driver gets the reason)
+            items.put(("fail", _reason(e)))
+
+    threading.Thread(target=work, daemon=True).start()
+    where = where_row()
+    while True:
+        what, x = items.get()
+        if what == "row":
+            yield {**x, **where}
+        elif what == "fail":
+            yield {"kind": "_fail", "reason": x}
+            return
+        else:
+            return
+
+
+def _ray_board(group: dict, scheme: str, board_id: str, out_dir: str) -> dict:
+    """A Ray task on a node that advertises board:<board_id>: one board cell's row."""
+    _quiet()
+    _limit_threads(1)
+    return run_board_cell(group, scheme, board_id, Path(out_dir))
+
+
+def check_ray_address(address: str, timeout_s: float = 5.0) -> None:
+    """A HOST:PORT --ray address must answer before ray.init, which would otherwise retry for
+    minutes; "auto" and ray:// addresses are left to Ray."""
+    import socket
+    if address == "auto" or "://" in address:
+        return
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise QuarlError(f"--ray takes the head's HOST:PORT (e.g. 127.0.0.1:6379) or 'auto', "
+                         f"got {address!r}")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        raise QuarlError(f"no Ray cluster answers at {address} ({e.strerror or e}): start its "
+                         "head with `quarl-edge farm-node --head` (README: Board farm on "
+                         "Ray)") from None
+
+
+def board_resource(board_id: str) -> str:
+    """The Ray custom resource a node advertises for each instance of a board it can serve."""
+    return f"board:{board_id}"
+
+
 def _run_ray(ray, address: str, todo: list[dict], out: Path, done: set, writer: _Writer,
              say: Callable[[str], None]) -> None:
-    """The same groups as Ray tasks (one CPU each) on an existing cluster. OUT must be on a
-    filesystem every node sees (run directories are written there). Rows come back per group."""
-    ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
+    """The groups as Ray tasks on an existing cluster: one per run (training and host cells,
+    one CPU, any node), then one per board cell, which asks for {"board:<id>": 1} and so runs
+    only on a node that advertises that board (quarl_edge/study/farm.py, `quarl-edge
+    farm-node`). OUT must be on a filesystem every node sees (run directories are written and
+    read there). Rows stream back as they are made and only this process writes them; a task
+    whose worker died is retried (RAY_RETRIES) and the writer drops rows already written."""
+    import contextlib
+    real = sys.stdout
 
-    @ray.remote(num_cpus=1)
-    def remote_group(group, out_dir, done_keys):
-        rows = []
-        _quiet()
+    def say_out(s: str) -> None:    # the study's own lines still go to its stdout
+        with contextlib.redirect_stdout(real):
+            say(s)
+
+    # What Ray itself prints in this process (e.g. "(raylet) A worker died ...") goes to
+    # stderr: stdout is the study's (--json prints only the summary there).
+    echo = writer.echo
+
+    def echo_out(row: dict) -> None:
+        with contextlib.redirect_stdout(real):
+            echo(row)
+
+    writer.echo = echo_out
+    with contextlib.redirect_stdout(sys.stderr):
+        ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
         try:
-            run_group(group, Path(out_dir), {tuple(k) for k in done_keys}, rows.append)
-            return rows, None
-        except Exception as e:
-            return rows, _reason(e)
+            _drive_ray(ray, todo, out, done, writer, say_out)
+        finally:
+            ray.shutdown()
+            writer.echo = echo
 
+
+def _drive_ray(ray, todo, out, done, writer, say) -> None:
+    group_task = ray.remote(num_cpus=1, max_retries=RAY_RETRIES)(_ray_group)
+    board_task = ray.remote(_ray_board)
+    have = set(ray.cluster_resources())
+    out_dir = str(out.resolve())
     done_keys = sorted(done, key=str)
-    futures = {remote_group.remote(g, str(out.resolve()), done_keys): g for g in todo}
-    while futures:
-        ready, _ = ray.wait(list(futures), num_returns=1)
-        g = futures.pop(ready[0])
-        rows, err = ray.get(ready[0])
-        for r in rows:
-            writer.write(r)
-        if err:
-            writer.fail_group(g, err)
+    active: dict = {}     # ObjectRefGenerator or ObjectRef -> (what, group, key)
+    failed: set = set()   # id() of the groups whose training failed
+
+    def submit_boards(g):
+        for k in map(tuple, g["keys"]):
+            if k[0] != "board" or k in writer.finished:
+                continue
+            res = board_resource(k[5])
+            if res not in have:
+                writer.write({"kind": "board", "study": g.get("study"), "algo": k[1],
+                              "env": k[2], "seed": k[3], "scheme": k[4], "board": k[5],
+                              "status": "error",
+                              "reason": f"no node of the Ray cluster advertises {res} "
+                                        "(run `quarl-edge farm-node` on the machine that has "
+                                        "the board)"})
+                continue
+            ref = board_task.options(num_cpus=1, resources={res: 1},
+                                     max_retries=RAY_RETRIES).remote(g, k[4], k[5], out_dir)
+            active[ref] = ("board", g, k)
+
+    for g in todo:
+        if any(k[0] != "board" and tuple(k) not in done for k in g["keys"]):
+            active[group_task.remote(g, out_dir, done_keys)] = ("group", g, None)
+        else:               # its run and host rows are done: only board cells to do
+            submit_boards(g)
+    say(f"ray: {len(active)} tasks on {len(ray.nodes())} nodes; boards advertised: "
+        + (", ".join(sorted(r for r in have if r.startswith("board:"))) or "none"))
+    while active:
+        ready, _ = ray.wait(list(active), num_returns=1)
+        handle = ready[0]
+        what, g, key = active[handle]
+        if what == "board":
+            del active[handle]
+            try:
+                writer.write(ray.get(handle))
+            except ray.exceptions.RayError as e:   # its worker died RAY_RETRIES + 1 times
+                writer.write({"kind": "board", "study": g.get("study"), "algo": key[1],
+                              "env": key[2], "seed": key[3], "scheme": key[4], "board": key[5],
+                              "status": "error", "reason": _ray_reason(e)})
+            continue
+        try:
+            row = ray.get(next(handle))
+        except StopIteration:
+            del active[handle]
+            if id(g) not in failed:    # a failed training has no models for the boards
+                submit_boards(g)
+            continue
+        except ray.exceptions.RayError as e:
+            del active[handle]
+            writer.fail_group(g, _ray_reason(e))
+            continue
+        if row.get("kind") == "_fail":
+            failed.add(id(g))
+            writer.fail_group(g, row["reason"])
+        else:
+            writer.write(row)
+
+
+def _ray_reason(e: Exception) -> str:
+    text = str(e).strip().splitlines()
+    return f"ray: {type(e).__name__}: {text[0] if text else ''}"[:300]

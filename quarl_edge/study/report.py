@@ -13,19 +13,25 @@ than MAX_WIDTH_PX, whatever the number of tasks):
     return_vs_bits.png       the n-bit sweep: return vs bits per mode
     weight_histograms.png    the kernels' weight distribution per algorithm (pooled over runs)
     model_size.png           .tflite size per (algo, env) and scheme, as a grid
+    pareto_<board>.png       per board: return vs cost per inference, marker area = flash
 
 The claims are one table (claim, verdict, n, the key numbers), then the tables of numbers
 behind each verdict. Cells skipped because their scheme does not apply to the task
 (grid.not_applicable: qat-int8 outside DQN, the tie remedies for continuous actions) are said
 once per rule; only other skipped or failed rows are listed.
 
---bench: the JSON lines of `quarl-edge bench RUN --episodes N` (OUT/bench.jsonl; the row format
-is in quarl_edge/measure/bench.py) add a section "On the board": per board and scheme, the
-board's return over N episodes, its normalised loss against the fp32 network on those seeds,
-the agreement, whether TF Lite Micro returns the same, the cost per inference, its µs at the
-board's clock, flash and RAM, and per board "int8 is N× faster and M× smaller than fp32 with a
-return loss of L", computed from those rows. Bench rows without episodes give the cost and
-memory only.
+On the board: a study's board cells (kind "board" rows: `boards = [...]` in its TOML) and the
+JSON lines of `quarl-edge bench RUN --episodes N` given with --bench (OUT/bench.jsonl; the row
+format is in quarl_edge/measure/bench.py) make a section "On the board": per task one table,
+rows scheme × board, with the board's return (mean ± std over seeds), its normalised loss
+against the fp32 network on those seeds, the agreement, whether TF Lite Micro returns the same,
+whether validate found the outputs bit-exact, the cost per inference, its µs (measured on the
+host, at the board's clock otherwise), flash, RAM, arena and stack; a scheme that does not fit
+a board is a row saying so with its numbers. Per board a Pareto plot pareto_<board>.png
+(return against cost per inference, marker area = flash, the non-dominated schemes joined),
+and per task and board the line "int8 is N× faster and M× smaller than fp32 with a return loss
+of L", computed from those rows (boards.json holds the same numbers). Bench rows without
+episodes give the cost and memory only.
 
 Normalised return loss. A quantized policy's loss is measured against the fp32 network on the
 same evaluation seeds, in units of what training gained over a uniformly random policy:
@@ -151,7 +157,13 @@ class Results:
         self.cells = [r for r in self.all if r["kind"] == "cell"]
         self.ok_cells = [r for r in self.cells if r.get("status") == "ok"]
         self.sweep = [r for r in self.all if r["kind"] == "sweep" and r.get("status") == "ok"]
-        self.other = [r for r in self.all if r.get("status") not in ("ok",)]
+        self.other = [r for r in self.all if r.get("status") not in ("ok",)
+                      and not (r["kind"] == "board" and r.get("status") in ("skipped", "does-not-fit"))]
+        boards = [r for r in self.all if r["kind"] == "board"]
+        self.board_ok = [{**r, "precision": r.get("precision", r["scheme"])} for r in boards
+                         if r.get("status") == "ok"]
+        self.board_no_fit = [r for r in boards if r.get("status") == "does-not-fit"]
+        self.board_skipped = [r for r in boards if r.get("status") == "skipped"]
         self.study = next((r.get("study") for r in self.all if r.get("study")), None)
         tasks = {_task(r) for r in self.all if r["kind"] in ("run", "cell", "sweep")}
         self.tasks = sorted(tasks)
@@ -763,7 +775,7 @@ def _blocks(res: Results, tolerance: float, figures: dict[str, bool], source: Pa
     else:
         B.append(("p", "No quantized models in the results."))
 
-    B += _board_blocks(res)
+    B += _board_blocks(res, figures)
 
     expected, unexpected = _skips(res)
     if expected or unexpected:
@@ -779,6 +791,8 @@ def _blocks(res: Results, tolerance: float, figures: dict[str, bool], source: Pa
         for r in unexpected:
             what = str(r.get("scheme") or (f"{r.get('mode')} {r.get('bits')}"
                                            if r["kind"] == "sweep" else ""))
+            if r["kind"] == "board":
+                what += f" on {r.get('board')}"
             grouped[(r["kind"], _task_name(_task(r)), what, str(r.get("status")),
                      str(r.get("reason", "")))].append(str(r.get("seed")))
         rows = [[k[0], k[1], ",".join(seeds), k[2], k[3], k[4]] for k, seeds in grouped.items()]
@@ -790,97 +804,246 @@ def _blocks(res: Results, tolerance: float, figures: dict[str, bool], source: Pa
 
 
 def _us(r: dict) -> str:
-    """A bench row's cost per inference in µs: measured (ns on the host board) or estimated at
+    """A board row's cost per inference in µs: measured (ns on the host board) or estimated at
     the board's clock (cycles; instructions at one per cycle)."""
-    if r["unit"] == "ns":
-        return f"{r['cost_mean'] / 1000:,.1f} (wall clock)"
-    if r.get("clock_hz") and r["unit"] in ("cycles", "instructions"):
-        us = r["cost_mean"] / r["clock_hz"] * 1e6
-        return f"~{us:,.0f}" + (" (estimate)" if r["unit"] == "instructions" else "")
-    return "-"
+    from .grid import us_per_inference
+    us, basis = us_per_inference(r.get("cost_mean"), r.get("unit"), r.get("clock_hz"))
+    if us is None:
+        return "-"
+    if basis == "measured":
+        return f"{us:,.1f} (wall clock)"
+    return f"~{us:,.1f}" + (" (estimate)" if r["unit"] == "instructions" else "")
 
 
-def board_table(res: Results) -> list[dict]:
-    """One item per bench row that ran (rows with an error are left out): the row, the
-    normalised loss of its board return against the fp32 network on the same seeds (the
-    random policy's return on those seeds computed here) and its µs per inference."""
+def _random_return(res: "Results", r: dict, cache: dict) -> float | None:
+    """The random policy's return on a board row's seeds: its run's (same seeds), else
+    played here."""
     from .analysis import random_policy_return
-    random_of: dict[tuple, float] = {}
+    seeds = list(r.get("seeds") or [])
+    run = res.run_of(r) if r.get("seed") is not None else None
+    if run is not None and list(run.get("eval_seeds") or []) == seeds:
+        return run.get("random_return")
+    key = (r["env"], tuple(seeds))
+    if key not in cache:
+        cache[key] = random_policy_return(r["env"], seeds)
+    return cache[key]
+
+
+def board_table(res: "Results") -> list[dict]:
+    """One item per board row that ran (bench rows without an error; study board rows with
+    status ok): the row, the normalised loss of its board return against the fp32 network on
+    the same seeds and its µs per inference."""
+    cache: dict[tuple, float] = {}
     out = []
-    for r in res.bench:
+    for r in [*res.bench, *res.board_ok]:
         if "error" in r:
             continue
         loss = None
-        if r.get("episodes") and r.get("env"):
-            key = (r["env"], tuple(r["seeds"]))
-            if key not in random_of:
-                random_of[key] = random_policy_return(r["env"], list(r["seeds"]))
-            loss = normalised_loss(r["fp32_mean_return"], r["mean_return"], random_of[key])
+        if r.get("episodes") and r.get("env") and r.get("fp32_mean_return") is not None:
+            loss = normalised_loss(r["fp32_mean_return"], r["mean_return"],
+                                   _random_return(res, r, cache))
         out.append({"row": r, "loss": loss, "us": _us(r)})
     return out
 
 
-def int8_vs_fp32(items: list[dict]) -> list[str]:
-    """Per board with both precisions: "int8 is N× faster and M× smaller than fp32 on board B
-    with a return loss of L", from the rows' own numbers."""
-    by = {(it["row"]["board"], it["row"]["precision"]): it for it in items}
+def board_cells(res: "Results") -> list[dict]:
+    """The board rows per (task, board, scheme), over the training seeds: return (mean over
+    seeds of each seed's mean; ± the std over seeds, or over episodes for one seed),
+    normalised loss, agreement, TF Lite Micro check, bit-exactness, cost, µs, flash, RAM,
+    arena, stack; and the (task, board, scheme)s that did not fit, with their numbers."""
+    from .grid import us_per_inference
+    groups: dict[tuple, list] = defaultdict(list)
+    for it in board_table(res):
+        r = it["row"]
+        groups[((r.get("algo") or "?", r.get("env") or "?"), r["board"], r["precision"])].append(it)
     out = []
-    for (board, precision), q in by.items():
-        f = by.get((board, "fp32"))
-        if precision != "int8" or f is None:
+    for (task, board, scheme), items in groups.items():
+        rows = [it["row"] for it in items]
+        played = [r for r in rows if r.get("episodes")]
+        rets = [r["mean_return"] for r in played]
+        losses = [it["loss"] for it in items if it["loss"] is not None]
+        cost = float(np.mean([r["cost_mean"] for r in rows]))
+        us, basis = us_per_inference(cost, rows[0].get("unit"), rows[0].get("clock_hz"))
+
+        def mean_of(k):
+            v = [r[k] for r in rows if r.get(k) is not None]
+            return float(np.mean(v)) if v else None
+        out.append({
+            "task": task, "board": board, "scheme": scheme, "fits": True, "n": len(rows),
+            "cpu": rows[0].get("cpu"), "unit": rows[0].get("unit"),
+            "episodes": sum(r.get("episodes") or 0 for r in rows),
+            "return": float(np.mean(rets)) if rets else None,
+            "return_std": (float(np.std(rets)) if len(rets) > 1 else
+                           (played[0].get("std_return") if played else None)),
+            "fp32_return": mean_of("fp32_mean_return"),
+            "loss": float(np.mean(losses)) if losses else None,
+            "agreement": mean_of("agreement"),
+            "equals_tflm": (all(r.get("matches_reference", r.get("matches_tflite")) for r in played)
+                            if played else None),
+            "bit_exact": (all(r["bit_exact"] for r in rows if "bit_exact" in r)
+                          if any("bit_exact" in r for r in rows) else None),
+            "cost": cost, "us": us, "us_basis": basis, "us_text": _us({**rows[0], "cost_mean": cost}),
+            "flash": mean_of("flash_bytes"), "ram": mean_of("ram_bytes"),
+            "arena": mean_of("arena_bytes"), "stack": mean_of("stack_bytes")})
+    for r in res.board_no_fit:
+        out.append({"task": (r["algo"], r["env"]), "board": r["board"], "scheme": r["scheme"],
+                    "fits": False, "n": 1, "reason": r.get("reason", ""),
+                    "needs_flash": r.get("needs_flash_bytes"), "needs_ram": r.get("needs_ram_bytes"),
+                    "arena": r.get("arena_bytes"), "weights": r.get("weight_bytes"),
+                    "board_flash": r.get("board_flash_bytes"), "board_ram": r.get("board_ram_bytes")})
+    merged: dict[tuple, dict] = {}
+    for c in out:      # a scheme that fits for no seed: one line
+        merged.setdefault((c["task"], c["board"], c["scheme"], c["fits"]), c)
+    order = {s: i for i, s in enumerate(SCHEME_ORDER)}
+    return sorted(merged.values(), key=lambda c: (c["task"], c["board"],
+                                                  order.get(c["scheme"], 99), c["scheme"]))
+
+
+def int8_vs_fp32(cells: list[dict]) -> list[str]:
+    """Per task and board with both int8 and fp32: "int8 is N× faster and M× smaller than
+    fp32 on board B with a return loss of L %", from the rows' own numbers (means over seeds)."""
+    by = {(c["task"], c["board"], c["scheme"]): c for c in cells if c["fits"]}
+    out = []
+    for (task, board, scheme), q in by.items():
+        f = by.get((task, board, "fp32"))
+        if scheme != "int8" or f is None or not q["cost"]:
             continue
-        qr, fr = q["row"], f["row"]
-        speed = fr["cost_mean"] / qr["cost_mean"]
+        speed = f["cost"] / q["cost"]
         faster = f"{speed:.2f}× faster" if speed >= 1 else f"{1 / speed:.2f}× slower"
-        text = (f"On {board} ({qr['cpu']}), int8 is {faster} ({qr['cost_mean']:,.0f} vs "
-                f"{fr['cost_mean']:,.0f} {qr['unit']} per inference)")
-        if qr.get("flash_bytes") and fr.get("flash_bytes"):
-            text += (f" and {fr['flash_bytes'] / qr['flash_bytes']:.2f}× smaller in flash "
-                     f"({qr['flash_bytes']:,} vs {fr['flash_bytes']:,} B)")
+        text = (f"{_task_name(task)} on {board} ({q['cpu']}): int8 is {faster} "
+                f"({q['cost']:,.0f} vs {f['cost']:,.0f} {q['unit']} per inference)")
+        if q.get("flash") and f.get("flash"):
+            text += (f" and {f['flash'] / q['flash']:.2f}× smaller in flash "
+                     f"({q['flash']:,.0f} vs {f['flash']:,.0f} B)")
         text += " than fp32"
         if q["loss"] is not None:
-            text += (f", with a return loss of {_pct(q['loss'])} (int8 {qr['mean_return']:,.1f} "
-                     f"on the board vs the fp32 network's {qr['fp32_mean_return']:,.1f} over "
-                     f"{qr['episodes']} episodes)")
-        elif not qr.get("episodes"):
+            text += (f", with a return loss of {_pct(q['loss'])} (int8 {q['return']:,.1f} on "
+                     f"the board vs the fp32 network's {q['fp32_return']:,.1f}; "
+                     f"{q['episodes']} episodes over {q['n']} seed(s))")
+        elif not q["episodes"]:
             text += " (return not measured: bench without --episodes)"
         out.append(text + ".")
     return out
 
 
-def _board_blocks(res: Results) -> list:
-    if not res.bench:
+def _bytes(x) -> str:
+    return f"{x:,.0f}" if x else "-"
+
+
+def fig_pareto(res: "Results", board: str, cells: list[dict], path: Path) -> bool:
+    """One board: per task a panel of return against cost per inference (log axis when the
+    costs span more than 10×), one point per scheme, its area the firmware's flash; the
+    Pareto front (no other scheme both cheaper and better) joined by a line."""
+    cells = [c for c in cells if c["board"] == board and c["fits"] and c["return"] is not None]
+    tasks = sorted({c["task"] for c in cells})
+    if not tasks:
+        return False
+    plt = _plt()
+    rows, cols = _grid(len(tasks))
+    fig, axes = plt.subplots(rows, cols, squeeze=False,
+                             figsize=_figsize(max(6.0, 5.0 * cols), 3.8 * rows))
+    flash = [c["flash"] for c in cells if c.get("flash")]
+    big = max(flash) if flash else 1.0
+    colours = plt.get_cmap("tab10")
+    schemes = _schemes(cells)
+    for ax, t in zip(axes.flat, tasks):
+        pts = [c for c in cells if c["task"] == t]
+        for i, c in enumerate(sorted(pts, key=lambda c: (c["cost"], c["return"]))):
+            size = 40 + 460 * (c["flash"] or 0) / big
+            ax.scatter([c["cost"]], [c["return"]], s=size, alpha=0.6,
+                       color=colours(schemes.index(c["scheme"]) % 10), edgecolors="black",
+                       linewidths=0.5, label=f"{c['scheme']} ({_bytes(c['flash'])} B)")
+            ax.annotate(c["scheme"], (c["cost"], c["return"]), fontsize=7,   # staggered:
+                        xytext=(6, 6 - 10 * (i % 3)), textcoords="offset points")  # equal points
+        front, best = [], -np.inf
+        for c in sorted(pts, key=lambda c: (c["cost"], -c["return"])):
+            if c["return"] > best:
+                front.append(c)
+                best = c["return"]
+        if len(front) > 1:
+            ax.plot([c["cost"] for c in front], [c["return"] for c in front], color="grey",
+                    lw=1, ls="--", zorder=0, label="Pareto front")
+        costs = [c["cost"] for c in pts]
+        if min(costs) > 0 and max(costs) / min(costs) > 10:
+            ax.set_xscale("log")
+        lo, hi = _data_limits([c["return"] for c in pts])
+        ax.set_ylim(lo, hi)
+        ax.set_xlabel(f"cost per inference ({pts[0]['unit']})", fontsize=8)
+        ax.set_ylabel("board return (mean over seeds)", fontsize=8)
+        ax.tick_params(labelsize=8)
+        ax.grid(alpha=0.3)
+        ax.set_title(_task_name(t), fontsize=10)
+        ax.legend(fontsize=6, loc="best", markerscale=0.4)
+    return _save(fig, path, axes, len(tasks),
+                 f"{board}: return vs cost per inference (marker area: flash)")
+
+
+def pareto_name(board: str) -> str:
+    return "pareto_" + re.sub(r"[^A-Za-z0-9_.-]", "_", board) + ".png"
+
+
+def _board_blocks(res: "Results", figures: dict[str, bool] | None = None) -> list:
+    cells = board_cells(res)
+    if not cells and not res.board_skipped:
         return []
-    items = board_table(res)
+    figures = figures or {}
     B = [("h", 2, "On the board: reward, latency and memory"),
-         ("p", "From `quarl-edge bench RUN --episodes N` rows: per board and scheme, the return "
-               "of N episodes (seeds 0..N-1) with the board choosing every action, its "
-               "normalised loss against the run's fp32 network on the same seeds, the agreement "
-               "with the fp32 network's actions on the board's states, whether TF Lite Micro (the "
-               "reference the firmware is bit-exact with) returns the same on every seed, the cost per inference in the board's unit, "
-               "that cost in µs at the board's clock, and the firmware's flash and static RAM.")]
-    rows = []
-    for it in items:
-        r = it["row"]
-        played = bool(r.get("episodes"))
-        rows.append([f"{r.get('algo', '?').upper()} {r.get('env', '?')}"
-                     + (f" (`{r['run']}`)" if r.get("run") else ""), r["board"],
-                     r["precision"], str(r.get("episodes") or "-"),
-                     f"{r['mean_return']:,.1f} ± {r['std_return']:,.1f}" if played else "-",
-                     _pct(it["loss"]), f"{r['agreement']:.3f}" if played else "-",
-                     ("yes" if r.get("matches_reference", r["matches_tflite"]) else "NO")
-                     if played else "-",
-                     f"{r['cost_mean']:,.0f} {r['unit']}", it["us"],
-                     f"{r['flash_bytes']:,}" if r.get("flash_bytes") else "-",
-                     f"{r['ram_bytes']:,}" if r.get("ram_bytes") else "-"])
-    B.append(("table", ["task", "board", "scheme", "episodes", "return (mean ± std)",
-                        "normalised loss", "agreement", "= TF Lite Micro", "cost / inference",
-                        "µs / inference", "flash (B)", "RAM (B)"], rows))
-    B += [("p", text) for text in int8_vs_fp32(items)]
+         ("p", "Per task, every scheme on every board (study board cells; rows of `quarl-edge "
+               "bench RUN --episodes N` too): the return of the HIL episodes with the board "
+               "choosing every action on the study's test seeds (mean over training seeds, ± "
+               "std over seeds, or over episodes for one seed), its normalised loss against "
+               "the run's fp32 network on the same seeds, the agreement with the fp32 "
+               "network's actions on the board's states, whether TF Lite Micro (the reference "
+               "the firmware is bit-exact with) returns the same on every seed, whether "
+               "validate found every output bit-exact on the calibration observations, the "
+               "cost per inference in the board's unit, that cost in µs (measured on the host; "
+               "at the board's clock otherwise, instructions at one per cycle an estimate), and "
+               "the firmware's flash, static RAM, arena and stack high-water.")]
+    claims_ = int8_vs_fp32(cells)
+    if claims_:
+        B.append(("p", "**QuaRL's speed and memory claim, on the boards:**"))
+        B += [("p", text) for text in claims_]
+    for task in sorted({c["task"] for c in cells}):
+        rows = []
+        for c in (c for c in cells if c["task"] == task):
+            if not c["fits"]:
+                need = "; ".join(x for x in (
+                    f"needs {c['needs_flash']:,} B flash" if c.get("needs_flash") else "",
+                    f"needs {c['needs_ram']:,} B RAM" if c.get("needs_ram") else "",
+                    f"arena {c['arena']:,} B" if c.get("arena") else "",
+                    f"weights {c['weights']:,} B" if c.get("weights") else "") if x)
+                rows.append([c["board"], c["scheme"], "-", f"does not fit ({need or c['reason']})",
+                             "-", "-", "-", "-", "-", "-",
+                             _bytes(c.get("needs_flash")) + f" / {_bytes(c.get('board_flash'))}",
+                             _bytes(c.get("needs_ram")) + f" / {_bytes(c.get('board_ram'))}",
+                             _bytes(c.get("arena")), "-"])
+                continue
+            yes = {True: "yes", False: "NO", None: "-"}
+            rows.append([c["board"], c["scheme"], str(c["n"]),
+                         (f"{c['return']:,.1f} ± {c['return_std'] or 0:,.1f}"
+                          if c["return"] is not None else "-"),
+                         _pct(c["loss"]), _fmt(c["agreement"], 3), yes[c["equals_tflm"]],
+                         yes[c["bit_exact"]], f"{c['cost']:,.0f} {c['unit']}", c["us_text"],
+                         _bytes(c["flash"]), _bytes(c["ram"]), _bytes(c["arena"]),
+                         _bytes(c["stack"])])
+        B.append(("h", 3, f"{_task_name(task)}: scheme × board"))
+        B.append(("table", ["board", "scheme", "seeds", "return (mean ± std)", "normalised loss",
+                            "agreement", "= TF Lite Micro", "bit-exact", "cost / inference",
+                            "µs / inference", "flash (B)", "RAM (B)", "arena (B)", "stack (B)"],
+                  rows))
+    for board in sorted({c["board"] for c in cells}):
+        if figures.get(pareto_name(board)):
+            B.append(("img", pareto_name(board), f"Pareto: return vs cost on {board}"))
     refused = [r for r in res.bench if "error" in r]
     if refused:
         B.append(("p", "Refused: " + "; ".join(f"{r['board']} {r['precision']}: {r['error']}"
                                                for r in refused) + "."))
+    skipped = defaultdict(set)
+    for r in res.board_skipped:
+        skipped[(r["scheme"], r.get("reason", ""))].add(r["board"])
+    if skipped:
+        B.append(("p", "Not run on a board: " + "; ".join(
+            f"{scheme} ({why})" for (scheme, why) in sorted(skipped)) + "."))
     return B
 
 
@@ -998,7 +1161,7 @@ def write_report(results: Path, out: Path | None = None, tolerance: float = 0.05
     rows = read_results(results)
     if not rows:
         raise QuarlError(f"{results} holds no rows")
-    bad = [r for r in rows if r.get("kind") not in ("run", "cell", "sweep")]
+    bad = [r for r in rows if r.get("kind") not in ("run", "cell", "sweep", "board")]
     if bad:
         raise QuarlError(f"{results}: rows of unknown kind {bad[0].get('kind')!r}: not a study's "
                          "results file (bench rows go with --bench)")
@@ -1014,6 +1177,13 @@ def write_report(results: Path, out: Path | None = None, tolerance: float = 0.05
         "weight_histograms": fig_weight_histograms(res, out / "weight_histograms.png"),
         "model_size": fig_model_size(res, out / "model_size.png"),
     }
+    cells = board_cells(res)
+    for board in sorted({c["board"] for c in cells}):
+        name = pareto_name(board)
+        figures[name] = fig_pareto(res, board, cells, out / name)
+    (out / "boards.json").write_text(json.dumps(
+        {"cells": [{**c, "task": list(c["task"])} for c in cells],
+         "int8_vs_fp32": int8_vs_fp32(cells)}, indent=2) + "\n")
     blocks = _blocks(res, tolerance, figures, results, [Path(p) for p in bench])
     md = out / "report.md"
     md.write_text(to_markdown(blocks))
@@ -1023,4 +1193,6 @@ def write_report(results: Path, out: Path | None = None, tolerance: float = 0.05
     (out / "remedies.json").write_text(json.dumps(remedy_table(res), indent=2) + "\n")
     return {"markdown": md, "html": page, "claims": out / "claims.json",
             "remedies": out / "remedies.json",
-            "figures": [out / f"{k}.png" for k, v in figures.items() if v]}
+            "boards": out / "boards.json",
+            "figures": [out / (k if k.endswith(".png") else f"{k}.png")
+                        for k, v in figures.items() if v]}

@@ -18,6 +18,15 @@
  *   kind 1: int32 multipliers[output_depth], int8 shifts[output_depth];
  *   kind 2: float scales[output_depth];
  *   kind 3: int32 packed weights[padded rows * padded depth / 2], int32 bias'[padded rows]
+ *   kind 4 (built with -DQE_CHECK_AVR_LAYOUT, the avr variant): s8 per tensor, the variant's
+ *       qe_fully_connected_s8_avr on the generator's stream (header[15]: its length in bytes)
+ *       against the reference's qe_fully_connected_s8: int8 stream[header[15]],
+ *       int32 bias'[padded rows], the output stage's int32 sat_low, sat_high, then 20 bytes:
+ *       fast, m_prime[5], round[2][5], byte_moves, 3 zeros (fully_connected.h)
+ *   kind 5 (built with -DQE_CHECK_PAIRS_LAYOUT, the cortex-m0 variant): s8 per tensor, the
+ *       variant's qe_fully_connected_s8_pairs on the generator's chunked row pairs (header[15]:
+ *       the stream's length in words) against the reference's qe_fully_connected_s8:
+ *       int32 stream[header[15]], int32 bias'[padded rows], int32 sat_low, sat_above
  * Output (host: stdout; board: fc_out.bin): per case the reference's output bytes, then the
  * variant's. Exit status 0 when every case matched, 1 when one did not, 2 on bad input.
  *
@@ -67,6 +76,21 @@ static int32_t bias[MAX_OUT], multipliers[MAX_OUT];
 static int8_t shifts[MAX_OUT];
 static float scales[MAX_OUT];
 static int32_t packed[MAX_PACKED], packed_bias[MAX_OUT + 4];
+#ifdef QE_CHECK_AVR_LAYOUT
+#define MAX_STREAM 65536
+static int8_t avr_stream[MAX_STREAM];
+static int32_t avr_sat[2];
+static uint8_t avr_stage[20];
+#endif
+#ifdef QE_CHECK_PAIRS_LAYOUT
+#ifdef QE_CHECK_SMALL_RAM
+#define MAX_PAIRS 896
+#else
+#define MAX_PAIRS 65536
+#endif
+static int32_t pairs_stream[MAX_PAIRS];
+static int32_t pairs_sat[2];
+#endif
 static float out_ref[MAX_OUT * 4 + 1], out_opt[MAX_OUT * 4 + 1];   /* int8 outputs too, as bytes */
 
 int main(void)
@@ -87,6 +111,79 @@ int main(void)
         const uint32_t out_bytes = batches * rows * (kind == 2u ? 4u : 1u);
         const uint32_t padded = (uint32_t)h[15], prows = (rows + 3u) & ~3u;
 
+#ifdef QE_CHECK_PAIRS_LAYOUT
+        if (kind == 5u) {
+            if ((uint32_t)h[15] > MAX_PAIRS || batches * depth > MAX_IN || rows * depth > MAX_W
+                || rows > MAX_OUT || depth > QE_FC_PACKED_MAX_DEPTH || batches == 0u
+                || depth == 0u || rows == 0u
+                || !io_read(in, batches * depth) || !io_read(w, rows * depth)
+                || (has_bias && !io_read(bias, 4u * rows))
+                || !io_read(pairs_stream, 4u * (uint32_t)h[15])
+                || !io_read(packed_bias, 4u * prows) || !io_read(pairs_sat, sizeof pairs_sat)) {
+                return io_exit(2);
+            }
+            memset(out_ref, 0x5A, sizeof out_ref);
+            memset(out_opt, 0xA5, sizeof out_opt);
+            {
+                const qe_fc_s8_params_t p = {h[4], h[5], h[6], h[7], h[8], h[9], h[10],
+                                             (uint16_t)batches, (uint16_t)depth, (uint16_t)rows};
+                const qe_fc_s8_pairs_params_t pp = {h[6], h[7], h[8], h[9], h[10],
+                                                    pairs_sat[0], pairs_sat[1],
+                                                    (uint16_t)batches, (uint16_t)depth,
+                                                    (uint16_t)rows};
+                qe_fully_connected_s8_reference(&p, in, w, b, (int8_t *)out_ref);
+                qe_fully_connected_s8_pairs(&pp, in, pairs_stream, packed_bias, (int8_t *)out_opt);
+            }
+            io_write(out_ref, out_bytes);
+            io_write(out_opt, out_bytes);
+            if (memcmp(out_ref, out_opt, out_bytes) != 0 || ((uint8_t *)out_opt)[out_bytes] != 0xA5u) {
+                status = 1;
+            }
+            continue;
+        }
+#endif
+#ifdef QE_CHECK_AVR_LAYOUT
+        if (kind == 4u) {
+            if ((uint32_t)h[15] > MAX_STREAM || batches * depth > MAX_IN || rows * depth > MAX_W
+                || rows > MAX_OUT || batches == 0u || depth == 0u || rows == 0u
+                || !io_read(in, batches * depth) || !io_read(w, rows * depth)
+                || (has_bias && !io_read(bias, 4u * rows))
+                || !io_read(avr_stream, (uint32_t)h[15]) || !io_read(packed_bias, 4u * prows)
+                || !io_read(avr_sat, sizeof avr_sat) || !io_read(avr_stage, sizeof avr_stage)) {
+                return io_exit(2);
+            }
+            memset(out_ref, 0x5A, sizeof out_ref);
+            memset(out_opt, 0xA5, sizeof out_opt);
+            {
+                const qe_fc_s8_params_t p = {h[4], h[5], h[6], h[7], h[8], h[9], h[10],
+                                             (uint16_t)batches, (uint16_t)depth, (uint16_t)rows};
+                qe_fc_s8_avr_params_t pa;
+                memset(&pa, 0, sizeof pa);
+                pa.output_offset = h[6];
+                pa.output_multiplier = h[7];
+                pa.output_shift = h[8];
+                pa.activation_min = h[9];
+                pa.activation_max = h[10];
+                pa.sat_low = avr_sat[0];
+                pa.sat_high = avr_sat[1];
+                pa.fast = avr_stage[0];
+                memcpy(pa.m_prime, avr_stage + 1, 5);
+                memcpy(pa.round, avr_stage + 6, 10);
+                pa.byte_moves = avr_stage[16];
+                pa.batches = (uint16_t)batches;
+                pa.accum_depth = (uint16_t)depth;
+                pa.output_depth = (uint16_t)rows;
+                qe_fully_connected_s8_reference(&p, in, w, b, (int8_t *)out_ref);
+                qe_fully_connected_s8_avr(&pa, in, avr_stream, packed_bias, (int8_t *)out_opt);
+            }
+            io_write(out_ref, out_bytes);
+            io_write(out_opt, out_bytes);
+            if (memcmp(out_ref, out_opt, out_bytes) != 0 || ((uint8_t *)out_opt)[out_bytes] != 0xA5u) {
+                status = 1;
+            }
+            continue;
+        }
+#endif
         if (kind > 3u || (kind == 3u && (padded < depth || padded % 4u != 0u
                                          || padded > QE_FC_PACKED_MAX_DEPTH
                                          || prows * padded / 2u > MAX_PACKED)) || batches * depth > MAX_IN || rows * depth > MAX_W || rows > MAX_OUT

@@ -59,6 +59,60 @@ void qe_conv_s8(const qe_conv_s8_params_t *p, const int8_t *input, const QE_FLAS
     }
 }
 
+/* int16x8: as qe_conv_s8 with int16 activations (zero point 0: no offsets), an int64 accumulator
+ * and bias, and the 64-bit MultiplyByQuantizedMultiplier: TFLM's ConvPerChannel<int64_t> for
+ * int16 input (reference_integer_ops/conv.h). */
+void qe_conv_s16(const qe_conv_s8_params_t *p, const int16_t *input,
+                 const QE_FLASH int8_t *filter, const QE_FLASH int64_t *bias, int16_t *output)
+{
+    const qe_window_t *g = &p->g;
+    const int32_t activation_min = p->activation_min;
+    const int32_t activation_max = p->activation_max;
+    int32_t b, oy, ox, oc, ky, kx, c;
+
+    for (b = 0; b < g->batches; ++b) {
+        for (oy = 0; oy < g->out_h; ++oy) {
+            const int32_t iy0 = oy * (int32_t)g->stride_h - (int32_t)g->pad_top;
+            for (ox = 0; ox < g->out_w; ++ox) {
+                const int32_t ix0 = ox * (int32_t)g->stride_w - (int32_t)g->pad_left;
+                int16_t *out = output + (((uint32_t)b * g->out_h + (uint32_t)oy) * g->out_w
+                                         + (uint32_t)ox) * g->out_c;
+                for (oc = 0; oc < g->out_c; ++oc) {
+                    int64_t acc = 0;
+                    for (ky = 0; ky < g->k_h; ++ky) {
+                        const int32_t iy = iy0 + (int32_t)g->dil_h * ky;
+                        if (iy < 0 || iy >= (int32_t)g->in_h) {
+                            continue;
+                        }
+                        for (kx = 0; kx < g->k_w; ++kx) {
+                            const int32_t ix = ix0 + (int32_t)g->dil_w * kx;
+                            const int16_t *in;
+                            const QE_FLASH int8_t *f;
+                            if (ix < 0 || ix >= (int32_t)g->in_w) {
+                                continue;
+                            }
+                            in = input + (((uint32_t)b * g->in_h + (uint32_t)iy) * g->in_w
+                                          + (uint32_t)ix) * g->in_c;
+                            f = filter + (((uint32_t)oc * g->k_h + (uint32_t)ky) * g->k_w
+                                          + (uint32_t)kx) * g->in_c;
+                            for (c = 0; c < g->in_c; ++c) {
+                                acc += (int32_t)f[c] * (int32_t)in[c];
+                            }
+                        }
+                    }
+                    if (bias != QE_FLASH_NULL) {
+                        acc += bias[oc];
+                    }
+                    out[oc] = (int16_t)qe_offset_clamp(
+                        qe_multiply_by_quantized_multiplier_64(acc, p->multipliers[oc],
+                                                               p->shifts[oc]),
+                        0, activation_min, activation_max);
+                }
+            }
+        }
+    }
+}
+
 void qe_conv_f32(const qe_conv_f32_params_t *p, const float *input, const QE_FLASH float *filter,
                  const QE_FLASH float *bias, float *output)
 {

@@ -189,3 +189,77 @@ void qe_fully_connected_s8_packed(const qe_fc_s8_packed_params_t *p, const int8_
         }
     }
 }
+
+/* The avr variant's stream layout (fully_connected.h, qe_fc_s8_avr_params_t), read in the
+ * plainest way (int32 sums): the definition the avr variant's version is compared with. */
+void qe_fully_connected_s8_avr(const qe_fc_s8_avr_params_t *p, const int8_t *input,
+                               const QE_FLASH int8_t *stream, const QE_FLASH int32_t *bias,
+                               int8_t *output)
+{
+    const uint32_t n = p->accum_depth, rows = p->output_depth;
+    uint32_t b, o, r;
+
+    for (b = 0; b < p->batches; ++b) {
+        const int8_t *in = input + b * n;
+        const QE_FLASH int8_t *s = stream;
+        for (o = 0; o < rows; o += QE_FC_AVR_ROWS) {
+            int32_t acc[QE_FC_AVR_ROWS];
+            uint32_t d = 0, len;
+            for (r = 0; r < QE_FC_AVR_ROWS; ++r) {
+                acc[r] = bias[o + r];
+            }
+            while ((len = (uint8_t)*s++) != 0u) {
+                for (; len > 0u; --len, ++d) {
+                    for (r = 0; r < QE_FC_AVR_ROWS; ++r) {
+                        acc[r] += (int32_t)*s++ * (int32_t)in[d];
+                    }
+                }
+            }
+            for (r = 0; r < QE_FC_AVR_ROWS && o + r < rows; ++r) {
+                output[b * rows + o + r] = (int8_t)qe_requantize_output(
+                    acc[r], p->output_multiplier, p->output_shift, p->output_offset,
+                    p->activation_min, p->activation_max);
+            }
+        }
+    }
+}
+
+/* The cortex-m0 variant's chunked row-pair layout (fully_connected.h, qe_fc_s8_pairs_params_t),
+ * each weight decoded from its word (int32 sums): the definition that variant is compared with. */
+void qe_fully_connected_s8_pairs(const qe_fc_s8_pairs_params_t *p, const int8_t *input,
+                                 const QE_FLASH int32_t *stream, const QE_FLASH int32_t *bias,
+                                 int8_t *output)
+{
+    const uint32_t n = p->accum_depth, rows = p->output_depth;
+    uint32_t b, o, r;
+
+    for (b = 0; b < p->batches; ++b) {
+        const int8_t *in = input + b * n;
+        const QE_FLASH int32_t *s = stream;
+        for (o = 0; o < rows; o += QE_FC_PAIRS_ROWS) {
+            int32_t acc[QE_FC_PAIRS_ROWS];
+            uint32_t d = 0;
+            int32_t len;
+            for (r = 0; r < QE_FC_PAIRS_ROWS; ++r) {
+                acc[r] = bias[o + r];
+            }
+            while ((len = *s++) != 0) {
+                for (; len > 0; --len, ++d, s += 2) {
+                    for (r = 0; r < QE_FC_PAIRS_ROWS; ++r) {
+                        /* value 65536 * hi + lo, |lo| <= 255: lo is the low half, sign-extended */
+                        const int32_t v = s[r >> 1];
+                        const int32_t lo = (int32_t)((uint32_t)v & 0xFFFFu)
+                                           - (int32_t)(((uint32_t)v & 0x8000u) << 1);
+                        const int32_t w = (r & 1u) ? (v - lo) / 65536 : lo;
+                        acc[r] += w * (int32_t)in[d];
+                    }
+                }
+            }
+            for (r = 0; r < QE_FC_PAIRS_ROWS && o + r < rows; ++r) {
+                output[b * rows + o + r] = (int8_t)qe_requantize_output(
+                    acc[r], p->output_multiplier, p->output_shift, p->output_offset,
+                    p->activation_min, p->activation_max);
+            }
+        }
+    }
+}

@@ -125,4 +125,83 @@ void qe_fully_connected_s8_packed(const qe_fc_s8_packed_params_t *p, const int8_
                                   const QE_FLASH int32_t *weights, const QE_FLASH int32_t *bias,
                                   int8_t *output);
 
+/* int8 per-tensor FULLY_CONNECTED in the layout of the avr variant (converters/ops/
+ * fully_connected.py, avr_fc_stream): the same results as qe_fully_connected_s8 on the original
+ * weights, bit for bit. Both zero points folded in at generation time, exactly:
+ *     w'[o][d] = w[o][d] + filter_offset     (the generator uses this layout only when every w'
+ *                                             is an int8)
+ *     bias'[o] = bias[o] + input_offset * sum_d w'[o][d]
+ * so acc[o] = bias'[o] + sum_d w'[o][d] * x[d] is the reference's accumulator.
+ *
+ * Layout: rows in groups of QE_FC_AVR_ROWS (4; the last group padded with zero rows); per group
+ * a stream of chunks, each one byte L (1..255) then L * 4 int8 weights, input by input
+ * (w'[4g][d], w'[4g+1][d], w'[4g+2][d], w'[4g+3][d], then d+1, ...), the chunks covering the depth
+ * in order, and a 0 byte ending the group. The generator cuts the chunks so that, for every row,
+ * the chunk's sum_d w'x lies in int16 for every int8 input (largest value 127 P + 128 N <= 32767,
+ * smallest -128 P - 127 N >= -32768; P, N the chunk's sums of positive and |negative| weights),
+ * which lets the kernel sum a chunk in 16 bits, and each row's sum |w'| <= 65535, so the whole
+ * dot product lies in 24 bits. bias' has one int32 per padded row. */
+#define QE_FC_AVR_ROWS 4u
+
+typedef struct {
+    int32_t output_offset;      /* +output zero point */
+    int32_t output_multiplier;  /* Q31 */
+    int32_t output_shift;       /* TFLite convention: > 0 shifts left */
+    int32_t activation_min;
+    int32_t activation_max;
+    /* The avr variant's output stage, precomputed by the generator (converters/ops/
+     * fully_connected.py, avr_output_stage, which says why it is requant.h's, exactly); the
+     * portable definition ignores these. With fast = 1: accumulators <= sat_low give
+     * activation_min, >= sat_high activation_max, and one strictly between (then a 24-bit
+     * integer) gives offset + byte (4 + byte_moves) of acc * m' + r' (m' = m_prime, 5 bytes
+     * little-endian; r' = round[acc < 0], bytes 3..7 of a 64-bit constant whose bytes 0..2 are 0). */
+    int32_t sat_low;
+    int32_t sat_high;
+    uint8_t fast;
+    uint8_t m_prime[5];
+    uint8_t round[2][5];
+    uint8_t byte_moves;
+    uint16_t batches;
+    uint16_t accum_depth;
+    uint16_t output_depth;      /* the real rows (outputs) */
+} qe_fc_s8_avr_params_t;
+
+void qe_fully_connected_s8_avr(const qe_fc_s8_avr_params_t *p, const int8_t *input,
+                               const QE_FLASH int8_t *stream, const QE_FLASH int32_t *bias,
+                               int8_t *output);
+
+/* int8 per-tensor FULLY_CONNECTED in the chunked row-pair layout of the cortex-m0 variant
+ * (converters/ops/fully_connected.py, pairs_fc_stream): the same results as
+ * qe_fully_connected_s8 on the original weights, bit for bit. Both zero points folded in as for
+ * the avr layout (w' = w + filter_offset in [-255, 255], bias' = bias + input_offset * sum w').
+ * Rows in groups of QE_FC_PAIRS_ROWS (4, the last padded with zero rows); per group chunks of
+ * the depth, in order, each one int32 word L (>= 1), then per input two int32 words whose
+ * values are 65536 * w'[4g+1][d] + w'[4g][d] and 65536 * w'[4g+3][d] + w'[4g+2][d]; a 0 word
+ * ends the group. The generator cuts the chunks (as for the avr stream) so that every row's sum
+ * over a chunk lies in int16 for every int8 input: a 32-bit sum of word * x over the chunk is
+ * then 65536 H + L (mod 2^32) with L, H the two rows' exact sums, L its low half sign-extended.
+ * Depth <= QE_FC_PACKED_MAX_DEPTH (the variant widens the input into a stack buffer). */
+#define QE_FC_PAIRS_ROWS 4u
+
+typedef struct {
+    int32_t output_offset;      /* +output zero point */
+    int32_t output_multiplier;  /* Q31 */
+    int32_t output_shift;       /* TFLite convention: > 0 shifts left */
+    int32_t activation_min;
+    int32_t activation_max;
+    /* the generator's saturation bounds (converters/ops/fully_connected.py, avr_output_stage;
+     * the portable definition ignores them): accumulators <= sat_low give activation_min,
+     * accumulators > sat_above activation_max, with no requantization (INT32_MIN, INT32_MAX:
+     * none; accumulators lie in [-INT32_MAX, INT32_MAX]) */
+    int32_t sat_low;
+    int32_t sat_above;
+    uint16_t batches;
+    uint16_t accum_depth;       /* <= QE_FC_PACKED_MAX_DEPTH */
+    uint16_t output_depth;      /* the real rows (outputs) */
+} qe_fc_s8_pairs_params_t;
+
+void qe_fully_connected_s8_pairs(const qe_fc_s8_pairs_params_t *p, const int8_t *input,
+                                 const QE_FLASH int32_t *stream, const QE_FLASH int32_t *bias,
+                                 int8_t *output);
+
 #endif

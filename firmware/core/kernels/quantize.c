@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "quantize.h"
+#include "requant.h"
 
 /* roundf() without libm: half away from zero. |v| < 2^23 here, so (int32_t)v is exact truncation
  * and v - trunc(v) is exact. */
@@ -65,4 +66,42 @@ void qe_quantize_f32_s16(const qe_affine_params_t *p, const float *input, int16_
         }
         output[i] = (int16_t)q;
     }
+}
+
+/* ------------------------------------------------------------ integer -> integer (Requantize) */
+static int32_t qe_requantize_one(const qe_requantize_params_t *p, int32_t x, int32_t lo,
+                                 int32_t hi)
+{
+    int32_t q = qe_multiply_by_quantized_multiplier(x - p->input_zero_point, p->multiplier,
+                                                    p->shift) + p->output_zero_point;
+    return q < lo ? lo : (q > hi ? hi : q);
+}
+
+void qe_requantize_s8_s8(const qe_requantize_params_t *p, const int8_t *input, int8_t *output)
+{
+    uint32_t i;
+    for (i = 0; i < p->size; ++i)
+        output[i] = (int8_t)qe_requantize_one(p, input[i], -128, 127);
+}
+
+void qe_requantize_s16_s8(const qe_requantize_params_t *p, const int16_t *input, int8_t *output)
+{
+    uint32_t i;
+    for (i = 0; i < p->size; ++i)
+        output[i] = (int8_t)qe_requantize_one(p, input[i], -128, 127);
+}
+
+void qe_requantize_s8_s16(const qe_requantize_params_t *p, const int8_t *input, int16_t *output)
+{
+    uint32_t i;
+    for (i = 0; i < p->size; ++i)
+        output[i] = (int16_t)qe_requantize_one(p, input[i], -32768, 32767);
+}
+
+void qe_requantize_s16_s16(const qe_requantize_params_t *p, const int16_t *input,
+                           int16_t *output)
+{
+    uint32_t i;
+    for (i = 0; i < p->size; ++i)
+        output[i] = (int16_t)qe_requantize_one(p, input[i], -32768, 32767);
 }

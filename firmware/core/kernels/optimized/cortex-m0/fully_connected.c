@@ -29,8 +29,10 @@
 #endif
 
 #define qe_fully_connected_s8_packed qe_fully_connected_s8_packed_reference
+#define qe_fully_connected_s8_pairs qe_fully_connected_s8_pairs_reference
 #include "../../fully_connected.c"
 #undef qe_fully_connected_s8_packed
+#undef qe_fully_connected_s8_pairs
 
 /* The input of one batch as int32 in the weight words' order, zeros past accum_depth. */
 static void widen_input(const int8_t *in, uint32_t n, uint32_t padded, int32_t *xb)
@@ -262,6 +264,158 @@ void qe_fully_connected_s8_packed(const qe_fc_s8_packed_params_t *p, const int8_
                 }
             } else {
                 for (r = 0; r < QE_FC_PACKED_ROWS && o + r < rows; ++r) {
+                    out[o + r] = (int8_t)qe_requantize_output(acc[r], multiplier, shift, offset,
+                                                              act_min, act_max);
+                }
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------ pairs layout
+ * qe_fully_connected_s8_pairs on the generator's chunked row pairs (../../fully_connected.h):
+ * one MULS of a weight word (65536 w'_hi + w'_lo) by the widened input x is both rows' products,
+ * and the chunk's 32-bit sum of those is 65536 H + L with L, H the rows' int16 chunk sums (the
+ * generator's bound), so per input of a four-row pass: two words by one LDM, two MULS, two ADDS
+ * (6 instructions for 4 MACs; per two inputs one LDM of the inputs and the loop's CMP/BNE: 13
+ * per 8 MACs). At a chunk's end each packed sum is split, L = SXTH, H = (S - L) >> 16, into the
+ * rows' int32 accumulators (r8-r11). */
+#if defined(__ARM_ARCH_6M__)
+
+static const int32_t *pairs_group(const int32_t *x, const int32_t *w, int32_t acc[4])
+{
+    register int32_t a0 __asm("r8") = acc[0];
+    register int32_t a1 __asm("r9") = acc[1];
+    register int32_t a2 __asm("r10") = acc[2];
+    register int32_t a3 __asm("r11") = acc[3];
+    __asm volatile(".syntax unified\n"
+                   "1:\n\t"
+                   "ldm %[w]!, {r4}\n\t"            /* a chunk: L inputs, 0 ends the group */
+                   "cmp r4, #0\n\t"
+                   "beq 9f\n\t"
+                   "lsls r5, r4, #2\n\t"
+                   "adds r5, %[x], r5\n\t"
+                   "mov r12, r5\n\t"                /* the chunk's end in the input */
+                   "movs r2, #0\n\t"
+                   "movs r3, #0\n\t"
+                   "lsrs r4, r4, #1\n\t"            /* an odd input first */
+                   "bcc 3f\n\t"
+                   "ldm %[x]!, {r4}\n\t"
+                   "ldm %[w]!, {r6, r7}\n\t"
+                   "muls r6, r4, r6\n\t"
+                   "muls r7, r4, r7\n\t"
+                   "adds r2, r2, r6\n\t"
+                   "adds r3, r3, r7\n\t"
+                   "cmp %[x], r12\n\t"
+                   "beq 5f\n"
+                   "3:\n\t"                         /* then two per pass */
+                   "ldm %[x]!, {r4, r5}\n\t"
+                   "ldm %[w]!, {r6, r7}\n\t"
+                   "muls r6, r4, r6\n\t"
+                   "muls r7, r4, r7\n\t"
+                   "adds r2, r2, r6\n\t"
+                   "adds r3, r3, r7\n\t"
+                   "ldm %[w]!, {r6, r7}\n\t"
+                   "muls r6, r5, r6\n\t"
+                   "muls r7, r5, r7\n\t"
+                   "adds r2, r2, r6\n\t"
+                   "adds r3, r3, r7\n\t"
+                   "cmp %[x], r12\n\t"
+                   "bne 3b\n"
+                   "5:\n\t"                         /* split the packed sums */
+                   "sxth r4, r2\n\t"
+                   "subs r2, r2, r4\n\t"
+                   "asrs r2, r2, #16\n\t"
+                   "add %[a0], r4\n\t"
+                   "add %[a1], r2\n\t"
+                   "sxth r4, r3\n\t"
+                   "subs r3, r3, r4\n\t"
+                   "asrs r3, r3, #16\n\t"
+                   "add %[a2], r4\n\t"
+                   "add %[a3], r3\n\t"
+                   "b 1b\n"
+                   "9:\n\t"
+                   : [x] "+l"(x), [w] "+l"(w), [a0] "+r"(a0), [a1] "+r"(a1), [a2] "+r"(a2),
+                     [a3] "+r"(a3)
+                   :
+                   : "r2", "r3", "r4", "r5", "r6", "r7", "r12", "cc", "memory");
+    acc[0] = a0;
+    acc[1] = a1;
+    acc[2] = a2;
+    acc[3] = a3;
+    return w;
+}
+
+#else /* the host: the same walk in C, wrapping 32-bit packed sums split at each chunk's end */
+
+static const int32_t *pairs_group(const int32_t *x, const int32_t *w, int32_t acc[4])
+{
+    int32_t len;
+    while ((len = *w++) != 0) {
+        uint32_t s01 = 0u, s23 = 0u;
+        int32_t lo;
+        for (; len > 0; --len, ++x, w += 2) {
+            s01 += (uint32_t)w[0] * (uint32_t)*x;      /* MULS, ADDS: modulo 2^32 */
+            s23 += (uint32_t)w[1] * (uint32_t)*x;
+        }
+        lo = (int32_t)(s01 & 0xFFFFu) - (int32_t)((s01 & 0x8000u) << 1);   /* SXTH */
+        acc[0] += lo;
+        acc[1] += (int32_t)((s01 - (uint32_t)lo) >> 16) - (int32_t)((s01 - (uint32_t)lo) >> 31 << 16);
+        lo = (int32_t)(s23 & 0xFFFFu) - (int32_t)((s23 & 0x8000u) << 1);
+        acc[2] += lo;
+        acc[3] += (int32_t)((s23 - (uint32_t)lo) >> 16) - (int32_t)((s23 - (uint32_t)lo) >> 31 << 16);
+    }
+    return w;
+}
+
+#endif /* __ARM_ARCH_6M__ */
+
+void qe_fully_connected_s8_pairs(const qe_fc_s8_pairs_params_t *p, const int8_t *input,
+                                 const QE_FLASH int32_t *stream, const QE_FLASH int32_t *bias,
+                                 int8_t *output)
+{
+    const uint32_t n = p->accum_depth, rows = p->output_depth;
+    const int32_t multiplier = p->output_multiplier, shift = p->output_shift;
+    const int32_t offset = p->output_offset, act_min = p->activation_min,
+                  act_max = p->activation_max, sat_low = p->sat_low, sat_above = p->sat_above;
+    int32_t xb[QE_FC_PACKED_MAX_DEPTH];
+    requant_right_t rr;
+    const int fast = requant_right_init(&rr, multiplier, shift, offset, act_min, act_max);
+    uint32_t b, o, r, d;
+
+    for (b = 0; b < p->batches; ++b) {
+        int8_t *out = output + b * rows;
+        const int32_t *w = (const int32_t *)stream;
+        const int8_t *in = input + b * n;
+        for (d = 0; d < n; ++d) {
+            xb[d] = in[d];
+        }
+        for (o = 0; o < rows; o += QE_FC_PAIRS_ROWS) {
+            int32_t acc[4];
+            acc[0] = bias[o];
+            acc[1] = bias[o + 1u];
+            acc[2] = bias[o + 2u];
+            acc[3] = bias[o + 3u];
+            w = pairs_group(xb, w, acc);
+            if (fast && o + QE_FC_PAIRS_ROWS <= rows) {     /* a whole group, unrolled */
+                int8_t *const g = out + o;
+#define QE_M0_PAIRS_OUT(a)                                                                \
+    (int8_t)((a) <= sat_low ? act_min : (a) > sat_above ? act_max : requant_right_output(&rr, (a)))
+                g[0] = QE_M0_PAIRS_OUT(acc[0]);
+                g[1] = QE_M0_PAIRS_OUT(acc[1]);
+                g[2] = QE_M0_PAIRS_OUT(acc[2]);
+                g[3] = QE_M0_PAIRS_OUT(acc[3]);
+#undef QE_M0_PAIRS_OUT
+            } else if (fast) {
+                for (r = 0; r < QE_FC_PAIRS_ROWS && o + r < rows; ++r) {
+                    /* saturated: the generator's bounds say so, no requantization */
+                    const int32_t a = acc[r];
+                    out[o + r] = (int8_t)(a <= sat_low ? act_min
+                                          : a > sat_above ? act_max
+                                                          : requant_right_output(&rr, a));
+                }
+            } else {
+                for (r = 0; r < QE_FC_PAIRS_ROWS && o + r < rows; ++r) {
                     out[o + r] = (int8_t)qe_requantize_output(acc[r], multiplier, shift, offset,
                                                               act_min, act_max);
                 }
