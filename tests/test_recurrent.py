@@ -277,23 +277,15 @@ def test_recurrent_hil_equals_the_reference_step_by_step(tiny_rnn_run, tmp_path,
 
 
 def test_int8_recurrent_hil_on_mps2_equals_tflm(tiny_rnn_run, tmp_path):
-    """The int8 one-step model on QEMU mps2-an386, 3 episodes: the board's actions equal TF Lite
-    Micro's step by step. Until the int8 LSTM kernel lands, generation refuses the model by
-    name (that refusal is checked, and the HIL part is skipped)."""
-    from quarl_edge.converters import cgen
-    from quarl_edge.errors import UnsupportedOpError
+    """The int8 one-step model (int8 LSTM, int16 cell state) on QEMU mps2-an386, 3 episodes,
+    RESET per episode: the board's actions equal TF Lite Micro's step by step."""
     from quarl_edge.measure.hil import run_hil
     from quarl_edge.quant.schemes import quantize
     from quarl_edge.targets.boards import get_board
     run, _ = tiny_rnn_run
     work = tmp_path / "run"
     shutil.copytree(run, work, ignore=shutil.ignore_patterns("build", "results"))
-    model = quantize(work, "int8", calib_size=300, calib_episodes=3)
-    try:
-        cgen.generate(model, tmp_path / "gen")
-    except UnsupportedOpError as e:
-        assert "UNIDIRECTIONAL_SEQUENCE_LSTM" in str(e) and "int8" in str(e)
-        pytest.skip(f"the int8 LSTM kernel is not there yet: {str(e)[:120]}")
+    quantize(work, "int8", calib_size=300, calib_episodes=3)
     res = run_hil(work, "int8", get_board("mps2-an386"), 3, seed=0,
                   results_dir=tmp_path / "res", build_dir=tmp_path / "fw")
     assert res["stateful"] is True and res["actions_equal_reference"] is True, res
