@@ -145,6 +145,8 @@ class HilResult:
     micro_std_return: float | None
     board_equals_reference: bool      # every board return equal to TF Lite Micro's (else to
                                       # tflite-runtime's when TFLM cannot run the model)
+    actions_equal_reference: bool     # every action of every episode equal to that reference's
+    stateful: bool                    # the model keeps state (an LSTM's): RESET per episode
     fp32_mean_return: float | None    # the fp32 network (TensorFlow), same seeds; None for a
     fp32_std_return: float | None     # bare .tflite (no fp32 network to compare with)
     agreement: float                  # share of board actions equal to the reference's on its

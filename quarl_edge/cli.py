@@ -134,6 +134,8 @@ def option_value(text: str) -> tuple[str, object]:
 
 def cmd_train(a, qe):
     options = dict(option_value(t) for t in a.set)
+    if a.net is not None:
+        options["net"] = a.net
     res = qe.train(a.env, a.algo, out=a.out, steps=a.steps, seed=a.seed, progress=True, **options)
     if a.json:
         return emit_json(res.info)
@@ -141,8 +143,10 @@ def cmd_train(a, qe):
     print(f"trained {res.algo} on {res.env} (seed {res.seed}, {res.steps:,} steps) in "
           f"{res.train_seconds:.0f} s: best greedy validation return {res.best_greedy_return:.1f} "
           f"at step {info.get('best_step', '-'):,}")
+    extra = "recurrent.npz, " if (Path(res.run_dir) / "recurrent.npz").is_file() else ""
+    extra += "policy/, " if (Path(res.run_dir) / "policy").is_dir() else ""
     note(f"wrote the run to {res.run_dir} (run.json, {info.get('model_file', 'qnet.keras')}, "
-         "policy/, train_curve.csv)")
+         f"{extra}train_curve.csv)")
 
 
 def cmd_quantize(a, qe):
@@ -517,6 +521,10 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--steps", type=positive_int, default=None,
                    help="environment steps (default: the tuned value for this algo and env)")
     s.add_argument("--seed", type=nonnegative_int, default=0, help="training seed")
+    s.add_argument("--net", choices=("mlp", "lstm"), default=None,
+                   help="the policy network: mlp, or lstm (a recurrent policy for partially "
+                        "observed tasks such as QuarlEdge/CartPoleNoVel-v0; --algo ppo only); "
+                        "default: the tuned value for this algo and env, else mlp")
     s.add_argument("--out", required=True, metavar="RUN", help="the run directory to write")
     s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="a field of the algo's config (quarl_edge/rl/: DQNConfig, PPOConfig, "

@@ -9,7 +9,11 @@ of them imports an algorithm. A run directory RUN holds:
     RUN/qnet.keras          DQN: the Q-network as a plain tf.keras model (float32 obs -> Q-values)
     RUN/policy.keras        PPO, SAC, TD3, DDPG: the greedy actor as a plain tf.keras MLP (logits
                             for discrete PPO, the deterministic action for continuous actors)
-    RUN/policy/             the greedy policy as a TF-Agents PolicySaver SavedModel
+    RUN/policy/             the greedy policy as a TF-Agents PolicySaver SavedModel (not for
+                            recurrent runs trained by rl/rppo.py, which has no TF-Agents policy)
+    RUN/recurrent.npz       a recurrent run (network "type": "lstm", "recurrent": true): the
+                            greedy actor's arrays (rl/recurrent.py); its policy.keras is then a
+                            one-step model, [1, 1, *obs] -> logits, with a stateful LSTM
     RUN/train_curve.csv     step, running train episode return, greedy validation return, loss
     RUN/models/<scheme>.tflite   the quantized models (quarl_edge.quant)
     RUN/calibration.npy     the observations the integer schemes were calibrated on

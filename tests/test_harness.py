@@ -376,6 +376,74 @@ def test_a_retried_bench_is_answered_again_not_run_again(plain):
     assert total == 7 * out[0]          # INFER, 5 BENCH runs, INFER: the retry ran nothing
 
 
+def reset(b: Board, seq: int | None = None) -> int:
+    """RESET; returns the boot id its reply carries."""
+    seq = b.next_seq() if seq is None else seq
+    b.send(P.encode_frame(P.COMMANDS["RESET"], b"", seq))
+    f = b.frame()
+    assert (f.cmd, f.seq) == (P.COMMANDS["RESET"] | P.REPLY_BIT, seq), f
+    (boot,) = struct.unpack(P.RESET_REPLY, f.payload)
+    return boot
+
+
+def test_reset_zeroes_the_model_state_and_names_the_boot_id(plain):
+    """The fixture's running sum is its state (as an LSTM's h and c): RESET zeroes it, the next
+    INFER's sum starts again; the reply is the boot id of the first HELLO (0 before any)."""
+    assert reset(plain) == 0                                   # no HELLO yet since boot
+    boot = plain.hello().boot_id
+    infer(plain, [7, 0, 0, 0])
+    infer(plain, [7, 0, 0, 0])
+    assert infer(plain, [7, 0, 0, 0])[2] == 3 * dequant([7])[0]
+    assert reset(plain) == boot
+    _, out, total = infer(plain, [9, 0, 0, 0])
+    assert total == out[0] == dequant([9])[0]
+
+
+def test_a_retried_reset_leaves_the_state_zero_and_an_infer_retry_still_replays(plain):
+    """RESET has no effect to repeat: its retry (same seq) is answered again and the state is
+    still zero. An INFER retry after it is answered from the first attempt and the model does
+    not run again, so the state moves on once per step, not once per attempt."""
+    boot = plain.hello().boot_id
+    infer(plain, [5, 0, 0, 0])
+    seq = plain.next_seq()
+    assert reset(plain, seq) == reset(plain, seq) == boot
+    x = struct.pack("<4b", 5, 0, 0, 0)
+    seq = plain.next_seq()
+    plain.send(P.encode_frame(0x02, x, seq))
+    first = plain.frame()
+    plain.send(P.encode_frame(0x02, x, seq))
+    assert plain.frame().payload == first.payload
+    assert struct.unpack("<I4ff", first.payload)[-1] == dequant([5])[0]
+    assert infer(plain, [5, 0, 0, 0])[2] == 2 * dequant([5])[0]   # two runs since the RESET
+
+
+@given(st.lists(st.tuples(st.sampled_from(["infer", "reset"]), st.integers(-20, 20),
+                          st.integers(0, 2)), min_size=1, max_size=12))
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_reset_and_infer_with_retries_keep_the_state_of_a_model_run_once_per_step(plain, steps):
+    """Any sequence of INFERs and RESETs, each sent 1 + `retries` times with its sequence
+    number (a host whose replies got lost): the state (the fixture's running sum) is the sum of
+    the INFERs since the last RESET, each counted once, as if no request had been repeated."""
+    boot = plain.hello().boot_id
+    assert reset(plain) == boot
+    expected = 0.0
+    for what, x, retries in steps:
+        seq = plain.next_seq()
+        if what == "reset":
+            for _ in range(1 + retries):
+                assert reset(plain, seq) == boot
+            expected = 0.0
+            continue
+        frame = P.encode_frame(0x02, struct.pack("<4b", x, 0, 0, 0), seq)
+        replies = []
+        for _ in range(1 + retries):
+            plain.send(frame)
+            replies.append(plain.frame().payload)
+        expected += dequant([x])[0]
+        assert all(r == replies[0] for r in replies)
+        assert struct.unpack("<I4ff", replies[0])[-1] == pytest.approx(expected, abs=1e-4)
+
+
 def test_sigusr1_restarts_the_host_board_which_announces_it(plain):
     """A reset from outside (the fault link's reset=signal:PID): the same process restarts
     from scratch on the same pty, announces its boot and takes the next HELLO's nonce as its
@@ -441,7 +509,7 @@ def test_wrong_version(board):
     assert_clean_exit(board)
 
 
-@pytest.mark.parametrize("cmd", [0x00, 0x08, 0x42, 0x7F])
+@pytest.mark.parametrize("cmd", [0x00, 0x09, 0x42, 0x7F])
 def test_unknown_command(board, cmd):
     f = board.request(cmd, b"abc")
     assert f.is_error and f.error()[:2] == ("UNKNOWN_CMD", cmd)
@@ -466,6 +534,7 @@ def test_reply_frames_are_ignored(plain):
     (0x03, b"\5"),                 # BENCH: u16 n
     (0x03, b"\0\0"),               # BENCH: n >= 1
     (0x04, b"\0"),                 # MEM: no payload
+    (0x08, b"\0"),                 # RESET: no payload
 ])
 def test_wrong_payload_size(board, cmd, payload):
     f = board.request(cmd, payload)

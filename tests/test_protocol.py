@@ -285,7 +285,7 @@ def test_c_parser_finds_the_frames_python_finds(lib, parts):
 
 
 # ------------------------------------------------------------- fuzz: the host's decoder
-HOST_LIMITS = {0x81: P.HELLO_REPLY_MAX, 0x82: 12, 0x83: 20, 0x84: 20, 0x85: 256,
+HOST_LIMITS = {0x81: P.HELLO_REPLY_MAX, 0x82: 12, 0x83: 20, 0x84: 20, 0x85: 256, 0x88: 4,
                P.CMD_ERROR: P.ERROR_REPLY_MAX}
 host_bytes = st.lists(st.one_of(
     st.binary(max_size=80),
@@ -306,7 +306,8 @@ def test_the_host_decoder_and_reply_parsers_raise_only_protocol_errors(parts, ch
     for i in range(0, len(stream), chunk):
         for f in dec.feed(stream[i:i + chunk]):
             for parse in (P.parse_hello, lambda p: P.unpack_reply(P.MEM_REPLY, p, "MEM"),
-                          lambda p: P.unpack_reply(P.BENCH_REPLY, p, "BENCH"), P.Frame.error):
+                          lambda p: P.unpack_reply(P.BENCH_REPLY, p, "BENCH"),
+                          lambda p: P.unpack_reply(P.RESET_REPLY, p, "RESET"), P.Frame.error):
                 try:
                     parse(f.payload) if parse is not P.Frame.error else f.error()
                 except ProtocolError as e:

@@ -131,6 +131,7 @@ def _spec_with_dtype_9(nonce: int) -> bytes:
     (_hello_payload, "INFER", struct.pack("<I", 1) + b"\0" * 4, "INFER reply has 8 bytes, expected 12"),
     (_hello_payload, "MEM", b"\0" * 12, "MEM reply has 12 bytes, expected 20"),
     (_hello_payload, "BENCH", b"\0" * 4, "BENCH reply has 4 bytes, expected 20"),
+    (_hello_payload, "RESET", b"\0" * 2, "RESET reply has 2 bytes, expected 4"),
 ])
 def test_malformed_replies_are_protocol_errors(hello, request_name, reply, message):
     """A board (here a fake one on a real pty) whose replies pass the CRC but not their layout:
@@ -150,17 +151,19 @@ def test_malformed_replies_are_protocol_errors(hello, request_name, reply, messa
             with pytest.raises(ProtocolError, match=message) as e:
                 link.hello(total_timeout=3)
                 {"INFER": lambda: link.infer([np.zeros((1, 4), np.float32)]),
-                 "MEM": link.mem, "BENCH": lambda: link.bench(1)}[request_name]()
+                 "MEM": link.mem, "BENCH": lambda: link.bench(1),
+                 "RESET": link.reset_state}[request_name]()
             assert "\n" not in str(e.value)
     finally:
         os.close(master)
         os.close(slave)
 
 
-def test_a_board_of_another_protocol_version_is_named_at_once():
+@pytest.mark.parametrize("version", [1, P.VERSION - 1])   # v3: a board built before RESET
+def test_a_board_of_another_protocol_version_is_named_at_once(version):
     master, slave = os.openpty()
     tty.setraw(slave)
-    fake_board(master, lambda f: P.encode_frame(0x81, b"\0" * 30, f.seq, version=1))
+    fake_board(master, lambda f: P.encode_frame(0x81, b"\0" * 30, f.seq, version=version))
     try:
         with BoardLink(os.ttyname(slave)) as link:
             t0 = time.monotonic()
@@ -169,5 +172,40 @@ def test_a_board_of_another_protocol_version_is_named_at_once():
                 link.hello(total_timeout=5)
             assert time.monotonic() - t0 < 1
     finally:
+        os.close(master)
+        os.close(slave)
+
+
+def test_reset_state_checks_the_boot_id_in_its_reply():
+    """RESET's reply names the board's boot id (protocol v4): the handshake's id passes; another
+    one (a restart whose announcement was lost: the state is gone with it) makes the link
+    handshake again, which sees the new boot id and raises BoardReset."""
+    from quarl_edge.errors import BoardReset
+    master, slave = os.openpty()
+    tty.setraw(slave)
+    boot = {"id": 7, "resets": 0}
+
+    def answer(f):
+        if f.cmd == P.COMMANDS["HELLO"]:
+            (nonce,) = struct.unpack("<I", f.payload)
+            GOOD_HELLO.nonce, GOOD_HELLO.boot_id = nonce, boot["id"]
+            return P.encode_frame(0x81, P.pack_hello(GOOD_HELLO), f.seq)
+        assert f.cmd == P.COMMANDS["RESET"] and f.payload == b""
+        boot["resets"] += 1
+        return P.encode_frame(0x88, struct.pack(P.RESET_REPLY, boot["id"]), f.seq)
+
+    fake_board(master, answer)
+    try:
+        with BoardLink(os.ttyname(slave)) as link:
+            link.hello(total_timeout=3)
+            link.reset_state()
+            link.reset_state()
+            assert boot["resets"] == 2 and link.stats["resets"] == 0
+            boot["id"] = 0          # restarted: no HELLO since, so its boot id is 0 ...
+            with pytest.raises(BoardReset, match="restarted"):
+                link.reset_state()  # ... and the handshake it triggers gets a new one
+            assert link.stats["resets"] == 1
+    finally:
+        GOOD_HELLO.boot_id = 7
         os.close(master)
         os.close(slave)

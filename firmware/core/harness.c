@@ -16,8 +16,14 @@
  * number and CRC of the last one is the host's retry after a lost reply. INFER and BENCH, the
  * commands that run the model, and IN_CHUNK are then answered again from what they left (the
  * cost, the outputs still in the arena, BENCH's statistics, the input bytes received) without
- * running or writing again; HELLO, MEM, ECHO and OUT_CHUNK have no effect to repeat and are
- * simply answered again.
+ * running or writing again; HELLO, MEM, ECHO, OUT_CHUNK and RESET have no effect to repeat and
+ * are simply answered again (a second RESET zeroes a state that is still zero: nothing ran in
+ * between, as the host sends nothing else before its reply).
+ *
+ * State (docs/protocol.md, "State"): a recurrent model keeps its variable tensors (an LSTM's
+ * hidden and cell state) in the arena from one INFER to the next; RESET zeroes them
+ * (qe_model_reset_state(), a no-op for a model without state) and answers with the boot id, so
+ * a host notices a restart (which lost the state) whose announcement it missed.
  *
  * Boot id: the nonce of the first HELLO answered since boot. A board has no entropy of its own
  * at boot (QEMU with -icount runs the same instructions every time), but the host's nonces are
@@ -356,6 +362,19 @@ static void do_out_chunk(const qe_frame_t *f)
     qe_tx_end();
 }
 
+/* ------------------------------------------------------------------------------- RESET */
+static void do_reset(const qe_frame_t *f)
+{
+    if (f->len != 0u) {
+        bad_payload(f, QE_MSG("RESET takes no payload"));
+        return;
+    }
+    qe_model_reset_state();
+    qe_tx_begin(QE_REPLY(QE_CMD_RESET), f->seq, 4u);
+    qe_tx_u32(boot_id);
+    qe_tx_end();
+}
+
 /* ------------------------------------------------------------------------------- BENCH */
 /* The largest n a BENCH may ask for: all of u16 on a board. The fuzz target
  * (tests/fuzz/fuzz_harness.c) builds with a small one: an input whose mutated BENCH keeps a valid
@@ -477,6 +496,7 @@ static void handle(qe_rx_status_t st, const qe_frame_t *f)
     case QE_CMD_ECHO: do_echo(f); break;
     case QE_CMD_IN_CHUNK: do_in_chunk(f); break;
     case QE_CMD_OUT_CHUNK: do_out_chunk(f); break;
+    case QE_CMD_RESET: do_reset(f); break;
     default:
         /* A frame with the reply bit set (a reply or error frame: our own output looped back by
          * a tty still echoing, or another board) is not a request: answering it could start an
@@ -499,6 +519,7 @@ static int length_ok(uint8_t cmd, uint16_t len)
     case QE_CMD_OUT_CHUNK: return len == 6u;
     case QE_CMD_BENCH: return len == 2u;
     case QE_CMD_MEM: return len == 0u;
+    case QE_CMD_RESET: return len == 0u;
     default: return 1;   /* ECHO takes any size; others are answered once complete */
     }
 }

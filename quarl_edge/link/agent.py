@@ -13,7 +13,8 @@ Costs are nanoseconds of the board's monotonic clock around invoke(). A malforme
 error frame, as from the firmware; the agent never stops on bad input. Like the firmware, it
 announces its start with an unsolicited HELLO reply, answers a retried INFER or BENCH (same
 command, sequence number and payload as the last one) with the last reply instead of running
-it again, and its boot id is the nonce of the first HELLO it answered. SIGUSR1 restarts it (the
+it again, and its boot id is the nonce of the first HELLO it answered. RESET zeroes the model's
+variable tensors (a recurrent policy's state) with tflite-runtime's reset_all_variables(). SIGUSR1 restarts it (the
 process executes itself again, keeping its stdin/stdout): a board reset, for tests.
 """
 from __future__ import annotations
@@ -161,6 +162,11 @@ class Agent:
             self.last_outputs = None    # as on the firmware
             return self._remember(f, reply(struct.pack(P.BENCH_REPLY, n, min(costs), max(costs),
                                                        sum(costs))))
+        if cmd == P.COMMANDS["RESET"]:
+            if payload:
+                return error(5, "RESET takes no payload")
+            self.interp.reset_all_variables()      # the model's state (an LSTM's), as the firmware
+            return reply(struct.pack(P.RESET_REPLY, self.boot_id))
         if cmd == P.COMMANDS["MEM"]:
             if payload:
                 return error(5, "MEM takes no payload")

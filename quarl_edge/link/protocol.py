@@ -19,7 +19,11 @@ from ..errors import ProtocolError
 # 3: tensors larger than one frame are streamed: IN_CHUNK writes a chunk of the inputs straight
 #    into the model's input tensors, OUT_CHUNK reads one of the outputs (docs/protocol.md,
 #    "Streamed tensors"); INFER of a model whose tensors fit one frame is unchanged.
-VERSION = 3
+# 4: RESET zeroes the model's state (its variable tensors: a recurrent policy's LSTM state, kept
+#    in the arena from one INFER to the next) at an episode's start; its reply carries the boot
+#    id, so a restart whose announcement was lost (and with it the state) is noticed at the
+#    next RESET (docs/protocol.md, "State"). Every other frame is unchanged.
+VERSION = 4
 SYNC = b"\xA5\x5A"
 HEADER_SIZE = 7  # sync(2) version(1) cmd(1) seq(1) len(2)
 CRC_SIZE = 2
@@ -37,6 +41,7 @@ COMMANDS = {
     "ECHO": 0x05,
     "IN_CHUNK": 0x06,
     "OUT_CHUNK": 0x07,
+    "RESET": 0x08,
 }
 CMD_ERROR = 0xFF
 # What a host may receive: the reply to each command, and error frames.
@@ -337,6 +342,7 @@ MEM_REPLY = "<IIIII"    # flash, ram, stack used, stack size, arena
 COST_FMT = "<I"
 IN_CHUNK_HEAD = "<I"    # IN_CHUNK request: u32 offset, then the chunk's bytes; reply: u32 received
 OUT_CHUNK_REQ = "<IH"   # OUT_CHUNK request: u32 offset, u16 n; reply: u32 offset, then n bytes
+RESET_REPLY = "<I"      # RESET request: no payload; reply: u32 the board's boot id
 
 
 # ------------------------------------------------------------------------ streamed tensors

@@ -139,6 +139,7 @@ class BoardLink:
                            P.COMMANDS["MEM"] | R: struct.calcsize(P.MEM_REPLY),
                            P.COMMANDS["ECHO"] | R: self.info.max_payload,
                            P.COMMANDS["IN_CHUNK"] | R: 4,
+                           P.COMMANDS["RESET"] | R: struct.calcsize(P.RESET_REPLY),
                            P.COMMANDS["OUT_CHUNK"] | R: 4 + self.chunk_bytes()})
         return P.FrameDecoder(max_payload=0xFFFF, version=P.VERSION, limits=limits)
 
@@ -466,6 +467,18 @@ class BoardLink:
                                     f"bytes at offset {struct.unpack_from('<I', reply)[0] if len(reply) >= 4 else '?'}")
             data += reply[head:]
         return bytes(data)
+
+    def reset_state(self) -> None:
+        """RESET: zero the model's state (a recurrent policy's LSTM state) before an episode.
+        Its reply carries the board's boot id: another one than the handshake's means the board
+        restarted since (its announcement lost), which the handshake then raises as BoardReset
+        (what ran since the restart ran from a zero state the caller did not ask for)."""
+        assert self.info is not None, "call hello() first"
+        (boot,) = P.unpack_reply(P.RESET_REPLY, self.command("RESET"), "RESET")
+        if boot != self.info.boot_id:
+            self.hello(REHANDSHAKE_S)          # a new boot id: raises BoardReset
+            raise ProtocolError(f"RESET reply names boot id {boot:08x}, but the board's "
+                                f"handshake says {self.info.boot_id:08x}")
 
     def bench(self, n: int) -> BenchStats:
         reply = self.command("BENCH", struct.pack("<H", n), timeout=REPLY_TIMEOUT_S + n * 0.05)

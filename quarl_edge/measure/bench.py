@@ -200,6 +200,9 @@ def run_bench(run_dir: Path, boards: list[Board], n: int = 100, out: Path | None
         if env_id is not None and env_id != meta["env"]:
             raise QuarlError(f"{run_dir} was made for {meta['env']}, not {env_id}")
     play_spec = None
+    if episodes and not bare and (meta.get("network") or {}).get("recurrent"):
+        raise QuarlError(f"{run_dir} is a recurrent policy: its episodes need the state reset "
+                         "per episode; play them with `quarl-edge hil` (bench measures its cost)")
     if episodes:
         seeds = list(range(episodes))
         head = meta.get("action_head") or default_head(make_gym(meta["env"]).action_space)

@@ -1,7 +1,14 @@
 """Hardware-in-the-loop evaluation: Gymnasium runs on the host, the board chooses every action.
 
 The same episodes (same seeds) are also played by the same model on tflite-runtime (the host
-reference) and by the fp32 Keras network, so the board's return can be compared exactly."""
+reference) and by the fp32 Keras network, so the board's return can be compared exactly.
+
+A model with state (variable tensors: a recurrent policy's LSTM h and c, kept in the board's
+arena between INFERs) has it zeroed at each episode's start on every side: RESET on the board
+(protocol v4), reset() on tflite-runtime and TF Lite Micro, a zero state for the fp32 network
+(rl/recurrent.py). The board is also RESET after each episode: its reply's boot id shows a
+restart that went unannounced during the episode, which is then played again. The board's
+actions are compared with the reference's step by step (`actions_equal_reference`)."""
 from __future__ import annotations
 
 import json
@@ -19,17 +26,22 @@ from ..rl.envs import default_head, make_gym
 from ..rl.envs import output_to_action as to_action
 from ..run import keras_call, load_keras, load_run, tflite_path
 from ..targets.boards import Board
-from .reference import host_reference, micro_reference
+from .reference import has_state, host_reference, micro_reference
 
 
 def play(env_id: str, act: Callable[[np.ndarray], object], seeds: list[int],
-         on_episode: Callable[[int, float, int], None] | None = None):
-    """Play one episode per seed; returns (returns, visited observations, actions taken)."""
+         on_episode: Callable[[int, float, int], None] | None = None,
+         on_start: Callable[[], None] | None = None, on_end: Callable[[], None] | None = None):
+    """Play one episode per seed; returns (returns, visited observations, actions taken).
+    `on_start()` runs before each episode's first action (a recurrent policy's state reset),
+    `on_end()` after its last step, before the episode is counted."""
     env = gym.make(env_id)
     returns, observations, actions = [], [], []
     try:
         for seed in seeds:
             obs, _ = env.reset(seed=seed)
+            if on_start:
+                on_start()
             total, done, steps = 0.0, False, 0
             while not done:
                 a = act(obs)
@@ -39,6 +51,8 @@ def play(env_id: str, act: Callable[[np.ndarray], object], seeds: list[int],
                 total += float(r)
                 steps += 1
                 done = terminated or truncated
+            if on_end:
+                on_end()
             returns.append(total)
             if on_episode:
                 on_episode(seed, total, steps)
@@ -89,6 +103,7 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
     head = head or default_head(space)
     _check_model_fits_env(mpath, env, head, run_dir / "run.json" if meta else mpath)
     env.close()
+    stateful = has_state(mpath)
     results_dir = Path(results_dir) if results_dir is not None else home / "results"
     results_dir.mkdir(parents=True, exist_ok=True)
     log_path = results_dir / f"hil_{board.id}_{scheme}.episodes.jsonl"
@@ -122,13 +137,15 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
             return to_action(dequantized(y, out_spec), space, head)
 
         replayed = 0
+        reset = s.link.reset_state if stateful else None
 
         def board_episode(sd):   # an episode a board reset interrupted is played again
             nonlocal replayed
             for replay in range(RESET_REPLAYS + 1):
                 mark = len(costs)
                 try:
-                    return play(env_id, board_act, [sd], log_episode("board"))
+                    return play(env_id, board_act, [sd], log_episode("board"), on_start=reset,
+                                on_end=reset)
                 except BoardReset:
                     del costs[mark:]
                     if replay == RESET_REPLAYS:
@@ -139,15 +156,15 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
         episodes_played = [board_episode(sd) for sd in seeds]
         wall = time.perf_counter() - t0
         returns = [r for e in episodes_played for r in e[0]]
-        visited = np.concatenate([e[1] for e in episodes_played])
         board_actions = [a for e in episodes_played for a in e[2]]
         memory = s.memory()
         unit = s.info.cost_unit
         link = {**s.link.report(), "replayed_episodes": replayed}
 
     host = host_reference(mpath)   # tflite-runtime (int8-acc: the head's accumulator readout)
-    host_returns, _, _ = play(env_id, lambda o: to_action(host.run([o])[0], space, head), seeds,
-                              log_episode("tflite-runtime"))
+    host_returns, _, host_actions = play(env_id, lambda o: to_action(host.run([o])[0], space, head),
+                                         seeds, log_episode("tflite-runtime"),
+                                         on_start=host.reset if stateful else None)
     # TF Lite Micro's reference kernels, which the firmware is bit-exact with: tflite-runtime's
     # own int8 kernels differ from them in places (int8 TANH and LOGISTIC round differently), so
     # the board's return must equal this one; TFLM cannot run fp16 and hybrid models (None).
@@ -155,17 +172,24 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
     if micro is None:
         bar.update(episodes)
     else:
-        micro_returns, _, _ = play(env_id, lambda o: to_action(micro.run([o])[0], space, head),
-                                   seeds, log_episode("tflm"))
+        micro_returns, _, micro_actions = play(
+            env_id, lambda o: to_action(micro.run([o])[0], space, head), seeds,
+            log_episode("tflm"), on_start=micro.reset if stateful else None)
+    ref_actions = host_actions if micro is None else micro_actions
 
+    episodes_obs = [e[1] for e in episodes_played]
     if meta is not None:
-        fp32_fn = keras_call(load_keras(run_dir))
-        fp32_returns, _, _ = play(env_id, lambda o: to_action(fp32_fn(o[None])[0], space, head),
-                                  seeds, log_episode("fp32"))
-        fp32_actions = [to_action(q, space, head) for q in fp32_fn(visited)]
+        fp32 = Fp32Policy(load_keras(run_dir))
+        fp32_returns, _, _ = play(env_id, lambda o: to_action(fp32(o), space, head),
+                                  seeds, log_episode("fp32"), on_start=fp32.reset)
+        fp32_actions = [to_action(q, space, head) for q in fp32.outputs(episodes_obs)]
     else:   # a bare model: the reference for agreement is the same model on tflite-runtime
         fp32_returns = None
-        fp32_actions = [to_action(host.run([o])[0], space, head) for o in visited]
+        fp32_actions = []
+        for obs_k in episodes_obs:
+            if stateful:
+                host.reset()
+            fp32_actions += [to_action(host.run([o])[0], space, head) for o in obs_k]
     if isinstance(space, gym.spaces.Discrete):
         agreement = float(np.mean([a == b for a, b in zip(board_actions, fp32_actions)]))
     else:  # continuous: 1 - mean normalised distance
@@ -191,6 +215,11 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
         "micro_std_return": None if micro_returns is None else float(np.std(micro_returns)),
         "board_equals_reference": returns == (micro_returns if micro_returns is not None
                                               else host_returns),
+        # the same action at every step of every episode (the reference's: TFLM, else
+        # tflite-runtime), not only the same returns
+        "actions_equal_reference": len(board_actions) == len(ref_actions) and all(
+            np.array_equal(a, b) for a, b in zip(board_actions, ref_actions)),
+        "stateful": stateful,
         "fp32_mean_return": None if fp32_returns is None else float(np.mean(fp32_returns)),
         "fp32_std_return": None if fp32_returns is None else float(np.std(fp32_returns)),
         "agreement": agreement,
@@ -207,6 +236,39 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
     tmp.replace(out_path)
     partial_log.replace(log_path)
     return result
+
+
+class Fp32Policy:
+    """A run's fp32 network as a policy: call it with one observation for the outputs.
+    A recurrent run's one-step model (rl/recurrent.py) is stepped in numpy with its state, zero
+    after reset(); a feed-forward network has no state (reset does nothing)."""
+
+    def __init__(self, model):
+        from ..rl.recurrent import is_one_step, layers_from_keras
+        self.layers = layers_from_keras(model) if is_one_step(model) else None
+        self.fn = None if self.layers is not None else keras_call(model)
+        self.state = None
+        self.reset()
+
+    def reset(self) -> None:
+        if self.layers is not None:
+            self.state = self.layers.zero_state()
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray:
+        if self.layers is None:
+            return self.fn(np.asarray(obs)[None])[0]
+        out, self.state = self.layers.step(np.asarray(obs)[None], self.state)
+        return out[0]
+
+    def outputs(self, episodes: list[np.ndarray]) -> np.ndarray:
+        """The outputs on each episode's observations (the state reset at each episode)."""
+        if self.layers is None:
+            return self.fn(np.concatenate(episodes))
+        out = []
+        for obs in episodes:
+            self.reset()
+            out += [self(o) for o in obs]
+        return np.stack(out)
 
 
 def _check_model_fits_env(model: Path, env, head: str, where) -> None:

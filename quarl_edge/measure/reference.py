@@ -97,6 +97,10 @@ class TFLMReference:
         self.interp.invoke()
         return [np.array(self.interp.get_output(i)) for i in range(len(self.outputs))]
 
+    def reset(self) -> None:
+        """Zero the model's variable tensors (an LSTM's state), as a board's RESET does."""
+        self.interp.reset()
+
 
 def tflite_runtime_interpreter(model_path: Path):
     """A tflite-runtime Interpreter with its builtin kernels only (no XNNPACK delegate, so the
@@ -133,6 +137,18 @@ class TFLiteRuntime:
             self.interp.set_tensor(d["index"], np.asarray(x, dtype=d["dtype"]).reshape(d["shape"]))
         self.interp.invoke()
         return [self.interp.get_tensor(d["index"]).copy() for d in self.outputs]
+
+    def reset(self) -> None:
+        """Zero the model's variable tensors (an LSTM's state), as a board's RESET does."""
+        self.interp.reset_all_variables()
+
+
+def has_state(model_path: Path) -> bool:
+    """Whether the model keeps state from one invoke to the next: a variable tensor (TFLite's
+    isVariable, e.g. an LSTM's hidden and cell state). Such a model's episodes start with its
+    state zeroed: RESET on a board, reset() on the host references."""
+    from ..converters.tflite_model import load
+    return any(t.is_variable for t in load(model_path).tensors)
 
 
 def micro_reference(model_path: Path):

@@ -11,7 +11,7 @@ from ..link.session import BoardSession
 from ..targets.boards import Board
 from .compare import (CLASSES, FAILING, MISMATCH, REFERENCE_UNDEFINED, input_quantize, libm_ops,
                       output_metrics, row_class, saturated_inputs, undefined_inputs, worst_class)
-from .reference import host_reference
+from .reference import has_state, host_reference
 
 
 def input_range(model_path: Path, index: int = 0) -> tuple[float, float] | None:
@@ -140,17 +140,30 @@ def validate(model_path: Path, board: Board, out_dir: Path, inputs: Path | None 
           for i in range(len(columns[0]))]
 
     board_out, costs = [], []
+    # A model with state (an LSTM's, variable tensors) sees the rows in order, as the reference
+    # does from a zero state: the board is RESET first (it may have run before: --port), and a
+    # board reset mid-way (its state lost) starts the rows again from the first.
+    stateful = has_state(model_path)
     with BoardSession(model_path, board, out_dir, port=port, flasher=flasher, drive=drive) as s:
-        for x in xs:
-            for replay in range(RESET_REPLAYS + 1):   # an INFER a board reset lost: again
-                try:
-                    ys, cost = s.link.infer(x)
-                    break
-                except BoardReset:
-                    if replay == RESET_REPLAYS:
-                        raise
-            board_out.append(ys)
-            costs.append(cost)
+        for restart in range(RESET_REPLAYS + 1 if stateful else 1):
+            try:
+                if stateful:
+                    board_out, costs = [], []
+                    s.link.reset_state()
+                for x in xs:
+                    for replay in range(RESET_REPLAYS + 1):   # an INFER a board reset lost: again
+                        try:
+                            ys, cost = s.link.infer(x)
+                            break
+                        except BoardReset:
+                            if stateful or replay == RESET_REPLAYS:
+                                raise
+                    board_out.append(ys)
+                    costs.append(cost)
+                break
+            except BoardReset:
+                if restart == RESET_REPLAYS or not stateful:
+                    raise
         memory = s.memory()
         unit = s.info.cost_unit
         link = s.link.report()

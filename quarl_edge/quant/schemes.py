@@ -30,6 +30,12 @@ Schemes (SCHEMES maps each name to its converter):
 The network is RUN/qnet.keras (DQN) or RUN/policy.keras (the deterministic actor of the other
 algorithms); run.json's "model_file" names it.
 
+A recurrent run (`ppo --net lstm`: RUN/policy.keras is a one-step model with a stateful LSTM,
+rl/recurrent.py) converts with RECURRENT_SCHEMES only, from a concrete function of its fixed
+shape [1, 1, *obs]: one UNIDIRECTIONAL_SEQUENCE_LSTM whose hidden and cell state are variable
+tensors (the state a board keeps in its arena between INFERs). Its calibration rollouts keep the
+recurrent policy's state and the observations' order (recurrent.recurrent_calibration).
+
 Calibration data are observations from rollouts of the run's own greedy policy with a little
 epsilon (for coverage of states just off the greedy path), on seeds CALIBRATION_SEED_BASE + k,
 which are distinct from the test seeds 0..N and the training validation seeds 10_000 + k.
@@ -135,6 +141,11 @@ SCHEMES: dict[str, Scheme] = {
 }
 
 
+# What a one-step recurrent model converts with: float32, and full integer (int8 activations,
+# int16 cell state: the converter's integer LSTM) with float I/O.
+RECURRENT_SCHEMES = ("fp32", "int8")
+
+
 def scheme_names() -> list[str]:
     return list(SCHEMES)
 
@@ -160,6 +171,9 @@ def quantize(run_dir: Path, scheme: str, calib_size: int = 1000, calib_episodes:
             raise QuarlError(f"scheme {scheme} applies to discrete-action policies (argmax of "
                              f"the outputs); {env_id} has continuous actions")
     model = load_keras(run_dir)
+    from ..rl.recurrent import is_one_step
+    if is_one_step(model):
+        return _quantize_recurrent(run_dir, model, scheme, calib_size, calib_episodes, seed)
     if spec.prepare is not None:
         model = spec.prepare(model)
     calibration = None
@@ -177,6 +191,36 @@ def quantize(run_dir: Path, scheme: str, calib_size: int = 1000, calib_episodes:
     if spec.finish is not None:
         flatbuffer = spec.finish(flatbuffer)
 
+    out = run_dir / "models" / f"{scheme}.tflite"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(flatbuffer)
+    os.replace(tmp, out)
+    return out
+
+
+def _quantize_recurrent(run_dir: Path, model, scheme: str, calib_size: int, calib_episodes: int,
+                        seed: int) -> Path:
+    """quantize() for a recurrent run's one-step model (see the module's docstring)."""
+    from ..rl.recurrent import convert_one_step, layers_from_keras, recurrent_calibration
+    from .calibration import CALIBRATION_EPSILON
+    if scheme not in RECURRENT_SCHEMES:
+        raise QuarlError(f"scheme {scheme} does not apply to a recurrent (LSTM) policy; its "
+                         f"schemes: {', '.join(RECURRENT_SCHEMES)}")
+    calibration = None
+    if SCHEMES[scheme].needs_calibration:
+        calibration = recurrent_calibration(load_run(run_dir)["env"], layers_from_keras(model),
+                                            calib_size, calib_episodes, seed, CALIBRATION_EPSILON)
+        np.save(run_dir / "calibration.npy", calibration)
+        calibration = calibration[:, None]            # one time step: x[None] is [1, 1, *obs]
+    with captured_stderr() as log:
+        try:
+            flatbuffer = convert_one_step(
+                model, lambda c: SCHEMES[scheme].convert(c, calibration))
+        except Exception as e:
+            last = tail(log)
+            raise ModelError(f"TFLite conversion ({scheme}) failed: {str(e).splitlines()[0]}"
+                             + ("\n  " + "\n  ".join(last) if last else "")) from e
     out = run_dir / "models" / f"{scheme}.tflite"
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")

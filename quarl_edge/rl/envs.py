@@ -11,6 +11,7 @@ import numpy as np
 
 from ..errors import QuarlError
 from . import catch  # noqa: F401  (registers QuarlEdge/Catch-v0, a small pixel task)
+from . import masked  # noqa: F401  (registers QuarlEdge/CartPoleNoVel-v0, velocities masked)
 from . import minatar  # noqa: F401  (registers QuarlEdge/MinAtar-<Game>-v0; needs `minatar`)
 
 

@@ -1,5 +1,12 @@
 """PPO (TF-Agents' PPOClipAgent, GAE) on discrete or continuous actions, read top to bottom:
-the config, envs stepped side by side, the agent, the collect/train loop, the export."""
+the config, envs stepped side by side, the agent, the collect/train loop, the export.
+
+`net="lstm"` trains a recurrent policy (ActorDistributionRnnNetwork and ValueRnnNetwork:
+`hidden` Dense layers, one LSTM of `lstm_units`, the head) for partially observed tasks such as
+QuarlEdge/CartPoleNoVel-v0; discrete actions only. The collect policy carries its LSTM state
+from step to step (TF-Agents zeroes it at each episode's FIRST step); training unrolls each env
+row of the batch from a zero state. Its export is rl/recurrent.py's: RUN/recurrent.npz and the
+one-step stateful Keras model RUN/policy.keras."""
 from __future__ import annotations
 
 import csv
@@ -11,7 +18,12 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import QuarlError
+from ..run import VALIDATION_SEED_BASE
 from .common import _agent_env, _save_actor_run, _validation_return, actor_layers, common_function
+from .recurrent import normalization_layer, observation_statistics, play_recurrent, rnn_actor_layers
+
+
+NETS = ("mlp", "lstm")
 
 
 @dataclass
@@ -35,12 +47,25 @@ class PPOConfig:
     entropy_regularization: float = 0.0
     normalize_rewards: bool = True
     eval_episodes: int = 10                # greedy validation after every iteration
+    gradient_clipping: float | None = None  # global norm of each gradient step (None: no clip)
+    learning_rate_end: float | None = None  # rppo.py: linear decay to this by the last step
+    net: str = "mlp"                       # "mlp" or "lstm" (a recurrent policy, see above)
+    lstm_units: int = 64                   # the LSTM's size (net="lstm")
+    # net="lstm": "own" trains with rl/rppo.py (each row unrolled from the LSTM state it was
+    # collected with), "tf-agents" with PPOClipAgent and ActorDistributionRnnNetwork below
+    rnn_trainer: str = "own"
 
     def __post_init__(self):
         self.hidden = tuple(int(h) for h in self.hidden)
         if self.steps <= 0 or self.collect_steps <= 0:
             raise QuarlError(f"steps and collect_steps must be positive, got {self.steps}, "
                              f"{self.collect_steps}")
+        if self.net not in NETS:
+            raise QuarlError(f"unknown net {self.net!r}; known: {', '.join(NETS)}")
+        if self.rnn_trainer not in ("own", "tf-agents"):
+            raise QuarlError(f"unknown rnn_trainer {self.rnn_trainer!r}; known: own, tf-agents")
+        if self.lstm_units <= 0:
+            raise QuarlError(f"lstm_units must be positive, got {self.lstm_units}")
         if self.num_envs < 1 or self.minibatches < 1 or self.num_envs % self.minibatches:
             raise QuarlError(f"minibatches ({self.minibatches}) must divide num_envs "
                              f"({self.num_envs}), both positive")
@@ -48,10 +73,14 @@ class PPOConfig:
 
 
 def train_ppo(env_id: str, seed: int, out: Path, config: PPOConfig, progress: bool = True) -> dict:
+    if config.net == "lstm" and config.rnn_trainer == "own":
+        from .rppo import train_recurrent_ppo
+        return train_recurrent_ppo(env_id, seed, out, config, progress)
     import tensorflow as tf
     from tf_agents.agents.ppo import ppo_clip_agent
     from tf_agents.environments import batched_py_environment
-    from tf_agents.networks import actor_distribution_network, value_network
+    from tf_agents.networks import (actor_distribution_network, actor_distribution_rnn_network,
+                                    value_network, value_rnn_network)
     from tf_agents.replay_buffers import tf_uniform_replay_buffer
     from tf_agents.specs import tensor_spec
     from tf_agents.trajectories import trajectory
@@ -70,9 +99,26 @@ def train_ppo(env_id: str, seed: int, out: Path, config: PPOConfig, progress: bo
         multithreading=False)
     obs_spec = tensor_spec.from_spec(env.observation_spec())
     act_spec = tensor_spec.from_spec(env.action_spec())
-    actor_net = actor_distribution_network.ActorDistributionNetwork(
-        obs_spec, act_spec, fc_layer_params=cfg.hidden)
-    value_net = value_network.ValueNetwork(obs_spec, fc_layer_params=cfg.hidden)
+    recurrent = cfg.net == "lstm"
+    if recurrent:
+        if not act_spec.dtype.is_integer:
+            raise QuarlError(f"ppo --net lstm needs a Discrete action space; {env_id} has "
+                             f"{env.gym_env.action_space}")
+        # inputs normalized by fixed statistics of random play (a preprocessing layer of both
+        # networks; the export folds it into the first layer)
+        norm = observation_statistics(env_id, seed)
+        actor_net = actor_distribution_rnn_network.ActorDistributionRnnNetwork(
+            obs_spec, act_spec, preprocessing_layers=normalization_layer(*norm),
+            input_fc_layer_params=cfg.hidden, lstm_size=(cfg.lstm_units,),
+            output_fc_layer_params=None)
+        value_net = value_rnn_network.ValueRnnNetwork(
+            obs_spec, preprocessing_layers=normalization_layer(*norm),
+            input_fc_layer_params=cfg.hidden, lstm_size=(cfg.lstm_units,),
+            output_fc_layer_params=None)
+    else:
+        actor_net = actor_distribution_network.ActorDistributionNetwork(
+            obs_spec, act_spec, fc_layer_params=cfg.hidden)
+        value_net = value_network.ValueNetwork(obs_spec, fc_layer_params=cfg.hidden)
     split = cfg.minibatches > 1
     agent = ppo_clip_agent.PPOClipAgent(
         tensor_spec.from_spec(env.time_step_spec()), act_spec,
@@ -82,6 +128,7 @@ def train_ppo(env_id: str, seed: int, out: Path, config: PPOConfig, progress: bo
         discount_factor=cfg.gamma, entropy_regularization=cfg.entropy_regularization,
         num_epochs=1 if split else cfg.epochs, use_gae=True, normalize_observations=False,
         normalize_rewards=cfg.normalize_rewards, update_normalizers_in_train=not split,
+        gradient_clipping=cfg.gradient_clipping,
         train_step_counter=tf.Variable(0, dtype=tf.int64))
     agent.initialize()
     collect = common_function(agent.collect_policy.action)
@@ -111,6 +158,7 @@ def train_ppo(env_id: str, seed: int, out: Path, config: PPOConfig, progress: bo
     best = {"return": -np.inf, "step": 0, "net_weights": actor_net.get_weights()}
     t0 = time.perf_counter()
     time_step = envs.reset()
+    policy_state = agent.collect_policy.get_initial_state(cfg.num_envs)  # () for an MLP
     episode_return = np.zeros(cfg.num_envs)
     step = 0
     bar = tqdm(total=cfg.steps, desc=f"ppo {env_id}", disable=not progress, mininterval=1.0,
@@ -120,7 +168,8 @@ def train_ppo(env_id: str, seed: int, out: Path, config: PPOConfig, progress: bo
         # that one is stored as the LAST -> FIRST boundary (PPO masks it) and not counted.
         want, taken = min(cfg.collect_steps, cfg.steps - step), 0
         while taken < want:
-            pstep = collect(time_step)
+            pstep = collect(time_step, policy_state)
+            policy_state = pstep.state
             next_ts = envs.step(pstep.action.numpy())
             replay.add_batch(trajectory.from_transition(time_step, pstep, next_ts))
             real = ~np.asarray(time_step.is_last())
@@ -134,8 +183,13 @@ def train_ppo(env_id: str, seed: int, out: Path, config: PPOConfig, progress: bo
         bar.update(taken)
         loss = train_on(replay.gather_all())
         replay.clear()
-        layers = actor_layers(actor_net, env.action_spec())
-        greedy = _validation_return(env_id, layers, cfg.eval_episodes)
+        if recurrent:
+            layers = rnn_actor_layers(actor_net, *norm)
+            seeds = [VALIDATION_SEED_BASE + k for k in range(cfg.eval_episodes)]
+            greedy = float(np.mean(play_recurrent(env_id, layers, seeds)[0]))
+        else:
+            layers = actor_layers(actor_net, env.action_spec())
+            greedy = _validation_return(env_id, layers, cfg.eval_episodes)
         if greedy >= best["return"]:
             best = {"return": greedy, "step": step, "net_weights": actor_net.get_weights()}
         curve.writerow([step, float(np.mean(recent)) if recent else "", greedy, f"{loss:.5g}"])
@@ -143,6 +197,13 @@ def train_ppo(env_id: str, seed: int, out: Path, config: PPOConfig, progress: bo
         bar.set_postfix(greedy=f"{greedy:.0f}", best=f"{best['return']:.0f}")
     bar.close()
     curve_file.close()
+    if recurrent:
+        from .recurrent import save_recurrent_run
+        actor_net.set_weights(best["net_weights"])
+        info = save_recurrent_run(out, env_id, seed, cfg, agent, actor_net, env, best,
+                                  time.perf_counter() - t0, recent, norm)
+        envs.close()
+        return info
     extra = {}
     if not np.issubdtype(env.action_spec().dtype, np.integer):
         # the Gaussian's std, a bias of the actor: the exported network computes only the mean

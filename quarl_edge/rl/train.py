@@ -55,6 +55,9 @@ def resolve_config(algo: str, env_id: str, steps: int | None = None, **overrides
     if algo not in ALGOS:
         raise QuarlError(f"unknown algorithm {algo!r}; known: {', '.join(ALGOS)}")
     config_cls = ALGOS[algo][0]
+    if overrides.get("net", "mlp") != "mlp" and algo != "ppo":
+        raise QuarlError(f"--net {overrides['net']}: recurrent policies train with --algo ppo "
+                         f"(TF-Agents' ActorDistributionRnnNetwork), not {algo}")
     known = {f.name for f in fields(config_cls)}
     unknown = sorted(set(overrides) - known)
     if unknown:
