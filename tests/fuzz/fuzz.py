@@ -6,7 +6,7 @@ tests/fuzz/fuzz_harness.c is the port: each fuzz input is the byte stream a boar
 firmware is the host board's (firmware/core: protocol.c, harness.c, the kernels) with the
 shipped CartPole int8 policy generated into it, compiled by clang with libFuzzer, AddressSanitizer
 and UndefinedBehaviorSanitizer (every report is fatal). The seed corpus is one valid request of
-each command (HELLO, INFER, BENCH, MEM, ECHO, IN_CHUNK, OUT_CHUNK) and a few sequences of them, from the Python
+each command (HELLO, INFER, BENCH, MEM, ECHO, IN_CHUNK, OUT_CHUNK, RESET) and a few sequences of them, from the Python
 encoder (quarl_edge.link.protocol), so mutations start inside the protocol, not from noise.
 A finding leaves its input as OUT/crash-* and makes this exit non-zero.
 
@@ -112,11 +112,14 @@ def seed_corpus(directory: Path, input_bytes: int) -> Path:
               "in_chunk": frame("IN_CHUNK", struct.pack("<I", 0) + x[:8], 6),
               "in_chunk2": frame("IN_CHUNK", struct.pack("<I", 8) + x[8:16], 7),
               "infer_streamed": frame("INFER", b"", 8),
-              "out_chunk": frame("OUT_CHUNK", struct.pack("<IH", 0, 4), 9)}
+              "out_chunk": frame("OUT_CHUNK", struct.pack("<IH", 0, 4), 9),
+              # protocol v4: RESET zeroes a recurrent model's state (this model has none)
+              "reset": frame("RESET", b"", 10)}
     for name, data in frames.items():
         (directory / name).write_bytes(data)
     (directory / "session").write_bytes(b"".join(frames[k] for k in
-                                                 ("hello", "infer", "infer", "bench", "mem")))
+                                                 ("hello", "reset", "infer", "infer", "bench",
+                                                  "mem")))
     (directory / "stream").write_bytes(b"".join(frames[k] for k in (
         "hello", "in_chunk", "in_chunk", "in_chunk2", "infer_streamed", "out_chunk")))
     (directory / "retry").write_bytes(frames["hello"] + frames["infer"] * 2 + b"\x00\xa5" +
