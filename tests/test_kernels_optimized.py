@@ -246,13 +246,48 @@ def packed_edge_cases(max_depth: int = PACKED_MAX_DEPTH) -> list[Case]:
                 bias = np.resize(np.array([INT32_MAX - worst, -(INT32_MAX - worst), 0, 17], np.int64),
                                  rows).astype(np.int32)
                 k = len(out)
-                mis, oo = k % 4, -1 + k % 3
+                # output offsets -128 and 127 too: the cortex-m-dsp mm output stage with and
+                # without its sign fix (dsp.h, requant_mm_t)
+                mis, oo = k % 4, {0: -128, 3: 127}.get(k % 6, -1 + k % 3)
                 # the output stages: full int8 range, RELU [offset, 127], other bounds
                 lo, hi = ((-128, 127), (oo, 127), (-128 + k % 7, 127 - k % 5))[k % 3]
                 out.append(Case(PACKED, 2, depth, rows, io, fo, oo, (1 << 30) + 12345 + 977 * k,
                                 -31 + k % 62, lo, hi, 0, mis, (mis + 1) % 4,
                                 x, w, bias if len(out) % 5 else None, np.zeros(rows, np.int64),
                                 np.zeros(rows, np.int8), np.ones(rows, np.float32)))
+    return out
+
+
+def mm_stage_cases() -> list[Case]:
+    """The cortex-m-dsp variant's four-instruction output stage (dsp.h, requant_mm_t: right shift
+    e in [1, 21], multiplier >= 2^30, the full int8 range; the sign fix unless the output offset
+    is -128) and its edges: e = 1, 2, 3 (rounding ties on both signs are frequent), 21 and 22 (the
+    last with it and the first without), multipliers 2^30 - 1 (not normalized: the other stage),
+    2^30 and 2^31 - 1, offsets -128 (no sign fix), -127, -1, 0, 5, 127, accumulators around 0 and
+    at +-2^30 (where QADD(x, x) saturates) and the largest the generator admits; whole and padded
+    row groups, one and several quads."""
+    rng = np.random.default_rng(4)
+    out = []
+    big = [0, 1, -1, (1 << 30) - 1, 1 << 30, -(1 << 30), -(1 << 30) - 1, (1 << 30) + 1,
+           INT32_MAX - 33 * 128 * 128, -(INT32_MAX - 33 * 128 * 128), 12345, -12345]
+    for shift in (-1, -2, -3, -7, -21, -22):
+        for mult in ((1 << 30) - 1, 1 << 30, (1 << 30) + 977 * (shift % 7), INT32_MAX):
+            for oo in (-128, -127, -1, 0, 5, 127):
+                for depth, rows in ((4, 8), (8, 5), (33, 4)):
+                    k = len(out)
+                    x = rng.integers(-128, 128, 2 * depth).astype(np.int8)
+                    w = rng.integers(-128, 128, rows * depth).astype(np.int8)
+                    # accumulators within a few units of 0 (ties for small e) from small weights
+                    if k % 2:
+                        w = rng.integers(-2, 3, rows * depth).astype(np.int8)
+                    bias = rng.integers(-40 << (-shift), 40 << (-shift), rows).astype(np.int64)
+                    if k % 3 == 0:       # the extremes, with x = 0 (the accumulator is bias')
+                        x = np.zeros(2 * depth, np.int8)
+                        bias = np.resize(np.roll(np.array(big, np.int64), k), rows)
+                    out.append(Case(PACKED, 2, depth, rows, 0, 0, oo, mult, shift, -128, 127, 0,
+                                    k % 4, (k + 1) % 4, x, w, bias.astype(np.int32),
+                                    np.zeros(rows, np.int64), np.zeros(rows, np.int8),
+                                    np.ones(rows, np.float32)))
     return out
 
 
@@ -614,8 +649,9 @@ def test_edge_cases_on_cortex_m4(m4_elf, host_exe):
 
 
 def test_packed_edge_cases_on_cortex_m4(m4_elf, host_exe):
-    """The LDM/SMLAD loop of qe_fully_connected_s8_packed on the generator's layout."""
-    cases = packed_edge_cases()
+    """The LDM/SMLAD loop of qe_fully_connected_s8_packed on the generator's layout, and its
+    output stages (mm_stage_cases: the four-instruction one)."""
+    cases = packed_edge_cases() + mm_stage_cases()
     _, host_out = run_host(host_exe, cases)
     status, out = run_board("mps2-an386", m4_elf, cases)
     assert_same(cases, status, out, [r for r, _ in split(cases, host_out)], twin=True)

@@ -287,6 +287,122 @@ static inline __attribute__((always_inline)) void packed_batch(
     }
 }
 
+/* Modes 4 and 5 (requant_mm_s8, dsp.h), every whole group of four rows of one batch, in one
+ * hand-allocated asm function: gcc's allocation of packed_batch spills the output stage's
+ * constants and pointers around the register-hungry MAC loop (~50 instructions a group). Here
+ * the accumulators (r2, r3, r12, lr), the MAC loop's data (r4-r6, r8-r10), x (r0), w (r1) and
+ * the output (r11) stay in registers, and the rest lives in mm_ctx_t (r7). The MAC loop is
+ * QE_FC_PACKED_MAX_DEPTH / 4 QUAD_STEPs unrolled, entered at the quad the depth needs (a
+ * computed branch, Duff's device: every QUAD_STEP is 44 bytes, eleven 32-bit instructions, which
+ * the assembler checks), so it has no loop counter and no loop overhead; it falls through into
+ * the four outputs. Per group: 5 (bias, x, branch) + 11 per quad + 4 (5) per output + 4. */
+typedef struct {
+    int32_t multiplier;             /* requant_mm_t: the first three fields, for one LDM */
+    int32_t round;
+    uint32_t shift;
+    const QE_FLASH int32_t *bias;   /* the next group's bias' */
+    const uint32_t *xw;             /* the widened input */
+    uint32_t entry;                 /* in: 44 * quads; then the branch target (Thumb bit set) */
+    int8_t *out_end;                /* the end of the whole groups' outputs */
+    const int32_t *w;
+    int8_t *out;
+} mm_ctx_t;
+
+#define MM_Q1 "ldmia.w r0!, {r9, r10}\n\t" "ldmia.w r1!, {r4, r5, r6, r8}\n\t"              \
+    "smlad r2, r4, r9, r2\n\t" "smlad r3, r5, r9, r3\n\t" "smlad r12, r6, r9, r12\n\t"     \
+    "smlad lr, r8, r9, lr\n\t" "ldmia.w r1!, {r4, r5, r6, r8}\n\t"                        \
+    "smlad r2, r4, r10, r2\n\t" "smlad r3, r5, r10, r3\n\t" "smlad r12, r6, r10, r12\n\t"  \
+    "smlad lr, r8, r10, lr\n\t"
+#define MM_Q4 MM_Q1 MM_Q1 MM_Q1 MM_Q1
+#define MM_Q32 MM_Q4 MM_Q4 MM_Q4 MM_Q4 MM_Q4 MM_Q4 MM_Q4 MM_Q4
+#define MM_GROUPS(NAME, OUT)                                                              \
+    __attribute__((naked, noinline)) static void NAME(mm_ctx_t *c)                       \
+    {                                                                                     \
+        (void)c;                                                                          \
+        __asm volatile(                                                                   \
+            "push {r4-r11, lr}\n\t"                                                       \
+            "mov r7, r0\n\t"                                                              \
+            "adr.w r4, .L" #NAME "_end\n\t"                                               \
+            "ldr r5, [r7, #20]\n\t"                                                       \
+            "sub r4, r4, r5\n\t"                                                          \
+            "orr r4, r4, #1\n\t"                                                          \
+            "str r4, [r7, #20]\n\t"                                                       \
+            "ldr r1, [r7, #28]\n\t"                                                       \
+            "ldr r11, [r7, #32]\n"                                                        \
+            ".L" #NAME "_group:\n\t"                                                      \
+            "ldr r4, [r7, #12]\n\t"                                                       \
+            "ldmia r4!, {r2, r3, r12, lr}\n\t"                                            \
+            "str r4, [r7, #12]\n\t"                                                       \
+            "ldr r0, [r7, #16]\n\t"                                                       \
+            "ldr pc, [r7, #20]\n"                                                         \
+            ".L" #NAME "_start:\n\t"                                                      \
+            MM_Q32                                                                        \
+            "\n.L" #NAME "_end:\n\t"                                                      \
+            ".if (.L" #NAME "_end - .L" #NAME "_start) - 44 * 32\n\t"                     \
+            ".error \"a QUAD_STEP is not 44 bytes\"\n\t"                                  \
+            ".endif\n\t"                                                                  \
+            "ldm r7, {r4, r5, r6}\n\t"                                                    \
+            OUT("r2") OUT("r3") OUT("r12") OUT("lr")                                      \
+            "ldr r4, [r7, #24]\n\t"                                                       \
+            "cmp r11, r4\n\t"                                                             \
+            "bne .L" #NAME "_group\n\t"                                                   \
+            "pop {r4-r11, pc}\n\t");                                                      \
+    }
+
+MM_GROUPS(mm_groups_fix, REQUANT_MM_FIX_ASM)
+MM_GROUPS(mm_groups_nofix, REQUANT_MM_NOFIX_ASM)
+
+/* The output stage of requant_mm_t (dsp.h): every whole group in mm_groups_*, a padded last
+ * group into a scratch group (its padding rows' weights and bias' are zeros: defined values),
+ * of which only the real rows are copied. */
+__attribute__((noinline)) static void packed_mm(const qe_fc_s8_packed_params_t *p, const int8_t *input,
+                      const QE_FLASH int32_t *weights, const QE_FLASH int32_t *bias,
+                      int8_t *output, const requant_mm_t *mm, int fix)
+{
+    const uint32_t n = p->accum_depth, padded = p->padded_depth, rows = p->output_depth;
+    const uint32_t quads = padded / 4u, batches = p->batches;
+    const uint32_t whole = rows & ~(QE_FC_PACKED_ROWS - 1u);
+    uint32_t xw[QE_FC_PACKED_MAX_DEPTH / 2u];
+    int8_t tail[QE_FC_PACKED_ROWS];
+    mm_ctx_t c;
+    uint32_t b, r;
+
+    c.multiplier = mm->multiplier;
+    c.round = mm->round;
+    c.shift = mm->shift;
+    c.xw = xw;
+    for (b = 0; b < batches; ++b) {
+        int8_t *out = output + b * rows;
+        widen_input(input + b * n, n, padded, xw);
+        c.bias = bias;
+        c.w = (const int32_t *)weights;
+        c.entry = 44u * quads;
+        if (whole > 0u) {
+            c.out = out;
+            c.out_end = out + whole;
+            if (fix) {
+                mm_groups_fix(&c);
+            } else {
+                mm_groups_nofix(&c);
+            }
+            c.w = (const int32_t *)weights + whole * 2u * quads;
+            c.entry = 44u * quads;
+        }
+        if (whole < rows) {
+            c.out = tail;
+            c.out_end = tail + QE_FC_PACKED_ROWS;
+            if (fix) {
+                mm_groups_fix(&c);
+            } else {
+                mm_groups_nofix(&c);
+            }
+            for (r = 0; whole + r < rows; ++r) {
+                out[whole + r] = tail[r];
+            }
+        }
+    }
+}
+
 void qe_fully_connected_s8_packed(const qe_fc_s8_packed_params_t *p, const int8_t *input,
                                   const QE_FLASH int32_t *weights, const QE_FLASH int32_t *bias,
                                   int8_t *output)
@@ -296,9 +412,16 @@ void qe_fully_connected_s8_packed(const qe_fc_s8_packed_params_t *p, const int8_
     uint32_t xw[QE_FC_PACKED_MAX_DEPTH / 2u];
     requant_t rq;
     requant_right_t rr;
+    requant_mm_t mm;
     int mode;
     uint32_t b;
 
+    mode = requant_mm_init(&mm, p->output_multiplier, p->output_shift, p->output_offset,
+                           p->activation_min, p->activation_max);
+    if (mode != REQUANT_MM_NONE) {
+        packed_mm(p, input, weights, bias, output, &mm, mode == REQUANT_MM_FIX);
+        return;
+    }
     requant_init(&rq, p->output_multiplier, p->output_shift, p->output_offset,
                  p->activation_min, p->activation_max);
     mode = requant_right_init(&rr, p->output_multiplier, p->output_shift, p->output_offset,
