@@ -894,6 +894,8 @@ def quantize_cases(seed: int = 3) -> bytes:
         halves = (np.arange(-300, 300, dtype=np.float32) + np.float32(0.5)) * s
         special = np.array([0.0, -0.0, 1e-45, -1e-45, 1e-39, 0.5, -0.5, 0.49999997, 0.50000006,
                             131071.5, 131072.0, -131072.0, 131073.0, 127.5, -128.5, 1e38, -1e38,
+                            262143.5, 524287.5, -524287.5, 524288.0, -524288.5, 1048575.5,
+                            1048576.0, -1048577.0, 2147483520.0, -2147483648.0, 4294967296.0,
                             np.inf, -np.inf, np.nan], np.float32) * s
         xs = np.concatenate([halves, np.nextafter(halves, np.float32(np.inf)),
                              np.nextafter(halves, np.float32(-np.inf)), special,
@@ -924,7 +926,7 @@ def test_the_m0_quantize_is_the_reference_on_the_host_under_sanitizers(tmp_modul
     exe = tmp_module / "q_check_san"
     res = subprocess.run(["gcc", *COMMON_CFLAGS, "-O2", "-fsanitize=address,undefined",
                           "-fno-sanitize-recover=all", "-g", f"-I{FW / 'core'}", str(Q_CHECK),
-                          str(M0_QUANTIZE), "-o", str(exe), "-lm"], capture_output=True, text=True)
+                          str(M0_QUANTIZE), str(FW / "core" / "requant.c"), "-o", str(exe), "-lm"], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     data = quantize_cases()
     run = subprocess.run([str(exe)], input=data, capture_output=True, timeout=120,
@@ -933,12 +935,41 @@ def test_the_m0_quantize_is_the_reference_on_the_host_under_sanitizers(tmp_modul
     assert all(r == o for r, o in _quantize_split(data, run.stdout))
 
 
+DSP_QUANTIZE = FW / "core" / "kernels" / "optimized" / "cortex-m-dsp" / "quantize.c"
+
+
+def test_the_dsp_quantize_is_the_reference_on_the_host_under_sanitizers(tmp_module):
+    """(its portable path: the reference's own definition)"""
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed")
+    exe = tmp_module / "q_check_dsp_san"
+    res = subprocess.run(["gcc", *COMMON_CFLAGS, "-O2", "-fsanitize=address,undefined",
+                          "-fno-sanitize-recover=all", "-g", f"-I{FW / 'core'}", str(Q_CHECK),
+                          str(DSP_QUANTIZE), str(FW / "core" / "requant.c"), "-o", str(exe), "-lm"], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    data = quantize_cases()
+    run = subprocess.run([str(exe)], input=data, capture_output=True, timeout=120,
+                         env={**os.environ, **SAN_ENV})
+    assert run.returncode == 0, run.stderr.decode(errors="replace")[-2000:]
+    assert all(r == o for r, o in _quantize_split(data, run.stdout))
+
+
+def test_the_dsp_quantize_is_the_reference_on_cortex_m4(tmp_module):
+    """The FPU path (VDIV, VCVT with one fraction bit, SSAT) against the reference compiled
+    into the same binary, on QEMU mps2-an386."""
+    _quantize_on_board("mps2-an386", DSP_QUANTIZE, tmp_module)
+
+
 def test_the_m0_quantize_is_the_reference_on_cortex_m0(tmp_module):
-    board = get_board("microbit")
+    _quantize_on_board("microbit", M0_QUANTIZE, tmp_module)
+
+
+def _quantize_on_board(board_id: str, qfile: Path, tmp_module: Path) -> None:
+    board = get_board(board_id)
     if shutil.which(board.cc) is None or shutil.which("qemu-system-arm") is None:
         pytest.skip(f"{board.cc} or qemu-system-arm is not installed")
-    elf = tmp_module / "q_check_microbit.elf"
-    srcs = [Q_CHECK, M0_QUANTIZE, *(c for d in port_dirs(board) for c in sorted(d.glob("*.c")))]
+    elf = tmp_module / f"q_check_{board_id}.elf"
+    srcs = [Q_CHECK, qfile, FW / "core" / "requant.c", *(c for d in port_dirs(board) for c in sorted(d.glob("*.c")))]
     cmd = [board.cc, *COMMON_CFLAGS, *(expand_flag(board, f) for f in board.cflags),
            *board_defines(board), f"-I{FW / 'core'}", *(f"-I{d}" for d in port_dirs(board)),
            *map(str, srcs), "-o", str(elf), *(expand_flag(board, f) for f in board.ldflags)]

@@ -161,22 +161,24 @@ void qe_fully_connected_s8_acc_f32(const qe_fc_s8_acc_params_t *p, const int8_t 
 
 /* The widened input: per quad two words; pad quads are zero (their weights are zero too, and the
  * words must be defined). */
-static void widen_input(const int8_t *in, uint32_t n, uint32_t padded, uint32_t *xw)
+static void widen_input(const int8_t *in, uint32_t n, uint32_t *xw)
 {
-    uint32_t d = 0;
-    for (; d + 4u <= n; d += 4u) {
-        const uint32_t v = load_s8x4(in + d);
-        xw[d / 2u] = (uint32_t)__sxtb16(v);            /* x0 | x2 << 16 */
-        xw[d / 2u + 1u] = (uint32_t)sxtb16_ror8(v);    /* x1 | x3 << 16 */
+    const int8_t *const end = in + (n & ~3u);
+    while (in != end) {
+        const uint32_t v = load_s8x4(in);
+        in += 4;
+        xw[0] = (uint32_t)__sxtb16(v);                 /* x0 | x2 << 16 */
+        xw[1] = (uint32_t)sxtb16_ror8(v);              /* x1 | x3 << 16 */
+        xw += 2;
     }
-    if (d < padded) {                                  /* the last, partial quad */
+    if (n & 3u) {                                      /* the last, partial quad */
         int32_t x[4] = {0, 0, 0, 0};
         uint32_t k;
-        for (k = 0; d + k < n; ++k) {
-            x[k] = in[d + k];
+        for (k = 0; k < (n & 3u); ++k) {
+            x[k] = in[k];
         }
-        xw[d / 2u] = ((uint32_t)x[0] & 0xFFFFu) | ((uint32_t)x[2] << 16);
-        xw[d / 2u + 1u] = ((uint32_t)x[1] & 0xFFFFu) | ((uint32_t)x[3] << 16);
+        xw[0] = ((uint32_t)x[0] & 0xFFFFu) | ((uint32_t)x[2] << 16);
+        xw[1] = ((uint32_t)x[1] & 0xFFFFu) | ((uint32_t)x[3] << 16);
     }
 }
 
@@ -306,6 +308,8 @@ typedef struct {
     int8_t *out_end;                /* the end of the whole groups' outputs */
     const int32_t *w;
     int8_t *out;
+    const int8_t *in;               /* the int8 input, to widen into xw first: */
+    uint32_t in_quads;              /* its whole quads (0: xw is ready) */
 } mm_ctx_t;
 
 #define MM_Q1 "ldmia.w r0!, {r9, r10}\n\t" "ldmia.w r1!, {r4, r5, r6, r8}\n\t"              \
@@ -322,6 +326,18 @@ typedef struct {
         __asm volatile(                                                                   \
             "push {r4-r11, lr}\n\t"                                                       \
             "mov r7, r0\n\t"                                                              \
+            "ldr r0, [r7, #36]\n\t"      /* widen_input's whole quads, 6 instructions each */ \
+            "ldr r1, [r7, #40]\n\t"                                                       \
+            "ldr r4, [r7, #16]\n\t"                                                       \
+            "cbz r1, .L" #NAME "_widened\n"                                                \
+            ".L" #NAME "_widen:\n\t"                                                      \
+            "ldr r5, [r0], #4\n\t"                                                        \
+            "sxtb16 r6, r5\n\t"                                                           \
+            "sxtb16 r8, r5, ror #8\n\t"                                                   \
+            "stmia r4!, {r6, r8}\n\t"                                                     \
+            "subs r1, r1, #1\n\t"                                                         \
+            "bne .L" #NAME "_widen\n"                                                      \
+            ".L" #NAME "_widened:\n\t"                                                    \
             "adr.w r4, .L" #NAME "_end\n\t"                                               \
             "ldr r5, [r7, #20]\n\t"                                                       \
             "sub r4, r4, r5\n\t"                                                          \
@@ -355,13 +371,16 @@ MM_GROUPS(mm_groups_nofix, REQUANT_MM_NOFIX_ASM)
 /* The output stage of requant_mm_t (dsp.h): every whole group in mm_groups_*, a padded last
  * group into a scratch group (its padding rows' weights and bias' are zeros: defined values),
  * of which only the real rows are copied. */
-__attribute__((noinline)) static void packed_mm(const qe_fc_s8_packed_params_t *p, const int8_t *input,
-                      const QE_FLASH int32_t *weights, const QE_FLASH int32_t *bias,
-                      int8_t *output, const requant_mm_t *mm, int fix)
+__attribute__((noinline)) static void packed_mm(const qe_fc_s8_packed_params_t *p,
+                                                const int8_t *input,
+                                                const QE_FLASH int32_t *weights,
+                                                const QE_FLASH int32_t *bias, int8_t *output,
+                                                const requant_mm_t *mm, int fix)
 {
-    const uint32_t n = p->accum_depth, padded = p->padded_depth, rows = p->output_depth;
-    const uint32_t quads = padded / 4u, batches = p->batches;
+    const uint32_t n = p->accum_depth, rows = p->output_depth;
+    const uint32_t quads = p->padded_depth / 4u, batches = p->batches;
     const uint32_t whole = rows & ~(QE_FC_PACKED_ROWS - 1u);
+    void (*const groups)(mm_ctx_t *) = fix ? mm_groups_fix : mm_groups_nofix;
     uint32_t xw[QE_FC_PACKED_MAX_DEPTH / 2u];
     int8_t tail[QE_FC_PACKED_ROWS];
     mm_ctx_t c;
@@ -373,29 +392,26 @@ __attribute__((noinline)) static void packed_mm(const qe_fc_s8_packed_params_t *
     c.xw = xw;
     for (b = 0; b < batches; ++b) {
         int8_t *out = output + b * rows;
-        widen_input(input + b * n, n, padded, xw);
+        c.in = input + b * n;
+        c.in_quads = n / 4u;
+        if (n & 3u) {                   /* the partial last quad, zero-padded, here in C */
+            widen_input(c.in + (n & ~3u), n & 3u, xw + 2u * (n / 4u));
+        }
         c.bias = bias;
         c.w = (const int32_t *)weights;
         c.entry = 44u * quads;
         if (whole > 0u) {
             c.out = out;
             c.out_end = out + whole;
-            if (fix) {
-                mm_groups_fix(&c);
-            } else {
-                mm_groups_nofix(&c);
-            }
+            groups(&c);
             c.w = (const int32_t *)weights + whole * 2u * quads;
             c.entry = 44u * quads;
+            c.in_quads = 0;             /* widened already */
         }
-        if (whole < rows) {
+        if (whole < rows) {             /* the padded last group, into a scratch group */
             c.out = tail;
             c.out_end = tail + QE_FC_PACKED_ROWS;
-            if (fix) {
-                mm_groups_fix(&c);
-            } else {
-                mm_groups_nofix(&c);
-            }
+            groups(&c);
             for (r = 0; whole + r < rows; ++r) {
                 out[whole + r] = tail[r];
             }
@@ -403,25 +419,20 @@ __attribute__((noinline)) static void packed_mm(const qe_fc_s8_packed_params_t *
     }
 }
 
-void qe_fully_connected_s8_packed(const qe_fc_s8_packed_params_t *p, const int8_t *input,
-                                  const QE_FLASH int32_t *weights, const QE_FLASH int32_t *bias,
-                                  int8_t *output)
+/* the other output stages (packed_batch's modes 0-3) */
+__attribute__((noinline)) static void packed_other(const qe_fc_s8_packed_params_t *p,
+                                                   const int8_t *input,
+                                                   const QE_FLASH int32_t *weights,
+                                                   const QE_FLASH int32_t *bias, int8_t *output)
 {
     const uint32_t n = p->accum_depth, padded = p->padded_depth, rows = p->output_depth;
     const uint32_t quads = padded / 4u, batches = p->batches;
     uint32_t xw[QE_FC_PACKED_MAX_DEPTH / 2u];
     requant_t rq;
     requant_right_t rr;
-    requant_mm_t mm;
     int mode;
     uint32_t b;
 
-    mode = requant_mm_init(&mm, p->output_multiplier, p->output_shift, p->output_offset,
-                           p->activation_min, p->activation_max);
-    if (mode != REQUANT_MM_NONE) {
-        packed_mm(p, input, weights, bias, output, &mm, mode == REQUANT_MM_FIX);
-        return;
-    }
     requant_init(&rq, p->output_multiplier, p->output_shift, p->output_offset,
                  p->activation_min, p->activation_max);
     mode = requant_right_init(&rr, p->output_multiplier, p->output_shift, p->output_offset,
@@ -432,7 +443,7 @@ void qe_fully_connected_s8_packed(const qe_fc_s8_packed_params_t *p, const int8_
     for (b = 0; b < batches; ++b) {
         int8_t *out = output + b * rows;
         const int32_t *w = (const int32_t *)weights;
-        widen_input(input + b * n, n, padded, xw);
+        widen_input(input + b * n, n, xw);
         if (mode == 1) {
             packed_batch(xw, quads, w, bias, rows, out, &rq, &rr, 1);
         } else if (mode == 2) {
@@ -442,6 +453,20 @@ void qe_fully_connected_s8_packed(const qe_fc_s8_packed_params_t *p, const int8_
         } else {
             packed_batch(xw, quads, w, bias, rows, out, &rq, &rr, 0);
         }
+    }
+}
+
+void qe_fully_connected_s8_packed(const qe_fc_s8_packed_params_t *p, const int8_t *input,
+                                  const QE_FLASH int32_t *weights, const QE_FLASH int32_t *bias,
+                                  int8_t *output)
+{
+    requant_mm_t mm;
+    const int mode = requant_mm_init(&mm, p->output_multiplier, p->output_shift,
+                                     p->output_offset, p->activation_min, p->activation_max);
+    if (mode != REQUANT_MM_NONE) {
+        packed_mm(p, input, weights, bias, output, &mm, mode == REQUANT_MM_FIX);
+    } else {
+        packed_other(p, input, weights, bias, output);
     }
 }
 
