@@ -637,8 +637,11 @@ def test_the_dsp_path_is_compiled_for_cortex_m4(m4_elf):
                          text=True).stdout
     body = dis.split("<qe_fully_connected_s8>:", 1)[1].split("\n\n", 1)[0]
     assert "smlad" in body and "sxtab16" in body
-    body = dis.split("<qe_fully_connected_s8_packed>:", 1)[1].split("\n\n", 1)[0]
-    assert "smlad" in body and "ldmia" in body
+    # the packed kernel: its mm output stage's asm groups and the other stages' C path
+    for fn in ("mm_groups_fix", "mm_groups_nofix", "packed_other"):
+        body = dis.split(f"<{fn}>:", 1)[1].split("\n\n", 1)[0]
+        assert "smlad" in body and "ldmia" in body, fn
+    assert "smmlar" in dis.split("<mm_groups_nofix>:", 1)[1].split("\n\n", 1)[0]
 
 
 def test_edge_cases_on_cortex_m4(m4_elf, host_exe):
@@ -787,7 +790,7 @@ def test_the_build_swaps_only_the_variants_files():
     ref, opt = kernel_sources("reference"), kernel_sources(VARIANT)
     assert len(ref) == len(opt) and VARIANT_FC in opt and VARIANT_FC not in ref
     assert [a for a, b in zip(ref, opt) if a != b] == [
-        FW / "core" / "kernels" / f for f in ("conv.c", "depthwise_conv.c", "fully_connected.c")]
+        FW / "core" / "kernels" / f for f in ("conv.c", "depthwise_conv.c", "fully_connected.c", "quantize.c")]
     board = get_board("mps2-an386")
     assert VARIANT_FC in firmware_sources(dataclasses.replace(board, kernels=VARIANT))
     assert VARIANT_FC not in firmware_sources(dataclasses.replace(board, kernels="reference"))
@@ -954,10 +957,12 @@ def test_the_dsp_quantize_is_the_reference_on_the_host_under_sanitizers(tmp_modu
     assert all(r == o for r, o in _quantize_split(data, run.stdout))
 
 
-def test_the_dsp_quantize_is_the_reference_on_cortex_m4(tmp_module):
+@pytest.mark.parametrize("board_id", DSP_BOARDS)
+def test_the_dsp_quantize_is_the_reference_on_the_dsp_boards(tmp_module, board_id):
     """The FPU path (VDIV, VCVT with one fraction bit, SSAT) against the reference compiled
-    into the same binary, on QEMU mps2-an386."""
-    _quantize_on_board("mps2-an386", DSP_QUANTIZE, tmp_module)
+    into the same binary, on QEMU: every board of the variant (all have a single-precision FPU:
+    Cortex-M4F, M7, M33)."""
+    _quantize_on_board(board_id, DSP_QUANTIZE, tmp_module)
 
 
 def test_the_m0_quantize_is_the_reference_on_cortex_m0(tmp_module):
