@@ -304,12 +304,13 @@ typedef struct {
     uint32_t shift;
     const QE_FLASH int32_t *bias;   /* the next group's bias' */
     const uint32_t *xw;             /* the widened input */
-    uint32_t entry;                 /* in: 44 * quads; then the branch target (Thumb bit set) */
+    uint32_t entry;                 /* 44 * quads: the unrolled MAC loop's entry, from its end */
     int8_t *out_end;                /* the end of the whole groups' outputs */
     const int32_t *w;
     int8_t *out;
     const int8_t *in;               /* the int8 input, to widen into xw first: */
     uint32_t in_quads;              /* its whole quads (0: xw is ready) */
+    uint32_t target;                /* (set by the function: the entry's address, Thumb bit) */
 } mm_ctx_t;
 
 #define MM_Q1 "ldmia.w r0!, {r9, r10}\n\t" "ldmia.w r1!, {r4, r5, r6, r8}\n\t"              \
@@ -342,7 +343,7 @@ typedef struct {
             "ldr r5, [r7, #20]\n\t"                                                       \
             "sub r4, r4, r5\n\t"                                                          \
             "orr r4, r4, #1\n\t"                                                          \
-            "str r4, [r7, #20]\n\t"                                                       \
+            "str r4, [r7, #44]\n\t"                                                       \
             "ldr r1, [r7, #28]\n\t"                                                       \
             "ldr r11, [r7, #32]\n"                                                        \
             ".L" #NAME "_group:\n\t"                                                      \
@@ -350,7 +351,7 @@ typedef struct {
             "ldmia r4!, {r2, r3, r12, lr}\n\t"                                            \
             "str r4, [r7, #12]\n\t"                                                       \
             "ldr r0, [r7, #16]\n\t"                                                       \
-            "ldr pc, [r7, #20]\n"                                                         \
+            "ldr pc, [r7, #44]\n"                                                         \
             ".L" #NAME "_start:\n\t"                                                      \
             MM_Q32                                                                        \
             "\n.L" #NAME "_end:\n\t"                                                      \
@@ -362,6 +363,7 @@ typedef struct {
             "ldr r4, [r7, #24]\n\t"                                                       \
             "cmp r11, r4\n\t"                                                             \
             "bne .L" #NAME "_group\n\t"                                                   \
+            "str r1, [r7, #28]\n\t"      /* w: where a next call (a padded group) goes on */ \
             "pop {r4-r11, pc}\n\t");                                                      \
     }
 
@@ -404,8 +406,6 @@ __attribute__((noinline)) static void packed_mm(const qe_fc_s8_packed_params_t *
             c.out = out;
             c.out_end = out + whole;
             groups(&c);
-            c.w = (const int32_t *)weights + whole * 2u * quads;
-            c.entry = 44u * quads;
             c.in_quads = 0;             /* widened already */
         }
         if (whole < rows) {             /* the padded last group, into a scratch group */
@@ -463,10 +463,43 @@ void qe_fully_connected_s8_packed(const qe_fc_s8_packed_params_t *p, const int8_
     requant_mm_t mm;
     const int mode = requant_mm_init(&mm, p->output_multiplier, p->output_shift,
                                      p->output_offset, p->activation_min, p->activation_max);
-    if (mode != REQUANT_MM_NONE) {
-        packed_mm(p, input, weights, bias, output, &mm, mode == REQUANT_MM_FIX);
-    } else {
+    const uint32_t n = p->accum_depth, rows = p->output_depth;
+    if (mode == REQUANT_MM_NONE) {
         packed_other(p, input, weights, bias, output);
+    } else if (p->batches == 1u && (n & 3u) == 0u) {
+        /* the common case (one batch, whole quads) without packed_mm's loop */
+        void (*const groups)(mm_ctx_t *) = (mode == REQUANT_MM_FIX) ? mm_groups_fix
+                                                                     : mm_groups_nofix;
+        const uint32_t whole = rows & ~(QE_FC_PACKED_ROWS - 1u);
+        uint32_t xw[QE_FC_PACKED_MAX_DEPTH / 2u];
+        int8_t tail[QE_FC_PACKED_ROWS];
+        mm_ctx_t c;
+        uint32_t r;
+        c.multiplier = mm.multiplier;
+        c.round = mm.round;
+        c.shift = mm.shift;
+        c.bias = bias;
+        c.xw = xw;
+        c.entry = 44u * (n / 4u);
+        c.w = (const int32_t *)weights;
+        c.in = input;
+        c.in_quads = n / 4u;
+        if (whole > 0u) {
+            c.out = output;
+            c.out_end = output + whole;
+            groups(&c);
+            c.in_quads = 0;
+        }
+        if (whole < rows) {             /* a padded last group (a 1-3 row head), into scratch */
+            c.out = tail;
+            c.out_end = tail + QE_FC_PACKED_ROWS;
+            groups(&c);
+            for (r = 0; whole + r < rows; ++r) {
+                output[whole + r] = tail[r];
+            }
+        }
+    } else {
+        packed_mm(p, input, weights, bias, output, &mm, mode == REQUANT_MM_FIX);
     }
 }
 
