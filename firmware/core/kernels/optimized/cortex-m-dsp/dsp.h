@@ -262,7 +262,7 @@ static inline int8_t requant_right_s8(const requant_right_t *r, int32_t acc, int
 }
 
 /* The whole int8 output stage in four instructions (QADD, SMMLAR, ASR, SSAT; five with the sign
- * fix), for the common case: right shift e in [1, 21], a normalized multiplier m in
+ * fix) + the store, for the common case: right shift e in [1, 21], a normalized multiplier m in
  * [2^30, 2^31), the full int8 range as the activation's bounds (act_min -128, act_max 127: no
  * activation, or RELU with output zero point -128). Exactly requant_right_s8 there, hence the
  * reference's two roundings, offset and clamp:

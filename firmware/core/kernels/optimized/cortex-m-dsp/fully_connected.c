@@ -289,8 +289,8 @@ static inline __attribute__((always_inline)) void packed_batch(
     }
 }
 
-/* Modes 4 and 5 (requant_mm_s8, dsp.h), every whole group of four rows of one batch, in one
- * hand-allocated asm function: gcc's allocation of packed_batch spills the output stage's
+/* The requant_mm_t output stage (dsp.h, REQUANT_MM_*_ASM), every whole group of four rows of one
+ * batch, in one hand-allocated asm function: gcc's allocation of packed_batch spills the output stage's
  * constants and pointers around the register-hungry MAC loop (~50 instructions a group). Here
  * the accumulators (r2, r3, r12, lr), the MAC loop's data (r4-r6, r8-r10), x (r0), w (r1) and
  * the output (r11) stay in registers, and the rest lives in mm_ctx_t (r7). The MAC loop is
@@ -312,6 +312,19 @@ typedef struct {
     uint32_t in_quads;              /* its whole quads (0: xw is ready) */
     uint32_t target;                /* (set by the function: the entry's address, Thumb bit) */
 } mm_ctx_t;
+
+/* the asm below addresses mm_ctx_t's fields by these offsets, and unrolls 32 quads */
+#define MM_CHECK_(name, cond) typedef char mm_check_##name[(cond) ? 1 : -1]
+MM_CHECK_(bias, offsetof(mm_ctx_t, bias) == 12);
+MM_CHECK_(xw, offsetof(mm_ctx_t, xw) == 16);
+MM_CHECK_(entry, offsetof(mm_ctx_t, entry) == 20);
+MM_CHECK_(out_end, offsetof(mm_ctx_t, out_end) == 24);
+MM_CHECK_(w, offsetof(mm_ctx_t, w) == 28);
+MM_CHECK_(out, offsetof(mm_ctx_t, out) == 32);
+MM_CHECK_(in, offsetof(mm_ctx_t, in) == 36);
+MM_CHECK_(in_quads, offsetof(mm_ctx_t, in_quads) == 40);
+MM_CHECK_(target, offsetof(mm_ctx_t, target) == 44);
+MM_CHECK_(depth, QE_FC_PACKED_MAX_DEPTH == 128u);
 
 #define MM_Q1 "ldmia.w r0!, {r9, r10}\n\t" "ldmia.w r1!, {r4, r5, r6, r8}\n\t"              \
     "smlad r2, r4, r9, r2\n\t" "smlad r3, r5, r9, r3\n\t" "smlad r12, r6, r9, r12\n\t"     \
