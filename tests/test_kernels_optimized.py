@@ -246,13 +246,48 @@ def packed_edge_cases(max_depth: int = PACKED_MAX_DEPTH) -> list[Case]:
                 bias = np.resize(np.array([INT32_MAX - worst, -(INT32_MAX - worst), 0, 17], np.int64),
                                  rows).astype(np.int32)
                 k = len(out)
-                mis, oo = k % 4, -1 + k % 3
+                # output offsets -128 and 127 too: the cortex-m-dsp mm output stage with and
+                # without its sign fix (dsp.h, requant_mm_t)
+                mis, oo = k % 4, {0: -128, 3: 127}.get(k % 6, -1 + k % 3)
                 # the output stages: full int8 range, RELU [offset, 127], other bounds
                 lo, hi = ((-128, 127), (oo, 127), (-128 + k % 7, 127 - k % 5))[k % 3]
                 out.append(Case(PACKED, 2, depth, rows, io, fo, oo, (1 << 30) + 12345 + 977 * k,
                                 -31 + k % 62, lo, hi, 0, mis, (mis + 1) % 4,
                                 x, w, bias if len(out) % 5 else None, np.zeros(rows, np.int64),
                                 np.zeros(rows, np.int8), np.ones(rows, np.float32)))
+    return out
+
+
+def mm_stage_cases() -> list[Case]:
+    """The cortex-m-dsp variant's four-instruction output stage (dsp.h, requant_mm_t: right shift
+    e in [1, 21], multiplier >= 2^30, the full int8 range; the sign fix unless the output offset
+    is -128) and its edges: e = 1, 2, 3 (rounding ties on both signs are frequent), 21 and 22 (the
+    last with it and the first without), multipliers 2^30 - 1 (not normalized: the other stage),
+    2^30 and 2^31 - 1, offsets -128 (no sign fix), -127, -1, 0, 5, 127, accumulators around 0 and
+    at +-2^30 (where QADD(x, x) saturates) and the largest the generator admits; whole and padded
+    row groups, one and several quads."""
+    rng = np.random.default_rng(4)
+    out = []
+    big = [0, 1, -1, (1 << 30) - 1, 1 << 30, -(1 << 30), -(1 << 30) - 1, (1 << 30) + 1,
+           INT32_MAX - 33 * 128 * 128, -(INT32_MAX - 33 * 128 * 128), 12345, -12345]
+    for shift in (-1, -2, -3, -7, -21, -22):
+        for mult in ((1 << 30) - 1, 1 << 30, (1 << 30) + 977 * (shift % 7), INT32_MAX):
+            for oo in (-128, -127, -1, 0, 5, 127):
+                for depth, rows in ((4, 8), (8, 5), (33, 4)):
+                    k = len(out)
+                    x = rng.integers(-128, 128, 2 * depth).astype(np.int8)
+                    w = rng.integers(-128, 128, rows * depth).astype(np.int8)
+                    # accumulators within a few units of 0 (ties for small e) from small weights
+                    if k % 2:
+                        w = rng.integers(-2, 3, rows * depth).astype(np.int8)
+                    bias = rng.integers(-40 << (-shift), 40 << (-shift), rows).astype(np.int64)
+                    if k % 3 == 0:       # the extremes, with x = 0 (the accumulator is bias')
+                        x = np.zeros(2 * depth, np.int8)
+                        bias = np.resize(np.roll(np.array(big, np.int64), k), rows)
+                    out.append(Case(PACKED, 2, depth, rows, 0, 0, oo, mult, shift, -128, 127, 0,
+                                    k % 4, (k + 1) % 4, x, w, bias.astype(np.int32),
+                                    np.zeros(rows, np.int64), np.zeros(rows, np.int8),
+                                    np.ones(rows, np.float32)))
     return out
 
 
@@ -602,8 +637,11 @@ def test_the_dsp_path_is_compiled_for_cortex_m4(m4_elf):
                          text=True).stdout
     body = dis.split("<qe_fully_connected_s8>:", 1)[1].split("\n\n", 1)[0]
     assert "smlad" in body and "sxtab16" in body
-    body = dis.split("<qe_fully_connected_s8_packed>:", 1)[1].split("\n\n", 1)[0]
-    assert "smlad" in body and "ldmia" in body
+    # the packed kernel: its mm output stage's asm groups and the other stages' C path
+    for fn in ("mm_groups_fix", "mm_groups_nofix", "packed_other"):
+        body = dis.split(f"<{fn}>:", 1)[1].split("\n\n", 1)[0]
+        assert "smlad" in body and "ldmia" in body, fn
+    assert "smmlar" in dis.split("<mm_groups_nofix>:", 1)[1].split("\n\n", 1)[0]
 
 
 def test_edge_cases_on_cortex_m4(m4_elf, host_exe):
@@ -614,8 +652,9 @@ def test_edge_cases_on_cortex_m4(m4_elf, host_exe):
 
 
 def test_packed_edge_cases_on_cortex_m4(m4_elf, host_exe):
-    """The LDM/SMLAD loop of qe_fully_connected_s8_packed on the generator's layout."""
-    cases = packed_edge_cases()
+    """The LDM/SMLAD loop of qe_fully_connected_s8_packed on the generator's layout, and its
+    output stages (mm_stage_cases: the four-instruction one)."""
+    cases = packed_edge_cases() + mm_stage_cases()
     _, host_out = run_host(host_exe, cases)
     status, out = run_board("mps2-an386", m4_elf, cases)
     assert_same(cases, status, out, [r for r, _ in split(cases, host_out)], twin=True)
@@ -751,7 +790,7 @@ def test_the_build_swaps_only_the_variants_files():
     ref, opt = kernel_sources("reference"), kernel_sources(VARIANT)
     assert len(ref) == len(opt) and VARIANT_FC in opt and VARIANT_FC not in ref
     assert [a for a, b in zip(ref, opt) if a != b] == [
-        FW / "core" / "kernels" / f for f in ("conv.c", "depthwise_conv.c", "fully_connected.c")]
+        FW / "core" / "kernels" / f for f in ("conv.c", "depthwise_conv.c", "fully_connected.c", "quantize.c")]
     board = get_board("mps2-an386")
     assert VARIANT_FC in firmware_sources(dataclasses.replace(board, kernels=VARIANT))
     assert VARIANT_FC not in firmware_sources(dataclasses.replace(board, kernels="reference"))
@@ -858,6 +897,8 @@ def quantize_cases(seed: int = 3) -> bytes:
         halves = (np.arange(-300, 300, dtype=np.float32) + np.float32(0.5)) * s
         special = np.array([0.0, -0.0, 1e-45, -1e-45, 1e-39, 0.5, -0.5, 0.49999997, 0.50000006,
                             131071.5, 131072.0, -131072.0, 131073.0, 127.5, -128.5, 1e38, -1e38,
+                            262143.5, 524287.5, -524287.5, 524288.0, -524288.5, 1048575.5,
+                            1048576.0, -1048577.0, 2147483520.0, -2147483648.0, 4294967296.0,
                             np.inf, -np.inf, np.nan], np.float32) * s
         xs = np.concatenate([halves, np.nextafter(halves, np.float32(np.inf)),
                              np.nextafter(halves, np.float32(-np.inf)), special,
@@ -888,7 +929,7 @@ def test_the_m0_quantize_is_the_reference_on_the_host_under_sanitizers(tmp_modul
     exe = tmp_module / "q_check_san"
     res = subprocess.run(["gcc", *COMMON_CFLAGS, "-O2", "-fsanitize=address,undefined",
                           "-fno-sanitize-recover=all", "-g", f"-I{FW / 'core'}", str(Q_CHECK),
-                          str(M0_QUANTIZE), "-o", str(exe), "-lm"], capture_output=True, text=True)
+                          str(M0_QUANTIZE), str(FW / "core" / "requant.c"), "-o", str(exe), "-lm"], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     data = quantize_cases()
     run = subprocess.run([str(exe)], input=data, capture_output=True, timeout=120,
@@ -897,12 +938,43 @@ def test_the_m0_quantize_is_the_reference_on_the_host_under_sanitizers(tmp_modul
     assert all(r == o for r, o in _quantize_split(data, run.stdout))
 
 
+DSP_QUANTIZE = FW / "core" / "kernels" / "optimized" / "cortex-m-dsp" / "quantize.c"
+
+
+def test_the_dsp_quantize_is_the_reference_on_the_host_under_sanitizers(tmp_module):
+    """(its portable path: the reference's own definition)"""
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed")
+    exe = tmp_module / "q_check_dsp_san"
+    res = subprocess.run(["gcc", *COMMON_CFLAGS, "-O2", "-fsanitize=address,undefined",
+                          "-fno-sanitize-recover=all", "-g", f"-I{FW / 'core'}", str(Q_CHECK),
+                          str(DSP_QUANTIZE), str(FW / "core" / "requant.c"), "-o", str(exe), "-lm"], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    data = quantize_cases()
+    run = subprocess.run([str(exe)], input=data, capture_output=True, timeout=120,
+                         env={**os.environ, **SAN_ENV})
+    assert run.returncode == 0, run.stderr.decode(errors="replace")[-2000:]
+    assert all(r == o for r, o in _quantize_split(data, run.stdout))
+
+
+@pytest.mark.parametrize("board_id", DSP_BOARDS)
+def test_the_dsp_quantize_is_the_reference_on_the_dsp_boards(tmp_module, board_id):
+    """The FPU path (VDIV, VCVT with one fraction bit, SSAT) against the reference compiled
+    into the same binary, on QEMU: every board of the variant (all have a single-precision FPU:
+    Cortex-M4F, M7, M33)."""
+    _quantize_on_board(board_id, DSP_QUANTIZE, tmp_module)
+
+
 def test_the_m0_quantize_is_the_reference_on_cortex_m0(tmp_module):
-    board = get_board("microbit")
+    _quantize_on_board("microbit", M0_QUANTIZE, tmp_module)
+
+
+def _quantize_on_board(board_id: str, qfile: Path, tmp_module: Path) -> None:
+    board = get_board(board_id)
     if shutil.which(board.cc) is None or shutil.which("qemu-system-arm") is None:
         pytest.skip(f"{board.cc} or qemu-system-arm is not installed")
-    elf = tmp_module / "q_check_microbit.elf"
-    srcs = [Q_CHECK, M0_QUANTIZE, *(c for d in port_dirs(board) for c in sorted(d.glob("*.c")))]
+    elf = tmp_module / f"q_check_{board_id}.elf"
+    srcs = [Q_CHECK, qfile, FW / "core" / "requant.c", *(c for d in port_dirs(board) for c in sorted(d.glob("*.c")))]
     cmd = [board.cc, *COMMON_CFLAGS, *(expand_flag(board, f) for f in board.cflags),
            *board_defines(board), f"-I{FW / 'core'}", *(f"-I{d}" for d in port_dirs(board)),
            *map(str, srcs), "-o", str(elf), *(expand_flag(board, f) for f in board.ldflags)]

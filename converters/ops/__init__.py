@@ -87,8 +87,9 @@ VARIANT_LOWERINGS = {
     "cortex-m-dsp": {
         "CONV_2D": lower_conv_pointwise_as_fc,      # 1x1, stride 1, no padding -> FULLY_CONNECTED
         # int8 per tensor: packed weights, four rows per pass; fewer than four rows (a policy's
-        # 2-3 action head) run faster on the two-row kernel than padded to four
-        "FULLY_CONNECTED": partial(lower_fully_connected_packed, min_rows=4),
+        # 2-3 action head) run faster on the two-row kernel than padded to four, unless the
+        # packed kernel's 5-instruction output stage applies (dsp_mm_stage)
+        "FULLY_CONNECTED": partial(lower_fully_connected_packed, min_rows=4, min_rows_mm=1),
     },
     "cortex-m0": {
         # int8 per tensor: chunked row pairs, one MULS for two rows' products (fully_connected.h)

@@ -110,24 +110,34 @@ def pack_fc_weights(w: np.ndarray, bias: np.ndarray | None, input_offset: int,
     return words.reshape(-1).astype(np.int32), bias_p.astype(np.int32), d_pad
 
 
+def dsp_mm_stage(multiplier: int, shift: int, act_min: int, act_max: int) -> bool:
+    """Whether the cortex-m-dsp packed kernel takes its 5-instruction output stage
+    (cortex-m-dsp/dsp.h, requant_mm_init: right shift 1..21, a normalized multiplier, the full
+    int8 range). Only a speed choice here (which lowering), never a correctness one."""
+    return -21 <= shift <= -1 and multiplier >= 1 << 30 and (act_min, act_max) == (-128, 127)
+
+
 def lower_fully_connected_packed(op: Operator, model: TFLiteModel, pname: str,
-                                 min_rows: int = 1) -> Kernel:
+                                 min_rows: int = 1, min_rows_mm: int | None = None) -> Kernel:
     """For boards with an optimized variant: an int8 per-tensor FULLY_CONNECTED with accum_depth
-    <= PACKED_MAX_DEPTH (and at least min_rows outputs) gets the packed layout
+    <= PACKED_MAX_DEPTH (and at least min_rows outputs; min_rows_mm instead, if given, when the
+    cortex-m-dsp output stage dsp_mm_stage applies) gets the packed layout
     (qe_fully_connected_s8_packed); every other one the lowering of the reference boards."""
     kernel = lower_fully_connected(op, model, pname)     # validates the op completely
     if not kernel.call.startswith("qe_fully_connected_s8("):
         return kernel
     x, w, bias, out, act = weighted_operands(op, model, "weights")
     output_depth, accum_depth = w.shape
+    real = qmath.effective_scale(x.scale, w.scale, out.scale)
+    multiplier, shift = qmath.quantize_multiplier(real)
+    act_min, act_max = qmath.activation_range_quantized(act, out.scale, out.zero_point)
+    if min_rows_mm is not None and dsp_mm_stage(multiplier, shift, act_min, act_max):
+        min_rows = min_rows_mm
     if accum_depth > PACKED_MAX_DEPTH or output_depth < min_rows:
         return kernel
     batches = out.size // output_depth
     words, bias_p, d_pad = pack_fc_weights(w.data, None if bias is None else bias.data,
                                            -x.zero_point, -w.zero_point)
-    real = qmath.effective_scale(x.scale, w.scale, out.scale)
-    multiplier, shift = qmath.quantize_multiplier(real)
-    act_min, act_max = qmath.activation_range_quantized(act, out.scale, out.zero_point)
     wname = c_ident(w.name, f"w{w.index}_") + "_packed"
     bname = f"{pname}_bias"
     consts = [f"/* {c_comment(w.describe())}, scale {w.scale:.9g}, zero point {w.zero_point}: "

@@ -260,6 +260,68 @@ static inline int8_t requant_right_s8(const requant_right_t *r, int32_t acc, int
     }
     return (int8_t)v;
 }
+
+/* The whole int8 output stage in four instructions (QADD, SMMLAR, ASR, SSAT; five with the sign
+ * fix) + the store, for the common case: right shift e in [1, 21], a normalized multiplier m in
+ * [2^30, 2^31), the full int8 range as the activation's bounds (act_min -128, act_max 127: no
+ * activation, or RELU with output zero point -128). Exactly requant_right_s8 there, hence the
+ * reference's two roundings, offset and clamp:
+ *  - requant_right_scale's value + offset is, multiplying numerator and denominator by 2,
+ *        floor((2P + 2^31 + 2^32 (2^(e-1) + offset 2^e - neg)) / 2^(32+e)),   P = x m,
+ *    and floor(floor(a / 2^32) / 2^e) = floor(a / 2^(32+e)); SMMLAR(2x, m, ra) is
+ *    floor((2x m + 2^31 + ra 2^32) / 2^32), so with ra = round - neg (round = 2^(e-1) +
+ *    offset 2^e) the ASR by e of it is that value, and SSAT #8 is the clamp. The SMMLAR value
+ *    fits int32: |2 x m / 2^32| < 2^30 and |ra| <= 129 * 2^21 < 2^28.
+ *  - 2x is QADD(x, x): exact for |x| < 2^30. For x >= 2^30 it is 2^31 - 1, and the output is
+ *    127 both ways: the stage is monotone in x, and at x = 2^30 - 1 already saturated (the
+ *    doubling high multiply is >= 2^29, >> e >= 2^8 for e <= 21, + offset > 127); likewise
+ *    x <= -2^30 gives 2x = -2^31 and -128 both ways (at x = -2^30 the value is -2^(29-e) <= -256,
+ *    + offset < -128).
+ *  - neg = (x < 0) (requant_right_t's argument). With output zero point -128 it may be dropped
+ *    (mode REQUANT_MM_NOFIX): for x < 0 the exact value is <= 0 (m >= 0), and without neg the
+ *    numerator 2P + 2^31 + 2^(31+e) is < 2^(32+e) for P <= 0, so the value is <= 0 too: both are
+ *    -128 after + offset -128 and the clamp.
+ * The packed FC kernel keeps m, round and e in registers for a group of four outputs;
+ * tests/test_kernels_optimized.py checks it on QEMU against the reference (packed edge cases at
+ * every shift, offsets -128 / 127 / others, the largest accumulators). */
+typedef struct {
+    int32_t multiplier;
+    int32_t round;              /* 2^(e-1) + offset * 2^e */
+    uint32_t shift;             /* e */
+} requant_mm_t;
+
+#define REQUANT_MM_NONE 0       /* not applicable: requant_right_s8 or requant_s8 */
+#define REQUANT_MM_FIX 1        /* with the sign fix */
+#define REQUANT_MM_NOFIX 2      /* output zero point -128: no sign fix */
+
+static inline int requant_mm_init(requant_mm_t *r, int32_t multiplier, int32_t shift,
+                                  int32_t output_offset, int32_t act_min, int32_t act_max)
+{
+    int32_t e;
+    if (shift > -1 || shift < -21 || multiplier < ((int32_t)1 << 30) || act_min != -128
+        || act_max != 127 || output_offset < -128 || output_offset > 127) {
+        return REQUANT_MM_NONE;
+    }
+    e = -shift;
+    r->multiplier = multiplier;
+    r->round = ((int32_t)1 << (e - 1)) + output_offset * ((int32_t)1 << e);
+    r->shift = (uint32_t)e;
+    return (output_offset == -128) ? REQUANT_MM_NOFIX : REQUANT_MM_FIX;
+}
+
+/* The stage as instructions, for asm blocks that keep m, round and e in r4, r5, r6 (an LDM of
+ * requant_mm_t's fields) and store through r11 (post-incremented): accumulator A (a register
+ * name) is consumed; r8 is scratch (the sign fix's ra). _FIX: 6 instructions per output
+ * (ADD of the sign, QADD, SMMLAR, ASR, SSAT, STRB), _NOFIX: 5. The only definition of this
+ * output stage (fully_connected.c's packed kernel uses it). */
+#define REQUANT_MM_FIX_ASM(A)                                                                     \
+    "add.w r8, r5, " A ", asr #31\n\t" "qadd " A ", " A ", " A "\n\t"                       \
+    "smmlar " A ", " A ", r4, r8\n\t" "asr " A ", " A ", r6\n\t" "ssat " A ", #8, " A "\n\t"  \
+    "strb " A ", [r11], #1\n\t"
+#define REQUANT_MM_NOFIX_ASM(A)                                                                   \
+    "qadd " A ", " A ", " A "\n\t"                                                        \
+    "smmlar " A ", " A ", r4, r5\n\t" "asr " A ", " A ", r6\n\t" "ssat " A ", #8, " A "\n\t"  \
+    "strb " A ", [r11], #1\n\t"
 #endif /* __ARM_FEATURE_DSP */
 
 /* The filter taps of one window that lie inside the image, along one axis: [*lo, *hi) of the

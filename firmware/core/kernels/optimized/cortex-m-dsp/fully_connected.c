@@ -161,22 +161,24 @@ void qe_fully_connected_s8_acc_f32(const qe_fc_s8_acc_params_t *p, const int8_t 
 
 /* The widened input: per quad two words; pad quads are zero (their weights are zero too, and the
  * words must be defined). */
-static void widen_input(const int8_t *in, uint32_t n, uint32_t padded, uint32_t *xw)
+static void widen_input(const int8_t *in, uint32_t n, uint32_t *xw)
 {
-    uint32_t d = 0;
-    for (; d + 4u <= n; d += 4u) {
-        const uint32_t v = load_s8x4(in + d);
-        xw[d / 2u] = (uint32_t)__sxtb16(v);            /* x0 | x2 << 16 */
-        xw[d / 2u + 1u] = (uint32_t)sxtb16_ror8(v);    /* x1 | x3 << 16 */
+    const int8_t *const end = in + (n & ~3u);
+    while (in != end) {
+        const uint32_t v = load_s8x4(in);
+        in += 4;
+        xw[0] = (uint32_t)__sxtb16(v);                 /* x0 | x2 << 16 */
+        xw[1] = (uint32_t)sxtb16_ror8(v);              /* x1 | x3 << 16 */
+        xw += 2;
     }
-    if (d < padded) {                                  /* the last, partial quad */
+    if (n & 3u) {                                      /* the last, partial quad */
         int32_t x[4] = {0, 0, 0, 0};
         uint32_t k;
-        for (k = 0; d + k < n; ++k) {
-            x[k] = in[d + k];
+        for (k = 0; k < (n & 3u); ++k) {
+            x[k] = in[k];
         }
-        xw[d / 2u] = ((uint32_t)x[0] & 0xFFFFu) | ((uint32_t)x[2] << 16);
-        xw[d / 2u + 1u] = ((uint32_t)x[1] & 0xFFFFu) | ((uint32_t)x[3] << 16);
+        xw[0] = ((uint32_t)x[0] & 0xFFFFu) | ((uint32_t)x[2] << 16);
+        xw[1] = ((uint32_t)x[1] & 0xFFFFu) | ((uint32_t)x[3] << 16);
     }
 }
 
@@ -287,9 +289,154 @@ static inline __attribute__((always_inline)) void packed_batch(
     }
 }
 
-void qe_fully_connected_s8_packed(const qe_fc_s8_packed_params_t *p, const int8_t *input,
-                                  const QE_FLASH int32_t *weights, const QE_FLASH int32_t *bias,
-                                  int8_t *output)
+/* The requant_mm_t output stage (dsp.h, REQUANT_MM_*_ASM), every whole group of four rows of one
+ * batch, in one hand-allocated asm function: gcc's allocation of packed_batch spills the output stage's
+ * constants and pointers around the register-hungry MAC loop (~50 instructions a group). Here
+ * the accumulators (r2, r3, r12, lr), the MAC loop's data (r4-r6, r8-r10), x (r0), w (r1) and
+ * the output (r11) stay in registers, and the rest lives in mm_ctx_t (r7). The MAC loop is
+ * QE_FC_PACKED_MAX_DEPTH / 4 QUAD_STEPs unrolled, entered at the quad the depth needs (a
+ * computed branch, Duff's device: every QUAD_STEP is 44 bytes, eleven 32-bit instructions, which
+ * the assembler checks), so it has no loop counter and no loop overhead; it falls through into
+ * the four outputs. Per group: 5 (bias, x, branch) + 11 per quad + 4 (5) per output + 4. */
+typedef struct {
+    int32_t multiplier;             /* requant_mm_t: the first three fields, for one LDM */
+    int32_t round;
+    uint32_t shift;
+    const QE_FLASH int32_t *bias;   /* the next group's bias' */
+    const uint32_t *xw;             /* the widened input */
+    uint32_t entry;                 /* 44 * quads: the unrolled MAC loop's entry, from its end */
+    int8_t *out_end;                /* the end of the whole groups' outputs */
+    const int32_t *w;
+    int8_t *out;
+    const int8_t *in;               /* the int8 input, to widen into xw first: */
+    uint32_t in_quads;              /* its whole quads (0: xw is ready) */
+    uint32_t target;                /* (set by the function: the entry's address, Thumb bit) */
+} mm_ctx_t;
+
+/* the asm below addresses mm_ctx_t's fields by these offsets, and unrolls 32 quads */
+#define MM_CHECK_(name, cond) typedef char mm_check_##name[(cond) ? 1 : -1]
+MM_CHECK_(bias, offsetof(mm_ctx_t, bias) == 12);
+MM_CHECK_(xw, offsetof(mm_ctx_t, xw) == 16);
+MM_CHECK_(entry, offsetof(mm_ctx_t, entry) == 20);
+MM_CHECK_(out_end, offsetof(mm_ctx_t, out_end) == 24);
+MM_CHECK_(w, offsetof(mm_ctx_t, w) == 28);
+MM_CHECK_(out, offsetof(mm_ctx_t, out) == 32);
+MM_CHECK_(in, offsetof(mm_ctx_t, in) == 36);
+MM_CHECK_(in_quads, offsetof(mm_ctx_t, in_quads) == 40);
+MM_CHECK_(target, offsetof(mm_ctx_t, target) == 44);
+MM_CHECK_(depth, QE_FC_PACKED_MAX_DEPTH == 128u);
+
+#define MM_Q1 "ldmia.w r0!, {r9, r10}\n\t" "ldmia.w r1!, {r4, r5, r6, r8}\n\t"              \
+    "smlad r2, r4, r9, r2\n\t" "smlad r3, r5, r9, r3\n\t" "smlad r12, r6, r9, r12\n\t"     \
+    "smlad lr, r8, r9, lr\n\t" "ldmia.w r1!, {r4, r5, r6, r8}\n\t"                        \
+    "smlad r2, r4, r10, r2\n\t" "smlad r3, r5, r10, r3\n\t" "smlad r12, r6, r10, r12\n\t"  \
+    "smlad lr, r8, r10, lr\n\t"
+#define MM_Q4 MM_Q1 MM_Q1 MM_Q1 MM_Q1
+#define MM_Q32 MM_Q4 MM_Q4 MM_Q4 MM_Q4 MM_Q4 MM_Q4 MM_Q4 MM_Q4
+#define MM_GROUPS(NAME, OUT)                                                              \
+    __attribute__((naked, noinline)) static void NAME(mm_ctx_t *c)                       \
+    {                                                                                     \
+        (void)c;                                                                          \
+        __asm volatile(                                                                   \
+            "push {r4-r11, lr}\n\t"                                                       \
+            "mov r7, r0\n\t"                                                              \
+            "ldr r0, [r7, #36]\n\t"      /* widen_input's whole quads, 6 instructions each */ \
+            "ldr r1, [r7, #40]\n\t"                                                       \
+            "ldr r4, [r7, #16]\n\t"                                                       \
+            "cbz r1, .L" #NAME "_widened\n"                                                \
+            ".L" #NAME "_widen:\n\t"                                                      \
+            "ldr r5, [r0], #4\n\t"                                                        \
+            "sxtb16 r6, r5\n\t"                                                           \
+            "sxtb16 r8, r5, ror #8\n\t"                                                   \
+            "stmia r4!, {r6, r8}\n\t"                                                     \
+            "subs r1, r1, #1\n\t"                                                         \
+            "bne .L" #NAME "_widen\n"                                                      \
+            ".L" #NAME "_widened:\n\t"                                                    \
+            "adr.w r4, .L" #NAME "_end\n\t"                                               \
+            "ldr r5, [r7, #20]\n\t"                                                       \
+            "sub r4, r4, r5\n\t"                                                          \
+            "orr r4, r4, #1\n\t"                                                          \
+            "str r4, [r7, #44]\n\t"                                                       \
+            "ldr r1, [r7, #28]\n\t"                                                       \
+            "ldr r11, [r7, #32]\n"                                                        \
+            ".L" #NAME "_group:\n\t"                                                      \
+            "ldr r4, [r7, #12]\n\t"                                                       \
+            "ldmia r4!, {r2, r3, r12, lr}\n\t"                                            \
+            "str r4, [r7, #12]\n\t"                                                       \
+            "ldr r0, [r7, #16]\n\t"                                                       \
+            "ldr pc, [r7, #44]\n"                                                         \
+            ".L" #NAME "_start:\n\t"                                                      \
+            MM_Q32                                                                        \
+            "\n.L" #NAME "_end:\n\t"                                                      \
+            ".if (.L" #NAME "_end - .L" #NAME "_start) - 44 * 32\n\t"                     \
+            ".error \"a QUAD_STEP is not 44 bytes\"\n\t"                                  \
+            ".endif\n\t"                                                                  \
+            "ldm r7, {r4, r5, r6}\n\t"                                                    \
+            OUT("r2") OUT("r3") OUT("r12") OUT("lr")                                      \
+            "ldr r4, [r7, #24]\n\t"                                                       \
+            "cmp r11, r4\n\t"                                                             \
+            "bne .L" #NAME "_group\n\t"                                                   \
+            "str r1, [r7, #28]\n\t"      /* w: where a next call (a padded group) goes on */ \
+            "pop {r4-r11, pc}\n\t");                                                      \
+    }
+
+MM_GROUPS(mm_groups_fix, REQUANT_MM_FIX_ASM)
+MM_GROUPS(mm_groups_nofix, REQUANT_MM_NOFIX_ASM)
+
+/* The output stage of requant_mm_t (dsp.h): every whole group in mm_groups_*, a padded last
+ * group into a scratch group (its padding rows' weights and bias' are zeros: defined values),
+ * of which only the real rows are copied. */
+__attribute__((noinline)) static void packed_mm(const qe_fc_s8_packed_params_t *p,
+                                                const int8_t *input,
+                                                const QE_FLASH int32_t *weights,
+                                                const QE_FLASH int32_t *bias, int8_t *output,
+                                                const requant_mm_t *mm, int fix)
+{
+    const uint32_t n = p->accum_depth, rows = p->output_depth;
+    const uint32_t quads = p->padded_depth / 4u, batches = p->batches;
+    const uint32_t whole = rows & ~(QE_FC_PACKED_ROWS - 1u);
+    void (*const groups)(mm_ctx_t *) = fix ? mm_groups_fix : mm_groups_nofix;
+    uint32_t xw[QE_FC_PACKED_MAX_DEPTH / 2u];
+    int8_t tail[QE_FC_PACKED_ROWS];
+    mm_ctx_t c;
+    uint32_t b, r;
+
+    c.multiplier = mm->multiplier;
+    c.round = mm->round;
+    c.shift = mm->shift;
+    c.xw = xw;
+    for (b = 0; b < batches; ++b) {
+        int8_t *out = output + b * rows;
+        c.in = input + b * n;
+        c.in_quads = n / 4u;
+        if (n & 3u) {                   /* the partial last quad, zero-padded, here in C */
+            widen_input(c.in + (n & ~3u), n & 3u, xw + 2u * (n / 4u));
+        }
+        c.bias = bias;
+        c.w = (const int32_t *)weights;
+        c.entry = 44u * quads;
+        if (whole > 0u) {
+            c.out = out;
+            c.out_end = out + whole;
+            groups(&c);
+            c.in_quads = 0;             /* widened already */
+        }
+        if (whole < rows) {             /* the padded last group, into a scratch group */
+            c.out = tail;
+            c.out_end = tail + QE_FC_PACKED_ROWS;
+            groups(&c);
+            for (r = 0; whole + r < rows; ++r) {
+                out[whole + r] = tail[r];
+            }
+        }
+    }
+}
+
+/* the other output stages (packed_batch's modes 0-3) */
+__attribute__((noinline)) static void packed_other(const qe_fc_s8_packed_params_t *p,
+                                                   const int8_t *input,
+                                                   const QE_FLASH int32_t *weights,
+                                                   const QE_FLASH int32_t *bias, int8_t *output)
 {
     const uint32_t n = p->accum_depth, padded = p->padded_depth, rows = p->output_depth;
     const uint32_t quads = padded / 4u, batches = p->batches;
@@ -309,7 +456,7 @@ void qe_fully_connected_s8_packed(const qe_fc_s8_packed_params_t *p, const int8_
     for (b = 0; b < batches; ++b) {
         int8_t *out = output + b * rows;
         const int32_t *w = (const int32_t *)weights;
-        widen_input(input + b * n, n, padded, xw);
+        widen_input(input + b * n, n, xw);
         if (mode == 1) {
             packed_batch(xw, quads, w, bias, rows, out, &rq, &rr, 1);
         } else if (mode == 2) {
@@ -319,6 +466,53 @@ void qe_fully_connected_s8_packed(const qe_fc_s8_packed_params_t *p, const int8_
         } else {
             packed_batch(xw, quads, w, bias, rows, out, &rq, &rr, 0);
         }
+    }
+}
+
+void qe_fully_connected_s8_packed(const qe_fc_s8_packed_params_t *p, const int8_t *input,
+                                  const QE_FLASH int32_t *weights, const QE_FLASH int32_t *bias,
+                                  int8_t *output)
+{
+    requant_mm_t mm;
+    const int mode = requant_mm_init(&mm, p->output_multiplier, p->output_shift,
+                                     p->output_offset, p->activation_min, p->activation_max);
+    const uint32_t n = p->accum_depth, rows = p->output_depth;
+    if (mode == REQUANT_MM_NONE) {
+        packed_other(p, input, weights, bias, output);
+    } else if (p->batches == 1u && (n & 3u) == 0u) {
+        /* the common case (one batch, whole quads) without packed_mm's loop */
+        void (*const groups)(mm_ctx_t *) = (mode == REQUANT_MM_FIX) ? mm_groups_fix
+                                                                     : mm_groups_nofix;
+        const uint32_t whole = rows & ~(QE_FC_PACKED_ROWS - 1u);
+        uint32_t xw[QE_FC_PACKED_MAX_DEPTH / 2u];
+        int8_t tail[QE_FC_PACKED_ROWS];
+        mm_ctx_t c;
+        uint32_t r;
+        c.multiplier = mm.multiplier;
+        c.round = mm.round;
+        c.shift = mm.shift;
+        c.bias = bias;
+        c.xw = xw;
+        c.entry = 44u * (n / 4u);
+        c.w = (const int32_t *)weights;
+        c.in = input;
+        c.in_quads = n / 4u;
+        if (whole > 0u) {
+            c.out = output;
+            c.out_end = output + whole;
+            groups(&c);
+            c.in_quads = 0;
+        }
+        if (whole < rows) {             /* a padded last group (a 1-3 row head), into scratch */
+            c.out = tail;
+            c.out_end = tail + QE_FC_PACKED_ROWS;
+            groups(&c);
+            for (r = 0; whole + r < rows; ++r) {
+                output[whole + r] = tail[r];
+            }
+        }
+    } else {
+        packed_mm(p, input, weights, bias, output, &mm, mode == REQUANT_MM_FIX);
     }
 }
 
