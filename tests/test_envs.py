@@ -137,3 +137,24 @@ def test_custom_env_termination_and_run_episode():
     assert env.current_time_step().discount == 0.0
     ret2, obs2 = run_episode(env, lambda o: 1, seed=3)
     np.testing.assert_array_equal(obs[0], obs2[0])  # same seed, same start
+
+
+def test_play_batched_is_play_in_lockstep_with_its_head_and_episode_log():
+    """hil's fp32 replay (issue 13: one batched call a step instead of one call per step): the
+    same returns and steps as playing each seed alone, every episode logged once."""
+    import numpy as np
+    from quarl_edge.measure.hil import play
+    from quarl_edge.rl.envs import make_gym, output_to_action, play_batched
+    w = np.random.default_rng(0).normal(size=(3, 1))          # a linear actor for Pendulum
+    policy = lambda x: np.tanh(x @ w)                          # noqa: E731
+    space = make_gym("Pendulum-v1").action_space
+    seeds = [3, 1, 4, 1, 5]
+    alone, obs, _ = play("Pendulum-v1", lambda o: output_to_action(policy(o[None])[0], space,
+                                                                   "scale"), seeds)
+    log = []
+    batched, _ = play_batched("Pendulum-v1", policy, seeds, head="scale",
+                              on_episode=lambda s, r, n: log.append((s, r, n)))
+    assert list(batched) == alone
+    assert sorted(log) == sorted(zip(seeds, alone, [200] * 5)) and len(obs) == 1000
+    identity, _ = play_batched("Pendulum-v1", policy, seeds, head="identity")
+    assert list(identity) != alone                             # the head is applied

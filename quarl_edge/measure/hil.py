@@ -22,7 +22,7 @@ import numpy as np
 from ..errors import BoardReset, QuarlError
 from ..link.runner import RESET_REPLAYS, latency_summary
 from ..link.session import BoardSession
-from ..rl.envs import default_head, make_gym
+from ..rl.envs import default_head, make_gym, play_batched
 from ..rl.envs import output_to_action as to_action
 from ..run import keras_call, load_keras, load_run, tflite_path
 from ..targets.boards import Board
@@ -180,8 +180,12 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
     episodes_obs = [e[1] for e in episodes_played]
     if meta is not None:
         fp32 = Fp32Policy(load_keras(run_dir))
-        fp32_returns, _, _ = play(env_id, lambda o: to_action(fp32(o), space, head),
-                                  seeds, log_episode("fp32"), on_start=fp32.reset)
+        if fp32.layers is None:   # feed-forward: every seed's episode in lockstep, one batch a step
+            fp32_returns = list(play_batched(env_id, fp32.fn, seeds, head=head,
+                                             on_episode=log_episode("fp32"))[0])
+        else:                     # recurrent: stepped with its state, reset per episode
+            fp32_returns, _, _ = play(env_id, lambda o: to_action(fp32(o), space, head),
+                                      seeds, log_episode("fp32"), on_start=fp32.reset)
         fp32_actions = [to_action(q, space, head) for q in fp32.outputs(episodes_obs)]
     else:   # a bare model: the reference for agreement is the same model on tflite-runtime
         fp32_returns = None

@@ -122,9 +122,11 @@ def compare_outputs(ref: np.ndarray, out: np.ndarray, space) -> dict:
 
 
 def play_batched(env_id: str, policy: Callable[[np.ndarray], np.ndarray], seeds,
-                 record: bool = False, max_steps: int = 100_000):
+                 record: bool = False, max_steps: int = 100_000, head: str | None = None,
+                 on_episode: Callable[[int, float, int], None] | None = None):
     """One episode per seed, all in lockstep: `policy` maps a batch of observations [k, *obs]
-    to a batch of network outputs [k, n_out] (turned into actions by `outputs_to_actions`).
+    to a batch of network outputs [k, n_out] (turned into actions by `outputs_to_actions` with
+    `head`). `on_episode(seed, return, steps)` as each episode ends (in the order they end).
 
     Returns the undiscounted returns (float64 [len(seeds)]) and, with `record`, the visited
     observations [n, *obs] (episode after episode, in seed order)."""
@@ -133,6 +135,7 @@ def play_batched(env_id: str, policy: Callable[[np.ndarray], np.ndarray], seeds,
     space = envs[0].action_space
     obs = [np.asarray(e.reset(seed=int(s))[0], dtype=np.float32) for e, s in zip(envs, seeds)]
     returns = np.zeros(len(seeds))
+    steps = [0] * len(seeds)
     alive = list(range(len(seeds)))
     visited: list[list[np.ndarray]] = [[] for _ in seeds]
     try:
@@ -140,16 +143,19 @@ def play_batched(env_id: str, policy: Callable[[np.ndarray], np.ndarray], seeds,
             if not alive:
                 break
             batch = np.stack([obs[i] for i in alive])
-            actions = outputs_to_actions(policy(batch), space)
+            actions = outputs_to_actions(policy(batch), space, head)
             still = []
             for i, a in zip(alive, actions):
                 if record:
                     visited[i].append(obs[i])
                 o, r, terminated, truncated, _ = envs[i].step(a.item() if np.ndim(a) == 0 else a)
                 returns[i] += float(r)
+                steps[i] += 1
                 obs[i] = np.asarray(o, dtype=np.float32)
                 if not (terminated or truncated):
                     still.append(i)
+                elif on_episode:
+                    on_episode(seeds[i], float(returns[i]), steps[i])
             alive = still
     finally:
         for e in envs:
