@@ -35,6 +35,16 @@ SUPPORTED = ("FULLY_CONNECTED int8 (per-tensor or per-channel weights), int16x8,
 KERNEL_HEADERS = ("fully_connected.h",)
 
 
+
+def _per_tensor_stage(x, w, out, act) -> tuple[float, int, int, int, int]:
+    """The per-tensor int8 output stage of a FULLY_CONNECTED: the real multiplier input scale x
+    weight scale / output scale as TFLM computes it, its QuantizeMultiplier, and the fused
+    activation's int8 range: (real, multiplier, shift, act_min, act_max)."""
+    real = qmath.effective_scale(x.scale, w.scale, out.scale)
+    multiplier, shift = qmath.quantize_multiplier(real)
+    act_min, act_max = qmath.activation_range_quantized(act, out.scale, out.zero_point)
+    return real, multiplier, shift, act_min, act_max
+
 def lower_fully_connected(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
     x, w, bias, out, act = weighted_operands(op, model, "weights")
     if op.options.get("weightsFormat", 0) != 0:
@@ -128,9 +138,7 @@ def lower_fully_connected_packed(op: Operator, model: TFLiteModel, pname: str,
         return kernel
     x, w, bias, out, act = weighted_operands(op, model, "weights")
     output_depth, accum_depth = w.shape
-    real = qmath.effective_scale(x.scale, w.scale, out.scale)
-    multiplier, shift = qmath.quantize_multiplier(real)
-    act_min, act_max = qmath.activation_range_quantized(act, out.scale, out.zero_point)
+    real, multiplier, shift, act_min, act_max = _per_tensor_stage(x, w, out, act)
     if min_rows_mm is not None and dsp_mm_stage(multiplier, shift, act_min, act_max):
         min_rows = min_rows_mm
     if accum_depth > PACKED_MAX_DEPTH or output_depth < min_rows:
@@ -264,9 +272,7 @@ def lower_fully_connected_pairs(op: Operator, model: TFLiteModel, pname: str) ->
     stream, bias_p, chunks = pairs_fc_stream(w.data, None if bias is None else bias.data,
                                              -x.zero_point, -w.zero_point)
     batches = out.size // output_depth
-    real = qmath.effective_scale(x.scale, w.scale, out.scale)
-    multiplier, shift = qmath.quantize_multiplier(real)
-    act_min, act_max = qmath.activation_range_quantized(act, out.scale, out.zero_point)
+    real, multiplier, shift, act_min, act_max = _per_tensor_stage(x, w, out, act)
     wname = c_ident(w.name, f"w{w.index}_") + "_pairs"
     bname = f"{pname}_bias"
     consts = [f"/* {c_comment(w.describe())}, scale {w.scale:.9g}, zero point {w.zero_point}: "
@@ -433,9 +439,7 @@ def lower_fully_connected_avr(op: Operator, model: TFLiteModel, pname: str) -> K
         return kernel
     stream, bias_p, chunks = packed
     batches = out.size // output_depth
-    real = qmath.effective_scale(x.scale, w.scale, out.scale)
-    multiplier, shift = qmath.quantize_multiplier(real)
-    act_min, act_max = qmath.activation_range_quantized(act, out.scale, out.zero_point)
+    real, multiplier, shift, act_min, act_max = _per_tensor_stage(x, w, out, act)
     wname = c_ident(w.name, f"w{w.index}_") + "_avr"
     bname = f"{pname}_bias"
     consts = [f"/* {c_comment(w.describe())}, scale {w.scale:.9g}, zero point {w.zero_point}: "
