@@ -26,9 +26,11 @@ RANKS = {"quarl_edge.errors": 0, "quarl_edge.resources": 0, "quarl_edge.run": 0,
          "quarl_edge.study": 7, "quarl_edge.api": 8, "quarl_edge.demo": 8, "quarl_edge.cli": 9,
          "quarl_edge": 9}
 # What the rest of quarl-edge may import from the rl stage: its entry point, the environment
-# helpers and QAT; the algorithm modules (dqn, ppo, off_policy, ...) stay private to it.
+# helpers, QAT, and the recurrent policy's network (rl/recurrent.py: its arrays, numpy stepping
+# and one-step conversion, what quantize and hil need of a recurrent run); the algorithm modules
+# (dqn, ppo, rppo, off_policy, ...) and the run writers (recurrent_export) stay private to it.
 RL_PUBLIC = {"quarl_edge.rl", "quarl_edge.rl.train", "quarl_edge.rl.envs", "quarl_edge.rl.tf_env",
-             "quarl_edge.rl.qat"}
+             "quarl_edge.rl.qat", "quarl_edge.rl.recurrent"}
 
 
 def modules(root: Path = ROOT) -> dict[str, Path]:

@@ -63,3 +63,37 @@ def rollout_observations(env_id: str, weights, n_actions: int | None = None, siz
     pick = np.sort(rng.choice(len(observations), size=size, replace=False))
     return observations[pick]
 
+
+def recurrent_calibration(env_id: str, layers, size: int, episodes: int,
+                          seed: int, epsilon: float) -> np.ndarray:
+    """Observations [size, *obs] for calibrating the one-step model: epsilon-greedy episodes of
+    the recurrent policy (its state reset at each start), kept in order, so the converter's
+    calibration, which steps one interpreter through them, sees the states an episode reaches.
+    Seeds and epsilon as rollout_observations'; at least `episodes` episodes, then the first
+    `size` observations. `layers`: rl.recurrent.RecurrentLayers."""
+    from ..rl.envs import make_gym, outputs_to_actions
+    if size <= 0 or episodes <= 0:
+        raise QuarlError(f"calibration needs positive size and episodes, got {size} and {episodes}")
+    rng = np.random.default_rng(seed)
+    env = make_gym(env_id)
+    space = env.action_space
+    chunks, count, k = [], 0, 0
+    try:
+        while k < episodes or count < size:
+            obs, _ = env.reset(seed=CALIBRATION_SEED_BASE + 1000 * seed + k)
+            state, done, seen = layers.zero_state(), False, []
+            while not done:
+                obs = np.asarray(obs, np.float32)
+                seen.append(obs)
+                out, state = layers.step(obs[None], state)   # the state follows every step
+                a = int(outputs_to_actions(out, space)[0])
+                if rng.random() < epsilon:
+                    a = int(space.start) + int(rng.integers(int(space.n)))
+                obs, _, terminated, truncated, _ = env.step(a)
+                done = terminated or truncated
+            chunks.append(np.stack(seen))
+            count += len(seen)
+            k += 1
+    finally:
+        env.close()
+    return np.concatenate(chunks)[:size].astype(np.float32)

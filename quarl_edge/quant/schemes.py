@@ -34,7 +34,7 @@ A recurrent run (`ppo --net lstm`: RUN/policy.keras is a one-step model with a s
 rl/recurrent.py) converts with RECURRENT_SCHEMES only, from a concrete function of its fixed
 shape [1, 1, *obs]: one UNIDIRECTIONAL_SEQUENCE_LSTM whose hidden and cell state are variable
 tensors (the state a board keeps in its arena between INFERs). Its calibration rollouts keep the
-recurrent policy's state and the observations' order (recurrent.recurrent_calibration).
+recurrent policy's state and the observations' order (calibration.recurrent_calibration).
 
 Calibration data are observations from rollouts of the run's own greedy policy with a little
 epsilon (for coverage of states just off the greedy path), on seeds CALIBRATION_SEED_BASE + k,
@@ -202,7 +202,8 @@ def quantize(run_dir: Path, scheme: str, calib_size: int = 1000, calib_episodes:
 def _quantize_recurrent(run_dir: Path, model, scheme: str, calib_size: int, calib_episodes: int,
                         seed: int) -> Path:
     """quantize() for a recurrent run's one-step model (see the module's docstring)."""
-    from ..rl.recurrent import convert_one_step, layers_from_keras, recurrent_calibration
+    from ..rl.recurrent import convert_one_step, layers_from_keras
+    from .calibration import recurrent_calibration
     from .calibration import CALIBRATION_EPSILON
     if scheme not in RECURRENT_SCHEMES:
         raise QuarlError(f"scheme {scheme} does not apply to a recurrent (LSTM) policy; its "

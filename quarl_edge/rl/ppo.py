@@ -198,7 +198,7 @@ def train_ppo(env_id: str, seed: int, out: Path, config: PPOConfig, progress: bo
     bar.close()
     curve_file.close()
     if recurrent:
-        from .recurrent import save_recurrent_run
+        from .recurrent_export import save_recurrent_run
         actor_net.set_weights(best["net_weights"])
         info = save_recurrent_run(out, env_id, seed, cfg, agent, actor_net, env, best,
                                   time.perf_counter() - t0, recent, norm)

@@ -26,7 +26,7 @@ is what the converted model computes.
   `rollout` steps from its stored states (zeroed again at episode starts inside the row); the
   clipped PPO loss, value MSE, entropy, Adam with global-norm clipping.
 - Validation and export as ppo.py's recurrent path: the greedy actor on the validation seeds
-  after each update, the best kept, written by recurrent.save_recurrent_arrays (recurrent.npz,
+  after each update, the best kept, written by recurrent_export.save_recurrent_arrays (recurrent.npz,
   the one-step policy.keras, run.json)."""
 from __future__ import annotations
 
@@ -100,7 +100,7 @@ def train_recurrent_ppo(env_id: str, seed: int, out: Path, cfg, progress: bool =
     from tqdm import tqdm
 
     from .envs import make_gym
-    from .recurrent import save_recurrent_arrays
+    from .recurrent_export import save_recurrent_arrays
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
