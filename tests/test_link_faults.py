@@ -170,5 +170,12 @@ def test_flash_hands_the_emulated_boards_port_to_validate(run_copy, tmp_path):
         assert faulty["bit_exact"] and faulty["n"] == 200
         assert faulty["link"]["retries"] > 0 and faulty["link"]["faults"]["resets"] == 1
     finally:
+        # communicate() drains both pipes (a flash process blocked writing to a full pipe would
+        # never see the SIGINT through); a loaded machine may take a while to stop QEMU
         proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=20)
+        try:
+            proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise
