@@ -152,9 +152,12 @@ def test_the_fault_port_is_deterministic_per_seed():
 def test_flash_hands_the_emulated_boards_port_to_validate(run_copy, tmp_path):
     """`quarl-edge flash` on QEMU keeps the board up but not its serial socket (one client at a
     time): `validate --port URL` gets HELLO, also through a fault:// link with a reset."""
+    # SIGINT at its default in the child whatever the test runner's is (a child inherits an
+    # ignored SIGINT, and Python then never raises KeyboardInterrupt: Ctrl-C would not stop it)
     proc = subprocess.Popen([sys.executable, "-m", "quarl_edge.cli", "flash", run_copy,
                              "--model", "int8", "--board", "mps2-an386", "--out", tmp_path / "fw"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         line = proc.stdout.readline()
         url = re.search(r"socket://127\.0\.0\.1:\d+", line).group(0)
@@ -172,10 +175,16 @@ def test_flash_hands_the_emulated_boards_port_to_validate(run_copy, tmp_path):
     finally:
         # communicate() drains both pipes (a flash process blocked writing to a full pipe would
         # never see the SIGINT through); a loaded machine may take a while to stop QEMU
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
+        # (In the full suite in CI the flash process once outlived SIGINT by 60 s after every
+        # assertion above had passed; not reproduced alone. SIGTERM next, then the kill.)
+        for stop, wait in ((signal.SIGINT, 30), (signal.SIGTERM, 30)):
+            proc.send_signal(stop)
+            try:
+                proc.communicate(timeout=wait)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        else:
             proc.kill()
             proc.communicate()
-            raise
+            raise AssertionError("quarl-edge flash outlived SIGINT and SIGTERM")
