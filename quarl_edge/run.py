@@ -22,7 +22,8 @@ Seeds: training selects its best checkpoint on the validation seeds VALIDATION_S
 never on the test seeds 0..N that evaluation uses.
 
 The network files hold plain MLPs (Dense layers, relu / tanh / linear), so they can also be run
-in numpy (`mlp_layers`, `mlp_forward`) without a TensorFlow call per step.
+in numpy (`mlp_layers`, `mlp_forward`) without a TensorFlow call per step, or sequential CNNs
+(DQN on pixel tasks: Conv2D, Flatten, Dense; `weighted_layers` gives the kernels of either).
 """
 from __future__ import annotations
 
@@ -214,6 +215,34 @@ def mlp_layers(model) -> list[tuple[np.ndarray, np.ndarray, str]]:
             raise QuarlError(f"layer {layer.name}: activation {act!r} is not supported")
         kernel, bias = layer.get_weights()
         layers.append((kernel, bias, act))
+    return layers
+
+
+# Layers of a sequential Keras network: those with a kernel (their (kernel, bias, activation) is
+# what weighted_layers gives), and those without weights that a chain may hold.
+KERNEL_LAYERS = ("Dense", "Conv2D", "DepthwiseConv2D")
+WEIGHTLESS_LAYERS = ("InputLayer", "Flatten", "Reshape", "MaxPooling2D", "AveragePooling2D",
+                     "GlobalAveragePooling2D", "Dropout")
+
+
+def weighted_layers(model) -> list[tuple[np.ndarray, np.ndarray, str]]:
+    """(kernel, bias, activation name) of every layer with a kernel (Dense, Conv2D,
+    DepthwiseConv2D) of a sequential Keras network, in order: the weight distribution QuaRL
+    studies, for MLPs (then the same as mlp_layers) and CNNs alike. A layer of another kind
+    that holds weights is refused by name."""
+    layers = []
+    for layer in model.layers:
+        kind = layer.__class__.__name__
+        if kind in WEIGHTLESS_LAYERS:
+            continue
+        if kind not in KERNEL_LAYERS:
+            raise QuarlError(f"layer {layer.name} ({kind}): not a layer with a kernel "
+                             f"({', '.join(KERNEL_LAYERS)}) nor one without weights "
+                             f"({', '.join(WEIGHTLESS_LAYERS[1:])})")
+        weights = layer.get_weights()
+        kernel = weights[0]
+        bias = weights[1] if len(weights) > 1 else np.zeros(kernel.shape[-1], np.float32)
+        layers.append((kernel, bias, layer.get_config().get("activation") or "linear"))
     return layers
 
 

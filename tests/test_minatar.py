@@ -59,3 +59,82 @@ def test_a_cnn_dqn_trains_quantizes_and_validates_bit_exact(tmp_path):
         assert v.n == 64 and v.bit_exact and v.differing == 0, (scheme, v)
         sizes[scheme] = v.memory["flash_bytes"]
     assert sizes["int8"] < sizes["fp32"] / 2        # 131k weights: int8 is ~4x smaller
+
+
+STUDY = """
+[study]
+name = "minatar-tiny"
+description = "a CNN DQN through the study: schemes, QAT, the n-bit sweep, a board"
+seeds = [0]
+schemes = ["fp32", "int8", "qat-int8"]
+episodes = 2
+calib_size = 64
+qat_steps = 64
+boards = ["host"]
+bench_n = 2
+validate_n = 16
+sweep_modes = ["weights+activations", "weights"]
+
+[[task]]
+algo = "dqn"
+env = "QuarlEdge/MinAtar-Breakout-v0"
+steps = 400
+[task.options]
+learning_starts = 200
+eval_every = 400
+eval_episodes = 1
+epsilon_decay_steps = 300
+updates_per_train = 8
+buffer_size = 1000
+select_int8 = false
+
+[[sweep]]
+algo = "dqn"
+env = "QuarlEdge/MinAtar-Breakout-v0"
+bits = [2, 8]
+"""
+
+
+def test_a_cnn_dqn_goes_through_the_study_qat_sweep_and_a_board(tmp_path):
+    """The study's cells assumed MLPs (weight statistics, the n-bit sweep's numpy forward, QAT's
+    ranges): a CNN run now gets every row, and the rows mean what they say."""
+    from quarl_edge.quant.nbit import keras_fake_quant_forward
+    from quarl_edge.rl.qat import qat_model
+    from quarl_edge.run import load_keras, weighted_layers
+
+    config = tmp_path / "minatar.toml"
+    config.write_text(STUDY)
+    summary = api.study(config, out=tmp_path / "out")
+    rows = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").open()]
+    assert summary.complete and len(rows) == 1 + 3 + 5 + 3, [r.get("error") for r in rows]
+    assert all(r["status"] == "ok" for r in rows), [(r["kind"], r.get("error")) for r in rows]
+    run_row = next(r for r in rows if r["kind"] == "run")
+    shapes = [layer["shape"] for layer in run_row["weights"]["layers"]]
+    assert shapes == [[3, 3, 4, 16], [1024, 128], [128, 3]]     # the conv kernel is counted
+    assert run_row["n_params"] == 3 * 3 * 4 * 16 + 16 + 1024 * 128 + 128 + 128 * 3 + 3
+    sweep = {(r["mode"], r["bits"]): r for r in rows if r["kind"] == "sweep"}
+    assert sweep[("fp32", 32)]["agreement"] == 1.0
+    board = {r["scheme"]: r for r in rows if r["kind"] == "board"}
+    assert board["int8"]["bit_exact"] and board["int8"]["matches_tflite"]
+
+    # The CNN sweep's arithmetic: at 8 bits the network is close to float, at 2 bits it is not,
+    # and the quantized kernels really take at most 2**bits values per output channel.
+    run = tmp_path / "out" / "runs" / run_row["run_dir"].split("/runs/")[1]
+    model = load_keras(run)
+    calib = np.load(run / "calibration.npy")
+    ref = model(calib, training=False).numpy()
+    err = {b: float(np.abs(keras_fake_quant_forward(model, calib, b, b)(calib) - ref).max())
+           for b in (2, 8)}
+    assert err[8] < 0.1 * err[2] and err[8] > 0.0, err
+    weights_only = keras_fake_quant_forward(model, calib, 8, None, per_channel=True)
+    assert float(np.abs(weights_only(calib) - ref).max()) < err[2]
+
+    # QAT on a CNN: tfmot's convolution quantizer is per output channel; its range starts at
+    # each channel's largest |w| (a scalar assign would have failed or widened every channel).
+    qmodel = qat_model(model, calib)
+    kernel = weighted_layers(model)[0][0]
+    conv = next(layer for layer in qmodel.layers if getattr(layer, "layer", None) is not None
+                and layer.layer.__class__.__name__ == "Conv2D")
+    kmax = next(v for v in conv.weights if v.name.split("/")[-1].startswith("kernel_max"))
+    assert kmax.shape == (16,)
+    assert np.allclose(kmax.numpy(), np.abs(kernel).reshape(-1, 16).max(axis=0))

@@ -2,7 +2,11 @@
 ranges, the number of levels really restricted to 2**n, and the greedy return of each.
 Computed in numpy, bit-for-bit the arithmetic of tf.quantization.fake_quant_with_min_max_vars
 (narrow_range=False): the range is nudged so that 0 is exactly representable, values are
-clamped to it and rounded half up."""
+clamped to it and rounded half up.
+
+MLPs run in numpy (`fake_quant_forward`); sequential CNNs (pixel-task Q-networks: Conv2D, pooling,
+Flatten, Dense) as one traced TensorFlow function (`keras_fake_quant_forward`) whose activations
+go through tf.quantization.fake_quant_with_min_max_args, the op the numpy code reproduces."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,7 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import QuarlError
-from ..run import ACTIVATIONS, load_keras, load_run, mlp_forward, mlp_layers
+from ..run import (ACTIVATIONS, KERNEL_LAYERS, keras_call, load_keras, load_run, mlp_forward,
+                   mlp_layers)
 from .calibration import collect_calibration
 
 
@@ -32,11 +37,13 @@ def fake_quant(x: np.ndarray, bits: int, lo, hi) -> np.ndarray:
 
 
 def fake_quant_weights(w: np.ndarray, bits: int, per_channel: bool = False) -> np.ndarray:
-    """A kernel [in, out] fake-quantized with its own min/max (per output channel if asked)."""
+    """A kernel ([in, out], or a convolution's [..., out]) fake-quantized with its own min/max
+    (per output channel, the last axis, if asked)."""
     w = np.asarray(w, np.float32)
     if per_channel:
-        return fake_quant(w, bits, np.minimum(w.min(axis=0, keepdims=True), 0),
-                          np.maximum(w.max(axis=0, keepdims=True), 0))
+        axes = tuple(range(w.ndim - 1))
+        return fake_quant(w, bits, np.minimum(w.min(axis=axes, keepdims=True), 0),
+                          np.maximum(w.max(axis=axes, keepdims=True), 0))
     return fake_quant(w, bits, min(float(w.min()), 0.0), max(float(w.max()), 0.0))
 
 
@@ -75,6 +82,56 @@ def fake_quant_forward(layers, calibration: np.ndarray, weight_bits: int | None,
     return forward
 
 
+# Layers of a sequential network whose output is not an activation of its own to quantize: they
+# only move values (a quantized input stays on its grid).
+_REARRANGING = ("Flatten", "Reshape", "Dropout")
+
+
+def keras_fake_quant_forward(model, calibration: np.ndarray, weight_bits: int | None,
+                             activation_bits: int | None, per_channel: bool = False):
+    """fake_quant_forward for a sequential Keras network that is not a plain MLP (a CNN): a copy
+    with every kernel fake-quantized to `weight_bits` (biases float), and, at `activation_bits`,
+    the input and the output of every layer that computes (convolutions, pooling, Dense)
+    fake-quantized over its range on `calibration`. One traced tf.function."""
+    import tensorflow as tf
+
+    copy = tf.keras.models.clone_model(model)
+    copy.set_weights(model.get_weights())
+    chain = [layer for layer in copy.layers if layer.__class__.__name__ != "InputLayer"]
+    if weight_bits is not None:
+        for layer in chain:
+            if layer.__class__.__name__ in KERNEL_LAYERS:
+                w = layer.get_weights()
+                layer.set_weights([fake_quant_weights(w[0], weight_bits, per_channel), *w[1:]])
+    points = [i for i, layer in enumerate(chain) if layer.__class__.__name__ not in _REARRANGING]
+    x = np.asarray(calibration, np.float32)
+    ranges = {-1: (min(float(x.min()), 0.0), max(float(x.max()), 0.0))}
+    outputs = tf.keras.Model(model.inputs, [model.get_layer(chain[i].name).output
+                                            for i in points])(x, training=False)
+    outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+    for i, out in zip(points, outputs):
+        out = np.asarray(out)
+        ranges[i] = (min(float(out.min()), 0.0), max(float(out.max()), 0.0))
+
+    def fq(t, i):
+        if activation_bits is None:
+            return t
+        lo, hi = ranges[i]
+        return tf.quantization.fake_quant_with_min_max_args(t, min=lo, max=hi,
+                                                            num_bits=int(activation_bits))
+
+    @tf.function(reduce_retracing=True)
+    def call(t):
+        t = fq(t, -1)
+        for i, layer in enumerate(chain):
+            t = layer(t, training=False)
+            if i in ranges:
+                t = fq(t, i)
+        return t
+
+    return lambda obs: call(tf.convert_to_tensor(np.asarray(obs, np.float32))).numpy()
+
+
 def nbit_sweep(run_dir: Path, bits=range(2, 9), seeds=range(20), calib_size: int = 1000,
                modes=("weights+activations", "weights"), per_channel: bool = False) -> list[dict]:
     """QuaRL's n-bit sweep of a run: greedy return (and agreement with fp32 on the states fp32
@@ -84,12 +141,14 @@ def nbit_sweep(run_dir: Path, bits=range(2, 9), seeds=range(20), calib_size: int
     run_dir = Path(run_dir)
     env_id = load_run(run_dir)["env"]
     space = make_gym(env_id).action_space
-    layers = mlp_layers(load_keras(run_dir))
+    model = load_keras(run_dir)
+    try:
+        layers = mlp_layers(model)
+    except QuarlError:   # a CNN: TensorFlow runs it (keras_fake_quant_forward)
+        layers = None
     calibration = collect_calibration(run_dir, calib_size, seed=0)
     seeds = list(seeds)
-
-    def ref(x):
-        return mlp_forward(layers, x)
+    ref = keras_call(model) if layers is None else (lambda x: mlp_forward(layers, x))
 
     ref_returns, states = play_batched(env_id, ref, seeds, record=True)
     rows = [{"mode": "fp32", "bits": 32, "mean_return": float(np.mean(ref_returns)),
@@ -100,8 +159,10 @@ def nbit_sweep(run_dir: Path, bits=range(2, 9), seeds=range(20), calib_size: int
             raise QuarlError(f"unknown sweep mode {mode!r}; known: weights+activations, weights, "
                              "activations")
         for n in bits:
-            f = fake_quant_forward(layers, calibration, None if mode == "activations" else n,
-                                   None if mode == "weights" else n, per_channel)
+            wb, ab = None if mode == "activations" else n, None if mode == "weights" else n
+            f = (keras_fake_quant_forward(model, calibration, wb, ab, per_channel)
+                 if layers is None else fake_quant_forward(layers, calibration, wb, ab,
+                                                           per_channel))
             returns, _ = play_batched(env_id, f, seeds)
             row = {"mode": mode, "bits": int(n), "mean_return": float(np.mean(returns)),
                    "std_return": float(np.std(returns))}

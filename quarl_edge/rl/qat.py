@@ -94,10 +94,16 @@ TANH_PRE_RANGE = 4.0
 
 def _activation_ranges(model, calibration: np.ndarray) -> dict[str, tuple[float, float]]:
     """Per Dense layer name: the (min, max) of its output on the calibration data; "input" too,
-    and "<name>/pre" for the pre-activation of a tanh layer (clipped, see TANH_PRE_RANGE)."""
+    and "<name>/pre" for the pre-activation of a tanh layer (clipped, see TANH_PRE_RANGE).
+    A network that is not a plain MLP (a CNN): per layer with a kernel or pooling, its output's
+    range, TensorFlow computing them."""
     from ..run import mlp_forward, mlp_layers
     x = np.asarray(calibration, np.float32).reshape(len(calibration), -1)
     ranges = {"input": (float(x.min()), float(x.max()))}
+    try:
+        mlp_layers(model)
+    except QuarlError:
+        return {**ranges, **_layer_output_ranges(model, calibration)}
     names = [layer.name for layer in model.layers if layer.__class__.__name__ == "Dense"]
     for name, (kernel, bias, act) in zip(names, mlp_layers(model)):
         pre = mlp_forward([(kernel, bias, "linear")], x)
@@ -109,9 +115,29 @@ def _activation_ranges(model, calibration: np.ndarray) -> dict[str, tuple[float,
     return ranges
 
 
+def _layer_output_ranges(model, calibration: np.ndarray) -> dict[str, tuple[float, float]]:
+    """(min, max) of the output of every layer of `model` that computes (Dense, convolutions,
+    pooling) on `calibration`, by layer name."""
+    import tensorflow as tf
+    names = [layer.name for layer in model.layers
+             if layer.__class__.__name__ not in ("InputLayer", "Flatten", "Reshape", "Dropout")]
+    probe = tf.keras.Model(model.inputs, [model.get_layer(n).output for n in names])
+    outputs = probe(np.asarray(calibration, np.float32), training=False)
+    outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+    return {n: (float(np.min(o)), float(np.max(o))) for n, o in zip(names, outputs)}
+
+
+def _kernel_range(kernel: np.ndarray, n: int) -> np.ndarray | float:
+    """The symmetric range of a kernel for a quantizer variable of n values: the largest |w|
+    per tensor (n == 1) or per output channel (the trailing axes holding n values)."""
+    a = np.abs(np.asarray(kernel, np.float32))
+    return float(a.max()) if n <= 1 else a.reshape(-1, n).max(axis=0)
+
+
 def qat_model(model, calibration: np.ndarray):
-    """A fake-quantized tfmot copy of the Keras MLP `model` (its weights; the original is left
-    untouched), its quantizer ranges initialised from `calibration` and the weights."""
+    """A fake-quantized tfmot copy of the Keras network `model` (an MLP or a sequential CNN; its
+    weights, the original left untouched), its quantizer ranges initialised from `calibration`
+    and the weights."""
     import tensorflow as tf
     import tensorflow_model_optimization as tfmot
 
@@ -120,7 +146,7 @@ def qat_model(model, calibration: np.ndarray):
     qmodel = tfmot.quantization.keras.quantize_model(copy)
     ranges = _activation_ranges(model, calibration)
     kernels = {layer.name: layer.get_weights()[0] for layer in model.layers
-               if layer.__class__.__name__ == "Dense"}
+               if layer.__class__.__name__ in ("Dense", "Conv2D", "DepthwiseConv2D")}
     for layer in qmodel.layers:
         kind = layer.__class__.__name__
         if kind == "QuantizeLayer":
@@ -132,8 +158,10 @@ def qat_model(model, calibration: np.ndarray):
         for v in layer.weights:
             leaf = v.name.split("/")[-1].split(":")[0]
             if leaf.endswith(("kernel_min", "kernel_max")) and name in kernels:
-                r = float(np.abs(kernels[name]).max())
-                lo, hi = -r, r
+                # per tensor (Dense), or per output channel (tfmot's convolutions)
+                r = _kernel_range(kernels[name], int(np.prod(v.shape)))
+                v.assign(-r if leaf.endswith("min") else r)
+                continue
             elif leaf.endswith(("pre_activation_min", "pre_activation_max")) \
                     and f"{name}/pre" in ranges:
                 lo, hi = ranges[f"{name}/pre"]
@@ -390,7 +418,7 @@ def distill(model, run: dict, calibration: np.ndarray, cfg: DistillConfig, seed:
     from tqdm import tqdm
 
     from .envs import make_gym, play_batched
-    from ..run import VALIDATION_SEED_BASE, mlp_forward, mlp_layers
+    from ..run import VALIDATION_SEED_BASE, keras_runner
 
     env_id = run["env"]
     gym_env = make_gym(env_id)
@@ -401,10 +429,10 @@ def distill(model, run: dict, calibration: np.ndarray, cfg: DistillConfig, seed:
     if loss_kind in ("centred", "kl") and kind == "action":
         raise QuarlError(f"distill loss {loss_kind!r} is for argmax heads; {env_id} has "
                          "continuous actions (use mse)")
-    teacher_layers = mlp_layers(model)
+    teacher_net = keras_runner(model)   # an MLP in numpy, a CNN through TensorFlow
 
     def teacher(x):
-        return mlp_forward(teacher_layers, x).astype(np.float32)
+        return np.asarray(teacher_net(x), np.float32)
 
     tf.keras.utils.set_random_seed(seed)
     rng = np.random.default_rng(seed)

@@ -518,7 +518,7 @@ def run_group(group: dict, out: Path, done: set, emit: Callable[[dict], None],
     from ..quant.schemes import quantize
     from ..rl.envs import make_gym, play_batched
     from ..rl.train import train
-    from ..run import keras_runner, load_keras, load_run, mlp_layers, ppo_action_std
+    from ..run import keras_runner, load_keras, load_run, ppo_action_std, weighted_layers
     from .analysis import (batch_runner, evaluate_runner, gaussian_policy_kl, policy_kl,
                            random_policy_return, weight_quantiles, weight_stats)
 
@@ -545,7 +545,7 @@ def run_group(group: dict, out: Path, done: set, emit: Callable[[dict], None],
     info = load_run(run_dir)
     train_wall = time.perf_counter() - t0
     model = load_keras(run_dir)
-    layers = mlp_layers(model)
+    layers = weighted_layers(model)   # MLPs and CNNs: the kernels' statistics
     reference = keras_runner(model)
     space = make_gym(env_id).action_space
     argmax_head = hasattr(space, "n")
