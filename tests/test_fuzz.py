@@ -23,10 +23,11 @@ def test_a_short_fuzz_run_finds_nothing_and_reaches_every_command(tmp_path, vari
     assert "ERROR: AddressSanitizer" not in proc.stderr and "runtime error" not in proc.stderr
     assert not list(tmp_path.glob("crash-*"))
     m = re.search(r"fuzz replies: HELLO (\d+) INFER (\d+) BENCH (\d+) MEM (\d+) ECHO (\d+) "
-                  r"IN_CHUNK (\d+) OUT_CHUNK (\d+) RESET (\d+) ERROR (\d+)", proc.stderr)
+                  r"IN_CHUNK (\d+) OUT_CHUNK (\d+) RESET (\d+) INFER_Z (\d+) ERROR (\d+)",
+                  proc.stderr)
     assert m, proc.stderr[-2000:]
     counts = dict(zip(("HELLO", "INFER", "BENCH", "MEM", "ECHO", "IN_CHUNK", "OUT_CHUNK",
-                       "RESET", "ERROR"), map(int, m.groups())))
+                       "RESET", "INFER_Z", "ERROR"), map(int, m.groups())))
     if variant == "frame":       # tensors fit one frame: no chunk is ever taken
         counts.pop("IN_CHUNK")
         counts.pop("OUT_CHUNK")

@@ -509,7 +509,7 @@ def test_wrong_version(board):
     assert_clean_exit(board)
 
 
-@pytest.mark.parametrize("cmd", [0x00, 0x09, 0x42, 0x7F])
+@pytest.mark.parametrize("cmd", [0x00, 0x0A, 0x42, 0x7F])   # 0x09 is INFER_Z (v5)
 def test_unknown_command(board, cmd):
     f = board.request(cmd, b"abc")
     assert f.is_error and f.error()[:2] == ("UNKNOWN_CMD", cmd)

@@ -123,7 +123,7 @@ def test_a_board_that_falls_silent_is_a_clear_error_in_bounded_time(running):
         with pytest.raises(BoardError, match="stopped answering: no reply to INFER after 9 "
                                              "attempts .* and no answer to HELLO"):
             for _ in range(3):
-                link.infer([np.zeros((1, 4), np.float32)])
+                link.infer([np.full((1, 4), 0.1, np.float32)])   # dense: INFER, not INFER_Z
         assert time.monotonic() - t0 < 15
 
 

@@ -159,7 +159,7 @@ def test_malformed_replies_are_protocol_errors(hello, request_name, reply, messa
         os.close(slave)
 
 
-@pytest.mark.parametrize("version", [1, P.VERSION - 1])   # v3: a board built before RESET
+@pytest.mark.parametrize("version", [1, P.VERSION - 1])   # v4: a board built before INFER_Z
 def test_a_board_of_another_protocol_version_is_named_at_once(version):
     master, slave = os.openpty()
     tty.setraw(slave)

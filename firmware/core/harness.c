@@ -271,11 +271,12 @@ static void do_hello(const qe_frame_t *f)
 /* ------------------------------------------------------------------------------- INFER */
 /* The reply to the last INFER: its cost and the outputs, still in the arena (nothing runs the
  * model between an INFER and its retry). */
-static void tx_infer(uint8_t seq)   /* streamed outputs: the cost only (OUT_CHUNK reads them) */
+static void tx_infer(uint8_t cmd, uint8_t seq)   /* INFER's or INFER_Z's reply; streamed
+                                                   * outputs: the cost only (OUT_CHUNK reads them) */
 {
     const qe_model_info_t *m = &qe_model_info;
     uint32_t out_bytes = outputs_streamed() ? 0u : tensors_bytes(m->outputs, m->n_outputs);
-    qe_tx_begin(QE_REPLY(QE_CMD_INFER), seq, (uint16_t)(4u + out_bytes));
+    qe_tx_begin(QE_REPLY(cmd), seq, (uint16_t)(4u + out_bytes));
     qe_tx_u32(last_cost);
     tx_tensors(m->outputs, m->n_outputs, 0, out_bytes);
     qe_tx_end();
@@ -311,7 +312,89 @@ static void do_infer(const qe_frame_t *f)
     in_received = 0;   /* the run may have reused the input tensors' arena bytes */
     out_ready = 1;
     remember(f);
-    tx_infer(f->seq);
+    tx_infer(f->cmd, f->seq);
+}
+
+/* ----------------------------------------------------------------------------- INFER_Z */
+/* INFER with the inputs zero-run coded (docs/protocol.md, "Zero-run coded inputs"): a nonzero
+ * byte stands for itself, 0x00 k (k = 1..255) for k zero bytes. The code is checked whole
+ * before a byte is written (zrun_size), so a malformed one changes nothing: BENCH still runs
+ * on the last good input. */
+static uint32_t zrun_size(const uint8_t *code, uint32_t n, uint32_t limit)
+{   /* the bytes `code` stands for, or limit + 1 if malformed or more than `limit` */
+    uint32_t i = 0, size = 0;
+    while (i < n && size <= limit) {
+        if (code[i] != 0u) {
+            size++;
+            i++;
+        } else if (i + 1u >= n || code[i + 1u] == 0u) {
+            return limit + 1u;   /* a run token cut off, or a run of length 0 */
+        } else {
+            size += code[i + 1u];
+            i += 2u;
+        }
+    }
+    return size <= limit ? size : limit + 1u;
+}
+
+/* Bytes [0, size) of the decoded inputs, written to dst (not streamed: the copy of the last
+ * input) or straight into the input tensors (streamed), 32 bytes at a time. */
+static void zrun_write(const uint8_t *code, uint32_t n, uint8_t *dst)
+{
+    const qe_model_info_t *m = &qe_model_info;
+    uint8_t buf[32];
+    uint32_t i = 0, off = 0, k = 0, run;
+    while (i < n) {
+        if (code[i] != 0u) {
+            buf[k++] = code[i++];
+            run = 0u;
+        } else {
+            run = code[i + 1u];
+            i += 2u;
+        }
+        for (;;) {
+            uint32_t take = run < sizeof buf - k ? run : (uint32_t)sizeof buf - k;
+            memset(buf + k, 0, take);
+            k += take;
+            run -= take;
+            if (k == sizeof buf || (i == n && run == 0u)) {
+                if (dst)
+                    memcpy(dst + off, buf, k);
+                else
+                    write_tensors(m->inputs, m->n_inputs, off, k, buf);
+                off += k;
+                k = 0;
+            }
+            if (run == 0u)
+                break;
+        }
+    }
+}
+
+static void do_infer_z(const qe_frame_t *f)
+{
+    const qe_model_info_t *m = &qe_model_info;
+    uint32_t in_bytes = tensors_bytes(m->inputs, m->n_inputs);
+
+    if (zrun_size(f->payload, f->len, in_bytes) != in_bytes) {
+        bad_payload(f, QE_MSG("INFER_Z code is malformed or not the inputs' size"));
+        return;
+    }
+    if (inputs_streamed()) {   /* no copy of the inputs: straight into the tensors */
+        zrun_write(f->payload, f->len, (uint8_t *)0);
+    } else {
+        if (in_bytes > sizeof last_input) {
+            bad_payload(f, QE_MSG("inputs exceed QE_INPUT_COPY_BYTES"));
+            return;
+        }
+        zrun_write(f->payload, f->len, last_input);
+        restore_inputs();
+    }
+    last_cost = run_once();
+    in_received = 0;
+    out_ready = 1;
+    remember(f);
+    tx_infer(f->cmd, f->seq);
 }
 
 /* ----------------------------------------------------------------- IN_CHUNK, OUT_CHUNK */
@@ -467,8 +550,8 @@ static int replayed(const qe_frame_t *f)
 {
     if (!last_valid || f->cmd != last_cmd || f->seq != last_seq || f->crc != last_crc)
         return 0;
-    if (f->cmd == QE_CMD_INFER)
-        tx_infer(f->seq);
+    if (f->cmd == QE_CMD_INFER || f->cmd == QE_CMD_INFER_Z)
+        tx_infer(f->cmd, f->seq);
     else if (f->cmd == QE_CMD_BENCH)
         tx_bench(f->seq);
     else if (f->cmd == QE_CMD_IN_CHUNK)
@@ -491,6 +574,7 @@ static void handle(qe_rx_status_t st, const qe_frame_t *f)
     switch (f->cmd) {
     case QE_CMD_HELLO: do_hello(f); break;
     case QE_CMD_INFER: do_infer(f); break;
+    case QE_CMD_INFER_Z: do_infer_z(f); break;
     case QE_CMD_BENCH: do_bench(f); break;
     case QE_CMD_MEM: do_mem(f); break;
     case QE_CMD_ECHO: do_echo(f); break;
@@ -516,6 +600,7 @@ static int length_ok(uint8_t cmd, uint16_t len)
     case QE_CMD_HELLO: return len == 4u;
     case QE_CMD_INFER: return len == (inputs_streamed() ? 0u : tensors_bytes(m->inputs, m->n_inputs));
     case QE_CMD_IN_CHUNK: return len >= 4u;
+    case QE_CMD_INFER_Z: return len >= 1u;
     case QE_CMD_OUT_CHUNK: return len == 6u;
     case QE_CMD_BENCH: return len == 2u;
     case QE_CMD_MEM: return len == 0u;

@@ -4,7 +4,7 @@
 #ifndef QE_PROTOCOL_H
 #define QE_PROTOCOL_H
 
-#define QE_PROTO_VERSION 4
+#define QE_PROTO_VERSION 5
 #define QE_PROTO_SYNC0 0xA5
 #define QE_PROTO_SYNC1 0x5A
 #define QE_PROTO_HEADER_SIZE 7
@@ -23,6 +23,7 @@
 #define QE_CMD_IN_CHUNK 0x06
 #define QE_CMD_OUT_CHUNK 0x07
 #define QE_CMD_RESET 0x08
+#define QE_CMD_INFER_Z 0x09
 
 #define QE_ERR_BAD_CRC 1  /* the CRC did not match */
 #define QE_ERR_TOO_LONG 2  /* the payload length exceeds the board's max_payload */

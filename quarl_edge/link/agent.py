@@ -107,10 +107,19 @@ class Agent:
             self.boot_id = self.boot_id or nonce
             self.last_request = None        # a new session: nothing to replay
             return self.hello_reply(f.seq, nonce)
-        if cmd == P.COMMANDS["INFER"]:
+        if cmd == P.COMMANDS["INFER_Z"]:            # INFER, the inputs zero-run coded
+            try:
+                payload = P.zrun_decode(payload, self.in_bytes)
+            except ValueError as e:
+                return error(5, f"INFER_Z: {e}")
+            if P.streamed(self.in_bytes, MAX_PAYLOAD):
+                self.stream.received = 0
+        elif cmd == P.COMMANDS["INFER"] and P.streamed(self.in_bytes, MAX_PAYLOAD):
+            payload = None                              # taken from the IN_CHUNK frames below
+        if cmd in (P.COMMANDS["INFER"], P.COMMANDS["INFER_Z"]):
             specs = [self.spec(d) for d in self.inputs]
-            if P.streamed(self.in_bytes, MAX_PAYLOAD):   # the inputs came in IN_CHUNK frames
-                if payload:
+            if payload is None:                         # the inputs came in IN_CHUNK frames
+                if f.payload:
                     return error(5, "streamed inputs: INFER takes no payload")
                 if not self.stream.complete:
                     return error(6, f"input chunks missing: {self.stream.received} of "

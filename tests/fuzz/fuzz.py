@@ -6,7 +6,7 @@ tests/fuzz/fuzz_harness.c is the port: each fuzz input is the byte stream a boar
 firmware is the host board's (firmware/core: protocol.c, harness.c, the kernels) with the
 shipped CartPole int8 policy generated into it, compiled by clang with libFuzzer, AddressSanitizer
 and UndefinedBehaviorSanitizer (every report is fatal). The seed corpus is one valid request of
-each command (HELLO, INFER, BENCH, MEM, ECHO, IN_CHUNK, OUT_CHUNK, RESET) and a few sequences of them, from the Python
+each command (HELLO, INFER, BENCH, MEM, ECHO, IN_CHUNK, OUT_CHUNK, RESET, INFER_Z) and a few sequences of them, from the Python
 encoder (quarl_edge.link.protocol), so mutations start inside the protocol, not from noise.
 A finding leaves its input as OUT/crash-* and makes this exit non-zero.
 
@@ -114,12 +114,15 @@ def seed_corpus(directory: Path, input_bytes: int) -> Path:
               "infer_streamed": frame("INFER", b"", 8),
               "out_chunk": frame("OUT_CHUNK", struct.pack("<IH", 0, 4), 9),
               # protocol v4: RESET zeroes a recurrent model's state (this model has none)
-              "reset": frame("RESET", b"", 10)}
+              "reset": frame("RESET", b"", 10),
+              # protocol v5: INFER with zero-run coded inputs (a sparse input: 0x00, run length)
+              "infer_z": frame("INFER_Z", bytes([0, 4]) + x[4:8] + bytes([0, input_bytes - 8]),
+                               11)}
     for name, data in frames.items():
         (directory / name).write_bytes(data)
     (directory / "session").write_bytes(b"".join(frames[k] for k in
                                                  ("hello", "reset", "infer", "infer", "bench",
-                                                  "mem")))
+                                                  "infer_z", "mem")))
     (directory / "stream").write_bytes(b"".join(frames[k] for k in (
         "hello", "in_chunk", "in_chunk", "in_chunk2", "infer_streamed", "out_chunk")))
     (directory / "retry").write_bytes(frames["hello"] + frames["infer"] * 2 + b"\x00\xa5" +

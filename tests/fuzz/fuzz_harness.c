@@ -55,11 +55,12 @@ uint32_t qe_port_stack_size(void) { return 0u; }
 static void print_counts(void)
 {
     fprintf(stderr, "fuzz replies: HELLO %lu INFER %lu BENCH %lu MEM %lu ECHO %lu IN_CHUNK %lu "
-            "OUT_CHUNK %lu RESET %lu ERROR %lu\n",
+            "OUT_CHUNK %lu RESET %lu INFER_Z %lu ERROR %lu\n",
             replies[QE_CMD_HELLO | 0x80u], replies[QE_CMD_INFER | 0x80u],
             replies[QE_CMD_BENCH | 0x80u], replies[QE_CMD_MEM | 0x80u],
             replies[QE_CMD_ECHO | 0x80u], replies[QE_CMD_IN_CHUNK | 0x80u],
-            replies[QE_CMD_OUT_CHUNK | 0x80u], replies[QE_CMD_RESET | 0x80u], replies[0xFFu]);
+            replies[QE_CMD_OUT_CHUNK | 0x80u], replies[QE_CMD_RESET | 0x80u],
+            replies[QE_CMD_INFER_Z | 0x80u], replies[0xFFu]);
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
