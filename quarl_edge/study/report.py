@@ -880,6 +880,8 @@ def board_cells(res: "Results") -> list[dict]:
             "agreement": mean_of("agreement"),
             "equals_tflm": (all(r.get("matches_reference", r.get("matches_tflite")) for r in played)
                             if played else None),
+            "equals_tflite": (all(r.get("matches_tflite") for r in played)
+                              if played and all("matches_tflite" in r for r in played) else None),
             "bit_exact": (all(r["bit_exact"] for r in rows if "bit_exact" in r)
                           if any("bit_exact" in r for r in rows) else None),
             "cost": cost, "us": us, "us_basis": basis, "us_text": _us({**rows[0], "cost_mean": cost}),
@@ -993,8 +995,9 @@ def _board_blocks(res: "Results", figures: dict[str, bool] | None = None) -> lis
                "choosing every action on the study's test seeds (mean over training seeds, ± "
                "std over seeds, or over episodes for one seed), its normalised loss against "
                "the run's fp32 network on the same seeds, the agreement with the fp32 "
-               "network's actions on the board's states, whether TF Lite Micro (the reference "
-               "the firmware is bit-exact with) returns the same on every seed, whether "
+               "network's actions on the board's states, whether tflite-runtime (the host "
+               "cells' interpreter) and TF Lite Micro (the reference the firmware is bit-exact "
+               "with) return the same on every seed, whether "
                "validate found every output bit-exact on the calibration observations, the "
                "cost per inference in the board's unit, that cost in µs (measured on the host; "
                "at the board's clock otherwise, instructions at one per cycle an estimate), and "
@@ -1013,7 +1016,7 @@ def _board_blocks(res: "Results", figures: dict[str, bool] | None = None) -> lis
                     f"arena {c['arena']:,} B" if c.get("arena") else "",
                     f"weights {c['weights']:,} B" if c.get("weights") else "") if x)
                 rows.append([c["board"], c["scheme"], "-", f"does not fit ({need or c['reason']})",
-                             "-", "-", "-", "-", "-", "-",
+                             "-", "-", "-", "-", "-", "-", "-",
                              _bytes(c.get("needs_flash")) + f" / {_bytes(c.get('board_flash'))}",
                              _bytes(c.get("needs_ram")) + f" / {_bytes(c.get('board_ram'))}",
                              _bytes(c.get("arena")), "-"])
@@ -1022,13 +1025,15 @@ def _board_blocks(res: "Results", figures: dict[str, bool] | None = None) -> lis
             rows.append([c["board"], c["scheme"], str(c["n"]),
                          (f"{c['return']:,.1f} ± {c['return_std'] or 0:,.1f}"
                           if c["return"] is not None else "-"),
-                         _pct(c["loss"]), _fmt(c["agreement"], 3), yes[c["equals_tflm"]],
+                         _pct(c["loss"]), _fmt(c["agreement"], 3), yes[c["equals_tflite"]],
+                         yes[c["equals_tflm"]],
                          yes[c["bit_exact"]], f"{c['cost']:,.0f} {c['unit']}", c["us_text"],
                          _bytes(c["flash"]), _bytes(c["ram"]), _bytes(c["arena"]),
                          _bytes(c["stack"])])
         B.append(("h", 3, f"{_task_name(task)}: scheme × board"))
         B.append(("table", ["board", "scheme", "seeds", "return (mean ± std)", "normalised loss",
-                            "agreement", "= TF Lite Micro", "bit-exact", "cost / inference",
+                            "agreement", "= tflite-runtime", "= TF Lite Micro", "bit-exact",
+                            "cost / inference",
                             "µs / inference", "flash (B)", "RAM (B)", "arena (B)", "stack (B)"],
                   rows))
     for board in sorted({c["board"] for c in cells}):
