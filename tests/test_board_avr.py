@@ -138,6 +138,20 @@ def test_fp32_fits_the_328p_with_weights_in_flash_and_is_refused_by_a_smaller_av
         build(run_copy / "models" / "fp32.tflite", board, tmp_path / "fw2")
 
 
+def test_weights_larger_than_the_flash_are_does_not_fit_not_a_compiler_error(tmp_path):
+    """A float model with 48 KiB of weights (a dense 96 x 128 layer; the MinAtar CNN's fp32
+    weights are 528 KiB): avr-gcc refuses any array over 32 KiB ("size of array is too large"),
+    which was reported as a failed build; the build now says, before compiling, that it does not
+    fit, with the numbers (a study makes it a does-not-fit row)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from helpers_models import convert, random_mlp
+    path = tmp_path / "big.tflite"
+    path.write_bytes(convert(random_mlp(0, 96, [128, 4], ["relu", "none"]), "float"))
+    with pytest.raises(QuarlError, match=r"needs 5\d{4} B of flash; the board has 32768 B: the "
+                                         r"model's weights alone do not fit"):
+        build(path, BOARD, tmp_path / "fw")
+
+
 def test_int16x8_and_int8_io_models_are_bit_exact(tmp_path):
     """int16x8 exercises the 64-bit requantization (whose constants once assumed a 32-bit int:
     wrong on AVR, where int has 16 bits), int8 I/O the LOGISTIC lookup table in flash."""

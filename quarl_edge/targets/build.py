@@ -391,6 +391,16 @@ def build(model_path: Path, board: Board, out_dir: Path, extra_flags=(),
     for stale in (elf.with_suffix(".bin"), elf.with_suffix(".hex")):   # of an earlier build
         stale.unlink(missing_ok=True)
     packed = int(info.get("layout_extra_bytes", 0)) > 0
+    weights, extra = int(info["weight_bytes"]), int(info.get("layout_extra_bytes", 0))
+    if board.flash_bytes and weights > board.flash_bytes:
+        # Said before compiling: a compiler may refuse such an array outright (avr-gcc: "size
+        # of array is too large" above 32 KiB) instead of the linker saying it does not fit.
+        if packed and weights - extra <= board.flash_bytes:
+            return build(model_path, board, out_dir, extra_flags, pack_weights=False)
+        raise QuarlError(f"firmware for {board.id} needs {weights - extra if packed else weights}"
+                         f" B of flash; the board has {board.flash_bytes} B: the model's weights "
+                         f"alone do not fit (its arena takes {info['arena_bytes']} B; the board "
+                         f"has {board.ram_bytes} B of RAM)")
     try:
         compile_firmware(board, firmware_sources(board) + [gen_dir / "model.c"], elf, extra_flags,
                          model_defines=(f"-DQE_INPUT_COPY_BYTES={copy_bytes}u",))
