@@ -133,6 +133,21 @@ def _save_actor_run(out: Path, algo: str, env_id: str, seed: int, cfg, agent, ac
     model.save(out / MODEL_FILES[algo])
 
     space = env.gym_env.action_space
+    info = run_record(env_id, algo, seed, cfg, best, train_seconds, recent_returns, obs_shape,
+                      space, {"type": "mlp", "hidden": list(cfg.hidden), "activation": "relu",
+                              "head": (layers[-1][2] if hasattr(space, "n")
+                                       else "tanh, scaled to bounds")}, **extra)
+    write_run(out, info)
+    return info
+
+
+def run_record(env_id: str, algo: str, seed: int, cfg, best: dict, train_seconds: float,
+               recent_returns, obs_shape, space, network: dict, **extra) -> dict:
+    """run.json as every training writes it (quarl_edge/run.py documents the fields): what was
+    trained (env, algo, seed, the config's fields as "hyperparameters"), how well (the best greedy
+    validation return `best["return"]` at `best["step"]`, the running train return at the end),
+    the observation and action spaces, the network (`network`), package versions; `extra` adds
+    an algorithm's own fields."""
     info = {
         "env": env_id,
         "algo": algo,
@@ -146,8 +161,7 @@ def _save_actor_run(out: Path, algo: str, env_id: str, seed: int, cfg, agent, ac
         "obs_shape": list(obs_shape),
         "model_file": MODEL_FILES[algo],
         "action_space": space_info(space),
-        "network": {"type": "mlp", "hidden": list(cfg.hidden), "activation": "relu",
-                    "head": layers[-1][2] if hasattr(space, "n") else "tanh, scaled to bounds"},
+        "network": network,
         "hyperparameters": {k: (list(v) if isinstance(v, tuple) else v)
                             for k, v in asdict(cfg).items()},
         "versions": package_versions(),
@@ -155,7 +169,6 @@ def _save_actor_run(out: Path, algo: str, env_id: str, seed: int, cfg, agent, ac
     }
     if hasattr(space, "n"):
         info["n_actions"] = int(space.n)
-    write_run(out, info)
     return info
 
 

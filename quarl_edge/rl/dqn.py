@@ -12,15 +12,14 @@ import csv
 import shutil
 import time
 from collections import deque
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import QuarlError
-from ..run import (MODEL_FILES, VALIDATION_SEED_BASE, keras_runner, mlp_q_values,
-                   package_versions, write_run)
-from .envs import space_info
+from ..run import VALIDATION_SEED_BASE, keras_runner, mlp_q_values, write_run
+from .common import run_record
 
 
 @dataclass
@@ -268,28 +267,12 @@ def train_dqn(env_id: str, seed: int, out: Path, config: DQNConfig, progress: bo
         raise RuntimeError("the Keras copy of the Q-network disagrees with the TF-Agents network")
     model.save(out / "qnet.keras")
 
-    info = {
-        "env": env_id,
-        "algo": "dqn",
-        "seed": seed,
-        "steps": cfg.steps,
-        "train_seconds": round(train_seconds, 2),
-        "best_greedy_return": best["return"],
-        "best_step": best["step"],
-        "best_int8_validation_return": best["int8_return"],
-        "validation_seeds": [VALIDATION_SEED_BASE, VALIDATION_SEED_BASE + cfg.eval_episodes - 1],
-        "final_train_return": float(np.mean(recent_returns)) if recent_returns else None,
-        "obs_shape": list(obs_shape),
-        "n_actions": n_actions,
-        "model_file": MODEL_FILES["dqn"],
-        "action_space": space_info(env.gym_env.action_space),
-        "network": ({"type": "cnn", "conv": [list(c) for c in cfg.conv], "hidden": list(cfg.hidden),
-                     "activation": "relu"} if cfg.conv else
-                    {"type": "mlp", "hidden": list(cfg.hidden), "activation": "relu"}),
-        "hyperparameters": {k: (list(v) if isinstance(v, tuple) else v)
-                            for k, v in asdict(cfg).items()},
-        "versions": package_versions(),
-    }
+    info = run_record(env_id, "dqn", seed, cfg, best, train_seconds, recent_returns, obs_shape,
+                      env.gym_env.action_space,
+                      ({"type": "cnn", "conv": [list(c) for c in cfg.conv],
+                        "hidden": list(cfg.hidden), "activation": "relu"} if cfg.conv else
+                       {"type": "mlp", "hidden": list(cfg.hidden), "activation": "relu"}),
+                      best_int8_validation_return=best["int8_return"])
     write_run(out, info)
     env.close()
     val_env.close()

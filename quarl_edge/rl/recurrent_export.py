@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .common import run_record
 from .recurrent import CELL_CLIP, WEIGHTS_FILE, one_step_keras, rnn_actor_layers
 
 
@@ -73,35 +74,16 @@ def save_recurrent_run(out: Path, env_id: str, seed: int, cfg, agent, actor_net,
 
 def _write_run_json(out: Path, env_id: str, seed: int, cfg, best: dict, train_seconds: float,
                     recent_returns, normalization, obs_shape, space) -> dict:
-    from dataclasses import asdict
-
-    from ..run import MODEL_FILES, VALIDATION_SEED_BASE, package_versions, write_run
-    from .envs import space_info
-    info = {
-        "env": env_id,
-        "algo": "ppo",
-        "seed": seed,
-        "steps": cfg.steps,
-        "train_seconds": round(train_seconds, 2),
-        "best_greedy_return": best["return"],
-        "best_step": best["step"],
-        "validation_seeds": [VALIDATION_SEED_BASE, VALIDATION_SEED_BASE + cfg.eval_episodes - 1],
-        "final_train_return": float(np.mean(recent_returns)) if recent_returns else None,
-        "obs_shape": list(obs_shape),
-        "model_file": MODEL_FILES["ppo"],
-        "action_space": space_info(space),
-        "n_actions": int(space.n),
-        # the network file is a one-step model: input [1, 1, *obs_shape], LSTM state kept
-        # between calls and zeroed at each episode's start (recurrent.py)
-        "network": {"type": "lstm", "hidden": list(cfg.hidden), "lstm_units": cfg.lstm_units,
-                    "activation": "relu", "head": "linear", "recurrent": True,
-                    # the fixed input normalization, folded into the first layer of the export
-                    "observation_mean": normalization[0].tolist(),
-                    "observation_std": normalization[1].tolist()},
-        "hyperparameters": {k: (list(v) if isinstance(v, tuple) else v)
-                            for k, v in asdict(cfg).items()},
-        "versions": package_versions(),
-    }
+    from ..run import write_run
+    # the network file is a one-step model: input [1, 1, *obs_shape], LSTM state kept between
+    # calls and zeroed at each episode's start (recurrent.py)
+    info = run_record(env_id, "ppo", seed, cfg, best, train_seconds, recent_returns, obs_shape,
+                      space, {"type": "lstm", "hidden": list(cfg.hidden),
+                              "lstm_units": cfg.lstm_units, "activation": "relu",
+                              "head": "linear", "recurrent": True,
+                              # the fixed input normalization, folded into the export's first layer
+                              "observation_mean": normalization[0].tolist(),
+                              "observation_std": normalization[1].tolist()})
     write_run(out, info)
     return info
 
