@@ -7,6 +7,7 @@ the committed header drifts from them.
 from __future__ import annotations
 
 import binascii
+import re
 import struct
 import sys
 from dataclasses import dataclass, field
@@ -355,48 +356,32 @@ RESET_REPLY = "<I"      # RESET request: no payload; reply: u32 the board's boot
 ZRUN_MAX = 255   # zero bytes one run token stands for
 
 
+_ZERO_RUN = re.compile(rb"\x00{1,%d}" % ZRUN_MAX)
+_RUN_TOKEN = re.compile(rb"\x00(.?)", re.S)    # a run token; its length byte, if any
+
+
 def zrun_encode(data: bytes) -> bytes:
     """INFER_Z's coding of the inputs' bytes: a nonzero byte stands for itself; 0x00, k (k in
-    1..255) stands for k zero bytes. Lossless, and never longer than 2 bytes per byte."""
-    out = bytearray()
-    i, n = 0, len(data)
-    while i < n:
-        b = data[i]
-        if b:
-            out.append(b)
-            i += 1
-            continue
-        j = i
-        while j < n and j - i < ZRUN_MAX and data[j] == 0:
-            j += 1
-        out += bytes((0, j - i))
-        i = j
-    return bytes(out)
+    1..255) stands for k zero bytes. Lossless, and never longer than 2 bytes per byte. (A
+    regular expression finds the runs: a HIL step codes 1,600 bytes, no Python loop per byte.)"""
+    return _ZERO_RUN.sub(lambda m: bytes((0, len(m.group()))), bytes(data))
 
 
 def zrun_decode(code: bytes, size: int) -> bytes:
     """The `size` bytes `code` stands for; ValueError when it is malformed (a run of length 0,
-    a run token cut off) or stands for another number of bytes: the board's checks."""
-    out = bytearray()
-    i, n = 0, len(code)
-    while i < n:
-        b = code[i]
-        if b:
-            out.append(b)
-            i += 1
-        elif i + 1 >= n:
+    a run token cut off) or stands for another number of bytes: the board's checks. Tokens
+    cannot be misread: between two run tokens every byte is a nonzero literal."""
+    code = bytes(code)
+    for m in _RUN_TOKEN.finditer(code):
+        if m.group(1) == b"":
             raise ValueError("a zero run token without its length")
-        elif code[i + 1] == 0:
+        if m.group(1) == b"\x00":
             raise ValueError("a zero run of length 0")
-        else:
-            out += bytes(code[i + 1])
-            i += 2
-        if len(out) > size:
-            break
+    out = _RUN_TOKEN.sub(lambda m: bytes(m.group(1)[0]), code)
     if len(out) != size:
-        raise ValueError(f"the code stands for {'more than ' if len(out) > size else ''}"
-                         f"{len(out)} bytes, not the inputs' {size}")
-    return bytes(out)
+        raise ValueError(f"the code stands for {len(out)} bytes, "
+                         f"{'more' if len(out) > size else 'fewer'} than the inputs' {size}")
+    return out
 
 
 # ------------------------------------------------------------------------ streamed tensors
