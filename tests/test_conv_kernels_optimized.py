@@ -35,7 +35,7 @@ VDIR = FW / "core" / "kernels" / "optimized" / "cortex-m-dsp"
 SOURCES = [VDIR / "conv.c", VDIR / "depthwise_conv.c", FW / "core" / "requant.c"]
 FILES = ("conv_cases.bin", "conv_out.bin")
 INT32_MAX = 2**31 - 1
-CONV, DW = 0, 1
+CONV, DW, PACKED = 0, 1, 2     # PACKED: CONV_2D on the generator's packed filter (conv.h)
 
 
 @dataclasses.dataclass
@@ -46,6 +46,7 @@ class ConvCase:
     bias: np.ndarray | None
     mults: np.ndarray
     shifts: np.ndarray
+    extra: bytes = b""         # kind PACKED: the generator's layout (pack_extra)
 
     @property
     def out_bytes(self) -> int:
@@ -56,7 +57,21 @@ class ConvCase:
         out = struct.pack("<24i", *self.header) + self.x.astype(np.int8).tobytes() + self.f.astype(np.int8).tobytes()
         if self.bias is not None:
             out += self.bias.astype("<i4").tobytes()
-        return out + self.mults.astype("<i4").tobytes() + self.shifts.astype(np.int8).tobytes()
+        return (out + self.mults.astype("<i4").tobytes() + self.shifts.astype(np.int8).tobytes()
+                + self.extra)
+
+
+def pack_extra(c: ConvCase) -> ConvCase:
+    """Turn a CONV_2D case into a PACKED one: the generator's own packing (converters/ops/conv.py:
+    pack_conv_filter, mm_table) of its filter, bias and requantization."""
+    from quarl_edge.converters.ops.conv import mm_table, pack_conv_filter
+    h = c.header
+    f = c.f.reshape(h[7], h[8], h[9], h[4])
+    words, bias_p, d_pad = pack_conv_filter(f, c.bias, h[17])
+    mm = mm_table(list(c.mults), list(c.shifts), h[18], h[19], h[20], bias_p.size)
+    extra = (struct.pack("<2i", d_pad, int(mm is not None)) + words.astype("<i4").tobytes()
+             + bias_p.astype("<i4").tobytes() + (b"" if mm is None else mm.astype("<i4").tobytes()))
+    return dataclasses.replace(c, header=[PACKED, *h[1:]], extra=extra)
 
 
 def _out_size(i: int, k: int, s: int, d: int, pad_total: int) -> int:
@@ -66,7 +81,9 @@ def _out_size(i: int, k: int, s: int, d: int, pad_total: int) -> int:
 @st.composite
 def conv_case(draw, kind=None) -> ConvCase:
     i = lambda lo, hi: draw(st.integers(lo, hi))  # noqa: E731
-    kind = i(0, 1) if kind is None else kind
+    kind = i(0, 2) if kind is None else kind
+    packed = kind == PACKED
+    kind = CONV if packed else kind
     k_h, k_w = i(1, 5), i(1, 5)
     s_h, s_w = i(1, 3), i(1, 3)
     d_h, d_w = draw(st.sampled_from([1, 1, 1, 2, 3])), draw(st.sampled_from([1, 1, 1, 2]))
@@ -84,6 +101,9 @@ def conv_case(draw, kind=None) -> ConvCase:
         out_c = i(1, 9)
         if k_h * k_w * in_c > 1024 and i(0, 1):     # mostly within the column buffer
             in_c = max(1, 1024 // (k_h * k_w))
+        if packed:                                    # the generator packs depths <= 128
+            in_c = max(1, min(in_c, 128 // (k_h * k_w)))
+            out_c = i(1, 13)
     else:
         in_c, dm = draw(st.sampled_from([1, 2, 3, 4, 5, 7, 8, 12, 16])), draw(st.sampled_from([1, 1, 1, 2, 3]))
         out_c = in_c * dm
@@ -113,9 +133,15 @@ def conv_case(draw, kind=None) -> ConvCase:
         shifts = rng.integers(-31, 31, out_c)
     lo = i(-128, 127)
     hi = i(lo, 127)
+    if packed and i(0, 2):       # mostly the variant's 5-instruction output stage's conditions
+        lo, hi = -128, 127
+        shifts = np.clip(shifts, -21, -1)
+        if i(0, 1):
+            oo = -128
     header = [kind, batches, in_h, in_w, in_c, out_h, out_w, out_c, k_h, k_w, s_h, s_w, d_h, d_w,
               pt, pl, dm, io, oo, lo, hi, int(bias is not None), i(0, 3), i(0, 3)]
-    return ConvCase(header, x, f, bias, mults.astype(np.int64), shifts.astype(np.int8))
+    case = ConvCase(header, x, f, bias, mults.astype(np.int64), shifts.astype(np.int8))
+    return pack_extra(case) if packed else case
 
 
 def cnn_layers() -> list[ConvCase]:
@@ -134,6 +160,13 @@ def cnn_layers() -> list[ConvCase]:
                             rng.integers(-127, 128, n_f).astype(np.int8),
                             rng.integers(-5000, 5000, out_c).astype(np.int32),
                             rng.integers(1 << 30, INT32_MAX, out_c), np.full(out_c, -9, np.int8)))
+    # the convolutions again on the packed filter, the mm output stage with and without the
+    # sign fix, and without it (a RELU6 range)
+    for c in [c for c in out if c.header[0] == CONV]:
+        for oo, lo, hi in ((-3, -128, 127), (-128, -128, 127), (-128, -128, 100)):
+            h = list(c.header)
+            h[18:21] = [oo, lo, hi]
+            out.append(pack_extra(dataclasses.replace(c, header=h)))
     return out
 
 

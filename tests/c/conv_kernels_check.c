@@ -12,6 +12,11 @@
  *       has_bias, input misalignment (0..3), filter misalignment (0..3)
  *   int8 input[batches * in_h * in_w * in_c], int8 filter[out_c * k_h * k_w * (kind 0: in_c, 1: 1)],
  *   int32 bias[out_c] if has_bias, int32 multipliers[out_c], int8 shifts[out_c]
+ *   kind 2 (CONV_2D on the packed filter, conv.h's qe_conv_s8_packed) then has: int32
+ *   padded_depth, int32 has_mm, int32 words[padded_out_c * padded_depth / 2], int32
+ *   bias'[padded_out_c], int32 mm[3 * padded_out_c] if has_mm (padded_out_c: out_c rounded up to
+ *   4); the reference is qe_conv_s8_reference on the original filter, and the portable
+ *   qe_conv_s8_packed_reference must equal it too (else status 1).
  * Output (host: stdout; board: conv_out.bin): per case the reference's output bytes, then the
  * variant's. Exit status 0 when every case matched, 1 when one did not, 2 on bad input. */
 #include <stdint.h>
@@ -22,6 +27,8 @@
 
 void qe_conv_s8_reference(const qe_conv_s8_params_t *p, const int8_t *input,
                           const int8_t *filter, const int32_t *bias, int8_t *output);
+void qe_conv_s8_packed_reference(const qe_conv_s8_packed_params_t *p, const int8_t *input,
+                                 const int32_t *filter, const int32_t *bias, int8_t *output);
 void qe_depthwise_conv_s8_reference(const qe_conv_s8_params_t *p, const int8_t *input,
                                     const int8_t *filter, const int32_t *bias, int8_t *output);
 
@@ -37,7 +44,9 @@ void qe_depthwise_conv_s8_reference(const qe_conv_s8_params_t *p, const int8_t *
 static int8_t input_buf[MAX_IN + 4], filter_buf[MAX_F + 4];
 static int32_t bias[MAX_CH], multipliers[MAX_CH];
 static int8_t shifts[MAX_CH];
-static int8_t out_ref[MAX_OUT + 1], out_opt[MAX_OUT + 1];
+static int8_t out_ref[MAX_OUT + 1], out_opt[MAX_OUT + 1], out_pref[MAX_OUT + 1];
+#define MAX_WORDS 8192
+static int32_t words[MAX_WORDS], bias_p[MAX_CH], mm[3 * MAX_CH];
 
 int main(void)
 {
@@ -52,14 +61,14 @@ int main(void)
         const uint32_t kind = (uint32_t)h[0];
         const uint32_t n_in = (uint32_t)(h[1] * h[2] * h[3] * h[4]);
         const uint32_t n_out = (uint32_t)(h[1] * h[5] * h[6] * h[7]);
-        const uint32_t n_f = (uint32_t)(h[7] * h[8] * h[9] * (kind == 0u ? h[4] : 1));
+        const uint32_t n_f = (uint32_t)(h[7] * h[8] * h[9] * (kind != 1u ? h[4] : 1));
         const uint32_t out_c = (uint32_t)h[7];
         const int has_bias = h[21] != 0;
         int8_t *const in = input_buf + (h[22] & 3);
         int8_t *const f = filter_buf + (h[23] & 3);
         int k;
 
-        if (kind > 1u || n_in > MAX_IN || n_f > MAX_F || n_out > MAX_OUT || out_c > MAX_CH
+        if (kind > 2u || n_in > MAX_IN || n_f > MAX_F || n_out > MAX_OUT || out_c > MAX_CH
             || !io_read(in, n_in) || !io_read(f, n_f) || (has_bias && !io_read(bias, 4u * out_c))
             || !io_read(multipliers, 4u * out_c) || !io_read(shifts, out_c)) {
             return io_exit(2);
@@ -89,7 +98,30 @@ int main(void)
         p.shifts = shifts;
         memset(out_ref, 0x5A, sizeof out_ref);
         memset(out_opt, 0xA5, sizeof out_opt);
-        if (kind == 0u) {
+        if (kind == 2u) {
+            qe_conv_s8_packed_params_t pp;
+            int32_t pd_mm[2];
+            uint32_t padded_c = (out_c + 3u) & ~3u, n_w;
+            if (!io_read(pd_mm, sizeof pd_mm) || pd_mm[0] <= 0 || (pd_mm[0] & 3)) {
+                return io_exit(2);
+            }
+            n_w = padded_c * (uint32_t)pd_mm[0] / 2u;
+            if (n_w > MAX_WORDS || padded_c > MAX_CH || !io_read(words, 4u * n_w)
+                || !io_read(bias_p, 4u * padded_c)
+                || (pd_mm[1] && !io_read(mm, 12u * padded_c))) {
+                return io_exit(2);
+            }
+            pp.c = p;
+            pp.mm = pd_mm[1] ? mm : QE_FLASH_NULL;
+            pp.padded_depth = (uint16_t)pd_mm[0];
+            memset(out_pref, 0x3C, sizeof out_pref);
+            qe_conv_s8_reference(&p, in, f, has_bias ? bias : QE_FLASH_NULL, out_ref);
+            qe_conv_s8_packed(&pp, in, words, bias_p, out_opt);
+            qe_conv_s8_packed_reference(&pp, in, words, bias_p, out_pref);
+            if (memcmp(out_ref, out_pref, n_out) != 0 || (uint8_t)out_pref[n_out] != 0x3Cu) {
+                status = 1;
+            }
+        } else if (kind == 0u) {
             qe_conv_s8_reference(&p, in, f, has_bias ? bias : QE_FLASH_NULL, out_ref);
             qe_conv_s8(&p, in, f, has_bias ? bias : QE_FLASH_NULL, out_opt);
         } else {

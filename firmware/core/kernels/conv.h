@@ -19,4 +19,41 @@ void qe_conv_s16(const qe_conv_s8_params_t *p, const int16_t *input,
 void qe_conv_f32(const qe_conv_f32_params_t *p, const float *input, const QE_FLASH float *filter,
                  const QE_FLASH float *bias, float *output);
 
+/* int8 CONV_2D with the filter laid out by the generator for the cortex-m-dsp variant
+ * (converters/ops/conv.py, lower_conv_packed): the same results as qe_conv_s8 on the original
+ * filter, bit for bit. Boards with the reference kernels never get this layout; this file's
+ * portable implementation (conv.c) is the definition the variant's fast one is tested against.
+ *
+ * The filter [out_c][k_h][k_w][in_c] as a matrix [out_c][depth], depth = k_h * k_w * in_c, in
+ * the packed layout of fully_connected.h (qe_fc_s8_packed_params_t: int32 words of two int16
+ * weights, four output channels interleaved, channels padded to a multiple of 4 and the depth to
+ * padded_depth, a multiple of 4, with zeros), and the input offset folded into the bias:
+ *     bias'[oc] = bias[oc] + input_offset * sum_d w[oc][d]      (one int32 per padded channel)
+ * Then, with the window's column col[d] = the input at tap d, or the input's zero point
+ * (-input_offset) where the tap lies in the padding,
+ *     acc[oc] = bias'[oc] + sum_d w[oc][d] * col[d]
+ *             = bias[oc] + sum_{inside taps} w (x + input_offset) + sum_{padded taps} w (-io + io)
+ * which is the reference's accumulator exactly (it skips the padded taps: they add w * 0 here).
+ * Every partial sum of either form is bounded by |bias| + taps * 128 * (128 + |input_offset|),
+ * which the generator checks fits int32, so no order of the additions overflows.
+ *
+ * mm, when not QE_FLASH_NULL: per padded channel three int32, {multiplier, round, shift} of the
+ * variant's 5-instruction output stage (cortex-m-dsp/dsp.h, requant_mm_t, precomputed as
+ * requant_mm_init would: round = 2^(e-1) + output_offset * 2^e, shift = e), present only when
+ * every channel meets its preconditions (right shift 1..21, a normalized multiplier, the full
+ * int8 range); the padding channels repeat channel 0's. The portable definition ignores it. */
+#define QE_CONV_PACKED_ROWS 4u
+#define QE_CONV_PACKED_MAX_DEPTH 128u   /* padded_depth: the variant's unrolled MAC loop */
+
+typedef struct {
+    qe_conv_s8_params_t c;            /* geometry, offsets, activation, multipliers, shifts */
+    const QE_FLASH int32_t *mm;       /* see above, or QE_FLASH_NULL */
+    uint16_t padded_depth;            /* k_h * k_w * in_c rounded up to a multiple of 4 */
+} qe_conv_s8_packed_params_t;
+
+/* bias' is never QE_FLASH_NULL: one int32 per padded output channel */
+void qe_conv_s8_packed(const qe_conv_s8_packed_params_t *p, const int8_t *input,
+                       const QE_FLASH int32_t *filter, const QE_FLASH int32_t *bias,
+                       int8_t *output);
+
 #endif
