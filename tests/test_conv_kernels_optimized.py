@@ -32,10 +32,10 @@ ROOT = Path(__file__).resolve().parents[1]
 FW = ROOT / "firmware"
 CHECK = ROOT / "tests" / "c" / "conv_kernels_check.c"
 VDIR = FW / "core" / "kernels" / "optimized" / "cortex-m-dsp"
-SOURCES = [VDIR / "conv.c", VDIR / "depthwise_conv.c", FW / "core" / "requant.c"]
+SOURCES = [VDIR / "conv.c", VDIR / "depthwise_conv.c", VDIR / "max_pool.c", FW / "core" / "requant.c"]
 FILES = ("conv_cases.bin", "conv_out.bin")
 INT32_MAX = 2**31 - 1
-CONV, DW, PACKED = 0, 1, 2     # PACKED: CONV_2D on the generator's packed filter (conv.h)
+CONV, DW, PACKED, MAXPOOL = 0, 1, 2, 3  # PACKED: CONV_2D on the generator's packed filter (conv.h)
 
 
 @dataclasses.dataclass
@@ -54,6 +54,8 @@ class ConvCase:
         return h[1] * h[5] * h[6] * h[7]
 
     def encode(self) -> bytes:
+        if self.header[0] == MAXPOOL:
+            return struct.pack("<24i", *self.header) + self.x.astype(np.int8).tobytes()
         out = struct.pack("<24i", *self.header) + self.x.astype(np.int8).tobytes() + self.f.astype(np.int8).tobytes()
         if self.bias is not None:
             out += self.bias.astype("<i4").tobytes()
@@ -144,6 +146,29 @@ def conv_case(draw, kind=None) -> ConvCase:
     return pack_extra(case) if packed else case
 
 
+@st.composite
+def pool_case(draw) -> ConvCase:
+    """MAX_POOL_2D: any window, stride and padding (windows partly outside the image, none
+    wholly: the generator refuses those), channel counts around the 4-wide loop, any clamp."""
+    i = lambda lo, hi: draw(st.integers(lo, hi))  # noqa: E731
+    k_h, k_w, s_h, s_w = i(1, 4), i(1, 4), i(1, 3), i(1, 3)
+    in_h, in_w = i(k_h, 12), i(k_w, 12)
+    pt, pl = i(0, k_h - 1), i(0, k_w - 1)
+    pb, pr = i(0, k_h - 1), i(0, k_w - 1)
+    out_h, out_w = _out_size(in_h, k_h, s_h, 1, pt + pb), _out_size(in_w, k_w, s_w, 1, pl + pr)
+    in_c, batches = draw(st.sampled_from([1, 2, 3, 4, 5, 7, 8, 12, 13, 16])), i(1, 2)
+    lo = draw(st.sampled_from([-128, -128, i(-128, 127)]))
+    hi = draw(st.sampled_from([127, 127, i(lo, 127)]))
+    rng = np.random.default_rng(i(0, 2**32 - 1))
+    x = rng.integers(-128, 128, batches * in_h * in_w * in_c).astype(np.int8)
+    if i(0, 2) == 0:
+        x = rng.choice(np.array([-128, 127, 0, -1], np.int8), x.size)
+    header = [MAXPOOL, batches, in_h, in_w, in_c, out_h, out_w, in_c, k_h, k_w, s_h, s_w, 1, 1,
+              pt, pl, 1, 0, 0, lo, hi, 0, i(0, 3), 0]
+    empty = np.zeros(0, np.int8)
+    return ConvCase(header, x, empty, None, empty.astype(np.int64), empty)
+
+
 def cnn_layers() -> list[ConvCase]:
     """The layers of the benchmark CNN (benchmarks/speed.py) and their neighbours, fixed."""
     rng = np.random.default_rng(3)
@@ -167,6 +192,12 @@ def cnn_layers() -> list[ConvCase]:
             h = list(c.header)
             h[18:21] = [oo, lo, hi]
             out.append(pack_extra(dataclasses.replace(c, header=h)))
+    # the benchmark's max pool (2x2 of 8x8x12) and one with a clamp and a ragged channel count
+    for in_h, in_c, lo, hi in ((8, 12, -128, 127), (7, 13, -20, 90)):
+        out.append(ConvCase([MAXPOOL, 1, in_h, in_h, in_c, in_h // 2, in_h // 2, in_c, 2, 2, 2, 2,
+                             1, 1, 0, 0, 1, 0, 0, lo, hi, 0, 1, 0],
+                            rng.integers(-128, 128, in_h * in_h * in_c).astype(np.int8),
+                            np.zeros(0, np.int8), None, np.zeros(0, np.int64), np.zeros(0, np.int8)))
     return out
 
 
@@ -249,14 +280,14 @@ def test_cnn_layers_on_the_host(host_exe):
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=HC)
-@given(cases=st.lists(conv_case(), min_size=1, max_size=8))
+@given(cases=st.lists(st.one_of(conv_case(), pool_case()), min_size=1, max_size=8))
 def test_random_cases_on_the_host(host_exe, cases):
     status, out = run_host(host_exe, cases)
     assert_same(cases, status, out)
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=HC)
-@given(cases=st.lists(conv_case(), min_size=1, max_size=8))
+@given(cases=st.lists(st.one_of(conv_case(), pool_case()), min_size=1, max_size=8))
 def test_random_cases_under_sanitizers(tmp_module, cases):
     exe = tmp_module / "conv_check_san"
     if not exe.is_file():
@@ -276,7 +307,8 @@ def test_the_checker_sees_a_difference(tmp_module):
                             "out[oc + 1] = (int8_t)(requant_s8(&rq, acc[1]) ^ 1);"))
     exe = tmp_module / "conv_check_bad"
     res = subprocess.run(["gcc", *COMMON_CFLAGS, "-O2", f"-I{FW / 'core'}", f"-I{VDIR}", str(CHECK),
-                          str(bad), str(VDIR / "depthwise_conv.c"), str(FW / "core" / "requant.c"),
+                          str(bad), str(VDIR / "depthwise_conv.c"), str(VDIR / "max_pool.c"),
+                          str(FW / "core" / "requant.c"),
                           "-o", str(exe)], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     cases = [c for c in cnn_layers() if c.header[0] == CONV]
@@ -302,7 +334,7 @@ def test_cnn_layers_on_cortex_m4(m4_elf, host_exe):
 
 
 @settings(max_examples=5, deadline=None, suppress_health_check=HC)
-@given(cases=st.lists(conv_case(), min_size=10, max_size=25))
+@given(cases=st.lists(st.one_of(conv_case(), pool_case()), min_size=10, max_size=25))
 def test_random_cases_on_cortex_m4(m4_elf, host_exe, cases):
     _, host_out = run_host(host_exe, cases)
     status, out = run_board("mps2-an386", m4_elf, cases, FILES)

@@ -17,6 +17,8 @@
  *   bias'[padded_out_c], int32 mm[3 * padded_out_c] if has_mm (padded_out_c: out_c rounded up to
  *   4); the reference is qe_conv_s8_reference on the original filter, and the portable
  *   qe_conv_s8_packed_reference must equal it too (else status 1).
+ *   kind 3 (MAX_POOL_2D, qe_max_pool_s8; out_c = in_c, activation_min/max the clamp) has only
+ *   the input after the header (no filter, bias, multipliers or shifts).
  * Output (host: stdout; board: conv_out.bin): per case the reference's output bytes, then the
  * variant's. Exit status 0 when every case matched, 1 when one did not, 2 on bad input. */
 #include <stdint.h>
@@ -24,11 +26,13 @@
 
 #include "kernels/conv.h"
 #include "kernels/depthwise_conv.h"
+#include "kernels/pooling.h"
 
 void qe_conv_s8_reference(const qe_conv_s8_params_t *p, const int8_t *input,
                           const int8_t *filter, const int32_t *bias, int8_t *output);
 void qe_conv_s8_packed_reference(const qe_conv_s8_packed_params_t *p, const int8_t *input,
                                  const int32_t *filter, const int32_t *bias, int8_t *output);
+void qe_max_pool_s8_reference(const qe_pool_s8_params_t *p, const int8_t *input, int8_t *output);
 void qe_depthwise_conv_s8_reference(const qe_conv_s8_params_t *p, const int8_t *input,
                                     const int8_t *filter, const int32_t *bias, int8_t *output);
 
@@ -61,16 +65,17 @@ int main(void)
         const uint32_t kind = (uint32_t)h[0];
         const uint32_t n_in = (uint32_t)(h[1] * h[2] * h[3] * h[4]);
         const uint32_t n_out = (uint32_t)(h[1] * h[5] * h[6] * h[7]);
-        const uint32_t n_f = (uint32_t)(h[7] * h[8] * h[9] * (kind != 1u ? h[4] : 1));
+        const uint32_t n_f = (kind == 3u) ? 0u : (uint32_t)(h[7] * h[8] * h[9] * (kind != 1u ? h[4] : 1));
         const uint32_t out_c = (uint32_t)h[7];
-        const int has_bias = h[21] != 0;
+        const int has_bias = h[21] != 0 && kind != 3u;
         int8_t *const in = input_buf + (h[22] & 3);
         int8_t *const f = filter_buf + (h[23] & 3);
         int k;
 
-        if (kind > 2u || n_in > MAX_IN || n_f > MAX_F || n_out > MAX_OUT || out_c > MAX_CH
-            || !io_read(in, n_in) || !io_read(f, n_f) || (has_bias && !io_read(bias, 4u * out_c))
-            || !io_read(multipliers, 4u * out_c) || !io_read(shifts, out_c)) {
+        if (kind > 3u || n_in > MAX_IN || n_f > MAX_F || n_out > MAX_OUT || out_c > MAX_CH
+            || !io_read(in, n_in) || (n_f > 0u && !io_read(f, n_f))
+            || (has_bias && !io_read(bias, 4u * out_c))
+            || (kind != 3u && (!io_read(multipliers, 4u * out_c) || !io_read(shifts, out_c)))) {
             return io_exit(2);
         }
         memset(&p, 0, sizeof p);
@@ -98,7 +103,14 @@ int main(void)
         p.shifts = shifts;
         memset(out_ref, 0x5A, sizeof out_ref);
         memset(out_opt, 0xA5, sizeof out_opt);
-        if (kind == 2u) {
+        if (kind == 3u) {
+            qe_pool_s8_params_t pp;
+            pp.g = p.g;
+            pp.activation_min = p.activation_min;
+            pp.activation_max = p.activation_max;
+            qe_max_pool_s8_reference(&pp, in, out_ref);
+            qe_max_pool_s8(&pp, in, out_opt);
+        } else if (kind == 2u) {
             qe_conv_s8_packed_params_t pp;
             int32_t pd_mm[2];
             uint32_t padded_c = (out_c + 3u) & ~3u, n_w;
