@@ -135,7 +135,7 @@ def conv_case(draw, kind=None) -> ConvCase:
         shifts = rng.integers(-31, 31, out_c)
     lo = i(-128, 127)
     hi = i(lo, 127)
-    if packed and i(0, 2):       # mostly the variant's 5-instruction output stage's conditions
+    if (packed or kind == DW) and i(0, 2):   # mostly the 5-instruction output stage's conditions
         lo, hi = -128, 127
         shifts = np.clip(shifts, -21, -1)
         if i(0, 1):

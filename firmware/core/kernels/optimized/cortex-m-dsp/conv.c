@@ -321,6 +321,22 @@ CG_GROUPS(conv_groups_fix, REQUANT_MM_FIX_ASM)
 CG_GROUPS(conv_groups_nofix, REQUANT_MM_NOFIX_ASM)
 #endif /* __ARM_FEATURE_DSP */
 
+/* n >= 4 bytes from src to dst as whole words, the last one overlapping its predecessor (no
+ * byte loop, nothing read or written outside the n bytes) */
+static inline void copy_row(int8_t *dst, const int8_t *src, uint32_t n)
+{
+    uint32_t k, v;
+    for (k = 4u; k <= n; k += 4u, src += 4, dst += 4) {
+        memcpy(&v, src, 4);
+        memcpy(dst, &v, 4);
+        NOT_A_LIBCALL();
+    }
+    if (k - 4u < n) {
+        memcpy(&v, src + (n - (k - 4u)) - 4, 4);
+        memcpy(dst + (n - (k - 4u)) - 4, &v, 4);
+    }
+}
+
 void qe_conv_s8_packed(const qe_conv_s8_packed_params_t *p, const int8_t *input,
                        const QE_FLASH int32_t *filter, const QE_FLASH int32_t *bias,
                        int8_t *output)
@@ -332,6 +348,10 @@ void qe_conv_s8_packed(const qe_conv_s8_packed_params_t *p, const int8_t *input,
     /* a 1x1 unpadded window is the input pixel itself: widened in place when whole quads */
     const int direct = g->k_h == 1u && g->k_w == 1u && g->pad_top == 0u && g->pad_left == 0u
                        && depth == pd;
+    /* an inside window's rows: contiguous (dilation 1 along x) and at least a word */
+    const uint32_t row_bytes = (uint32_t)g->k_w * g->in_c;
+    const uint32_t y_step = (uint32_t)g->dil_h * g->in_w * g->in_c;
+    const int rows_whole = g->dil_w == 1u && row_bytes >= 4u;
     int8_t col[QE_CONV_PACKED_MAX_DEPTH];
     uint32_t xw[QE_CONV_PACKED_MAX_DEPTH / 2u];
     uint32_t b, oy, ox, ky0, ky1, kx0, kx1;
@@ -364,7 +384,18 @@ void qe_conv_s8_packed(const qe_conv_s8_packed_params_t *p, const int8_t *input,
                     src = image + ((uint32_t)iy0 * g->in_w + (uint32_t)ix0) * g->in_c;
                 } else {
                     inside_taps(ix0, g->dil_w, g->k_w, g->in_w, &kx0, &kx1);
-                    gather_window(g, image, iy0, ix0, ky0, ky1, kx0, kx1, pad4, col);
+                    if (rows_whole && ky0 == 0u && ky1 == g->k_h && kx0 == 0u && kx1 == g->k_w) {
+                        /* the whole window inside the image: k_h rows of row_bytes */
+                        const int8_t *s_row = image + ((uint32_t)iy0 * g->in_w + (uint32_t)ix0)
+                                                      * g->in_c;
+                        int8_t *d_row = col;
+                        uint32_t ky;
+                        for (ky = 0; ky < g->k_h; ++ky, s_row += y_step, d_row += row_bytes) {
+                            copy_row(d_row, s_row, row_bytes);
+                        }
+                    } else {
+                        gather_window(g, image, iy0, ix0, ky0, ky1, kx0, kx1, pad4, col);
+                    }
                     src = col;
                 }
 #if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP

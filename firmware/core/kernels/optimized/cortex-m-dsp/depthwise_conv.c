@@ -58,6 +58,83 @@ typedef int32_t int16x2_t;   /* the portable path keeps just the input offset in
     } while (0)
 #endif
 
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+/* Depth multiplier 1, channels a multiple of 4, and every channel's requantization meeting
+ * requant_mm_init's preconditions (dsp.h: right shift 1..21, a normalized multiplier, the full
+ * int8 range): the same sums as below, each group's four outputs through requant_mm_s8 with the
+ * channels' constants prepared once per call (DW_MM_MAX channels at most). */
+#define DW_MM_MAX 128u
+
+__attribute__((noinline)) static void dw_mm(const qe_conv_s8_params_t *p, const int8_t *input,
+                                            const QE_FLASH int8_t *filter,
+                                            const QE_FLASH int32_t *bias, int8_t *output,
+                                            const requant_mm_t *mm, int fix)
+{
+    const qe_window_t geo = p->g, *const g = &geo;
+    const int32_t io = p->input_offset;
+    const uint32_t in_c = g->in_c, out_c = g->out_c;
+    const uint32_t x_step = (uint32_t)g->dil_w * in_c, y_step = (uint32_t)g->dil_h * g->in_w * in_c;
+    const uint32_t f_row_step = (uint32_t)g->k_w * out_c;
+    const int16x2_t io2 = IO2(io);
+    uint32_t b, oy, ox, c, ky, kx, ky0, ky1, kx0, kx1;
+
+    for (b = 0; b < g->batches; ++b) {
+        const int8_t *image = input + (uint32_t)b * g->in_h * g->in_w * in_c;
+        for (oy = 0; oy < g->out_h; ++oy) {
+            const int32_t iy0 = (int32_t)(oy * g->stride_h) - (int32_t)g->pad_top;
+            inside_taps(iy0, g->dil_h, g->k_h, g->in_h, &ky0, &ky1);
+            for (ox = 0; ox < g->out_w; ++ox) {
+                const int32_t ix0 = (int32_t)(ox * g->stride_w) - (int32_t)g->pad_left;
+                int8_t *out = output + ((b * g->out_h + oy) * g->out_w + ox) * out_c;
+                const int8_t *x_first;
+                const QE_FLASH int8_t *f_first;
+                uint32_t ny, nx;
+                inside_taps(ix0, g->dil_w, g->k_w, g->in_w, &kx0, &kx1);
+                ny = ky1 - ky0;
+                nx = (ny > 0u) ? kx1 - kx0 : 0u;
+                if (nx == 0u) {
+                    ny = 0u;
+                    x_first = image;        /* no tap inside: the sums are 0 (+ bias) */
+                    f_first = filter;
+                } else {
+                    x_first = image + ((uint32_t)(iy0 + (int32_t)(g->dil_h * ky0)) * g->in_w
+                                       + (uint32_t)(ix0 + (int32_t)(g->dil_w * kx0))) * in_c;
+                    f_first = filter + (ky0 * g->k_w + kx0) * out_c;
+                }
+                for (c = 0; c < in_c; c += 4) {
+                    int32_t a0, a1, a2, a3;
+                    const int8_t *x_row = x_first + c;
+                    const QE_FLASH int8_t *f_row = f_first + c;
+                    if (bias != QE_FLASH_NULL) {
+                        a0 = bias[c];
+                        a1 = bias[c + 1];
+                        a2 = bias[c + 2];
+                        a3 = bias[c + 3];
+                    } else {
+                        a0 = a1 = a2 = a3 = 0;
+                    }
+                    for (ky = 0; ky < ny; ++ky) {
+                        const int8_t *x = x_row;
+                        const QE_FLASH int8_t *f = f_row;
+                        for (kx = 0; kx < nx; ++kx) {
+                            MAC_4CH(x, f);
+                            x += x_step;
+                            f += out_c;
+                        }
+                        x_row += y_step;
+                        f_row += f_row_step;
+                    }
+                    out[c] = requant_mm_s8(&mm[c], a0, fix);
+                    out[c + 1] = requant_mm_s8(&mm[c + 1], a1, fix);
+                    out[c + 2] = requant_mm_s8(&mm[c + 2], a2, fix);
+                    out[c + 3] = requant_mm_s8(&mm[c + 3], a3, fix);
+                }
+            }
+        }
+    }
+}
+#endif
+
 void qe_depthwise_conv_s8(const qe_conv_s8_params_t *p, const int8_t *input,
                           const QE_FLASH int8_t *filter, const QE_FLASH int32_t *bias, int8_t *output)
 {
@@ -76,6 +153,22 @@ void qe_depthwise_conv_s8(const qe_conv_s8_params_t *p, const int8_t *input,
     requant_t rq;
     uint32_t b, oy, ox, c, m, ky, kx, ky0, ky1, kx0, kx1;
 
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+    if (dm == 1u && (in_c & 3u) == 0u && out_c <= DW_MM_MAX) {
+        requant_mm_t mm[DW_MM_MAX];
+        int mode = REQUANT_MM_NOFIX;
+        for (c = 0; c < out_c && mode != REQUANT_MM_NONE; ++c) {
+            const int k = requant_mm_init(&mm[c], mults[c], shifts[c], output_offset, act_min,
+                                          act_max);
+            mode = (k == REQUANT_MM_NONE) ? k : mode;
+            mode = (k == REQUANT_MM_FIX) ? k : mode;
+        }
+        if (mode != REQUANT_MM_NONE) {
+            dw_mm(p, input, filter, bias, output, mm, mode == REQUANT_MM_FIX);
+            return;
+        }
+    }
+#endif
     for (b = 0; b < g->batches; ++b) {
         const int8_t *image = input + (uint32_t)b * g->in_h * g->in_w * in_c;
         for (oy = 0; oy < g->out_h; ++oy) {
