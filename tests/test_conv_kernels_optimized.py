@@ -352,14 +352,23 @@ def cnn_1x1(tmp_module) -> Path:
     return path
 
 
-def test_1x1_conv_is_a_fully_connected_only_with_a_variant(cnn_1x1, tmp_path):
+def test_conv_is_packed_only_with_the_variant(cnn_1x1, tmp_path):
+    """cortex-m-dsp: both convolutions on the packed filter (the 1x1 one too); with the reference
+    weight layout (the build's fallback when the packed firmware does not fit) the 1x1 one is the
+    per-channel FULLY_CONNECTED; reference boards keep qe_conv_s8 for both."""
     from quarl_edge.converters import cgen
-    ref = cgen.generate(cnn_1x1, tmp_path / "ref").c_path.read_text()
-    opt = cgen.generate(cnn_1x1, tmp_path / "opt", kernels="cortex-m-dsp").c_path.read_text()
-    schedule = lambda c: c.split("void qe_model_invoke(void)", 1)[1]  # noqa: E731
-    assert schedule(ref).count("qe_conv_s8(") == 2 and "qe_fully_connected_s8_pc(" not in schedule(ref)
-    assert schedule(opt).count("qe_conv_s8(") == 1 and schedule(opt).count("qe_fully_connected_s8_pc(") == 1
-    assert ".batches = 16u," in opt   # 4x4 pixels after the stride-2 conv and "as a per-channel FULLY_CONNECTED" in opt
+    ref = cgen.generate(cnn_1x1, tmp_path / "ref")
+    opt = cgen.generate(cnn_1x1, tmp_path / "opt", kernels="cortex-m-dsp")
+    unp = cgen.generate(cnn_1x1, tmp_path / "unp", kernels="cortex-m-dsp", pack_weights=False)
+    schedule = lambda gm: gm.c_path.read_text().split("void qe_model_invoke(void)", 1)[1]  # noqa: E731
+    assert schedule(ref).count("qe_conv_s8(") == 2 and "qe_conv_s8_packed(" not in schedule(ref)
+    assert schedule(opt).count("qe_conv_s8_packed(") == 2 and "qe_conv_s8(" not in schedule(opt)
+    assert schedule(unp).count("qe_conv_s8(") == 1 and schedule(unp).count("qe_fully_connected_s8_pc(") == 1
+    assert ".batches = 16u," in unp.c_path.read_text()   # 4x4 pixels after the stride-2 conv
+    assert ref.layout_extra_bytes == 0 == unp.layout_extra_bytes
+    # the packed filters' flash: words, bias' and the mm table beyond the reference layout
+    assert opt.layout_extra_bytes > 0
+    assert opt.weight_bytes - opt.layout_extra_bytes == ref.weight_bytes
 
 
 def test_1x1_conv_as_fully_connected_is_bit_exact_with_tflm_on_the_host(cnn_1x1, tmp_path):
@@ -385,5 +394,5 @@ def test_cnn_with_the_variant_is_bit_exact_on_mps2_an386(cnn_1x1, tmp_path):
     cmd = (tmp_path / "fw" / "build.cmd").read_text()
     for f in ("conv.c", "depthwise_conv.c", "fully_connected.c"):
         assert f"optimized/cortex-m-dsp/{f}" in cmd
-    assert "qe_fully_connected_s8_pc(" in (tmp_path / "fw" / "gen" / "model.c").read_text()
+    assert (tmp_path / "fw" / "gen" / "model.c").read_text().count("qe_conv_s8_packed(&") == 2
     assert res["bit_exact"] and res["mismatches"] == 0 and res["n"] == 40
