@@ -35,7 +35,9 @@ VDIR = FW / "core" / "kernels" / "optimized" / "cortex-m-dsp"
 SOURCES = [VDIR / "conv.c", VDIR / "depthwise_conv.c", VDIR / "max_pool.c", FW / "core" / "requant.c"]
 FILES = ("conv_cases.bin", "conv_out.bin")
 INT32_MAX = 2**31 - 1
-CONV, DW, PACKED, MAXPOOL = 0, 1, 2, 3  # PACKED: CONV_2D on the generator's packed filter (conv.h)
+# PACKED: CONV_2D on the generator's packed filter (conv.h); DW_PACKED: DEPTHWISE_CONV_2D on its
+# pre-widened one (depthwise_conv.h)
+CONV, DW, PACKED, MAXPOOL, DW_PACKED = 0, 1, 2, 3, 4
 
 
 @dataclasses.dataclass
@@ -63,6 +65,24 @@ class ConvCase:
                 + self.extra)
 
 
+def pack_dw_extra(c: ConvCase) -> ConvCase:
+    """Turn a DEPTHWISE_CONV_2D case (depth multiplier 1) into a DW_PACKED one: the generator's
+    own packing (converters/ops/conv.py: pack_dw_filter, dw_wide_shape, mm_table)."""
+    from quarl_edge.converters.ops.conv import dw_wide_shape, mm_table, pack_dw_filter
+    h = c.header
+    assert h[16] == 1
+    keys = ("batches", "in_h", "in_w", "in_c", "out_h", "out_w", "out_c", "k_h", "k_w",
+            "stride_h", "stride_w", "dil_h", "dil_w", "pad_top", "pad_left")
+    g = dict(zip(keys, h[1:16]))
+    wide_h, wide_w, cp = dw_wide_shape(g)
+    words, bias_p = pack_dw_filter(c.f.reshape(1, h[8], h[9], h[7]), c.bias)
+    mm = mm_table(list(c.mults), list(c.shifts), h[18], h[19], h[20], cp)
+    extra = (struct.pack("<4i", cp, wide_h, wide_w, int(mm is not None))
+             + words.astype("<i4").tobytes() + bias_p.astype("<i4").tobytes()
+             + (b"" if mm is None else mm.astype("<i4").tobytes()))
+    return dataclasses.replace(c, header=[DW_PACKED, *h[1:]], extra=extra)
+
+
 def pack_extra(c: ConvCase) -> ConvCase:
     """Turn a CONV_2D case into a PACKED one: the generator's own packing (converters/ops/conv.py:
     pack_conv_filter, mm_table) of its filter, bias and requantization."""
@@ -83,9 +103,9 @@ def _out_size(i: int, k: int, s: int, d: int, pad_total: int) -> int:
 @st.composite
 def conv_case(draw, kind=None) -> ConvCase:
     i = lambda lo, hi: draw(st.integers(lo, hi))  # noqa: E731
-    kind = i(0, 2) if kind is None else kind
-    packed = kind == PACKED
-    kind = CONV if packed else kind
+    kind = draw(st.sampled_from([CONV, DW, PACKED, DW_PACKED])) if kind is None else kind
+    packed, dw_packed = kind == PACKED, kind == DW_PACKED
+    kind = CONV if packed else DW if dw_packed else kind
     k_h, k_w = i(1, 5), i(1, 5)
     s_h, s_w = i(1, 3), i(1, 3)
     d_h, d_w = draw(st.sampled_from([1, 1, 1, 2, 3])), draw(st.sampled_from([1, 1, 1, 2]))
@@ -108,6 +128,7 @@ def conv_case(draw, kind=None) -> ConvCase:
             out_c = i(1, 13)
     else:
         in_c, dm = draw(st.sampled_from([1, 2, 3, 4, 5, 7, 8, 12, 16])), draw(st.sampled_from([1, 1, 1, 2, 3]))
+        dm = 1 if dw_packed else dm
         out_c = in_c * dm
     batches = i(1, 2)
     io, oo = i(-127, 128), i(-128, 127)
@@ -143,7 +164,7 @@ def conv_case(draw, kind=None) -> ConvCase:
     header = [kind, batches, in_h, in_w, in_c, out_h, out_w, out_c, k_h, k_w, s_h, s_w, d_h, d_w,
               pt, pl, dm, io, oo, lo, hi, int(bias is not None), i(0, 3), i(0, 3)]
     case = ConvCase(header, x, f, bias, mults.astype(np.int64), shifts.astype(np.int8))
-    return pack_extra(case) if packed else case
+    return pack_extra(case) if packed else pack_dw_extra(case) if dw_packed else case
 
 
 @st.composite
@@ -192,6 +213,12 @@ def cnn_layers() -> list[ConvCase]:
             h = list(c.header)
             h[18:21] = [oo, lo, hi]
             out.append(pack_extra(dataclasses.replace(c, header=h)))
+    # the depthwise ones (depth multiplier 1) on the pre-widened filter, likewise
+    for c in [c for c in out if c.header[0] == DW and c.header[16] == 1]:
+        for oo, lo, hi in ((-3, -128, 127), (-128, -128, 127), (-128, -128, 100)):
+            h = list(c.header)
+            h[18:21] = [oo, lo, hi]
+            out.append(pack_dw_extra(dataclasses.replace(c, header=h)))
     # the benchmark's max pool (2x2 of 8x8x12) and one with a clamp and a ragged channel count
     for in_h, in_c, lo, hi in ((8, 12, -128, 127), (7, 13, -20, 90)):
         out.append(ConvCase([MAXPOOL, 1, in_h, in_h, in_c, in_h // 2, in_h // 2, in_c, 2, 2, 2, 2,

@@ -88,6 +88,8 @@ VARIANT_LOWERINGS = {
         # int8, padded depth <= 128: the packed filter (conv.h), four channels per SMLAD pass;
         # deeper: 1x1, stride 1, no padding -> FULLY_CONNECTED
         "CONV_2D": lower_conv_packed,
+        # int8, depth multiplier 1: the pre-widened filter on a widened, padded image (scratch)
+        "DEPTHWISE_CONV_2D": lower_conv_packed,
         # int8 per tensor: packed weights, four rows per pass; fewer than four rows (a policy's
         # 2-3 action head) run faster on the two-row kernel than padded to four, unless the
         # packed kernel's 5-instruction output stage applies (dsp_mm_stage)
@@ -106,7 +108,7 @@ VARIANT_LOWERINGS = {
 # What replaces a variant's lowerings that lay weights out when the build asks for the reference
 # layout (cgen.generate(pack_weights=False): the packed firmware would not fit the board's flash).
 UNPACKED_LOWERINGS = {
-    "cortex-m-dsp": {"CONV_2D": lower_conv_pointwise_as_fc},
+    "cortex-m-dsp": {"CONV_2D": lower_conv_pointwise_as_fc, "DEPTHWISE_CONV_2D": lower_conv},
 }
 
 _MODULES = list(dict.fromkeys(sys.modules[f.__module__] for f in LOWERINGS.values()))

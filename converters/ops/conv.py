@@ -43,7 +43,9 @@ def lower_conv_pointwise_as_fc(op: Operator, model: TFLiteModel, pname: str) -> 
 def lower_conv_packed(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
     """For the cortex-m-dsp variant: an int8 CONV_2D whose padded depth is at most
     PACKED_MAX_DEPTH gets the packed filter (conv.h, qe_conv_s8_packed_params_t), a 1x1 one
-    too (faster than the per-channel FULLY_CONNECTED it was routed to); every other op
+    too (faster than the per-channel FULLY_CONNECTED it was routed to); an int8
+    DEPTHWISE_CONV_2D with depth multiplier 1 whose widened image fits DW_SCRATCH_MAX the
+    pre-widened filter (depthwise_conv.h, qe_dw_s8_packed_params_t); every other op
     lower_conv_pointwise_as_fc."""
     return lower_conv(op, model, pname, pointwise_as_fc=True, packed=True)
 
@@ -132,6 +134,11 @@ def lower_conv(op: Operator, model: TFLiteModel, pname: str, pointwise_as_fc: bo
         raise unsupported(op, model, f"the int32 accumulator could overflow ({taps} taps)")
     mults, shifts = _channel_multipliers(op, model, x, wq, out, oc, max_shift=30)
     act_min, act_max = qmath.activation_range_quantized(act, out.scale, out.zero_point)
+    if packed and depthwise and dm == 1:
+        kernel = _packed_depthwise(op, pname, x, w, bias, out, g, comment, wname, n_ch, mults,
+                                   shifts, act_min, act_max)
+        if kernel is not None:
+            return kernel
     if packed and not depthwise and -(-taps // 4) * 4 <= PACKED_MAX_DEPTH:
         return _packed_conv(op, pname, x, w, bias, out, g, comment, wname, n_ch, mults, shifts,
                             act_min, act_max)
@@ -297,4 +304,78 @@ def _packed_conv(op, pname, x, w, bias, out, g, comment, wname, n_ch, mults, shi
     return Kernel(op, call, params, consts, const_bytes,
                   comment.replace("CONV_2D int8:", "CONV_2D int8 (packed):")
                   + f"; layout {const_bytes} B of flash (reference layout {ref_bytes} B)",
+                  layout_extra_bytes=const_bytes - ref_bytes)
+
+
+DW_CH = 4                 # depthwise_conv.h: QE_DW_PACKED_CH
+DW_SCRATCH_MAX = 16384    # arena bytes for the widened, padded input image
+
+
+def dw_wide_shape(g: dict) -> tuple[int, int, int]:
+    """depthwise_conv.h's scratch image: (wide_h, wide_w, padded_c): the input padded by pad_top /
+    pad_left and far enough below / right for every window tap."""
+    wide_h = max(g["pad_top"] + g["in_h"],
+                 (g["out_h"] - 1) * g["stride_h"] + (g["k_h"] - 1) * g["dil_h"] + 1)
+    wide_w = max(g["pad_left"] + g["in_w"],
+                 (g["out_w"] - 1) * g["stride_w"] + (g["k_w"] - 1) * g["dil_w"] + 1)
+    return wide_h, wide_w, -(-g["in_c"] // DW_CH) * DW_CH
+
+
+def pack_dw_filter(w: np.ndarray, bias: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """depthwise_conv.h's pre-widened filter for an int8 [1][k_h][k_w][c] filter (depth
+    multiplier 1): (int32 words, bias per padded channel). Per group of four channels, per tap:
+    w[c0] | w[c2] << 16, w[c1] | w[c3] << 16 (two's complement halves), padding channels 0."""
+    _, k_h, k_w, c = w.shape
+    cp = -(-c // DW_CH) * DW_CH
+    f = np.zeros((k_h * k_w, cp), np.int64)
+    f[:, :c] = w.reshape(k_h * k_w, c)
+    f = f.reshape(k_h * k_w, cp // DW_CH, DW_CH).transpose(1, 0, 2)     # [group][tap][4]
+    lo, hi = f[..., [0, 1]], f[..., [2, 3]]
+    words = (hi * 65536 + (lo & 0xFFFF)).reshape(-1)
+    b = np.zeros(cp, np.int64)
+    if bias is not None:
+        b[:c] = bias
+    return words.astype(np.int32), b.astype(np.int32)
+
+
+def _packed_depthwise(op, pname, x, w, bias, out, g, comment, wname, n_ch, mults, shifts,
+                      act_min, act_max) -> Kernel | None:
+    """An int8 DEPTHWISE_CONV_2D (depth multiplier 1) as qe_depthwise_conv_s8_packed
+    (depthwise_conv.h), or None when its scratch image would exceed DW_SCRATCH_MAX."""
+    wide_h, wide_w, cp = dw_wide_shape(g)
+    scratch = wide_h * wide_w * cp * 2
+    if scratch > DW_SCRATCH_MAX:
+        return None
+    oc = g["out_c"]
+    words, bias_p = pack_dw_filter(w.data, None if bias is None else bias.data)
+    mm = mm_table(mults, shifts, out.zero_point, act_min, act_max, cp)
+    wname = wname + "_packed"
+    consts = [f"/* {c_comment(w.describe())}, {n_ch} scale(s): pre-widened for the kernel "
+              f"variant (depthwise_conv.h), {oc} channels in groups of {DW_CH}, per tap two "
+              f"words */\n" + c_array("int32_t", wname, words, 8, lambda v: str(int(v))),
+              "/* bias per padded channel */\n"
+              + c_array("int32_t", f"{pname}_bias", bias_p, 8, lambda v: str(int(v))),
+              c_array("int32_t", f"{pname}_mult", mults, 6, str),
+              c_array("int8_t", f"{pname}_shift", shifts, 16, str)]
+    const_bytes = 4 * words.size + 4 * bias_p.size + 5 * oc
+    if mm is not None:
+        consts.append("/* the variant's output stage per padded channel: multiplier, round, "
+                      "shift (dsp.h, requant_mm_t) */\n"
+                      + c_array("int32_t", f"{pname}_mm", mm, 6, lambda v: str(int(v))))
+        const_bytes += 4 * mm.size
+    params = (f"static const qe_dw_s8_packed_params_t {pname} = {{\n"
+              f"    .c = {{\n" + "".join("    " + ln + "\n" for ln in window_c(g).splitlines())
+              + f"        .input_offset = {-x.zero_point},\n"
+              f"        .output_offset = {out.zero_point},\n"
+              f"        .activation_min = {act_min},\n        .activation_max = {act_max},\n"
+              f"        .multipliers = {pname}_mult,\n        .shifts = {pname}_shift,\n    }},\n"
+              f"    .mm = {f'{pname}_mm' if mm is not None else 'QE_FLASH_NULL'},\n"
+              f"    .padded_c = {cp}u,\n    .wide_h = {wide_h}u,\n    .wide_w = {wide_w}u,\n}};\n")
+    call = (f"qe_depthwise_conv_s8_packed(&{pname}, (const int8_t *)@T{x.index}@, {wname}, "
+            f"{pname}_bias, (int8_t *)@T{out.index}@, (int16_t *)@S{op.index}@);")
+    ref_bytes = w.size + 5 * oc + (4 * bias.size if bias is not None else 0)
+    return Kernel(op, call, params, consts, const_bytes,
+                  comment.replace("DEPTHWISE_CONV_2D int8:", "DEPTHWISE_CONV_2D int8 (packed):")
+                  + f"; layout {const_bytes} B of flash (reference layout {ref_bytes} B), "
+                  f"{scratch} B of scratch", scratch_bytes=scratch,
                   layout_extra_bytes=const_bytes - ref_bytes)
