@@ -37,7 +37,8 @@ FILES = ("conv_cases.bin", "conv_out.bin")
 INT32_MAX = 2**31 - 1
 # PACKED: CONV_2D on the generator's packed filter (conv.h); DW_PACKED: DEPTHWISE_CONV_2D on its
 # pre-widened one (depthwise_conv.h)
-CONV, DW, PACKED, MAXPOOL, DW_PACKED = 0, 1, 2, 3, 4
+# WIDE: CONV_2D on the widened image (conv.h, qe_conv_s8_wide)
+CONV, DW, PACKED, MAXPOOL, DW_PACKED, WIDE = 0, 1, 2, 3, 4, 5
 
 
 @dataclasses.dataclass
@@ -83,6 +84,23 @@ def pack_dw_extra(c: ConvCase) -> ConvCase:
     return dataclasses.replace(c, header=[DW_PACKED, *h[1:]], extra=extra)
 
 
+def wide_extra(c: ConvCase) -> ConvCase:
+    """Turn a CONV_2D case (dil_w 1) into a WIDE one: the generator's own layout
+    (converters/ops/conv.py: pack_wide_filter, wide_shape, mm_table)."""
+    from quarl_edge.converters.ops.conv import mm_table, pack_wide_filter, wide_shape
+    h = c.header
+    assert h[13] == 1
+    keys = ("batches", "in_h", "in_w", "in_c", "out_h", "out_w", "out_c", "k_h", "k_w",
+            "stride_h", "stride_w", "dil_h", "dil_w", "pad_top", "pad_left")
+    wide_h, wide_w, icp = wide_shape(dict(zip(keys, h[1:16])))
+    words, bias_p = pack_wide_filter(c.f.reshape(h[7], h[8], h[9], h[4]), c.bias)
+    mm = mm_table(list(c.mults), list(c.shifts), h[18], h[19], h[20], bias_p.size)
+    extra = (struct.pack("<4i", icp, wide_h, wide_w, int(mm is not None))
+             + words.astype("<i4").tobytes() + bias_p.astype("<i4").tobytes()
+             + (b"" if mm is None else mm.astype("<i4").tobytes()))
+    return dataclasses.replace(c, header=[WIDE, *h[1:]], extra=extra)
+
+
 def pack_extra(c: ConvCase) -> ConvCase:
     """Turn a CONV_2D case into a PACKED one: the generator's own packing (converters/ops/conv.py:
     pack_conv_filter, mm_table) of its filter, bias and requantization."""
@@ -103,12 +121,13 @@ def _out_size(i: int, k: int, s: int, d: int, pad_total: int) -> int:
 @st.composite
 def conv_case(draw, kind=None) -> ConvCase:
     i = lambda lo, hi: draw(st.integers(lo, hi))  # noqa: E731
-    kind = draw(st.sampled_from([CONV, DW, PACKED, DW_PACKED])) if kind is None else kind
-    packed, dw_packed = kind == PACKED, kind == DW_PACKED
-    kind = CONV if packed else DW if dw_packed else kind
+    kind = draw(st.sampled_from([CONV, DW, PACKED, DW_PACKED, WIDE])) if kind is None else kind
+    packed, dw_packed, wide = kind == PACKED, kind == DW_PACKED, kind == WIDE
+    kind = CONV if packed or wide else DW if dw_packed else kind
     k_h, k_w = i(1, 5), i(1, 5)
     s_h, s_w = i(1, 3), i(1, 3)
     d_h, d_w = draw(st.sampled_from([1, 1, 1, 2, 3])), draw(st.sampled_from([1, 1, 1, 2]))
+    d_w = 1 if wide else d_w
     in_h, in_w = i(1, 12), i(1, 12)
     eff_h, eff_w = (k_h - 1) * d_h + 1, (k_w - 1) * d_w + 1
     # any padding up to a whole window on each side: windows wholly outside the image too
@@ -125,6 +144,9 @@ def conv_case(draw, kind=None) -> ConvCase:
             in_c = max(1, 1024 // (k_h * k_w))
         if packed:                                    # the generator packs depths <= 128
             in_c = max(1, min(in_c, 128 // (k_h * k_w)))
+            out_c = i(1, 13)
+        if wide:                                      # window rows <= 64 words
+            in_c = max(1, min(in_c, 128 // k_w - 1))
             out_c = i(1, 13)
     else:
         in_c, dm = draw(st.sampled_from([1, 2, 3, 4, 5, 7, 8, 12, 16])), draw(st.sampled_from([1, 1, 1, 2, 3]))
@@ -156,7 +178,7 @@ def conv_case(draw, kind=None) -> ConvCase:
         shifts = rng.integers(-31, 31, out_c)
     lo = i(-128, 127)
     hi = i(lo, 127)
-    if (packed or kind == DW) and i(0, 2):   # mostly the 5-instruction output stage's conditions
+    if (packed or wide or kind == DW) and i(0, 2):   # mostly the 5-instruction output stage's conditions
         lo, hi = -128, 127
         shifts = np.clip(shifts, -21, -1)
         if i(0, 1):
@@ -164,6 +186,8 @@ def conv_case(draw, kind=None) -> ConvCase:
     header = [kind, batches, in_h, in_w, in_c, out_h, out_w, out_c, k_h, k_w, s_h, s_w, d_h, d_w,
               pt, pl, dm, io, oo, lo, hi, int(bias is not None), i(0, 3), i(0, 3)]
     case = ConvCase(header, x, f, bias, mults.astype(np.int64), shifts.astype(np.int8))
+    if wide:
+        return wide_extra(case)
     return pack_extra(case) if packed else pack_dw_extra(case) if dw_packed else case
 
 
@@ -213,6 +237,7 @@ def cnn_layers() -> list[ConvCase]:
             h = list(c.header)
             h[18:21] = [oo, lo, hi]
             out.append(pack_extra(dataclasses.replace(c, header=h)))
+            out.append(wide_extra(dataclasses.replace(c, header=h)))
     # the depthwise ones (depth multiplier 1) on the pre-widened filter, likewise
     for c in [c for c in out if c.header[0] == DW and c.header[16] == 1]:
         for oo, lo, hi in ((-3, -128, 127), (-128, -128, 127), (-128, -128, 100)):

@@ -41,9 +41,12 @@ def lower_conv_pointwise_as_fc(op: Operator, model: TFLiteModel, pname: str) -> 
 
 
 def lower_conv_packed(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
-    """For the cortex-m-dsp variant: an int8 CONV_2D whose padded depth is at most
-    PACKED_MAX_DEPTH gets the packed filter (conv.h, qe_conv_s8_packed_params_t), a 1x1 one
-    too (faster than the per-channel FULLY_CONNECTED it was routed to); an int8
+    """For the cortex-m-dsp variant: an int8 CONV_2D on a widened image (conv.h,
+    qe_conv_s8_wide_params_t) where its scratch fits WIDE_SCRATCH_MAX and a window row
+    WIDE_MAX_ROW_WORDS, except a 1x1 / stride 1 / unpadded one whose depth is a multiple of 4
+    (it needs no image: the pixel is its column); those, and the others whose padded depth is at
+    most PACKED_MAX_DEPTH, the packed filter (conv.h, qe_conv_s8_packed_params_t; faster than the
+    per-channel FULLY_CONNECTED the 1x1 one was routed to); an int8
     DEPTHWISE_CONV_2D with depth multiplier 1 whose widened image fits DW_SCRATCH_MAX the
     pre-widened filter (depthwise_conv.h, qe_dw_s8_packed_params_t); every other op
     lower_conv_pointwise_as_fc."""
@@ -137,6 +140,11 @@ def lower_conv(op: Operator, model: TFLiteModel, pname: str, pointwise_as_fc: bo
     if packed and depthwise and dm == 1:
         kernel = _packed_depthwise(op, pname, x, w, bias, out, g, comment, wname, n_ch, mults,
                                    shifts, act_min, act_max)
+        if kernel is not None:
+            return kernel
+    if packed and not depthwise and not _direct_pointwise(g, taps):
+        kernel = _wide_conv(op, pname, x, w, bias, out, g, comment, wname, n_ch, mults, shifts,
+                            act_min, act_max)
         if kernel is not None:
             return kernel
     if packed and not depthwise and -(-taps // 4) * 4 <= PACKED_MAX_DEPTH:
@@ -376,6 +384,83 @@ def _packed_depthwise(op, pname, x, w, bias, out, g, comment, wname, n_ch, mults
     ref_bytes = w.size + 5 * oc + (4 * bias.size if bias is not None else 0)
     return Kernel(op, call, params, consts, const_bytes,
                   comment.replace("DEPTHWISE_CONV_2D int8:", "DEPTHWISE_CONV_2D int8 (packed):")
+                  + f"; layout {const_bytes} B of flash (reference layout {ref_bytes} B), "
+                  f"{scratch} B of scratch", scratch_bytes=scratch,
+                  layout_extra_bytes=const_bytes - ref_bytes)
+
+
+WIDE_ROWS = 4                 # conv.h: QE_CONV_WIDE_ROWS
+WIDE_MAX_ROW_WORDS = 64       # conv.h: QE_CONV_WIDE_MAX_ROW_WORDS
+WIDE_SCRATCH_MAX = 16384      # arena bytes for the widened, padded input image
+
+
+def _direct_pointwise(g: dict, taps: int) -> bool:
+    """A 1x1 / stride 1 / unpadded convolution whose depth is whole quads: qe_conv_s8_packed
+    widens each pixel in place (no gather, no image)."""
+    return (g["k_h"] == g["k_w"] == 1 and g["pad_top"] == g["pad_left"] == 0
+            and taps % 4 == 0 and taps <= PACKED_MAX_DEPTH)
+
+
+def wide_shape(g: dict) -> tuple[int, int, int]:
+    """conv.h's qe_conv_s8_wide scratch image: (wide_h, wide_w, in_cp)."""
+    wide_h, wide_w, _ = dw_wide_shape(g)
+    return wide_h, wide_w, g["in_c"] + g["in_c"] % 2
+
+
+def pack_wide_filter(w: np.ndarray, bias: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """conv.h's filter for qe_conv_s8_wide, from an int8 [out_c][k_h][k_w][in_c] filter: (int32
+    words, bias per padded channel): per group of four channels, per tap, per channel pair, per
+    channel of the group, w[2k] | w[2k + 1] << 16 (two's complement halves; zero padding)."""
+    oc, k_h, k_w, ic = w.shape
+    ocp, icp = -(-oc // WIDE_ROWS) * WIDE_ROWS, ic + ic % 2
+    f = np.zeros((ocp, k_h * k_w, icp), np.int64)
+    f[:oc, :, :ic] = w.reshape(oc, k_h * k_w, ic)
+    f = f.reshape(ocp // WIDE_ROWS, WIDE_ROWS, k_h * k_w, icp // 2, 2).transpose(0, 2, 3, 1, 4)
+    words = (f[..., 1] * 65536 + (f[..., 0] & 0xFFFF)).reshape(-1)
+    b = np.zeros(ocp, np.int64)
+    if bias is not None:
+        b[:oc] = bias
+    return words.astype(np.int32), b.astype(np.int32)
+
+
+def _wide_conv(op, pname, x, w, bias, out, g, comment, wname, n_ch, mults, shifts, act_min,
+               act_max) -> Kernel | None:
+    """An int8 CONV_2D as qe_conv_s8_wide (conv.h), or None when it does not apply (dilation
+    along x, a window row of more than WIDE_MAX_ROW_WORDS words, scratch > WIDE_SCRATCH_MAX)."""
+    wide_h, wide_w, icp = wide_shape(g)
+    scratch = wide_h * wide_w * icp * 2
+    if g["dil_w"] != 1 or g["k_w"] * icp // 2 > WIDE_MAX_ROW_WORDS or scratch > WIDE_SCRATCH_MAX:
+        return None
+    oc = g["out_c"]
+    words, bias_p = pack_wide_filter(w.data, None if bias is None else bias.data)
+    mm = mm_table(mults, shifts, out.zero_point, act_min, act_max, bias_p.size)
+    wname = wname + "_wide"
+    consts = [f"/* {c_comment(w.describe())}, {n_ch} scale(s): laid out for the kernel variant "
+              f"(conv.h, qe_conv_s8_wide), {oc} channels in groups of {WIDE_ROWS}, two input "
+              f"channels per word */\n" + c_array("int32_t", wname, words, 8, lambda v: str(int(v))),
+              "/* bias per padded channel */\n"
+              + c_array("int32_t", f"{pname}_bias", bias_p, 8, lambda v: str(int(v))),
+              c_array("int32_t", f"{pname}_mult", mults, 6, str),
+              c_array("int8_t", f"{pname}_shift", shifts, 16, str)]
+    const_bytes = 4 * words.size + 4 * bias_p.size + 5 * oc
+    if mm is not None:
+        consts.append("/* the variant's output stage per padded channel: multiplier, round, "
+                      "shift (dsp.h, requant_mm_t) */\n"
+                      + c_array("int32_t", f"{pname}_mm", mm, 6, lambda v: str(int(v))))
+        const_bytes += 4 * mm.size
+    params = (f"static const qe_conv_s8_wide_params_t {pname} = {{\n"
+              f"    .c = {{\n" + "".join("    " + ln + "\n" for ln in window_c(g).splitlines())
+              + f"        .input_offset = {-x.zero_point},\n"
+              f"        .output_offset = {out.zero_point},\n"
+              f"        .activation_min = {act_min},\n        .activation_max = {act_max},\n"
+              f"        .multipliers = {pname}_mult,\n        .shifts = {pname}_shift,\n    }},\n"
+              f"    .mm = {f'{pname}_mm' if mm is not None else 'QE_FLASH_NULL'},\n"
+              f"    .in_cp = {icp}u,\n    .wide_h = {wide_h}u,\n    .wide_w = {wide_w}u,\n}};\n")
+    call = (f"qe_conv_s8_wide(&{pname}, (const int8_t *)@T{x.index}@, {wname}, {pname}_bias, "
+            f"(int8_t *)@T{out.index}@, (int16_t *)@S{op.index}@);")
+    ref_bytes = w.size + 5 * oc + (4 * bias.size if bias is not None else 0)
+    return Kernel(op, call, params, consts, const_bytes,
+                  comment.replace("CONV_2D int8:", "CONV_2D int8 (widened image):")
                   + f"; layout {const_bytes} B of flash (reference layout {ref_bytes} B), "
                   f"{scratch} B of scratch", scratch_bytes=scratch,
                   layout_extra_bytes=const_bytes - ref_bytes)

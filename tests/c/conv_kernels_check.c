@@ -21,6 +21,9 @@
  *   qe_depthwise_conv_s8_packed; depth multiplier 1) then has: int32 padded_c, wide_h, wide_w,
  *   has_mm, int32 words[2 * k_h * k_w * padded_c / 4], int32 bias'[padded_c], int32
  *   mm[3 * padded_c] if has_mm; compared as kind 2 (with qe_depthwise_conv_s8_reference).
+ *   kind 5 (CONV_2D on the widened image, conv.h's qe_conv_s8_wide; dil_w 1) then has: int32
+ *   in_cp, wide_h, wide_w, has_mm, int32 words[padded_out_c * k_h * k_w * in_cp / 2], int32
+ *   bias'[padded_out_c], int32 mm[3 * padded_out_c] if has_mm; compared as kind 2.
  *   kind 3 (MAX_POOL_2D, qe_max_pool_s8; out_c = in_c, activation_min/max the clamp) has only
  *   the input after the header (no filter, bias, multipliers or shifts).
  * Output (host: stdout; board: conv_out.bin): per case the reference's output bytes, then the
@@ -39,6 +42,9 @@ void qe_conv_s8_packed_reference(const qe_conv_s8_packed_params_t *p, const int8
 void qe_depthwise_conv_s8_packed_reference(const qe_dw_s8_packed_params_t *p,
                                            const int8_t *input, const int32_t *filter,
                                            const int32_t *bias, int8_t *output, int16_t *scratch);
+void qe_conv_s8_wide_reference(const qe_conv_s8_wide_params_t *p, const int8_t *input,
+                               const int32_t *filter, const int32_t *bias, int8_t *output,
+                               int16_t *scratch);
 void qe_max_pool_s8_reference(const qe_pool_s8_params_t *p, const int8_t *input, int8_t *output);
 void qe_depthwise_conv_s8_reference(const qe_conv_s8_params_t *p, const int8_t *input,
                                     const int8_t *filter, const int32_t *bias, int8_t *output);
@@ -81,7 +87,7 @@ int main(void)
         int8_t *const f = filter_buf + (h[23] & 3);
         int k;
 
-        if (kind > 4u || n_in > MAX_IN || n_f > MAX_F || n_out > MAX_OUT || out_c > MAX_CH
+        if (kind > 5u || n_in > MAX_IN || n_f > MAX_F || n_out > MAX_OUT || out_c > MAX_CH
             || !io_read(in, n_in) || (n_f > 0u && !io_read(f, n_f))
             || (has_bias && !io_read(bias, 4u * out_c))
             || (kind != 3u && (!io_read(multipliers, 4u * out_c) || !io_read(shifts, out_c)))) {
@@ -112,7 +118,33 @@ int main(void)
         p.shifts = shifts;
         memset(out_ref, 0x5A, sizeof out_ref);
         memset(out_opt, 0xA5, sizeof out_opt);
-        if (kind == 4u) {
+        if (kind == 5u) {
+            qe_conv_s8_wide_params_t pp;
+            int32_t e[4];
+            uint32_t padded_c = (out_c + 3u) & ~3u, n_w;
+            if (!io_read(e, sizeof e) || e[0] <= 0 || (e[0] & 1) || padded_c > MAX_CH
+                || (uint32_t)e[0] * (uint32_t)e[1] * (uint32_t)e[2] * 2u > MAX_SCRATCH) {
+                return io_exit(2);
+            }
+            n_w = padded_c * (uint32_t)(h[8] * h[9]) * (uint32_t)e[0] / 2u;
+            if (n_w > MAX_WORDS || !io_read(words, 4u * n_w) || !io_read(bias_p, 4u * padded_c)
+                || (e[3] && !io_read(mm, 12u * padded_c))) {
+                return io_exit(2);
+            }
+            pp.c = p;
+            pp.mm = e[3] ? mm : QE_FLASH_NULL;
+            pp.in_cp = (uint16_t)e[0];
+            pp.wide_h = (uint16_t)e[1];
+            pp.wide_w = (uint16_t)e[2];
+            memset(out_pref, 0x3C, sizeof out_pref);
+            memset(scratch, 0x77, sizeof scratch);
+            qe_conv_s8_reference(&p, in, f, has_bias ? bias : QE_FLASH_NULL, out_ref);
+            qe_conv_s8_wide(&pp, in, words, bias_p, out_opt, scratch);
+            qe_conv_s8_wide_reference(&pp, in, words, bias_p, out_pref, scratch);
+            if (memcmp(out_ref, out_pref, n_out) != 0 || (uint8_t)out_pref[n_out] != 0x3Cu) {
+                status = 1;
+            }
+        } else if (kind == 4u) {
             qe_dw_s8_packed_params_t pp;
             int32_t e[4];
             uint32_t n_w;

@@ -56,4 +56,37 @@ void qe_conv_s8_packed(const qe_conv_s8_packed_params_t *p, const int8_t *input,
                        const QE_FLASH int32_t *filter, const QE_FLASH int32_t *bias,
                        int8_t *output);
 
+/* int8 CONV_2D on a widened input image, the filter laid out by the generator for the
+ * cortex-m-dsp variant (converters/ops/conv.py, _wide_conv; dilation 1 along x): the same
+ * results as qe_conv_s8 on the original filter, bit for bit; this file's portable
+ * implementation is the definition the variant's is tested against.
+ *
+ * in_cp = in_c rounded up to even. Output channels in groups of QE_CONV_WIDE_ROWS (4, padded with
+ * zero channels); per group, per tap (ky, kx), per channel pair k (channels 2k, 2k + 1; the
+ * padding channel in_c, if any, weight 0), per channel r of the group: one int32 word, low half
+ * w[oc][ky][kx][2k], high half w[oc][ky][kx][2k + 1] (two's complement: as an int32 value
+ * 65536 * hi + (lo mod 65536)). bias: one int32 per padded channel (zeros without one), not
+ * folded. mm: as qe_conv_s8_packed_params_t's.
+ *
+ * scratch: wide_h * wide_w * in_cp int16 of arena (16-byte aligned), which the variant fills per
+ * batch with x + input_offset in the input's own order (so a window row, k_w * in_cp int16, is
+ * contiguous) and zeros in the padding around it and in the padding channel: the image padded by
+ * pad_top / pad_left and up to wide_h x wide_w (as depthwise_conv.h's scratch). A padded tap
+ * then adds w * 0, which is the reference's skipping; the sums are the reference's, every
+ * partial sum within the generator's int32 bound. A window row is at most
+ * QE_CONV_WIDE_MAX_ROW_WORDS words (the variant's unrolled loop). */
+#define QE_CONV_WIDE_ROWS 4u
+#define QE_CONV_WIDE_MAX_ROW_WORDS 64u
+
+typedef struct {
+    qe_conv_s8_params_t c;            /* geometry (dil_w 1), offsets, requantization */
+    const QE_FLASH int32_t *mm;       /* or QE_FLASH_NULL */
+    uint16_t in_cp;                   /* in_c rounded up to even */
+    uint16_t wide_h, wide_w;          /* the scratch image's rows and columns */
+} qe_conv_s8_wide_params_t;
+
+void qe_conv_s8_wide(const qe_conv_s8_wide_params_t *p, const int8_t *input,
+                     const QE_FLASH int32_t *filter, const QE_FLASH int32_t *bias,
+                     int8_t *output, int16_t *scratch);
+
 #endif

@@ -28,9 +28,11 @@
 
 #define qe_conv_s8 qe_conv_s8_reference
 #define qe_conv_s8_packed qe_conv_s8_packed_reference
+#define qe_conv_s8_wide qe_conv_s8_wide_reference
 #include "../../conv.c"
 #undef qe_conv_s8
 #undef qe_conv_s8_packed
+#undef qe_conv_s8_wide
 
 /* Column buffer: 1 KiB of stack (a 3x3 window of 113 channels, a 5x5 one of 40). */
 #define COL_MAX 1024u
@@ -424,6 +426,251 @@ void qe_conv_s8_packed(const qe_conv_s8_packed_params_t *p, const int8_t *input,
 #endif
                 widen_col(src, quads, xw);
                 conv_groups_c(p, xw, quads, filter, bias, out);
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------ the widened image
+ * qe_conv_s8_wide (conv.h, qe_conv_s8_wide_params_t): per batch the input is widened once into
+ * the scratch image, x + input_offset as int16 in the input's order (two channels per word),
+ * zeros in the padding; a window row is then k_w * in_cp / 2 contiguous words of it, and the
+ * filter's words are in that order, four output channels per word index. No gather, no tap
+ * tested, each input value widened once. Per word of a window row: one LDR of it, one LDM of the
+ * four channels' weight words, four SMLADs (6 instructions for 8 multiply-accumulates). With the
+ * generator's mm table one hand-allocated asm function runs a pixel's groups: per window row a
+ * computed branch into the unrolled loop (QE_CONV_WIDE_MAX_ROW_WORDS steps, entered at the row's
+ * length), per output channel one LDM of its {multiplier, round, shift} and REQUANT_MM_*_ASM;
+ * otherwise the same sums in C and requant_s8. */
+
+/* the scratch image of one batch */
+static void conv_widen(const qe_conv_s8_wide_params_t *p, const int8_t *image, uint8_t *wide)
+{
+    const qe_window_t *const g = &p->c.g;
+    const uint32_t in_c = g->in_c, cp = p->in_cp, row_bytes = 2u * cp * p->wide_w;
+    const uint32_t left = 2u * cp * g->pad_left, inside = 2u * cp * g->in_w;
+    const int32_t io = p->c.input_offset;
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+    const int16x2_t io2 = (int16x2_t)(((uint32_t)io & 0xFFFFu) * 0x00010001u);
+#endif
+    uint32_t iy, k;
+
+    for (iy = 0; iy < p->wide_h; ++iy, wide += row_bytes) {
+        const uint32_t yy = iy - g->pad_top;           /* (wraps above the image: outside) */
+        const int8_t *src = image + yy * g->in_w * in_c;
+        uint8_t *d = wide + left;
+        if (yy >= g->in_h) {
+            fill_bytes((int8_t *)wide, 0u, row_bytes);
+            continue;
+        }
+        fill_bytes((int8_t *)wide, 0u, left);
+        if (cp == in_c) {                           /* whole pairs: the row is contiguous */
+            const uint32_t n = g->in_w * in_c;
+            for (k = 0; k + 4u <= n; k += 4u, d += 8) {
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+                const uint32_t v = load_s8x4(src + k);
+                const uint32_t x02 = (uint32_t)__sxtab16(io2, v);
+                const uint32_t x13 = (uint32_t)sxtab16_ror8(io2, v);
+                const uint32_t w0 = (x02 & 0xFFFFu) | (x13 << 16);
+                const uint32_t w1 = (x13 & 0xFFFF0000u) | (x02 >> 16);
+#else
+                const uint32_t w0 = ((uint32_t)(src[k] + io) & 0xFFFFu) | ((uint32_t)(src[k + 1u] + io) << 16);
+                const uint32_t w1 = ((uint32_t)(src[k + 2u] + io) & 0xFFFFu) | ((uint32_t)(src[k + 3u] + io) << 16);
+#endif
+                memcpy(d, &w0, 4);
+                memcpy(d + 4, &w1, 4);
+                NOT_A_LIBCALL();
+            }
+            if (k < n) {                            /* n is even: one pair left */
+                const uint32_t w0 = ((uint32_t)(src[k] + io) & 0xFFFFu) | ((uint32_t)(src[k + 1u] + io) << 16);
+                memcpy(d, &w0, 4);
+                d += 4;
+            }
+        } else {                                    /* odd in_c: a zero channel per pixel */
+            uint32_t x, c;
+            for (x = 0; x < g->in_w; ++x, src += in_c) {
+                for (c = 0; c < cp; c += 2u, d += 4) {
+                    const int32_t lo = src[c] + io;
+                    const int32_t hi = (c + 1u < in_c) ? src[c + 1u] + io : 0;
+                    const uint32_t w0 = ((uint32_t)lo & 0xFFFFu) | ((uint32_t)hi << 16);
+                    memcpy(d, &w0, 4);
+                    NOT_A_LIBCALL();
+                }
+            }
+        }
+        fill_bytes((int8_t *)d, 0u, row_bytes - left - inside);
+    }
+}
+
+/* every group of one pixel's output channels in C (no mm table) */
+static void conv_wide_c(const qe_conv_s8_wide_params_t *p, const uint8_t *pix, uint32_t rows,
+                        uint32_t row_words, uint32_t row_stride, const QE_FLASH int32_t *filter,
+                        const QE_FLASH int32_t *bias, int8_t *out)
+{
+    const uint32_t out_c = p->c.g.out_c;
+    const QE_FLASH int32_t *w = filter;
+    requant_t rq;
+    uint32_t o, ky, j, r;
+
+    for (o = 0; o < out_c; o += QE_CONV_WIDE_ROWS) {
+        int32_t a[QE_CONV_WIDE_ROWS];
+        const uint8_t *x_row = pix;
+        for (r = 0; r < QE_CONV_WIDE_ROWS; ++r) {
+            a[r] = bias[o + r];
+        }
+        for (ky = 0; ky < rows; ++ky, x_row += row_stride) {
+            for (j = 0; j < row_words; ++j, w += QE_CONV_WIDE_ROWS) {
+                uint32_t x;
+                memcpy(&x, x_row + 4u * j, 4);
+                for (r = 0; r < QE_CONV_WIDE_ROWS; ++r) {
+                    a[r] = SMLAD_((uint32_t)w[r], x, a[r]);
+                }
+            }
+        }
+        for (r = 0; r < QE_CONV_WIDE_ROWS && o + r < out_c; ++r) {
+            requant_init(&rq, p->c.multipliers[o + r], p->c.shifts[o + r], p->c.output_offset,
+                         p->c.activation_min, p->c.activation_max);
+            out[o + r] = requant_s8(&rq, a[r]);
+        }
+    }
+}
+
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+typedef struct {
+    const QE_FLASH int32_t *bias;   /* 0: the next group's bias */
+    const uint8_t *pix;             /* 4: the window's first word in the image */
+    uint32_t entry;                 /* 8: 24 * row_words: the unrolled loop's entry, from its end */
+    int8_t *out_end;                /* 12 */
+    const QE_FLASH int32_t *w;      /* 16: the next group's weights */
+    int8_t *out;                    /* 20 */
+    uint32_t rows;                  /* 24: k_h */
+    uint32_t skip;                  /* 28: from a window row's end to the next row's start */
+    uint32_t target;                /* 32: (set by the function) */
+    const QE_FLASH int32_t *mm;     /* 36: the next channel's {multiplier, round, shift} */
+} cw_ctx_t;
+
+CG_CHECK_(w_pix, offsetof(cw_ctx_t, pix) == 4);
+CG_CHECK_(w_entry, offsetof(cw_ctx_t, entry) == 8);
+CG_CHECK_(w_out_end, offsetof(cw_ctx_t, out_end) == 12);
+CG_CHECK_(w_w, offsetof(cw_ctx_t, w) == 16);
+CG_CHECK_(w_out, offsetof(cw_ctx_t, out) == 20);
+CG_CHECK_(w_rows, offsetof(cw_ctx_t, rows) == 24);
+CG_CHECK_(w_skip, offsetof(cw_ctx_t, skip) == 28);
+CG_CHECK_(w_target, offsetof(cw_ctx_t, target) == 32);
+CG_CHECK_(w_mm, offsetof(cw_ctx_t, mm) == 36);
+CG_CHECK_(w_row, QE_CONV_WIDE_MAX_ROW_WORDS == 64u);
+
+/* one word of a window row (r9) against four channels' weight words */
+#define CW_S1 "ldr.w r9, [r0], #4\n\t" "ldmia.w r1!, {r4, r5, r6, r8}\n\t"                  \
+    "smlad r2, r4, r9, r2\n\t" "smlad r3, r5, r9, r3\n\t" "smlad r12, r6, r9, r12\n\t"     \
+    "smlad lr, r8, r9, lr\n\t"
+#define CW_S4 CW_S1 CW_S1 CW_S1 CW_S1
+#define CW_S64 CW_S4 CW_S4 CW_S4 CW_S4 CW_S4 CW_S4 CW_S4 CW_S4                              \
+    CW_S4 CW_S4 CW_S4 CW_S4 CW_S4 CW_S4 CW_S4 CW_S4
+#define CW_GROUPS(NAME, OUT)                                                              \
+    __attribute__((naked, noinline)) static void NAME(cw_ctx_t *c)                       \
+    {                                                                                     \
+        (void)c;                                                                          \
+        __asm volatile(                                                                   \
+            "push {r4-r11, lr}\n\t"                                                       \
+            "mov r7, r0\n\t"                                                              \
+            "adr.w r4, .L" #NAME "_end\n\t"                                               \
+            "ldr r5, [r7, #8]\n\t"                                                        \
+            "sub r4, r4, r5\n\t"                                                          \
+            "orr r4, r4, #1\n\t"                                                          \
+            "str r4, [r7, #32]\n\t"                                                       \
+            "ldr r1, [r7, #16]\n\t"                                                       \
+            "ldr r11, [r7, #20]\n"                                                        \
+            ".L" #NAME "_group:\n\t"                                                      \
+            "ldr r4, [r7, #0]\n\t"                                                        \
+            "ldmia r4!, {r2, r3, r12, lr}\n\t"                                            \
+            "str r4, [r7, #0]\n\t"                                                        \
+            "ldr r0, [r7, #4]\n\t"                                                        \
+            "ldr r10, [r7, #24]\n"                                                        \
+            ".L" #NAME "_row:\n\t"                                                        \
+            "ldr pc, [r7, #32]\n"                                                         \
+            ".L" #NAME "_start:\n\t"                                                      \
+            CW_S64                                                                        \
+            "\n.L" #NAME "_end:\n\t"                                                      \
+            ".if (.L" #NAME "_end - .L" #NAME "_start) - 24 * 64\n\t"                     \
+            ".error \"a step is not 24 bytes\"\n\t"                                       \
+            ".endif\n\t"                                                                  \
+            "subs r10, r10, #1\n\t"                                                       \
+            "beq .L" #NAME "_rows_done\n\t"                                               \
+            "ldr r9, [r7, #28]\n\t"                                                       \
+            "add r0, r0, r9\n\t"                                                          \
+            "b.w .L" #NAME "_row\n"                                                       \
+            ".L" #NAME "_rows_done:\n\t"                                                  \
+            "ldr r10, [r7, #36]\n\t"                                                      \
+            CG_OUT(OUT, "r2") CG_OUT(OUT, "r3") CG_OUT(OUT, "r12") CG_OUT(OUT, "lr")      \
+            "str r10, [r7, #36]\n\t"                                                      \
+            "ldr r4, [r7, #12]\n\t"                                                       \
+            "cmp r11, r4\n\t"                                                             \
+            "bne .L" #NAME "_group\n\t"                                                   \
+            "str r1, [r7, #16]\n\t"                                                       \
+            "pop {r4-r11, pc}\n\t");                                                      \
+    }
+
+CW_GROUPS(conv_wide_fix, REQUANT_MM_FIX_ASM)
+CW_GROUPS(conv_wide_nofix, REQUANT_MM_NOFIX_ASM)
+#endif /* __ARM_FEATURE_DSP */
+
+void qe_conv_s8_wide(const qe_conv_s8_wide_params_t *p, const int8_t *input,
+                     const QE_FLASH int32_t *filter, const QE_FLASH int32_t *bias,
+                     int8_t *output, int16_t *scratch)
+{
+    const qe_window_t geo = p->c.g, *const g = &geo;
+    const uint32_t out_c = g->out_c, cp = p->in_cp;
+    const uint32_t row_words = (uint32_t)g->k_w * cp / 2u;
+    const uint32_t pix_bytes = 2u * cp, line = pix_bytes * p->wide_w;
+    const uint32_t row_stride = (uint32_t)g->dil_h * line;
+    uint8_t *const wide = (uint8_t *)(void *)scratch;
+    uint32_t b, oy, ox;
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+    const uint32_t whole = out_c & ~(QE_CONV_WIDE_ROWS - 1u);
+    void (*const groups)(cw_ctx_t *) = (p->c.output_offset == -128) ? conv_wide_nofix
+                                                                   : conv_wide_fix;
+    int8_t tail[QE_CONV_WIDE_ROWS];
+    cw_ctx_t cx;
+    uint32_t r;
+    cx.entry = 24u * row_words;
+    cx.rows = g->k_h;
+    cx.skip = row_stride - 4u * row_words;
+#endif
+
+    if (row_words > QE_CONV_WIDE_MAX_ROW_WORDS || g->dil_w != 1u) {   /* (never generated) */
+        qe_conv_s8_wide_reference(p, input, filter, bias, output, scratch);
+        return;
+    }
+    for (b = 0; b < g->batches; ++b) {
+        conv_widen(p, input + (uint32_t)b * g->in_h * g->in_w * g->in_c, wide);
+        for (oy = 0; oy < g->out_h; ++oy) {
+            const uint8_t *pix = wide + (oy * g->stride_h) * line;
+            int8_t *out = output + ((b * g->out_h + oy) * g->out_w) * out_c;
+            for (ox = 0; ox < g->out_w; ++ox, pix += g->stride_w * pix_bytes, out += out_c) {
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+                if (p->mm != QE_FLASH_NULL) {
+                    cx.bias = bias;
+                    cx.mm = p->mm;
+                    cx.w = filter;
+                    cx.pix = pix;
+                    if (whole > 0u) {
+                        cx.out = out;
+                        cx.out_end = out + whole;
+                        groups(&cx);
+                    }
+                    if (whole < out_c) {        /* the padded last group, into scratch */
+                        cx.out = tail;
+                        cx.out_end = tail + QE_CONV_WIDE_ROWS;
+                        groups(&cx);
+                        for (r = 0; whole + r < out_c; ++r) {
+                            out[whole + r] = tail[r];
+                        }
+                    }
+                    continue;
+                }
+#endif
+                conv_wide_c(p, pix, g->k_h, row_words, row_stride, filter, bias, out);
             }
         }
     }
