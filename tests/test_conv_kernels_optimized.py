@@ -405,7 +405,8 @@ def cnn_1x1(tmp_module) -> Path:
 
 
 def test_conv_is_packed_only_with_the_variant(cnn_1x1, tmp_path):
-    """cortex-m-dsp: both convolutions on the packed filter (the 1x1 one too); with the reference
+    """cortex-m-dsp: the 3x3 convolution on the widened image, the 1x1 one on the packed filter,
+    the depthwise one on its pre-widened filter (with scratch); with the reference
     weight layout (the build's fallback when the packed firmware does not fit) the 1x1 one is the
     per-channel FULLY_CONNECTED; reference boards keep qe_conv_s8 for both."""
     from quarl_edge.converters import cgen
@@ -414,7 +415,10 @@ def test_conv_is_packed_only_with_the_variant(cnn_1x1, tmp_path):
     unp = cgen.generate(cnn_1x1, tmp_path / "unp", kernels="cortex-m-dsp", pack_weights=False)
     schedule = lambda gm: gm.c_path.read_text().split("void qe_model_invoke(void)", 1)[1]  # noqa: E731
     assert schedule(ref).count("qe_conv_s8(") == 2 and "qe_conv_s8_packed(" not in schedule(ref)
-    assert schedule(opt).count("qe_conv_s8_packed(") == 2 and "qe_conv_s8(" not in schedule(opt)
+    assert schedule(opt).count("qe_conv_s8_packed(") == 1 and "qe_conv_s8(" not in schedule(opt)
+    assert schedule(opt).count("qe_conv_s8_wide(") == 1
+    assert schedule(opt).count("qe_depthwise_conv_s8_packed(") == 1
+    assert "qe_depthwise_conv_s8(" in schedule(unp) and "_packed(" not in schedule(unp)
     assert schedule(unp).count("qe_conv_s8(") == 1 and schedule(unp).count("qe_fully_connected_s8_pc(") == 1
     assert ".batches = 16u," in unp.c_path.read_text()   # 4x4 pixels after the stride-2 conv
     assert ref.layout_extra_bytes == 0 == unp.layout_extra_bytes
@@ -446,5 +450,7 @@ def test_cnn_with_the_variant_is_bit_exact_on_mps2_an386(cnn_1x1, tmp_path):
     cmd = (tmp_path / "fw" / "build.cmd").read_text()
     for f in ("conv.c", "depthwise_conv.c", "fully_connected.c"):
         assert f"optimized/cortex-m-dsp/{f}" in cmd
-    assert (tmp_path / "fw" / "gen" / "model.c").read_text().count("qe_conv_s8_packed(&") == 2
+    model_c = (tmp_path / "fw" / "gen" / "model.c").read_text()
+    for fn in ("qe_conv_s8_packed(&", "qe_conv_s8_wide(&", "qe_depthwise_conv_s8_packed(&"):
+        assert model_c.count(fn) == 1, fn
     assert res["bit_exact"] and res["mismatches"] == 0 and res["n"] == 40
