@@ -355,6 +355,75 @@ static void dw_widen(const qe_dw_s8_packed_params_t *p, const int8_t *image, uin
         a3 = SMLATT_(w13_, x13_, a3);                                      \
     } while (0)
 
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+/* A 3x3 window undilated along x, four channels, a whole output row of pixels, with the mm
+ * table: one hand-allocated asm function (gcc spills the sums and constants of the C loop). Per
+ * pixel: the bias LDM, per tap LDRD of the image's two words (constant offsets 0, 8, 16 along a
+ * row, + y_step down), LDM of the filter's two and SMLABB / SMLATT x4 (6 instructions for 4
+ * multiply-accumulates), per output one LDM of {multiplier, round, shift} + REQUANT_MM_*_ASM.
+ * Registers: sums r2 (c0), r3 (c1), r12 (c2), lr (c3); image r0, filter r1, data r4-r6, r8;
+ * y_step r9, mm r10, output r11, the context r7. */
+typedef struct {
+    const QE_FLASH int32_t *bias;   /* 0: the group's four biases */
+    const QE_FLASH int32_t *w;      /* 4: the group's filter */
+    const uint8_t *x;               /* 8: the next pixel's window in the image */
+    uint32_t x_step;                /* 12: stride_w * 8 */
+    uint32_t y_step;                /* 16: dil_h * wide_w * 8 */
+    const QE_FLASH int32_t *mm;     /* 20: the group's {multiplier, round, shift} x 4 */
+    int8_t *out;                    /* 24: the row's first output of the group */
+    uint32_t out_skip;              /* 28: out_c - 4 */
+    uint32_t count;                 /* 32: pixels left */
+} dw_ctx_t;
+
+#define DW_CHECK_(name, cond) typedef char dw_check_##name[(cond) ? 1 : -1]
+DW_CHECK_(w, offsetof(dw_ctx_t, w) == 4);
+DW_CHECK_(x, offsetof(dw_ctx_t, x) == 8);
+DW_CHECK_(x_step, offsetof(dw_ctx_t, x_step) == 12);
+DW_CHECK_(y_step, offsetof(dw_ctx_t, y_step) == 16);
+DW_CHECK_(mm, offsetof(dw_ctx_t, mm) == 20);
+DW_CHECK_(out, offsetof(dw_ctx_t, out) == 24);
+DW_CHECK_(out_skip, offsetof(dw_ctx_t, out_skip) == 28);
+DW_CHECK_(count, offsetof(dw_ctx_t, count) == 32);
+
+#define DW_TAP_ASM(OFF) "ldrd r4, r5, [r0, #" OFF "]\n\t" "ldmia r1!, {r6, r8}\n\t"          \
+    "smlabb r2, r6, r4, r2\n\t" "smlatt r12, r6, r4, r12\n\t"                              \
+    "smlabb r3, r8, r5, r3\n\t" "smlatt lr, r8, r5, lr\n\t"
+#define DW_ROW_ASM DW_TAP_ASM("0") DW_TAP_ASM("8") DW_TAP_ASM("16") "add r0, r0, r9\n\t"
+#define DW_OUT_ASM(OUT, A) "ldmia r10!, {r4, r5, r6}\n\t" OUT(A)
+#define DW_ROW3(NAME, OUT)                                                                \
+    __attribute__((naked, noinline)) static void NAME(dw_ctx_t *c)                       \
+    {                                                                                     \
+        (void)c;                                                                          \
+        __asm volatile(                                                                   \
+            "push {r4-r11, lr}\n\t"                                                       \
+            "mov r7, r0\n\t"                                                              \
+            "ldr r9, [r7, #16]\n\t"                                                       \
+            "ldr r11, [r7, #24]\n"                                                         \
+            ".L" #NAME "_pixel:\n\t"                                                      \
+            "ldr r4, [r7, #0]\n\t"                                                        \
+            "ldm r4, {r2, r3, r12, lr}\n\t"                                               \
+            "ldr r1, [r7, #4]\n\t"                                                        \
+            "ldr r0, [r7, #8]\n\t"                                                        \
+            "ldr r4, [r7, #12]\n\t"                                                       \
+            "add r4, r0, r4\n\t"                                                          \
+            "str r4, [r7, #8]\n\t"                                                        \
+            DW_ROW_ASM DW_ROW_ASM DW_ROW_ASM                                              \
+            "ldr r10, [r7, #20]\n\t"                                                      \
+            DW_OUT_ASM(OUT, "r2") DW_OUT_ASM(OUT, "r3") DW_OUT_ASM(OUT, "r12")             \
+            DW_OUT_ASM(OUT, "lr")                                                         \
+            "ldr r4, [r7, #28]\n\t"                                                       \
+            "add r11, r11, r4\n\t"                                                        \
+            "ldr r4, [r7, #32]\n\t"                                                       \
+            "subs r4, r4, #1\n\t"                                                         \
+            "str r4, [r7, #32]\n\t"                                                       \
+            "bne .L" #NAME "_pixel\n\t"                                                   \
+            "pop {r4-r11, pc}\n\t");                                                      \
+    }
+
+DW_ROW3(dw_row3_fix, REQUANT_MM_FIX_ASM)
+DW_ROW3(dw_row3_nofix, REQUANT_MM_NOFIX_ASM)
+#endif
+
 void qe_depthwise_conv_s8_packed(const qe_dw_s8_packed_params_t *p, const int8_t *input,
                                  const QE_FLASH int32_t *filter, const QE_FLASH int32_t *bias,
                                  int8_t *output, int16_t *scratch)
@@ -382,6 +451,26 @@ void qe_depthwise_conv_s8_packed(const qe_dw_s8_packed_params_t *p, const int8_t
             const uint8_t *const group = wide + (c / 4u) * plane;
             const QE_FLASH int32_t *const wg = filter + (c / 4u) * taps * 2u;
             const int32_t b0 = bias[c], b1 = bias[c + 1u], b2 = bias[c + 2u], b3 = bias[c + 3u];
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+            if (mm_tab != QE_FLASH_NULL && c + 4u <= out_c && row3 && k_h == 3u
+                && g->out_w > 0u) {
+                void (*const row_fn)(dw_ctx_t *) = fix ? dw_row3_fix : dw_row3_nofix;
+                dw_ctx_t cx;
+                cx.bias = bias + c;
+                cx.w = wg;
+                cx.x_step = g->stride_w * 8u;
+                cx.y_step = y_step;
+                cx.mm = mm_tab + 3u * c;
+                cx.out_skip = out_c - 4u;
+                for (oy = 0; oy < g->out_h; ++oy) {
+                    cx.x = group + (oy * g->stride_h) * p->wide_w * 8u;
+                    cx.out = output + ((b * g->out_h + oy) * g->out_w) * out_c + c;
+                    cx.count = g->out_w;
+                    row_fn(&cx);
+                }
+                continue;
+            }
+#endif
             for (oy = 0; oy < g->out_h; ++oy) {
                 const uint8_t *x_first = group + (oy * g->stride_h) * p->wide_w * 8u;
                 int8_t *out = output + ((b * g->out_h + oy) * g->out_w) * out_c + c;
