@@ -196,10 +196,13 @@ def pool_case(draw) -> ConvCase:
     """MAX_POOL_2D: any window, stride and padding (windows partly outside the image, none
     wholly: the generator refuses those), channel counts around the 4-wide loop, any clamp."""
     i = lambda lo, hi: draw(st.integers(lo, hi))  # noqa: E731
-    k_h, k_w, s_h, s_w = i(1, 4), i(1, 4), i(1, 3), i(1, 3)
+    k_h, k_w = draw(st.sampled_from([1, 2, 2, 2, 3, 4])), draw(st.sampled_from([1, 2, 2, 2, 3, 4]))
+    s_h, s_w = i(1, 3), i(1, 3)
     in_h, in_w = i(k_h, 12), i(k_w, 12)
     pt, pl = i(0, k_h - 1), i(0, k_w - 1)
     pb, pr = i(0, k_h - 1), i(0, k_w - 1)
+    if i(0, 1):                  # VALID (the variant's 2x2 path when the window is 2x2)
+        pt = pl = pb = pr = 0
     out_h, out_w = _out_size(in_h, k_h, s_h, 1, pt + pb), _out_size(in_w, k_w, s_w, 1, pl + pr)
     in_c, batches = draw(st.sampled_from([1, 2, 3, 4, 5, 7, 8, 12, 13, 16])), i(1, 2)
     lo = draw(st.sampled_from([-128, -128, i(-128, 127)]))

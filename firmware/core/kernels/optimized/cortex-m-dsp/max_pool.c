@@ -13,7 +13,9 @@
  * then the clamp to [activation_min, activation_max] as a maximum and a minimum with those
  * bounds in all four bytes (skipped for the full int8 range, where it is the identity), and one
  * 32-bit store. The order of a maximum's operands does not change it, so this is the reference's
- * value exactly. The last in_c % 4 channels: the reference's loop, one channel at a time. Without
+ * value exactly (max(-128, v...) = max(v...): the reference's initial -128 is the identity). A
+ * 2x2 VALID window (the common pool) is four loads and three maxima, found without
+ * qe_pool_window. The last in_c % 4 channels: the reference's loop, one channel at a time. Without
  * the DSP extension the same structure with the bytes in C (the host tests). */
 #include <stdint.h>
 #include <string.h>
@@ -74,6 +76,45 @@ void qe_max_pool_s8(const qe_pool_s8_params_t *p, const int8_t *input, int8_t *o
     uint32_t b, oy, ox, c;
     int32_t fy, fx;
 
+    /* the common 2x2 window, VALID (every window whole): four loads and three maxima per four
+     * channels, the window found by arithmetic (no qe_pool_window) */
+    if (g->k_h == 2u && g->k_w == 2u && g->pad_top == 0u && g->pad_left == 0u
+        && (uint32_t)(g->out_h - 1) * g->stride_h + 2u <= g->in_h
+        && (uint32_t)(g->out_w - 1) * g->stride_w + 2u <= g->in_w && g->out_h > 0u
+        && g->out_w > 0u) {
+        const uint32_t x_step = (uint32_t)g->stride_w * in_c;
+        int8_t *out = output;
+        for (b = 0; b < g->batches; ++b) {
+            const int8_t *image = input + (uint32_t)b * g->in_h * row_step;
+            for (oy = 0; oy < g->out_h; ++oy) {
+                const int8_t *x = image + oy * g->stride_h * row_step;
+                for (ox = 0; ox < g->out_w; ++ox, x += x_step, out += in_c) {
+                    for (c = 0; c < c4; c += 4u) {
+                        uint32_t v00, v01, v10, v11, m;
+                        memcpy(&v00, x + c, 4);
+                        memcpy(&v01, x + in_c + c, 4);
+                        memcpy(&v10, x + row_step + c, 4);
+                        memcpy(&v11, x + row_step + in_c + c, 4);
+                        m = max_s8x4(max_s8x4(v00, v01), max_s8x4(v10, v11));
+                        if (clamp) {
+                            m = min_s8x4(max_s8x4(m, lo4), hi4);
+                        }
+                        memcpy(out + c, &m, 4);
+                    }
+                    for (; c < in_c; ++c) {
+                        int32_t mx = x[c];
+                        mx = (x[in_c + c] > mx) ? x[in_c + c] : mx;
+                        mx = (x[row_step + c] > mx) ? x[row_step + c] : mx;
+                        mx = (x[row_step + in_c + c] > mx) ? x[row_step + in_c + c] : mx;
+                        mx = (mx < act_min) ? act_min : mx;
+                        mx = (mx > act_max) ? act_max : mx;
+                        out[c] = (int8_t)mx;
+                    }
+                }
+            }
+        }
+        return;
+    }
     for (b = 0; b < g->batches; ++b) {
         const int8_t *image = input + (uint32_t)b * g->in_h * row_step;
         for (oy = 0; oy < g->out_h; ++oy) {
