@@ -547,6 +547,12 @@ typedef struct {
     uint32_t skip;                  /* 28: from a window row's end to the next row's start */
     uint32_t target;                /* 32: (set by the function) */
     const QE_FLASH int32_t *mm;     /* 36: the next channel's {multiplier, round, shift} */
+    uint32_t count;                 /* 40: pixels after this one (their outputs follow on) */
+    uint32_t pix_step;              /* 44: from a pixel's window to the next one's */
+    uint32_t out_c;                 /* 48 */
+    const QE_FLASH int32_t *bias0;  /* 52: bias, mm and the filter from the start, per pixel */
+    const QE_FLASH int32_t *mm0;    /* 56 */
+    const QE_FLASH int32_t *w0;     /* 60 */
 } cw_ctx_t;
 
 CG_CHECK_(w_pix, offsetof(cw_ctx_t, pix) == 4);
@@ -558,6 +564,12 @@ CG_CHECK_(w_rows, offsetof(cw_ctx_t, rows) == 24);
 CG_CHECK_(w_skip, offsetof(cw_ctx_t, skip) == 28);
 CG_CHECK_(w_target, offsetof(cw_ctx_t, target) == 32);
 CG_CHECK_(w_mm, offsetof(cw_ctx_t, mm) == 36);
+CG_CHECK_(w_count, offsetof(cw_ctx_t, count) == 40);
+CG_CHECK_(w_pix_step, offsetof(cw_ctx_t, pix_step) == 44);
+CG_CHECK_(w_out_c, offsetof(cw_ctx_t, out_c) == 48);
+CG_CHECK_(w_bias0, offsetof(cw_ctx_t, bias0) == 52);
+CG_CHECK_(w_mm0, offsetof(cw_ctx_t, mm0) == 56);
+CG_CHECK_(w_w0, offsetof(cw_ctx_t, w0) == 60);
 CG_CHECK_(w_row, QE_CONV_WIDE_MAX_ROW_WORDS == 64u);
 
 /* one word of a window row (r9) against four channels' weight words */
@@ -608,6 +620,25 @@ CG_CHECK_(w_row, QE_CONV_WIDE_MAX_ROW_WORDS == 64u);
             "cmp r11, r4\n\t"                                                             \
             "bne .L" #NAME "_group\n\t"                                                   \
             "str r1, [r7, #16]\n\t"                                                       \
+            "ldr r4, [r7, #40]\n\t"     /* the next pixel of the row, if any */           \
+            "cbz r4, .L" #NAME "_done\n\t"                                                \
+            "subs r4, r4, #1\n\t"                                                         \
+            "str r4, [r7, #40]\n\t"                                                       \
+            "ldr r4, [r7, #4]\n\t"                                                        \
+            "ldr r5, [r7, #44]\n\t"                                                       \
+            "add r4, r4, r5\n\t"                                                          \
+            "str r4, [r7, #4]\n\t"                                                        \
+            "ldr r4, [r7, #12]\n\t"                                                       \
+            "ldr r5, [r7, #48]\n\t"                                                       \
+            "add r4, r4, r5\n\t"                                                          \
+            "str r4, [r7, #12]\n\t"                                                       \
+            "ldr r4, [r7, #52]\n\t"                                                       \
+            "str r4, [r7, #0]\n\t"                                                        \
+            "ldr r4, [r7, #56]\n\t"                                                       \
+            "str r4, [r7, #36]\n\t"                                                       \
+            "ldr r1, [r7, #60]\n\t"                                                       \
+            "b.w .L" #NAME "_group\n"                                                      \
+            ".L" #NAME "_done:\n\t"                                                       \
             "pop {r4-r11, pc}\n\t");                                                      \
     }
 
@@ -636,6 +667,11 @@ void qe_conv_s8_wide(const qe_conv_s8_wide_params_t *p, const int8_t *input,
     cx.entry = 24u * row_words;
     cx.rows = g->k_h;
     cx.skip = row_stride - 4u * row_words;
+    cx.pix_step = g->stride_w * pix_bytes;
+    cx.out_c = out_c;
+    cx.bias0 = bias;
+    cx.mm0 = p->mm;
+    cx.w0 = filter;
 #endif
 
     if (row_words > QE_CONV_WIDE_MAX_ROW_WORDS || g->dil_w != 1u) {   /* (never generated) */
@@ -647,6 +683,20 @@ void qe_conv_s8_wide(const qe_conv_s8_wide_params_t *p, const int8_t *input,
         for (oy = 0; oy < g->out_h; ++oy) {
             const uint8_t *pix = wide + (oy * g->stride_h) * line;
             int8_t *out = output + ((b * g->out_h + oy) * g->out_w) * out_c;
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+            if (p->mm != QE_FLASH_NULL && whole == out_c && g->out_w > 0u) {
+                /* whole groups only: the row's pixels in one call, their outputs contiguous */
+                cx.bias = bias;
+                cx.mm = p->mm;
+                cx.w = filter;
+                cx.pix = pix;
+                cx.out = out;
+                cx.out_end = out + out_c;
+                cx.count = g->out_w - 1u;
+                groups(&cx);
+                continue;
+            }
+#endif
             for (ox = 0; ox < g->out_w; ++ox, pix += g->stride_w * pix_bytes, out += out_c) {
 #if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
                 if (p->mm != QE_FLASH_NULL) {
@@ -654,6 +704,7 @@ void qe_conv_s8_wide(const qe_conv_s8_wide_params_t *p, const int8_t *input,
                     cx.mm = p->mm;
                     cx.w = filter;
                     cx.pix = pix;
+                    cx.count = 0;
                     if (whole > 0u) {
                         cx.out = out;
                         cx.out_end = out + whole;
