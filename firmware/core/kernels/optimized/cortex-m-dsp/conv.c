@@ -248,6 +248,12 @@ typedef struct {
     uint32_t in_quads;              /* 28: its quads (0: xw is ready) */
     uint32_t target;                /* 32: (set by the function: the entry's address) */
     const QE_FLASH int32_t *mm;     /* 36: the next channel's {multiplier, round, shift} */
+    uint32_t count;                 /* 40: pixels after this one (direct 1x1: the input and the
+                                     * outputs follow on) */
+    uint32_t out_c;                 /* 44 */
+    const QE_FLASH int32_t *bias0;  /* 48: bias, mm and the filter from the start, per pixel */
+    const QE_FLASH int32_t *mm0;    /* 52 */
+    const QE_FLASH int32_t *w0;     /* 56 */
 } cg_ctx_t;
 
 #define CG_CHECK_(name, cond) typedef char cg_check_##name[(cond) ? 1 : -1]
@@ -260,6 +266,11 @@ CG_CHECK_(in, offsetof(cg_ctx_t, in) == 24);
 CG_CHECK_(in_quads, offsetof(cg_ctx_t, in_quads) == 28);
 CG_CHECK_(target, offsetof(cg_ctx_t, target) == 32);
 CG_CHECK_(mm, offsetof(cg_ctx_t, mm) == 36);
+CG_CHECK_(count, offsetof(cg_ctx_t, count) == 40);
+CG_CHECK_(out_c, offsetof(cg_ctx_t, out_c) == 44);
+CG_CHECK_(bias0, offsetof(cg_ctx_t, bias0) == 48);
+CG_CHECK_(mm0, offsetof(cg_ctx_t, mm0) == 52);
+CG_CHECK_(w0, offsetof(cg_ctx_t, w0) == 56);
 CG_CHECK_(depth, QE_CONV_PACKED_MAX_DEPTH == 128u);
 
 /* one quad: the column's two words (r9, r10), four channels' weight words per half */
@@ -278,6 +289,12 @@ CG_CHECK_(depth, QE_CONV_PACKED_MAX_DEPTH == 128u);
         __asm volatile(                                                                   \
             "push {r4-r11, lr}\n\t"                                                       \
             "mov r7, r0\n\t"                                                              \
+            "adr.w r4, .L" #NAME "_end\n\t"                                               \
+            "ldr r5, [r7, #8]\n\t"                                                        \
+            "sub r4, r4, r5\n\t"                                                          \
+            "orr r4, r4, #1\n\t"                                                          \
+            "str r4, [r7, #32]\n"                                                          \
+            ".L" #NAME "_pixel:\n\t"                                                      \
             "ldr r0, [r7, #24]\n\t"                                                       \
             "ldr r1, [r7, #28]\n\t"                                                       \
             "ldr r4, [r7, #4]\n\t"                                                        \
@@ -288,13 +305,9 @@ CG_CHECK_(depth, QE_CONV_PACKED_MAX_DEPTH == 128u);
             "sxtb16 r8, r5, ror #8\n\t"                                                   \
             "stmia r4!, {r6, r8}\n\t"                                                     \
             "subs r1, r1, #1\n\t"                                                         \
-            "bne .L" #NAME "_widen\n"                                                      \
+            "bne .L" #NAME "_widen\n\t"                                                   \
+            "str r0, [r7, #24]\n"         /* the next pixel's input (direct 1x1) */        \
             ".L" #NAME "_widened:\n\t"                                                    \
-            "adr.w r4, .L" #NAME "_end\n\t"                                               \
-            "ldr r5, [r7, #8]\n\t"                                                        \
-            "sub r4, r4, r5\n\t"                                                          \
-            "orr r4, r4, #1\n\t"                                                          \
-            "str r4, [r7, #32]\n\t"                                                       \
             "ldr r1, [r7, #16]\n\t"                                                       \
             "ldr r11, [r7, #20]\n"                                                        \
             ".L" #NAME "_group:\n\t"                                                      \
@@ -316,6 +329,23 @@ CG_CHECK_(depth, QE_CONV_PACKED_MAX_DEPTH == 128u);
             "cmp r11, r4\n\t"                                                             \
             "bne .L" #NAME "_group\n\t"                                                   \
             "str r1, [r7, #16]\n\t"                                                       \
+            "ldr r4, [r7, #40]\n\t"     /* the next pixel, if any */                      \
+            "cbz r4, .L" #NAME "_done\n\t"                                                \
+            "subs r4, r4, #1\n\t"                                                         \
+            "str r4, [r7, #40]\n\t"                                                       \
+            "str r11, [r7, #20]\n\t"                                                      \
+            "ldr r4, [r7, #12]\n\t"                                                       \
+            "ldr r5, [r7, #44]\n\t"                                                       \
+            "add r4, r4, r5\n\t"                                                          \
+            "str r4, [r7, #12]\n\t"                                                       \
+            "ldr r4, [r7, #48]\n\t"                                                       \
+            "str r4, [r7, #0]\n\t"                                                        \
+            "ldr r4, [r7, #52]\n\t"                                                       \
+            "str r4, [r7, #36]\n\t"                                                       \
+            "ldr r4, [r7, #56]\n\t"                                                       \
+            "str r4, [r7, #16]\n\t"                                                       \
+            "b.w .L" #NAME "_pixel\n"                                                      \
+            ".L" #NAME "_done:\n\t"                                                       \
             "pop {r4-r11, pc}\n\t");                                                      \
     }
 
@@ -366,6 +396,11 @@ void qe_conv_s8_packed(const qe_conv_s8_packed_params_t *p, const int8_t *input,
     uint32_t r;
     cx.xw = xw;
     cx.entry = 44u * quads;
+    cx.count = 0;
+    cx.out_c = out_c;
+    cx.bias0 = bias;
+    cx.mm0 = p->mm;
+    cx.w0 = filter;
 #endif
 
     if (pd > QE_CONV_PACKED_MAX_DEPTH) {    /* (the generator never makes these) */
@@ -373,6 +408,23 @@ void qe_conv_s8_packed(const qe_conv_s8_packed_params_t *p, const int8_t *input,
         return;
     }
     fill_bytes(col + depth, 0u, pd - depth);    /* the depth's padding: zeros, once */
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+    if (direct && p->mm != QE_FLASH_NULL && whole == out_c && g->stride_h == 1u
+        && g->stride_w == 1u && g->out_h == g->in_h && g->out_w == g->in_w && g->batches > 0u
+        && g->out_h > 0u && g->out_w > 0u) {
+        /* every pixel of every batch in one call: inputs and outputs both contiguous */
+        cx.bias = bias;
+        cx.mm = p->mm;
+        cx.w = filter;
+        cx.in = input;
+        cx.in_quads = quads;
+        cx.out = output;
+        cx.out_end = output + out_c;
+        cx.count = (uint32_t)g->batches * g->out_h * g->out_w - 1u;
+        groups(&cx);
+        return;
+    }
+#endif
     for (b = 0; b < g->batches; ++b) {
         const int8_t *image = input + (uint32_t)b * g->in_h * g->in_w * g->in_c;
         for (oy = 0; oy < g->out_h; ++oy) {
