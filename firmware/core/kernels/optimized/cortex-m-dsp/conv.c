@@ -509,30 +509,39 @@ static void conv_widen(const qe_conv_s8_wide_params_t *p, const int8_t *image, u
 
     for (iy = 0; iy < p->wide_h; ++iy, wide += row_bytes) {
         const uint32_t yy = iy - g->pad_top;           /* (wraps above the image: outside) */
-        const int8_t *src = image + yy * g->in_w * in_c;
+        const int8_t *src;
         uint8_t *d = wide + left;
         if (yy >= g->in_h) {
             fill_bytes((int8_t *)wide, 0u, row_bytes);
             continue;
         }
+        src = image + yy * g->in_w * in_c;
         fill_bytes((int8_t *)wide, 0u, left);
         if (cp == in_c) {                           /* whole pairs: the row is contiguous */
             const uint32_t n = g->in_w * in_c;
-            for (k = 0; k + 4u <= n; k += 4u, d += 8) {
 #if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
-                const uint32_t v = load_s8x4(src + k);
+            const int8_t *const src_end = src + (n & ~3u);
+            for (; src != src_end; src += 4, d += 8) {
+                const uint32_t v = load_s8x4(src);
                 const uint32_t x02 = (uint32_t)__sxtab16(io2, v);
                 const uint32_t x13 = (uint32_t)sxtab16_ror8(io2, v);
-                const uint32_t w0 = (x02 & 0xFFFFu) | (x13 << 16);
-                const uint32_t w1 = (x13 & 0xFFFF0000u) | (x02 >> 16);
+                uint32_t w0, w1;
+                __asm("pkhbt %0, %1, %2, lsl #16" : "=r"(w0) : "r"(x02), "r"(x13));  /* x0 | x1 */
+                __asm("pkhtb %0, %1, %2, asr #16" : "=r"(w1) : "r"(x13), "r"(x02));  /* x2 | x3 */
+                memcpy(d, &w0, 4);
+                memcpy(d + 4, &w1, 4);
+            }
+            k = n & ~3u;
+            src -= k;
 #else
+            for (k = 0; k + 4u <= n; k += 4u, d += 8) {
                 const uint32_t w0 = ((uint32_t)(src[k] + io) & 0xFFFFu) | ((uint32_t)(src[k + 1u] + io) << 16);
                 const uint32_t w1 = ((uint32_t)(src[k + 2u] + io) & 0xFFFFu) | ((uint32_t)(src[k + 3u] + io) << 16);
-#endif
                 memcpy(d, &w0, 4);
                 memcpy(d + 4, &w1, 4);
                 NOT_A_LIBCALL();
             }
+#endif
             if (k < n) {                            /* n is even: one pair left */
                 const uint32_t w0 = ((uint32_t)(src[k] + io) & 0xFFFFu) | ((uint32_t)(src[k + 1u] + io) << 16);
                 memcpy(d, &w0, 4);

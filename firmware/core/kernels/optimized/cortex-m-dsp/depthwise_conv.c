@@ -295,12 +295,24 @@ static inline uint32_t lanes(int32_t lo, int32_t hi)
     return ((uint32_t)lo & 0xFFFFu) | ((uint32_t)hi << 16);
 }
 
-/* the scratch image of one batch (see above) */
+/* n bytes (a multiple of 4) of zeros */
+static inline void zero_words(uint8_t *d, uint32_t n)
+{
+    uint8_t *const end = d + n;
+    for (; d != end; d += 4) {
+        st32(d, 0u);
+        NOT_A_LIBCALL_DW();
+    }
+}
+
+/* the scratch image of one batch (see above), row by row: the padding's words zero, the inside
+ * pixels widened (four channels per load) */
 static void dw_widen(const qe_dw_s8_packed_params_t *p, const int8_t *image, uint8_t *wide)
 {
     const qe_window_t *const g = &p->c.g;
-    const uint32_t in_c = g->in_c, groups = p->padded_c / 4u;
-    const uint32_t plane = (uint32_t)p->wide_h * p->wide_w * 8u;   /* one group's bytes */
+    const uint32_t in_c = g->in_c, groups = p->padded_c / 4u, ww = p->wide_w;
+    const uint32_t plane = (uint32_t)p->wide_h * ww * 8u;   /* one group's bytes */
+    const uint32_t left = 8u * g->pad_left, inside = 8u * g->in_w;
     const int32_t io = p->c.input_offset;
 #if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
     const int16x2_t io2 = IO2(io);
@@ -309,34 +321,38 @@ static void dw_widen(const qe_dw_s8_packed_params_t *p, const int8_t *image, uin
 
     for (iy = 0; iy < p->wide_h; ++iy) {
         const uint32_t yy = iy - g->pad_top;           /* (wraps above the image: outside) */
-        for (ix = 0; ix < p->wide_w; ++ix) {
-            const uint32_t xx = ix - g->pad_left;
-            uint8_t *d = wide + (iy * p->wide_w + ix) * 8u;
-            const int8_t *src;
-            uint32_t c;
-            if (yy >= g->in_h || xx >= g->in_w) {
-                for (k = 0; k < groups; ++k, d += plane) {
-                    st32(d, 0u);
-                    st32(d + 4, 0u);
-                }
-                continue;
+        uint8_t *const row = wide + iy * ww * 8u;
+        const int8_t *src;
+        if (yy >= g->in_h) {
+            for (k = 0; k < groups; ++k) {
+                zero_words(row + k * plane, 8u * ww);
             }
-            src = image + (yy * g->in_w + xx) * in_c;
-            for (c = 0; c + 4u <= in_c; c += 4u, d += plane) {
+            continue;
+        }
+        src = image + yy * g->in_w * in_c;
+        for (k = 0; k < groups; ++k) {
+            zero_words(row + k * plane, left);
+            zero_words(row + k * plane + left + inside, 8u * ww - left - inside);
+        }
+        for (ix = 0; ix < g->in_w; ++ix) {
+            uint8_t *d = row + left + 8u * ix;
+            uint32_t c;
+            for (c = 0; c + 4u <= in_c; c += 4u, d += plane, src += 4) {
 #if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
-                const uint32_t v = load_s8x4(src + c);
+                const uint32_t v = load_s8x4(src);
                 st32(d, (uint32_t)__sxtab16(io2, v));
                 st32(d + 4, (uint32_t)sxtab16_ror8(io2, v));
 #else
-                st32(d, lanes(src[c] + io, src[c + 2u] + io));
-                st32(d + 4, lanes(src[c + 1u] + io, src[c + 3u] + io));
+                st32(d, lanes(src[0] + io, src[2] + io));
+                st32(d + 4, lanes(src[1] + io, src[3] + io));
 #endif
             }
             if (c < in_c) {                              /* the last, partial group */
                 int32_t x[4] = {0, 0, 0, 0};
                 for (k = 0; c + k < in_c; ++k) {
-                    x[k] = src[c + k] + io;
+                    x[k] = src[k] + io;
                 }
+                src += in_c - c;
                 st32(d, lanes(x[0], x[2]));
                 st32(d + 4, lanes(x[1], x[3]));
             }
