@@ -268,14 +268,15 @@ def host_checker(tmp: Path, sanitize: bool = False) -> Path:
     return exe
 
 
-def board_checker(board_id: str, tmp: Path) -> Path:
+def board_checker(board_id: str, tmp: Path, sources: list[Path] | None = None,
+                  name: str = "conv_check") -> Path:
     board = get_board(board_id)
     if shutil.which(board.cc) is None or shutil.which("qemu-system-arm") is None:
         pytest.skip(f"{board.cc} or qemu-system-arm is not installed")
-    elf = tmp / f"conv_check_{board_id}.elf"
-    srcs = [CHECK, *SOURCES, *(c for d in port_dirs(board) for c in sorted(d.glob("*.c")))]
+    elf = tmp / f"{name}_{board_id}.elf"
+    srcs = [CHECK, *(sources or SOURCES), *(c for d in port_dirs(board) for c in sorted(d.glob("*.c")))]
     cmd = [board.cc, *COMMON_CFLAGS, *(expand_flag(board, f) for f in board.cflags),
-           *board_defines(board), f"-I{FW / 'core'}", *(f"-I{d}" for d in port_dirs(board)),
+           *board_defines(board), f"-I{FW / 'core'}", f"-I{VDIR}", *(f"-I{d}" for d in port_dirs(board)),
            *map(str, srcs), "-o", str(elf), *(expand_flag(board, f) for f in board.ldflags)]
     res = subprocess.run(cmd, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
@@ -386,6 +387,38 @@ def test_cnn_layers_on_cortex_m4(m4_elf, host_exe):
     _, host_out = run_host(host_exe, cases)
     status, out = run_board("mps2-an386", m4_elf, cases, FILES)
     assert_same(cases, status, out, [r for r, _ in split(cases, host_out)])
+
+
+# One output of each hand-allocated asm function (and the 2x2 max pool) swapped with its
+# neighbour: the checker must see every one on the board.
+ASM_MUTATIONS = [
+    ("conv.c", "#define CG_GROUPS", 'CG_OUT(OUT, "r2") CG_OUT(OUT, "r3")', 'CG_OUT(OUT, "r3") CG_OUT(OUT, "r2")'),
+    ("conv.c", "#define CW_GROUPS", 'CG_OUT(OUT, "r2") CG_OUT(OUT, "r3")', 'CG_OUT(OUT, "r3") CG_OUT(OUT, "r2")'),
+    ("conv.c", "#define CG_GROUPS", '"ldr r4, [r7, #52]', '"ldr r4, [r7, #36]'),   # mm not reset per pixel
+    ("depthwise_conv.c", "#define DW_ROW3", 'DW_OUT_ASM(OUT, "r2") DW_OUT_ASM(OUT, "r3")',
+     'DW_OUT_ASM(OUT, "r3") DW_OUT_ASM(OUT, "r2")'),
+    ("max_pool.c", "memcpy(&v11", "x + row_step + in_c + c", "x + row_step + c"),
+]
+
+
+@pytest.mark.parametrize("mutation", ASM_MUTATIONS, ids=[f"{m[0]}:{m[1]}:{m[2][:12]}" for m in ASM_MUTATIONS])
+def test_the_board_checker_sees_asm_mutations(tmp_module, host_exe, mutation):
+    fname, anchor, old, new = mutation
+    src = (VDIR / fname).read_text()
+    at = src.index(anchor)
+    end = at + src[at:].index(old) + len(old)
+    assert old in src[at:end]
+    bad = tmp_module / f"bad_{fname}"
+    stem = fname.removesuffix(".c")
+    bad.write_text((src[:at] + src[at:end].replace(old, new) + src[end:])
+                   .replace(f'#include "../../{stem}.h"', f'#include "{FW}/core/kernels/{stem}.h"')
+                   .replace('#include "../../pooling.h"', f'#include "{FW}/core/kernels/pooling.h"')
+                   .replace(f'#include "../../{stem}.c"', f'#include "{FW}/core/kernels/{stem}.c"'))
+    sources = [bad if s.name == fname else s for s in SOURCES]
+    elf = board_checker("mps2-an386", tmp_module, sources, name=f"bad_{stem}_{ASM_MUTATIONS.index(mutation)}")
+    cases = cnn_layers()
+    status, out = run_board("mps2-an386", elf, cases, FILES)
+    assert status == 1 and any(r != o for r, o in split(cases, out))
 
 
 @settings(max_examples=5, deadline=None, suppress_health_check=HC)
