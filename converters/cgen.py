@@ -94,7 +94,7 @@ from quarl_edge.errors import ModelError, QuarlError, UnsupportedOpError
 
 from . import emit, planner
 from .head import apply_head_readout
-from .ops import KERNEL_HEADERS, LOWERINGS, SUPPORTED, VARIANT_LOWERINGS, Kernel
+from .ops import KERNEL_HEADERS, LOWERINGS, SUPPORTED, UNPACKED_LOWERINGS, VARIANT_LOWERINGS, Kernel
 from .ops.common import unsupported, zero_point_error
 from .spec import IO_DTYPES, QE_MAX_DIMS, GeneratedModel, IOTensor
 from .tflite_model import Tensor, TFLiteModel, load
@@ -152,6 +152,7 @@ def generate(tflite_path, out_dir, name: str | None = None,
     variant = dict(VARIANT_LOWERINGS.get(kernels, {}))
     if not pack_weights:
         variant.pop("FULLY_CONNECTED", None)
+        variant.update(UNPACKED_LOWERINGS.get(kernels, {}))
     lowerings = {**LOWERINGS, **variant}
     path = Path(tflite_path)
     model = apply_head_readout(load(path))

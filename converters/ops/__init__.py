@@ -29,7 +29,7 @@ from .arg_max import lower_arg_max
 from .binary import lower_binary
 from .common import Kernel
 from .concatenation import lower_concatenation
-from .conv import lower_conv, lower_conv_pointwise_as_fc
+from .conv import lower_conv, lower_conv_packed, lower_conv_pointwise_as_fc
 from .fully_connected import (lower_fully_connected, lower_fully_connected_avr,
                               lower_fully_connected_packed, lower_fully_connected_pairs)
 from .hard_swish import lower_hard_swish
@@ -85,7 +85,11 @@ LOWERINGS = {
 # kernels get exactly the C they always got.
 VARIANT_LOWERINGS = {
     "cortex-m-dsp": {
-        "CONV_2D": lower_conv_pointwise_as_fc,      # 1x1, stride 1, no padding -> FULLY_CONNECTED
+        # int8, padded depth <= 128: the packed filter (conv.h), four channels per SMLAD pass;
+        # deeper: 1x1, stride 1, no padding -> FULLY_CONNECTED
+        "CONV_2D": lower_conv_packed,
+        # int8, depth multiplier 1: the pre-widened filter on a widened, padded image (scratch)
+        "DEPTHWISE_CONV_2D": lower_conv_packed,
         # int8 per tensor: packed weights, four rows per pass; fewer than four rows (a policy's
         # 2-3 action head) run faster on the two-row kernel than padded to four, unless the
         # packed kernel's 5-instruction output stage applies (dsp_mm_stage)
@@ -101,8 +105,15 @@ VARIANT_LOWERINGS = {
     },
 }
 
+# What replaces a variant's lowerings that lay weights out when the build asks for the reference
+# layout (cgen.generate(pack_weights=False): the packed firmware would not fit the board's flash).
+UNPACKED_LOWERINGS = {
+    "cortex-m-dsp": {"CONV_2D": lower_conv_pointwise_as_fc, "DEPTHWISE_CONV_2D": lower_conv},
+}
+
 _MODULES = list(dict.fromkeys(sys.modules[f.__module__] for f in LOWERINGS.values()))
 SUPPORTED = tuple(s for m in _MODULES for s in m.SUPPORTED)
 KERNEL_HEADERS = tuple(sorted({h for m in _MODULES for h in m.KERNEL_HEADERS}))
 
-__all__ = ["KERNEL_HEADERS", "LOWERINGS", "SUPPORTED", "VARIANT_LOWERINGS", "Kernel"]
+__all__ = ["KERNEL_HEADERS", "LOWERINGS", "SUPPORTED", "UNPACKED_LOWERINGS", "VARIANT_LOWERINGS",
+           "Kernel"]

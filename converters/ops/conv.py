@@ -25,6 +25,7 @@ from quarl_edge.errors import ModelError
 from .. import qmath
 from ..emit import c_array, c_comment, c_float, c_float_limit, c_ident, c_int64
 from ..tflite_model import Operator, TFLiteModel
+from .fully_connected import dsp_mm_stage, pack_fc_weights
 from .common import (Kernel, bias_array, opt, per_tensor, unsupported,
                      weight_quantization, weighted_operands, window, window_c)
 
@@ -39,7 +40,21 @@ def lower_conv_pointwise_as_fc(op: Operator, model: TFLiteModel, pname: str) -> 
     return lower_conv(op, model, pname, pointwise_as_fc=True)
 
 
-def lower_conv(op: Operator, model: TFLiteModel, pname: str, pointwise_as_fc: bool = False) -> Kernel:
+def lower_conv_packed(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
+    """For the cortex-m-dsp variant: an int8 CONV_2D on a widened image (conv.h,
+    qe_conv_s8_wide_params_t) where its scratch fits WIDE_SCRATCH_MAX and a window row
+    WIDE_MAX_ROW_WORDS, except a 1x1 / stride 1 / unpadded one whose depth is a multiple of 4
+    (it needs no image: the pixel is its column); those, and the others whose padded depth is at
+    most PACKED_MAX_DEPTH, the packed filter (conv.h, qe_conv_s8_packed_params_t; faster than the
+    per-channel FULLY_CONNECTED the 1x1 one was routed to); an int8
+    DEPTHWISE_CONV_2D with depth multiplier 1 whose widened image fits DW_SCRATCH_MAX the
+    pre-widened filter (depthwise_conv.h, qe_dw_s8_packed_params_t); every other op
+    lower_conv_pointwise_as_fc."""
+    return lower_conv(op, model, pname, pointwise_as_fc=True, packed=True)
+
+
+def lower_conv(op: Operator, model: TFLiteModel, pname: str, pointwise_as_fc: bool = False,
+               packed: bool = False) -> Kernel:
     """CONV_2D and DEPTHWISE_CONV_2D: int8 (per-channel or per-tensor symmetric weights, int32
     bias) as TFLM's ConvPerChannel / DepthwiseConvPerChannel, and float32."""
     depthwise = op.opcode == "DEPTHWISE_CONV_2D"
@@ -122,6 +137,19 @@ def lower_conv(op: Operator, model: TFLiteModel, pname: str, pointwise_as_fc: bo
         raise unsupported(op, model, f"the int32 accumulator could overflow ({taps} taps)")
     mults, shifts = _channel_multipliers(op, model, x, wq, out, oc, max_shift=30)
     act_min, act_max = qmath.activation_range_quantized(act, out.scale, out.zero_point)
+    if packed and depthwise and dm == 1:
+        kernel = _packed_depthwise(op, pname, x, w, bias, out, g, comment, wname, n_ch, mults,
+                                   shifts, act_min, act_max)
+        if kernel is not None:
+            return kernel
+    if packed and not depthwise and not _direct_pointwise(g, taps):
+        kernel = _wide_conv(op, pname, x, w, bias, out, g, comment, wname, n_ch, mults, shifts,
+                            act_min, act_max)
+        if kernel is not None:
+            return kernel
+    if packed and not depthwise and -(-taps // 4) * 4 <= PACKED_MAX_DEPTH:
+        return _packed_conv(op, pname, x, w, bias, out, g, comment, wname, n_ch, mults, shifts,
+                            act_min, act_max)
     rows = g["batches"] * g["out_h"] * g["out_w"]
     if (pointwise_as_fc and not depthwise and k_h == k_w == 1 and g["stride_h"] == g["stride_w"] == 1
             and g["pad_top"] == g["pad_left"] == 0 and rows <= 0xFFFF):
@@ -219,3 +247,220 @@ def _pointwise_fc(op, pname, x, w, bias, out, g, comment, wname, n_ch, mults, sh
             f"(int8_t *)@T{out.index}@);")
     return Kernel(op, call, params, consts, w.size + 5 * oc + bias_bytes,
                   comment + "; as a per-channel FULLY_CONNECTED (1x1, stride 1, no padding)")
+
+
+PACKED_ROWS = 4          # conv.h: QE_CONV_PACKED_ROWS
+PACKED_MAX_DEPTH = 128   # conv.h: QE_CONV_PACKED_MAX_DEPTH
+
+
+def mm_table(mults, shifts, output_offset: int, act_min: int, act_max: int,
+             padded: int) -> np.ndarray | None:
+    """conv.h's mm: per padded channel {multiplier, round, shift} of cortex-m-dsp's requant_mm_t
+    (dsp.h, requant_mm_init: round = 2^(e-1) + offset * 2^e, shift e = -shift), or None when a
+    channel misses its preconditions (dsp_mm_stage); padding channels repeat channel 0."""
+    if not all(dsp_mm_stage(int(m), int(s), act_min, act_max) for m, s in zip(mults, shifts)):
+        return None
+    rows = []
+    for c in range(padded):
+        m, s = (mults[c], shifts[c]) if c < len(mults) else (mults[0], shifts[0])
+        e = -int(s)
+        rows.append((int(m), (1 << (e - 1)) + output_offset * (1 << e), e))
+    return np.array(rows, np.int64).reshape(-1)
+
+
+def pack_conv_filter(w: np.ndarray, bias: np.ndarray | None, input_offset: int):
+    """conv.h's packed filter for an int8 [out_c][k_h][k_w][in_c] filter: (int32 words, bias'
+    per padded channel, padded depth): fully_connected.h's packed layout of the [out_c][depth]
+    matrix (w' = w: symmetric filters) and bias' = bias + input_offset * sum_d w (exact)."""
+    oc = w.shape[0]
+    return pack_fc_weights(w.reshape(oc, -1), bias, input_offset, 0)
+
+
+def _packed_conv(op, pname, x, w, bias, out, g, comment, wname, n_ch, mults, shifts, act_min,
+                 act_max) -> Kernel:
+    """An int8 CONV_2D as qe_conv_s8_packed (conv.h)."""
+    oc = g["out_c"]
+    words, bias_p, d_pad = pack_conv_filter(w.data, None if bias is None else bias.data,
+                                            -x.zero_point)
+    mm = mm_table(mults, shifts, out.zero_point, act_min, act_max, bias_p.size)
+    wname = wname + "_packed"
+    consts = [f"/* {c_comment(w.describe())}, {n_ch} scale(s): packed for the kernel variant "
+              f"(conv.h), {oc} channels in groups of {PACKED_ROWS}, depth "
+              f"{g['k_h'] * g['k_w'] * g['in_c']} padded to {d_pad}, two int16 per word */\n"
+              + c_array("int32_t", wname, words, 8, lambda v: str(int(v))),
+              "/* bias + input_offset * sum(filter), per padded channel */\n"
+              + c_array("int32_t", f"{pname}_bias", bias_p, 8, lambda v: str(int(v))),
+              c_array("int32_t", f"{pname}_mult", mults, 6, str),
+              c_array("int8_t", f"{pname}_shift", shifts, 16, str)]
+    const_bytes = 4 * words.size + 4 * bias_p.size + 5 * oc
+    if mm is not None:
+        consts.append("/* the variant's output stage per padded channel: multiplier, round, "
+                      "shift (dsp.h, requant_mm_t) */\n"
+                      + c_array("int32_t", f"{pname}_mm", mm, 6, lambda v: str(int(v))))
+        const_bytes += 4 * mm.size
+    params = (f"static const qe_conv_s8_packed_params_t {pname} = {{\n"
+              f"    .c = {{\n" + "".join("    " + ln + "\n" for ln in window_c(g).splitlines())
+              + f"        .input_offset = {-x.zero_point},\n"
+              f"        .output_offset = {out.zero_point},\n"
+              f"        .activation_min = {act_min},\n        .activation_max = {act_max},\n"
+              f"        .multipliers = {pname}_mult,\n        .shifts = {pname}_shift,\n    }},\n"
+              f"    .mm = {f'{pname}_mm' if mm is not None else 'QE_FLASH_NULL'},\n"
+              f"    .padded_depth = {d_pad}u,\n}};\n")
+    call = (f"qe_conv_s8_packed(&{pname}, (const int8_t *)@T{x.index}@, {wname}, {pname}_bias, "
+            f"(int8_t *)@T{out.index}@);")
+    ref_bytes = w.size + 5 * oc + (4 * bias.size if bias is not None else 0)
+    return Kernel(op, call, params, consts, const_bytes,
+                  comment.replace("CONV_2D int8:", "CONV_2D int8 (packed):")
+                  + f"; layout {const_bytes} B of flash (reference layout {ref_bytes} B)",
+                  layout_extra_bytes=const_bytes - ref_bytes)
+
+
+DW_CH = 4                 # depthwise_conv.h: QE_DW_PACKED_CH
+DW_SCRATCH_MAX = 16384    # arena bytes for the widened, padded input image
+
+
+def dw_wide_shape(g: dict) -> tuple[int, int, int]:
+    """depthwise_conv.h's scratch image: (wide_h, wide_w, padded_c): the input padded by pad_top /
+    pad_left and far enough below / right for every window tap."""
+    wide_h = max(g["pad_top"] + g["in_h"],
+                 (g["out_h"] - 1) * g["stride_h"] + (g["k_h"] - 1) * g["dil_h"] + 1)
+    wide_w = max(g["pad_left"] + g["in_w"],
+                 (g["out_w"] - 1) * g["stride_w"] + (g["k_w"] - 1) * g["dil_w"] + 1)
+    return wide_h, wide_w, -(-g["in_c"] // DW_CH) * DW_CH
+
+
+def pack_dw_filter(w: np.ndarray, bias: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """depthwise_conv.h's pre-widened filter for an int8 [1][k_h][k_w][c] filter (depth
+    multiplier 1): (int32 words, bias per padded channel). Per group of four channels, per tap:
+    w[c0] | w[c2] << 16, w[c1] | w[c3] << 16 (two's complement halves), padding channels 0."""
+    _, k_h, k_w, c = w.shape
+    cp = -(-c // DW_CH) * DW_CH
+    f = np.zeros((k_h * k_w, cp), np.int64)
+    f[:, :c] = w.reshape(k_h * k_w, c)
+    f = f.reshape(k_h * k_w, cp // DW_CH, DW_CH).transpose(1, 0, 2)     # [group][tap][4]
+    lo, hi = f[..., [0, 1]], f[..., [2, 3]]
+    words = (hi * 65536 + (lo & 0xFFFF)).reshape(-1)
+    b = np.zeros(cp, np.int64)
+    if bias is not None:
+        b[:c] = bias
+    return words.astype(np.int32), b.astype(np.int32)
+
+
+def _packed_depthwise(op, pname, x, w, bias, out, g, comment, wname, n_ch, mults, shifts,
+                      act_min, act_max) -> Kernel | None:
+    """An int8 DEPTHWISE_CONV_2D (depth multiplier 1) as qe_depthwise_conv_s8_packed
+    (depthwise_conv.h), or None when its scratch image would exceed DW_SCRATCH_MAX."""
+    wide_h, wide_w, cp = dw_wide_shape(g)
+    scratch = wide_h * wide_w * cp * 2
+    if scratch > DW_SCRATCH_MAX:
+        return None
+    oc = g["out_c"]
+    words, bias_p = pack_dw_filter(w.data, None if bias is None else bias.data)
+    mm = mm_table(mults, shifts, out.zero_point, act_min, act_max, cp)
+    wname = wname + "_packed"
+    consts = [f"/* {c_comment(w.describe())}, {n_ch} scale(s): pre-widened for the kernel "
+              f"variant (depthwise_conv.h), {oc} channels in groups of {DW_CH}, per tap two "
+              f"words */\n" + c_array("int32_t", wname, words, 8, lambda v: str(int(v))),
+              "/* bias per padded channel */\n"
+              + c_array("int32_t", f"{pname}_bias", bias_p, 8, lambda v: str(int(v))),
+              c_array("int32_t", f"{pname}_mult", mults, 6, str),
+              c_array("int8_t", f"{pname}_shift", shifts, 16, str)]
+    const_bytes = 4 * words.size + 4 * bias_p.size + 5 * oc
+    if mm is not None:
+        consts.append("/* the variant's output stage per padded channel: multiplier, round, "
+                      "shift (dsp.h, requant_mm_t) */\n"
+                      + c_array("int32_t", f"{pname}_mm", mm, 6, lambda v: str(int(v))))
+        const_bytes += 4 * mm.size
+    params = (f"static const qe_dw_s8_packed_params_t {pname} = {{\n"
+              f"    .c = {{\n" + "".join("    " + ln + "\n" for ln in window_c(g).splitlines())
+              + f"        .input_offset = {-x.zero_point},\n"
+              f"        .output_offset = {out.zero_point},\n"
+              f"        .activation_min = {act_min},\n        .activation_max = {act_max},\n"
+              f"        .multipliers = {pname}_mult,\n        .shifts = {pname}_shift,\n    }},\n"
+              f"    .mm = {f'{pname}_mm' if mm is not None else 'QE_FLASH_NULL'},\n"
+              f"    .padded_c = {cp}u,\n    .wide_h = {wide_h}u,\n    .wide_w = {wide_w}u,\n}};\n")
+    call = (f"qe_depthwise_conv_s8_packed(&{pname}, (const int8_t *)@T{x.index}@, {wname}, "
+            f"{pname}_bias, (int8_t *)@T{out.index}@, (int16_t *)@S{op.index}@);")
+    ref_bytes = w.size + 5 * oc + (4 * bias.size if bias is not None else 0)
+    return Kernel(op, call, params, consts, const_bytes,
+                  comment.replace("DEPTHWISE_CONV_2D int8:", "DEPTHWISE_CONV_2D int8 (packed):")
+                  + f"; layout {const_bytes} B of flash (reference layout {ref_bytes} B), "
+                  f"{scratch} B of scratch", scratch_bytes=scratch,
+                  layout_extra_bytes=const_bytes - ref_bytes)
+
+
+WIDE_ROWS = 4                 # conv.h: QE_CONV_WIDE_ROWS
+WIDE_MAX_ROW_WORDS = 64       # conv.h: QE_CONV_WIDE_MAX_ROW_WORDS
+WIDE_SCRATCH_MAX = 16384      # arena bytes for the widened, padded input image
+
+
+def _direct_pointwise(g: dict, taps: int) -> bool:
+    """A 1x1 / stride 1 / unpadded convolution whose depth is whole quads: qe_conv_s8_packed
+    widens each pixel in place (no gather, no image)."""
+    return (g["k_h"] == g["k_w"] == 1 and g["pad_top"] == g["pad_left"] == 0
+            and taps % 4 == 0 and taps <= PACKED_MAX_DEPTH)
+
+
+def wide_shape(g: dict) -> tuple[int, int, int]:
+    """conv.h's qe_conv_s8_wide scratch image: (wide_h, wide_w, in_cp)."""
+    wide_h, wide_w, _ = dw_wide_shape(g)
+    return wide_h, wide_w, g["in_c"] + g["in_c"] % 2
+
+
+def pack_wide_filter(w: np.ndarray, bias: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """conv.h's filter for qe_conv_s8_wide, from an int8 [out_c][k_h][k_w][in_c] filter: (int32
+    words, bias per padded channel): per group of four channels, per tap, per channel pair, per
+    channel of the group, w[2k] | w[2k + 1] << 16 (two's complement halves; zero padding)."""
+    oc, k_h, k_w, ic = w.shape
+    ocp, icp = -(-oc // WIDE_ROWS) * WIDE_ROWS, ic + ic % 2
+    f = np.zeros((ocp, k_h * k_w, icp), np.int64)
+    f[:oc, :, :ic] = w.reshape(oc, k_h * k_w, ic)
+    f = f.reshape(ocp // WIDE_ROWS, WIDE_ROWS, k_h * k_w, icp // 2, 2).transpose(0, 2, 3, 1, 4)
+    words = (f[..., 1] * 65536 + (f[..., 0] & 0xFFFF)).reshape(-1)
+    b = np.zeros(ocp, np.int64)
+    if bias is not None:
+        b[:oc] = bias
+    return words.astype(np.int32), b.astype(np.int32)
+
+
+def _wide_conv(op, pname, x, w, bias, out, g, comment, wname, n_ch, mults, shifts, act_min,
+               act_max) -> Kernel | None:
+    """An int8 CONV_2D as qe_conv_s8_wide (conv.h), or None when it does not apply (dilation
+    along x, a window row of more than WIDE_MAX_ROW_WORDS words, scratch > WIDE_SCRATCH_MAX)."""
+    wide_h, wide_w, icp = wide_shape(g)
+    scratch = wide_h * wide_w * icp * 2
+    if g["dil_w"] != 1 or g["k_w"] * icp // 2 > WIDE_MAX_ROW_WORDS or scratch > WIDE_SCRATCH_MAX:
+        return None
+    oc = g["out_c"]
+    words, bias_p = pack_wide_filter(w.data, None if bias is None else bias.data)
+    mm = mm_table(mults, shifts, out.zero_point, act_min, act_max, bias_p.size)
+    wname = wname + "_wide"
+    consts = [f"/* {c_comment(w.describe())}, {n_ch} scale(s): laid out for the kernel variant "
+              f"(conv.h, qe_conv_s8_wide), {oc} channels in groups of {WIDE_ROWS}, two input "
+              f"channels per word */\n" + c_array("int32_t", wname, words, 8, lambda v: str(int(v))),
+              "/* bias per padded channel */\n"
+              + c_array("int32_t", f"{pname}_bias", bias_p, 8, lambda v: str(int(v))),
+              c_array("int32_t", f"{pname}_mult", mults, 6, str),
+              c_array("int8_t", f"{pname}_shift", shifts, 16, str)]
+    const_bytes = 4 * words.size + 4 * bias_p.size + 5 * oc
+    if mm is not None:
+        consts.append("/* the variant's output stage per padded channel: multiplier, round, "
+                      "shift (dsp.h, requant_mm_t) */\n"
+                      + c_array("int32_t", f"{pname}_mm", mm, 6, lambda v: str(int(v))))
+        const_bytes += 4 * mm.size
+    params = (f"static const qe_conv_s8_wide_params_t {pname} = {{\n"
+              f"    .c = {{\n" + "".join("    " + ln + "\n" for ln in window_c(g).splitlines())
+              + f"        .input_offset = {-x.zero_point},\n"
+              f"        .output_offset = {out.zero_point},\n"
+              f"        .activation_min = {act_min},\n        .activation_max = {act_max},\n"
+              f"        .multipliers = {pname}_mult,\n        .shifts = {pname}_shift,\n    }},\n"
+              f"    .mm = {f'{pname}_mm' if mm is not None else 'QE_FLASH_NULL'},\n"
+              f"    .in_cp = {icp}u,\n    .wide_h = {wide_h}u,\n    .wide_w = {wide_w}u,\n}};\n")
+    call = (f"qe_conv_s8_wide(&{pname}, (const int8_t *)@T{x.index}@, {wname}, {pname}_bias, "
+            f"(int8_t *)@T{out.index}@, (int16_t *)@S{op.index}@);")
+    ref_bytes = w.size + 5 * oc + (4 * bias.size if bias is not None else 0)
+    return Kernel(op, call, params, consts, const_bytes,
+                  comment.replace("CONV_2D int8:", "CONV_2D int8 (widened image):")
+                  + f"; layout {const_bytes} B of flash (reference layout {ref_bytes} B), "
+                  f"{scratch} B of scratch", scratch_bytes=scratch,
+                  layout_extra_bytes=const_bytes - ref_bytes)

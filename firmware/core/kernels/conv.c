@@ -59,6 +59,124 @@ void qe_conv_s8(const qe_conv_s8_params_t *p, const int8_t *input, const QE_FLAS
     }
 }
 
+/* The generator's packed filter (conv.h, qe_conv_s8_packed_params_t), read one weight at a
+ * time: the definition the cortex-m-dsp variant's version is compared with. */
+static int32_t conv_packed_weight(const QE_FLASH int32_t *filter, uint32_t padded_depth,
+                                  uint32_t oc, uint32_t d)
+{
+    const uint32_t q = d >> 2, h = d & 1u, j = (d >> 1) & 1u;
+    const QE_FLASH int32_t *group = filter + (oc / QE_CONV_PACKED_ROWS) * (padded_depth * 2u);
+    const int32_t word = group[(q * 2u + h) * QE_CONV_PACKED_ROWS + oc % QE_CONV_PACKED_ROWS];
+    /* word = hi * 65536 + (lo mod 65536), lo and hi int16: both halves sign-extended, exactly */
+    const int32_t low_bits = (int32_t)((uint32_t)word & 0xFFFFu);
+    return j ? (word - low_bits) / 65536 : (low_bits >= 0x8000 ? low_bits - 0x10000 : low_bits);
+}
+
+void qe_conv_s8_packed(const qe_conv_s8_packed_params_t *p, const int8_t *input,
+                       const QE_FLASH int32_t *filter, const QE_FLASH int32_t *bias,
+                       int8_t *output)
+{
+    const qe_window_t *g = &p->c.g;
+    const uint32_t pd = p->padded_depth;
+    const int32_t zero_point = -p->c.input_offset;
+    int32_t b, oy, ox, oc, ky, kx, c;
+
+    for (b = 0; b < g->batches; ++b) {
+        for (oy = 0; oy < g->out_h; ++oy) {
+            const int32_t iy0 = oy * (int32_t)g->stride_h - (int32_t)g->pad_top;
+            for (ox = 0; ox < g->out_w; ++ox) {
+                const int32_t ix0 = ox * (int32_t)g->stride_w - (int32_t)g->pad_left;
+                int8_t *out = output + (((uint32_t)b * g->out_h + (uint32_t)oy) * g->out_w
+                                        + (uint32_t)ox) * g->out_c;
+                for (oc = 0; oc < g->out_c; ++oc) {
+                    int32_t acc = bias[oc];
+                    uint32_t d = 0;
+                    for (ky = 0; ky < g->k_h; ++ky) {
+                        const int32_t iy = iy0 + (int32_t)g->dil_h * ky;
+                        for (kx = 0; kx < g->k_w; ++kx) {
+                            const int32_t ix = ix0 + (int32_t)g->dil_w * kx;
+                            const int inside = iy >= 0 && iy < (int32_t)g->in_h && ix >= 0
+                                               && ix < (int32_t)g->in_w;
+                            const int8_t *in = inside ? input + (((uint32_t)b * g->in_h
+                                                                  + (uint32_t)iy) * g->in_w
+                                                                 + (uint32_t)ix) * g->in_c
+                                                      : input;
+                            for (c = 0; c < g->in_c; ++c, ++d) {
+                                const int32_t v = inside ? (int32_t)in[c] : zero_point;
+                                acc += conv_packed_weight(filter, pd, (uint32_t)oc, d) * v;
+                            }
+                        }
+                    }
+                    out[oc] = (int8_t)qe_requantize_output(acc, p->c.multipliers[oc],
+                                                           p->c.shifts[oc], p->c.output_offset,
+                                                           p->c.activation_min,
+                                                           p->c.activation_max);
+                }
+            }
+        }
+    }
+}
+
+/* The generator's filter for qe_conv_s8_wide (conv.h), read one weight at a time: tap = ky * k_w
+ * + kx, pairs = in_cp / 2. */
+static int32_t conv_wide_weight(const QE_FLASH int32_t *filter, uint32_t taps, uint32_t pairs,
+                                uint32_t oc, uint32_t tap, uint32_t c)
+{
+    const uint32_t word = (uint32_t)filter[(((oc / QE_CONV_WIDE_ROWS) * taps + tap) * pairs
+                                            + c / 2u) * QE_CONV_WIDE_ROWS
+                                           + oc % QE_CONV_WIDE_ROWS];
+    const uint32_t half = (c & 1u) ? word >> 16 : word & 0xFFFFu;
+    return (half >= 0x8000u) ? (int32_t)half - 0x10000 : (int32_t)half;
+}
+
+void qe_conv_s8_wide(const qe_conv_s8_wide_params_t *p, const int8_t *input,
+                     const QE_FLASH int32_t *filter, const QE_FLASH int32_t *bias,
+                     int8_t *output, int16_t *scratch)
+{
+    const qe_window_t *g = &p->c.g;
+    const uint32_t taps = (uint32_t)g->k_h * g->k_w, pairs = p->in_cp / 2u;
+    int32_t b, oy, ox, oc, ky, kx, c;
+
+    (void)scratch;
+    for (b = 0; b < g->batches; ++b) {
+        for (oy = 0; oy < g->out_h; ++oy) {
+            const int32_t iy0 = oy * (int32_t)g->stride_h - (int32_t)g->pad_top;
+            for (ox = 0; ox < g->out_w; ++ox) {
+                const int32_t ix0 = ox * (int32_t)g->stride_w - (int32_t)g->pad_left;
+                int8_t *out = output + (((uint32_t)b * g->out_h + (uint32_t)oy) * g->out_w
+                                        + (uint32_t)ox) * g->out_c;
+                for (oc = 0; oc < g->out_c; ++oc) {
+                    int32_t acc = bias[oc];
+                    for (ky = 0; ky < g->k_h; ++ky) {
+                        const int32_t iy = iy0 + (int32_t)g->dil_h * ky;
+                        if (iy < 0 || iy >= (int32_t)g->in_h) {
+                            continue;
+                        }
+                        for (kx = 0; kx < g->k_w; ++kx) {
+                            const int32_t ix = ix0 + (int32_t)g->dil_w * kx;
+                            const int8_t *in;
+                            if (ix < 0 || ix >= (int32_t)g->in_w) {
+                                continue;
+                            }
+                            in = input + (((uint32_t)b * g->in_h + (uint32_t)iy) * g->in_w
+                                          + (uint32_t)ix) * g->in_c;
+                            for (c = 0; c < g->in_c; ++c) {
+                                acc += conv_wide_weight(filter, taps, pairs, (uint32_t)oc,
+                                                        (uint32_t)(ky * g->k_w + kx), (uint32_t)c)
+                                       * ((int32_t)in[c] + p->c.input_offset);
+                            }
+                        }
+                    }
+                    out[oc] = (int8_t)qe_requantize_output(acc, p->c.multipliers[oc],
+                                                           p->c.shifts[oc], p->c.output_offset,
+                                                           p->c.activation_min,
+                                                           p->c.activation_max);
+                }
+            }
+        }
+    }
+}
+
 /* int16x8: as qe_conv_s8 with int16 activations (zero point 0: no offsets), an int64 accumulator
  * and bias, and the 64-bit MultiplyByQuantizedMultiplier: TFLM's ConvPerChannel<int64_t> for
  * int16 input (reference_integer_ops/conv.h). */

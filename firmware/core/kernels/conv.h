@@ -19,4 +19,74 @@ void qe_conv_s16(const qe_conv_s8_params_t *p, const int16_t *input,
 void qe_conv_f32(const qe_conv_f32_params_t *p, const float *input, const QE_FLASH float *filter,
                  const QE_FLASH float *bias, float *output);
 
+/* int8 CONV_2D with the filter laid out by the generator for the cortex-m-dsp variant
+ * (converters/ops/conv.py, lower_conv_packed): the same results as qe_conv_s8 on the original
+ * filter, bit for bit. Boards with the reference kernels never get this layout; this file's
+ * portable implementation (conv.c) is the definition the variant's fast one is tested against.
+ *
+ * The filter [out_c][k_h][k_w][in_c] as a matrix [out_c][depth], depth = k_h * k_w * in_c, in
+ * the packed layout of fully_connected.h (qe_fc_s8_packed_params_t: int32 words of two int16
+ * weights, four output channels interleaved, channels padded to a multiple of 4 and the depth to
+ * padded_depth, a multiple of 4, with zeros), and the input offset folded into the bias:
+ *     bias'[oc] = bias[oc] + input_offset * sum_d w[oc][d]      (one int32 per padded channel)
+ * Then, with the window's column col[d] = the input at tap d, or the input's zero point
+ * (-input_offset) where the tap lies in the padding,
+ *     acc[oc] = bias'[oc] + sum_d w[oc][d] * col[d]
+ *             = bias[oc] + sum_{inside taps} w (x + input_offset) + sum_{padded taps} w (-io + io)
+ * which is the reference's accumulator exactly (it skips the padded taps: they add w * 0 here).
+ * Every partial sum of either form is bounded by |bias| + taps * 128 * (128 + |input_offset|),
+ * which the generator checks fits int32, so no order of the additions overflows.
+ *
+ * mm, when not QE_FLASH_NULL: per padded channel three int32, {multiplier, round, shift} of the
+ * variant's 5-instruction output stage (cortex-m-dsp/dsp.h, requant_mm_t, precomputed as
+ * requant_mm_init would: round = 2^(e-1) + output_offset * 2^e, shift = e), present only when
+ * every channel meets its preconditions (right shift 1..21, a normalized multiplier, the full
+ * int8 range); the padding channels repeat channel 0's. The portable definition ignores it. */
+#define QE_CONV_PACKED_ROWS 4u
+#define QE_CONV_PACKED_MAX_DEPTH 128u   /* padded_depth: the variant's unrolled MAC loop */
+
+typedef struct {
+    qe_conv_s8_params_t c;            /* geometry, offsets, activation, multipliers, shifts */
+    const QE_FLASH int32_t *mm;       /* see above, or QE_FLASH_NULL */
+    uint16_t padded_depth;            /* k_h * k_w * in_c rounded up to a multiple of 4 */
+} qe_conv_s8_packed_params_t;
+
+/* bias' is never QE_FLASH_NULL: one int32 per padded output channel */
+void qe_conv_s8_packed(const qe_conv_s8_packed_params_t *p, const int8_t *input,
+                       const QE_FLASH int32_t *filter, const QE_FLASH int32_t *bias,
+                       int8_t *output);
+
+/* int8 CONV_2D on a widened input image, the filter laid out by the generator for the
+ * cortex-m-dsp variant (converters/ops/conv.py, _wide_conv; dilation 1 along x): the same
+ * results as qe_conv_s8 on the original filter, bit for bit; this file's portable
+ * implementation is the definition the variant's is tested against.
+ *
+ * in_cp = in_c rounded up to even. Output channels in groups of QE_CONV_WIDE_ROWS (4, padded with
+ * zero channels); per group, per tap (ky, kx), per channel pair k (channels 2k, 2k + 1; the
+ * padding channel in_c, if any, weight 0), per channel r of the group: one int32 word, low half
+ * w[oc][ky][kx][2k], high half w[oc][ky][kx][2k + 1] (two's complement: as an int32 value
+ * 65536 * hi + (lo mod 65536)). bias: one int32 per padded channel (zeros without one), not
+ * folded. mm: as qe_conv_s8_packed_params_t's.
+ *
+ * scratch: wide_h * wide_w * in_cp int16 of arena (16-byte aligned), which the variant fills per
+ * batch with x + input_offset in the input's own order (so a window row, k_w * in_cp int16, is
+ * contiguous) and zeros in the padding around it and in the padding channel: the image padded by
+ * pad_top / pad_left and up to wide_h x wide_w (as depthwise_conv.h's scratch). A padded tap
+ * then adds w * 0, which is the reference's skipping; the sums are the reference's, every
+ * partial sum within the generator's int32 bound. A window row is at most
+ * QE_CONV_WIDE_MAX_ROW_WORDS words (the variant's unrolled loop). */
+#define QE_CONV_WIDE_ROWS 4u
+#define QE_CONV_WIDE_MAX_ROW_WORDS 64u
+
+typedef struct {
+    qe_conv_s8_params_t c;            /* geometry (dil_w 1), offsets, requantization */
+    const QE_FLASH int32_t *mm;       /* or QE_FLASH_NULL */
+    uint16_t in_cp;                   /* in_c rounded up to even */
+    uint16_t wide_h, wide_w;          /* the scratch image's rows and columns */
+} qe_conv_s8_wide_params_t;
+
+void qe_conv_s8_wide(const qe_conv_s8_wide_params_t *p, const int8_t *input,
+                     const QE_FLASH int32_t *filter, const QE_FLASH int32_t *bias,
+                     int8_t *output, int16_t *scratch);
+
 #endif

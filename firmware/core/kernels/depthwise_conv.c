@@ -59,6 +59,62 @@ void qe_depthwise_conv_s8(const qe_conv_s8_params_t *p, const int8_t *input,
     }
 }
 
+/* The generator's packed depthwise filter (depthwise_conv.h, qe_dw_s8_packed_params_t), read one
+ * weight at a time: the definition the cortex-m-dsp variant's version is compared with. */
+static int32_t dw_packed_weight(const QE_FLASH int32_t *filter, uint32_t taps, uint32_t tap,
+                                uint32_t c)
+{
+    const uint32_t word = (uint32_t)filter[((c / QE_DW_PACKED_CH) * taps + tap) * 2u + (c & 1u)];
+    const uint32_t half = (c & 2u) ? word >> 16 : word & 0xFFFFu;
+    return (half >= 0x8000u) ? (int32_t)half - 0x10000 : (int32_t)half;
+}
+
+void qe_depthwise_conv_s8_packed(const qe_dw_s8_packed_params_t *p, const int8_t *input,
+                                 const QE_FLASH int32_t *filter, const QE_FLASH int32_t *bias,
+                                 int8_t *output, int16_t *scratch)
+{
+    const qe_window_t *g = &p->c.g;
+    const uint32_t taps = (uint32_t)g->k_h * g->k_w;
+    int32_t b, oy, ox, c, ky, kx;
+
+    (void)scratch;
+    for (b = 0; b < g->batches; ++b) {
+        for (oy = 0; oy < g->out_h; ++oy) {
+            const int32_t iy0 = oy * (int32_t)g->stride_h - (int32_t)g->pad_top;
+            for (ox = 0; ox < g->out_w; ++ox) {
+                const int32_t ix0 = ox * (int32_t)g->stride_w - (int32_t)g->pad_left;
+                int8_t *out = output + (((uint32_t)b * g->out_h + (uint32_t)oy) * g->out_w
+                                        + (uint32_t)ox) * g->out_c;
+                for (c = 0; c < g->in_c; ++c) {
+                    int32_t acc = bias[c];
+                    for (ky = 0; ky < g->k_h; ++ky) {
+                        const int32_t iy = iy0 + (int32_t)g->dil_h * ky;
+                        if (iy < 0 || iy >= (int32_t)g->in_h) {
+                            continue;
+                        }
+                        for (kx = 0; kx < g->k_w; ++kx) {
+                            const int32_t ix = ix0 + (int32_t)g->dil_w * kx;
+                            if (ix < 0 || ix >= (int32_t)g->in_w) {
+                                continue;
+                            }
+                            acc += dw_packed_weight(filter, taps, (uint32_t)(ky * g->k_w + kx),
+                                                    (uint32_t)c)
+                                   * ((int32_t)input[(((uint32_t)b * g->in_h + (uint32_t)iy)
+                                                      * g->in_w + (uint32_t)ix) * g->in_c
+                                                     + (uint32_t)c]
+                                      + p->c.input_offset);
+                        }
+                    }
+                    out[c] = (int8_t)qe_requantize_output(acc, p->c.multipliers[c],
+                                                          p->c.shifts[c], p->c.output_offset,
+                                                          p->c.activation_min,
+                                                          p->c.activation_max);
+                }
+            }
+        }
+    }
+}
+
 void qe_depthwise_conv_f32(const qe_conv_f32_params_t *p, const float *input,
                            const QE_FLASH float *filter, const QE_FLASH float *bias, float *output)
 {

@@ -322,6 +322,17 @@ static inline int requant_mm_init(requant_mm_t *r, int32_t multiplier, int32_t s
     "qadd " A ", " A ", " A "\n\t"                                                        \
     "smmlar " A ", " A ", r4, r5\n\t" "asr " A ", " A ", r6\n\t" "ssat " A ", #8, " A "\n\t"  \
     "strb " A ", [r11], #1\n\t"
+
+/* requant_mm_t's stage (the instructions of REQUANT_MM_*_ASM) for one accumulator in C, for
+ * kernels that keep per-channel constants: QADD, SMMLAR, ASR, SSAT (+ the sign fix's ADD when
+ * fix), exactly requant_right_s8 under requant_mm_init's preconditions (the proof above). */
+static inline int8_t requant_mm_s8(const requant_mm_t *r, int32_t x, int fix)
+{
+    const int32_t ra = fix ? r->round + (x >> 31) : r->round;
+    int32_t v = __qadd(x, x);
+    __asm("smmlar %0, %1, %2, %3" : "=r"(v) : "r"(v), "r"(r->multiplier), "r"(ra));
+    return (int8_t)__ssat(v >> r->shift, 8);
+}
 #endif /* __ARM_FEATURE_DSP */
 
 /* The filter taps of one window that lie inside the image, along one axis: [*lo, *hi) of the
