@@ -415,6 +415,32 @@ def tanh_logistic_lut_s8(kind: str, input_scale: float, input_zero_point: int) -
     return out.astype(np.int8)
 
 
+def checked_log2(x: float) -> tuple[int, bool]:
+    """TFLite's CheckedLog2: log2(x) rounded half away from zero, and whether x is a power of two
+    to within 1e-3 in the exponent."""
+    x_log2 = math.log(x) * (1.0 / math.log(2.0))
+    rounded = _round_half_away(x_log2)
+    return int(rounded), abs(x_log2 - rounded) < 1e-3
+
+
+def tanh_logistic_s16_params(kind: str, input_scale: float) -> tuple[int, int]:
+    """(multiplier, shift) of TFLM's int16 TANH / LOGISTIC for an input of `input_scale`, as its
+    Prepare computes them (tanh.cc, logistic_common.cc: the table wants the input at scale
+    1/(3 * 4096)) and its Eval resolves the power-of-two case (multiplier 3 << shift, shift 0):
+    the table index input is then (x * multiplier + round) >> shift."""
+    scale = float(np.float32(input_scale))
+    log2, pot = checked_log2(scale)
+    shift = 12 + log2                                   # (15 - 3 integer bits) + log2
+    pot = pot and (shift in (0, 1) if kind == "TANH" else shift == 0)
+    if pot:
+        return 3 << shift, 0
+    multiplier, shift = scale * 4096.0 * 3.0, 0
+    while multiplier <= 32767.0 / 2.0 and shift <= 30:
+        shift += 1
+        multiplier *= 2.0
+    return int(multiplier), shift
+
+
 def relu_lut_s8(input_scale: float, input_zp: int, output_scale: float, output_zp: int) -> np.ndarray:
     """TFLM int8 RELU (ReluQuantized: requantize, then clamp at 0), as a 256-entry table."""
     real = float(np.float32(input_scale)) / float(np.float32(output_scale))

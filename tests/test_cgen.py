@@ -152,11 +152,12 @@ def test_int16_quantize_with_zero_point_is_rejected(tmp_path):
         cgen.generate(path, tmp_path / "gen")
 
 
-def test_int16_tanh_is_refused_by_name(tmp_path):
+def test_int16_relu_is_refused_by_name(tmp_path):
     from helpers_models import unary_model
     path = tmp_path / "t16.tflite"
-    path.write_bytes(unary_model("TANH", [1, 4], "int16", (1 / 4096, 0), (1 / 32768, 0)))
-    with pytest.raises(UnsupportedOpError, match=r"TANH \(int16 -> int16\).*int16 TANH"):
+    path.write_bytes(unary_model("RELU", [1, 4], "int16", (1 / 4096, 0), (1 / 4096, 0)))
+    with pytest.raises(UnsupportedOpError, match=r"RELU \(int16 -> int16\).*int16 RELU; "
+                                                 r"supported: int8 and float32, int16 TANH"):
         cgen.generate(path, tmp_path / "gen")
 
 
