@@ -162,3 +162,23 @@ def test_the_serial_port_is_a_tcp_socket_that_echoes(run_copy, tmp_path):
             payload = bytes(range(256)) * 8
             assert link.echo(payload) == payload
     assert not q.alive()
+
+
+# QEMU's serial chardev is a mux (targets/launch.py, SERIAL_BUFFER), which would read its escape
+# character (0x01 by default) out of the stream: "C-a x" quits the emulator, "C-a c" switches
+# to the monitor, "C-a C-a" sends one 0x01. With no escape character (NO_ESCAPE_CHAR) every byte
+# passes as it is.
+MUX_ESCAPES = b"".join(b"\x01" + bytes([c]) for c in b"hxsbct?\x01\x02") + b"\x01\x01x\x01"
+
+
+@pytest.mark.parametrize("board", QEMU_BOARDS)
+def test_every_byte_passes_the_serial_chardev_unchanged(run_copy, tmp_path, board):
+    fw = build(run_copy / "models" / "int8.tflite", BOARDS[board], tmp_path)
+    with start(BOARDS[board], fw.elf) as q, BoardLink(q.url, alive=q.alive) as link:
+        info = link.hello()
+        room = min(info.max_payload, 128)
+        data = bytes(range(256)) + MUX_ESCAPES
+        for off in range(0, len(data), room):
+            assert link.echo(data[off:off + room]) == data[off:off + room]
+        assert link.echo(MUX_ESCAPES[-room:]) == MUX_ESCAPES[-room:]
+        assert q.alive()

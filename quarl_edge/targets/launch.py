@@ -141,6 +141,30 @@ def _check_arm_elf(elf: Path) -> None:
     _check_elf(elf, "EM_ARM", "ARM")
 
 
+# How QEMU carries the serial port (measured by benchmarks/hil_speed.py; each byte of a request
+# costs a trip through QEMU's main loop, which is most of a HIL step):
+# - SERIAL_BUFFER: the emulated UARTs take one byte at a time (CMSDK: a 1-byte RX register,
+#   PL011 with its FIFO off: 1), and QEMU reads the socket one byte per main-loop iteration, only
+#   while the UART can take it: every byte waited for the guest to read the one before, then for
+#   the main loop to wake again (a round of thread wake-ups per byte). A mux chardev in front of
+#   the socket (`mux=on`) keeps a 32-byte buffer: the main loop reads ahead into it, and the
+#   guest's read of the data register hands it the next byte at once (char-mux.c,
+#   mux_chr_accept_input). The guest's UART and driver are unchanged.
+# - NO_ESCAPE_CHAR: a mux interprets an escape character (default 0x01: "C-a x" quits QEMU,
+#   "C-a c" switches to the monitor) and swallows it: binary frames would be corrupted or kill
+#   the emulator. -echr takes any integer, and the mux compares it with each byte (0..255), so
+#   256 means no escape character: every byte passes unchanged (tests/test_boards_emulated.py
+#   echoes all 256 byte values and every escape sequence).
+# - ICOUNT_IDLE: `sleep=off`: while the guest sleeps (WFI, waiting for a byte) QEMU does not keep
+#   virtual time in step with the host's clock (no warp timer to re-arm at every byte). The
+#   instruction count between two points of guest code does not depend on it: only idle time
+#   is virtual-time-free, and the firmware measures no idle time (BENCH counts are unchanged).
+SERIAL_ID = "ser0"
+SERIAL_BUFFER = "mux=on"
+NO_ESCAPE_CHAR = 256
+ICOUNT_IDLE = "sleep=off"
+
+
 class Qemu(ChildProcess):
     """An emulated Cortex-M board: qemu-system-arm runs the firmware ELF with instruction counting
     (-icount shift=N, so SysTick counts instructions exactly and repeatably), its serial port 0 on
@@ -178,10 +202,12 @@ class Qemu(ChildProcess):
         self._open_log(self.elf.with_suffix(".qemu.log"))
         self.cmd = [qemu, "-machine", machine, "-kernel", str(self.elf), "-display", "none",
                     "-monitor", f"unix:{self._monitor_path},server=on,wait=off", "-nodefaults",
-                    "-nic", "none", "-icount", f"shift={shift}",
+                    "-nic", "none", "-icount", f"shift={shift},{ICOUNT_IDLE}",
                     "-semihosting-config", "enable=on,target=native",
-                    "-chardev", "socket,id=ser0,host=127.0.0.1,port=0,server=on,wait=off,nodelay=on",
-                    "-serial", "chardev:ser0",
+                    "-chardev", f"socket,id={SERIAL_ID},host=127.0.0.1,port=0,server=on,"
+                                f"wait=off,nodelay=on,{SERIAL_BUFFER}",
+                    "-echr", str(NO_ESCAPE_CHAR),
+                    "-serial", f"chardev:{SERIAL_ID}",
                     "-qmp", f"unix:{self._qmp_path},server=on,wait=off", "-S",
                     *board.connect.get("extra_args", [])]
         self.proc = subprocess.Popen(self.cmd, stdin=subprocess.DEVNULL, stdout=self._log,
@@ -250,7 +276,8 @@ class Qemu(ChildProcess):
 
     def _serial_port(self) -> int:
         for dev in self._qmp_command("query-chardev"):
-            if dev.get("label") == "ser0":    # "tcp:127.0.0.1:PORT,server=on"
+            # the socket under the mux: "[disconnected:]tcp:127.0.0.1:PORT,server=on"
+            if dev.get("label") == f"{SERIAL_ID}-base":
                 return int(dev["filename"].split(",")[0].rsplit(":", 1)[1])
         raise BoardError("QEMU did not report the serial port's TCP socket (query-chardev)")
 
