@@ -1,5 +1,5 @@
 """Every emulated board (boards/*.toml with [connect] method = "qemu"), end to end as a user runs it:
-build warning-free, start qemu-system-arm, talk the protocol over its serial port (a TCP socket),
+build warning-free, start qemu-system-arm, talk the protocol over its serial port (a socket),
 bit-exact against TF Lite Micro, HIL equal to tflite-runtime, costs in instructions that repeat
 exactly across emulator launches; and the clear errors (dead emulator, bad ELF, does not fit)."""
 import dataclasses
@@ -152,10 +152,10 @@ def test_linker_overflow_is_a_does_not_fit_error(run_copy, tmp_path):
         build(run_copy / "models" / "int8.tflite", board, tmp_path / "fw")
 
 
-def test_the_serial_port_is_a_tcp_socket_that_echoes(run_copy, tmp_path):
+def test_the_serial_port_is_a_unix_socket_that_echoes(run_copy, tmp_path):
     fw = build(run_copy / "models" / "int8.tflite", BOARDS["mps2-an505"], tmp_path)
     with start(BOARDS["mps2-an505"], fw.elf) as q:
-        assert q.url.startswith("socket://127.0.0.1:")
+        assert q.url.startswith("unix:///") and Path(q.url[len("unix://"):]).is_socket()
         with BoardLink(q.url, alive=q.alive) as link:
             info = link.hello()
             assert info.board_id == "mps2-an505" and info.cost_unit == "instructions"

@@ -5,7 +5,6 @@ Each is a context manager with a `url` that pyserial's serial_for_url() opens.""
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import signal
 import socket
@@ -157,6 +156,8 @@ HMP_PROMPT = b"(qemu) "
 #   the emulator. -echr takes any integer, and the mux compares it with each byte (0..255), so
 #   256 means no escape character: every byte passes unchanged (tests/test_boards_emulated.py
 #   echoes all 256 byte values and every escape sequence).
+# - The serial socket is a Unix-domain socket, not loopback TCP: the UART writes each byte on
+#   its own, and a TCP write runs the TCP stack (segment, ACK) in QEMU's vCPU thread.
 # - QEMU is controlled through a second human monitor (HMP, our own socket), not QMP: a QMP
 #   monitor runs in its own I/O thread, which every guest I/O notified, costing the vCPU thread
 #   an eventfd write and that thread a wake-up: ~35 % of QEMU's CPU time per CartPole step.
@@ -173,12 +174,12 @@ ICOUNT_IDLE = "sleep=off"
 class Qemu(ChildProcess):
     """An emulated Cortex-M board: qemu-system-arm runs the firmware ELF with instruction counting
     (-icount shift=N, so SysTick counts instructions exactly and repeatably), its serial port 0 on
-    a TCP socket (socket://127.0.0.1:PORT, QEMU picks a free port), a human monitor socket for
-    our control (`info chardev`, `cont`, `quit`) and another one (`reset_handle`: others may reset the board through it, e.g.
+    a Unix-domain socket (unix://PATH, link/urlhandler/protocol_unix.py), a human monitor socket
+    for our control (`cont`, `quit`) and another one (`reset_handle`: others may reset the board through it, e.g.
     `socat - UNIX-CONNECT:PATH` then `system_reset`, or the fault:// link's `reset=`). The
     serial socket takes one client at a time and a new one after it disconnects.
 
-    QEMU starts paused (-S); we read the chosen port from our monitor (info chardev), then `cont`.
+    QEMU starts paused (-S) and runs once our monitor has answered (`cont`).
     Bytes the firmware sends before the host connects are dropped by QEMU, which is harmless:
     the firmware only ever answers requests, and the HELLO handshake retries. The firmware ends
     the emulator through semihosting on a fault (exit code and message in `describe_exit()`)."""
@@ -200,6 +201,7 @@ class Qemu(ChildProcess):
         _check_arm_elf(self.elf)   # QEMU would run any other file as a raw image, silently
         self._dir = Path(tempfile.mkdtemp(prefix="qe-qemu-"))   # short path: AF_UNIX limit
         self._control_path = self._dir / "control.sock"   # our monitor; monitor.sock is others'
+        self._serial_path = self._dir / "serial.sock"
         self._monitor_path = self._dir / "monitor.sock"
         self.reset_handle = f"qemu-monitor:{self._monitor_path}"
         self._control: socket.socket | None = None
@@ -210,8 +212,8 @@ class Qemu(ChildProcess):
                     "-mon", "chardev=control,mode=readline",
                     "-nic", "none", "-icount", f"shift={shift},{ICOUNT_IDLE}",
                     "-semihosting-config", "enable=on,target=native",
-                    "-chardev", f"socket,id={SERIAL_ID},host=127.0.0.1,port=0,server=on,"
-                                f"wait=off,nodelay=on,{SERIAL_BUFFER}",
+                    "-chardev", f"socket,id={SERIAL_ID},path={self._serial_path},server=on,"
+                                f"wait=off,{SERIAL_BUFFER}",
                     "-echr", str(NO_ESCAPE_CHAR),
                     "-serial", f"chardev:{SERIAL_ID}", "-S",
                     *board.connect.get("extra_args", [])]
@@ -220,8 +222,8 @@ class Qemu(ChildProcess):
                                      preexec_fn=_die_with_parent if sys.platform == "linux" else None)
         try:
             self._control_connect()
-            self.url = f"socket://127.0.0.1:{self._serial_port()}"
             self._command("cont")
+            self.url = f"unix://{self._serial_path}"
         except BaseException:
             self.stop()
             raise
@@ -271,15 +273,6 @@ class Qemu(ChildProcess):
     def _command(self, line: str) -> str:
         self._control.sendall(line.encode() + b"\n")
         return self._until_prompt(f"answering '{line}'")
-
-    def _serial_port(self) -> int:
-        # the socket under the mux: "ser0-base: filename=[disconnected:]tcp:127.0.0.1:PORT,server=on"
-        out = self._command("info chardev")
-        m = re.search(rf"^{SERIAL_ID}-base: filename=\S*?tcp:127\.0\.0\.1:(\d+)", out, re.M)
-        if m is None:
-            raise BoardError(f"QEMU did not report the serial port's TCP socket (info chardev: "
-                             f"{out.strip()[-500:]!r})")
-        return int(m.group(1))
 
     # ------------------------------------------------------------------------ lifecycle
     def stop(self) -> None:
