@@ -144,13 +144,13 @@ HMP_PROMPT = b"(qemu) "
 
 # How QEMU carries the serial port (measured by benchmarks/hil_speed.py; each byte of a request
 # costs a trip through QEMU's main loop, which is most of a HIL step):
-# - SERIAL_BUFFER: the emulated UARTs take one byte at a time (CMSDK: a 1-byte RX register,
-#   PL011 with its FIFO off: 1), and QEMU reads the socket one byte per main-loop iteration, only
-#   while the UART can take it: every byte waited for the guest to read the one before, then for
-#   the main loop to wake again (a round of thread wake-ups per byte). A mux chardev in front of
-#   the socket (`mux=on`) keeps a 32-byte buffer: the main loop reads ahead into it, and the
-#   guest's read of the data register hands it the next byte at once (char-mux.c,
-#   mux_chr_accept_input). The guest's UART and driver are unchanged.
+# - SERIAL_BUFFER: the emulated UARTs take one byte at a time (CMSDK: a 1-byte RX register;
+#   PL011 and nRF51 fill their FIFO a byte per call), and QEMU reads the socket one byte per
+#   main-loop iteration, only while the UART can take it: every byte waited for the guest to
+#   read the one before, then for the main loop to wake again (a round of thread wake-ups per
+#   byte). A mux chardev in front of the socket (`mux=on`) keeps a 32-byte buffer: the main
+#   loop reads ahead into it, and the guest's read of the data register hands it the next byte
+#   at once (char-mux.c, mux_chr_accept_input). The guest's UART and driver are unchanged.
 # - NO_ESCAPE_CHAR: a mux interprets an escape character (default 0x01: "C-a x" quits QEMU,
 #   "C-a c" switches to the monitor) and swallows it: binary frames would be corrupted or kill
 #   the emulator. -echr takes any integer, and the mux compares it with each byte (0..255), so
@@ -175,8 +175,9 @@ class Qemu(ChildProcess):
     """An emulated Cortex-M board: qemu-system-arm runs the firmware ELF with instruction counting
     (-icount shift=N, so SysTick counts instructions exactly and repeatably), its serial port 0 on
     a Unix-domain socket (unix://PATH, link/urlhandler/protocol_unix.py), a human monitor socket
-    for our control (`cont`, `quit`) and another one (`reset_handle`: others may reset the board through it, e.g.
-    `socat - UNIX-CONNECT:PATH` then `system_reset`, or the fault:// link's `reset=`). The
+    for our control (`cont`, `quit`) and another one (`reset_handle`: others may reset the board
+    through it, e.g. `socat - UNIX-CONNECT:PATH` then `system_reset`, or the fault:// link's
+    `reset=`). The
     serial socket takes one client at a time and a new one after it disconnects.
 
     QEMU starts paused (-S) and runs once our monitor has answered (`cont`).
