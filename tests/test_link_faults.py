@@ -160,7 +160,7 @@ def test_flash_hands_the_emulated_boards_port_to_validate(run_copy, tmp_path):
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         line = proc.stdout.readline()
-        url = re.search(r"socket://127\.0\.0\.1:\d+", line).group(0)
+        url = re.search(r"unix://\S+\.sock", line).group(0)
         reset = None
         while reset is None:
             m = re.search(r"reset=(qemu-monitor:[^&]+)&", proc.stderr.readline())

@@ -106,6 +106,7 @@ class BoardLink:
         self._late: dict[int, collections.deque] = {}     # round trips of late replies
         self._maybe_late: tuple | None = None    # (cmd, seq, round trip) of a re-sent request
         self._old_version_seq: int | None = None
+        self._read_nothing = False     # the last read returned no byte
         self.decoder = self._new_decoder()
 
     def __enter__(self):
@@ -177,11 +178,26 @@ class BoardLink:
         except serial.SerialException as e:
             raise BoardError(f"writing to {self.url} failed: {e}") from None
 
-    def _read_frames(self) -> list[P.Frame]:
+    def _bytes_to_read(self, expect: int | None) -> int:
+        """How many bytes to ask the port for: the rest of the frame being assembled (its
+        header says how long it is), else of the reply expected (`expect`: its whole frame with
+        the pad, when its size is known), so a reply is read with one call however many pieces
+        it arrives in (an emulated UART sends each byte on its own); else what is waiting."""
+        buf = self.decoder.buf
+        if buf.startswith(P.SYNC) and len(buf) >= P.HEADER_SIZE:
+            frame = P.HEADER_SIZE + (buf[5] | buf[6] << 8) + P.CRC_SIZE + P.PAD_SIZE
+            return max(1, frame - len(buf))
+        if expect:
+            return max(1, expect - len(buf))
+        return max(1, self.ser.in_waiting)
+
+    def _read_frames(self, expect: int | None = None) -> list[P.Frame]:
+        """The frames completed by one read (which waits at most READ_S)."""
         try:
-            data = self.ser.read(max(1, self.ser.in_waiting))
+            data = self.ser.read(self._bytes_to_read(expect))
         except serial.SerialException as e:   # e.g. an emulator's TCP socket closed
             raise BoardError(f"the board stopped: reading from {self.url} failed: {e}") from None
+        self._read_nothing = not data
         if not data:
             return []
         if self.trace:
@@ -214,6 +230,7 @@ class BoardLink:
         cmd = P.COMMANDS[name]
         seq = self._next_seq()
         frame = P.encode_frame(cmd, payload, seq)
+        expect = self._reply_frame_bytes(cmd, payload)
         base = timeout or self._first_wait(cmd, len(payload))
         t0 = time.monotonic()
         timeouts, zeroed, timed_out = 0, False, False
@@ -233,7 +250,7 @@ class BoardLink:
             sent = time.monotonic()
             self._write(frame)
             wait = extra + (base if timeout else min(max(ATTEMPT_MAX_S, base), base * 2 ** attempt))
-            reply, timed_out = self._await(name, cmd, seq, sent + wait, attempt)
+            reply, timed_out = self._await(name, cmd, seq, sent + wait, attempt, expect)
             timeouts = timeouts + 1 if timed_out else 0
             if reply is not None:
                 if attempt == 0:
@@ -258,6 +275,21 @@ class BoardLink:
                          f"reply after {RETRIES + 1} attempts in {spent:.1f} s "
                          f"(link: {self.stats})")
 
+    def _reply_frame_bytes(self, cmd: int, payload: bytes) -> int | None:
+        """The size on the wire (frame and pad) of the reply to this request, if it is known:
+        after HELLO every reply's size is (ECHO's is its request's, OUT_CHUNK's 4 + n)."""
+        if self.info is None:
+            return None
+        if cmd == P.COMMANDS["ECHO"]:
+            n = len(payload)
+        elif cmd == P.COMMANDS["OUT_CHUNK"]:
+            n = struct.calcsize(P.IN_CHUNK_HEAD) + struct.unpack_from(P.OUT_CHUNK_REQ, payload)[1]
+        else:
+            n = self.decoder.limits.get(cmd | P.REPLY_BIT)
+            if n is None:
+                return None
+        return P.HEADER_SIZE + n + P.CRC_SIZE + P.PAD_SIZE
+
     def _learn_late(self, cmd: int, took: float) -> None:
         """A re-sent request was answered twice: the first attempt's reply was late (a busy
         host, a board that stalled), not lost. Its round trip is learnt, so the next waits
@@ -268,10 +300,10 @@ class BoardLink:
         self._late.setdefault(cmd, collections.deque(maxlen=LATE_HISTORY)).append(took)
 
     def _await(self, name: str, cmd: int, seq: int, deadline: float,
-               attempt: int) -> tuple[bytes | None, bool]:
+               attempt: int, expect: int | None = None) -> tuple[bytes | None, bool]:
         """(the reply to request `seq`, False), or (None, timed out?) when it should be re-sent:
         the wait ran out, or the exchange was garbled (a frame failed here, or the board got
-        our request garbled)."""
+        our request garbled). `expect`: the reply's size on the wire, if known."""
         garbled = False
         while True:
             now = time.monotonic()
@@ -287,9 +319,11 @@ class BoardLink:
                     self.decoder.feed(b"")
                 return None, True
             rejected = self.decoder.rejected
-            frames = self._read_frames()
-            hidden = self.decoder.find_inside(
-                lambda f: (f.cmd == cmd | P.REPLY_BIT and f.seq == seq) or self._is_boot(f))
+            frames = self._read_frames(expect)
+            hidden = None
+            if self.decoder.pending:
+                hidden = self.decoder.find_inside(
+                    lambda f: (f.cmd == cmd | P.REPLY_BIT and f.seq == seq) or self._is_boot(f))
             got = frames + ([hidden] if hidden else [])
             for k, f in enumerate(got):
                 if f.cmd == cmd | P.REPLY_BIT and f.seq == seq:
@@ -322,7 +356,7 @@ class BoardLink:
             self._absorb_decoder_counts()
             if garbled and not self.ser.in_waiting:   # re-send once the burst is read
                 return None, False
-            if not self.alive():
+            if self._read_nothing and not self.alive():   # (a live board's bytes: no check)
                 raise BoardError(f"the board stopped while waiting for {name}")
 
     # ---------------------------------------------------------------------- handshake

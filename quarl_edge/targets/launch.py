@@ -4,7 +4,6 @@ One small class per way of reaching a board (the `[connect] method` in boards/<i
 Each is a context manager with a `url` that pyserial's serial_for_url() opens."""
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -141,15 +140,47 @@ def _check_arm_elf(elf: Path) -> None:
     _check_elf(elf, "EM_ARM", "ARM")
 
 
+HMP_PROMPT = b"(qemu) "
+
+# How QEMU carries the serial port (measured by benchmarks/hil_speed.py; each byte of a request
+# costs a trip through QEMU's main loop, which is most of a HIL step):
+# - SERIAL_BUFFER: the emulated UARTs take one byte at a time (CMSDK: a 1-byte RX register;
+#   PL011 and nRF51 fill their FIFO a byte per call), and QEMU reads the socket one byte per
+#   main-loop iteration, only while the UART can take it: every byte waited for the guest to
+#   read the one before, then for the main loop to wake again (a round of thread wake-ups per
+#   byte). A mux chardev in front of the socket (`mux=on`) keeps a 32-byte buffer: the main
+#   loop reads ahead into it, and the guest's read of the data register hands it the next byte
+#   at once (char-mux.c, mux_chr_accept_input). The guest's UART and driver are unchanged.
+# - NO_ESCAPE_CHAR: a mux interprets an escape character (default 0x01: "C-a x" quits QEMU,
+#   "C-a c" switches to the monitor) and swallows it: binary frames would be corrupted or kill
+#   the emulator. -echr takes any integer, and the mux compares it with each byte (0..255), so
+#   256 means no escape character: every byte passes unchanged (tests/test_boards_emulated.py
+#   echoes all 256 byte values and every escape sequence).
+# - The serial socket is a Unix-domain socket, not loopback TCP: the UART writes each byte on
+#   its own, and a TCP write runs the TCP stack (segment, ACK) in QEMU's vCPU thread.
+# - QEMU is controlled through a second human monitor (HMP, our own socket), not QMP: a QMP
+#   monitor runs in its own I/O thread, which every guest I/O notified, costing the vCPU thread
+#   an eventfd write and that thread a wake-up: ~35 % of QEMU's CPU time per CartPole step.
+# - ICOUNT_IDLE: `sleep=off`: while the guest sleeps (WFI, waiting for a byte) QEMU does not keep
+#   virtual time in step with the host's clock (no warp timer to re-arm at every byte). The
+#   instruction count between two points of guest code does not depend on it: only idle time
+#   is virtual-time-free, and the firmware measures no idle time (BENCH counts are unchanged).
+SERIAL_ID = "ser0"
+SERIAL_BUFFER = "mux=on"
+NO_ESCAPE_CHAR = 256
+ICOUNT_IDLE = "sleep=off"
+
+
 class Qemu(ChildProcess):
     """An emulated Cortex-M board: qemu-system-arm runs the firmware ELF with instruction counting
     (-icount shift=N, so SysTick counts instructions exactly and repeatably), its serial port 0 on
-    a TCP socket (socket://127.0.0.1:PORT, QEMU picks a free port), a QMP control socket (ours)
-    and a human monitor socket (`reset_handle`: others may reset the board through it, e.g.
-    `socat - UNIX-CONNECT:PATH` then `system_reset`, or the fault:// link's `reset=`). The
+    a Unix-domain socket (unix://PATH, link/urlhandler/protocol_unix.py), a human monitor socket
+    for our control (`cont`, `quit`) and another one (`reset_handle`: others may reset the board
+    through it, e.g. `socat - UNIX-CONNECT:PATH` then `system_reset`, or the fault:// link's
+    `reset=`). The
     serial socket takes one client at a time and a new one after it disconnects.
 
-    QEMU starts paused (-S); we read the chosen port through QMP (query-chardev), then `cont`.
+    QEMU starts paused (-S) and runs once our monitor has answered (`cont`).
     Bytes the firmware sends before the host connects are dropped by QEMU, which is harmless:
     the firmware only ever answers requests, and the HELLO handshake retries. The firmware ends
     the emulator through semihosting on a fault (exit code and message in `describe_exit()`)."""
@@ -170,32 +201,35 @@ class Qemu(ChildProcess):
         self.elf = Path(elf)
         _check_arm_elf(self.elf)   # QEMU would run any other file as a raw image, silently
         self._dir = Path(tempfile.mkdtemp(prefix="qe-qemu-"))   # short path: AF_UNIX limit
-        self._qmp_path = self._dir / "qmp.sock"
+        self._control_path = self._dir / "control.sock"   # our monitor; monitor.sock is others'
+        self._serial_path = self._dir / "serial.sock"
         self._monitor_path = self._dir / "monitor.sock"
         self.reset_handle = f"qemu-monitor:{self._monitor_path}"
-        self._qmp: socket.socket | None = None
-        self._qmp_buf = b""
+        self._control: socket.socket | None = None
         self._open_log(self.elf.with_suffix(".qemu.log"))
         self.cmd = [qemu, "-machine", machine, "-kernel", str(self.elf), "-display", "none",
                     "-monitor", f"unix:{self._monitor_path},server=on,wait=off", "-nodefaults",
-                    "-nic", "none", "-icount", f"shift={shift}",
+                    "-chardev", f"socket,id=control,path={self._control_path},server=on,wait=off",
+                    "-mon", "chardev=control,mode=readline",
+                    "-nic", "none", "-icount", f"shift={shift},{ICOUNT_IDLE}",
                     "-semihosting-config", "enable=on,target=native",
-                    "-chardev", "socket,id=ser0,host=127.0.0.1,port=0,server=on,wait=off,nodelay=on",
-                    "-serial", "chardev:ser0",
-                    "-qmp", f"unix:{self._qmp_path},server=on,wait=off", "-S",
+                    "-chardev", f"socket,id={SERIAL_ID},path={self._serial_path},server=on,"
+                                f"wait=off,{SERIAL_BUFFER}",
+                    "-echr", str(NO_ESCAPE_CHAR),
+                    "-serial", f"chardev:{SERIAL_ID}", "-S",
                     *board.connect.get("extra_args", [])]
         self.proc = subprocess.Popen(self.cmd, stdin=subprocess.DEVNULL, stdout=self._log,
                                      stderr=subprocess.STDOUT, close_fds=True,
                                      preexec_fn=_die_with_parent if sys.platform == "linux" else None)
         try:
-            self._qmp_connect()
-            self.url = f"socket://127.0.0.1:{self._serial_port()}"
-            self._qmp_command("cont")
+            self._control_connect()
+            self._command("cont")
+            self.url = f"unix://{self._serial_path}"
         except BaseException:
             self.stop()
             raise
 
-    # ------------------------------------------------------------------------------ QMP
+    # ------------------------------------------------------------------- control monitor
     def _dead(self, doing: str) -> BoardError:
         try:                 # QEMU closes its sockets first, then exits: give it a moment
             self.proc.wait(timeout=2)
@@ -204,69 +238,56 @@ class Qemu(ChildProcess):
         return BoardError(f"QEMU ({self.board.connect.get('machine')}) for board {self.board.id} "
                           f"{self.describe_exit()} while {doing}; command: {' '.join(self.cmd)}")
 
-    def _qmp_connect(self) -> None:
+    def _control_connect(self) -> None:
         deadline = time.monotonic() + self.START_TIMEOUT_S
         while True:
             if self.proc.poll() is not None:
                 raise self._dead("starting")
-            if self._qmp_path.exists():
+            if self._control_path.exists():
                 sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
                 try:
-                    sock.connect(str(self._qmp_path))
+                    sock.connect(str(self._control_path))
                     break
                 except OSError:
                     sock.close()
             if time.monotonic() > deadline:
-                raise BoardError(f"QEMU for board {self.board.id} did not open its QMP socket "
-                                 f"within {self.START_TIMEOUT_S:.0f} s")
+                raise BoardError(f"QEMU for board {self.board.id} did not open its monitor "
+                                 f"socket within {self.START_TIMEOUT_S:.0f} s")
             time.sleep(0.005)
         sock.settimeout(self.START_TIMEOUT_S)
-        self._qmp = sock
-        self._qmp_read()                       # the greeting
-        self._qmp_command("qmp_capabilities")
+        self._control = sock
+        self._until_prompt("starting")                   # the banner
 
-    def _qmp_read(self) -> dict:
-        """The next reply or greeting (events are skipped)."""
-        while True:
-            while b"\n" not in self._qmp_buf:
-                try:
-                    chunk = self._qmp.recv(65536)
-                except OSError:
-                    chunk = b""
-                if not chunk:
-                    raise self._dead("answering QMP")
-                self._qmp_buf += chunk
-            line, self._qmp_buf = self._qmp_buf.split(b"\n", 1)
-            msg = json.loads(line)
-            if "event" not in msg:
-                return msg
+    def _until_prompt(self, doing: str) -> str:
+        """What the monitor prints up to its next prompt."""
+        seen = b""
+        while not seen.endswith(HMP_PROMPT):
+            try:
+                chunk = self._control.recv(65536)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                raise self._dead(doing)
+            seen += chunk
+        return seen[:-len(HMP_PROMPT)].decode("utf-8", "replace")
 
-    def _qmp_command(self, name: str):
-        self._qmp.sendall(json.dumps({"execute": name}).encode() + b"\n")
-        reply = self._qmp_read()
-        if "error" in reply:
-            raise BoardError(f"QEMU refused QMP '{name}': {reply['error'].get('desc', reply)}")
-        return reply.get("return")
-
-    def _serial_port(self) -> int:
-        for dev in self._qmp_command("query-chardev"):
-            if dev.get("label") == "ser0":    # "tcp:127.0.0.1:PORT,server=on"
-                return int(dev["filename"].split(",")[0].rsplit(":", 1)[1])
-        raise BoardError("QEMU did not report the serial port's TCP socket (query-chardev)")
+    def _command(self, line: str) -> str:
+        self._control.sendall(line.encode() + b"\n")
+        return self._until_prompt(f"answering '{line}'")
 
     # ------------------------------------------------------------------------ lifecycle
     def stop(self) -> None:
-        if self.proc.poll() is None and self._qmp is not None:
+        if self.proc.poll() is None and self._control is not None:
             try:                                       # a clean quit first
-                self._qmp.settimeout(1.0)
-                self._qmp.sendall(b'{"execute": "quit"}\n')
+                self._control.settimeout(1.0)
+                self._control.sendall(b"quit\n")
                 self.proc.wait(timeout=2)
             except (OSError, subprocess.TimeoutExpired):
                 pass
         self._terminate()
-        if self._qmp is not None:
-            self._qmp.close()
-            self._qmp = None
+        if self._control is not None:
+            self._control.close()
+            self._control = None
         self._log.close()
         shutil.rmtree(self._dir, ignore_errors=True)
 

@@ -1,0 +1,203 @@
+"""HIL speed: CartPole steps per second with the board choosing every action, per board, and where
+a step's wall time goes. Optionally side by side with another revision of quarl-edge (`--vs REV`,
+extracted with `git archive`), the two run in turn, round after round, so that a busy machine
+slows both alike; medians are printed.
+
+    .venv/bin/python benchmarks/hil_speed.py [RUN] [--boards host,mps2-an386] [--episodes 2]
+                                             [--rounds 3] [--vs REV]
+
+Per board and revision (medians over the rounds):
+  steps/s         environment steps per second of the HIL loop (measure/hil.py's board_act:
+                  INFER, dequantize, action, env.step), timed around the loop only
+  B/step          bytes on the wire per step, host -> board + board -> host (counted at the port)
+  env             host time per step outside the link (action head, env.step)
+  link            host time per step inside BoardLink.infer (the round trip), split into
+    host CPU        the host process's CPU time in it (encode, syscalls, decode)
+    board compute   the inference on the board in host wall time (BENCH of 1000, per run)
+    transport       the rest: bytes through the UART model, the emulator and the kernel, and
+                    waiting for CPU on a busy machine
+  us/B            round-trip time per payload byte (ECHO of 128 B minus ECHO of 0 B, / 128: one
+                  byte each way), and the fixed cost of an empty ECHO (22 bytes of framing)
+  board CPU       CPU time per step of the board's process (the emulator: all its threads)
+  cost            instructions (or the board's unit) per inference (BENCH): must not change
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _proc_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process, all its threads (Linux /proc)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(run: Path, board_id: str, episodes: int) -> dict:
+    """One board, this process's quarl-edge: the HIL loop and its breakdown."""
+    import gymnasium as gym
+    import numpy as np
+
+    from quarl_edge.link.session import BoardSession
+    from quarl_edge.measure.hil import dequantized
+    from quarl_edge.rl.envs import output_to_action
+    from quarl_edge.targets.boards import get_board
+
+    model = run / "models" / "int8.tflite"
+    env_id = json.loads((run / "run.json").read_text())["env"]
+    with tempfile.TemporaryDirectory() as tmp, BoardSession(model, get_board(board_id), Path(tmp)) as s:
+        link, spec_in, spec_out = s.link, s.info.inputs[0], s.info.outputs[0]
+        ser = link.ser
+        counted = {"tx": 0, "rx": 0}
+        write, read = ser.write, ser.read
+
+        def counting_write(data):
+            counted["tx"] += len(data)
+            return write(data)
+
+        def counting_read(size=1):
+            data = read(size)
+            counted["rx"] += len(data)
+            return data
+
+        ser.write, ser.read = counting_write, counting_read
+        zero = np.zeros(spec_in.shape, np.float32)
+        for _ in range(20):                      # warm up (round-trip history, caches)
+            link.infer([zero])
+
+        def echo_rtt(n: int) -> float:
+            link.echo(bytes(n))
+            ts = []
+            for _ in range(30):
+                t = time.perf_counter()
+                link.echo(bytes(n))
+                ts.append(time.perf_counter() - t)
+            return statistics.median(ts)
+
+        rtt0, rtt128 = echo_rtt(0), echo_rtt(128)
+        link.infer([zero])
+        t = time.perf_counter()
+        bench = link.bench(1000)
+        compute_s = max(0.0, time.perf_counter() - t - rtt0) / 1000
+
+        env = gym.make(env_id)
+        space = env.action_space
+        t_link = cpu_link = 0.0
+        steps = 0
+        counted["tx"] = counted["rx"] = 0
+        board_cpu0, host_cpu0 = _proc_cpu_s(s.running.proc.pid), time.process_time()
+        t0 = time.perf_counter()
+        for seed in range(episodes):
+            obs, _ = env.reset(seed=seed)
+            done = False
+            while not done:
+                a, c = time.perf_counter(), time.process_time()
+                (y,), _cost = link.infer([obs.reshape(spec_in.shape)])
+                t_link += time.perf_counter() - a
+                cpu_link += time.process_time() - c
+                action = output_to_action(dequantized(y, spec_out), space, "argmax")
+                obs, _r, term, trunc, _ = env.step(action)
+                done = term or trunc
+                steps += 1
+        wall = time.perf_counter() - t0
+        board_cpu = _proc_cpu_s(s.running.proc.pid) - board_cpu0
+        host_cpu = time.process_time() - host_cpu0
+        env.close()
+        us = 1e6 / steps
+        return {"board": board_id, "steps": steps, "steps_per_s": steps / wall,
+                "tx_bytes_per_step": counted["tx"] / steps, "rx_bytes_per_step": counted["rx"] / steps,
+                "wall_us": wall * us, "env_us": (wall - t_link) * us, "link_us": t_link * us,
+                "link_host_cpu_us": cpu_link * us, "compute_us": compute_s * 1e6,
+                "transport_us": t_link * us - cpu_link * us - compute_s * 1e6,
+                "host_cpu_us": host_cpu * us, "board_cpu_us": board_cpu * us,
+                "echo0_us": rtt0 * 1e6, "us_per_byte": (rtt128 - rtt0) / 128 * 1e6,
+                "cost": bench.mean, "cost_unit": s.info.cost_unit,
+                "link": link.report()}
+
+
+def _tree_of(rev: str, into: Path) -> Path:
+    """The files of revision `rev` of this repository, extracted into `into`."""
+    tar = into / "rev.tar"
+    subprocess.run(["git", "-C", str(ROOT), "archive", "-o", str(tar), rev], check=True)
+    with tarfile.open(tar) as t:
+        t.extractall(into / "tree", filter="data")
+    tree = into / "tree"
+    link = tree / "quarl_edge" / "converters"   # the package's converters (a link in a checkout)
+    if not link.exists() and (tree / "converters").is_dir():
+        link.symlink_to("../converters")
+    return tree
+
+
+def _one(tree: Path, run: Path, board: str, episodes: int) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    out = subprocess.run([sys.executable, str(Path(__file__).resolve()), str(run), "--one", board,
+                          "--episodes", str(episodes)], env=env, capture_output=True, text=True,
+                         cwd=tree)
+    if out.returncode != 0:
+        raise SystemExit(f"{board} on {tree}: {out.stderr.strip()[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _row(label: str, rs: list[dict]) -> str:
+    def med(key):
+        return statistics.median(r[key] for r in rs)
+    return (f"{rs[0]['board']:12s} {label:10s} {med('steps_per_s'):7.0f} "
+            f"{med('tx_bytes_per_step'):4.0f}+{med('rx_bytes_per_step'):<3.0f} {med('wall_us'):7.0f} "
+            f"{med('env_us'):5.0f} {med('link_us'):6.0f} {med('link_host_cpu_us'):6.0f} "
+            f"{med('compute_us'):7.0f} {med('transport_us'):9.0f} {med('us_per_byte'):6.1f} "
+            f"{med('echo0_us'):6.0f} {med('host_cpu_us'):6.0f} {med('board_cpu_us'):6.0f} "
+            f"{med('cost'):8.0f} {rs[0]['cost_unit']}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("run", nargs="?", default=ROOT / "examples" / "cartpole_dqn", type=Path)
+    ap.add_argument("--boards", default="host,mps2-an386")
+    ap.add_argument("--episodes", type=int, default=2, help="episodes per round (CartPole: up to 500 steps each)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--vs", metavar="REV", help="also measure this git revision, in turn with this tree")
+    ap.add_argument("--one", metavar="BOARD", help=argparse.SUPPRESS)   # a child: one measurement
+    a = ap.parse_args()
+    run = a.run.resolve()
+    if a.one:
+        print(json.dumps(measure(run, a.one, a.episodes)))
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        trees = {"this": ROOT}
+        if a.vs:
+            trees[a.vs[:10]] = _tree_of(a.vs, Path(tmp))
+        results: dict[tuple[str, str], list[dict]] = {}
+        for _ in range(a.rounds):
+            for board in a.boards.split(","):
+                for label, tree in trees.items():
+                    results.setdefault((board, label), []).append(_one(tree, run, board, a.episodes))
+        load = os.getloadavg()
+    print(f"HIL speed, {run.name} int8, {a.episodes} episodes x {a.rounds} rounds per cell "
+          f"(medians); load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}, {os.cpu_count()} CPUs")
+    print(f"{'board':12s} {'tree':10s} {'steps/s':>7s} {'B/step':>8s} {'us/step':>7s} {'env':>5s} "
+          f"{'link':>6s} {'hostCPU':>6s} {'compute':>7s} {'transport':>9s} {'us/B':>6s} "
+          f"{'echo0':>6s} {'hostCPU':>6s} {'brdCPU':>6s} {'cost':>8s}")
+    print(f"{'':12s} {'':10s} {'':>7s} {'tx+rx':>8s} {'':>7s} {'':>5s} {'':>6s} {'in link':>6s} "
+          f"{'':>7s} {'':>9s} {'':>6s} {'':>6s} {'/step':>6s} {'/step':>6s}")
+    for (board, label), rs in results.items():
+        print(_row(label, rs))
+    for (board, label), rs in results.items():
+        print(f"{board} {label}: steps/s per round {[round(r['steps_per_s']) for r in rs]}, "
+              f"link {rs[-1]['link']}")
+
+
+if __name__ == "__main__":
+    main()
