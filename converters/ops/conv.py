@@ -354,13 +354,28 @@ def _packed_depthwise(op, pname, x, w, bias, out, g, comment, wname, n_ch, mults
     scratch = wide_h * wide_w * cp * 2
     if scratch > DW_SCRATCH_MAX:
         return None
-    oc = g["out_c"]
     words, bias_p = pack_dw_filter(w.data, None if bias is None else bias.data)
-    mm = mm_table(mults, shifts, out.zero_point, act_min, act_max, cp)
-    wname = wname + "_packed"
-    consts = [f"/* {c_comment(w.describe())}, {n_ch} scale(s): pre-widened for the kernel "
-              f"variant (depthwise_conv.h), {oc} channels in groups of {DW_CH}, per tap two "
-              f"words */\n" + c_array("int32_t", wname, words, 8, lambda v: str(int(v))),
+    return _layout_kernel(
+        op, pname, x, w, bias, out, g, mults, shifts, act_min, act_max, words, bias_p,
+        mm_table(mults, shifts, out.zero_point, act_min, act_max, cp), scratch,
+        fn="qe_depthwise_conv_s8_packed", struct="qe_dw_s8_packed_params_t",
+        wname=wname + "_packed",
+        layout=(f"pre-widened for the kernel variant (depthwise_conv.h), {g['out_c']} channels in "
+                f"groups of {DW_CH}, per tap two words"), n_ch=n_ch,
+        fields=f"    .padded_c = {cp}u,\n    .wide_h = {wide_h}u,\n    .wide_w = {wide_w}u,\n",
+        comment=comment.replace("DEPTHWISE_CONV_2D int8:", "DEPTHWISE_CONV_2D int8 (packed):"))
+
+
+def _layout_kernel(op, pname, x, w, bias, out, g, mults, shifts, act_min, act_max, words, bias_p,
+                   mm, scratch, *, fn, struct, wname, layout, n_ch, fields, comment) -> Kernel:
+    """The Kernel of a convolution on a layout of the cortex-m-dsp variant's own (the widened
+    image's qe_conv_s8_wide, the packed depthwise): its filter words, bias per padded channel,
+    the reference's per-channel multipliers and shifts, the output stage's table when it
+    applies (`mm`), the params (the window, offsets, bounds, then `fields`) and the call, with
+    what the layout costs in flash beyond the reference's."""
+    oc = g["out_c"]
+    consts = [f"/* {c_comment(w.describe())}, {n_ch} scale(s): {layout} */\n"
+              + c_array("int32_t", wname, words, 8, lambda v: str(int(v))),
               "/* bias per padded channel */\n"
               + c_array("int32_t", f"{pname}_bias", bias_p, 8, lambda v: str(int(v))),
               c_array("int32_t", f"{pname}_mult", mults, 6, str),
@@ -371,20 +386,19 @@ def _packed_depthwise(op, pname, x, w, bias, out, g, comment, wname, n_ch, mults
                       "shift (dsp.h, requant_mm_t) */\n"
                       + c_array("int32_t", f"{pname}_mm", mm, 6, lambda v: str(int(v))))
         const_bytes += 4 * mm.size
-    params = (f"static const qe_dw_s8_packed_params_t {pname} = {{\n"
+    params = (f"static const {struct} {pname} = {{\n"
               f"    .c = {{\n" + "".join("    " + ln + "\n" for ln in window_c(g).splitlines())
               + f"        .input_offset = {-x.zero_point},\n"
               f"        .output_offset = {out.zero_point},\n"
               f"        .activation_min = {act_min},\n        .activation_max = {act_max},\n"
               f"        .multipliers = {pname}_mult,\n        .shifts = {pname}_shift,\n    }},\n"
               f"    .mm = {f'{pname}_mm' if mm is not None else 'QE_FLASH_NULL'},\n"
-              f"    .padded_c = {cp}u,\n    .wide_h = {wide_h}u,\n    .wide_w = {wide_w}u,\n}};\n")
-    call = (f"qe_depthwise_conv_s8_packed(&{pname}, (const int8_t *)@T{x.index}@, {wname}, "
-            f"{pname}_bias, (int8_t *)@T{out.index}@, (int16_t *)@S{op.index}@);")
+              + fields + "};\n")
+    call = (f"{fn}(&{pname}, (const int8_t *)@T{x.index}@, {wname}, {pname}_bias, "
+            f"(int8_t *)@T{out.index}@, (int16_t *)@S{op.index}@);")
     ref_bytes = w.size + 5 * oc + (4 * bias.size if bias is not None else 0)
     return Kernel(op, call, params, consts, const_bytes,
-                  comment.replace("DEPTHWISE_CONV_2D int8:", "DEPTHWISE_CONV_2D int8 (packed):")
-                  + f"; layout {const_bytes} B of flash (reference layout {ref_bytes} B), "
+                  comment + f"; layout {const_bytes} B of flash (reference layout {ref_bytes} B), "
                   f"{scratch} B of scratch", scratch_bytes=scratch,
                   layout_extra_bytes=const_bytes - ref_bytes)
 
@@ -431,36 +445,12 @@ def _wide_conv(op, pname, x, w, bias, out, g, comment, wname, n_ch, mults, shift
     scratch = wide_h * wide_w * icp * 2
     if g["dil_w"] != 1 or g["k_w"] * icp // 2 > WIDE_MAX_ROW_WORDS or scratch > WIDE_SCRATCH_MAX:
         return None
-    oc = g["out_c"]
     words, bias_p = pack_wide_filter(w.data, None if bias is None else bias.data)
-    mm = mm_table(mults, shifts, out.zero_point, act_min, act_max, bias_p.size)
-    wname = wname + "_wide"
-    consts = [f"/* {c_comment(w.describe())}, {n_ch} scale(s): laid out for the kernel variant "
-              f"(conv.h, qe_conv_s8_wide), {oc} channels in groups of {WIDE_ROWS}, two input "
-              f"channels per word */\n" + c_array("int32_t", wname, words, 8, lambda v: str(int(v))),
-              "/* bias per padded channel */\n"
-              + c_array("int32_t", f"{pname}_bias", bias_p, 8, lambda v: str(int(v))),
-              c_array("int32_t", f"{pname}_mult", mults, 6, str),
-              c_array("int8_t", f"{pname}_shift", shifts, 16, str)]
-    const_bytes = 4 * words.size + 4 * bias_p.size + 5 * oc
-    if mm is not None:
-        consts.append("/* the variant's output stage per padded channel: multiplier, round, "
-                      "shift (dsp.h, requant_mm_t) */\n"
-                      + c_array("int32_t", f"{pname}_mm", mm, 6, lambda v: str(int(v))))
-        const_bytes += 4 * mm.size
-    params = (f"static const qe_conv_s8_wide_params_t {pname} = {{\n"
-              f"    .c = {{\n" + "".join("    " + ln + "\n" for ln in window_c(g).splitlines())
-              + f"        .input_offset = {-x.zero_point},\n"
-              f"        .output_offset = {out.zero_point},\n"
-              f"        .activation_min = {act_min},\n        .activation_max = {act_max},\n"
-              f"        .multipliers = {pname}_mult,\n        .shifts = {pname}_shift,\n    }},\n"
-              f"    .mm = {f'{pname}_mm' if mm is not None else 'QE_FLASH_NULL'},\n"
-              f"    .in_cp = {icp}u,\n    .wide_h = {wide_h}u,\n    .wide_w = {wide_w}u,\n}};\n")
-    call = (f"qe_conv_s8_wide(&{pname}, (const int8_t *)@T{x.index}@, {wname}, {pname}_bias, "
-            f"(int8_t *)@T{out.index}@, (int16_t *)@S{op.index}@);")
-    ref_bytes = w.size + 5 * oc + (4 * bias.size if bias is not None else 0)
-    return Kernel(op, call, params, consts, const_bytes,
-                  comment.replace("CONV_2D int8:", "CONV_2D int8 (widened image):")
-                  + f"; layout {const_bytes} B of flash (reference layout {ref_bytes} B), "
-                  f"{scratch} B of scratch", scratch_bytes=scratch,
-                  layout_extra_bytes=const_bytes - ref_bytes)
+    return _layout_kernel(
+        op, pname, x, w, bias, out, g, mults, shifts, act_min, act_max, words, bias_p,
+        mm_table(mults, shifts, out.zero_point, act_min, act_max, bias_p.size), scratch,
+        fn="qe_conv_s8_wide", struct="qe_conv_s8_wide_params_t", wname=wname + "_wide",
+        layout=(f"laid out for the kernel variant (conv.h, qe_conv_s8_wide), {g['out_c']} "
+                f"channels in groups of {WIDE_ROWS}, two input channels per word"), n_ch=n_ch,
+        fields=f"    .in_cp = {icp}u,\n    .wide_h = {wide_h}u,\n    .wide_w = {wide_w}u,\n",
+        comment=comment.replace("CONV_2D int8:", "CONV_2D int8 (widened image):"))
