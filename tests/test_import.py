@@ -85,8 +85,8 @@ def test_a_cnn_policy_takes_the_envs_images_and_quantizes(imported, tmp_path):
     """SB3's CnnPolicy (NatureCNN) on 40 x 40 x 1 uint8 images: the Keras network takes the
     env's HWC images as they are (SB3's CHW transpose and /255 folded in), and its int8 model
     runs on TF Lite Micro, within one output step of tflite-runtime (whose optimized int8
-    kernels round differently). Its 6,400 input bytes stream to the boards in chunks (issue 12):
-    it validates bit-exact on the host board and the Cortex-M4 in QEMU, and HIL on the host
+    kernels round differently). Its 6,400 input bytes, mostly zero, go to the boards zero-run
+    coded in one INFER_Z frame (they would stream in 25 chunks otherwise): it validates bit-exact on the host board and the Cortex-M4 in QEMU, and HIL on the host
     board plays TF Lite Micro's returns."""
     run = imported["dqn_catch_cnn"]
     info = load_run(run)
@@ -111,7 +111,9 @@ def test_a_cnn_policy_takes_the_envs_images_and_quantizes(imported, tmp_path):
     for board in ("host", "mps2-an386"):
         res = api.validate(model, board, inputs=tmp_path / "obs.npy", out=tmp_path / board)
         assert res.bit_exact and res.n == 20, (board, res)
-        assert res.link["chunks"] == 20 * 6400 // 256 and res.latency.n == 20
+        # the mostly-black images go zero-run coded, one INFER_Z frame each instead of 25
+        # IN_CHUNKs (protocol v5; streaming dense inputs is tests/test_stream.py's)
+        assert res.link["coded"] == 20 and res.link["chunks"] == 0 and res.latency.n == 20
     hil = api.hil(run, "host", episodes=3, out=tmp_path / "hil")
     assert hil.board_equals_reference and hil.micro_mean_return == hil.mean_return, hil
 
