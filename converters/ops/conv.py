@@ -279,40 +279,18 @@ def pack_conv_filter(w: np.ndarray, bias: np.ndarray | None, input_offset: int):
 def _packed_conv(op, pname, x, w, bias, out, g, comment, wname, n_ch, mults, shifts, act_min,
                  act_max) -> Kernel:
     """An int8 CONV_2D as qe_conv_s8_packed (conv.h)."""
-    oc = g["out_c"]
     words, bias_p, d_pad = pack_conv_filter(w.data, None if bias is None else bias.data,
                                             -x.zero_point)
-    mm = mm_table(mults, shifts, out.zero_point, act_min, act_max, bias_p.size)
-    wname = wname + "_packed"
-    consts = [f"/* {c_comment(w.describe())}, {n_ch} scale(s): packed for the kernel variant "
-              f"(conv.h), {oc} channels in groups of {PACKED_ROWS}, depth "
-              f"{g['k_h'] * g['k_w'] * g['in_c']} padded to {d_pad}, two int16 per word */\n"
-              + c_array("int32_t", wname, words, 8, lambda v: str(int(v))),
-              "/* bias + input_offset * sum(filter), per padded channel */\n"
-              + c_array("int32_t", f"{pname}_bias", bias_p, 8, lambda v: str(int(v))),
-              c_array("int32_t", f"{pname}_mult", mults, 6, str),
-              c_array("int8_t", f"{pname}_shift", shifts, 16, str)]
-    const_bytes = 4 * words.size + 4 * bias_p.size + 5 * oc
-    if mm is not None:
-        consts.append("/* the variant's output stage per padded channel: multiplier, round, "
-                      "shift (dsp.h, requant_mm_t) */\n"
-                      + c_array("int32_t", f"{pname}_mm", mm, 6, lambda v: str(int(v))))
-        const_bytes += 4 * mm.size
-    params = (f"static const qe_conv_s8_packed_params_t {pname} = {{\n"
-              f"    .c = {{\n" + "".join("    " + ln + "\n" for ln in window_c(g).splitlines())
-              + f"        .input_offset = {-x.zero_point},\n"
-              f"        .output_offset = {out.zero_point},\n"
-              f"        .activation_min = {act_min},\n        .activation_max = {act_max},\n"
-              f"        .multipliers = {pname}_mult,\n        .shifts = {pname}_shift,\n    }},\n"
-              f"    .mm = {f'{pname}_mm' if mm is not None else 'QE_FLASH_NULL'},\n"
-              f"    .padded_depth = {d_pad}u,\n}};\n")
-    call = (f"qe_conv_s8_packed(&{pname}, (const int8_t *)@T{x.index}@, {wname}, {pname}_bias, "
-            f"(int8_t *)@T{out.index}@);")
-    ref_bytes = w.size + 5 * oc + (4 * bias.size if bias is not None else 0)
-    return Kernel(op, call, params, consts, const_bytes,
-                  comment.replace("CONV_2D int8:", "CONV_2D int8 (packed):")
-                  + f"; layout {const_bytes} B of flash (reference layout {ref_bytes} B)",
-                  layout_extra_bytes=const_bytes - ref_bytes)
+    return _layout_kernel(
+        op, pname, x, w, bias, out, g, mults, shifts, act_min, act_max, words, bias_p,
+        mm_table(mults, shifts, out.zero_point, act_min, act_max, bias_p.size), 0,
+        fn="qe_conv_s8_packed", struct="qe_conv_s8_packed_params_t", wname=wname + "_packed",
+        layout=(f"packed for the kernel variant (conv.h), {g['out_c']} channels in groups of "
+                f"{PACKED_ROWS}, depth {g['k_h'] * g['k_w'] * g['in_c']} padded to {d_pad}, "
+                f"two int16 per word"), n_ch=n_ch,
+        fields=f"    .padded_depth = {d_pad}u,\n",
+        comment=comment.replace("CONV_2D int8:", "CONV_2D int8 (packed):"),
+        bias_comment="bias + input_offset * sum(filter), per padded channel")
 
 
 DW_CH = 4                 # depthwise_conv.h: QE_DW_PACKED_CH
@@ -367,7 +345,8 @@ def _packed_depthwise(op, pname, x, w, bias, out, g, comment, wname, n_ch, mults
 
 
 def _layout_kernel(op, pname, x, w, bias, out, g, mults, shifts, act_min, act_max, words, bias_p,
-                   mm, scratch, *, fn, struct, wname, layout, n_ch, fields, comment) -> Kernel:
+                   mm, scratch, *, fn, struct, wname, layout, n_ch, fields, comment,
+                   bias_comment="bias per padded channel") -> Kernel:
     """The Kernel of a convolution on a layout of the cortex-m-dsp variant's own (the widened
     image's qe_conv_s8_wide, the packed depthwise): its filter words, bias per padded channel,
     the reference's per-channel multipliers and shifts, the output stage's table when it
@@ -376,7 +355,7 @@ def _layout_kernel(op, pname, x, w, bias, out, g, mults, shifts, act_min, act_ma
     oc = g["out_c"]
     consts = [f"/* {c_comment(w.describe())}, {n_ch} scale(s): {layout} */\n"
               + c_array("int32_t", wname, words, 8, lambda v: str(int(v))),
-              "/* bias per padded channel */\n"
+              f"/* {bias_comment} */\n"
               + c_array("int32_t", f"{pname}_bias", bias_p, 8, lambda v: str(int(v))),
               c_array("int32_t", f"{pname}_mult", mults, 6, str),
               c_array("int8_t", f"{pname}_shift", shifts, 16, str)]
@@ -395,11 +374,12 @@ def _layout_kernel(op, pname, x, w, bias, out, g, mults, shifts, act_min, act_ma
               f"    .mm = {f'{pname}_mm' if mm is not None else 'QE_FLASH_NULL'},\n"
               + fields + "};\n")
     call = (f"{fn}(&{pname}, (const int8_t *)@T{x.index}@, {wname}, {pname}_bias, "
-            f"(int8_t *)@T{out.index}@, (int16_t *)@S{op.index}@);")
+            f"(int8_t *)@T{out.index}@" + (f", (int16_t *)@S{op.index}@" if scratch else "")
+            + ");")
     ref_bytes = w.size + 5 * oc + (4 * bias.size if bias is not None else 0)
     return Kernel(op, call, params, consts, const_bytes,
-                  comment + f"; layout {const_bytes} B of flash (reference layout {ref_bytes} B), "
-                  f"{scratch} B of scratch", scratch_bytes=scratch,
+                  comment + f"; layout {const_bytes} B of flash (reference layout {ref_bytes} B)"
+                  + (f", {scratch} B of scratch" if scratch else ""), scratch_bytes=scratch,
                   layout_extra_bytes=const_bytes - ref_bytes)
 
 
