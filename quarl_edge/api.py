@@ -187,7 +187,10 @@ class BenchRow:
     mean_return: float | None = None
     std_return: float | None = None
     action_head: str | None = None
-    tflite_returns: list | None = None  # the same model on tflite-runtime, same seeds
+    tflite_ref_returns: list | None = None  # the same model on tflite-runtime's reference kernels
+    tflite_ref_mean_return: float | None = None
+    matches_tflite_ref: bool | None = None  # the board's return equals those on every seed
+    tflite_returns: list | None = None  # ... on tflite-runtime's optimized (default) kernels
     tflite_mean_return: float | None = None
     matches_tflite: bool | None = None  # the board's return equals tflite-runtime's on every seed
     micro_returns: list | None = None   # TF Lite Micro's returns, same seeds (None: it cannot run)

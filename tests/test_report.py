@@ -319,7 +319,8 @@ def test_board_tables_pareto_plots_and_the_int8_claim_from_real_rows(tmp_path):
     md = out["markdown"].read_text()
     section = md[md.index("## On the board"):]
     header = ("| board | scheme | seeds | return (mean ± std) | normalised loss | agreement | "
-              "= tflite-runtime | = TF Lite Micro | bit-exact | cost / inference | "
+              "= tflite-runtime (ref. kernels) | = tflite-runtime (optimized) | "
+              "= TF Lite Micro | bit-exact | cost / inference | "
               "µs / inference | flash (B) | "
               "RAM (B) | arena (B) | stack (B) |")
     assert "### DQN CartPole-v1: scheme × board" in section and header in section
@@ -329,7 +330,10 @@ def test_board_tables_pareto_plots_and_the_int8_claim_from_real_rows(tmp_path):
         assert f"{r['mean_return']:,.1f} ± {r['std_return']:,.1f}" in line
         assert f"{r['cost_mean']:,.0f} {r['unit']}" in line and f"{r['flash_bytes']:,}" in line
         tflite = "yes" if r["matches_tflite"] else "NO"
-        assert f"| {tflite} | yes | yes |" in line   # = tflite-runtime, = TF Lite Micro, bit-exact
+        ref = {True: "yes", False: "NO", None: "-"}[r.get("matches_tflite_ref")]
+        # = tflite-runtime's reference kernels ("-": the row predates them), its optimized
+        # kernels, = TF Lite Micro, bit-exact
+        assert f"| {ref} | {tflite} | yes | yes |" in line
     assert ("| host-tiny | int8 | - | does not fit (needs 40,263 B flash; arena 128 B; "
             "weights 5,000 B) |") in section
     assert "40,263 / 16,384" in section

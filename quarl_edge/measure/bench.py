@@ -9,9 +9,11 @@ Markdown.
 With episodes=N (`bench --episodes N`), each cell also plays N episodes of the run's env on
 seeds 0..N-1 with the board choosing every action (hil.play, in the same board session, after
 the cost and memory measurement), then the same seeds with the same model on tflite-runtime
-and on TF Lite Micro: the row gets the board's return and whether it equals TFLM's on every
-seed (the kernels the firmware is bit-exact with; tflite-runtime's int8 TANH and LOGISTIC
-round differently, so its returns are kept but not the check). The fp32
+(its reference kernels and its optimized ones) and on TF Lite Micro: the row gets the board's
+return and whether it equals each of theirs on every seed. The firmware is bit-exact with the
+reference arithmetic (TFLM's kernels and tflite-runtime's reference kernels compute the same);
+tflite-runtime's optimized int8 kernels round differently (its GEMM backends' requantization,
+table TANH and LOGISTIC), so an int8 board may return other values than those. The fp32
 network plays the seeds once per bench, for the loss and the agreement (the share of the
 board's visited states where the fp32 network picks the same action; continuous actions:
 1 - mean |a - a_fp32| / action range).
@@ -29,8 +31,11 @@ reads them):
   with episodes > 0, also:
     episodes, seeds, returns, mean_return,        the board's episodes
     std_return, action_head
-    tflite_returns, tflite_mean_return,           the same model on tflite-runtime, same seeds;
-    matches_tflite                                true when every seed's return is equal
+    tflite_ref_returns, tflite_ref_mean_return,   the same model on tflite-runtime's reference
+    matches_tflite_ref                            kernels, same seeds; true when every seed's
+                                                  return is equal
+    tflite_returns, tflite_mean_return,           the same on tflite-runtime's optimized (default)
+    matches_tflite                                kernels
     micro_returns, micro_mean_return,             the same on TF Lite Micro (None if it cannot
     matches_reference                             run the model); true when every board return
                                                   equals TFLM's (else tflite-runtime's)
@@ -118,12 +123,17 @@ def board_episodes(session: BoardSession, model: Path, env_id: str, seeds: list[
     returns, visited, actions = play(env_id, board_act, seeds)
     host = host_reference(model)
     host_returns, _, _ = play(env_id, lambda o: fp32.action(host.run([o])[0]), seeds)
+    ref = host_reference(model, kernels="reference")
+    ref_returns, _, _ = play(env_id, lambda o: fp32.action(ref.run([o])[0]), seeds)
     micro, micro_returns = micro_reference(model), None
     if micro is not None:
         micro_returns, _, _ = play(env_id, lambda o: fp32.action(micro.run([o])[0]), seeds)
     return {"episodes": len(seeds), "seeds": list(seeds), "returns": returns,
             "mean_return": float(np.mean(returns)), "std_return": float(np.std(returns)),
             "action_head": fp32.head,
+            "tflite_ref_returns": ref_returns,
+            "tflite_ref_mean_return": float(np.mean(ref_returns)),
+            "matches_tflite_ref": bool(returns == ref_returns),
             "tflite_returns": host_returns, "tflite_mean_return": float(np.mean(host_returns)),
             "matches_tflite": bool(returns == host_returns),
             "micro_returns": micro_returns,

@@ -102,18 +102,31 @@ class TFLMReference:
         self.interp.reset()
 
 
-def tflite_runtime_interpreter(model_path: Path):
+# tflite-runtime has two sets of builtin kernels. "optimized" (its default, what an embedded Linux
+# board runs) computes int8 FULLY_CONNECTED through its GEMM backends and int8 TANH/LOGISTIC
+# from lookup tables: they round differently from the reference arithmetic, and which backend
+# runs depends on the host CPU. "reference" (OpResolverType.BUILTIN_REF) is TFLite's reference
+# kernels, the arithmetic TF Lite Micro's kernels and the firmware's also implement: a board's
+# int8 outputs equal these bit for bit (tests/test_reference.py checks that they equal TFLM's).
+TFLITE_KERNELS = ("optimized", "reference")
+
+
+def tflite_runtime_interpreter(model_path: Path, kernels: str = "optimized"):
     """A tflite-runtime Interpreter with its builtin kernels only (no XNNPACK delegate, so the
-    ops that run are the model's own), tensors allocated."""
+    ops that run are the model's own), tensors allocated. `kernels`: "optimized" (the default
+    kernels) or "reference" (TFLite's reference kernels, see TFLITE_KERNELS)."""
     from tflite_runtime.interpreter import Interpreter, OpResolverType
+    if kernels not in TFLITE_KERNELS:
+        raise ValueError(f"kernels must be one of {TFLITE_KERNELS}, not {kernels!r}")
+    resolver = (OpResolverType.BUILTIN_REF if kernels == "reference"
+                else OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
     model_path = Path(model_path)
     if not model_path.is_file():
         raise QuarlError(f"no model at {model_path}")
     check_model_file(model_path)
     try:
-        interpreter = Interpreter(
-            model_path=str(model_path),
-            experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+        interpreter = Interpreter(model_path=str(model_path),
+                                  experimental_op_resolver_type=resolver)
         interpreter.allocate_tensors()
         for details in (interpreter.get_tensor_details, interpreter.get_input_details,
                         interpreter.get_output_details):
@@ -125,10 +138,11 @@ def tflite_runtime_interpreter(model_path: Path):
 
 
 class TFLiteRuntime:
-    """Runs a .tflite with tflite-runtime (the interpreter an embedded Linux board would use)."""
+    """Runs a .tflite with tflite-runtime (the interpreter an embedded Linux board would use),
+    with its optimized kernels or its reference kernels (`kernels`, see TFLITE_KERNELS)."""
 
-    def __init__(self, model_path: Path):
-        self.interp = tflite_runtime_interpreter(model_path)
+    def __init__(self, model_path: Path, kernels: str = "optimized"):
+        self.interp = tflite_runtime_interpreter(model_path, kernels)
         self.inputs = self.interp.get_input_details()
         self.outputs = self.interp.get_output_details()
 
@@ -162,13 +176,14 @@ def micro_reference(model_path: Path):
         return None
 
 
-def host_reference(model_path: Path, micro: bool = False):
+def host_reference(model_path: Path, micro: bool = False, kernels: str = "optimized"):
     """The reference a board's outputs are compared with: TF Lite Micro (micro=True) or
-    tflite-runtime for a plain model, the accumulator readout for an int8-acc model."""
+    tflite-runtime (with its `kernels`) for a plain model, the accumulator readout for an
+    int8-acc model."""
     from ..quant.remedies import HEAD_ACCUMULATORS, AccumulatorHeadReference, head_readout
     if head_readout(model_path) == HEAD_ACCUMULATORS:
-        return AccumulatorHeadReference(model_path)
-    return TFLMReference(model_path) if micro else TFLiteRuntime(model_path)
+        return AccumulatorHeadReference(model_path, kernels="reference" if micro else kernels)
+    return TFLMReference(model_path) if micro else TFLiteRuntime(model_path, kernels)
 
 
 # ---------------------------------------------------------------------------------- running

@@ -107,14 +107,19 @@ def centre_head(model):
 
 class HeadAccumulators:
     """Runs an int8 .tflite and returns, per observation, the last FULLY_CONNECTED's int32
-    accumulators (input . weights + bias, exact integers) and their per-channel real scale."""
+    accumulators (input . weights + bias, exact integers) and their per-channel real scale.
+    The layers before the head run on tflite-runtime's `kernels` ("optimized" or "reference":
+    measure/reference.py, TFLITE_KERNELS)."""
 
-    def __init__(self, model_path: Path):
+    def __init__(self, model_path: Path, kernels: str = "optimized"):
+        # built here, not with measure.reference.tflite_runtime_interpreter: quant is upstream
         from tflite_runtime.interpreter import Interpreter, OpResolverType
         self.path = Path(model_path)
         self.interp = Interpreter(
             model_path=str(self.path), experimental_preserve_all_tensors=True,
-            experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+            experimental_op_resolver_type=(
+                OpResolverType.BUILTIN_REF if kernels == "reference"
+                else OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES))
         self.interp.allocate_tensors()
         fcs = [op for op in self.interp._get_ops_details() if op["op_name"] == "FULLY_CONNECTED"]
         if not fcs:
@@ -168,8 +173,8 @@ class AccumulatorHeadReference:
     (inputs, outputs, run): its output is the head's float32 accumulator readout, what the
     generated firmware returns for such a model."""
 
-    def __init__(self, model_path: Path):
-        self.head = HeadAccumulators(model_path)
+    def __init__(self, model_path: Path, kernels: str = "optimized"):
+        self.head = HeadAccumulators(model_path, kernels)
         self.inputs = self.head.interp.get_input_details()
         out = dict(self.head.interp.get_output_details()[0])
         out["dtype"], out["quantization"] = np.float32, (0.0, 0)

@@ -66,7 +66,8 @@ fsync'ed per row, with plain strings and numbers:
                      "status": "ok" | "skipped" | "does-not-fit" | "error", ...}  a board cell
                      (run_board_cell): measure/bench.py's row (cost_mean in the board's unit,
                      flash/ram/arena/stack bytes, the HIL episodes' returns, matches_reference
-                     with TF Lite Micro, agreement with fp32), us_per_inference, bit_exact and
+                     with TF Lite Micro, matches_tflite_ref with tflite-runtime's reference
+                     kernels, agreement with fp32), us_per_inference, bit_exact and
                      validate (measure/validate.py's classes), and where it ran (node, host, pid)
 
 `--resume` skips every row already in the file whose status is ok or skipped (errors are tried
@@ -890,7 +891,8 @@ def _describe(row: dict) -> str:
     if row["kind"] == "board":
         us = row.get("us_per_inference")
         return (f"{head}: return {row['mean_return']:.1f} (= TFLM: "
-                f"{'yes' if row.get('matches_reference') else 'NO'}), agree "
+                f"{'yes' if row.get('matches_reference') else 'NO'}, = tflite-runtime ref. "
+                f"kernels: {'yes' if row.get('matches_tflite_ref') else 'NO'}), agree "
                 f"{row['agreement']:.3f}, {row['cost_mean']:,.0f} {row['unit']}"
                 + (f" (~{us:,.1f} µs)" if us is not None else "")
                 + f", flash {row.get('flash_bytes') or 0:,} B, bit-exact "

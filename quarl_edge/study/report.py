@@ -84,6 +84,7 @@ REMEDIES = ("int8-centred", "int8-acc", "int8-centred-acc", "int8-i16head")   # 
 EIGHT_BIT = ("int8", "dyn-int8", "qat-int8", "qat-distill-int8")
 QAT_METHODS = {"qat-int8": "RL-loop QAT", "qat-distill-int8": "distillation QAT"}
 AGREE_SHARE, DISAGREE_SHARE = 0.9, 0.5
+FLOAT_SCHEMES = ("fp32", "fp16", "dyn-int8")   # float activations: compared up to libm's ulps
 
 
 # ------------------------------------------------------------------------------ the numbers
@@ -882,6 +883,10 @@ def board_cells(res: "Results") -> list[dict]:
                             if played else None),
             "equals_tflite": (all(r.get("matches_tflite") for r in played)
                               if played and all("matches_tflite" in r for r in played) else None),
+            # tflite-runtime's reference kernels; None where a row predates that column
+            "equals_tflite_ref": (all(r.get("matches_tflite_ref") for r in played)
+                                  if played and all("matches_tflite_ref" in r for r in played)
+                                  else None),
             "bit_exact": (all(r["bit_exact"] for r in rows if "bit_exact" in r)
                           if any("bit_exact" in r for r in rows) else None),
             "cost": cost, "us": us, "us_basis": basis, "us_text": _us({**rows[0], "cost_mean": cost}),
@@ -926,6 +931,35 @@ def int8_vs_fp32(cells: list[dict]) -> list[str]:
             text += " (return not measured: bench without --episodes)"
         out.append(text + ".")
     return out
+
+
+def _reference_checks(cells: list[dict]) -> list:
+    """One paragraph: how many board cells that played episodes returned the same as each host
+    interpreter on every seed, int8-family (integer) schemes apart from the float ones."""
+    played = [c for c in cells if c["fits"] and c["return"] is not None]
+    if not played:
+        return []
+    parts = []
+    for what, group in (("integer", [c for c in played if c["scheme"] not in FLOAT_SCHEMES]),
+                        ("float", [c for c in played if c["scheme"] in FLOAT_SCHEMES])):
+        if not group:
+            continue
+        counts = []
+        for key, name in (("equals_tflite_ref", "tflite-runtime's reference kernels"),
+                          ("equals_tflite", "its optimized kernels"),
+                          ("equals_tflm", "TF Lite Micro")):
+            known = [c for c in group if c[key] is not None]
+            if known:
+                counts.append(f"{name} in {sum(bool(c[key]) for c in known)} of {len(known)}")
+        parts.append(f"{len(group)} {what} cells ({', '.join(sorted({c['scheme'] for c in group}))})"
+                     f": equal returns with " + "; ".join(counts))
+    return [("p", "**The board against the host interpreters** (the same model, the same "
+                  "seeds, every seed's return equal): " + ". ".join(parts) + ". The firmware "
+                  "computes TFLite's reference arithmetic; tflite-runtime's optimized int8 "
+                  "kernels round differently (their GEMM backends requantize with another "
+                  "rounding, TANH and LOGISTIC use tables), and which of them runs depends on "
+                  "the host CPU, so an integer policy there can take another action now and "
+                  "then. Float cells may differ by an ulp of a libm function (tanhf, expf).")]
 
 
 def _bytes(x) -> str:
@@ -995,13 +1029,15 @@ def _board_blocks(res: "Results", figures: dict[str, bool] | None = None) -> lis
                "choosing every action on the study's test seeds (mean over training seeds, ± "
                "std over seeds, or over episodes for one seed), its normalised loss against "
                "the run's fp32 network on the same seeds, the agreement with the fp32 "
-               "network's actions on the board's states, whether tflite-runtime (the host "
-               "cells' interpreter) and TF Lite Micro (the reference the firmware is bit-exact "
-               "with) return the same on every seed, whether "
+               "network's actions on the board's states, whether tflite-runtime with its "
+               "reference kernels (`OpResolverType.BUILTIN_REF`), tflite-runtime with its "
+               "optimized kernels (its default, the host cells' interpreter) and TF Lite Micro "
+               "return the same on every seed, whether "
                "validate found every output bit-exact on the calibration observations, the "
                "cost per inference in the board's unit, that cost in µs (measured on the host; "
                "at the board's clock otherwise, instructions at one per cycle an estimate), and "
                "the firmware's flash, static RAM, arena and stack high-water.")]
+    B += _reference_checks(cells)
     claims_ = int8_vs_fp32(cells)
     if claims_:
         B.append(("p", "**QuaRL's speed and memory claim, on the boards:**"))
@@ -1025,14 +1061,16 @@ def _board_blocks(res: "Results", figures: dict[str, bool] | None = None) -> lis
             rows.append([c["board"], c["scheme"], str(c["n"]),
                          (f"{c['return']:,.1f} ± {c['return_std'] or 0:,.1f}"
                           if c["return"] is not None else "-"),
-                         _pct(c["loss"]), _fmt(c["agreement"], 3), yes[c["equals_tflite"]],
+                         _pct(c["loss"]), _fmt(c["agreement"], 3),
+                         yes[c["equals_tflite_ref"]], yes[c["equals_tflite"]],
                          yes[c["equals_tflm"]],
                          yes[c["bit_exact"]], f"{c['cost']:,.0f} {c['unit']}", c["us_text"],
                          _bytes(c["flash"]), _bytes(c["ram"]), _bytes(c["arena"]),
                          _bytes(c["stack"])])
         B.append(("h", 3, f"{_task_name(task)}: scheme × board"))
         B.append(("table", ["board", "scheme", "seeds", "return (mean ± std)", "normalised loss",
-                            "agreement", "= tflite-runtime", "= TF Lite Micro", "bit-exact",
+                            "agreement", "= tflite-runtime (ref. kernels)",
+                            "= tflite-runtime (optimized)", "= TF Lite Micro", "bit-exact",
                             "cost / inference",
                             "µs / inference", "flash (B)", "RAM (B)", "arena (B)", "stack (B)"],
                   rows))
