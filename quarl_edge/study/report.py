@@ -935,15 +935,13 @@ def int8_vs_fp32(cells: list[dict]) -> list[str]:
 
 def _reference_checks(cells: list[dict]) -> list:
     """One paragraph: how many board cells that played episodes returned the same as each host
-    interpreter on every seed, int8-family (integer) schemes apart from the float ones."""
+    interpreter on every seed, per family of schemes (int8, int16x8, float)."""
     played = [c for c in cells if c["fits"] and c["return"] is not None]
-    if not played:
-        return []
+    families = (("int8", lambda s: s not in FLOAT_SCHEMES and s != "int16x8"),
+                ("int16x8", lambda s: s == "int16x8"), ("float", lambda s: s in FLOAT_SCHEMES))
     parts = []
-    for what, group in (("integer", [c for c in played if c["scheme"] not in FLOAT_SCHEMES]),
-                        ("float", [c for c in played if c["scheme"] in FLOAT_SCHEMES])):
-        if not group:
-            continue
+    for what, member in families:
+        group = [c for c in played if member(c["scheme"])]
         counts = []
         for key, name in (("equals_tflite_ref", "tflite-runtime's reference kernels"),
                           ("equals_tflite", "its optimized kernels"),
@@ -951,15 +949,23 @@ def _reference_checks(cells: list[dict]) -> list:
             known = [c for c in group if c[key] is not None]
             if known:
                 counts.append(f"{name} in {sum(bool(c[key]) for c in known)} of {len(known)}")
-        parts.append(f"{len(group)} {what} cells ({', '.join(sorted({c['scheme'] for c in group}))})"
-                     f": equal returns with " + "; ".join(counts))
-    return [("p", "**The board against the host interpreters** (the same model, the same "
-                  "seeds, every seed's return equal): " + ". ".join(parts) + ". The firmware "
-                  "computes TFLite's reference arithmetic; tflite-runtime's optimized int8 "
-                  "kernels round differently (their GEMM backends requantize with another "
-                  "rounding, TANH and LOGISTIC use tables), and which of them runs depends on "
-                  "the host CPU, so an integer policy there can take another action now and "
-                  "then. Float cells may differ by an ulp of a libm function (tanhf, expf).")]
+        if counts:
+            schemes = ", ".join(_schemes(group))
+            parts.append(f"{len(group)} {what} cells ({schemes}): the same returns as "
+                         + "; ".join(counts))
+    if not parts:
+        return []
+    return [("p", "**The board against the host interpreters** (the same model on the same "
+                  "seeds, every return equal): " + ". ".join(parts) + "."),
+            ("p", "Why they can differ: the firmware computes TF Lite Micro's kernels' "
+                  "arithmetic. For int8 that is TFLite's reference arithmetic, which "
+                  "tflite-runtime's reference kernels (`OpResolverType.BUILTIN_REF`) compute "
+                  "too; its optimized kernels (the default) requantize in their GEMM backends "
+                  "with another rounding and take TANH and LOGISTIC from tables, and which of "
+                  "them runs depends on the host CPU, so now and then an int8 policy acts "
+                  "otherwise there. For int16x8, TF Lite Micro's int16 TANH and LOGISTIC can "
+                  "round otherwise than tflite-runtime's (both kernel sets). Float cells differ "
+                  "where the board's libm (tanhf, expf) is an ulp or more from the host's.")]
 
 
 def _bytes(x) -> str:
