@@ -179,7 +179,27 @@ def test_the_bridge_builds_warning_free(tmp_path):
     inc = next(d for d in launch.SIMAVR_INCLUDE_DIRS if (d / "sim_avr.h").is_file())
     subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", f"-I{inc}",
                     str(launch.SIMAVR_BRIDGE_SOURCE), "-o", str(tmp_path / "bridge"),
-                    "-lsimavrparts", "-lsimavr", "-lpthread", "-lutil"], check=True)
+                    *launch.SIMAVR_LIBS], check=True)
+
+
+def test_the_bridge_is_one_thread_and_survives_the_port_closed_and_reopened(int8_fw, tmp_path):
+    """The bridge moves the UART's bytes in the simulation's own thread (libsimavrparts'
+    uart_pty fed the UART from a second thread and, on a loaded machine, now and then stopped
+    taking bytes for good): one thread in /proc. It holds the pty's slave side open itself, so
+    a host that closes the port and opens it again finds the board answering."""
+    from quarl_edge.link.runner import BoardLink
+    running = start(BOARD, int8_fw.elf)
+    try:
+        assert len(list(Path(f"/proc/{running.proc.pid}/task").iterdir())) == 1
+        boots = set()
+        for _ in range(3):
+            with BoardLink(running.url, alive=running.alive) as link:
+                boots.add(link.hello(20.0).boot_id)
+                (y,), cycles = link.infer([np.full((1, 4), 0.25, np.float32)])
+                assert y.shape[-1] == 2 and cycles > 0
+        assert len(boots) == 1          # the same board all along: it never restarted
+    finally:
+        running.stop()
 
 
 def test_missing_simavr_headers_say_how_to_install_them(monkeypatch, int8_fw, tmp_path):

@@ -298,10 +298,14 @@ SIMAVR_INSTALL = ("apt-get install --no-install-recommends simavr gcc-avr avr-li
                   "libsimavrparts1")
 
 
+# libsimavr, and libutil for openpty(); the bridge serves its pty itself (no libsimavrparts)
+SIMAVR_LIBS = ("-lsimavr", "-lutil")
+
+
 def simavr_bridge(cache_dir: Path, install: str = SIMAVR_INSTALL) -> Path:
     """The simavr bridge (quarl_edge/targets/simavr_bridge.c) compiled with the host's gcc against
-    libsimavr and libsimavrparts, cached in cache_dir and rebuilt when its source or the compile
-    command changes. Missing headers or libraries are a ToolchainError with the install hint."""
+    libsimavr, cached in cache_dir and rebuilt when its source or the compile command changes.
+    Missing headers or libraries are a ToolchainError with the install hint."""
     import hashlib
     gcc = shutil.which("gcc")
     if gcc is None:
@@ -316,7 +320,7 @@ def simavr_bridge(cache_dir: Path, install: str = SIMAVR_INSTALL) -> Path:
     src = SIMAVR_BRIDGE_SOURCE
     exe = Path(cache_dir) / "simavr_bridge"
     flags = ["-std=c99", "-Wall", "-Wextra", "-O2", f"-I{includes[0]}"]
-    libs = ["-lsimavrparts", "-lsimavr", "-lpthread", "-lutil"]
+    libs = list(SIMAVR_LIBS)
     stamp = hashlib.sha256(src.read_bytes() + " ".join([gcc, *flags, *libs]).encode()).hexdigest()
     stamp_path = exe.with_name(exe.name + ".sha256")
     if exe.is_file() and stamp_path.is_file() and stamp_path.read_text().strip() == stamp:
@@ -341,8 +345,9 @@ class Simavr(ChildProcess):
     """An emulated AVR board: simavr (cycle-accurate, so costs are real CPU cycles) runs the
     firmware ELF inside a small bridge program on libsimavr (quarl_edge/targets/simavr_bridge.c, compiled
     on first use and cached in the firmware's build directory) that connects USART0 to a
-    pseudo-terminal and prints its path; pyserial opens that pty like any serial port. (The
-    `simavr` command-line tool cannot be fed input, so it is not used.)
+    pseudo-terminal, in the simulation's one thread, and prints its path; pyserial opens that
+    pty like any serial port. (The `simavr` command-line tool cannot be fed input, so it is not
+    used.)
 
     Bytes the firmware sends before the host opens the pty are lost, which is harmless: the
     firmware only ever answers requests, and the HELLO handshake retries. A bridge that exits
