@@ -89,7 +89,8 @@ def effective_scale(input_scale: float, filter_scale: float, output_scale: float
     widened to double first.
 
     Some TFLite/TFLM sources (`GetQuantizedConvolutionMultipler`) multiply the two scales in
-    float32 before widening; the interpreter we test against does not. This was settled
+    float32 before widening; the TFLM interpreter we test against does not, tflite-runtime 2.14
+    does (tests/test_qmath.py::test_tflite_runtime_reference_kernels_multiply_the_scales_in_float32). This was settled
     empirically (tests/test_qmath.py::test_tflm_effective_scale_is_a_double_product): over
     bias-driven accumulators where the variants' multipliers round differently, only the
     double product reproduces every TFLM output.

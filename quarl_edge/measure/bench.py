@@ -10,10 +10,11 @@ With episodes=N (`bench --episodes N`), each cell also plays N episodes of the r
 seeds 0..N-1 with the board choosing every action (hil.play, in the same board session, after
 the cost and memory measurement), then the same seeds with the same model on tflite-runtime
 (its reference kernels and its optimized ones) and on TF Lite Micro: the row gets the board's
-return and whether it equals each of theirs on every seed. The firmware is bit-exact with the
-reference arithmetic (TFLM's kernels and tflite-runtime's reference kernels compute the same);
-tflite-runtime's optimized int8 kernels round differently (its GEMM backends' requantization,
-table TANH and LOGISTIC), so an int8 board may return other values than those. The fp32
+return and whether it equals each of theirs on every seed. The firmware is bit-exact with TF
+Lite Micro; tflite-runtime's reference kernels differ from it only in the int8
+FULLY_CONNECTED multiplier (a float32 product of the scales, see reference.py), its optimized
+int8 kernels also in their GEMM backends' requantization and table TANH and LOGISTIC, so an
+int8 board can now and then return other values than tflite-runtime. The fp32
 network plays the seeds once per bench, for the loss and the agreement (the share of the
 board's visited states where the fp32 network picks the same action; continuous actions:
 1 - mean |a - a_fp32| / action range).

@@ -106,8 +106,11 @@ class TFLMReference:
 # board runs) computes int8 FULLY_CONNECTED through its GEMM backends and int8 TANH/LOGISTIC
 # from lookup tables: they round differently from the reference arithmetic, and which backend
 # runs depends on the host CPU. "reference" (OpResolverType.BUILTIN_REF) is TFLite's reference
-# kernels, the arithmetic TF Lite Micro's kernels and the firmware's also implement: a board's
-# int8 outputs equal these bit for bit (tests/test_reference.py checks that they equal TFLM's).
+# kernels: the integer arithmetic of TF Lite Micro's kernels (which the firmware is bit-exact
+# with) but for the FULLY_CONNECTED multiplier, which tflite-runtime 2.14 takes from the float32
+# product of the input and filter scales and TFLM from their double product
+# (tests/test_qmath.py): their outputs differ where an accumulator lies that near a rounding
+# boundary.
 TFLITE_KERNELS = ("optimized", "reference")
 
 

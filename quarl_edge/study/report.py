@@ -958,12 +958,16 @@ def _reference_checks(cells: list[dict]) -> list:
     return [("p", "**The board against the host interpreters** (the same model on the same "
                   "seeds, every return equal): " + ". ".join(parts) + "."),
             ("p", "Why they can differ: the firmware computes TF Lite Micro's kernels' "
-                  "arithmetic. For int8 that is TFLite's reference arithmetic, which "
-                  "tflite-runtime's reference kernels (`OpResolverType.BUILTIN_REF`) compute "
-                  "too; its optimized kernels (the default) requantize in their GEMM backends "
+                  "arithmetic, bit for bit. tflite-runtime's reference kernels "
+                  "(`OpResolverType.BUILTIN_REF`) compute the same int8 arithmetic but for the "
+                  "FULLY_CONNECTED multiplier, which they take from the float32 product of the "
+                  "input and filter scales where TF Lite Micro takes the double product: the "
+                  "31-bit multipliers differ in their last bits, and an output differs where "
+                  "an accumulator lies that near a rounding boundary (`tests/test_qmath.py`). "
+                  "Its optimized kernels (the default) also requantize in their GEMM backends "
                   "with another rounding and take TANH and LOGISTIC from tables, and which of "
-                  "them runs depends on the host CPU, so now and then an int8 policy acts "
-                  "otherwise there. For int16x8, TF Lite Micro's int16 TANH and LOGISTIC can "
+                  "them runs depends on the host CPU. One action step apart is enough to change "
+                  "an episode's return. For int16x8, TF Lite Micro's int16 TANH and LOGISTIC can "
                   "round otherwise than tflite-runtime's (both kernel sets). Float cells differ "
                   "where the board's libm (tanhf, expf) is an ulp or more from the host's.")]
 
