@@ -267,3 +267,38 @@ def test_tflm_rounding_on_random_multipliers():
     assert total >= 50
     assert agree["double"] == total, agree
     assert agree["single"] < total and agree["single half away"] < total
+
+
+def test_tflite_runtime_int16x8_fc_requantizes_in_32_bits():
+    """int16x8 FULLY_CONNECTED: TF Lite Micro (and the firmware) requantize the int64
+    accumulator with the multiplier rounded to 15 bits and one rounding
+    (multiply_by_quantized_multiplier_int64); tflite-runtime 2.14's reference kernels take the
+    32-bit path instead (all 31 bits, double rounding). Through the continuous-action actors'
+    last layer (a diagonal scale after TANH; TD3 Pendulum-v1's scales) the two differ by one
+    output step on about half of the int16 inputs, so the int16x8 actors' board returns equal
+    TF Lite Micro's but not tflite-runtime's (results/classic-boards)."""
+    from helpers_models import op_model
+    from quarl_edge.measure.reference import tflm_interpreter
+    from tflite_runtime.interpreter import Interpreter, OpResolverType
+    sx, sw, sy = 2.0 ** -15, 0.015748031, 6.103701889514923e-05
+    xs = np.arange(-32768, 32768, dtype=np.int16)
+    model = op_model("FULLY_CONNECTED",
+                     [dict(shape=[len(xs), 1], dtype="int16", q=(sx, 0)),
+                      dict(shape=[1, 1], dtype="int8", q=(sw, 0), data=[[127]])],
+                     [dict(shape=[len(xs), 1], dtype="int16", q=(sy, 0))])
+    it = Interpreter(model_content=model, experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
+    it.allocate_tensors()
+    it.set_tensor(it.get_input_details()[0]["index"], xs[:, None])
+    it.invoke()
+    tflite = it.get_tensor(it.get_output_details()[0]["index"]).ravel().astype(np.int64)
+    micro = tflm_interpreter(model, "int16x8 FC")        # the arena the batch needs
+    micro.set_input(xs[:, None], 0)
+    micro.invoke()
+    tflm = np.array(micro.get_output(0)).ravel().astype(np.int64)
+    m, shift = qmath.quantize_multiplier(qmath.effective_scale(sx, sw, sy))
+    path32 = [qmath.multiply_by_quantized_multiplier(127 * int(x), m, shift) for x in xs]
+    path64 = [qmath.multiply_by_quantized_multiplier_int64(127 * int(x), m, shift) for x in xs]
+    assert tflite.tolist() == np.clip(path32, -32768, 32767).tolist()
+    assert tflm.tolist() == np.clip(path64, -32768, 32767).tolist()
+    differ = int((tflite != tflm).sum())
+    assert len(xs) // 3 < differ < len(xs) and np.abs(tflite - tflm).max() == 1

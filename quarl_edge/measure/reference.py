@@ -110,7 +110,8 @@ class TFLMReference:
 # with) but for the FULLY_CONNECTED multiplier, which tflite-runtime 2.14 takes from the float32
 # product of the input and filter scales and TFLM from their double product
 # (tests/test_qmath.py): their outputs differ where an accumulator lies that near a rounding
-# boundary.
+# boundary. For int16x8 they differ more often: TFLM requantizes a FULLY_CONNECTED's int64
+# accumulator with a 15-bit multiplier, tflite-runtime 2.14 in 32 bits (one output step).
 TFLITE_KERNELS = ("optimized", "reference")
 
 

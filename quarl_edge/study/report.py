@@ -967,8 +967,10 @@ def _reference_checks(cells: list[dict]) -> list:
                   "Its optimized kernels (the default) also requantize in their GEMM backends "
                   "with another rounding and take TANH and LOGISTIC from tables, and which of "
                   "them runs depends on the host CPU. One action step apart is enough to change "
-                  "an episode's return. For int16x8, TF Lite Micro's int16 TANH and LOGISTIC can "
-                  "round otherwise than tflite-runtime's (both kernel sets). Float cells differ "
+                  "an episode's return. For int16x8, TF Lite Micro requantizes a FULLY_CONNECTED's "
+                  "int64 accumulator with its multiplier rounded to 15 bits, tflite-runtime "
+                  "2.14 (both kernel sets) in 32 bits: one output step apart on many inputs, "
+                  "which argmax heads hardly notice and continuous actions do. Float cells differ "
                   "where the board's libm (tanhf, expf) is an ulp or more from the host's.")]
 
 
