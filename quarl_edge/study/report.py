@@ -1016,6 +1016,8 @@ def fig_pareto(res: "Results", board: str, cells: list[dict], path: Path) -> boo
             ax.set_xscale("log")
         lo, hi = _data_limits([c["return"] for c in pts])
         ax.set_ylim(lo, hi)
+        # returns as they are: no "-1.065e2" offset over ticks reading -0.02 .. -0.07
+        ax.ticklabel_format(axis="y", useOffset=False, style="plain")
         ax.set_xlabel(f"cost per inference ({pts[0]['unit']})", fontsize=8)
         ax.set_ylabel("board return (mean over seeds)", fontsize=8)
         ax.tick_params(labelsize=8)
