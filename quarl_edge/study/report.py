@@ -881,12 +881,8 @@ def board_cells(res: "Results") -> list[dict]:
             "agreement": mean_of("agreement"),
             "equals_tflm": (all(r.get("matches_reference", r.get("matches_tflite")) for r in played)
                             if played else None),
-            "equals_tflite": (all(r.get("matches_tflite") for r in played)
-                              if played and all("matches_tflite" in r for r in played) else None),
-            # tflite-runtime's reference kernels; None where a row predates that column
-            "equals_tflite_ref": (all(r.get("matches_tflite_ref") for r in played)
-                                  if played and all("matches_tflite_ref" in r for r in played)
-                                  else None),
+            "equals_tflite": _every_seed(played, "matches_tflite"),
+            "equals_tflite_ref": _every_seed(played, "matches_tflite_ref"),
             "bit_exact": (all(r["bit_exact"] for r in rows if "bit_exact" in r)
                           if any("bit_exact" in r for r in rows) else None),
             "cost": cost, "us": us, "us_basis": basis, "us_text": _us({**rows[0], "cost_mean": cost}),
@@ -904,6 +900,14 @@ def board_cells(res: "Results") -> list[dict]:
     order = {s: i for i, s in enumerate(SCHEME_ORDER)}
     return sorted(merged.values(), key=lambda c: (c["task"], c["board"],
                                                   order.get(c["scheme"], 99), c["scheme"]))
+
+
+def _every_seed(played: list[dict], key: str) -> bool | None:
+    """Whether every played row says `key` (a board-vs-interpreter check); None when no row
+    played, or a row predates that check."""
+    if not played or any(key not in r for r in played):
+        return None
+    return all(r[key] for r in played)
 
 
 def int8_vs_fp32(cells: list[dict]) -> list[str]:
