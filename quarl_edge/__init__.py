@@ -11,7 +11,20 @@ so `import quarl_edge` is cheap and this package also runs on a board that has o
 protocol (the linux agent, quarl_edge/link/agent.py).
 """
 
+import os as _os
+
 __version__ = "0.1.0"
+
+# Every network here is a Keras 2 model (TF-Agents' networks, tfmot's QAT wrappers, the run's
+# qnet.keras / policy.keras). TensorFlow >= 2.16 makes `tf.keras` Keras 3 unless this is set
+# before TensorFlow is imported, and then takes it from the tf-keras package (the `tf` extra);
+# TensorFlow 2.15 has Keras 2 built in and ignores it. A user who set it already keeps theirs.
+_os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+# TensorFlow's oneDNN kernels off: float results that do not depend on the CPU's instruction set
+# (TF says they "may differ slightly" with them on), and no oneDNN notice on stderr, which
+# TF >= 2.16 prints from C++ before TF_CPP_MIN_LOG_LEVEL applies. The networks here are far too
+# small for oneDNN to matter to speed.
+_os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
 _ERRORS = ("QuarlError", "ModelError", "UnsupportedOpError", "BoardError", "ToolchainError",
            "ProtocolError")

@@ -6,6 +6,7 @@ import shutil
 import time
 from pathlib import Path
 
+from . import tflite_host
 from .measure.hil import run_hil
 from .resources import examples_dir
 from .run import tflite_path
@@ -69,9 +70,10 @@ def demo(pretrained: bool = False, board_id: str = "mps2-an386", episodes: int =
     rows = [
         ("fp32", "TensorFlow (host)", fp32["fp32_mean_return"], fp32["fp32_std_return"], 1.0, None, None),
     ]
+    host = tflite_host.runtime_name()          # tflite-runtime or LiteRT
     for scheme in BOARD_SCHEMES:
         r = results[scheme]
-        rows.append((scheme, "tflite-runtime (host)", r["host_mean_return"], r["host_std_return"],
+        rows.append((scheme, f"{host} (host)", r["host_mean_return"], r["host_std_return"],
                      None, None, None))
         rows.append((scheme, f"board '{board.id}'", r["mean_return"], r["std_return"],
                      r["agreement"], r["latency"], r["memory"]))

@@ -22,7 +22,8 @@ import tempfile
 import warnings
 
 NOISY = ("tensorflow", "tf_agents", "tensorflow_probability", "tensorflow_model_optimization",
-         "keras", "absl", "gym", "gymnasium", "flatbuffers", "tflite_runtime")
+         "keras", "absl", "gym", "gymnasium", "flatbuffers", "tflite_runtime",
+         "ai_edge_litert")
 
 
 def quiet_third_party() -> None:

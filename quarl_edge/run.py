@@ -45,7 +45,8 @@ VALIDATION_SEED_BASE = 10_000
 def package_versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
     for name in ("tensorflow-cpu", "tensorflow", "tf-agents", "tensorflow-probability",
-                 "gymnasium", "numpy", "tflite-runtime", "quarl-edge"):
+                 "tf-keras", "gymnasium", "numpy", "tflite-runtime", "ai-edge-litert",
+                 "quarl-edge"):
         try:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
@@ -172,6 +173,11 @@ def safe_load_keras(path: Path):
         raise QuarlError(f"{path}: Keras cannot load it: {str(e).splitlines()[0]}") from None
 
 
+# Keras's own packages, as a config's "module" names them: keras (TF 2.15's built-in Keras 2, and
+# Keras 3) and tf_keras (Keras 2 as its own package, for TensorFlow >= 2.16).
+KERAS_PACKAGES = ("keras", "tf_keras")
+
+
 def _unsafe_layers(node):
     """Names of the things in a Keras model config that would run or import code."""
     if isinstance(node, dict):
@@ -181,9 +187,9 @@ def _unsafe_layers(node):
             registered = node.get("registered_name")
             if name == "Lambda":
                 yield "a Lambda layer"
-            elif module is not None and not str(module).startswith("keras"):
+            elif module is not None and str(module).split(".")[0] not in KERAS_PACKAGES:
                 yield f"class {name} from {module}"
-            elif registered and not str(registered).startswith(("keras", name)):
+            elif registered and not str(registered).startswith((*KERAS_PACKAGES, name)):
                 yield f"the custom object {registered}"
         for v in node.values():
             yield from _unsafe_layers(v)

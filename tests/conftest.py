@@ -28,3 +28,17 @@ def no_user_boards(tmp_path_factory, monkeypatch):
 def run_copy(tmp_path_factory):
     """A copy of the shipped example run, per test module: boards build and write results there."""
     return copy_example_tree(tmp_path_factory.mktemp("run") / "cartpole_dqn")
+
+
+# The tests that train with TF-Agents (or fine-tune with QAT in the RL loop), marked `train`:
+# `make test-core` (CI's second Python) leaves them out. Whole modules where their fixtures train.
+TRAIN_MODULES = {"test_algos.py", "test_train.py", "test_qat_distill.py", "test_minatar.py",
+                 "test_mujoco.py", "test_recurrent.py", "test_schemes.py", "test_study.py"}
+TRAIN_TESTS = {"test_e2e_host.py::test_train_then_quantize_through_the_cli"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        name = item.nodeid.split("/")[-1]
+        if name.split("::")[0] in TRAIN_MODULES or name.split("[")[0] in TRAIN_TESTS:
+            item.add_marker(pytest.mark.train)

@@ -20,6 +20,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np  # noqa: E402
 
+from quarl_edge.tfcompat import configure_converter  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 CORE = ROOT / "firmware" / "core"
 EXAMPLE_RUN = ROOT / "examples" / "cartpole_dqn"
@@ -193,7 +195,7 @@ def convert(model, mode: str, calib: np.ndarray | None = None) -> bytes:
     `calib` is the representative dataset (rows of the input) for the int8 modes.
     """
     import tensorflow as tf
-    c = tf.lite.TFLiteConverter.from_keras_model(model)
+    c = configure_converter(tf.lite.TFLiteConverter.from_keras_model(model))
     if mode != "float":
         c.optimizations = [tf.lite.Optimize.DEFAULT]
     if mode in ("int8", "int8_io", "int16x8"):

@@ -164,10 +164,11 @@ def test_a_damaged_model_is_one_line(capsys, tmp_path, damage, words):
 
 
 def test_tflite_runtimes_unicode_error_is_a_model_error(tmp_path):
+    from quarl_edge import tflite_host
     from quarl_edge.errors import ModelError
     from quarl_edge.measure.reference import TFLiteRuntime
     with pytest.raises(ModelError, match="bad-name.tflite is not a valid TFLite model "
-                                         r"\(tflite-runtime: UnicodeDecodeError"):
+                                         rf"\({tflite_host.runtime_name()}: UnicodeDecodeError"):
         TFLiteRuntime(_bad_name_model(tmp_path))
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers_models import cli, cli_json, convert, random_mlp
+from quarl_edge import tflite_host
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -110,7 +111,7 @@ def test_unknown_board_is_named(run_copy):
 
 def test_demo_pretrained_prints_the_table(tmp_path):
     out = cli("demo", "--pretrained", "--board", "host", "--episodes", "2", "--workdir", tmp_path).stdout
-    assert "board 'host'" in out and "tflite-runtime (host)" in out and "TensorFlow (host)" in out
+    assert "board 'host'" in out and f"{tflite_host.runtime_name()} (host)" in out and "TensorFlow (host)" in out
     assert out.count(" ns (p99") == 2          # fp32 and int8 firmware latencies, in ns
 
 

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from helpers_models import compare_generated, schema, tflm_run_multi
 from quarl_edge.converters import cgen
+from quarl_edge.tfcompat import configure_converter
 from quarl_edge.errors import UnsupportedOpError
 
 _PHASES = [Phase.explicit, Phase.reuse, Phase.generate]
@@ -46,7 +47,7 @@ def keras_lstm(steps: int, n_in: int, units: int, *, batch: int = 1, time_major:
     if weight_scale != 1.0:
         m.set_weights([w * weight_scale for w in m.get_weights()])
     f = tf.function(lambda v: m(v), input_signature=[tf.TensorSpec(shape, tf.float32)])
-    c = tf.lite.TFLiteConverter.from_concrete_functions([f.get_concrete_function()], m)
+    c = configure_converter(tf.lite.TFLiteConverter.from_concrete_functions([f.get_concrete_function()], m))
     if mode == "int8":
         rng = np.random.default_rng(seed)
         c.optimizations = [tf.lite.Optimize.DEFAULT]

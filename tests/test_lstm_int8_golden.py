@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 
 from helpers_models import CFLAGS, CORE, ROOT, compare_generated, gcc, schema, tflm_run_multi
 from quarl_edge.converters import cgen, qmath
+from quarl_edge.tfcompat import configure_converter
 from quarl_edge.converters.emit import c_ident
 from quarl_edge.converters.tflite_model import parse
 from quarl_edge.errors import UnsupportedOpError
@@ -54,7 +55,7 @@ def keras_lstm_int8(steps: int, n_in: int, units: int, *, batch: int = 1,
         y = tf.keras.layers.Dense(head)(y)
     m = tf.keras.Model(x, y)
     f = tf.function(lambda v: m(v), input_signature=[tf.TensorSpec(shape, tf.float32)])
-    c = tf.lite.TFLiteConverter.from_concrete_functions([f.get_concrete_function()], m)
+    c = configure_converter(tf.lite.TFLiteConverter.from_concrete_functions([f.get_concrete_function()], m))
     rng = np.random.default_rng(seed)
     c.optimizations = [tf.lite.Optimize.DEFAULT]
     c.representative_dataset = lambda: ([(rng.standard_normal(shape) * rep_scale)

@@ -12,6 +12,7 @@ import pytest
 
 from helpers_models import cli, cli_json
 from quarl_edge.measure.reference import TFLMReference
+from quarl_edge.tfcompat import configure_converter
 from quarl_edge.targets.boards import get_board
 
 
@@ -35,7 +36,7 @@ def two_io(tmp_path_factory):
                    rng.normal(size=(1, 5)).astype(np.float32)]
     paths = {}
     for scheme in ("fp32", "int8"):
-        c = tf.lite.TFLiteConverter.from_keras_model(m)
+        c = configure_converter(tf.lite.TFLiteConverter.from_keras_model(m))
         if scheme == "int8":
             c.optimizations = [tf.lite.Optimize.DEFAULT]
             c.representative_dataset = rep

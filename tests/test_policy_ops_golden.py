@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from helpers_models import compare_generated, op_model, schema
 from quarl_edge.converters import cgen
+from quarl_edge.tfcompat import configure_converter
 from quarl_edge.errors import UnsupportedOpError
 
 _PHASES = [Phase.explicit, Phase.reuse, Phase.generate]
@@ -70,7 +71,7 @@ def tf_model(fn, shapes, mode: str, calib_scale: float = 1.0, seed: int = 0) -> 
     calibrate on normal data times `calib_scale` (plus an offset, so zero points vary)."""
     import tensorflow as tf
     f = tf.function(fn, input_signature=[tf.TensorSpec(s, tf.float32) for s in shapes])
-    c = tf.lite.TFLiteConverter.from_concrete_functions([f.get_concrete_function()], f)
+    c = configure_converter(tf.lite.TFLiteConverter.from_concrete_functions([f.get_concrete_function()], f))
     if mode != "float":
         rng = np.random.default_rng(seed)
         offs = [rng.uniform(-1, 1) * calib_scale for _ in shapes]

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from helpers_models import CORE, compile_c, fc_model, tflm_run
 from quarl_edge.converters import qmath
+from quarl_edge import tflite_host
 
 I32_MIN, I32_MAX = -(1 << 31), (1 << 31) - 1
 int32s = st.integers(I32_MIN, I32_MAX)
@@ -138,13 +139,25 @@ _SCALE_VARIANTS = {
 }
 
 
+def _round_in_double(accs: np.ndarray, real: float) -> np.ndarray:
+    """LiteRT's reference FULLY_CONNECTED requantization: round(acc * real) in double, halves
+    away from zero (std::round), no fixed-point multiplier."""
+    v = accs.astype(np.float64) * real
+    return (np.sign(v) * np.floor(np.abs(v) + 0.5)).astype(np.int64)
+
+
+# What each host interpreter's reference kernels (OpResolverType.BUILTIN_REF) do in an int8
+# FULLY_CONNECTED, measured: the rule the crafted accumulators below all follow.
+REFERENCE_FC_RULE = {"tflite-runtime": "float32 product", "litert": "round in double"}
+
+
 def _interpreter_agreement(run) -> tuple[dict, int]:
     """Which effective-scale arithmetic does an interpreter use? Craft FCs (weights 1, input 0,
     bias = the accumulator) at accumulators where the candidate multipliers disagree; `run`
     (model bytes, int8 input) -> the int8 outputs. Returns ({variant: outputs it predicts},
     number of outputs)."""
     rng = np.random.default_rng(5)
-    agree = {k: 0 for k in _SCALE_VARIANTS}
+    agree = {k: 0 for k in [*_SCALE_VARIANTS, "round in double"]}
     total = 0
     for _ in range(30):
         si, sw, so = (float(np.float32(v)) for v in np.exp(rng.uniform(-6, 0, 3)) * [1, 0.01, 1])
@@ -154,6 +167,7 @@ def _interpreter_agreement(run) -> tuple[dict, int]:
         near = np.round((np.arange(-120, 120) + 0.5) / real).astype(np.int64)
         accs = (near[:, None] + np.arange(-3, 4)[None, :]).ravel()
         outs = {k: qmath.multiply_by_quantized_multiplier_np(accs, *m) for k, m in ms.items()}
+        outs["round in double"] = _round_in_double(accs, real)
         disc = np.zeros(len(accs), bool)
         for a in outs.values():
             for b in outs.values():
@@ -163,7 +177,7 @@ def _interpreter_agreement(run) -> tuple[dict, int]:
             continue
         model = fc_model(np.ones((len(bias), 1)), (si, 0), sw, (so, 0), bias=bias)
         ref = run(model, np.zeros((1, 1), np.int8))
-        for k in _SCALE_VARIANTS:
+        for k in agree:
             agree[k] += int((np.clip(outs[k][disc][:16], -128, 127) == ref).sum())
         total += len(bias)
     return agree, total
@@ -173,28 +187,35 @@ def test_tflm_effective_scale_is_a_double_product():
     agree, total = _interpreter_agreement(lambda m, x: tflm_run(m, [x])[0].ravel())
     assert total >= 50
     assert agree["double product"] == total, agree
-    assert agree["float32 product"] < total and agree["all float32"] < total
+    assert all(n < total for k, n in agree.items() if k != "double product"), agree
 
 
-def test_tflite_runtime_reference_kernels_multiply_the_scales_in_float32():
-    """tflite-runtime's reference kernels (OpResolverType.BUILTIN_REF, the study's
+@pytest.mark.parametrize("runtime", tflite_host.installed())
+def test_host_reference_kernels_requantize_the_fc_as_measured(runtime):
+    """The host interpreters' reference kernels (OpResolverType.BUILTIN_REF, the study's
     '= tflite-runtime (ref. kernels)' column) compute the int8 FULLY_CONNECTED like TFLM but
-    for its multiplier: float32(input_scale * filter_scale) / output_scale. So a board, which
-    is bit-exact with TFLM, returns otherwise than they do where an accumulator lies that near
-    a rounding boundary (DQN Acrobot-v1's int8 policy in results/classic-boards: 9 of 500
-    calibration observations in its first layer)."""
-    from tflite_runtime.interpreter import Interpreter, OpResolverType
+    for its requantization (REFERENCE_FC_RULE):
+    - tflite-runtime 2.14 takes the multiplier from float32(input_scale * filter_scale) /
+      output_scale (TFLM: the double product). So a board, which is bit-exact with TFLM,
+      returns otherwise than it does where an accumulator lies that near a rounding boundary
+      (DQN Acrobot-v1's int8 policy in results/classic-boards: 9 of 500 calibration
+      observations in its first layer).
+    - LiteRT 2.3 has no fixed-point multiplier there at all: round(acc * double product),
+      halves away from zero (LiteRT's "do requant in float" change of its reference kernel),
+      so it parts from TFLM at every accumulator whose two roundings differ from one."""
+    module = tflite_host.interpreter_module(runtime)
 
     def run(model: bytes, x: np.ndarray) -> np.ndarray:
-        it = Interpreter(model_content=model,
-                         experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
+        it = module.Interpreter(model_content=model,
+                                experimental_op_resolver_type=module.OpResolverType.BUILTIN_REF)
         it.allocate_tensors()
         it.set_tensor(it.get_input_details()[0]["index"], x)
         it.invoke()
         return it.get_tensor(it.get_output_details()[0]["index"]).ravel()
     agree, total = _interpreter_agreement(run)
+    rule = REFERENCE_FC_RULE[runtime]
     assert total >= 50
-    assert agree["float32 product"] == total, agree
+    assert agree[rule] == total, agree
     assert agree["double product"] < total
 
 
@@ -269,24 +290,28 @@ def test_tflm_rounding_on_random_multipliers():
     assert agree["single"] < total and agree["single half away"] < total
 
 
-def test_tflite_runtime_int16x8_fc_requantizes_in_32_bits():
+@pytest.mark.parametrize("runtime", tflite_host.installed())
+def test_host_int16x8_fc_requantizes_otherwise_than_tflm(runtime):
     """int16x8 FULLY_CONNECTED: TF Lite Micro (and the firmware) requantize the int64
     accumulator with the multiplier rounded to 15 bits and one rounding
     (multiply_by_quantized_multiplier_int64); tflite-runtime 2.14's reference kernels take the
     32-bit path instead (all 31 bits, double rounding). Through the continuous-action actors'
     last layer (a diagonal scale after TANH; TD3 Pendulum-v1's scales) the two differ by one
     output step on about half of the int16 inputs, so the int16x8 actors' board returns equal
-    TF Lite Micro's but not tflite-runtime's (results/classic-boards)."""
-    from helpers_models import op_model
+    TF Lite Micro's but not tflite-runtime's (results/classic-boards). LiteRT 2.3 rounds
+    acc * real in double instead (and wants the FC's options, which name the bias type)."""
+    from helpers_models import op_model, schema
     from quarl_edge.measure.reference import tflm_interpreter
-    from tflite_runtime.interpreter import Interpreter, OpResolverType
+    module = tflite_host.interpreter_module(runtime)
     sx, sw, sy = 2.0 ** -15, 0.015748031, 6.103701889514923e-05
     xs = np.arange(-32768, 32768, dtype=np.int16)
     model = op_model("FULLY_CONNECTED",
                      [dict(shape=[len(xs), 1], dtype="int16", q=(sx, 0)),
                       dict(shape=[1, 1], dtype="int8", q=(sw, 0), data=[[127]])],
-                     [dict(shape=[len(xs), 1], dtype="int16", q=(sy, 0))])
-    it = Interpreter(model_content=model, experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
+                     [dict(shape=[len(xs), 1], dtype="int16", q=(sy, 0))],
+                     options=schema().FullyConnectedOptionsT() if runtime == "litert" else None)
+    it = module.Interpreter(model_content=model,
+                            experimental_op_resolver_type=module.OpResolverType.BUILTIN_REF)
     it.allocate_tensors()
     it.set_tensor(it.get_input_details()[0]["index"], xs[:, None])
     it.invoke()
@@ -298,7 +323,9 @@ def test_tflite_runtime_int16x8_fc_requantizes_in_32_bits():
     m, shift = qmath.quantize_multiplier(qmath.effective_scale(sx, sw, sy))
     path32 = [qmath.multiply_by_quantized_multiplier(127 * int(x), m, shift) for x in xs]
     path64 = [qmath.multiply_by_quantized_multiplier_int64(127 * int(x), m, shift) for x in xs]
-    assert tflite.tolist() == np.clip(path32, -32768, 32767).tolist()
+    in_double = _round_in_double(127 * xs.astype(np.int64), qmath.effective_scale(sx, sw, sy))
+    host_rule = {"tflite-runtime": path32, "litert": in_double}[runtime]
+    assert tflite.tolist() == np.clip(host_rule, -32768, 32767).tolist()
     assert tflm.tolist() == np.clip(path64, -32768, 32767).tolist()
     differ = int((tflite != tflm).sum())
     assert len(xs) // 3 < differ < len(xs) and np.abs(tflite - tflm).max() == 1

@@ -6,8 +6,9 @@ serial device, a TCP port or its own stdin/stdout (behind a pty when tested here
     python -m quarl_edge.link.agent MODEL.tflite --serial /dev/ttyGS0    # a USB gadget / UART
     python -m quarl_edge.link.agent MODEL.tflite --tcp 0.0.0.0:5555      # one client at a time
 
-It needs only numpy, pyserial (for --serial) and tflite-runtime, so it runs on the board itself;
-of quarl-edge it imports only the protocol (targets/launch.py's AGENT_FILES are what a deploy
+It needs only numpy, pyserial (for --serial) and tflite-runtime or LiteRT (ai-edge-litert,
+whichever quarl_edge/tflite_host.py finds), so it runs on the board itself; of quarl-edge it
+imports only the protocol and tflite_host (targets/launch.py's AGENT_FILES are what a deploy
 copies).
 Costs are nanoseconds of the board's monotonic clock around invoke(). A malformed frame gets an
 error frame, as from the firmware; the agent never stops on bad input. Like the firmware, it
@@ -41,14 +42,14 @@ DTYPE_NAMES = {np.dtype(np.float32): "float32", np.dtype(np.int8): "int8",
 
 class Agent:
     def __init__(self, model_path: Path, board_id: str = "linux-tflite"):
-        from tflite_runtime.interpreter import Interpreter, OpResolverType
+        from ..tflite_host import Interpreter, resolver
         self.model_path = Path(model_path)
         data = self.model_path.read_bytes()
         self.model_hash = hashlib.sha256(data).digest()[:8]
         # the builtin kernels only, as the host references run it (measure/reference.py)
         self.interp = Interpreter(
             model_path=str(self.model_path),
-            experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+            experimental_op_resolver_type=resolver("optimized"))
         self.interp.allocate_tensors()
         self.inputs = self.interp.get_input_details()
         self.outputs = self.interp.get_output_details()

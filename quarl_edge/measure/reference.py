@@ -119,25 +119,24 @@ def tflite_runtime_interpreter(model_path: Path, kernels: str = "optimized"):
     """A tflite-runtime Interpreter with its builtin kernels only (no XNNPACK delegate, so the
     ops that run are the model's own), tensors allocated. `kernels`: "optimized" (the default
     kernels) or "reference" (TFLite's reference kernels, see TFLITE_KERNELS)."""
-    from tflite_runtime.interpreter import Interpreter, OpResolverType
+    from .. import tflite_host
     if kernels not in TFLITE_KERNELS:
         raise ValueError(f"kernels must be one of {TFLITE_KERNELS}, not {kernels!r}")
-    resolver = (OpResolverType.BUILTIN_REF if kernels == "reference"
-                else OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+    resolver = tflite_host.resolver(kernels)
     model_path = Path(model_path)
     if not model_path.is_file():
         raise QuarlError(f"no model at {model_path}")
     check_model_file(model_path)
     try:
-        interpreter = Interpreter(model_path=str(model_path),
-                                  experimental_op_resolver_type=resolver)
+        interpreter = tflite_host.Interpreter(model_path=str(model_path),
+                                              experimental_op_resolver_type=resolver)
         interpreter.allocate_tensors()
         for details in (interpreter.get_tensor_details, interpreter.get_input_details,
                         interpreter.get_output_details):
             details()          # names are decoded here: a corrupt one is a UnicodeDecodeError
     except (ValueError, RuntimeError, MemoryError) as e:
-        raise ModelError(f"{model_path} is not a valid TFLite model (tflite-runtime: "
-                         f"{type(e).__name__}: {e})") from None
+        raise ModelError(f"{model_path} is not a valid TFLite model "
+                         f"({tflite_host.runtime_name()}: {type(e).__name__}: {e})") from None
     return interpreter
 
 
@@ -186,7 +185,7 @@ def host_reference(model_path: Path, micro: bool = False, kernels: str = "optimi
     int8-acc model."""
     from ..quant.remedies import HEAD_ACCUMULATORS, AccumulatorHeadReference, head_readout
     if head_readout(model_path) == HEAD_ACCUMULATORS:
-        return AccumulatorHeadReference(model_path, kernels="reference" if micro else kernels)
+        return AccumulatorHeadReference(model_path, kernels="micro" if micro else kernels)
     return TFLMReference(model_path) if micro else TFLiteRuntime(model_path, kernels)
 
 

@@ -105,21 +105,30 @@ def centre_head(model):
     return centred
 
 
+def _micro_preserving_tensors(path: Path):
+    """A TF Lite Micro interpreter of the model that keeps every tensor readable (GetTensor)."""
+    from tflite_micro.python.tflite_micro import runtime
+    data = Path(path).read_bytes()
+    return runtime.Interpreter.from_bytes(
+        data, arena_size=max(1 << 20, 64 * len(data)),
+        intrepreter_config=runtime.InterpreterConfig.kPreserveAllTensors)
+
+
 class HeadAccumulators:
     """Runs an int8 .tflite and returns, per observation, the last FULLY_CONNECTED's int32
     accumulators (input . weights + bias, exact integers) and their per-channel real scale.
-    The layers before the head run on tflite-runtime's `kernels` ("optimized" or "reference":
-    measure/reference.py, TFLITE_KERNELS)."""
+    The layers before the head run on the host interpreter's `kernels` ("optimized" or
+    "reference": measure/reference.py, TFLITE_KERNELS), or on TF Lite Micro ("micro": what the
+    board is bit-exact with; LiteRT's reference FULLY_CONNECTED requantizes otherwise than TFLM,
+    so it cannot stand in for it as tflite-runtime's nearly could)."""
 
     def __init__(self, model_path: Path, kernels: str = "optimized"):
         # built here, not with measure.reference.tflite_runtime_interpreter: quant is upstream
-        from tflite_runtime.interpreter import Interpreter, OpResolverType
+        from ..tflite_host import Interpreter, resolver
         self.path = Path(model_path)
         self.interp = Interpreter(
             model_path=str(self.path), experimental_preserve_all_tensors=True,
-            experimental_op_resolver_type=(
-                OpResolverType.BUILTIN_REF if kernels == "reference"
-                else OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES))
+            experimental_op_resolver_type=resolver(kernels))
         self.interp.allocate_tensors()
         fcs = [op for op in self.interp._get_ops_details() if op["op_name"] == "FULLY_CONNECTED"]
         if not fcs:
@@ -148,6 +157,7 @@ class HeadAccumulators:
         self.scale = (x_scale * np.broadcast_to(w_scales, (len(self.weights),))).astype(np.float64)
         self.scale_f32 = self.scale.astype(np.float32)
         self.inp = self.interp.get_input_details()[0]
+        self.micro = _micro_preserving_tensors(self.path) if kernels == "micro" else None
 
     def accumulators(self, obs: np.ndarray) -> np.ndarray:
         """int64 [n_out] accumulators of the head for one observation."""
@@ -157,9 +167,15 @@ class HeadAccumulators:
             s, z = inp["quantization"]
             info = np.iinfo(inp["dtype"])
             x = np.clip(np.round(x / s) + z, info.min, info.max).astype(inp["dtype"])
-        self.interp.set_tensor(inp["index"], x)
-        self.interp.invoke()
-        xq = self.interp.get_tensor(self.x_index).reshape(-1).astype(np.int64) - self.x_zero
+        if self.micro is not None:
+            self.micro.set_input(x, 0)
+            self.micro.invoke()
+            head_input = np.asarray(self.micro.GetTensor(self.x_index, 0))
+        else:
+            self.interp.set_tensor(inp["index"], x)
+            self.interp.invoke()
+            head_input = self.interp.get_tensor(self.x_index)
+        xq = head_input.reshape(-1).astype(np.int64) - self.x_zero
         return self.weights @ xq + self.bias
 
 

@@ -53,6 +53,7 @@ import numpy as np
 from ..errors import ModelError, QuarlError
 from ..noise import captured_stderr, tail
 from ..run import load_keras, load_run
+from ..tfcompat import configure_converter
 from .calibration import collect_calibration
 
 
@@ -233,7 +234,7 @@ def _quantize_recurrent(run_dir: Path, model, scheme: str, calib_size: int, cali
 def convert_keras(model, scheme: str, calibration: np.ndarray | None = None) -> bytes:
     """One Keras model -> .tflite bytes with `scheme` (calibration for the integer schemes)."""
     import tensorflow as tf
-    converter = tf.lite.TFLiteConverter.from_keras_model(model)
+    converter = configure_converter(tf.lite.TFLiteConverter.from_keras_model(model))
     SCHEMES[scheme].convert(converter, calibration)
     # the converter's C++ side prints pages of MLIR statistics to fd 2: shown only on failure
     with captured_stderr() as log:

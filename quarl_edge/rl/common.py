@@ -191,3 +191,35 @@ def common_function(fn):
     from tf_agents.utils import common
     return common.function(fn)
 
+
+
+def categorical_projection_net(sample_spec, logits_init_output_factor: float = 0.1):
+    """TF-Agents' CategoricalProjectionNetwork (the logits head of a discrete-action PPO actor),
+    for `discrete_projection_net=`. TF-Agents 0.19 counts the actions with int() of a one-element
+    array, a TypeError from numpy 2.4 on (a DeprecationWarning since numpy 1.25); this subclass
+    counts them with .item() and is otherwise its constructor, so the network, its variable names
+    and the saved policy are the same as TF-Agents' own."""
+    import tensorflow as tf
+    from tf_agents.networks import categorical_projection_network, network
+
+    class CategoricalProjectionNetwork(categorical_projection_network.CategoricalProjectionNetwork):
+        def __init__(self, sample_spec, logits_init_output_factor=0.1,
+                     name="CategoricalProjectionNetwork"):
+            counts = np.unique(np.asarray(sample_spec.maximum - sample_spec.minimum + 1))
+            if counts.size != 1 or counts.item() <= 0:
+                raise ValueError("discrete actions need the same number (>= 1) in every "
+                                 f"dimension; the spec gives {counts.tolist()}")
+            output_shape = sample_spec.shape.concatenate([int(counts.item())])
+            network.DistributionNetwork.__init__(
+                self, input_tensor_spec=None, state_spec=(),
+                output_spec=self._output_distribution_spec(output_shape, sample_spec, name),
+                name=name)
+            self._sample_spec = sample_spec
+            self._output_shape = output_shape
+            self._projection_layer = tf.keras.layers.Dense(
+                output_shape.num_elements(),
+                kernel_initializer=tf.compat.v1.keras.initializers.VarianceScaling(
+                    scale=logits_init_output_factor),
+                bias_initializer=tf.keras.initializers.Zeros(), name="logits")
+
+    return CategoricalProjectionNetwork(sample_spec, logits_init_output_factor)

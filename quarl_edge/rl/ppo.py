@@ -19,7 +19,8 @@ import numpy as np
 
 from ..errors import QuarlError
 from ..run import VALIDATION_SEED_BASE
-from .common import _agent_env, _save_actor_run, _validation_return, actor_layers, common_function
+from .common import (_agent_env, _save_actor_run, _validation_return, actor_layers,
+                     categorical_projection_net, common_function)
 from .recurrent import normalization_layer, observation_statistics, play_recurrent, rnn_actor_layers
 
 
@@ -110,14 +111,15 @@ def train_ppo(env_id: str, seed: int, out: Path, config: PPOConfig, progress: bo
         actor_net = actor_distribution_rnn_network.ActorDistributionRnnNetwork(
             obs_spec, act_spec, preprocessing_layers=normalization_layer(*norm),
             input_fc_layer_params=cfg.hidden, lstm_size=(cfg.lstm_units,),
-            output_fc_layer_params=None)
+            output_fc_layer_params=None, discrete_projection_net=categorical_projection_net)
         value_net = value_rnn_network.ValueRnnNetwork(
             obs_spec, preprocessing_layers=normalization_layer(*norm),
             input_fc_layer_params=cfg.hidden, lstm_size=(cfg.lstm_units,),
             output_fc_layer_params=None)
     else:
         actor_net = actor_distribution_network.ActorDistributionNetwork(
-            obs_spec, act_spec, fc_layer_params=cfg.hidden)
+            obs_spec, act_spec, fc_layer_params=cfg.hidden,
+            discrete_projection_net=categorical_projection_net)
         value_net = value_network.ValueNetwork(obs_spec, fc_layer_params=cfg.hidden)
     split = cfg.minibatches > 1
     agent = ppo_clip_agent.PPOClipAgent(

@@ -26,6 +26,7 @@ import numpy as np
 
 from ..errors import QuarlError
 from ..run import ACTIVATIONS
+from ..tfcompat import configure_converter
 
 WEIGHTS_FILE = "recurrent.npz"   # RUN/recurrent.npz: the greedy actor's arrays (RecurrentLayers)
 # The cell clip of the converted LSTM: TFLite's converter fuses a Keras LSTM into a
@@ -278,8 +279,8 @@ def convert_one_step(model, configure=None) -> bytes:
                            name=model.name, stateful=False)
     spec = tf.TensorSpec(model.inputs[0].shape, tf.float32, name="observation")
     fn = tf.function(lambda v: model(v, training=False), input_signature=[spec])
-    converter = tf.lite.TFLiteConverter.from_concrete_functions([fn.get_concrete_function()],
-                                                                model)
+    converter = configure_converter(
+        tf.lite.TFLiteConverter.from_concrete_functions([fn.get_concrete_function()], model))
     if configure is not None:
         configure(converter)
     return converter.convert()

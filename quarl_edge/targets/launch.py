@@ -456,7 +456,8 @@ def start(board: Board, elf: Path, port: str | None = None, flasher: str | None 
 # What the linux agent needs on the board, relative to the quarl_edge package: the agent and the
 # protocol it speaks (and the two package files that make them importable). quarl_edge's
 # __init__ imports nothing at import time, so these run with numpy, pyserial and tflite-runtime.
-AGENT_FILES = ("__init__.py", "errors.py", "link/__init__.py", "link/protocol.py", "link/agent.py")
+AGENT_FILES = ("__init__.py", "errors.py", "tflite_host.py", "link/__init__.py", "link/protocol.py",
+               "link/agent.py")
 
 
 def parse_ssh_target(target: str) -> tuple[str, int | None]:
