@@ -1,8 +1,12 @@
 # The two commands of the README: `make demo` (set up, then run the main job) and `make test`.
-PY := .venv/bin/python
-QE := .venv/bin/quarl-edge
+# PYTHON=python3.13 (or 3.12, or a path) chooses the interpreter and so the lock
+# (requirements/py3.X.txt); VENV=DIR the venv (default .venv, made anew for another Python).
+VENV ?= .venv
+export PYTHON VENV
+PY := $(VENV)/bin/python
+QE := $(VENV)/bin/quarl-edge
 
-.PHONY: setup demo demo-pretrained test test-slow bench header wheel clean sb3-fixtures fuzz
+.PHONY: setup demo demo-pretrained test test-core test-slow bench header wheel clean sb3-fixtures fuzz
 
 setup:
 	./scripts/setup.sh
@@ -15,6 +19,11 @@ demo-pretrained: setup
 
 test: setup
 	$(PY) -m pytest -q
+
+# The core suite: everything but the tests that train with TF-Agents (marker `train`); what CI
+# runs on the second Python.
+test-core: setup
+	$(PY) -m pytest -q -m 'not slow and not sb3 and not userenv and not train'
 
 # Long runs: full training to the target return, long fuzzing (see README).
 test-slow: setup

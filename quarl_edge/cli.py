@@ -23,7 +23,7 @@ import traceback
 from pathlib import Path
 
 from . import __version__
-from .errors import QuarlError
+from .errors import QuarlError, missing_extra
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USER_ERROR, EXIT_BUG, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
@@ -766,7 +766,13 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("quarl-edge: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except Exception:
+    except Exception as e:
+        line = missing_extra(e)     # an optional package (an extra) that is not installed
+        if line is not None:
+            if args.verbose:
+                traceback.print_exc()
+            print(f"quarl-edge: error: {args.command} {line}", file=sys.stderr)
+            return EXIT_USER_ERROR
         traceback.print_exc()
         print(f"quarl-edge {__version__}: this is a bug in quarl-edge, not in your input; "
               "please report it with the traceback above", file=sys.stderr)

@@ -29,28 +29,54 @@ if ((${#missing[@]})); then
     fi
 fi
 
+# The interpreter: $PYTHON (a command on the PATH or a path; default python3). A version that
+# pyenv has but that is not on the PATH (`python3.13` with only 3.11 global) is found in pyenv's
+# versions. Supported: 3.11, 3.12, 3.13, each with its own lock, requirements/py3.X.txt.
 PYTHON=${PYTHON:-python3}
-if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
-    echo "setup: quarl-edge's pinned stack (TensorFlow 2.15, tflite-runtime 2.14) needs Python 3.11;" \
-         "set PYTHON=/path/to/python3.11" >&2
+if ! command -v "$PYTHON" >/dev/null 2>&1; then
+    for candidate in "${PYENV_ROOT:-$HOME/.pyenv}"/versions/*/bin/"$PYTHON"; do
+        [ -x "$candidate" ] && PYTHON=$candidate && break
+    done
+fi
+if ! command -v "$PYTHON" >/dev/null 2>&1; then
+    echo "setup: no Python interpreter '$PYTHON'; set PYTHON to python3.11, python3.12 or" \
+         "python3.13 (a command or a path)" >&2
     exit 1
 fi
-if [ ! -x .venv/bin/python ]; then
-    "$PYTHON" -m venv .venv || { echo "setup: python venv failed; as root: apt-get install -y python3-venv" >&2; exit 1; }
+PYVER=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+LOCK=requirements/py$PYVER.txt
+if [ ! -f "$LOCK" ]; then
+    echo "setup: $PYTHON is Python $PYVER; quarl-edge supports 3.11, 3.12 and 3.13" \
+         "(requirements/py3.X.txt); set PYTHON to one of them" >&2
+    exit 1
 fi
-.venv/bin/python -m pip install -q --upgrade "pip>=24" 2>&1 | grep -v "^WARNING: Location" || true
-# mujoco (~26 MB wheel): the MuJoCo tasks and their tests (tests/test_mujoco.py skips without it).
-# ray (the pinned ray==2.60.0 of the `ray` extra): `study --ray` and the board farm, tested on a
-# local two-node cluster (tests/test_ray_farm.py).
-# Built with pip's build isolation (pip fetches setuptools >= 77 for the build, see pyproject.toml),
-# not --no-build-isolation: the venv's own setuptools (65.5 from ensurepip) is too old and is left
-# alone, and this builds the same way as a user's `pip install`. Re-run after pulling changes that
-# add packages (e.g. converters/ops/): the editable install records the package list it was made with.
-.venv/bin/python -m pip install -q -e '.[test,mujoco,onnx,ray]' 2>&1 | grep -v "^WARNING: Location" || true
-# MinAtar (the pixel tasks, quarl_edge/rl/minatar.py) without its declared dependencies: they
-# would replace numpy 1.26 by numpy 2 (TensorFlow 2.15 cannot import it) and add seaborn and
-# pandas for its GUI; its games need numpy only.
-.venv/bin/python -m pip install -q --no-deps "MinAtar==1.0.15" 2>&1 | grep -v "^WARNING: Location" || true
-.venv/bin/python -c 'import quarl_edge.cli, tensorflow, tf_agents, tflite_runtime, tflite_micro, ray, minatar' \
-    2>/dev/null || { echo "setup: the Python packages did not install; see pip's output above" >&2; exit 1; }
-echo "setup: ready (.venv)"
+
+# One venv, $VENV (default .venv), made with that Python; one made with another Python is made
+# anew (say PYTHON=python3.13 VENV=.venv-3.13 to keep both).
+VENV=${VENV:-.venv}
+if [ -x "$VENV/bin/python" ] && [ "$("$VENV/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')" != "$PYVER" ]; then
+    echo "setup: $VENV has another Python; making it anew with Python $PYVER"
+    rm -rf "$VENV"
+fi
+if [ ! -x "$VENV/bin/python" ]; then
+    "$PYTHON" -m venv "$VENV" || { echo "setup: python venv failed; as root: apt-get install -y python3-venv" >&2; exit 1; }
+fi
+quiet() { grep -v "^WARNING: Location" || true; }
+
+# The lock holds every package at its exact version, what the tests ran with: installed with
+# --no-deps, so that pip neither resolves again nor takes in TF-Agents' 2023 pins (on 3.12+,
+# tf-agents 0.19 and gym 0.23 run on TensorFlow 2.21 without them; pyproject.toml's `train`
+# extra says why). It is installed again only when it changed (its hash is kept in the venv).
+stamp="$(sha256sum "$LOCK" pyproject.toml | sha256sum | cut -c1-16)"
+if [ "$(cat "$VENV/.quarl-edge-lock" 2>/dev/null)" != "$stamp" ]; then
+    "$VENV/bin/python" -m pip install -q --upgrade "pip>=24" 2>&1 | quiet
+    "$VENV/bin/python" -m pip install -q --no-deps -r "$LOCK" 2>&1 | quiet
+    # quarl-edge itself, editable (firmware/ and boards/ are used where they are in the
+    # checkout). Built with pip's build isolation (setuptools >= 77 for the build, see
+    # pyproject.toml). Re-run after pulling changes that add packages (e.g. converters/ops/).
+    "$VENV/bin/python" -m pip install -q --no-deps -e . 2>&1 | quiet
+    echo "$stamp" > "$VENV/.quarl-edge-lock"
+fi
+"$VENV/bin/python" -c 'import quarl_edge.cli, tensorflow, tf_agents, tflite_micro, ray, minatar; from quarl_edge import tflite_host; tflite_host.interpreter_module()' \
+    2>/dev/null || { rm -f "$VENV/.quarl-edge-lock"; echo "setup: the Python packages did not install; see pip's output above" >&2; exit 1; }
+echo "setup: ready ($VENV, Python $PYVER, $LOCK)"
