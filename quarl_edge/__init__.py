@@ -15,11 +15,26 @@ import os as _os
 
 __version__ = "0.1.0"
 
+
+
+def _tensorflow_version() -> tuple[int, int] | None:
+    """(major, minor) of the installed TensorFlow, from its metadata (TensorFlow not imported)."""
+    from importlib import metadata
+    for dist in ("tensorflow", "tensorflow-cpu"):
+        try:
+            return tuple(int(p) for p in metadata.version(dist).split(".")[:2])
+        except (metadata.PackageNotFoundError, ValueError):
+            continue
+    return None
+
+
 # Every network here is a Keras 2 model (TF-Agents' networks, tfmot's QAT wrappers, the run's
 # qnet.keras / policy.keras). TensorFlow >= 2.16 makes `tf.keras` Keras 3 unless this is set
-# before TensorFlow is imported, and then takes it from the tf-keras package (the `tf` extra);
-# TensorFlow 2.15 has Keras 2 built in and ignores it. A user who set it already keeps theirs.
-_os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+# before TensorFlow is imported, and then takes it from the tf-keras package (the `tf` extra).
+# TensorFlow 2.15 has Keras 2 built in, and with it set would look for tf-keras too: so only
+# for >= 2.16 (or none installed yet). A user who set it already keeps theirs.
+if (_tensorflow_version() or (2, 16)) >= (2, 16):
+    _os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 # TensorFlow's oneDNN kernels off: float results that do not depend on the CPU's instruction set
 # (TF says they "may differ slightly" with them on), and no oneDNN notice on stderr, which
 # TF >= 2.16 prints from C++ before TF_CPP_MIN_LOG_LEVEL applies. The networks here are far too
