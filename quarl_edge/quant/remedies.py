@@ -170,7 +170,7 @@ class HeadAccumulators:
         if self.micro is not None:
             self.micro.set_input(x, 0)
             self.micro.invoke()
-            head_input = np.asarray(self.micro.GetTensor(self.x_index, 0))
+            head_input = np.asarray(self.micro.GetTensor(self.x_index, 0)["tensor_data"])
         else:
             self.interp.set_tensor(inp["index"], x)
             self.interp.invoke()
