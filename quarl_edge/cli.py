@@ -767,7 +767,7 @@ def main(argv=None) -> int:
         print("quarl-edge: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as e:
-        line = missing_extra(e)     # an optional package (an extra) that is not installed
+        line = missing_extra(e, args.command)    # an optional package (an extra) not installed
         if line is not None:
             if args.verbose:
                 traceback.print_exc()

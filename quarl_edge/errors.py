@@ -58,9 +58,14 @@ OPTIONAL_MODULES = {
 }
 
 
-def missing_extra(error: BaseException) -> str | None:
+# Commands that train: a missing TensorFlow is the `train` extra's (it brings TF as well).
+TRAINING_COMMANDS = ("train", "study")
+
+
+def missing_extra(error: BaseException, command: str | None = None) -> str | None:
     """For an ImportError of one of OPTIONAL_MODULES, the one line that says what is missing and
-    how to install it; None for any other error (a missing module of our own is a bug)."""
+    how to install it (for `command`); None for any other error (a missing module of our own is
+    a bug)."""
     if not isinstance(error, ImportError):
         return None
     name = (getattr(error, "name", None) or "").split(".")[0]
@@ -73,4 +78,6 @@ def missing_extra(error: BaseException) -> str | None:
         if not name:
             return None
     what, how = OPTIONAL_MODULES[name]
-    return f"needs {what}, which is not installed: {how}"
+    if command in TRAINING_COMMANDS and name in ("tensorflow", "tf_keras"):
+        what, how = "TensorFlow and TF-Agents (training)", OPTIONAL_MODULES["tf_agents"][1]
+    return f"needs {what}, not installed here: {how}"

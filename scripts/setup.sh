@@ -32,13 +32,16 @@ fi
 # The interpreter: $PYTHON (a command on the PATH or a path; default python3). A version that
 # pyenv has but that is not on the PATH (`python3.13` with only 3.11 global) is found in pyenv's
 # versions. Supported: 3.11, 3.12, 3.13, each with its own lock, requirements/py3.X.txt.
+# (A pyenv shim is on the PATH for every version pyenv has, but runs only the global ones: so
+# the test is whether it runs.)
 PYTHON=${PYTHON:-python3}
-if ! command -v "$PYTHON" >/dev/null 2>&1; then
+runs() { "$1" -c 'import sys' >/dev/null 2>&1; }
+if ! runs "$PYTHON"; then
     for candidate in "${PYENV_ROOT:-$HOME/.pyenv}"/versions/*/bin/"$PYTHON"; do
-        [ -x "$candidate" ] && PYTHON=$candidate && break
+        runs "$candidate" && PYTHON=$candidate && break
     done
 fi
-if ! command -v "$PYTHON" >/dev/null 2>&1; then
+if ! runs "$PYTHON"; then
     echo "setup: no Python interpreter '$PYTHON'; set PYTHON to python3.11, python3.12 or" \
          "python3.13 (a command or a path)" >&2
     exit 1

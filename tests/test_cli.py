@@ -7,6 +7,7 @@ import argparse
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -120,3 +121,27 @@ def test_boards_dir_adds_the_users_board_files(tmp_path):
     listed = json.loads(run("--boards-dir", mine, "boards", "--json").stdout)
     assert listed["my-host"]["path"] == str(mine / "my-host.toml") and "host" in listed
     assert "my-host" not in json.loads(run("boards", "--json").stdout)
+
+
+@pytest.mark.parametrize("argv, extra", [
+    (["quantize", "{run}", "--scheme", "int8"], "pip install 'quarl-edge[tf]'"),
+    (["import", "{zip}", "--env", "CartPole-v1", "--out", "{out}"], "pip install 'quarl-edge[tf]'"),
+    (["train", "--env", "CartPole-v1", "--steps", "10", "--out", "{out}"],
+     "pip install 'quarl-edge[train]'"),
+])
+def test_a_missing_extra_is_one_line_that_names_it_exit_2(argv, extra, monkeypatch, capsys,
+                                                          tmp_path):
+    """The core install has no TensorFlow: a command that needs it names the extra to install,
+    in one line, exit 2, and writes nothing. (None in sys.modules makes `import tensorflow`
+    raise ModuleNotFoundError, as when it is not installed.)"""
+    import shutil
+    run = tmp_path / "run"
+    shutil.copytree(examples_dir() / "cartpole_dqn", run)
+    (run / "models" / "int8.tflite").unlink()
+    fixture = Path(__file__).parent / "fixtures" / "sb3" / "dqn_cartpole.zip"
+    monkeypatch.setitem(sys.modules, "tensorflow", None)
+    args = [a.format(run=run, zip=fixture, out=tmp_path / "out") for a in argv]
+    assert cli.main(args) == cli.EXIT_USER_ERROR
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"quarl-edge: error: {argv[0]} needs ") and extra in err[0], err
+    assert not (tmp_path / "out").exists() and not (run / "models" / "int8.tflite").exists()

@@ -86,8 +86,8 @@ class Fp32Episodes:
 
     @classmethod
     def for_run(cls, run_dir: Path, env_id: str, head: str, seeds: list[int]):
-        from ..run import keras_call
-        return cls(keras_call(load_keras(run_dir)), env_id, head, seeds)
+        from .hil import fp32_policy     # the Keras model, or fp32.tflite without TensorFlow
+        return cls(fp32_policy(run_dir).fn, env_id, head, seeds)
 
     @classmethod
     def for_model(cls, model: Path, env_id: str, head: str, seeds: list[int]):

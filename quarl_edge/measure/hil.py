@@ -19,14 +19,14 @@ from typing import Callable
 import gymnasium as gym
 import numpy as np
 
-from ..errors import BoardReset, QuarlError
+from ..errors import BoardReset, QuarlError, missing_extra
 from ..link.runner import RESET_REPLAYS, latency_summary
 from ..link.session import BoardSession
 from ..rl.envs import default_head, make_gym, play_batched
 from ..rl.envs import output_to_action as to_action
 from ..run import keras_call, load_keras, load_run, tflite_path
 from ..targets.boards import Board
-from .reference import has_state, host_reference, micro_reference
+from .reference import TFLiteRuntime, has_state, host_reference, micro_reference
 
 
 def play(env_id: str, act: Callable[[np.ndarray], object], seeds: list[int],
@@ -179,7 +179,7 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
 
     episodes_obs = [e[1] for e in episodes_played]
     if meta is not None:
-        fp32 = Fp32Policy(load_keras(run_dir))
+        fp32 = fp32_policy(run_dir)
         if fp32.layers is None:   # feed-forward: every seed's episode in lockstep, one batch a step
             fp32_returns = list(play_batched(env_id, fp32.fn, seeds, head=head,
                                              on_episode=log_episode("fp32"))[0])
@@ -242,16 +242,33 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
     return result
 
 
+def fp32_policy(run_dir: Path) -> "Fp32Policy":
+    """The run's fp32 network: its Keras model (needs TensorFlow), or, in the core install
+    without TensorFlow, its models/fp32.tflite on the host interpreter (float32 like the Keras
+    model, to float rounding) when the run has one and keeps no state."""
+    try:
+        return Fp32Policy(load_keras(run_dir))
+    except ImportError as e:
+        model = Path(run_dir) / "models" / "fp32.tflite"
+        if missing_extra(e) is None or not model.is_file() or has_state(model):
+            raise
+        return Fp32Policy(None, tflite=TFLiteRuntime(model))
+
+
 class Fp32Policy:
     """A run's fp32 network as a policy: call it with one observation for the outputs.
     A recurrent run's one-step model (rl/recurrent.py) is stepped in numpy with its state, zero
     after reset(); a feed-forward network has no state (reset does nothing)."""
 
-    def __init__(self, model):
+    def __init__(self, model, tflite: "TFLiteRuntime | None" = None):
+        self.state = None
+        if tflite is not None:          # a stateless fp32 .tflite (fp32_policy)
+            self.layers = None
+            self.fn = lambda x: np.stack([tflite.run([row])[0].reshape(-1) for row in x])
+            return
         from ..rl.recurrent import is_one_step, layers_from_keras
         self.layers = layers_from_keras(model) if is_one_step(model) else None
         self.fn = None if self.layers is not None else keras_call(model)
-        self.state = None
         self.reset()
 
     def reset(self) -> None:

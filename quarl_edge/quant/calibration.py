@@ -35,26 +35,40 @@ def rollout_observations(env_id: str, weights, n_actions: int | None = None, siz
     envs.output_to_action). With probability `epsilon` a uniformly random action is taken
     instead. Runs at least `episodes` episodes (more if they give fewer than `size`
     observations), on seeds CALIBRATION_SEED_BASE + 1000 * seed + k, then subsamples `size`."""
-    from ..rl.envs import output_to_action
-    from ..rl.tf_env import make_env, run_episode
+    from ..rl.envs import make_gym, output_to_action
 
     if size <= 0 or episodes <= 0:
         raise QuarlError(f"calibration needs positive size and episodes, got {size} and {episodes}")
     forward = weights if callable(weights) else (lambda x: mlp_q_values(weights, x))
     rng = np.random.default_rng(seed)
-    env = make_env(env_id)
-    space = env.gym_env.action_space
+    env = make_gym(env_id)
+    space = env.action_space
+    discrete = hasattr(space, "n")
 
     def act(obs: np.ndarray):
         if rng.random() < epsilon:
-            if hasattr(space, "n"):
+            if discrete:
                 return int(space.start) + int(rng.integers(int(space.n)))
             return rng.uniform(space.low, space.high).astype(space.dtype)
         return output_to_action(forward(obs[None])[0], space)
 
+    def episode(episode_seed: int) -> np.ndarray:
+        """The observations acted on in one episode from env.reset(seed=episode_seed)."""
+        obs, _ = env.reset(seed=episode_seed)
+        seen = []
+        for _ in range(100_000):
+            obs = np.asarray(obs, np.float32)
+            seen.append(obs)
+            a = act(obs)
+            a = int(a) if discrete else np.asarray(a, np.float32).astype(space.dtype)
+            obs, _, terminated, truncated, _ = env.step(a)
+            if terminated or truncated:
+                break
+        return np.stack(seen)
+
     chunks, count, k = [], 0, 0
     while k < episodes or count < size:
-        _, obs = run_episode(env, act, CALIBRATION_SEED_BASE + 1000 * seed + k)
+        obs = episode(CALIBRATION_SEED_BASE + 1000 * seed + k)
         chunks.append(obs)
         count += len(obs)
         k += 1
