@@ -512,3 +512,24 @@ def random_cnn(seed: int, input_shape=(16, 16, 2), pool: str = "max", n_actions:
         x = tf.keras.layers.Dense(hidden, activation="relu")(x)
     out = tf.keras.layers.Dense(n_actions, activation=head)(x)
     return tf.keras.Model(inp, out)
+
+
+def copy_checkout(dest: Path) -> None:
+    """The checkout's tracked and untracked, not-ignored files (what tests/test_wheel.py copies)."""
+    try:
+        out = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others",
+                              "--exclude-standard"], capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        ignore = shutil.ignore_patterns(".git", ".venv*", "build", "runs", "*.egg-info",
+                                        "__pycache__", ".pytest_cache", ".hypothesis")
+        shutil.copytree(ROOT, dest, symlinks=True, dirs_exist_ok=True, ignore=ignore)
+        return
+    for f in filter(None, out.decode().split("\0")):
+        src, dst = ROOT / f, dest / f
+        if not src.is_symlink() and not src.is_file():     # deleted in the work tree
+            continue
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_symlink():
+            dst.symlink_to(os.readlink(src))
+        else:
+            shutil.copy2(src, dst)

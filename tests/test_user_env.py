@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers_models import copy_checkout
 
 pytestmark = pytest.mark.userenv
 
@@ -63,27 +64,6 @@ def python311() -> str:
         if p.returncode == 0 and p.stdout.strip() == "True":
             return cand
     pytest.skip("no python3.11")
-
-
-def copy_checkout(dest: Path) -> None:
-    """The checkout's tracked and untracked, not-ignored files (what tests/test_wheel.py copies)."""
-    try:
-        out = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others",
-                              "--exclude-standard"], capture_output=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        ignore = shutil.ignore_patterns(".git", ".venv*", "build", "runs", "*.egg-info",
-                                        "__pycache__", ".pytest_cache", ".hypothesis")
-        shutil.copytree(ROOT, dest, symlinks=True, dirs_exist_ok=True, ignore=ignore)
-        return
-    for f in filter(None, out.decode().split("\0")):
-        src, dst = ROOT / f, dest / f
-        if not src.is_symlink() and not src.is_file():     # deleted in the work tree
-            continue
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        if src.is_symlink():
-            dst.symlink_to(os.readlink(src))
-        else:
-            shutil.copy2(src, dst)
 
 
 def clean_env(**extra) -> dict:

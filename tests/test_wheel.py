@@ -32,6 +32,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
+from helpers_models import copy_checkout
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = ROOT / "examples" / "cartpole_dqn" / "models" / "int8.tflite"
@@ -43,26 +44,6 @@ HIDDEN = re.compile(r"^(quarl_edge|pip|setuptools|pkg_resources|_distutils_hack)
 def checkout_version() -> str:
     return re.search(r'^__version__ = "([^"]+)"$', (ROOT / "quarl_edge" / "__init__.py").read_text(),
                      re.M).group(1)
-
-
-def copy_checkout(dest: Path) -> None:
-    try:
-        out = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others",
-                              "--exclude-standard"], capture_output=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):      # not a git checkout: all but the usual
-        shutil.copytree(ROOT, dest, symlinks=True, dirs_exist_ok=True, ignore=shutil.ignore_patterns(
-            ".git", ".venv", "build", "runs", "*.egg-info", "__pycache__", ".pytest_cache",
-            ".hypothesis"))
-        return
-    for f in filter(None, out.decode().split("\0")):
-        src, dst = ROOT / f, dest / f
-        if not src.is_symlink() and not src.is_file():     # deleted in the work tree
-            continue
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        if src.is_symlink():
-            dst.symlink_to(os.readlink(src))
-        else:
-            shutil.copy2(src, dst)
 
 
 def clean_env(**extra) -> dict:
