@@ -139,7 +139,7 @@ class HilResult:
     returns: list
     mean_return: float
     std_return: float
-    host_mean_return: float           # the same model on tflite-runtime, same seeds
+    host_mean_return: float           # the same model on the host interpreter, same seeds
     host_std_return: float
     micro_mean_return: float | None   # the same model on TF Lite Micro (None: it cannot run it)
     micro_std_return: float | None
@@ -157,6 +157,8 @@ class HilResult:
     memory: dict
     link: dict = field(default_factory=dict)   # retries, ..., resets, replayed_episodes
     results: str = ""                 # the JSON file written
+    host_interpreter: str = "tflite-runtime"   # the host's TFLite interpreter and its version
+                                               # (quarl_edge/tflite_host.py: or LiteRT)
 
 
 @dataclass

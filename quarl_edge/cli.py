@@ -302,7 +302,8 @@ def cmd_hil(a, qe):
     agree = f"agreement with {res.agreement_with}"
     rows = [[f"board '{res.board}'", f"{res.mean_return:.1f} ± {res.std_return:.1f}",
              f"{res.agreement:.3f}"],
-            ["tflite-runtime (host)", f"{res.host_mean_return:.1f} ± {res.host_std_return:.1f}",
+            [f"{res.host_interpreter.split()[0]} (host)",
+             f"{res.host_mean_return:.1f} ± {res.host_std_return:.1f}",
              "1.000" if res.agreement_with == "tflite-runtime" else "-"]]
     if res.micro_mean_return is not None:
         rows.append(["TF Lite Micro (host)",

@@ -19,6 +19,7 @@ from typing import Callable
 import gymnasium as gym
 import numpy as np
 
+from .. import tflite_host
 from ..errors import BoardReset, QuarlError, missing_extra
 from ..link.runner import RESET_REPLAYS, latency_summary
 from ..link.session import BoardSession
@@ -213,6 +214,7 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
         "returns": returns,
         "mean_return": float(np.mean(returns)),
         "std_return": float(np.std(returns)),
+        "host_interpreter": tflite_host.runtime_version(),    # e.g. "litert 2.3.0"
         "host_mean_return": float(np.mean(host_returns)),
         "host_std_return": float(np.std(host_returns)),
         "micro_mean_return": None if micro_returns is None else float(np.mean(micro_returns)),
