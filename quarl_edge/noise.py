@@ -15,6 +15,8 @@ does not change the process's warning filters unasked.
 from __future__ import annotations
 
 import contextlib
+import importlib.abc
+import importlib.util
 import logging
 import os
 import sys
@@ -45,6 +47,50 @@ def quiet_third_party() -> None:
         absl.logging.set_verbosity(absl.logging.ERROR)
     except ImportError:
         pass
+    if not any(isinstance(f, _QuietImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _QuietImport())
+
+
+class _QuietImport(importlib.abc.MetaPathFinder):
+    """Imports TensorFlow with file descriptor 2 captured. The full `tensorflow` wheel (what the
+    `tf` extra installs) prints absl's "All log messages before absl::InitializeLog()", its
+    CUDA stub's "Could not find cuda drivers" and "failed call to cuInit" from C++ as it loads
+    and finds its devices, before TF_CPP_MIN_LOG_LEVEL applies; what it printed is shown if
+    the import fails."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "tensorflow":
+            return None
+        sys.meta_path.remove(self)         # once: the real finders find the package
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            sys.meta_path.insert(0, self)
+        if spec is None or spec.loader is None:
+            return None
+        loader = spec.loader
+
+        class Quiet(importlib.abc.Loader):
+            def create_module(self, spec):
+                return loader.create_module(spec)
+
+            def exec_module(self, module):
+                error, said = None, []
+                with captured_stderr() as log:
+                    try:
+                        loader.exec_module(module)
+                        # and its devices, whose CUDA probe logs "failed call to cuInit" as an
+                        # error on a machine without a GPU
+                        module.config.list_physical_devices()
+                    except BaseException as e:   # shown with what TF printed, then raised
+                        error, said = e, tail(log, 20)
+                if error is not None:
+                    if said:
+                        print("\n".join(said), file=sys.stderr)
+                    raise error
+
+        spec.loader = Quiet()
+        return spec
 
 
 @contextlib.contextmanager
