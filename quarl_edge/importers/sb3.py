@@ -37,8 +37,10 @@ from ..run import keras_mlp
 from .common import Imported, ImportError_, check_spaces, diagonal_scale, sha256
 from .safe_pickle import load_symbolic, load_torch_archive
 
-ALGOS = ("dqn", "ppo", "a2c", "sac", "td3")
-DEFAULT_ACTIVATION = {"dqn": "relu", "ppo": "tanh", "a2c": "tanh", "sac": "relu", "td3": "relu"}
+ALGOS = ("dqn", "ppo", "a2c", "sac", "td3", "qrdqn", "tqc", "trpo", "ars")
+CONTRIB = ("qrdqn", "tqc", "ars")          # sb3-contrib's own policy modules (TRPO uses SB3's)
+DEFAULT_ACTIVATION = {"dqn": "relu", "ppo": "tanh", "a2c": "tanh", "sac": "relu", "td3": "relu",
+                      "qrdqn": "relu", "tqc": "relu", "trpo": "tanh", "ars": "relu"}
 TORCH_ACTIVATIONS = {"ReLU": "relu", "Tanh": "tanh"}
 
 
@@ -63,15 +65,22 @@ def _read_zip(path: Path) -> tuple[dict, dict[str, np.ndarray], str]:
 
 
 def _algo(data: dict, sd: dict, path: Path) -> str:
-    """Which algorithm's policy this is: SB3's policy module names DQN, SAC and TD3; PPO and A2C
-    share ActorCriticPolicy (and compute the same greedy action), told apart by their data."""
+    """Which algorithm's policy this is: SB3's and sb3-contrib's policy modules name DQN, SAC,
+    TD3, QR-DQN, TQC and ARS; PPO, A2C and TRPO share ActorCriticPolicy (and compute the same
+    greedy action), told apart by their hyperparameters in the data."""
     module = (data.get("policy_class") or {}).get("__module__", "")
-    m = re.fullmatch(r"stable_baselines3\.(dqn|sac|td3)\.policies", module)
+    m = re.fullmatch(r"stable_baselines3\.(dqn|sac|td3)\.policies", module) or \
+        re.fullmatch(rf"sb3_contrib\.({'|'.join(CONTRIB)})\.policies", module)
     if m:
         return m.group(1)
     if module == "stable_baselines3.common.policies" and "action_net.weight" in sd:
+        if "cg_max_steps" in data:          # TRPO's conjugate-gradient steps
+            return "trpo"
         return "ppo" if "clip_range" in data else "a2c"
     hint = " (recurrent policies are not supported yet)" if "recurrent" in module else ""
+    if "maskable" in module:    # MaskablePPO: argmax over the actions the env allows now
+        hint = (" (MaskablePPO: its greedy action is the argmax over the actions the env's mask "
+                "allows at each step, which the board is not given)")
     raise ImportError_(f"{path}: a policy from {module or 'an unknown module'} is not "
                        f"supported{hint}; supported: Stable-Baselines3 "
                        f"{', '.join(a.upper() for a in ALGOS)} with MlpPolicy")
@@ -137,7 +146,8 @@ def _nature_cnn(sd: dict, prefix: str, path: Path):
     return conv, _linear(sd, f"{prefix}linear.0")
 
 
-def _layers(sd: dict, algo: str, act: str, action: dict, low, high, path: Path):
+def _layers(sd: dict, algo: str, act: str, action: dict, low, high, path: Path,
+            squash: bool = False):
     """The greedy network's dense part as [(kernel, bias, activation)] (see the module
     docstring), after a features extractor when the policy has one (see _nature_cnn)."""
     try:
@@ -151,13 +161,17 @@ def _layers(sd: dict, algo: str, act: str, action: dict, low, high, path: Path):
         if algo == "dqn":
             body = _sequential(sd, "q_net.q_net")
             return [(w, b, act) for w, b in body[:-1]] + [(*body[-1], "linear")]
-        if algo in ("ppo", "a2c"):
+        if algo == "qrdqn":
+            return _qrdqn_layers(sd, act, action, path)
+        if algo == "ars":
+            return _ars_layers(sd, act, action, low, high, squash, path)
+        if algo in ("ppo", "a2c", "trpo"):
             if any(k.startswith("mlp_extractor.shared_net") for k in sd):
                 raise ImportError_(f"{path}: shared layers (net_arch with a shared part) are "
                                    "not supported")
             hidden = [(w, b, act) for w, b in _sequential(sd, "mlp_extractor.policy_net")]
             return hidden + [(*_linear(sd, "action_net"), "linear")]
-        if algo == "sac":
+        if algo in ("sac", "tqc"):       # TQC's actor is SAC's (its critics are distributional)
             hidden = [(w, b, act) for w, b in _sequential(sd, "actor.latent_pi")]
             return hidden + [(*_linear(sd, "actor.mu"), "tanh"), diagonal_scale(low, high)]
         if algo == "td3":
@@ -168,6 +182,58 @@ def _layers(sd: dict, algo: str, act: str, action: dict, low, high, path: Path):
         raise ImportError_(f"{path}: tensor {e} missing for an SB3 {algo.upper()} policy") \
             from None
     raise AssertionError(algo)
+
+
+def _qrdqn_layers(sd: dict, act: str, action: dict, path: Path):
+    """QR-DQN (sb3-contrib): the quantile network outputs n_quantiles x n_actions values, viewed
+    as [n_quantiles, n_actions]; the greedy action is the argmax of the quantiles' mean. The
+    mean is linear, so it is folded into the last layer: its rows for action a are averaged over
+    the quantiles (in float64), and the network then outputs the n_actions mean Q-values."""
+    body = _sequential(sd, "quantile_net.quantile_net")
+    kernel, bias = body[-1]                          # [in, n_quantiles * n_actions]
+    n = int(action.get("n", 0))
+    if n <= 0 or kernel.shape[1] % n:
+        raise ImportError_(f"{path}: a QR-DQN head of {kernel.shape[1]} outputs does not split "
+                           f"into {n} actions")
+    q = kernel.shape[1] // n
+    k = kernel.astype(np.float64).reshape(-1, q, n).mean(axis=1)
+    b = bias.astype(np.float64).reshape(q, n).mean(axis=0)
+    return [(w, b_, act) for w, b_ in body[:-1]] + [(k.astype(np.float32), b.astype(np.float32),
+                                                     "linear")]
+
+
+def _ars_layers(sd: dict, act: str, action: dict, low, high, squash: bool, path: Path):
+    """ARS (sb3-contrib): `action_net`, a Linear (ARSLinearPolicy, often without bias; an
+    nn.Linear of its own in sb3-contrib < 1.4, the first of an nn.Sequential after) or an MLP
+    (ARSPolicy). Discrete actions: the argmax of its outputs. Box actions with squash_output
+    (ARSPolicy's default): tanh, then predict() rescales to the bounds; without it (the linear
+    policy's default) the output is the action, clipped to the bounds."""
+    if "action_net.weight" in sd:
+        w = sd["action_net.weight"]
+        body = [(w.T, sd.get("action_net.bias", np.zeros(w.shape[0], w.dtype)))]
+    else:
+        idx = sorted({int(m.group(1)) for k in sd
+                      if (m := re.fullmatch(r"action_net\.(\d+)\.weight", k))})
+        body = [(sd[f"action_net.{i}.weight"].T,
+                 sd.get(f"action_net.{i}.bias",
+                        np.zeros(sd[f"action_net.{i}.weight"].shape[0], np.float32)))
+                for i in idx]
+    if not body:
+        raise ImportError_(f"{path}: an ARS policy without action_net weights")
+    hidden = [(w, b, act) for w, b in body[:-1]]
+    if action["type"] == "box" and squash:
+        return hidden + [(*body[-1], "tanh"), diagonal_scale(low, high)]
+    return hidden + [(*body[-1], "linear")]
+
+
+def _ars_squashes(data: dict) -> bool:
+    """Whether an ARS policy squashes Box actions with tanh: its squash_output argument, else
+    the class's default (ARSPolicy True, ARSLinearPolicy False). The class is told by the name
+    in the JSON's plain `__init__` string (the pickled class itself is never loaded)."""
+    kwargs = data.get("policy_kwargs") if isinstance(data.get("policy_kwargs"), dict) else {}
+    if "squash_output" in kwargs:
+        return bool(kwargs["squash_output"])
+    return "ARSLinearPolicy" not in str((data.get("policy_class") or {}).get("__init__", ""))
 
 
 def _vecnormalize(path: Path) -> dict:
@@ -296,7 +362,7 @@ def load(path: Path, env_id: str | None, vecnormalize: Path | None = None) -> Im
     act = _activation(data, algo, path)
     low = getattr(act_space, "low", None)
     high = getattr(act_space, "high", None)
-    layers = _layers(sd, algo, act, action, low, high, path)
+    layers = _layers(sd, algo, act, action, low, high, path, squash=_ars_squashes(data))
     if vecnormalize is None and path.with_suffix(".vecnormalize.pkl").is_file():
         vecnormalize = path.with_suffix(".vecnormalize.pkl")
     if vecnormalize is None and (path.parent / "vecnormalize.pkl").is_file():
@@ -326,7 +392,9 @@ def load(path: Path, env_id: str | None, vecnormalize: Path | None = None) -> Im
                                   "sha256": sha256(vecnormalize),
                                   "clip_obs": norm["clip_obs"], "epsilon": norm["epsilon"],
                                   "folded_into": "the first layer"}
-    n_head = 2 if algo in ("sac", "td3") else 1    # the output layer (and the rescale)
+    # the output layer (and the rescale)
+    n_head = 2 if algo in ("sac", "td3", "tqc") or (
+        algo == "ars" and action["type"] == "box" and _ars_squashes(data)) else 1
     return Imported(model=model, env_id=env_id, algo=f"sb3-{algo}", source=source,
                     reference=numpy_reference(layers, norm, clip_box, cnn, scale_images),
                     reference_name="SB3's forward in numpy float64 from the zip's tensors",
