@@ -60,7 +60,7 @@ MODEL_FILES = {"dqn": "qnet.keras", "ppo": "policy.keras", "sac": "policy.keras"
 
 # The "algo" of a run made by `quarl-edge import` (quarl_edge.importers): where it came from.
 IMPORTED_ALGOS = ("sb3-dqn", "sb3-ppo", "sb3-a2c", "sb3-sac", "sb3-td3", "sb3-qrdqn", "sb3-tqc",
-                  "sb3-trpo", "sb3-ars", "onnx", "keras", "tf-agents")
+                  "sb3-trpo", "sb3-ars", "sb3-recurrentppo", "onnx", "keras", "tf-agents")
 
 # What the later stages read of run.json (other keys are kept, unchecked: runs record more).
 RUN_KEYS = {

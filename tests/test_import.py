@@ -268,11 +268,13 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, case):
     elif case in ("contrib", "lstm"):
         with zipfile.ZipFile(FIX / "dqn_cartpole.zip") as z:
             data = json.loads(z.read("data"))
-        data["policy_class"]["__module__"] = "sb3_contrib.qrdqn.policies" if case == "contrib" \
-            else "sb3_contrib.common.recurrent.policies"
+        # contrib: MaskablePPO, refused for its masks; lstm: a RecurrentPPO zip whose
+        # policy.pth lacks the LSTM
+        data["policy_class"]["__module__"] = "sb3_contrib.common.maskable.policies" \
+            if case == "contrib" else "sb3_contrib.common.recurrent.policies"
         src = _zip_with(tmp_path, f"{case}.zip", {"data": json.dumps(data)})
-        words = "sb3_contrib.qrdqn.policies is not supported" if case == "contrib" else \
-            "recurrent policies are not supported"
+        words = "which the board is not given" if case == "contrib" else \
+            "tensor 'lstm_actor.weight_ih_l0' missing for a RecurrentPPO policy"
     elif case == "env-mismatch":
         src, env, words = FIX / "dqn_cartpole.zip", ["--env", "Acrobot-v1"], \
             "observations of shape (4,), Acrobot-v1 gives (6,)"
@@ -387,3 +389,49 @@ def test_bench_of_a_bare_tflite(tmp_path):
     assert (tmp_path / "results" / "bench.jsonl").is_file()
     p = cli("bench", model, "--boards", "host", "--episodes", 2)
     assert p.returncode == 2 and "--env" in p.stderr and "Traceback" not in p.stderr
+
+
+# ------------------------------------------------------------------ sb3-contrib RecurrentPPO
+@pytest.fixture(scope="module")
+def rppo_run(tmp_path_factory):
+    run = tmp_path_factory.mktemp("rppo") / "run"
+    import_policy(FIX / "rppo_cartpole.zip", run, env="CartPole-v1")
+    return run
+
+
+def test_recurrent_ppo_imports_as_a_recurrent_run_that_steps_as_sb3(rppo_run):
+    """RecurrentPPO (MlpLstmPolicy): the one-step model's LSTM, stepped with its state carried
+    and reset at each episode's start, takes SB3's own action at every step SB3 played, and its
+    greedy returns are SB3's."""
+    from quarl_edge.rl.recurrent import layers_from_keras, play_recurrent
+    info = load_run(rppo_run)
+    assert info["algo"] == "sb3-recurrentppo" and info["network"]["recurrent"] is True
+    assert info["fidelity"]["ok"] and (rppo_run / "recurrent.npz").is_file()
+    exp = np.load(FIX / "rppo_cartpole.expected.npz")
+    layers = layers_from_keras(load_keras(rppo_run))
+    state, actions = None, []
+    for o, start in zip(exp["obs"], exp["starts"]):
+        if start:
+            state = layers.zero_state()
+        out, state = layers.step(o[None], state)
+        actions.append(int(np.argmax(out[0])))
+    assert actions == exp["actions"].tolist()
+    returns, _ = play_recurrent("CartPole-v1", layers, exp["seeds"].tolist())
+    assert np.asarray(returns).tolist() == exp["returns"].tolist()
+
+
+def test_recurrent_ppo_int8_on_mps2_an386_takes_tflms_actions(rppo_run, tmp_path):
+    """Its int8 one-step model on QEMU mps2-an386, RESET per episode: every action of every
+    episode is TF Lite Micro's."""
+    import shutil
+
+    from quarl_edge.measure.hil import run_hil
+    from quarl_edge.quant.schemes import quantize
+    from quarl_edge.targets.boards import get_board
+    work = tmp_path / "run"
+    shutil.copytree(rppo_run, work)
+    quantize(work, "int8", calib_size=300, calib_episodes=3)
+    res = run_hil(work, "int8", get_board("mps2-an386"), 3, seed=0,
+                  results_dir=tmp_path / "res", build_dir=tmp_path / "fw")
+    assert res["stateful"] is True and res["actions_equal_reference"] is True, res
+    assert res["board_equals_reference"] is True and res["micro_mean_return"] is not None

@@ -43,6 +43,9 @@ class Imported:
     # observations -> how many of them a folded preprocessing stage would not reproduce (SB3's
     # VecNormalize clip); the import refuses a policy where any does
     unfolded: Callable[[np.ndarray], int] | None = None
+    # a recurrent policy (rl.recurrent.RecurrentLayers of `model`, a one-step Keras model):
+    # written as RUN/recurrent.npz, and calibrated on ordered episodes with its state
+    recurrent: object | None = None
 
 
 def sha256(path: Path) -> str:
@@ -181,8 +184,16 @@ def write_imported_run(imp: Imported, out: Path, fid: dict, extra: dict | None =
         if hasattr(space, "n"):
             info["n_actions"] = int(space.n)
         write_run(tmp, info)
-        from ..quant.calibration import collect_calibration
-        np.save(tmp / "calibration.npy", collect_calibration(tmp))
+        from ..quant.calibration import (CALIBRATION_EPSILON, collect_calibration,
+                                         recurrent_calibration)
+        if imp.recurrent is not None:
+            from ..rl.recurrent import WEIGHTS_FILE
+            imp.recurrent.save(tmp / WEIGHTS_FILE)
+            calibration = recurrent_calibration(imp.env_id, imp.recurrent, 1000, 10, 0,
+                                                CALIBRATION_EPSILON)
+        else:
+            calibration = collect_calibration(tmp)
+        np.save(tmp / "calibration.npy", calibration)
         if out.exists():
             out.rmdir()
         os.replace(tmp, out)
