@@ -10,6 +10,8 @@ or called:
   tensors are accepted (the globals in TORCH_GLOBALS, each rebuilt here by our own code into a
   numpy array); any other global is refused with its name. This is what torch.load does with
   `weights_only=True`, without needing torch.
+  torch's older pickle-stream format (torch < 1.6, or `_use_new_zipfile_serialization=False`)
+  is read the same way (`load_torch_legacy`).
 - `load_symbolic`: any other pickle (SB3's vecnormalize.pkl) as inert data. A global becomes a
   `Symbol` (just its name), calling one records the call, and the object state the pickle sets
   is kept as a dict; numpy arrays of plain numbers are rebuilt from their bytes. The caller
@@ -105,7 +107,10 @@ class _TorchUnpickler(pickle.Unpickler):
 
 
 def load_torch_archive(data: bytes, where: str) -> dict[str, np.ndarray]:
-    """A `torch.save`d state dict (the bytes of its zip archive) as {name: numpy array}."""
+    """A `torch.save`d state dict as {name: numpy array}: the zip archive torch >= 1.6 writes,
+    or the older pickle stream (see load_torch_legacy), told apart by their first bytes."""
+    if data[:1] == b"\x80":   # pickle's PROTO opcode; a zip starts with PK
+        return load_torch_legacy(data, where)
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
         pkl = [n for n in archive.namelist() if n.endswith("/data.pkl") or n == "data.pkl"]
@@ -124,6 +129,119 @@ def load_torch_archive(data: bytes, where: str) -> dict[str, np.ndarray]:
         raise
     except Exception as e:   # a malformed pickle: any of pickle's own errors
         raise QuarlError(f"{where}: malformed pickle ({type(e).__name__}: {e})") from None
+    if not isinstance(state, dict) or not all(isinstance(v, np.ndarray) for v in state.values()):
+        raise QuarlError(f"{where}: not a state dict of tensors")
+    return {str(k): v for k, v in state.items()}
+
+
+# ---------------------------------------------------------- torch's legacy pickle stream
+# torch < 1.6 (and torch.save(..., _use_new_zipfile_serialization=False)) writes five pickles
+# one after the other, then the raw storages: the magic number, the protocol version, a dict of
+# system info, the object (its persistent ids name the storages), the sorted list of storage
+# keys; then for each key an int64 element count and the elements (little-endian here).
+LEGACY_MAGIC = 0x1950a86a20f9469cfc6c
+LEGACY_PROTOCOL = 1001
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """The header pickles and the key list hold plain values only: every global is refused."""
+
+    def __init__(self, f, where: str):
+        super().__init__(f)
+        self.where = where
+
+    def find_class(self, module, name):
+        raise UnsafePickle(f"{self.where}: refused: the pickle asks for {module}.{name}, "
+                           "not only tensors and plain containers (it could run code)")
+
+    def persistent_load(self, pid):
+        raise UnsafePickle(f"{self.where}: refused: unknown persistent id {pid!r:.80}")
+
+
+class _LegacyTorchUnpickler(_TorchUnpickler):
+    """The object pickle of the legacy format: persistent ids are
+    ('storage', type, key, location, numel, view) and the storages come from `storages`
+    (key -> numpy array; zeros of the right size on the first pass, before they are read)."""
+
+    def __init__(self, f, storages: dict | None, limit: int, where: str):
+        pickle.Unpickler.__init__(self, f)
+        self.storages, self.limit, self.where = storages, limit, where
+        self.wanted: dict[str, tuple[np.dtype, int]] = {}
+
+    def persistent_load(self, pid):
+        if not (isinstance(pid, tuple) and len(pid) == 6 and pid[0] == "storage"
+                and isinstance(pid[1], _StorageType) and isinstance(pid[4], int)):
+            raise UnsafePickle(f"{self.where}: refused: unknown persistent id {pid!r:.80}")
+        _, stype, key, _location, numel, view = pid
+        key = str(key)
+        if numel < 0 or numel * stype.dtype.itemsize > self.limit:
+            raise QuarlError(f"{self.where}: storage {key} of {numel} elements is larger than "
+                             "the file")
+        self.wanted[key] = (stype.dtype, numel)
+        storage = self.storages[key] if self.storages is not None else \
+            np.zeros(numel, stype.dtype)
+        if view is None:
+            return storage
+        if not (isinstance(view, tuple) and len(view) == 3):
+            raise UnsafePickle(f"{self.where}: refused: storage view {view!r:.80}")
+        _view_key, offset, size = (int(v) if i else v for i, v in enumerate(view))
+        if offset < 0 or size < 0 or offset + size > numel:
+            raise QuarlError(f"{self.where}: a storage view past the end of storage {key}")
+        return storage[offset:offset + size]
+
+
+def _legacy_storages(f: io.BytesIO, keys, wanted: dict, where: str) -> dict[str, np.ndarray]:
+    """The raw storages after the key list, each an int64 element count then the elements."""
+    out = {}
+    for key in keys:
+        key = str(key)
+        if key not in wanted:
+            raise QuarlError(f"{where}: storage {key} is not used by the pickled object")
+        dtype, numel = wanted[key]
+        head = f.read(8)
+        if len(head) < 8 or int.from_bytes(head, "little", signed=True) != numel:
+            raise QuarlError(f"{where}: storage {key} is truncated or has the wrong size")
+        raw = f.read(numel * dtype.itemsize)
+        if len(raw) < numel * dtype.itemsize:
+            raise QuarlError(f"{where}: storage {key} is truncated ({len(raw)} bytes for "
+                             f"{numel} {dtype} elements)")
+        out[key] = np.frombuffer(raw, dtype=dtype.newbyteorder("<")).copy()
+    missing = sorted(set(wanted) - set(out))
+    if missing:
+        raise QuarlError(f"{where}: storages {', '.join(missing[:5])} are missing")
+    return out
+
+
+def load_torch_legacy(data: bytes, where: str) -> dict[str, np.ndarray]:
+    """A state dict in torch's legacy pickle-stream format (see above) as {name: array}.
+
+    The object pickle comes before the storages it refers to, so it is read twice: once to
+    learn which storages it names (and where it ends), then, with the storages read, for the
+    tensors. Both passes accept only TORCH_GLOBALS; nothing from the file is imported."""
+    f = io.BytesIO(data)
+    try:
+        if _PlainUnpickler(f, where).load() != LEGACY_MAGIC:
+            raise QuarlError(f"{where}: not a PyTorch file (neither a zip archive nor the "
+                             "legacy format's magic number)")
+        if _PlainUnpickler(f, where).load() != LEGACY_PROTOCOL:
+            raise QuarlError(f"{where}: an unknown legacy PyTorch protocol version")
+        info = _PlainUnpickler(f, where).load()
+        if not isinstance(info, dict) or not info.get("little_endian", False):
+            raise QuarlError(f"{where}: a big-endian legacy PyTorch file is not supported")
+        start = f.tell()
+        scan = _LegacyTorchUnpickler(f, None, len(data), where)
+        scan.load()
+        keys = _PlainUnpickler(f, where).load()
+        if not isinstance(keys, list):
+            raise QuarlError(f"{where}: the legacy storage key list is not a list")
+        storages = _legacy_storages(f, keys, scan.wanted, where)
+        state = _LegacyTorchUnpickler(io.BytesIO(data[start:]), storages, len(data),
+                                      where).load()
+    except QuarlError:
+        raise
+    except Exception as e:   # a malformed pickle: any of pickle's own errors
+        raise QuarlError(f"{where}: not a PyTorch file or a malformed legacy one "
+                         f"({type(e).__name__}: {e})") from None
     if not isinstance(state, dict) or not all(isinstance(v, np.ndarray) for v in state.values()):
         raise QuarlError(f"{where}: not a state dict of tensors")
     return {str(k): v for k, v in state.items()}
