@@ -392,7 +392,15 @@ def _unwrap(x):
 
 
 class _SymbolicUnpickler(pickle.Unpickler):
+    def __init__(self, f, allowed: tuple[str, ...] | None = None):
+        super().__init__(f)
+        self.allowed = allowed
+
     def find_class(self, module, name):
+        qualname = f"{module}.{name}"
+        if self.allowed is not None and not qualname.startswith(self.allowed):
+            raise UnsafePickle(f"refused: the pickle asks for {qualname}, which is not "
+                               "part of what it should hold (it could run code)")
         if (module, name) in _NUMPY:
             return _NUMPY[(module, name)]
         return _symbol_class(module, name)
@@ -401,10 +409,13 @@ class _SymbolicUnpickler(pickle.Unpickler):
         raise UnsafePickle(f"refused: persistent id {pid!r:.80}")
 
 
-def load_symbolic(data: bytes, where: str):
-    """A pickle as inert data (see the module docstring); nothing in it is imported or run."""
+def load_symbolic(data: bytes, where: str, allowed: tuple[str, ...] | None = None):
+    """A pickle as inert data (see the module docstring); nothing in it is imported or run.
+    `allowed`: prefixes of the only globals the pickle may name (e.g. "gymnasium.spaces."),
+    for callers that know what it should hold: any other is refused by name, so that a file
+    whose pickle was replaced by one asking for os.system is rejected, not just left unrun."""
     try:
-        return _unwrap(_SymbolicUnpickler(io.BytesIO(data)).load())
+        return _unwrap(_SymbolicUnpickler(io.BytesIO(data), allowed).load())
     except UnsafePickle as e:
         raise UnsafePickle(f"{where}: {e}") from None
     except Exception as e:
