@@ -182,9 +182,10 @@ def _nature_cnn(sd: dict, prefix: str, path: Path):
 
 def _hardtanh_tanh(w: np.ndarray, b: np.ndarray, c: float):
     """SAC's gSDE actor clips the mean to [-c, c] (nn.Hardtanh, SB3's clip_mean) before the
-    tanh. The board has ReLU and tanh, so the clip is made of them, exactly:
+    tanh. The board has ReLU and tanh, so the clip is made of them:
     clip(x, -c, c) = relu(x + c) - relu(x - c) - c, as two Dense layers (the second ends in
-    the tanh). What SB3 computes, tanh(clip(x)), is the reference's `("clip_tanh", c)`."""
+    the tanh); exact but for float32 rounding x + c - c (an ulp of c, ~2e-7 for c = 2). What SB3
+    computes, tanh(clip(x)), is the reference's `("clip_tanh", c)`, checked at import."""
     n = w.shape[1]
     both = (np.concatenate([w, w], axis=1), np.concatenate([b + c, b - c]).astype(np.float32),
             "relu")
