@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 from quarl_edge.importers import import_policy
+from quarl_edge.importers.common import current_env_id
 from quarl_edge.importers.rl_zoo import read_yaml
 from quarl_edge.importers.safe_pickle import LEGACY_MAGIC, LEGACY_PROTOCOL, UnsafePickle, \
     load_torch_archive
@@ -110,6 +111,21 @@ def test_the_cli_says_when_the_env_id_was_retired(tmp_path):
     assert p.returncode == 0, p.stderr
     assert "for LunarLander-v3" in p.stdout
     assert "LunarLander-v2 is retired" in p.stderr and "played on LunarLander-v3" in p.stderr
+
+
+def test_retired_env_ids_map_to_their_successor(tmp_path):
+    assert current_env_id("LunarLander-v2")[0] == "LunarLander-v3"
+    assert current_env_id("LunarLanderContinuous-v2")[0] == "LunarLanderContinuous-v3"
+    assert current_env_id("BipedalWalker-v3") == ("BipedalWalker-v3", None)
+    assert current_env_id("CartPole-v1") == ("CartPole-v1", None)
+    hopper, note = current_env_id("Hopper-v3")
+    assert hopper == "Hopper-v4" and "mujoco-py" in note["note"]
+    # a retired id in the file name is found too (the zoo's zip copied out of its folder)
+    lone = tmp_path / "LunarLander-v2.zip"
+    shutil.copy(zoo_zip("ppo/LunarLander-v2_1"), lone)
+    info = import_policy(lone, tmp_path / "r")
+    assert info["env"] == "LunarLander-v3" and "rl_zoo" not in info["source"]
+    assert info["source"]["env_renamed"]["from"] == "LunarLander-v2"
 
 
 def test_a_zip_inside_a_zoo_run_brings_its_folder(tmp_path):

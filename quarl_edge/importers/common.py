@@ -63,30 +63,34 @@ def diagonal_scale(low, high) -> tuple[np.ndarray, np.ndarray, str]:
     return np.diag(half).astype(np.float32), (low + half).astype(np.float32), "linear"
 
 
-# Ids Gymnasium 1.x no longer registers -> the version that replaced them. Policies trained on
-# the old one (most of the RL Zoo's LunarLander agents) are played on the new one; the import
-# says so, since the dynamics may differ (LunarLander-v3 fixed bugs in -v2's physics).
+# Retired ids -> the version that replaced them. Policies trained on the old one (most of the
+# RL Zoo's LunarLander agents) are played on the new one; the import says so, since the
+# dynamics may differ (LunarLander-v3 fixed bugs in -v2's physics). Gymnasium 1.x no longer
+# registers LunarLander-v2; it still registers MuJoCo -v3, but those need mujoco-py, which it
+# no longer supports, so they always go to -v4 (the mujoco bindings' version of the same task).
+MUJOCO_PY_IDS = {f"{name}-v3": f"{name}-v4" for name in (
+    "Ant", "HalfCheetah", "Hopper", "Humanoid", "HumanoidStandup", "InvertedDoublePendulum",
+    "InvertedPendulum", "Reacher", "Swimmer", "Walker2d", "Pusher")}
 RETIRED_IDS = {"LunarLander-v2": "LunarLander-v3",
                "LunarLanderContinuous-v2": "LunarLanderContinuous-v3",
                "BipedalWalker-v2": "BipedalWalker-v3",
-               "BipedalWalkerHardcore-v2": "BipedalWalkerHardcore-v3",
-               **{f"{name}-v3": f"{name}-v4" for name in (
-                   "Ant", "HalfCheetah", "Hopper", "Humanoid", "HumanoidStandup",
-                   "InvertedDoublePendulum", "InvertedPendulum", "Reacher", "Swimmer",
-                   "Walker2d", "Pusher")}}
+               "BipedalWalkerHardcore-v2": "BipedalWalkerHardcore-v3", **MUJOCO_PY_IDS}
 
 
 def current_env_id(env_id: str) -> tuple[str, dict | None]:
     """The id to play `env_id` on, and a note when it is a retired id mapped to its successor
-    (an id Gymnasium still registers, like BipedalWalker-v3, stays as it is)."""
+    (an id Gymnasium still registers and runs, like BipedalWalker-v3, stays as it is)."""
     import gymnasium as gym
-    if env_id in gym.envs.registry or env_id not in RETIRED_IDS:
+    if env_id not in RETIRED_IDS or (env_id in gym.envs.registry and
+                                     env_id not in MUJOCO_PY_IDS):
         return env_id, None
     new = RETIRED_IDS[env_id]
+    why = "needs mujoco-py, which Gymnasium " if env_id in MUJOCO_PY_IDS else "is retired in "
+    why += f"{gym.__version__} no longer supports" if env_id in MUJOCO_PY_IDS else \
+        f"Gymnasium {gym.__version__}"
     return new, {"from": env_id, "to": new,
-                 "note": f"{env_id} is retired in Gymnasium {gym.__version__}; the policy is "
-                         f"played on {new}, whose dynamics may differ from those it was "
-                         "trained on"}
+                 "note": f"{env_id} {why}; the policy is played on {new}, whose dynamics may "
+                         "differ from those it was trained on"}
 
 
 def env_spaces(env_id: str) -> tuple[dict, dict]:
