@@ -266,3 +266,16 @@ def test_a_malicious_legacy_pth_is_refused_by_the_reader(tmp_path):
         with pytest.raises(UnsafePickle, match="posix.system"):
             load_torch_archive(raw, "policy.pth")
     assert not marker.exists()
+
+
+def test_a_pickle_naming_a_huge_memo_index_is_refused_before_the_unpickler_runs():
+    """CPython's unpickler would grow its memo to 2**31 entries (16 GB) for this one opcode."""
+    import struct
+    huge = b"\x80\x02N" + b"r" + struct.pack("<I", 2 ** 31) + b"."   # NONE, LONG_BINPUT, STOP
+    with pytest.raises(UnsafePickle, match="memo index of 2,147,483,648"):
+        load_torch_archive(huge, "policy.pth")
+    with pytest.raises(UnsafePickle, match="memo index"):
+        load_torch_archive(_legacy_header() + huge, "policy.pth")
+    from quarl_edge.importers.safe_pickle import load_symbolic
+    with pytest.raises(UnsafePickle, match="memo index"):
+        load_symbolic(huge, "vecnormalize.pkl")

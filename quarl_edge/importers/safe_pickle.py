@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import io
 import pickle
+import pickletools
 import zipfile
 
 import numpy as np
@@ -30,6 +31,31 @@ from ..errors import QuarlError
 
 class UnsafePickle(QuarlError):
     """A pickle that asks for something other than data."""
+
+
+# CPython's unpickler grows its memo to the index a PUT opcode names, at 8 bytes an entry: a
+# file naming index 2**31 has it allocate 16 GB (and the OOM killer end the process) before
+# any check here could run. Real pickles number memo entries from 0 upwards, one per object.
+MAX_MEMO_INDEX = 1 << 20
+
+
+def _check_memo(f: io.BytesIO, where: str) -> None:
+    """Refuse a pickle (the one at f's position) whose memo indices exceed MAX_MEMO_INDEX,
+    read opcode by opcode without building anything; f is left where it was. A malformed
+    pickle passes here: the unpickler then says what is wrong with it."""
+    start = f.tell()
+    try:
+        for op, arg, _pos in pickletools.genops(f):
+            if op.name in ("PUT", "BINPUT", "LONG_BINPUT") and int(arg) > MAX_MEMO_INDEX:
+                raise UnsafePickle(f"{where + ': ' if where else ''}refused: a pickle memo "
+                                   f"index of {int(arg):,} "
+                                   "(it would make the reader allocate gigabytes)")
+    except UnsafePickle:
+        raise
+    except Exception:
+        pass
+    finally:
+        f.seek(start)
 
 
 # torch's storage classes (the typed names torch.save still writes) -> numpy dtypes
@@ -124,7 +150,9 @@ def load_torch_archive(data: bytes, where: str) -> dict[str, np.ndarray]:
     if order != "little":
         raise QuarlError(f"{where}: a big-endian PyTorch archive is not supported")
     try:
-        state = _TorchUnpickler(archive.read(pkl[0]), archive, prefix, where).load()
+        raw = archive.read(pkl[0])
+        _check_memo(io.BytesIO(raw), where)
+        state = _TorchUnpickler(raw, archive, prefix, where).load()
     except QuarlError:
         raise
     except Exception as e:   # a malformed pickle: any of pickle's own errors
@@ -219,19 +247,24 @@ def load_torch_legacy(data: bytes, where: str) -> dict[str, np.ndarray]:
     learn which storages it names (and where it ends), then, with the storages read, for the
     tensors. Both passes accept only TORCH_GLOBALS; nothing from the file is imported."""
     f = io.BytesIO(data)
+
+    def next_pickle(unpickler):
+        _check_memo(f, where)
+        return unpickler.load()
+
     try:
-        if _PlainUnpickler(f, where).load() != LEGACY_MAGIC:
+        if next_pickle(_PlainUnpickler(f, where)) != LEGACY_MAGIC:
             raise QuarlError(f"{where}: not a PyTorch file (neither a zip archive nor the "
                              "legacy format's magic number)")
-        if _PlainUnpickler(f, where).load() != LEGACY_PROTOCOL:
+        if next_pickle(_PlainUnpickler(f, where)) != LEGACY_PROTOCOL:
             raise QuarlError(f"{where}: an unknown legacy PyTorch protocol version")
-        info = _PlainUnpickler(f, where).load()
+        info = next_pickle(_PlainUnpickler(f, where))
         if not isinstance(info, dict) or not info.get("little_endian", False):
             raise QuarlError(f"{where}: a big-endian legacy PyTorch file is not supported")
         start = f.tell()
         scan = _LegacyTorchUnpickler(f, None, len(data), where)
-        scan.load()
-        keys = _PlainUnpickler(f, where).load()
+        next_pickle(scan)
+        keys = next_pickle(_PlainUnpickler(f, where))
         if not isinstance(keys, list):
             raise QuarlError(f"{where}: the legacy storage key list is not a list")
         storages = _legacy_storages(f, keys, scan.wanted, where)
@@ -415,6 +448,7 @@ def load_symbolic(data: bytes, where: str, allowed: tuple[str, ...] | None = Non
     for callers that know what it should hold: any other is refused by name, so that a file
     whose pickle was replaced by one asking for os.system is rejected, not just left unrun."""
     try:
+        _check_memo(io.BytesIO(data), "")
         return _unwrap(_SymbolicUnpickler(io.BytesIO(data), allowed).load())
     except UnsafePickle as e:
         raise UnsafePickle(f"{where}: {e}") from None
