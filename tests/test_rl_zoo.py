@@ -279,3 +279,10 @@ def test_a_pickle_naming_a_huge_memo_index_is_refused_before_the_unpickler_runs(
     from quarl_edge.importers.safe_pickle import load_symbolic
     with pytest.raises(UnsafePickle, match="memo index"):
         load_symbolic(huge, "vecnormalize.pkl")
+
+
+def test_an_expanded_tensor_is_not_copied_out_to_terabytes():
+    """Stride 0 lets a 1-element storage stand for a 2**40-element tensor; it is refused."""
+    from quarl_edge.importers.safe_pickle import _rebuild_tensor_v2
+    with pytest.raises(UnsafePickle, match="more elements than its storage"):
+        _rebuild_tensor_v2(np.zeros(1, np.float32), 0, (1 << 20, 1 << 20), (0, 0))

@@ -81,6 +81,9 @@ def _rebuild_tensor_v2(storage, offset, size, stride, requires_grad=False, hooks
     if offset < 0 or need > storage.size or any(s < 0 for s in stride):
         raise UnsafePickle(f"a tensor of size {size} reaches past its storage of "
                            f"{storage.size} elements")
+    if int(np.prod(size, dtype=object)) > storage.size:   # stride 0: the copy could be huge
+        raise UnsafePickle(f"a tensor of size {size} has more elements than its storage of "
+                           f"{storage.size} (an expanded view) and is not read")
     item = storage.itemsize
     view = np.lib.stride_tricks.as_strided(storage[offset:], shape=size,
                                            strides=[s * item for s in stride])
