@@ -281,6 +281,8 @@ def cmd_import(a, qe):
     what = " ".join(w for w in (src["kind"], src.get("algo")) if w)
     print(f"imported the {what} policy {src['file']} for {res.env}: "
           f"{check} against {fid['reference']} on {fid['observations']:,} observations")
+    if src.get("env_renamed"):
+        note(f"note: {src['env_renamed']['note']}")
     note(f"wrote the run to {res.run_dir} (run.json, policy.keras, calibration.npy); next: "
          f"quarl-edge quantize {res.run_dir} --scheme fp32 int8")
 
@@ -536,10 +538,13 @@ def parser() -> argparse.ArgumentParser:
     s = _sub(sub, "import", "a policy trained elsewhere as a run directory (Stable-Baselines3, "
                             "ONNX, Keras, TF-Agents SavedModel)",
              "quarl-edge import ppo-LunarLander-v3.zip --out runs/lunar\n"
-             "quarl-edge import policy.onnx --env Pendulum-v1 --out runs/p", cmd_import)
+             "quarl-edge import policy.onnx --env Pendulum-v1 --out runs/p\n"
+             "quarl-edge import rl-trained-agents/ppo/MountainCar-v0_1/ --out runs/mc",
+             cmd_import)
     s.add_argument("source", metavar="SOURCE",
-                   help="a Stable-Baselines3 .zip, an .onnx, a .keras/.h5 Keras model, or a "
-                        "TF-Agents PolicySaver / TF SavedModel directory")
+                   help="a Stable-Baselines3 .zip, an RL Zoo run folder (ALGO/ENV_N/), an "
+                        ".onnx, a .keras/.h5 Keras model, or a TF-Agents PolicySaver / TF "
+                        "SavedModel directory")
     s.add_argument("--out", required=True, metavar="RUN",
                    help="the run directory to write (must not exist, or be empty)")
     s.add_argument("--env", default=None, metavar="ID",
@@ -548,7 +553,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--vecnormalize", default=None, metavar="PKL",
                    help="SB3: VecNormalize statistics to fold into the network (default: "
                         "NAME.vecnormalize.pkl or vecnormalize.pkl beside the zip)")
-    s.add_argument("--kind", default=None, choices=("sb3", "onnx", "keras", "savedmodel"),
+    s.add_argument("--kind", default=None,
+                   choices=("sb3", "rl-zoo", "onnx", "keras", "savedmodel"),
                    help="the source's format (default: from the file)")
     _json_option(s)
 

@@ -7,7 +7,8 @@ work on it unchanged.
     import_policy("ppo-LunarLander-v3.zip", "runs/lunar")            # env from the file name
     import_policy("policy.onnx", "runs/p", env="Pendulum-v1")
 
-Each importer (sb3.py, onnx_policy.py, keras_policy.py, savedmodel.py) reads its format without
+An RL Baselines3 Zoo run folder (rl_zoo.py) is an SB3 zip with its VecNormalize statistics and
+config. Each importer (sb3.py, onnx_policy.py, keras_policy.py, savedmodel.py) reads its format without
 running code from the file, builds the network as a plain Keras model and says how the source
 framework itself computes the same outputs; `common.fidelity` then checks the two on 1,000
 observations from the env (exact argmax agreement for discrete actions, max abs error <= 1e-5
@@ -18,15 +19,19 @@ from pathlib import Path
 
 from .common import ImportError_, fidelity, write_imported_run
 
-KINDS = ("sb3", "onnx", "keras", "savedmodel")
+KINDS = ("sb3", "rl-zoo", "onnx", "keras", "savedmodel")
 
 
 def detect_kind(source: Path) -> str:
     """The importer for a path, from what the file is (its first bytes), not only its name."""
     if source.is_dir():
+        from .rl_zoo import is_run
         if (source / "saved_model.pb").is_file():
             return "savedmodel"
-        raise ImportError_(f"{source}: a directory without saved_model.pb (not a SavedModel)")
+        if is_run(source):
+            return "rl-zoo"
+        raise ImportError_(f"{source}: a directory without saved_model.pb (not a SavedModel) "
+                           "nor an RL Zoo run (an SB3 zip beside ENV/config.yml)")
     if not source.is_file():
         raise ImportError_(f"{source}: no such file")
     head = source.read_bytes()[:8]
@@ -50,9 +55,17 @@ def import_policy(source, out, env: str | None = None, vecnormalize=None,
     its run.json. Nothing is written at `out` unless the import succeeds."""
     source = Path(source)
     kind = kind or detect_kind(source)
+    vecnorm = Path(vecnormalize) if vecnormalize else None
     if kind == "sb3":
+        from . import rl_zoo
         from .sb3 import load
-        imp = load(source, env, Path(vecnormalize) if vecnormalize else None)
+        if rl_zoo.beside(source):   # ENV.zip of a zoo run: its ENV/ folder comes with it
+            imp = rl_zoo.load(source.parent, env, vecnorm, zip_path=source)
+        else:
+            imp = load(source, env, vecnorm)
+    elif kind == "rl-zoo":
+        from .rl_zoo import load
+        imp = load(source, env, vecnorm)
     elif kind == "onnx":
         from .onnx_policy import load
         imp = load(source, env)
@@ -64,6 +77,6 @@ def import_policy(source, out, env: str | None = None, vecnormalize=None,
         imp = load(source, env)
     else:
         raise ImportError_(f"unknown import kind {kind!r}; known: {', '.join(KINDS)}")
-    if vecnormalize and kind != "sb3":
+    if vecnormalize and kind not in ("sb3", "rl-zoo"):
         raise ImportError_("--vecnormalize applies to Stable-Baselines3 zips only")
     return write_imported_run(imp, Path(out), imp.checked or fidelity(imp))

@@ -66,6 +66,51 @@ def diagonal_scale(low, high) -> tuple[np.ndarray, np.ndarray, str]:
     return np.diag(half).astype(np.float32), (low + half).astype(np.float32), "linear"
 
 
+# Retired ids -> the version that replaced them. Policies trained on the old one (most of the
+# RL Zoo's LunarLander agents) are played on the new one; the import says so, since the
+# dynamics may differ (LunarLander-v3 fixed bugs in -v2's physics). Gymnasium 1.x no longer
+# registers LunarLander-v2; it still registers MuJoCo -v3, but those need mujoco-py, which it
+# no longer supports, so they always go to -v4 (the mujoco bindings' version of the same task).
+MUJOCO_PY_IDS = {f"{name}-v3": f"{name}-v4" for name in (
+    "Ant", "HalfCheetah", "Hopper", "Humanoid", "HumanoidStandup", "InvertedDoublePendulum",
+    "InvertedPendulum", "Reacher", "Swimmer", "Walker2d", "Pusher")}
+RETIRED_IDS = {"LunarLander-v2": "LunarLander-v3",
+               "LunarLanderContinuous-v2": "LunarLanderContinuous-v3",
+               "BipedalWalker-v2": "BipedalWalker-v3",
+               "BipedalWalkerHardcore-v2": "BipedalWalkerHardcore-v3", **MUJOCO_PY_IDS}
+
+
+def current_env_id(env_id: str) -> tuple[str, dict | None]:
+    """The id to play `env_id` on, and a note when it is a retired id mapped to its successor
+    (an id Gymnasium still registers and runs, like BipedalWalker-v3, stays as it is)."""
+    import gymnasium as gym
+    if env_id not in RETIRED_IDS or (env_id in gym.envs.registry and
+                                     env_id not in MUJOCO_PY_IDS):
+        return env_id, None
+    new = RETIRED_IDS[env_id]
+    why = "needs mujoco-py, which Gymnasium " if env_id in MUJOCO_PY_IDS else "is retired in "
+    why += f"{gym.__version__} no longer supports" if env_id in MUJOCO_PY_IDS else \
+        f"Gymnasium {gym.__version__}"
+    return new, {"from": env_id, "to": new,
+                 "note": f"{env_id} {why}; the policy is played on {new}, whose dynamics may "
+                         "differ from those it was trained on"}
+
+
+def env_spaces(env_id: str) -> tuple[dict, dict]:
+    """The env's observation and action spaces in the importers' terms (for SB3 zips whose
+    spaces are only serialized: SB3 takes them from the env then, via custom_objects)."""
+    from ..rl.envs import make_gym, space_info
+    env = make_gym(env_id)
+    obs, act = env.observation_space, env.action_space
+    env.close()
+    obs_info = {"type": "discrete"} if hasattr(obs, "n") else \
+        {"type": "box", "shape": tuple(obs.shape or ()), "dtype": str(obs.dtype)}
+    act_info = space_info(act)
+    if act_info["type"] == "box":
+        act_info["shape"] = tuple(act_info["shape"])
+    return obs_info, act_info
+
+
 def env_action(env_id: str) -> dict:
     """The env's action space in check_spaces' terms (for importers whose file does not say)."""
     from ..rl.envs import make_gym, space_info

@@ -26,6 +26,8 @@ predictions that real SB3 made (tests/fixtures/sb3/).
 """
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import re
 import zipfile
@@ -33,9 +35,11 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import QuarlError
 from ..run import keras_mlp
-from .common import Imported, ImportError_, check_spaces, diagonal_scale, sha256
-from .safe_pickle import load_symbolic, load_torch_archive
+from .common import (RETIRED_IDS, Imported, ImportError_, check_spaces, current_env_id,
+                     diagonal_scale, env_spaces, sha256)
+from .safe_pickle import UnsafePickle, load_symbolic, load_torch_archive
 
 ALGOS = ("dqn", "ppo", "a2c", "sac", "td3", "qrdqn", "tqc", "trpo", "ars", "recurrentppo")
 CONTRIB = ("qrdqn", "tqc", "ars")          # sb3-contrib's own policy modules (TRPO uses SB3's)
@@ -89,19 +93,58 @@ def _algo(data: dict, sd: dict, path: Path) -> str:
                        f"{', '.join(a.upper() for a in ALGOS)} with MlpPolicy")
 
 
-def _space(entry: dict, what: str, path: Path) -> dict:
-    kind = str(entry.get(":type:", ""))
+def _space(entry, what: str, path: Path) -> dict | None:
+    """A space from SB3's plain JSON fields (2.x writes `_shape`, 1.x `shape`; Discrete's `n`),
+    or None when the entry has none of them (only the serialized pickle, which is never
+    unpickled): the env's space is used then, as SB3's `custom_objects` does."""
+    if not isinstance(entry, dict) or not entry.get(":type:"):
+        return None
+    kind = str(entry[":type:"])
+    raw = entry.get("_shape", entry.get("shape"))
     try:
-        shape = tuple(json.loads(entry["_shape"])) if isinstance(entry.get("_shape"), str) \
-            else tuple(entry.get("_shape") or ())
-    except (json.JSONDecodeError, TypeError):
+        shape = tuple(json.loads(raw)) if isinstance(raw, str) else \
+            None if raw is None else tuple(int(d) for d in raw)
+    except (json.JSONDecodeError, TypeError, ValueError):
         shape = None
     if kind.endswith("discrete.Discrete'>"):
+        if "n" not in entry:
+            return None
         return {"type": "discrete", "n": int(entry["n"]), "start": int(entry.get("start", 0))}
-    if kind.endswith("box.Box'>") and shape is not None:
+    if kind.endswith("box.Box'>"):
+        if shape is None:
+            return None
         return {"type": "box", "shape": shape, "dtype": entry.get("dtype", "float32")}
-    raise ImportError_(f"{path}: {what} {kind or '?'} is not supported (Box observations; "
+    raise ImportError_(f"{path}: {what} {kind} is not supported (Box observations; "
                        "Discrete or Box actions)")
+
+
+# What a serialized (cloudpickle) space of SB3 1.x/2.x names: gym's or gymnasium's space
+# classes and numpy's array, dtype and random-state reconstructors. The serialized part is read
+# as inert data only to refuse a file whose pickle asks for anything else (never to use it).
+SPACE_GLOBALS = ("gym.spaces.", "gymnasium.spaces.", "numpy.core.", "numpy._core.",
+                 "numpy.dtype", "numpy.ndarray", "numpy.random._pickle.",
+                 "collections.OrderedDict")
+
+
+def _check_serialized_spaces(data: dict, path: Path) -> None:
+    """Refuse a zip whose serialized spaces name a global beyond SPACE_GLOBALS (a tampered
+    file: SB3 itself would run it on load). A serialized part that is not a readable pickle
+    at all is ignored, as SB3 does when the spaces come from custom_objects."""
+    for key in ("observation_space", "action_space"):
+        entry = data.get(key)
+        blob = entry.get(":serialized:") if isinstance(entry, dict) else None
+        if not isinstance(blob, str):
+            continue
+        try:
+            raw = base64.b64decode(blob)
+        except (binascii.Error, ValueError):
+            continue
+        try:
+            load_symbolic(raw, f"{path}: the serialized {key}", allowed=SPACE_GLOBALS)
+        except UnsafePickle:
+            raise
+        except QuarlError:
+            continue
 
 
 def _activation(data: dict, algo: str, path: Path) -> str:
@@ -149,10 +192,34 @@ def _nature_cnn(sd: dict, prefix: str, path: Path):
     return conv, _linear(sd, f"{prefix}linear.0")
 
 
+def _hardtanh_tanh(w: np.ndarray, b: np.ndarray, c: float):
+    """SAC's gSDE actor clips the mean to [-c, c] (nn.Hardtanh, SB3's clip_mean) before the
+    tanh. The board has ReLU and tanh, so the clip is made of them:
+    clip(x, -c, c) = relu(x + c) - relu(x - c) - c, as two Dense layers (the second ends in
+    the tanh); exact but for float32 rounding x + c - c (an ulp of c, ~2e-7 for c = 2). What SB3
+    computes, tanh(clip(x)), is the reference's `("clip_tanh", c)`, checked at import."""
+    n = w.shape[1]
+    both = (np.concatenate([w, w], axis=1), np.concatenate([b + c, b - c]).astype(np.float32),
+            "relu")
+    eye = np.eye(n, dtype=np.float32)
+    return [both, (np.concatenate([eye, -eye], axis=0), np.full(n, -c, np.float32), "tanh")]
+
+
+def _reference_layers(layers, sd: dict, algo: str, clip_mean: float):
+    """The layers SB3's forward uses: ours, except that the gSDE actor's clip-and-tanh is one
+    step there (see _hardtanh_tanh)."""
+    if algo in ("sac", "tqc") and "actor.mu.0.weight" in sd:
+        w, b = _linear(sd, "actor.mu.0")
+        return layers[:-3] + [(w, b, ("clip_tanh", clip_mean)), layers[-1]]
+    return layers
+
+
 def _layers(sd: dict, algo: str, act: str, action: dict, low, high, path: Path,
-            squash: bool = False):
+            clip_mean: float = 2.0, squash: bool = False):
     """The greedy network's dense part as [(kernel, bias, activation)] (see the module
-    docstring), after a features extractor when the policy has one (see _nature_cnn)."""
+    docstring), after a features extractor when the policy has one (see _nature_cnn).
+    gSDE policies (use_sde=True) act with the mean, as SB3's predict(deterministic=True):
+    their log_std (and any SDE features) are not part of it."""
     try:
         if any(".extractors." in k for k in sd):
             raise ImportError_(f"{path}: a MultiInputPolicy (dict observations) is not "
@@ -176,6 +243,9 @@ def _layers(sd: dict, algo: str, act: str, action: dict, low, high, path: Path,
             return hidden + [(*_linear(sd, "action_net"), "linear")]
         if algo in ("sac", "tqc"):       # TQC's actor is SAC's (its critics are distributional)
             hidden = [(w, b, act) for w, b in _sequential(sd, "actor.latent_pi")]
+            if "actor.mu.0.weight" in sd:   # gSDE: mu = Sequential(Linear, Hardtanh)
+                return hidden + _hardtanh_tanh(*_linear(sd, "actor.mu.0"), clip_mean) + \
+                    [diagonal_scale(low, high)]
             return hidden + [(*_linear(sd, "actor.mu"), "tanh"), diagonal_scale(low, high)]
         if algo == "td3":
             body = _sequential(sd, "actor.mu")
@@ -308,7 +378,8 @@ def numpy_reference(layers, norm: dict | None, clip_box: tuple | None, cnn=None,
                                                                 + norm["epsilon"]),
                         -norm["clip_obs"], norm["clip_obs"])
         for k, b, act in layers:
-            x = _ACT[act](x @ k.astype(np.float64) + b.astype(np.float64))
+            x = x @ k.astype(np.float64) + b.astype(np.float64)
+            x = np.tanh(np.clip(x, -act[1], act[1])) if isinstance(act, tuple) else _ACT[act](x)
         if clip_box is not None:
             x = np.clip(x, clip_box[0].reshape(-1), clip_box[1].reshape(-1))
         return x
@@ -342,17 +413,45 @@ def keras_nature_cnn(obs_shape, cnn, layers, scale_images: bool, name: str):
     return tf.keras.Model(inp, x, name=name)
 
 
+def _policy_kwargs(data: dict) -> dict:
+    kwargs = data.get("policy_kwargs")
+    return kwargs if isinstance(kwargs, dict) else {}
+
+
+def _check_network_fits(layers, obs_space, action: dict, env_id: str, path: Path) -> None:
+    """With the spaces taken from the env, the network's own sizes are what ties the two: its
+    inputs (the first Linear's) and outputs against the env's observations and actions."""
+    n_in, n_out = int(layers[0][0].shape[0]), int(layers[-1][0].shape[1])
+    want_in = int(np.prod(obs_space.shape))
+    want_out = action["n"] if action["type"] == "discrete" else int(np.prod(action["shape"]))
+    if (n_in, n_out) != (want_in, want_out):
+        acts = f"{want_out} discrete actions" if action["type"] == "discrete" else \
+            f"actions of shape {tuple(action['shape'])}"
+        raise ImportError_(f"{path}: the network takes {n_in} inputs and gives {n_out} "
+                           f"outputs; {env_id} has observations of shape "
+                           f"{tuple(obs_space.shape)} and {acts}")
+
+
 def load(path: Path, env_id: str | None, vecnormalize: Path | None = None) -> Imported:
     path = Path(path)
     data, sd, version = _read_zip(path)
     algo = _algo(data, sd, path)
-    obs = _space(data.get("observation_space") or {}, "observation space", path)
-    action = _space(data.get("action_space") or {}, "action space", path)
+    _check_serialized_spaces(data, path)
+    obs = _space(data.get("observation_space"), "observation space", path)
+    action = _space(data.get("action_space"), "action space", path)
+    env_id, renamed = current_env_id(env_id or guess_env(path))
+    spaces_from = "the zip's JSON fields"
+    if obs is None or action is None:   # only serialized in the zip: the env's, as SB3 does
+        spaces_from = f"the env {env_id} (the zip holds them only serialized)"
+        env_obs, env_act = env_spaces(env_id)
+        obs, action = obs or env_obs, action or env_act
     if obs["type"] != "box":
         raise ImportError_(f"{path}: discrete observations are not supported")
-    env_id = env_id or guess_env(path)
     if algo == "recurrentppo":
         return _load_recurrent(path, data, sd, version, obs, action, env_id, vecnormalize)
+    kwargs = _policy_kwargs(data)
+    if algo in ("ppo", "a2c") and kwargs.get("squash_output"):
+        raise ImportError_(f"{path}: a gSDE policy with squash_output=True is not supported")
     prefix = {"dqn": "q_net.features_extractor."}.get(algo, "features_extractor.")
     cnn = _nature_cnn(sd, prefix, path)
     shape = tuple(obs["shape"])
@@ -360,14 +459,19 @@ def load(path: Path, env_id: str | None, vecnormalize: Path | None = None) -> Im
         if len(shape) != 3 or obs.get("dtype") != "uint8":
             raise ImportError_(f"{path}: a CnnPolicy on observations of shape {shape}, dtype "
                                f"{obs.get('dtype')}: uint8 images are supported")
-        shape = (shape[1], shape[2], shape[0])
+        if spaces_from == "the zip's JSON fields":
+            shape = (shape[1], shape[2], shape[0])
     obs_space, act_space = check_spaces(env_id, shape, action, str(path))
     if cnn is not None and tuple(obs_space.shape) != shape:
         raise ImportError_(f"{path}: channel-first images from the env are not supported")
     act = _activation(data, algo, path)
     low = getattr(act_space, "low", None)
     high = getattr(act_space, "high", None)
-    layers = _layers(sd, algo, act, action, low, high, path, squash=_ars_squashes(data))
+    clip_mean = float(kwargs.get("clip_mean", 2.0))
+    layers = _layers(sd, algo, act, action, low, high, path, clip_mean,
+                     squash=_ars_squashes(data))
+    if cnn is None:
+        _check_network_fits(layers, obs_space, action, env_id, path)
     if vecnormalize is None and path.with_suffix(".vecnormalize.pkl").is_file():
         vecnormalize = path.with_suffix(".vecnormalize.pkl")
     if vecnormalize is None and (path.parent / "vecnormalize.pkl").is_file():
@@ -382,7 +486,6 @@ def load(path: Path, env_id: str | None, vecnormalize: Path | None = None) -> Im
     # SB3 clips a Gaussian policy's action to the bounds in predict(); so does the head
     # ("identity": the output clipped), so the network itself ends at the mean.
     clip_box = (low, high) if action["type"] == "box" else None
-    kwargs = data.get("policy_kwargs") if isinstance(data.get("policy_kwargs"), dict) else {}
     scale_images = bool(kwargs.get("normalize_images", True))
     if cnn is None:
         model = keras_mlp(obs["shape"], folded, name=f"sb3_{algo}")
@@ -391,7 +494,11 @@ def load(path: Path, env_id: str | None, vecnormalize: Path | None = None) -> Im
     source = {"kind": "stable-baselines3", "file": path.name, "sha256": sha256(path),
               "version": version, "algo": algo.upper(),
               "policy": "MlpPolicy" if cnn is None else "CnnPolicy",
-              "num_timesteps": data.get("num_timesteps")}
+              "num_timesteps": data.get("num_timesteps"), "spaces_from": spaces_from}
+    if data.get("use_sde"):
+        source["gsde"] = "the deterministic action is the mean; log_std and SDE parameters unused"
+    if renamed:
+        source["env_renamed"] = renamed
     if norm:
         source["vecnormalize"] = {"file": Path(vecnormalize).name,
                                   "sha256": sha256(vecnormalize),
@@ -400,8 +507,11 @@ def load(path: Path, env_id: str | None, vecnormalize: Path | None = None) -> Im
     # the output layer (and the rescale)
     n_head = 2 if algo in ("sac", "td3", "tqc") or (
         algo == "ars" and action["type"] == "box" and _ars_squashes(data)) else 1
+    if algo in ("sac", "tqc") and "actor.mu.0.weight" in sd:
+        n_head = 3                                  # the gSDE clip is two layers
+    ref_layers = _reference_layers(layers, sd, algo, clip_mean)
     return Imported(model=model, env_id=env_id, algo=f"sb3-{algo}", source=source,
-                    reference=numpy_reference(layers, norm, clip_box, cnn, scale_images),
+                    reference=numpy_reference(ref_layers, norm, clip_box, cnn, scale_images),
                     reference_name="SB3's forward in numpy float64 from the zip's tensors",
                     network={"type": "mlp" if cnn is None else "cnn", "activation": act,
                              "hidden": [int(k.shape[1]) for k, _, _ in layers[:-n_head]],
@@ -549,11 +659,13 @@ def _clipped(norm: dict, obs: np.ndarray) -> int:
 
 def guess_env(path: Path) -> str:
     """The env id from the file name (RL Zoo and the Hub name files after it, e.g.
-    ppo-LunarLander-v3.zip) when it names a registered Gymnasium id; else an error asking for
+    ppo-LunarLander-v3.zip) when it names a registered Gymnasium id (or a retired one that
+    current_env_id maps, as the zoo's LunarLander-v2.zip); else an error asking for
     --env."""
     import gymnasium as gym
     stem = path.stem
-    found = [e for e in gym.envs.registry if re.search(rf"(^|[-_/]){re.escape(e)}$", stem)]
+    ids = [*gym.envs.registry, *(e for e in RETIRED_IDS if e not in gym.envs.registry)]
+    found = [e for e in ids if re.search(rf"(^|[-_/]){re.escape(e)}$", stem)]
     if len(found) == 1:
         return found[0]
     raise ImportError_(f"{path}: which environment? give --env ID (the file name names "

@@ -1,0 +1,156 @@
+"""The RL Baselines3 Zoo's run folders as one import (`quarl-edge import ppo/MountainCar-v0_1/`).
+
+A zoo run (rl-trained-agents' ALGO/ENV_N/, or a user's logs/ALGO/ENV_N/) keeps beside the
+SB3 zip what the zoo's enjoy.py needs to play it: ENV/vecnormalize.pkl (the observation
+statistics), ENV/config.yml (the hyperparameters: normalize, env_wrapper, frame_stack, ...) and
+ENV/args.yml (the command line: the env id, env_kwargs). All of it is read here, so that
+nothing the policy depends on is silently dropped: what the board cannot reproduce (an env
+wrapper, frame stacking, env kwargs) is refused by name.
+
+The YAML files are untrusted like the zip. The zoo writes them with PyYAML's full dumper, as
+`!!python/object/apply:collections.OrderedDict` of [key, value] pairs; they are read with
+yaml.SafeLoader plus that one tag, built here as a plain dict; any other python tag is refused
+by name and nothing is constructed from it.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .common import ImportError_
+
+ORDERED_DICT_TAG = "tag:yaml.org,2002:python/object/apply:collections.OrderedDict"
+
+
+def _loader():
+    """yaml.SafeLoader that builds the zoo's OrderedDict tag as a dict, refusing other
+    python tags by name (a python/object/apply tag would call its function on load)."""
+    import yaml
+
+    class ZooLoader(yaml.SafeLoader):
+        pass
+
+    def ordered_dict(loader, node):
+        args = loader.construct_sequence(node, deep=True) if \
+            isinstance(node, yaml.SequenceNode) else []
+        pairs = args[0] if len(args) == 1 and isinstance(args[0], list) else None
+        if pairs is None or not all(isinstance(p, list) and len(p) == 2 for p in pairs):
+            raise ImportError_("an OrderedDict that is not a list of [key, value] pairs")
+        return {str(k): v for k, v in pairs}
+
+    def refuse(loader, suffix, node):
+        raise ImportError_(f"refused: the YAML tag !!python/{suffix} (it would run code); "
+                           "only the zoo's !!python/object/apply:collections.OrderedDict is read")
+
+    ZooLoader.add_constructor(ORDERED_DICT_TAG, ordered_dict)
+    ZooLoader.add_multi_constructor("tag:yaml.org,2002:python/", refuse)
+    return ZooLoader
+
+
+def read_yaml(path: Path) -> dict:
+    """A zoo YAML file (config.yml, args.yml) as a plain dict, read safely (see above)."""
+    import yaml
+    try:
+        data = yaml.load(Path(path).read_text(), Loader=_loader())   # noqa: S506 (safe loader)
+    except ImportError_ as e:
+        raise ImportError_(f"{path}: {e}") from None
+    except (yaml.YAMLError, OSError, UnicodeDecodeError) as e:
+        raise ImportError_(f"{path}: not a readable YAML file "
+                           f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ImportError_(f"{path}: a YAML {type(data).__name__}, not a mapping")
+    return data
+
+
+def _env_dir(folder: Path) -> Path | None:
+    """The ENV/ subfolder of a run (the one with config.yml or args.yml), if there is one."""
+    dirs = [d for d in sorted(folder.iterdir()) if d.is_dir() and
+            ((d / "config.yml").is_file() or (d / "args.yml").is_file())]
+    return dirs[0] if len(dirs) == 1 else None
+
+
+def is_run(folder: Path) -> bool:
+    """A folder that looks like a zoo run: an SB3 zip and an ENV/ with the zoo's YAML."""
+    return folder.is_dir() and _env_dir(folder) is not None and any(folder.glob("*.zip"))
+
+
+def beside(zip_path: Path) -> bool:
+    """An SB3 zip inside a zoo run (ENV.zip next to ENV/config.yml): imported as the run, so
+    that its VecNormalize statistics and config are not left out."""
+    d = zip_path.parent / zip_path.stem
+    return (d / "config.yml").is_file() or (d / "args.yml").is_file()
+
+
+def _find_zip(folder: Path, env_dir: Path) -> Path:
+    """The run's model as the zoo's enjoy.py picks it: ENV.zip, else the only zip."""
+    main = folder / f"{env_dir.name}.zip"
+    if main.is_file():
+        return main
+    zips = sorted(folder.glob("*.zip"))
+    if len(zips) == 1:
+        return zips[0]
+    raise ImportError_(f"{folder}: a zoo run without {main.name}; which of "
+                       f"{', '.join(z.name for z in zips) or 'no zip'}? import that zip")
+
+
+def _wrapper_names(value) -> list[str]:
+    """The zoo's env_wrapper: a class path, a list of them, or of {class path: kwargs}."""
+    items = value if isinstance(value, list) else [value]
+    return [next(iter(i)) if isinstance(i, dict) and i else str(i) for i in items]
+
+
+def _normalizes(value) -> bool:
+    """config.yml's normalize: true, a dict or its repr ("dict(norm_obs=True, ...)"), false."""
+    if isinstance(value, str):
+        return value.strip().lower() not in ("", "false", "none")
+    return bool(value)
+
+
+def check_config(config: dict, args: dict, where: Path) -> None:
+    """Refuse, by name, what the zoo did to the env that the board cannot reproduce."""
+    wrapper = config.get("env_wrapper")
+    if wrapper:
+        raise ImportError_(f"{where}: env_wrapper {', '.join(_wrapper_names(wrapper))} is not "
+                           "modelled on the board (the policy acts on the wrapped env's "
+                           "observations); not supported")
+    if config.get("frame_stack"):
+        raise ImportError_(f"{where}: frame_stack {config['frame_stack']} (VecFrameStack) is "
+                           "not reproduced on the board; not supported")
+    for source, key in ((args, "env_kwargs"), (config, "env_kwargs")):
+        if source.get(key):
+            raise ImportError_(f"{where}: env_kwargs {source[key]!r:.80} (a non-default env) "
+                               "are not supported")
+
+
+def load(folder: Path, env_id: str | None, vecnormalize: Path | None = None,
+         zip_path: Path | None = None):
+    """Import the zoo run `folder` (or `zip_path` inside it): the SB3 zip with ENV/'s
+    VecNormalize statistics, after checking ENV/config.yml and ENV/args.yml."""
+    from . import sb3
+
+    folder = Path(folder)
+    env_dir = _env_dir(folder)
+    if env_dir is None:
+        raise ImportError_(f"{folder}: not an RL Zoo run (no ENV/ folder with config.yml or "
+                           "args.yml)")
+    config = read_yaml(env_dir / "config.yml") if (env_dir / "config.yml").is_file() else {}
+    args = read_yaml(env_dir / "args.yml") if (env_dir / "args.yml").is_file() else {}
+    check_config(config, args, env_dir / "config.yml")
+    zip_path = Path(zip_path) if zip_path else _find_zip(folder, env_dir)
+    pkl = env_dir / "vecnormalize.pkl"
+    if vecnormalize is None and pkl.is_file():
+        vecnormalize = pkl
+    if vecnormalize is None and _normalizes(config.get("normalize")):
+        raise ImportError_(f"{env_dir / 'config.yml'}: normalize is "
+                           f"{config['normalize']!r} but {pkl} is missing (the policy needs "
+                           "its observation statistics)")
+    zoo_env = str(args.get("env") or env_dir.name)
+    imp = sb3.load(zip_path, env_id or zoo_env, vecnormalize)
+    imp.source["rl_zoo"] = {
+        "run": folder.name, "env": zoo_env, "algo": args.get("algo"),
+        "files": [p.relative_to(folder).as_posix() for p in
+                  (zip_path, env_dir / "config.yml", env_dir / "args.yml", pkl)
+                  if p.is_file() and folder in p.parents],
+        "normalize": config.get("normalize"), "policy": config.get("policy")}
+    return imp
