@@ -50,7 +50,8 @@ def test_the_fixtures_cover_both_exporters_and_opsets():
         assert {(net, "op13"), (net, "op20")} <= combos, net
     assert {MADE[f]["opset"] for f in MADE} >= {13, 20}
     assert {e["network"] for e in MADE.values() if e["exporter"] == "dynamo"} == \
-        {"ppo_cartpole_logits", "dqn_cartpole_q", "cleanrl_pendulum_actor"}
+        {"ppo_cartpole_logits", "dqn_cartpole_q", "ddpg_pendulum_actor",
+         "cleanrl_pendulum_actor"}
     # what the folding is for: these ops are in the real files
     ops = set().union(*(MADE[f]["ops"] for f in IMPORTED))
     assert {"Cast", "Shape", "Gather", "Unsqueeze", "Concat", "Reshape", "Constant"} <= ops

@@ -182,10 +182,13 @@ def _flattens(want, shape) -> bool:
     if shape is None or len(want) != 2 or len(shape) < 1:
         return False
     batch, rest = shape[0], shape[1:]
-    per_obs = None if any(isinstance(d, _Dim) or d == 0 for d in rest) else         int(np.prod(rest, dtype=np.int64))
+    per_obs = None if any(isinstance(d, _Dim) or d == 0 for d in rest) else \
+        int(np.prod(rest, dtype=np.int64))
     first, second = want
-    first_is_batch = (isinstance(first, _Dim) and first == batch) or         (not isinstance(first, _Dim) and (first == 0 or
-                                          (isinstance(batch, int) and batch and first == batch)))
+    if isinstance(first, _Dim):
+        first_is_batch = first == batch
+    else:   # 0 copies the input's dimension; a static batch may be written out
+        first_is_batch = first == 0 or (isinstance(batch, int) and batch > 0 and first == batch)
     if isinstance(second, _Dim):
         return False
     if second == -1:
@@ -285,7 +288,7 @@ class _Layer:
 
 def _graph_to_layers(model, where: str) -> tuple[list[_Layer], int, str]:
     """The nodes as a chain of Dense layers (see the module docstring); returns (layers, input
-    size, output name)."""
+    size, the graph's output name, the CNN front or None)."""
     g = model.graph
     nodes, raw, out_name = _fold(model, where)
     consts = {}
