@@ -6,7 +6,7 @@ export PYTHON VENV
 PY := $(VENV)/bin/python
 QE := $(VENV)/bin/quarl-edge
 
-.PHONY: setup demo demo-pretrained test test-core test-slow bench header wheel clean sb3-fixtures fuzz
+.PHONY: setup demo demo-pretrained test test-core test-slow bench header wheel clean sb3-fixtures onnx-fixtures fuzz
 
 setup:
 	./scripts/setup.sh
@@ -44,6 +44,16 @@ sb3-fixtures: setup
 	.venv-sb3/bin/python -m pip install -q "stable-baselines3==2.9.2" "numpy==1.26.4" \
 	    "gymnasium==1.3.0" "box2d==2.3.10" "pygame==2.1.3" "onnx==1.17.0"
 	.venv-sb3/bin/python tests/fixtures/sb3/make_fixtures.py
+
+# The real-exporter ONNX fixtures of tests/test_import_onnx_export.py (issue 23), remade by
+# torch.onnx.export in a side venv from the RL Zoo's agents: ZOO=a git mirror of
+# DLR-RM/rl-trained-agents holding the commit named in tests/fixtures/onnx-export/SOURCE.md.
+onnx-fixtures:
+	test -n "$(ZOO)" || (echo "give ZOO=path/to/rl-trained-agents (a git mirror)"; exit 2)
+	test -x .venv-onnx/bin/python || python3.11 -m venv .venv-onnx
+	.venv-onnx/bin/python -m pip install -q "torch==2.13.0" "stable-baselines3==2.9.2" \
+	    "gymnasium==1.3.0" onnx onnxscript
+	.venv-onnx/bin/python tests/fixtures/onnx-export/make_fixtures.py --zoo $(ZOO)
 
 # The firmware's frame parser and dispatch under libFuzzer + ASan + UBSan, 10 million inputs
 # (FUZZ_RUNS=N or FUZZ_SECONDS=S to change; `tests/fuzz/fuzz.py --variant stream` fuzzes one of the

@@ -73,7 +73,8 @@ RUN_KEYS = {
     "action_head": Key(str, choices=("argmax", "identity", "scale")),
 }
 
-ACTIVATIONS = {"linear": lambda x: x, "relu": lambda x: np.maximum(x, 0.0), "tanh": np.tanh}
+ACTIVATIONS = {"linear": lambda x: x, "relu": lambda x: np.maximum(x, 0.0), "tanh": np.tanh,
+               "relu6": lambda x: np.clip(x, 0.0, 6.0)}   # relu6: an ONNX Clip, imported
 
 
 def load_run(run_dir: Path) -> dict:
