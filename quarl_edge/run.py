@@ -158,7 +158,11 @@ def safe_load_keras(path: Path):
             raise QuarlError(f"{path}: not a readable HDF5 file ({e})") from None
         if raw is None:
             raise QuarlError(f"{path}: an HDF5 file without a Keras model config (weights only?)")
-        config = json.loads(raw.decode() if isinstance(raw, bytes) else raw)
+        try:
+            config = json.loads(raw.decode() if isinstance(raw, bytes) else raw)
+        except (ValueError, AttributeError) as e:    # JSONDecodeError, UnicodeDecodeError
+            raise QuarlError(f"{path}: its model_config is not a Keras model config "
+                             f"({type(e).__name__})") from None
     else:
         raise QuarlError(f"{path}: a Keras model is a .keras (or .h5) file")
     unsafe = sorted(set(_unsafe_layers(config)))
