@@ -619,7 +619,8 @@ def parser() -> argparse.ArgumentParser:
                         "for a model of several inputs an .npz with one such array per input, "
                         "named as the input (pos for serving_default_pos:0) or arr_K by position")
     g.add_argument("--random", type=positive_int, default=None, metavar="N",
-                   help="N random inputs over the input's range and beyond it (default 100)")
+                   help="N random inputs over the input's range and beyond it (default 100; "
+                        "at most 100000)")
     s.add_argument("--save-outputs", default=None, metavar="Y.npy|Y.npz",
                    help="write the board's outputs to this .npy (an .npz of one array per "
                         "output for a model of several outputs)")
@@ -747,6 +748,18 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _check_out_dir(out) -> None:
+    """Every command's --out is a directory (made if missing): refuse a file there or on its
+    way before anything runs."""
+    if out is None:
+        return
+    for p in [Path(out), *Path(out).parents]:
+        if p.exists():
+            if not p.is_dir():
+                raise QuarlError(f"--out {out}: {p} is a file, not a directory")
+            return
+
+
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
     if not args.verbose:
@@ -758,6 +771,7 @@ def main(argv=None) -> int:
             + [d for d in os.environ.get("QUARL_EDGE_BOARDS", "").split(os.pathsep) if d])
     import quarl_edge as qe
     try:
+        _check_out_dir(getattr(args, "out", None))
         return args.fn(args, qe) or EXIT_OK
     except QuarlError as e:
         if args.verbose:
