@@ -8,6 +8,8 @@ Exit codes:
        unsupported model, a missing toolchain, a board that does not answer
   3    a bug in quarl-edge (the traceback is printed: please report it)
   130  interrupted (Ctrl-C)
+  143  terminated (SIGTERM): handled like Ctrl-C, what the command started (QEMU, boards) is
+       stopped and its temporary folders removed
 
 Tables and results go to stdout (with --json, only the JSON does); progress bars, notes and
 errors go to stderr. TensorFlow, absl and gym's own messages are silenced unless -v is given.
@@ -18,7 +20,9 @@ import argparse
 import dataclasses
 import json
 import os
+import signal
 import sys
+import threading
 import traceback
 from pathlib import Path
 
@@ -26,6 +30,16 @@ from . import __version__
 from .errors import QuarlError, missing_extra
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USER_ERROR, EXIT_BUG, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_TERMINATED = 143        # 128 + SIGTERM, as a shell reports a process SIGTERM ended
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the command is: every cleanup of Ctrl-C runs for it too."""
+
+
+def _terminate(signum, frame):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)     # once: the cleanup is not interrupted
+    raise Terminated()
 
 ALGOS = ("dqn", "ppo", "sac", "td3", "ddpg")       # quarl_edge.rl.train.ALGOS (tested equal)
 SCHEMES = ("fp32", "fp16", "int8", "dyn-int8", "int16x8", "qat-int8", "qat-distill-int8",
@@ -762,6 +776,9 @@ def _check_out_dir(out) -> None:
 
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _terminate)
     if not args.verbose:
         from .noise import quiet_third_party
         quiet_third_party()
@@ -778,7 +795,10 @@ def main(argv=None) -> int:
             traceback.print_exc()
         print(f"quarl-edge: error: {e}", file=sys.stderr)
         return EXIT_USER_ERROR
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
+        if isinstance(e, Terminated):
+            print("quarl-edge: terminated", file=sys.stderr)
+            return EXIT_TERMINATED
         print("quarl-edge: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as e:
@@ -792,6 +812,9 @@ def main(argv=None) -> int:
         print(f"quarl-edge {__version__}: this is a bug in quarl-edge, not in your input; "
               "please report it with the traceback above", file=sys.stderr)
         return EXIT_BUG
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":
