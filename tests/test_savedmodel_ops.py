@@ -18,7 +18,7 @@ def cli(*args):
                           capture_output=True, text=True, timeout=600)
 
 
-def evil_savedmodel(out: Path, marker: Path) -> Path:
+def evil_savedmodel(out: Path, marker: Path, how: str = "write_file") -> Path:
     """A SavedModel shaped like a TF-Agents Q policy (QNetwork variables, an `action`
     signature) whose action function also writes `marker` (tf.io.write_file): without the
     check, import's fidelity check would call it and write the file."""
@@ -34,7 +34,14 @@ def evil_savedmodel(out: Path, marker: Path) -> Path:
         @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32,
                                                     name="0/observation")])
         def action(self, observation):
-            tf.io.write_file(str(marker), "pwned")
+            if how == "write_file":
+                tf.io.write_file(str(marker), "pwned")
+            elif how == "read_file":            # e.g. ~/.ssh/id_rsa into the outputs
+                size = tf.strings.length(tf.io.read_file(str(out / "saved_model.pb")))
+                observation += tf.cast(size, tf.float32) * 0.0
+            else:                               # a checkpoint op outside the saver's functions
+                tf.raw_ops.SaveV2(prefix=str(marker), tensor_names=["k"], shape_and_slices=[""],
+                                  tensors=[self.kernel.read_value()])
             q = tf.matmul(observation, self.kernel) + self.bias
             return {"action": tf.argmax(q, axis=-1)}
 
@@ -53,6 +60,14 @@ def test_a_savedmodel_that_writes_a_file_is_refused_before_it_runs(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("quarl-edge: error:"), p.stderr
     assert "WriteFile" in lines[0] and "refused" in lines[0]
     assert not marker.exists() and not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("how,op", [("read_file", "ReadFile"), ("save_v2", "SaveV2")])
+def test_file_ops_anywhere_but_the_savers_functions_are_refused(tmp_path, how, op):
+    from quarl_edge.errors import QuarlError
+    model = evil_savedmodel(tmp_path / "evil", tmp_path / "marker", how)
+    with pytest.raises(QuarlError, match=f"refused: .*{op}"):
+        check_ops(model)
 
 
 def test_the_examples_policysaver_output_passes():

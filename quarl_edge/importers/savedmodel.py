@@ -24,8 +24,9 @@ files, open sockets or call back into Python. So saved_model.pb is first parsed 
 (nothing runs) and `check_ops` reads every op of its graph and of every function of its
 library: each must be in POLICY_OPS (the math of TF-Agents' policies, from the PolicySaver
 outputs of every algorithm quarl-edge trains). Only the functions the SavedModel's saver names
-(its checkpoint save and restore, which TensorFlow's TF2 loader does not run) may also hold
-the checkpoint ops of CHECKPOINT_OPS. Anything else - WriteFile, ReadFile, PyFunc, a dataset,
+(its checkpoint save and restore, which TensorFlow's TF2 loader does not run, and which nothing
+else calls) may also hold the checkpoint ops of CHECKPOINT_OPS; a TF1 SavedModel (no object
+graph), whose loader would run the restore, is refused. Anything else - WriteFile, ReadFile, PyFunc, a dataset,
 a queue, an op of a custom library - is refused by name before tf.saved_model.load.
 """
 from __future__ import annotations
@@ -78,6 +79,9 @@ def check_ops(path: Path) -> None:
         raise ImportError_(f"{path}: saved_model.pb is not a SavedModel ({e})") from None
     bad: dict[str, set[str]] = {}
     for mg in sm.meta_graphs:
+        if not mg.object_graph_def.nodes:   # TF1: its loader runs the saver's restore op
+            raise ImportError_(f"{path}: a TF1 SavedModel (no object graph); import takes TF2 "
+                               "SavedModels (tf.saved_model.save, TF-Agents' PolicySaver)")
         graph = mg.graph_def
         functions = {f.signature.name: f for f in graph.library.function}
 
@@ -111,8 +115,8 @@ def check_ops(path: Path) -> None:
         raise ImportError_(
             f"{path}: refused: the SavedModel's graph holds the op{'s' if len(named) > 1 else ''}"
             f" {', '.join(named)} (e.g. {first} in {sorted(bad[first])[0]}), not the math of a "
-            "policy; nothing of it was run (a policy may use only: see README, "
-            "\"Bring your own policy\")")
+            "policy (README, \"Bring your own policy\", says what is allowed); nothing of it "
+            "was run")
 
 
 def _calls(node, functions) -> list[str]:
