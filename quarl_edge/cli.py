@@ -789,6 +789,9 @@ def main(argv=None) -> int:
     import quarl_edge as qe
     try:
         _check_out_dir(getattr(args, "out", None))
+        for d in args.boards_dir or ():
+            if not Path(d).is_dir():
+                raise QuarlError(f"--boards-dir {d}: no such directory")
         return args.fn(args, qe) or EXIT_OK
     except QuarlError as e:
         if args.verbose:

@@ -25,6 +25,8 @@ def here(tmp_path_factory):
     """A folder with the hostile inputs, the example run at run/."""
     d = tmp_path_factory.mktemp("hostile")
     copy_example_tree(d / "run")
+    copy_example_tree(d / "badrun")
+    (d / "badrun" / "qnet.keras").write_text("not a Keras model\n")
     (d / "afile").write_text("not a directory\n")
     (d / "adir").mkdir()
     from numpy.lib import format as npformat
@@ -72,6 +74,9 @@ CASES = {
     "study-hidden-string": (["study", "str.toml", "--out", "s"], "list of integers"),
     "train-hidden-abc": (["train", "--env", "CartPole-v1", "--steps", "100", "--out", "t",
                           "--set", 'hidden=["abc"]'], "list of integers"),
+    "boards-dir-missing": (["--boards-dir", "/nonexistent", "boards"], "no such directory"),
+    "hil-bad-keras-first": (["hil", "badrun", "--board", "host", "--episodes", "1"],
+                            "not a zip"),
     "train-hidden-string": (["train", "--env", "CartPole-v1", "--steps", "100", "--out", "t",
                              "--set", 'hidden="64"'], "list of integers"),
 }

@@ -108,6 +108,8 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
     _check_model_fits_env(mpath, env, head, run_dir / "run.json" if meta else mpath)
     env.close()
     stateful = has_state(mpath)
+    # the run's fp32 network before any episode: a run whose Keras file is refused stops here
+    fp32 = fp32_policy(run_dir) if meta is not None else None
     results_dir = Path(results_dir) if results_dir is not None else home / "results"
     results_dir.mkdir(parents=True, exist_ok=True)
     remove_stale(results_dir)
@@ -118,11 +120,11 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
     # written as episodes finish, renamed to log_path with the results: a failed run keeps the
     # previous results and log (and removes its own partial log)
     partial_log = own(log_path, "partial")
+    from tqdm import tqdm
+    bar = tqdm(total=4 * episodes, desc=f"hil {scheme} on {board.id}", unit="episode",
+               disable=not progress, leave=False)
     log = partial_log.open("w")
     try:
-        from tqdm import tqdm
-        bar = tqdm(total=4 * episodes, desc=f"hil {scheme} on {board.id}", unit="episode",
-                   disable=not progress, leave=False)
 
         def log_episode(tag):
             def f(s, ret, steps):
@@ -190,7 +192,6 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
 
         episodes_obs = [e[1] for e in episodes_played]
         if meta is not None:
-            fp32 = fp32_policy(run_dir)
             # feed-forward: every seed's episode in lockstep, one batch a step
             if fp32.layers is None:
                 fp32_returns = list(play_batched(env_id, fp32.fn, seeds, head=head,
@@ -258,6 +259,7 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
             write_atomic(results_dir / f"hil_{board.id}_{scheme}.json", text)
         return result
     finally:
+        bar.close()                  # (an error is then printed on a line of its own)
         log.close()
         partial_log.unlink(missing_ok=True)     # gone unless the run failed
 
