@@ -77,6 +77,8 @@ CASES = {
     "boards-dir-missing": (["--boards-dir", "/nonexistent", "boards"], "no such directory"),
     "hil-bad-keras-first": (["hil", "badrun", "--board", "host", "--episodes", "1"],
                             "not a zip"),
+    "validate-fp16": (["validate", "run/models/fp16.tflite", "--board", "host"],
+                      "float16 weights"),
     "train-hidden-string": (["train", "--env", "CartPole-v1", "--steps", "100", "--out", "t",
                              "--set", 'hidden="64"'], "list of integers"),
 }

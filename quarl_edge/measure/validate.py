@@ -5,7 +5,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import BoardReset, QuarlError
+from ..errors import BoardReset, ModelError, QuarlError
 from ..link.runner import RESET_REPLAYS, latency_summary
 from ..link.session import BoardSession
 from ..targets.boards import Board
@@ -27,6 +27,15 @@ def tensor_names(model_path: Path) -> tuple[list[str], list[str]]:
     from ..converters.tflite_model import load
     model = load(model_path)
     return [model.tensors[i].name for i in model.inputs], [t.name for t in model.output_tensors()]
+
+
+def _refuse_fp16(model_path: Path) -> None:
+    """An fp16 model gets the refusal `build` gives (README), not TF Lite Micro's raw error."""
+    from ..converters.tflite_model import load
+    if any(t.dtype == "float16" for t in load(model_path).tensors):
+        raise ModelError(f"{model_path}: float16 weights (an fp16-quantized model) are not "
+                         "deployable: TF Lite Micro cannot run it, so there is nothing to be "
+                         "bit-exact with; use the fp32 or a full-integer model")
 
 
 def output_name(model_path: Path) -> str:
@@ -176,6 +185,7 @@ def validate(model_path: Path, board: Board, out_dir: Path, inputs: Path | None 
         raise QuarlError(f"--random {random_n}: at most {MAX_INPUTS:,} inputs per validate")
     if save_outputs is not None:
         save_outputs = check_output_file(save_outputs, "--save-outputs")
+    _refuse_fp16(model_path)
     ref = host_reference(model_path, micro=True)   # TF Lite Micro (int8-acc: its head readout)
     in_names, out_names = tensor_names(model_path)
     if save_outputs is not None and len(ref.outputs) > 1 and Path(save_outputs).suffix != ".npz":
