@@ -117,7 +117,16 @@ def load_keras(run_dir: Path):
     path = keras_path(run_dir)
     if not path.is_file():
         raise QuarlError(f"no trained model at {path}: run `train` into {run_dir} first")
-    return safe_load_keras(path)
+    model = safe_load_keras(path)
+    meta = load_run(run_dir) if (Path(run_dir) / "run.json").is_file() else None
+    # (a recurrent run's network also takes a time axis and its state)
+    if meta and not (meta.get("network") or {}).get("recurrent") and isinstance(
+            model.input_shape, tuple):
+        want, has = tuple(meta["obs_shape"]), tuple(model.input_shape[1:])
+        if len(has) != len(want) or any(h is not None and h != w for h, w in zip(has, want)):
+            raise QuarlError(f"{Path(run_dir) / 'run.json'}: obs_shape {list(want)}, but "
+                             f"{path.name} takes observations of shape {list(has)}")
+    return model
 
 
 ZIP_MAGIC, HDF5_MAGIC = b"PK\x03\x04", b"\x89HDF\r\n\x1a\n"

@@ -52,3 +52,20 @@ def test_two_hil_and_two_bench_at_once_keep_both_results(tmp_path):
         ("fp32", 1), ("fp32", 2), ("int8", 1), ("int8", 2)]
     assert all(r["returns"] == r["micro_returns"] for r in rows)
     assert not [p.name for p in results.iterdir() if p.name.endswith((".partial", ".tmp"))]
+
+
+def test_a_killed_runs_temporary_files_are_removed_by_the_next(tmp_path):
+    from quarl_edge.measure.files import remove_stale
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        names = [f"bench.jsonl.{dead.pid}.partial", f"hil_host_int8.json.{dead.pid}.tmp",
+                 f"bench.jsonl.{alive.pid}.partial", "bench.jsonl"]
+        for n in names:
+            (tmp_path / n).write_text("x\n")
+        remove_stale(tmp_path)
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names[2:])
+    finally:
+        alive.kill()
+        alive.wait()

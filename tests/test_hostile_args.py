@@ -3,6 +3,7 @@ parents, absurd sizes, non-UTF-8 and wrong-type configs, empty lists. Each gives
 line on stderr, `quarl-edge: error: ...`, and exit 2 (never 3), and writes nothing."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -27,6 +28,9 @@ def here(tmp_path_factory):
     copy_example_tree(d / "run")
     copy_example_tree(d / "badrun")
     (d / "badrun" / "qnet.keras").write_text("not a Keras model\n")
+    copy_example_tree(d / "shaperun")               # run.json disagrees with its network
+    meta = json.loads((d / "shaperun" / "run.json").read_text())
+    (d / "shaperun" / "run.json").write_text(json.dumps({**meta, "obs_shape": [5]}))
     (d / "afile").write_text("not a directory\n")
     (d / "adir").mkdir()
     from numpy.lib import format as npformat
@@ -79,6 +83,8 @@ CASES = {
                             "not a zip"),
     "validate-fp16": (["validate", "run/models/fp16.tflite", "--board", "host"],
                       "float16 weights"),
+    "run-obs-shape-disagrees": (["hil", "shaperun", "--board", "host", "--episodes", "1"],
+                                "obs_shape [5]"),
     "train-hidden-string": (["train", "--env", "CartPole-v1", "--steps", "100", "--out", "t",
                              "--set", 'hidden="64"'], "list of integers"),
 }
