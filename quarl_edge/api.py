@@ -157,6 +157,7 @@ class HilResult:
     memory: dict
     link: dict = field(default_factory=dict)   # retries, ..., resets, replayed_episodes
     results: str = ""                 # the JSON file written
+    episodes_log: str = ""            # its per-episode log (JSON lines)
     host_interpreter: str = "tflite-runtime"   # the host's TFLite interpreter and its version
                                                # (quarl_edge/tflite_host.py: or LiteRT)
 

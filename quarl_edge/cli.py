@@ -8,6 +8,8 @@ Exit codes:
        unsupported model, a missing toolchain, a board that does not answer
   3    a bug in quarl-edge (the traceback is printed: please report it)
   130  interrupted (Ctrl-C)
+  143  terminated (SIGTERM): handled like Ctrl-C, what the command started (QEMU, boards) is
+       stopped and its temporary folders removed
 
 Tables and results go to stdout (with --json, only the JSON does); progress bars, notes and
 errors go to stderr. TensorFlow, absl and gym's own messages are silenced unless -v is given.
@@ -18,7 +20,9 @@ import argparse
 import dataclasses
 import json
 import os
+import signal
 import sys
+import threading
 import traceback
 from pathlib import Path
 
@@ -26,6 +30,16 @@ from . import __version__
 from .errors import QuarlError, missing_extra
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USER_ERROR, EXIT_BUG, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_TERMINATED = 143        # 128 + SIGTERM, as a shell reports a process SIGTERM ended
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the command is: every cleanup of Ctrl-C runs for it too."""
+
+
+def _terminate(signum, frame):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)     # once: the cleanup is not interrupted
+    raise Terminated()
 
 ALGOS = ("dqn", "ppo", "sac", "td3", "ddpg")       # quarl_edge.rl.train.ALGOS (tested equal)
 SCHEMES = ("fp32", "fp16", "int8", "dyn-int8", "int16x8", "qat-int8", "qat-distill-int8",
@@ -625,7 +639,8 @@ def parser() -> argparse.ArgumentParser:
                         "for a model of several inputs an .npz with one such array per input, "
                         "named as the input (pos for serving_default_pos:0) or arr_K by position")
     g.add_argument("--random", type=positive_int, default=None, metavar="N",
-                   help="N random inputs over the input's range and beyond it (default 100)")
+                   help="N random inputs over the input's range and beyond it (default 100; "
+                        "at most 100000)")
     s.add_argument("--save-outputs", default=None, metavar="Y.npy|Y.npz",
                    help="write the board's outputs to this .npy (an .npz of one array per "
                         "output for a model of several outputs)")
@@ -753,8 +768,23 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _check_out_dir(out) -> None:
+    """Every command's --out is a directory (made if missing): refuse a file there or on its
+    way before anything runs."""
+    if out is None:
+        return
+    for p in [Path(out), *Path(out).parents]:
+        if p.exists():
+            if not p.is_dir():
+                raise QuarlError(f"--out {out}: {p} is a file, not a directory")
+            return
+
+
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _terminate)
     if not args.verbose:
         from .noise import quiet_third_party
         quiet_third_party()
@@ -764,13 +794,20 @@ def main(argv=None) -> int:
             + [d for d in os.environ.get("QUARL_EDGE_BOARDS", "").split(os.pathsep) if d])
     import quarl_edge as qe
     try:
+        _check_out_dir(getattr(args, "out", None))
+        for d in args.boards_dir or ():
+            if not Path(d).is_dir():
+                raise QuarlError(f"--boards-dir {d}: no such directory")
         return args.fn(args, qe) or EXIT_OK
     except QuarlError as e:
         if args.verbose:
             traceback.print_exc()
         print(f"quarl-edge: error: {e}", file=sys.stderr)
         return EXIT_USER_ERROR
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
+        if isinstance(e, Terminated):
+            print("quarl-edge: terminated", file=sys.stderr)
+            return EXIT_TERMINATED
         print("quarl-edge: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as e:
@@ -784,6 +821,9 @@ def main(argv=None) -> int:
         print(f"quarl-edge {__version__}: this is a bug in quarl-edge, not in your input; "
               "please report it with the traceback above", file=sys.stderr)
         return EXIT_BUG
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

@@ -118,7 +118,16 @@ def load_keras(run_dir: Path):
     path = keras_path(run_dir)
     if not path.is_file():
         raise QuarlError(f"no trained model at {path}: run `train` into {run_dir} first")
-    return safe_load_keras(path)
+    model = safe_load_keras(path)
+    meta = load_run(run_dir) if (Path(run_dir) / "run.json").is_file() else None
+    # (a recurrent run's network also takes a time axis and its state)
+    if meta and not (meta.get("network") or {}).get("recurrent") and isinstance(
+            model.input_shape, tuple):
+        want, has = tuple(meta["obs_shape"]), tuple(model.input_shape[1:])
+        if len(has) != len(want) or any(h is not None and h != w for h, w in zip(has, want)):
+            raise QuarlError(f"{Path(run_dir) / 'run.json'}: obs_shape {list(want)}, but "
+                             f"{path.name} takes observations of shape {list(has)}")
+    return model
 
 
 ZIP_MAGIC, HDF5_MAGIC = b"PK\x03\x04", b"\x89HDF\r\n\x1a\n"
@@ -159,7 +168,11 @@ def safe_load_keras(path: Path):
             raise QuarlError(f"{path}: not a readable HDF5 file ({e})") from None
         if raw is None:
             raise QuarlError(f"{path}: an HDF5 file without a Keras model config (weights only?)")
-        config = json.loads(raw.decode() if isinstance(raw, bytes) else raw)
+        try:
+            config = json.loads(raw.decode() if isinstance(raw, bytes) else raw)
+        except (ValueError, AttributeError) as e:    # JSONDecodeError, UnicodeDecodeError
+            raise QuarlError(f"{path}: its model_config is not a Keras model config "
+                             f"({type(e).__name__})") from None
     else:
         raise QuarlError(f"{path}: a Keras model is a .keras (or .h5) file")
     unsafe = sorted(set(_unsafe_layers(config)))

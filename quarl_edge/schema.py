@@ -113,3 +113,13 @@ def check(table, keys: dict[str, Key], where: str, error=QuarlError,
             continue
         check_value(key, table[key], spec, where, error)
     return table
+
+
+def int_sizes(key: str, value) -> tuple[int, ...]:
+    """A list of integers (layer sizes: hidden = [64, 64]) as a tuple; a string is refused
+    (hidden = "64" is not the network (6, 4)), and so is any item that is not an integer."""
+    import numbers
+    if not isinstance(value, (list, tuple)) or not all(
+            isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in value):
+        raise QuarlError(f"'{key}' must be a list of integers (e.g. [64, 64]), got {value!r}")
+    return tuple(int(v) for v in value)

@@ -17,7 +17,17 @@ The hidden layers' activation is not in the variables (TF-Agents' default is rel
 relu and tanh is tried, and the import keeps the one whose actions equal the SavedModel's own
 `action` signature (the source framework) on the fidelity observations, or fails.
 A policy with state (an RNN policy: get_initial_state returns tensors) is refused until
-recurrent policies are supported. Loading a SavedModel runs its TensorFlow graph, not Python.
+recurrent policies are supported.
+
+Loading a SavedModel runs its TensorFlow graph (not Python), and a graph can read and write
+files, open sockets or call back into Python. So saved_model.pb is first parsed as a protobuf
+(nothing runs) and `check_ops` reads every op of its graph and of every function of its
+library: each must be in POLICY_OPS (the math of TF-Agents' policies, from the PolicySaver
+outputs of every algorithm quarl-edge trains). Only the functions the SavedModel's saver names
+(its checkpoint save and restore, which TensorFlow's TF2 loader does not run, and which nothing
+else calls) may also hold the checkpoint ops of CHECKPOINT_OPS; a TF1 SavedModel (no object
+graph), whose loader would run the restore, is refused. Anything else - WriteFile, ReadFile, PyFunc, a dataset,
+a queue, an op of a custom library - is refused by name before tf.saved_model.load.
 """
 from __future__ import annotations
 
@@ -31,7 +41,96 @@ from ..run import keras_mlp
 from .common import Imported, ImportError_, check_spaces, diagonal_scale, env_action, sha256
 
 
+# Every op type in the PolicySaver outputs of quarl-edge's DQN, PPO (categorical and normal),
+# SAC, TD3 and DDPG runs and of a TF-Agents recurrent Q policy (refused later, for its state),
+# and the few more a policy's math may use (Softmax, Sigmoid, Cast, Sub, ...). All pure math on
+# tensors and the policy's own variables.
+POLICY_OPS = frozenset("""
+    Add AddV2 ArgMax AssignVariableOp BiasAdd BroadcastArgs BroadcastTo Cast ConcatV2 Const
+    DisableCopyOnRead Equal Exp ExpandDims Fill GatherV2 Identity IdentityN MatMul Maximum Mean
+    Minimum Mul NoOp OnesLike Pack PartitionedCall Placeholder Prod Range RealDiv ReadVariableOp
+    Relu Reshape Select SelectV2 Shape Sigmoid Softmax Softplus Split Square Squeeze
+    StatefulPartitionedCall StopGradient StridedSlice Sub Sum Tanh Transpose Unpack VarHandleOp
+    ZerosLike
+""".split())
+# What a SavedModel's own checkpoint functions (its saver_def's save and restore) are made of.
+CHECKPOINT_OPS = frozenset("""
+    MergeV2Checkpoints RestoreV2 SaveV2 ShardedFilename StaticRegexFullMatch StringJoin
+""".split())
+# Named in the refusal: what reads or writes files, talks to the network or other processes,
+# or calls Python (a partial list: anything not in POLICY_OPS is refused anyway).
+DANGEROUS_OPS = frozenset("""
+    WriteFile ReadFile MatchingFiles PyFunc PyFuncStateless EagerPyFunc ImmutableConst
+    Print PrintV2 DebugIdentity DebugIdentityV2 DebugIdentityV3 WholeFileReader WholeFileReaderV2
+    SaveV2 RestoreV2 Save Restore SaveSlices RestoreSlice MergeV2Checkpoints
+    WriteSummary WriteScalarSummary CreateSummaryFileWriter
+""".split())
+
+
+def check_ops(path: Path) -> None:
+    """Refuse a SavedModel whose graph or functions hold an op outside POLICY_OPS (see the
+    module docstring), reading saved_model.pb only as a protobuf."""
+    from google.protobuf.message import DecodeError
+    from tensorflow.core.protobuf import saved_model_pb2
+    sm = saved_model_pb2.SavedModel()
+    try:
+        sm.ParseFromString((path / "saved_model.pb").read_bytes())
+    except (DecodeError, OSError) as e:
+        raise ImportError_(f"{path}: saved_model.pb is not a SavedModel ({e})") from None
+    bad: dict[str, set[str]] = {}
+    for mg in sm.meta_graphs:
+        if not mg.object_graph_def.nodes:   # TF1: its loader runs the saver's restore op
+            raise ImportError_(f"{path}: a TF1 SavedModel (no object graph); import takes TF2 "
+                               "SavedModels (tf.saved_model.save, TF-Agents' PolicySaver)")
+        graph = mg.graph_def
+        functions = {f.signature.name: f for f in graph.library.function}
+
+        def reachable(roots) -> set[str]:
+            seen, todo = set(), [r for r in roots if r in functions]
+            while todo:
+                name = todo.pop()
+                if name not in seen:
+                    seen.add(name)
+                    todo += [c for n in functions[name].node_def for c in _calls(n, functions)]
+            return seen
+
+        saver = {mg.saver_def.save_tensor_name.split(":")[0], mg.saver_def.restore_op_name}
+        # what loading and calling the policy may run: every graph node but the saver's, and
+        # every function the object graph holds (its methods and signatures)
+        runs = reachable([c for n in graph.node if n.name not in saver for c in
+                          _calls(n, functions)] + list(mg.object_graph_def.concrete_functions))
+        checkpoint = reachable(c for n in graph.node if n.name in saver
+                               for c in _calls(n, functions)) - runs
+        for where, nodes, extra in (
+                [("the graph", graph.node, frozenset())]
+                + [(f"function {name}", f.node_def,
+                    CHECKPOINT_OPS if name in checkpoint else frozenset())
+                   for name, f in functions.items()]):
+            for n in nodes:
+                if n.op not in POLICY_OPS and n.op not in extra and n.op not in functions:
+                    bad.setdefault(n.op, set()).add(where)
+    if bad:
+        named = sorted(bad, key=lambda op: (op not in DANGEROUS_OPS, op))
+        first = named[0]
+        raise ImportError_(
+            f"{path}: refused: the SavedModel's graph holds the op{'s' if len(named) > 1 else ''}"
+            f" {', '.join(named)} (e.g. {first} in {sorted(bad[first])[0]}), not the math of a "
+            "policy (README, \"Bring your own policy\", says what is allowed); nothing of it "
+            "was run")
+
+
+def _calls(node, functions) -> list[str]:
+    """The functions a node calls: its op itself, or a function in its attributes (f of
+    (Stateful)PartitionedCall, the branches of If/Case, ...)."""
+    out = [node.op] if node.op in functions else []
+    for a in node.attr.values():
+        out += [a.func.name] if a.func.name else []
+        out += [f.name for f in a.list.func]
+    return out
+
+
 def _load(path: Path):
+    check_ops(path)
     import tensorflow as tf
     import tensorflow_probability  # noqa: F401  (registers the distributions' type specs)
     import tf_agents.policies  # noqa: F401      (and TF-Agents' own)

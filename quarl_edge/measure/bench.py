@@ -54,6 +54,7 @@ from ..link.session import BoardSession
 from ..rl.envs import default_head, make_gym, output_to_action
 from ..run import load_keras, load_run, tflite_path
 from ..targets.boards import Board, all_boards, get_board
+from .files import locked, own, remove_stale, write_atomic
 
 PRECISIONS = ("fp32", "int8")
 BENCH_MAX_N = 65535        # BENCH's n is a u16 (docs/protocol.md)
@@ -69,6 +70,9 @@ def select_boards(spec: str) -> list[Board]:
             out += [b for b in boards.values() if b.kind == "emulated"]
         else:
             out.append(get_board(item))
+    if not out:
+        raise QuarlError(f"no board in --boards {spec!r}: give board ids (comma-separated) or "
+                         "all-emulated")
     return list({b.id: b for b in out}.values())
 
 
@@ -181,8 +185,10 @@ def run_bench(run_dir: Path, boards: list[Board], n: int = 100, out: Path | None
               drive: str | None = None, episodes: int = 0,
               env_id: str | None = None) -> list[dict]:
     """Every (board, precision) cell: one row each, written as it finishes to
-    OUT/bench.jsonl.partial (default OUT: RUN/results), which becomes OUT/bench.jsonl when all
-    cells are done, then OUT/bench.md: a bench that fails keeps the previous results.
+    OUT/bench.jsonl.PID.partial (default OUT: RUN/results); when all cells are done they are
+    merged into OUT/bench.jsonl (replacing the rows of the same run, board, precision and
+    seeds, keeping the others: two benches at once keep both) and OUT/bench.md is made from it.
+    A bench that fails keeps the previous results.
     `episodes` > 0: each row also gets the return of that many episodes on the board (seeds
     0..episodes-1; see the module docstring). `progress`: a bar over the cells on stderr.
 
@@ -195,6 +201,8 @@ def run_bench(run_dir: Path, boards: list[Board], n: int = 100, out: Path | None
                          f"got {n!r}")
     if not isinstance(episodes, int) or isinstance(episodes, bool) or episodes < 0:
         raise QuarlError(f"episodes must be an integer >= 0, got {episodes!r}")
+    if not boards:     # an empty result would replace nothing: a usage error
+        raise QuarlError("bench needs at least one board")
     run_dir = Path(run_dir)
     bare = run_dir.suffix == ".tflite"
     if bare:
@@ -224,33 +232,61 @@ def run_bench(run_dir: Path, boards: list[Board], n: int = 100, out: Path | None
     obs = np.load(calib)[0] if calib.is_file() and not bare else None
     if obs is None and meta["env"] is not None:
         obs = np.asarray(make_gym(meta["env"]).reset(seed=0)[0], np.float32)
-    out = out or home / "results"
+    out = Path(out or home / "results")
     out.mkdir(parents=True, exist_ok=True)
+    remove_stale(out)
     rows = []
     from tqdm import tqdm
     bar = tqdm(total=len(boards) * len(precisions), desc="bench", unit="cell",
                disable=not progress, leave=False)
-    partial = out / "bench.jsonl.partial"
-    with partial.open("w") as log:
-        for board in boards:
-            for scheme in precisions:
-                bar.set_postfix_str(f"{board.id} {scheme}")
-                x = obs if obs is not None else np.zeros(1, np.float32)
-                try:
-                    row = bench_cell(run_dir, board, scheme, n, x, flasher, drive, play_spec)
-                except QuarlError as e:        # e.g. does not fit: a result too, not a crash
-                    row = {"board": board.id, "cpu": board.cpu, "precision": scheme, "error": str(e)}
-                row = {**row, "run": str(run_dir), "env": meta["env"], "algo": meta.get("algo")}
-                rows.append(row)
-                log.write(json.dumps(row) + "\n")
-                log.flush()
-                bar.update(1)
-    bar.close()
-    partial.replace(out / "bench.jsonl")
-    tmp = out / "bench.md.tmp"
-    tmp.write_text(markdown(rows))
-    tmp.replace(out / "bench.md")
+    partial = own(out / "bench.jsonl", "partial")
+    try:
+        with partial.open("w") as log:
+            for board in boards:
+                for scheme in precisions:
+                    bar.set_postfix_str(f"{board.id} {scheme}")
+                    x = obs if obs is not None else np.zeros(1, np.float32)
+                    try:
+                        row = bench_cell(run_dir, board, scheme, n, x, flasher, drive, play_spec)
+                    except QuarlError as e:        # e.g. does not fit: a result too, not a crash
+                        row = {"board": board.id, "cpu": board.cpu, "precision": scheme,
+                               "error": str(e)}
+                    row = {**row, "run": str(run_dir), "env": meta["env"], "algo": meta.get("algo")}
+                    rows.append(row)
+                    log.write(json.dumps(row) + "\n")
+                    log.flush()
+                    bar.update(1)
+    finally:
+        bar.close()
+        partial.unlink(missing_ok=True)      # a failed bench leaves the previous results
+    with locked(out):    # another bench may be merging its rows into the same files
+        merged = merge_rows(out / "bench.jsonl", rows)
+        write_atomic(out / "bench.jsonl", "".join(r if isinstance(r, str) else
+                                                   json.dumps(r) + "\n" for r in merged))
+        write_atomic(out / "bench.md", markdown([r for r in merged if isinstance(r, dict)]))
     return rows
+
+
+def row_key(row: dict) -> tuple:
+    """Rows of the same cell: a later bench of it replaces the earlier row."""
+    return (row.get("run"), row.get("board"), row.get("precision"), tuple(row.get("seeds") or ()))
+
+
+def merge_rows(path: Path, rows: list[dict]) -> list:
+    """The rows already in `path` (a bench.jsonl; a line that is not a row is kept as it is),
+    those of the cells in `rows` replaced by them, and the new ones after them."""
+    new = {row_key(r): r for r in rows}
+    merged: list = []
+    for line in (path.read_text().splitlines(True) if path.is_file() else []):
+        try:
+            old = json.loads(line)
+        except ValueError:
+            old = None
+        if not isinstance(old, dict) or not {"board", "cpu", "precision"} <= set(old):
+            merged.append(line if line.endswith("\n") else line + "\n")
+        elif row_key(old) not in new:
+            merged.append(old)
+    return merged + rows
 
 
 def speedups(rows: list[dict]) -> dict[str, float]:

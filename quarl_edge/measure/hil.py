@@ -27,6 +27,7 @@ from ..rl.envs import default_head, make_gym, play_batched
 from ..rl.envs import output_to_action as to_action
 from ..run import keras_call, load_keras, load_run, tflite_path
 from ..targets.boards import Board
+from .files import locked, own, remove_stale, write_atomic
 from .reference import TFLiteRuntime, has_state, host_reference, micro_reference
 
 
@@ -76,8 +77,10 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
     """Play `episodes` episodes of the run's env on seeds seed.. with the board choosing every
     action, then the same seeds with the same model on tflite-runtime, on TF Lite Micro (the
     reference the firmware is bit-exact with: board_equals_reference says whether the board's
-    returns are its returns, episode by episode) and with the fp32 network. Writes results_dir (default RUN/results)/hil_<board>_<scheme>.json and the
-    per-episode log beside it; builds into build_dir (default RUN/build/<board>/<scheme>).
+    returns are its returns, episode by episode) and with the fp32 network. Writes results_dir
+    (default RUN/results)/hil_<board>_<scheme>_seeds<first>-<last>.json and its per-episode log
+    (.episodes.jsonl, named in the result) beside it, and copies both to
+    hil_<board>_<scheme>.json / .episodes.jsonl (the latest); builds into build_dir (default RUN/build/<board>/<scheme>).
     `progress`: a bar per episode on stderr.
 
     `run_dir` may also be a bare MODEL.tflite: then `env_id` names the env, `scheme` is only
@@ -105,143 +108,160 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
     _check_model_fits_env(mpath, env, head, run_dir / "run.json" if meta else mpath)
     env.close()
     stateful = has_state(mpath)
+    # the run's fp32 network before any episode: a run whose Keras file is refused stops here
+    fp32 = fp32_policy(run_dir) if meta is not None else None
     results_dir = Path(results_dir) if results_dir is not None else home / "results"
     results_dir.mkdir(parents=True, exist_ok=True)
-    log_path = results_dir / f"hil_{board.id}_{scheme}.episodes.jsonl"
+    remove_stale(results_dir)
+    # one result per board, model and seeds (two runs at once keep both: files.py), and the
+    # latest of the board and model under the plain name hil_<board>_<model>.json
+    key = f"hil_{board.id}_{scheme}_seeds{seed}-{seed + episodes - 1}"
+    log_path = results_dir / f"{key}.episodes.jsonl"
     # written as episodes finish, renamed to log_path with the results: a failed run keeps the
-    # previous results and log (and leaves its own partial log beside them)
-    partial_log = log_path.with_name(log_path.name + ".partial")
-    log = partial_log.open("w")
+    # previous results and log (and removes its own partial log)
+    partial_log = own(log_path, "partial")
     from tqdm import tqdm
     bar = tqdm(total=4 * episodes, desc=f"hil {scheme} on {board.id}", unit="episode",
                disable=not progress, leave=False)
+    log = partial_log.open("w")
+    try:
 
-    def log_episode(tag):
-        def f(s, ret, steps):
-            log.write(json.dumps({"who": tag, "seed": s, "return": ret, "steps": steps}) + "\n")
-            log.flush()
-            bar.set_postfix_str(f"{tag} seed {s}: {ret:.1f}")
-            bar.update(1)
-        return f
+        def log_episode(tag):
+            def f(s, ret, steps):
+                log.write(json.dumps({"who": tag, "seed": s, "return": ret, "steps": steps})
+                          + "\n")
+                log.flush()
+                bar.set_postfix_str(f"{tag} seed {s}: {ret:.1f}")
+                bar.update(1)
+            return f
 
-    costs: list[int] = []
-    build_dir = Path(build_dir) if build_dir is not None else home / "build" / board.id / scheme
-    with BoardSession(mpath, board, build_dir, port=port,
-                      flasher=flasher, drive=drive) as s:
-        in_spec, out_spec = s.info.inputs[0], s.info.outputs[0]
-        if in_spec.dtype != "float32":
-            raise QuarlError("HIL needs a model with float input (quantize with float I/O)")
+        costs: list[int] = []
+        build_dir = Path(build_dir) if build_dir is not None else home / "build" / board.id / scheme
+        with BoardSession(mpath, board, build_dir, port=port,
+                          flasher=flasher, drive=drive) as s:
+            in_spec, out_spec = s.info.inputs[0], s.info.outputs[0]
+            if in_spec.dtype != "float32":
+                raise QuarlError("HIL needs a model with float input (quantize with float I/O)")
 
-        def board_act(obs):
-            (y,), cost = s.link.infer([obs.reshape(in_spec.shape)])
-            costs.append(cost)
-            return to_action(dequantized(y, out_spec), space, head)
+            def board_act(obs):
+                (y,), cost = s.link.infer([obs.reshape(in_spec.shape)])
+                costs.append(cost)
+                return to_action(dequantized(y, out_spec), space, head)
 
-        replayed = 0
-        reset = s.link.reset_state if stateful else None
+            replayed = 0
+            reset = s.link.reset_state if stateful else None
 
-        def board_episode(sd):   # an episode a board reset interrupted is played again
-            nonlocal replayed
-            for replay in range(RESET_REPLAYS + 1):
-                mark = len(costs)
-                try:
-                    return play(env_id, board_act, [sd], log_episode("board"), on_start=reset,
-                                on_end=reset)
-                except BoardReset:
-                    del costs[mark:]
-                    if replay == RESET_REPLAYS:
-                        raise
-                    replayed += 1
+            def board_episode(sd):   # an episode a board reset interrupted is played again
+                nonlocal replayed
+                for replay in range(RESET_REPLAYS + 1):
+                    mark = len(costs)
+                    try:
+                        return play(env_id, board_act, [sd], log_episode("board"), on_start=reset,
+                                    on_end=reset)
+                    except BoardReset:
+                        del costs[mark:]
+                        if replay == RESET_REPLAYS:
+                            raise
+                        replayed += 1
 
-        t0 = time.perf_counter()
-        episodes_played = [board_episode(sd) for sd in seeds]
-        wall = time.perf_counter() - t0
-        returns = [r for e in episodes_played for r in e[0]]
-        board_actions = [a for e in episodes_played for a in e[2]]
-        memory = s.memory()
-        unit = s.info.cost_unit
-        link = {**s.link.report(), "replayed_episodes": replayed}
+            t0 = time.perf_counter()
+            episodes_played = [board_episode(sd) for sd in seeds]
+            wall = time.perf_counter() - t0
+            returns = [r for e in episodes_played for r in e[0]]
+            board_actions = [a for e in episodes_played for a in e[2]]
+            memory = s.memory()
+            unit = s.info.cost_unit
+            link = {**s.link.report(), "replayed_episodes": replayed}
 
-    host = host_reference(mpath)   # tflite-runtime (int8-acc: the head's accumulator readout)
-    host_returns, _, host_actions = play(env_id, lambda o: to_action(host.run([o])[0], space, head),
-                                         seeds, log_episode("tflite-runtime"),
-                                         on_start=host.reset if stateful else None)
-    # TF Lite Micro's reference kernels, which the firmware is bit-exact with: tflite-runtime's
-    # own int8 kernels differ from them in places (int8 TANH and LOGISTIC round differently), so
-    # the board's return must equal this one; TFLM cannot run fp16 and hybrid models (None).
-    micro, micro_returns = micro_reference(mpath), None
-    if micro is None:
-        bar.update(episodes)
-    else:
-        micro_returns, _, micro_actions = play(
-            env_id, lambda o: to_action(micro.run([o])[0], space, head), seeds,
-            log_episode("tflm"), on_start=micro.reset if stateful else None)
-    ref_actions = host_actions if micro is None else micro_actions
+        host = host_reference(mpath)   # tflite-runtime (int8-acc: the head's accumulator readout)
+        host_returns, _, host_actions = play(env_id,
+                                             lambda o: to_action(host.run([o])[0], space, head),
+                                             seeds, log_episode("tflite-runtime"),
+                                             on_start=host.reset if stateful else None)
+        # TF Lite Micro's reference kernels, which the firmware is bit-exact with: tflite-runtime's
+        # own int8 kernels differ from them in places (int8 TANH and LOGISTIC round differently), so
+        # the board's return must equal this one; TFLM cannot run fp16 and hybrid models (None).
+        micro, micro_returns = micro_reference(mpath), None
+        if micro is None:
+            bar.update(episodes)
+        else:
+            micro_returns, _, micro_actions = play(
+                env_id, lambda o: to_action(micro.run([o])[0], space, head), seeds,
+                log_episode("tflm"), on_start=micro.reset if stateful else None)
+        ref_actions = host_actions if micro is None else micro_actions
 
-    episodes_obs = [e[1] for e in episodes_played]
-    if meta is not None:
-        fp32 = fp32_policy(run_dir)
-        if fp32.layers is None:   # feed-forward: every seed's episode in lockstep, one batch a step
-            fp32_returns = list(play_batched(env_id, fp32.fn, seeds, head=head,
-                                             on_episode=log_episode("fp32"))[0])
-        else:                     # recurrent: stepped with its state, reset per episode
-            fp32_returns, _, _ = play(env_id, lambda o: to_action(fp32(o), space, head),
-                                      seeds, log_episode("fp32"), on_start=fp32.reset)
-        fp32_actions = [to_action(q, space, head) for q in fp32.outputs(episodes_obs)]
-    else:   # a bare model: the reference for agreement is the same model on tflite-runtime
-        fp32_returns = None
-        fp32_actions = []
-        for obs_k in episodes_obs:
-            if stateful:
-                host.reset()
-            fp32_actions += [to_action(host.run([o])[0], space, head) for o in obs_k]
-    if isinstance(space, gym.spaces.Discrete):
-        agreement = float(np.mean([a == b for a, b in zip(board_actions, fp32_actions)]))
-    else:  # continuous: 1 - mean normalised distance
-        span = np.asarray(space.high - space.low, dtype=np.float64)
-        dist = np.abs(np.asarray(board_actions) - np.asarray(fp32_actions)) / span
-        agreement = float(1.0 - dist.mean())
-    log.close()
-    bar.close()
-    out_path = results_dir / f"hil_{board.id}_{scheme}.json"
+        episodes_obs = [e[1] for e in episodes_played]
+        if meta is not None:
+            # feed-forward: every seed's episode in lockstep, one batch a step
+            if fp32.layers is None:
+                fp32_returns = list(play_batched(env_id, fp32.fn, seeds, head=head,
+                                                 on_episode=log_episode("fp32"))[0])
+            else:                     # recurrent: stepped with its state, reset per episode
+                fp32_returns, _, _ = play(env_id, lambda o: to_action(fp32(o), space, head),
+                                          seeds, log_episode("fp32"), on_start=fp32.reset)
+            fp32_actions = [to_action(q, space, head) for q in fp32.outputs(episodes_obs)]
+        else:   # a bare model: the reference for agreement is the same model on tflite-runtime
+            fp32_returns = None
+            fp32_actions = []
+            for obs_k in episodes_obs:
+                if stateful:
+                    host.reset()
+                fp32_actions += [to_action(host.run([o])[0], space, head) for o in obs_k]
+        if isinstance(space, gym.spaces.Discrete):
+            agreement = float(np.mean([a == b for a, b in zip(board_actions, fp32_actions)]))
+        else:  # continuous: 1 - mean normalised distance
+            span = np.asarray(space.high - space.low, dtype=np.float64)
+            dist = np.abs(np.asarray(board_actions) - np.asarray(fp32_actions)) / span
+            agreement = float(1.0 - dist.mean())
+        log.close()
+        bar.close()
+        out_path = results_dir / f"{key}.json"
 
-    result = {
-        "board": board.id,
-        "model": scheme,
-        "env": env_id,
-        "episodes": episodes,
-        "seeds": seeds,
-        "returns": returns,
-        "mean_return": float(np.mean(returns)),
-        "std_return": float(np.std(returns)),
-        "host_interpreter": tflite_host.runtime_version(),    # e.g. "litert 2.3.0"
-        "host_mean_return": float(np.mean(host_returns)),
-        "host_std_return": float(np.std(host_returns)),
-        "micro_mean_return": None if micro_returns is None else float(np.mean(micro_returns)),
-        "micro_std_return": None if micro_returns is None else float(np.std(micro_returns)),
-        "board_equals_reference": returns == (micro_returns if micro_returns is not None
-                                              else host_returns),
-        # the same action at every step of every episode (the reference's: TFLM, else
-        # tflite-runtime), not only the same returns
-        "actions_equal_reference": len(board_actions) == len(ref_actions) and all(
-            np.array_equal(a, b) for a, b in zip(board_actions, ref_actions)),
-        "stateful": stateful,
-        "fp32_mean_return": None if fp32_returns is None else float(np.mean(fp32_returns)),
-        "fp32_std_return": None if fp32_returns is None else float(np.std(fp32_returns)),
-        "agreement": agreement,
-        "agreement_with": "fp32" if fp32_returns is not None else "tflite-runtime",
-        "action_head": head,
-        "latency": latency_summary(costs, unit),
-        "steps_per_s": len(board_actions) / wall if wall > 0 else None,
-        "memory": memory,
-        "link": link,      # what the link survived: retries, resyncs, bad frames, resets
-        "results": str(out_path),
-    }
-    tmp = out_path.with_name(out_path.name + ".tmp")
-    tmp.write_text(json.dumps(result, indent=2) + "\n")
-    tmp.replace(out_path)
-    partial_log.replace(log_path)
-    return result
+        result = {
+            "board": board.id,
+            "model": scheme,
+            "env": env_id,
+            "episodes": episodes,
+            "seeds": seeds,
+            "returns": returns,
+            "mean_return": float(np.mean(returns)),
+            "std_return": float(np.std(returns)),
+            "host_interpreter": tflite_host.runtime_version(),    # e.g. "litert 2.3.0"
+            "host_mean_return": float(np.mean(host_returns)),
+            "host_std_return": float(np.std(host_returns)),
+            "micro_mean_return": None if micro_returns is None else float(np.mean(micro_returns)),
+            "micro_std_return": None if micro_returns is None else float(np.std(micro_returns)),
+            "board_equals_reference": returns == (micro_returns if micro_returns is not None
+                                                  else host_returns),
+            # the same action at every step of every episode (the reference's: TFLM, else
+            # tflite-runtime), not only the same returns
+            "actions_equal_reference": len(board_actions) == len(ref_actions) and all(
+                np.array_equal(a, b) for a, b in zip(board_actions, ref_actions)),
+            "stateful": stateful,
+            "fp32_mean_return": None if fp32_returns is None else float(np.mean(fp32_returns)),
+            "fp32_std_return": None if fp32_returns is None else float(np.std(fp32_returns)),
+            "agreement": agreement,
+            "agreement_with": "fp32" if fp32_returns is not None else "tflite-runtime",
+            "action_head": head,
+            "latency": latency_summary(costs, unit),
+            "steps_per_s": len(board_actions) / wall if wall > 0 else None,
+            "memory": memory,
+            "link": link,      # what the link survived: retries, resyncs, bad frames, resets
+            "results": str(out_path),
+        "episodes_log": str(log_path),
+        }
+        text = json.dumps(result, indent=2) + "\n"
+        write_atomic(out_path, text)
+        partial_log.replace(log_path)
+        with locked(results_dir):     # the latest pair (summary, log) comes from one run
+            write_atomic(results_dir / f"hil_{board.id}_{scheme}.episodes.jsonl",
+                         log_path.read_text())
+            write_atomic(results_dir / f"hil_{board.id}_{scheme}.json", text)
+        return result
+    finally:
+        bar.close()                  # (an error is then printed on a line of its own)
+        log.close()
+        partial_log.unlink(missing_ok=True)     # gone unless the run failed
 
 
 def fp32_policy(run_dir: Path) -> "Fp32Policy":

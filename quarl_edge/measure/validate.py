@@ -5,12 +5,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import BoardReset, QuarlError
+from ..errors import BoardReset, ModelError, QuarlError
 from ..link.runner import RESET_REPLAYS, latency_summary
 from ..link.session import BoardSession
 from ..targets.boards import Board
 from .compare import (CLASSES, FAILING, MISMATCH, REFERENCE_UNDEFINED, input_quantize, libm_ops,
                       output_metrics, row_class, saturated_inputs, undefined_inputs, worst_class)
+from .files import own
 from .reference import has_state, host_reference
 
 
@@ -26,6 +27,15 @@ def tensor_names(model_path: Path) -> tuple[list[str], list[str]]:
     from ..converters.tflite_model import load
     model = load(model_path)
     return [model.tensors[i].name for i in model.inputs], [t.name for t in model.output_tensors()]
+
+
+def _refuse_fp16(model_path: Path) -> None:
+    """An fp16 model gets the refusal `build` gives (README), not TF Lite Micro's raw error."""
+    from ..converters.tflite_model import load
+    if any(t.dtype == "float16" for t in load(model_path).tensors):
+        raise ModelError(f"{model_path}: float16 weights (an fp16-quantized model) are not "
+                         "deployable: TF Lite Micro cannot run it, so there is nothing to be "
+                         "bit-exact with; use the fp32 or a full-integer model")
 
 
 def output_name(model_path: Path) -> str:
@@ -65,6 +75,51 @@ def _check_array(x: np.ndarray, what: str, shape: tuple[int, ...], dtype) -> np.
     return x
 
 
+# The most inputs one validate runs (--random N, or an inputs file's rows): each is a round trip
+# to the board, and all of them and their outputs are held in memory.
+MAX_INPUTS = 100_000
+
+
+def _check_npy_sizes(path: Path) -> None:
+    """Refuse an .npy (or an .npz's member) whose header claims more data than the file holds,
+    before numpy allocates it (a 100-byte file can claim 29 TiB)."""
+    import zipfile
+    from numpy.lib import format as npformat
+
+    def check(f, size: int, what: str) -> None:
+        try:
+            version = npformat.read_magic(f)
+            shape, _, dtype = npformat._read_array_header(f, version)
+        except (ValueError, OSError, EOFError):
+            return                                # not an .npy: np.load says what it is
+        need = f.tell() + int(np.prod(shape, dtype=object)) * dtype.itemsize
+        if need > size:
+            raise QuarlError(f"{what}: its header claims an array of shape {tuple(shape)} "
+                             f"({need:,} bytes) but it holds {size:,} bytes")
+
+    try:
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as z:
+                for info in z.infolist():
+                    with z.open(info) as f:
+                        check(f, info.file_size, f"{path}['{info.filename}']")
+        else:
+            with open(path, "rb") as f:
+                check(f, path.stat().st_size, str(path))
+    except (OSError, zipfile.BadZipFile) as e:
+        raise QuarlError(f"cannot read inputs {path}: {e}") from None
+
+
+def check_output_file(path: Path, what: str) -> Path:
+    """A file to be written: not a directory, in a directory that exists."""
+    path = Path(path)
+    if path.is_dir():
+        raise QuarlError(f"{what} {path} is a directory, not a file")
+    if not path.parent.is_dir():
+        raise QuarlError(f"{what} {path}: the directory {path.parent} does not exist")
+    return path
+
+
 def load_inputs(path: Path, shape: tuple[int, ...], dtype) -> np.ndarray:
     """The rows of a one-input model from an .npy file: (n, *the input's shape less its batch)."""
     return load_input_arrays(path, [{"shape": shape, "dtype": dtype}], ["input"])[0]
@@ -76,6 +131,7 @@ def load_input_arrays(path: Path, details: list[dict], names: list[str]) -> list
     name (serving_default_pos:0), its Keras name (pos), or its position (arr_0, numpy.savez's
     name for positional arrays, or input_0), or is the archive's only array for a one-input
     model; every input needs one, and every input's row count must be the same."""
+    _check_npy_sizes(Path(path))
     try:
         data = np.load(path, allow_pickle=False)
     except (OSError, ValueError, EOFError) as e:
@@ -125,6 +181,11 @@ def validate(model_path: Path, board: Board, out_dir: Path, inputs: Path | None 
     model_path = Path(model_path)
     if random_n is not None and (not isinstance(random_n, int) or random_n < 1):
         raise QuarlError(f"the number of random inputs must be an integer >= 1, got {random_n!r}")
+    if random_n is not None and random_n > MAX_INPUTS:
+        raise QuarlError(f"--random {random_n}: at most {MAX_INPUTS:,} inputs per validate")
+    if save_outputs is not None:
+        save_outputs = check_output_file(save_outputs, "--save-outputs")
+    _refuse_fp16(model_path)
     ref = host_reference(model_path, micro=True)   # TF Lite Micro (int8-acc: its head readout)
     in_names, out_names = tensor_names(model_path)
     if save_outputs is not None and len(ref.outputs) > 1 and Path(save_outputs).suffix != ".npz":
@@ -208,16 +269,18 @@ def validate(model_path: Path, board: Board, out_dir: Path, inputs: Path | None 
         per_output.append(ys_j.astype(d["dtype"]))
 
     if save_outputs is not None:   # through a temporary file: a failed write keeps the old one
-        save_outputs = Path(save_outputs)
-        tmp = save_outputs.with_name(save_outputs.name + ".tmp")
-        with tmp.open("wb") as f:
-            if len(per_output) == 1:
-                np.save(f, per_output[0])
-            else:
-                keys = [_short(n) for n in out_names]     # the full names where those repeat
-                keys = keys if len(set(keys)) == len(keys) else out_names
-                np.savez(f, **dict(zip(keys, per_output)))
-        tmp.replace(save_outputs)
+        tmp = own(save_outputs, "tmp")
+        try:
+            with tmp.open("wb") as f:
+                if len(per_output) == 1:
+                    np.save(f, per_output[0])
+                else:
+                    keys = [_short(n) for n in out_names]   # the full names where those repeat
+                    keys = keys if len(set(keys)) == len(keys) else out_names
+                    np.savez(f, **dict(zip(keys, per_output)))
+            tmp.replace(save_outputs)
+        finally:
+            tmp.unlink(missing_ok=True)
     return {
         "board": board.id,
         "model": str(model_path),

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import QuarlError
+from ..schema import int_sizes
 from ..run import VALIDATION_SEED_BASE, keras_runner, mlp_q_values, write_run
 from .common import run_record
 
@@ -59,8 +60,11 @@ class DQNConfig:
     log_every: int = 250                # env steps between train_curve.csv rows
 
     def __post_init__(self):
-        self.hidden = tuple(int(h) for h in self.hidden)
-        self.conv = tuple(tuple(int(v) for v in layer) for layer in self.conv)
+        self.hidden = int_sizes("hidden", self.hidden)
+        if not isinstance(self.conv, (list, tuple)):
+            raise QuarlError(f"'conv' must be a list of [filters, kernel, stride], got "
+                             f"{self.conv!r}")
+        self.conv = tuple(int_sizes("conv", layer) for layer in self.conv)
         if any(len(layer) != 3 or min(layer) <= 0 for layer in self.conv):
             raise QuarlError(f"conv layers are (filters, kernel, stride), all positive; got "
                              f"{self.conv}")

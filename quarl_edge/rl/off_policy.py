@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import QuarlError
+from ..schema import int_sizes
 from .common import _agent_env, _batched_step, _save_actor_run, _validation_return, actor_layers, common_function
 
 
@@ -48,8 +49,8 @@ class OffPolicyConfig:
     eval_episodes: int = 10
 
     def __post_init__(self):
-        self.hidden = tuple(int(h) for h in self.hidden)
-        self.critic_hidden = tuple(int(h) for h in self.critic_hidden)
+        self.hidden = int_sizes("hidden", self.hidden)
+        self.critic_hidden = int_sizes("critic_hidden", self.critic_hidden)
         if self.steps <= 0:
             raise QuarlError(f"steps must be positive, got {self.steps}")
         if self.critic_loss not in (None, "mse", "huber"):

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import QuarlError
+from ..schema import int_sizes
 from ..run import VALIDATION_SEED_BASE
 from .common import (_agent_env, _save_actor_run, _validation_return, actor_layers,
                      categorical_projection_net, common_function)
@@ -57,7 +58,7 @@ class PPOConfig:
     rnn_trainer: str = "own"
 
     def __post_init__(self):
-        self.hidden = tuple(int(h) for h in self.hidden)
+        self.hidden = int_sizes("hidden", self.hidden)
         if self.steps <= 0 or self.collect_steps <= 0:
             raise QuarlError(f"steps and collect_steps must be positive, got {self.steps}, "
                              f"{self.collect_steps}")

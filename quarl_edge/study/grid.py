@@ -247,9 +247,11 @@ def load_study(path: Path) -> Study:
     if not path.is_file():
         raise QuarlError(f"study config {path} not found")
     try:
-        raw = tomllib.loads(path.read_text())
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as e:
         raise QuarlError(f"{path}: invalid TOML: {e}") from None
+    except UnicodeDecodeError as e:
+        raise QuarlError(f"{path}: not UTF-8 text (TOML is UTF-8): byte {e.start}") from None
     check(raw, CONFIG_KEYS, str(path))
     top = check(raw.get("study", {}), STUDY_KEYS, f"{path} [study]")
     name = str(top.get("name", path.stem))
