@@ -328,7 +328,7 @@ def _fold(model, where: str):
             continue
         if op == "Reshape":
             want = consts.get(ins[1]) if len(ins) > 1 else None
-            want = None if want is None else list(want.reshape(-1))
+            want = None if want is None else want.reshape(-1).tolist()   # ints, not np.int64s
             if want is None or not _flattens(want, shapes.get(n.input[0])):
                 to = "a shape that is not constant" if want is None else want
                 bad.append(f"#{i} Reshape (to {to}: not a flatten)")

@@ -121,9 +121,12 @@ def _space(entry, what: str, path: Path) -> dict | None:
 # What a serialized (cloudpickle) space of SB3 1.x/2.x names: gym's or gymnasium's space
 # classes and numpy's array, dtype and random-state reconstructors. The serialized part is read
 # as inert data only to refuse a file whose pickle asks for anything else (never to use it).
+# (a seeded space also holds its numpy Generator: its bit generators by name, e.g. PCG64)
 SPACE_GLOBALS = ("gym.spaces.", "gymnasium.spaces.", "numpy.core.", "numpy._core.",
                  "numpy.dtype", "numpy.ndarray", "numpy.random._pickle.",
-                 "collections.OrderedDict")
+                 "numpy.random._pcg64.", "numpy.random._philox.", "numpy.random._sfc64.",
+                 "numpy.random._mt19937.", "numpy.random._generator.",
+                 "numpy.random.bit_generator.", "collections.OrderedDict")
 
 
 def _check_serialized_spaces(data: dict, path: Path) -> None:
