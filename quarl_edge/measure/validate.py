@@ -89,7 +89,13 @@ def _check_npy_sizes(path: Path) -> None:
     def check(f, size: int, what: str) -> None:
         try:
             version = npformat.read_magic(f)
-            shape, _, dtype = npformat._read_array_header(f, version)
+            # numpy's public header readers (its private _read_array_header is gone in
+            # numpy 2); format 3.0 (utf-8 field names) has none: np.load checks that one
+            reader = {(1, 0): npformat.read_array_header_1_0,
+                      (2, 0): npformat.read_array_header_2_0}.get(version)
+            if reader is None:
+                return
+            shape, _, dtype = reader(f)
         except (ValueError, OSError, EOFError):
             return                                # not an .npy: np.load says what it is
         need = f.tell() + int(np.prod(shape, dtype=object)) * dtype.itemsize
