@@ -533,3 +533,15 @@ def copy_checkout(dest: Path) -> None:
             dst.symlink_to(os.readlink(src))
         else:
             shutil.copy2(src, dst)
+
+
+def assert_import_refused(p: subprocess.CompletedProcess, words: str, out: Path,
+                          marker: Path) -> None:
+    """A refused `quarl-edge import ... --out OUT`: exit 2, one line on stderr naming `words`,
+    no traceback, nothing at OUT nor its temporary folder beside it, and `marker` (what a
+    malicious file would write) never written."""
+    assert p.returncode == 2, p.stderr
+    assert words in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert not out.exists() and not marker.exists()
+    assert not [f for f in out.parent.iterdir() if f.name.startswith(f".{out.name}.import")]

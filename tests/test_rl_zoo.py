@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers_models import assert_import_refused
 
 from quarl_edge.importers import import_policy
 from quarl_edge.importers.common import current_env_id
@@ -251,12 +252,8 @@ def test_zoo_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, case):
         env = ["--env", "Acrobot-v1"]
         words = ("the network takes 4 inputs and gives 2 outputs; Acrobot-v1 has observations "
                  "of shape (6,) and 3 discrete actions")
-    p = cli("import", src, *env, "--out", tmp_path / "r")
-    assert p.returncode == 2, p.stderr
-    assert words in p.stderr and "Traceback" not in p.stderr, p.stderr
-    assert len(p.stderr.strip().splitlines()) == 1, p.stderr
-    assert not (tmp_path / "r").exists() and not marker.exists()
-    assert not [f for f in tmp_path.iterdir() if f.name.startswith(".r.import")]
+    assert_import_refused(cli("import", src, *env, "--out", tmp_path / "r"), words,
+                          tmp_path / "r", marker)
 
 
 def test_a_malicious_legacy_pth_is_refused_by_the_reader(tmp_path):
