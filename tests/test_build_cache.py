@@ -144,3 +144,29 @@ def test_a_compile_error_names_the_board_and_leaves_no_object(monkeypatch, tmp_p
     with pytest.raises(ToolchainError, match=r"(?s)building firmware for host failed: gcc exited with code 1:\n.*undefined_name"):
         B.compile_firmware(get_board("host"), [bad], tmp_path / "x.elf")
     assert not list((tmp_path / "cache").iterdir())
+
+
+def test_two_builds_into_one_folder_take_turns_and_replace_the_elf_whole(monkeypatch, tmp_path):
+    """Two `hil` on one run directory build into one folder at once (issue 24; CI once read the
+    other build's half-written model.json): a build waits for the folder's lock, and the ELF is
+    renamed into place, so a board started from the earlier build keeps a whole file."""
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed")
+    from quarl_edge.files import locked
+    monkeypatch.setenv("QUARL_EDGE_CACHE_DIR", str(tmp_path / "cache"))
+    first = _build("int8.tflite", tmp_path, "out")
+    before = first.elf.stat().st_ino
+    gen = tmp_path / "out" / "gen" / "model.json"
+    gen_before = gen.stat().st_mtime_ns
+    done: list = []
+    with locked(tmp_path / "out"):
+        t = threading.Thread(target=lambda: done.append(
+            B.build(tmp_path / "int8.tflite", get_board("host"), tmp_path / "out")))
+        t.start()
+        t.join(1.0)
+        assert t.is_alive() and not done          # waiting for the lock, nothing written yet
+        assert first.elf.stat().st_ino == before and gen.stat().st_mtime_ns == gen_before
+    t.join(120)
+    assert done and done[0].elf == first.elf
+    assert first.elf.stat().st_ino != before       # a new file, not the old one rewritten
+    assert not [p.name for p in (tmp_path / "out").iterdir() if p.name.endswith(".tmp")]

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # importers is the other way into a run directory (a policy trained elsewhere); it uses the
 # calibration of quant, so it ranks with it.
 RANKS = {"quarl_edge.errors": 0, "quarl_edge.resources": 0, "quarl_edge.run": 0, "quarl_edge.noise": 0,
-         "quarl_edge.schema": 0, "quarl_edge.tflite_host": 0, "quarl_edge.tfcompat": 0,
+         "quarl_edge.schema": 0, "quarl_edge.tflite_host": 0, "quarl_edge.tfcompat": 0, "quarl_edge.files": 0,
          "quarl_edge.rl": 1, "quarl_edge.importers": 2, "quarl_edge.quant": 2,
          "quarl_edge.converters": 3,
          "quarl_edge.targets": 4, "quarl_edge.link": 5, "quarl_edge.measure": 6,

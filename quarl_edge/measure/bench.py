@@ -54,7 +54,7 @@ from ..link.session import BoardSession
 from ..rl.envs import default_head, make_gym, output_to_action
 from ..run import load_keras, load_run, tflite_path
 from ..targets.boards import Board, all_boards, get_board
-from .files import locked, own, remove_stale, write_atomic
+from ..files import locked, own, remove_stale, write_atomic
 
 PRECISIONS = ("fp32", "int8")
 BENCH_MAX_N = 65535        # BENCH's n is a u16 (docs/protocol.md)

@@ -27,7 +27,7 @@ from ..rl.envs import default_head, make_gym, play_batched
 from ..rl.envs import output_to_action as to_action
 from ..run import keras_call, load_keras, load_run, tflite_path
 from ..targets.boards import Board
-from .files import locked, own, remove_stale, write_atomic
+from ..files import locked, own, remove_stale, write_atomic
 from .reference import TFLiteRuntime, has_state, host_reference, micro_reference
 
 

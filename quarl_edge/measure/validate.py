@@ -11,7 +11,7 @@ from ..link.session import BoardSession
 from ..targets.boards import Board
 from .compare import (CLASSES, FAILING, MISMATCH, REFERENCE_UNDEFINED, input_quantize, libm_ops,
                       output_metrics, row_class, saturated_inputs, undefined_inputs, worst_class)
-from .files import own
+from ..files import own
 from .reference import has_state, host_reference
 
 

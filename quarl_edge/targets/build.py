@@ -29,6 +29,7 @@ from elftools.elf.elffile import ELFFile
 from .boards import Board
 from .flash import intel_hex, loadable_segments
 from ..errors import QuarlError, ToolchainError
+from ..files import locked, own, write_atomic
 from ..resources import firmware_dir
 
 COMMON_CFLAGS = ("-std=c99", "-Wall", "-Wextra", "-Werror", "-ffp-contract=off")
@@ -136,12 +137,14 @@ def write_images(board: Board, elf: Path
     notes, bin_out, address, hex_out = [], None, None, None
     try:
         address, image = binary_image(segments)
-        bin_path.write_bytes(image)
+        tmp = own(bin_path, "tmp")
+        tmp.write_bytes(image)
+        os.replace(tmp, bin_path)
         bin_out = bin_path
     except QuarlError as e:
         notes.append(f"no firmware.bin: {e}")
     try:
-        hex_path.write_text(intel_hex(segments))
+        write_atomic(hex_path, intel_hex(segments))
         hex_out = hex_path
     except QuarlError as e:
         notes.append(f"no firmware.hex: {e}")
@@ -354,8 +357,14 @@ def compile_firmware(board: Board, sources: list[Path], out_elf: Path, extra_fla
     objects = _compile_objects(cc, flags, sources, object_cache_dir(),
                                f"building firmware for {board.id} failed", tuple(model_defines))
     # the compile flags again when linking: they choose the multilib (-mcpu, -mfloat-abi)
-    proc = subprocess.run([cc, *flags, *map(str, objects), "-o", str(out_elf), *ldflags],
+    # linked beside, then renamed: a board started from the previous ELF keeps its file
+    tmp_elf = own(out_elf, "tmp")
+    proc = subprocess.run([cc, *flags, *map(str, objects), "-o", str(tmp_elf), *ldflags],
                           capture_output=True, text=True)
+    if proc.returncode == 0:
+        os.replace(tmp_elf, out_elf)
+    else:
+        tmp_elf.unlink(missing_ok=True)
     if proc.returncode != 0:
         if any(s in proc.stderr for s in _LD_OVERFLOW):
             lines = [ln for ln in proc.stderr.splitlines() if any(s in ln for s in _LD_OVERFLOW)]
@@ -372,12 +381,22 @@ def build(model_path: Path, board: Board, out_dir: Path, extra_flags=(),
     board's kernel variant lays weights out its own way (the packed FULLY_CONNECTED weights, about
     twice the int8 bytes) and the firmware then does not fit the board's flash, it is built once
     more with the reference layout, which the variant runs too."""
-    from ..converters.cgen import generate  # the generator pulls in the flatbuffer schema
-
     model_path = Path(model_path)
     if not model_path.is_file():
         raise QuarlError(f"no model at {model_path}")
+    out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    # Two commands may build into one folder at once (two `hil` on one run directory): the
+    # second waits for the first, and the ELF and images are replaced whole, so a board already
+    # started from the earlier build keeps running the file it opened.
+    with locked(out_dir):
+        return _build(model_path, board, out_dir, extra_flags, pack_weights)
+
+
+def _build(model_path: Path, board: Board, out_dir: Path, extra_flags, pack_weights: bool
+           ) -> Firmware:
+    from ..converters.cgen import generate  # the generator pulls in the flatbuffer schema
+
     gen_dir = out_dir / "gen"
     generate(model_path, gen_dir, name=model_path.stem, kernels=board.kernels,
              pack_weights=pack_weights)
@@ -396,7 +415,7 @@ def build(model_path: Path, board: Board, out_dir: Path, extra_flags=(),
         # Said before compiling: a compiler may refuse such an array outright (avr-gcc: "size
         # of array is too large" above 32 KiB) instead of the linker saying it does not fit.
         if packed and weights - extra <= board.flash_bytes:
-            return build(model_path, board, out_dir, extra_flags, pack_weights=False)
+            return _build(model_path, board, out_dir, extra_flags, pack_weights=False)
         raise QuarlError(f"firmware for {board.id} needs {weights - extra if packed else weights}"
                          f" B of flash; the board has {board.flash_bytes} B: the model's weights "
                          f"alone do not fit (its arena takes {info['arena_bytes']} B; the board "
@@ -408,13 +427,13 @@ def build(model_path: Path, board: Board, out_dir: Path, extra_flags=(),
         if "does not fit the board's memory" not in str(e):
             raise
         if packed:      # the linker's overflow: try the reference weight layout
-            return build(model_path, board, out_dir, extra_flags, pack_weights=False)
+            return _build(model_path, board, out_dir, extra_flags, pack_weights=False)
         raise QuarlError(f"{e}; the model's arena takes {info['arena_bytes']} B, its weights "
                          f"{info['weight_bytes']} B; the board has {board.ram_bytes} B of RAM, "
                          f"{board.flash_bytes} B of flash") from None
     flash, ram = elf_memory(elf)
     if packed and board.flash_bytes and flash > board.flash_bytes:
-        return build(model_path, board, out_dir, extra_flags, pack_weights=False)
+        return _build(model_path, board, out_dir, extra_flags, pack_weights=False)
     memory = MemoryReport(flash, ram, int(info["arena_bytes"]), int(info["weight_bytes"]),
                           board_flash_bytes=board.flash_bytes, board_ram_bytes=board.ram_bytes,
                           layout_extra_bytes=int(info.get("layout_extra_bytes", 0)))
@@ -424,7 +443,7 @@ def build(model_path: Path, board: Board, out_dir: Path, extra_flags=(),
     if board.ram_bytes and ram > board.ram_bytes:
         raise QuarlError(f"firmware for {board.id} needs {ram} B of RAM; the board has "
                          f"{board.ram_bytes} B")
-    (out_dir / "memory.json").write_text(json.dumps(asdict(memory), indent=2) + "\n")
+    write_atomic(out_dir / "memory.json", json.dumps(asdict(memory), indent=2) + "\n")
     bin_path, bin_address, hex_path, notes = write_images(board, elf)
     return Firmware(board, model_path, elf, out_dir, info, memory, bin=bin_path,
                     bin_address=bin_address, hex=hex_path, image_notes=notes)
