@@ -1,8 +1,8 @@
 """Files that several commands may write at once (two `hil` or `bench` on one run directory,
-and the firmware both build into its build folder): every temporary name is unique to its process (its pid), a file appears whole or
-not at all (written beside, then renamed), and what reads then rewrites a shared file holds
-the folder's lock. A `*.PID.partial` or `*.PID.tmp` whose process is gone (a killed run) is
-removed by the next run."""
+and the firmware both build into one build folder): every temporary name is unique to its
+process (its pid), a file appears whole or not at all (written beside, then renamed), and what
+reads then rewrites a shared file holds the folder's lock. A `*.PID.partial` or `*.PID.tmp`
+whose process is gone (a killed run) is removed by the next run."""
 from __future__ import annotations
 
 import contextlib
