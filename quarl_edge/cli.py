@@ -780,6 +780,14 @@ def _check_out_dir(out) -> None:
             return
 
 
+def _close_progress_bars() -> None:
+    """Close a stage's progress bar still on screen (an error raised inside its loop), so the
+    message that follows starts a line of its own instead of running on after the bar."""
+    std = sys.modules.get("tqdm.std")
+    for bar in list(getattr(getattr(std, "tqdm", None), "_instances", ())):
+        bar.close()
+
+
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
     previous = None
@@ -800,17 +808,20 @@ def main(argv=None) -> int:
                 raise QuarlError(f"--boards-dir {d}: no such directory")
         return args.fn(args, qe) or EXIT_OK
     except QuarlError as e:
+        _close_progress_bars()
         if args.verbose:
             traceback.print_exc()
         print(f"quarl-edge: error: {e}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt as e:
+        _close_progress_bars()
         if isinstance(e, Terminated):
             print("quarl-edge: terminated", file=sys.stderr)
             return EXIT_TERMINATED
         print("quarl-edge: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as e:
+        _close_progress_bars()
         line = missing_extra(e, args.command)    # an optional package (an extra) not installed
         if line is not None:
             if args.verbose:

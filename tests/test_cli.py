@@ -75,6 +75,23 @@ def test_a_bug_exits_3_with_its_traceback(monkeypatch, capsys):
     assert "Traceback" in err and "ZeroDivisionError" in err and "bug in quarl-edge" in err
 
 
+def test_an_error_inside_a_progress_bar_gets_a_line_of_its_own(monkeypatch, capsys):
+    """A stage that fails inside its loop leaves its bar open (the trainers do): the error is
+    still printed at the start of a line, never after the bar's text (issue 24)."""
+    from tqdm import tqdm
+
+    def fails_mid_training(*a, **k):
+        bar = tqdm(total=100, desc="dqn CartPole-v1", leave=False)
+        bar.update(40)
+        raise quarl_edge.errors.QuarlError("the env stopped")
+    monkeypatch.setattr(quarl_edge.api, "train", fails_mid_training)
+    assert cli.main(["train", "--env", "CartPole-v1", "--out", "nowhere"]) == cli.EXIT_USER_ERROR
+    err = capsys.readouterr().err
+    assert "dqn CartPole-v1:" in err                        # the bar was drawn
+    before = err[:err.index("quarl-edge: error: the env stopped")]
+    assert before.endswith(("\r", "\n")), repr(before[-80:])
+
+
 def test_a_measured_mismatch_exits_1(monkeypatch, capsys):
     """The exit code follows the measurement (bit_exact), not the command's success."""
     def not_exact(*a, **k):
