@@ -141,30 +141,22 @@ def _refusal(refused: list[UnsupportedOpError], n_ops: int) -> UnsupportedOpErro
                               f"firmware:\n{ops}\n{supported.removeprefix('. ')}".rstrip())
 
 
-def generate(tflite_path, out_dir, name: str | None = None,
-             kernels: str = "reference", pack_weights: bool = True) -> GeneratedModel:
-    """Generate out_dir/model.c and out_dir/model.json for a .tflite model. `kernels` is the
-    board's kernel set (`[build] kernels`): with an optimized variant, ops/__init__.py's
-    VARIANT_LOWERINGS[kernels] replace some lowerings (e.g. a 1x1 CONV_2D becomes a
-    FULLY_CONNECTED, an int8 FULLY_CONNECTED gets the packed weight layout). pack_weights=False
-    keeps the reference weight layout (the variants run it too: the build falls back to it when
-    the packed weights do not fit the board's flash)."""
+def _lowerings(kernels: str, pack_weights: bool) -> dict:
     variant = dict(VARIANT_LOWERINGS.get(kernels, {}))
     if not pack_weights:
         variant.pop("FULLY_CONNECTED", None)
         variant.update(UNPACKED_LOWERINGS.get(kernels, {}))
-    lowerings = {**LOWERINGS, **variant}
-    path = Path(tflite_path)
-    model = apply_head_readout(load(path))
-    mname = _model_name(name, path)
+    return {**LOWERINGS, **variant}
+
+
+def _lower_all(model: TFLiteModel, path: Path, lowerings: dict) -> list[Kernel]:
+    """Validate and lower every op: nothing is written for a model we cannot run. Every op is
+    tried, so that a model with several ops we cannot run names all of them."""
     if model.n_subgraphs != 1:
         raise UnsupportedOpError(f"the model has {model.n_subgraphs} subgraphs (control flow); "
                                  "only single-graph models are supported")
     if not model.inputs or not model.outputs:
         raise ModelError(f"{path}: the graph has no inputs or no outputs")
-
-    # Validate and lower every op first: nothing is written for a model we cannot run.
-    # Every op is tried, so that a model with several ops we cannot run names all of them.
     kernels, refused = [], []
     for op in model.operators:
         lower = lowerings.get(op.opcode)
@@ -176,6 +168,28 @@ def generate(tflite_path, out_dir, name: str | None = None,
             refused.append(e)
     if refused:
         raise _refusal(refused, len(model.operators))
+    return kernels
+
+
+def check(tflite_path, kernels: str = "reference") -> None:
+    """Raise what generate() would refuse the model for (every op it cannot run, named), and
+    write nothing."""
+    path = Path(tflite_path)
+    _lower_all(apply_head_readout(load(path)), path, _lowerings(kernels, True))
+
+
+def generate(tflite_path, out_dir, name: str | None = None,
+             kernels: str = "reference", pack_weights: bool = True) -> GeneratedModel:
+    """Generate out_dir/model.c and out_dir/model.json for a .tflite model. `kernels` is the
+    board's kernel set (`[build] kernels`): with an optimized variant, ops/__init__.py's
+    VARIANT_LOWERINGS[kernels] replace some lowerings (e.g. a 1x1 CONV_2D becomes a
+    FULLY_CONNECTED, an int8 FULLY_CONNECTED gets the packed weight layout). pack_weights=False
+    keeps the reference weight layout (the variants run it too: the build falls back to it when
+    the packed weights do not fit the board's flash)."""
+    path = Path(tflite_path)
+    model = apply_head_readout(load(path))
+    mname = _model_name(name, path)
+    kernels = _lower_all(model, path, _lowerings(kernels, pack_weights))
     inputs = [_io_spec(t, "input") for t in model.input_tensors()]
     outputs = [_io_spec(t, "output") for t in model.output_tensors()]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers_models import copy_example_tree
+from helpers_models import convert, copy_example_tree, random_mlp
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "cartpole_dqn"
@@ -43,6 +43,9 @@ def here(tmp_path_factory):
     tf.keras.models.load_model(EXAMPLE / "qnet.keras", compile=False).save(d / "bad.h5")
     with h5py.File(d / "bad.h5", "a") as f:
         f.attrs["model_config"] = "{not json"
+    # int8 weights, float activations (64x64: the converter keeps smaller weights float)
+    hybrid = random_mlp(0, 4, [64, 64, 2], ["relu", "relu", "none"])
+    (d / "hybrid.tflite").write_bytes(convert(hybrid, "dynamic"))
     (d / "latin1.toml").write_bytes('[study]\nname = "caf\xe9"\n'.encode("latin-1"))
     (d / "abc.toml").write_text(STUDY + '[task.options]\nhidden = ["abc"]\n')
     (d / "str.toml").write_text(STUDY + '[task.options]\nhidden = "64"\n')
@@ -83,6 +86,8 @@ CASES = {
                             "not a zip"),
     "validate-fp16": (["validate", "run/models/fp16.tflite", "--board", "host"],
                       "float16 weights"),
+    "validate-hybrid": (["validate", "hybrid.tflite", "--board", "host"],
+                        "hybrid (dynamic-range quantized) model"),
     "run-obs-shape-disagrees": (["hil", "shaperun", "--board", "host", "--episodes", "1"],
                                 "obs_shape [5]"),
     "train-hidden-string": (["train", "--env", "CartPole-v1", "--steps", "100", "--out", "t",

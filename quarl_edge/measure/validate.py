@@ -192,7 +192,14 @@ def validate(model_path: Path, board: Board, out_dir: Path, inputs: Path | None 
     if save_outputs is not None:
         save_outputs = check_output_file(save_outputs, "--save-outputs")
     _refuse_fp16(model_path)
-    ref = host_reference(model_path, micro=True)   # TF Lite Micro (int8-acc: its head readout)
+    try:
+        ref = host_reference(model_path, micro=True)   # TF Lite Micro (int8-acc: its head readout)
+    except ModelError:
+        # what TF Lite Micro cannot run, our firmware cannot either: say it as build says it
+        # (every op named, e.g. a hybrid model's float-input FULLY_CONNECTED) when it does
+        from ..converters.cgen import check
+        check(model_path)
+        raise
     in_names, out_names = tensor_names(model_path)
     if save_outputs is not None and len(ref.outputs) > 1 and Path(save_outputs).suffix != ".npz":
         raise QuarlError(f"the model has {len(ref.outputs)} outputs: save them to an .npz "
