@@ -36,10 +36,14 @@ def _alive(pid: int) -> bool:
 
 
 def remove_stale(folder: Path) -> None:
-    """Remove the temporary files of processes that no longer run."""
+    """Remove the temporary files of processes that no longer run, and the `*.jsonl.partial`
+    episode logs of quarl-edge versions before per-process names (a run killed then; no
+    version writes that name now)."""
     for p in Path(folder).glob("*.*.*"):
         m = re.fullmatch(r".+\.(\d+)\.(partial|tmp)", p.name)
         if m and int(m.group(1)) != os.getpid() and not _alive(int(m.group(1))):
+            p.unlink(missing_ok=True)
+        elif not m and p.name.endswith(".jsonl.partial"):
             p.unlink(missing_ok=True)
 
 

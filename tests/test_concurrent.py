@@ -61,11 +61,12 @@ def test_a_killed_runs_temporary_files_are_removed_by_the_next(tmp_path):
     alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         names = [f"bench.jsonl.{dead.pid}.partial", f"hil_host_int8.json.{dead.pid}.tmp",
-                 f"bench.jsonl.{alive.pid}.partial", "bench.jsonl"]
+                 "hil_host_int8.episodes.jsonl.partial",     # an older version's killed run
+                 f"bench.jsonl.{alive.pid}.partial", "bench.jsonl", "notes.partial"]
         for n in names:
             (tmp_path / n).write_text("x\n")
         remove_stale(tmp_path)
-        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names[2:])
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names[3:])
     finally:
         alive.kill()
         alive.wait()
