@@ -164,6 +164,14 @@ def test_ssh_deploy_commands_are_argument_lists_that_start_the_agent(tmp_path):
     assert all(c[c.index("IdentityFile=/k") - 1] == "-o" for c in cmds)
     with pytest.raises(QuarlError, match="USER@HOST:PORT"):
         ssh_deploy_commands(board, MODELS / "int8.tflite", "pi@host:ssh")
+    import dataclasses       # the board file's remote_dir: plain path characters only
+    elsewhere = dataclasses.replace(board, connect={**board.connect, "remote_dir": "/opt/qe"})
+    cmds, _ = ssh_deploy_commands(elsewhere, MODELS / "int8.tflite", "pi@pi")
+    assert cmds[-2][-1] == "pi@pi:/opt/qe/model.tflite" and cmds[-1][-1].startswith("cd /opt/qe ")
+    for bad in ("a b", "x;rm -rf ~", "../up", "$(id)"):
+        hostile = dataclasses.replace(board, connect={**board.connect, "remote_dir": bad})
+        with pytest.raises(QuarlError, match="remote_dir"):
+            ssh_deploy_commands(hostile, MODELS / "int8.tflite", "pi@pi")
 
 
 # ------------------------------------------------------- a real SSH deploy to this machine
@@ -207,13 +215,9 @@ def sshd(tmp_path):
             time.sleep(0.1)
     opts = [f"IdentityFile={d / 'client_key'}", f"UserKnownHostsFile={d / 'known_hosts'}",
             "StrictHostKeyChecking=accept-new"]
-    remote_dir = Path.home() / "quarl-edge-agent"   # where the deploy puts its files
-    existed = remote_dir.exists()
     yield f"{getpass.getuser()}@127.0.0.1:{port}", opts
     proc.terminate()
     proc.wait(timeout=10)
-    if not existed:
-        shutil.rmtree(remote_dir, ignore_errors=True)
 
 
 def test_ssh_deploy_to_a_real_sshd_then_validate_over_tcp(sshd, tmp_path):
@@ -231,16 +235,20 @@ def test_ssh_deploy_to_a_real_sshd_then_validate_over_tcp(sshd, tmp_path):
         s.bind(("127.0.0.1", 0))
         agent_port = s.getsockname()[1]
     base = get_board("linux-tflite")
-    # the "board" is this machine: its agent runs under this venv's python (tflite-runtime)
+    # the "board" is this machine: its agent runs under this venv's python (tflite-runtime),
+    # from a folder of this test's own (two test runs at once, e.g. two Pythons, do not clash)
+    remote = tmp_path / "remote"
     board = dataclasses.replace(base, connect={**base.connect, "tcp_port": agent_port,
-                                               "python": sys.executable})
+                                               "python": sys.executable,
+                                               "remote_dir": str(remote)})
     try:
         url = ssh_deploy(board, MODELS / "int8.tflite", target, opts)
         assert url == f"socket://127.0.0.1:{agent_port}"
         res = validate(MODELS / "int8.tflite", board, tmp_path / "build", random_n=50, port=url)
         assert res["bit_exact"] and res["n"] == 50 and res["board"] == "linux-tflite"
     finally:
-        pid = Path.home() / "quarl-edge-agent" / "agent.pid"   # what the deploy wrote
+        assert (remote / "model.tflite").read_bytes() == (MODELS / "int8.tflite").read_bytes()
+        pid = remote / "agent.pid"                          # what the deploy wrote
         subprocess.run(["kill", pid.read_text().strip()] if pid.is_file() else ["true"])
     # a board whose python lacks the agent's packages: the deploy fails with the agent's log
     broken = dataclasses.replace(board, connect={**board.connect, "python": "/bin/false"})

@@ -61,6 +61,7 @@ CONNECT_KEYS = {     # each connect method reads its own few (targets/launch.py)
     "qemu": Key(str), "extra_args": Key(list, items=str),                      # qemu
     "mcu": Key(str), "frequency": Key(int, min=1),                             # simavr
     "python": Key(str), "tcp_port": Key(int, min=1, max=65535),                # agent
+    "remote_dir": Key(str),
 }
 
 

@@ -468,6 +468,18 @@ def parse_ssh_target(target: str) -> tuple[str, int | None]:
     return dest, int(port) if port else None
 
 
+def _remote_dir(board: Board) -> str:
+    """Where on the board the deploy puts the agent, its model, log and pid file: the board
+    file's `[connect] remote_dir`, relative to the SSH user's home (default quarl-edge-agent).
+    It goes into a remote shell command and into scp's paths, so only plain path characters."""
+    import re
+    d = str(board.connect.get("remote_dir", "quarl-edge-agent"))
+    if not re.fullmatch(r"[A-Za-z0-9._/-]+", d) or ".." in d.split("/"):
+        raise QuarlError(f"board {board.id}: [connect] remote_dir {d!r} may hold only letters, "
+                         "digits and . _ - / (no '..')")
+    return d
+
+
 def ssh_deploy_commands(board: Board, model_path: Path, target: str,
                         ssh_options: list[str] | tuple[str, ...] = ()) -> tuple[list[list[str]], str]:
     """The commands that put the agent and a model on a linux board over SSH and start it there,
@@ -482,7 +494,7 @@ def ssh_deploy_commands(board: Board, model_path: Path, target: str,
     pkg = Path(__file__).resolve().parents[1]
     port = int(board.connect.get("tcp_port", 5555))
     python = str(board.connect.get("python", "python3"))
-    remote_dir = "quarl-edge-agent"
+    remote_dir = _remote_dir(board)
     opts = ["-o", "BatchMode=yes", "-o", "ConnectTimeout=10"]
     for o in ssh_options:
         if "=" not in o:
@@ -530,7 +542,8 @@ def ssh_deploy(board: Board, model_path: Path, target: str,
             if time.monotonic() > deadline:
                 break
             time.sleep(0.3)
-    log = subprocess.run([*cmds[0][:-1], "tail -n 15 quarl-edge-agent/agent.log"],
+    remote_log = f"{_remote_dir(board)}/agent.log"
+    log = subprocess.run([*cmds[0][:-1], f"tail -n 15 {remote_log}"],
                          capture_output=True, text=True, timeout=30).stdout.strip()
     raise BoardError(f"the agent on {target} is not listening on {host}:{port} after "
-                     f"{wait_s:.0f} s; its log (quarl-edge-agent/agent.log):\n{log or '(empty)'}")
+                     f"{wait_s:.0f} s; its log ({remote_log}):\n{log or '(empty)'}")
