@@ -422,13 +422,18 @@ def session(model: PathLike, board="host", *, scheme: str | None = None,
 def validate(model: PathLike, board="host", *, inputs: PathLike | None = None,
              random: int | None = None, seed: int = 0, save_outputs: PathLike | None = None,
              port: str | None = None, out: PathLike | None = None, flasher: str | None = None,
-             drive: str | None = None, board_file: PathLike | None = None) -> ValidateResult:
+             drive: str | None = None, board_file: PathLike | None = None,
+             samples: bool = False) -> ValidateResult:
     """Run inputs (an .npy file; for a model of several inputs an .npz with one array per
     input; or `random` random ones, default 100) through `model` on the board and compare each
-    output bit for bit with TF Lite Micro on the host. `port`: a board
+    output bit for bit with TF Lite Micro on the host. Each input array is rows (n, *shape[1:])
+    for an input with a batch axis of 1, exactly one sample (the input's full shape), or, with
+    `samples`, a stack of whole samples (n, *shape). `port`: a board
     already running this model (a serial port or pyserial URL); without it the board is built,
     started (emulators, host) or flashed (real boards: `flasher`, `drive`)."""
     from .measure.validate import validate as run_validate
+    if samples and inputs is None:
+        raise QuarlError("--samples says how the --inputs arrays are laid out: pass --inputs")
     if random is not None:
         _count("random", random)
     _count("seed", seed, 0)
@@ -438,7 +443,7 @@ def validate(model: PathLike, board="host", *, inputs: PathLike | None = None,
     out_dir = Path(out) if out is not None else build_dir(path, run_dir, b.id)
     res = run_validate(path, b, out_dir, inputs=Path(inputs) if inputs else None,
                        random_n=random, save_outputs=Path(save_outputs) if save_outputs else None,
-                       port=port, seed=seed, flasher=flasher, drive=drive)
+                       port=port, seed=seed, flasher=flasher, drive=drive, samples=samples)
     return _from(ValidateResult, res, latency=Latency(**res["latency"]), out_dir=str(out_dir))
 
 

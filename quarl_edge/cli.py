@@ -250,7 +250,7 @@ def _mismatch_why(cls: str, libm_ops: list) -> str:
 def cmd_validate(a, qe):
     res = qe.validate(a.model, a.board, inputs=a.inputs, random=a.random, seed=a.seed,
                       save_outputs=a.save_outputs, port=a.port, out=a.out, flasher=a.flasher,
-                      drive=a.drive, board_file=a.board_file)
+                      drive=a.drive, board_file=a.board_file, samples=a.samples)
     if a.json:
         emit_json(as_json(res))
     else:
@@ -635,12 +635,18 @@ def parser() -> argparse.ArgumentParser:
     _board_option(s)
     g = s.add_mutually_exclusive_group()
     g.add_argument("--inputs", metavar="X.npy|X.npz",
-                   help="inputs, an .npy of shape (n, *input_shape[1:]) and the input's dtype; "
-                        "for a model of several inputs an .npz with one such array per input, "
-                        "named as the input (pos for serving_default_pos:0) or arr_K by position")
+                   help="inputs in the input's dtype: an .npy for a one-input model, else an "
+                        ".npz with one array per input, named as the input (pos for "
+                        "serving_default_pos:0) or arr_K by position. Each array is rows "
+                        "(n, *shape[1:]) for an input of batch 1, exactly one sample (the "
+                        "input's full shape; used with every row of the others), or, with "
+                        "--samples, a stack of samples (n, *shape)")
     g.add_argument("--random", type=positive_int, default=None, metavar="N",
                    help="N random inputs over the input's range and beyond it (default 100; "
                         "at most 100000)")
+    s.add_argument("--samples", action="store_true",
+                   help="the --inputs arrays are stacks of whole samples, (n, *input shape): "
+                        "for inputs without a batch axis (default: rows or one sample)")
     s.add_argument("--save-outputs", default=None, metavar="Y.npy|Y.npz",
                    help="write the board's outputs to this .npy (an .npz of one array per "
                         "output for a model of several outputs)")

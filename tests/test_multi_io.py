@@ -127,3 +127,39 @@ def test_several_outputs_are_not_saved_to_an_npy(two_io, tmp_path):
                "--save-outputs", str(tmp_path / "y.npy"), expect=2)
     assert "has 2 outputs: save them to an .npz" in proc.stderr
     assert not (tmp_path / "y.npy").exists()
+
+
+def test_an_input_without_a_batch_axis_takes_one_sample_or_whole_samples(tmp_path):
+    """Issue 26: a model whose inputs are [1, 4, 8] and [8] (a bias beside an activation, as in
+    TF Lite Micro's seanet tests). `--inputs` takes rows for the batched input and one sample of
+    the other (used with every row), or, with --samples, stacks of whole samples; a wrong shape
+    names the accepted forms; --random fills both."""
+    from helpers_models import op_model, schema
+    opt = schema().AddOptionsT()
+    model = tmp_path / "add.tflite"
+    model.write_bytes(op_model("ADD", [dict(shape=[1, 4, 8], dtype="int8", q=(0.05, 3)),
+                                       dict(shape=[8], dtype="int8", q=(0.02, -5))],
+                               [dict(shape=[1, 4, 8], dtype="int8", q=(0.07, -1))], opt))
+    rng = np.random.default_rng(0)
+    a = rng.integers(-128, 128, (5, 4, 8), dtype=np.int8)
+    b = rng.integers(-128, 128, (8,), dtype=np.int8)
+    np.savez(tmp_path / "rows.npz", in0=a, in1=b)
+    v = cli_json("validate", model, "--board", "host", "--inputs", tmp_path / "rows.npz",
+                 "--save-outputs", tmp_path / "y.npy", "--json")
+    assert v["bit_exact"] and v["n"] == 5
+    y = np.load(tmp_path / "y.npy")
+    assert y.shape == (5, 4, 8)
+    # the stacks of whole samples: the same five samples give the same outputs
+    np.savez(tmp_path / "samples.npz", in0=a[:, None], in1=np.repeat(b[None], 5, axis=0))
+    v = cli_json("validate", model, "--board", "host", "--inputs", tmp_path / "samples.npz",
+                 "--samples", "--save-outputs", tmp_path / "y2.npy", "--json")
+    assert v["bit_exact"] and v["n"] == 5
+    assert np.array_equal(np.load(tmp_path / "y2.npy"), y)
+    # a stack without --samples is not one of the forms: the error lists them
+    np.savez(tmp_path / "mixed.npz", in0=a, in1=np.repeat(b[None], 5, axis=0))
+    p = cli("validate", model, "--board", "host", "--inputs", tmp_path / "mixed.npz", expect=2)
+    assert "(8,) for one sample" in p.stderr and "(n, 8) with --samples" in p.stderr
+    v = cli_json("validate", model, "--board", "host", "--random", "20", "--json")
+    assert v["bit_exact"] and v["n"] == 20
+    p = cli("validate", model, "--board", "host", "--random", "20", "--samples", expect=2)
+    assert "pass --inputs" in p.stderr

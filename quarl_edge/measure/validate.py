@@ -47,7 +47,7 @@ def random_inputs(model_path: Path, shape: tuple[int, ...], dtype, n: int, seed:
     """Random inputs that cover the representable range of input `index` and, on purpose,
     saturate beyond it."""
     rng = np.random.default_rng(seed if index == 0 else [seed, index])
-    shape = (n, *shape[1:])
+    shape = (n, *shape[1:]) if tuple(shape[:1]) == (1,) else (n, *shape)   # rows, or samples
     dtype = np.dtype(dtype)
     if dtype.kind in "iu":
         info = np.iinfo(dtype)
@@ -65,14 +65,42 @@ def _short(name: str) -> str:
     return name[len("serving_default_"):] if name.startswith("serving_default_") else name
 
 
-def _check_array(x: np.ndarray, what: str, shape: tuple[int, ...], dtype) -> np.ndarray:
-    want = tuple(int(v) for v in shape[1:])
-    if x.dtype != np.dtype(dtype) or tuple(x.shape[1:]) != want:
-        raise QuarlError(f"{what} holds {x.dtype} {x.shape}; the model needs "
-                         f"{np.dtype(dtype)} with shape (n, {', '.join(map(str, want))})")
+def _forms(shape: tuple[int, ...]) -> str:
+    """The accepted array shapes for an input of `shape` (the input-file rule, in --help)."""
+    full = ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "")
+    forms = [f"({full}) for one sample"]
+    if shape[:1] == (1,):
+        forms.insert(0, f"(n, {', '.join(map(str, shape[1:]))}) for n rows (the batch axis "
+                        "dropped)")
+    forms.append(f"(n, {full.rstrip(',')}) with --samples")
+    return "; ".join(forms)
+
+
+def _check_array(x: np.ndarray, what: str, shape: tuple[int, ...], dtype,
+                 samples: bool = False) -> tuple[np.ndarray, bool]:
+    """The input's samples from array `x`, each reshapable to the input's full `shape`, and
+    whether `x` was one sample (then used for every row of the other inputs). The forms: a
+    stack of whole samples (n, *shape) with `samples`; else exactly one sample (shape); else,
+    for an input with a batch axis of 1, rows (n, *shape[1:])."""
+    shape = tuple(int(v) for v in shape)
+    if x.dtype != np.dtype(dtype):
+        raise QuarlError(f"{what} holds {x.dtype} {x.shape}; the model needs {np.dtype(dtype)} "
+                         f"of shape {shape}: {_forms(shape)}")
+    if samples:
+        if tuple(x.shape[1:]) != shape:
+            raise QuarlError(f"{what} holds {x.dtype} {x.shape}; with --samples each array is "
+                             f"a stack of whole samples: ({', '.join(['n', *map(str, shape)])})")
+        one = False
+    elif tuple(x.shape) == shape:
+        x, one = x[None], True
+    elif shape[:1] == (1,) and x.ndim >= 1 and tuple(x.shape[1:]) == shape[1:]:
+        one = False
+    else:
+        raise QuarlError(f"{what} holds {x.dtype} {x.shape}; the model's input is "
+                         f"{np.dtype(dtype)} of shape {shape}: {_forms(shape)}")
     if x.ndim == 0 or len(x) == 0:
         raise QuarlError(f"{what} holds no inputs (shape {x.shape}): nothing to validate")
-    return x
+    return x, one
 
 
 # The most inputs one validate runs (--random N, or an inputs file's rows): each is a round trip
@@ -126,17 +154,20 @@ def check_output_file(path: Path, what: str) -> Path:
     return path
 
 
-def load_inputs(path: Path, shape: tuple[int, ...], dtype) -> np.ndarray:
-    """The rows of a one-input model from an .npy file: (n, *the input's shape less its batch)."""
-    return load_input_arrays(path, [{"shape": shape, "dtype": dtype}], ["input"])[0]
+def load_inputs(path: Path, shape: tuple[int, ...], dtype, samples: bool = False) -> np.ndarray:
+    """The samples of a one-input model from an .npy file (the forms: _check_array)."""
+    return load_input_arrays(path, [{"shape": shape, "dtype": dtype}], ["input"], samples)[0]
 
 
-def load_input_arrays(path: Path, details: list[dict], names: list[str]) -> list[np.ndarray]:
-    """One array of rows per model input: from an .npy file for a one-input model, from an .npz
-    archive with one array per input for any model. An .npz array is found by the input's tensor
-    name (serving_default_pos:0), its Keras name (pos), or its position (arr_0, numpy.savez's
-    name for positional arrays, or input_0), or is the archive's only array for a one-input
-    model; every input needs one, and every input's row count must be the same."""
+def load_input_arrays(path: Path, details: list[dict], names: list[str],
+                      samples: bool = False) -> list[np.ndarray]:
+    """One array of samples per model input: from an .npy file for a one-input model, from an
+    .npz archive with one array per input for any model. An .npz array is found by the input's
+    tensor name (serving_default_pos:0), its Keras name (pos), or its position (arr_0,
+    numpy.savez's name for positional arrays, or input_0), or is the archive's only array for a
+    one-input model; every input needs one. Each array is rows, one sample or (`samples`) a
+    stack of samples (_check_array); an input given as one sample is used with every row of
+    the others (a bias, a shape tensor), and the others must have the same number of rows."""
     _check_npy_sizes(Path(path))
     try:
         data = np.load(path, allow_pickle=False)
@@ -148,13 +179,14 @@ def load_input_arrays(path: Path, details: list[dict], names: list[str]) -> list
             raise QuarlError(f"the model has {len(details)} inputs ({listed}); pass an .npz "
                              f"archive with one array per input (numpy.savez(PATH, "
                              f"{', '.join(f'{_short(n)}=...' for n in names)}))")
-        return [_check_array(data, str(path), details[0]["shape"], details[0]["dtype"])]
+        return [_check_array(data, str(path), details[0]["shape"], details[0]["dtype"],
+                             samples)[0]]
     with data:
         try:
             arrays = {k: data[k] for k in data.files}
         except (OSError, ValueError, EOFError) as e:
             raise QuarlError(f"cannot read inputs {path}: {e}") from None
-    out, used = [], set()
+    out, ones, used = [], [], set()
     for k, (d, name) in enumerate(zip(details, names)):
         keys = [key for key in (name, _short(name), f"arr_{k}", f"input_{k}") if key in arrays]
         if not keys and len(details) == 1 and len(arrays) == 1:
@@ -164,22 +196,27 @@ def load_input_arrays(path: Path, details: list[dict], names: list[str]) -> list
                              f"(tensor {name}); it has {', '.join(sorted(arrays)) or 'none'}: "
                              f"name it {_short(name)!r} or {f'arr_{k}'!r}")
         used.add(keys[0])
-        out.append(_check_array(arrays[keys[0]], f"{path}['{keys[0]}'] (input {k} "
-                                f"'{_short(name)}')", d["shape"], d["dtype"]))
+        x, one = _check_array(arrays[keys[0]], f"{path}['{keys[0]}'] (input {k} "
+                              f"'{_short(name)}')", d["shape"], d["dtype"], samples)
+        out.append(x)
+        ones.append(one)
     extra = sorted(set(arrays) - used)
     if extra:
         raise QuarlError(f"{path} has arrays that are no input of the model: {', '.join(extra)} "
                          f"(its inputs: {', '.join(_short(n) for n in names)})")
-    rows = {len(x) for x in out}
+    rows = {len(x) for x, one in zip(out, ones) if not one} or {1}
     if len(rows) != 1:
         raise QuarlError(f"{path}: the inputs' arrays have different numbers of rows "
-                         f"({', '.join(f'{_short(n)} {len(x)}' for n, x in zip(names, out))})")
-    return out
+                         f"({', '.join(f'{_short(n)} {len(x)}' for n, x in zip(names, out))}); "
+                         "an input given as one sample is used with every row")
+    n = rows.pop()           # one sample beside rows: the same tensor with every row
+    return [np.repeat(x, n, axis=0) if one and n > 1 else x for x, one in zip(out, ones)]
 
 
 def validate(model_path: Path, board: Board, out_dir: Path, inputs: Path | None = None,
              random_n: int | None = None, save_outputs: Path | None = None, port: str | None = None,
-             seed: int = 0, flasher: str | None = None, drive: str | None = None) -> dict:
+             seed: int = 0, flasher: str | None = None, drive: str | None = None,
+             samples: bool = False) -> dict:
     """Run inputs on the board and compare with the host reference, output by output. A model
     with several inputs takes its rows from an .npz with one array per input (load_input_arrays);
     one with several outputs saves them (save_outputs) as an .npz, one array per output.
@@ -206,7 +243,7 @@ def validate(model_path: Path, board: Board, out_dir: Path, inputs: Path | None 
                          f"(one array per output), not {save_outputs}")
     shapes = [tuple(int(v) for v in d["shape"]) for d in ref.inputs]
     if inputs is not None:
-        columns = load_input_arrays(inputs, ref.inputs, in_names)
+        columns = load_input_arrays(inputs, ref.inputs, in_names, samples)
     else:
         columns = [random_inputs(model_path, shape, d["dtype"], random_n or 100, seed, index=k)
                    for k, (shape, d) in enumerate(zip(shapes, ref.inputs))]
