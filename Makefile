@@ -6,7 +6,7 @@ export PYTHON VENV
 PY := $(VENV)/bin/python
 QE := $(VENV)/bin/quarl-edge
 
-.PHONY: setup demo demo-pretrained test test-core test-slow bench header wheel clean sb3-fixtures onnx-fixtures fuzz
+.PHONY: setup demo demo-pretrained test test-core test-slow bench header wheel clean sb3-fixtures onnx-fixtures fuzz tflm-integration
 
 setup:
 	./scripts/setup.sh
@@ -69,3 +69,10 @@ header:
 
 clean:
 	rm -rf runs build .pytest_cache .hypothesis
+
+# TF Lite Micro's seanet integration tests (127 int16 models with golden CSVs) on the host and
+# mps2-an386 (issue 26): TFLM=a tflite-micro source checkout (the project never downloads it).
+tflm-integration: setup
+	test -n "$(TFLM)" || (echo "give TFLM=path/to/tflite-micro (a source checkout)"; exit 2)
+	$(PY) benchmarks/tflm_integration.py --suite $(TFLM)/tensorflow/lite/micro/integration_tests/seanet \
+	    --md results/tflm-integration/seanet.md $(if $(COMMIT),--commit $(COMMIT))
