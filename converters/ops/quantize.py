@@ -4,9 +4,10 @@ reference_ops::AffineQuantize and reference_ops::Dequantize (kernels quantize.cc
 - QUANTIZE float32 -> int8 or int16, DEQUANTIZE int8 or int16 -> float32, per-tensor
   quantization only; the int16 tensor's zero point must be 0 (TFLM's int16 kernels need it);
 - QUANTIZE int8/int16 -> int8/int16 (a requantization to another scale, as the converter puts
-  between int16 and int8 parts of a graph, or before a CONCATENATION of differing scales):
-  TFLM's reference_ops::Requantize, the multiplier from QuantizeMultiplier(input scale / output
-  scale) with both float32 scales widened to double;
+  between int16 and int8 parts of a graph, or before a CONCATENATION of differing scales), and
+  TFLM's pairs with int32 on one side (int8/int16 -> int32, int32 -> int8/int16; no int32 ->
+  int32): TFLM's reference_ops::Requantize, the multiplier from QuantizeMultiplier(input scale /
+  output scale) with both float32 scales widened to double;
 - the input is an activation (a constant float16 DEQUANTIZE is a float16-weight model: refused,
   use the fp32 or a full-integer model); input and output have the same number of elements.
 """
@@ -20,6 +21,7 @@ from ..tflite_model import Operator, TFLiteModel
 from .common import Kernel, per_tensor, unsupported
 
 SUPPORTED = ("QUANTIZE float32->int8/int16", "QUANTIZE int8/int16->int8/int16 (requantize)",
+             "QUANTIZE int8/int16->int32 and int32->int8/int16 (requantize)",
              "DEQUANTIZE int8/int16->float32")
 KERNEL_HEADERS = ("quantize.h",)
 
@@ -40,7 +42,7 @@ def lower_quantize(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
         raise unsupported(op, model, "float16 weights (an fp16-quantized model) are not supported; "
                                      "use the fp32 or a full-integer model")
     if op.opcode == "QUANTIZE" and src.dtype in _REQUANTIZE and dst.dtype in _REQUANTIZE \
-            and not src.is_constant:
+            and not src.is_constant and (src.dtype, dst.dtype) != ("int32", "int32"):
         return _lower_requantize(op, model, pname, src, dst)
     entry = _AFFINE.get((op.opcode, src.dtype, dst.dtype))
     if entry is None or src.is_constant:
@@ -61,11 +63,13 @@ def lower_quantize(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
     return Kernel(op, call, params, [], 0, comment)
 
 
-_REQUANTIZE = {"int8": ("s8", "int8_t"), "int16": ("s16", "int16_t")}
+_REQUANTIZE = {"int8": ("s8", "int8_t"), "int16": ("s16", "int16_t"),
+               "int32": ("s32", "int32_t")}
 
 
 def _lower_requantize(op: Operator, model: TFLiteModel, pname: str, src, dst) -> Kernel:
-    """QUANTIZE int8/int16 -> int8/int16: one qe_requantize_params_t."""
+    """QUANTIZE between int8, int16 and int32 (not int32 -> int32): one
+    qe_requantize_params_t."""
     for t in (src, dst):
         per_tensor(t, op, model, "tensor")
     if src.size != dst.size:

@@ -105,3 +105,41 @@ void qe_requantize_s16_s16(const qe_requantize_params_t *p, const int16_t *input
     for (i = 0; i < p->size; ++i)
         output[i] = (int16_t)qe_requantize_one(p, input[i], -32768, 32767);
 }
+
+static int32_t qe_requantize_wide(const qe_requantize_params_t *p, int32_t x)
+{
+    int64_t q = (int64_t)qe_multiply_by_quantized_multiplier(x - p->input_zero_point,
+                                                             p->multiplier, p->shift)
+                + p->output_zero_point;
+    return q < INT32_MIN ? INT32_MIN : (q > INT32_MAX ? INT32_MAX : (int32_t)q);
+}
+
+void qe_requantize_s8_s32(const qe_requantize_params_t *p, const int8_t *input, int32_t *output)
+{
+    uint32_t i;
+    for (i = 0; i < p->size; ++i)
+        output[i] = qe_requantize_wide(p, input[i]);
+}
+
+void qe_requantize_s16_s32(const qe_requantize_params_t *p, const int16_t *input,
+                           int32_t *output)
+{
+    uint32_t i;
+    for (i = 0; i < p->size; ++i)
+        output[i] = qe_requantize_wide(p, input[i]);
+}
+
+void qe_requantize_s32_s8(const qe_requantize_params_t *p, const int32_t *input, int8_t *output)
+{
+    uint32_t i;
+    for (i = 0; i < p->size; ++i)
+        output[i] = (int8_t)qe_requantize_one(p, input[i], -128, 127);
+}
+
+void qe_requantize_s32_s16(const qe_requantize_params_t *p, const int32_t *input,
+                           int16_t *output)
+{
+    uint32_t i;
+    for (i = 0; i < p->size; ++i)
+        output[i] = (int16_t)qe_requantize_one(p, input[i], -32768, 32767);
+}

@@ -1,4 +1,4 @@
-/* QUANTIZE (float -> int8/int16; int8/int16 -> int8/int16 at another scale) and DEQUANTIZE (int8/int16 -> float), reference kernels
+/* QUANTIZE (float -> int8/int16; int8/int16/int32 -> int8/int16/int32 at another scale) and DEQUANTIZE (int8/int16 -> float), reference kernels
  * bit-exact with TF Lite Micro's. */
 #ifndef QE_QUANTIZE_H
 #define QE_QUANTIZE_H
@@ -27,6 +27,14 @@ void qe_requantize_s8_s8(const qe_requantize_params_t *p, const int8_t *input, i
 void qe_requantize_s16_s8(const qe_requantize_params_t *p, const int16_t *input, int8_t *output);
 void qe_requantize_s8_s16(const qe_requantize_params_t *p, const int8_t *input, int16_t *output);
 void qe_requantize_s16_s16(const qe_requantize_params_t *p, const int16_t *input,
+                           int16_t *output);
+/* with int32 on one side (TFLM's pairs: int8/int16 -> int32, int32 -> int8/int16); an int32
+ * output is clamped to int32's range, where TFLM's int32 sum would overflow */
+void qe_requantize_s8_s32(const qe_requantize_params_t *p, const int8_t *input, int32_t *output);
+void qe_requantize_s16_s32(const qe_requantize_params_t *p, const int16_t *input,
+                           int32_t *output);
+void qe_requantize_s32_s8(const qe_requantize_params_t *p, const int32_t *input, int8_t *output);
+void qe_requantize_s32_s16(const qe_requantize_params_t *p, const int32_t *input,
                            int16_t *output);
 
 void qe_quantize_f32_s8(const qe_affine_params_t *p, const float *input, int8_t *output);
