@@ -110,6 +110,7 @@ def test_a_hostile_argument_is_one_line_and_exit_2(here, name):
     assert len(lines) == 1 and lines[0].startswith("quarl-edge: error:"), p.stderr[-3000:]
     assert words in lines[0], lines[0]
     assert listing(here) == before        # nothing written (nor a temporary file left)
+    print(f"quarl-edge {' '.join(args)}  ->  exit {p.returncode}: {lines[0]}")   # pytest -rA
 
 
 def test_sigterm_is_handled_like_ctrl_c(here, tmp_path):
