@@ -25,7 +25,7 @@ test: setup
 test-core: setup
 	$(PY) -m pytest -q -m 'not slow and not sb3 and not userenv and not train'
 
-# Long runs: full training to the target return, long fuzzing (see README).
+# Long runs: full training to the target return, long fuzzing (see docs/testing.md).
 test-slow: setup
 	$(PY) -m pytest -q -m slow
 

@@ -115,7 +115,7 @@ def check_ops(path: Path) -> None:
         raise ImportError_(
             f"{path}: refused: the SavedModel's graph holds the op{'s' if len(named) > 1 else ''}"
             f" {', '.join(named)} (e.g. {first} in {sorted(bad[first])[0]}), not the math of a "
-            "policy (README, \"Bring your own policy\", says what is allowed); nothing of it "
+            "policy (docs/import.md, on SavedModels, says what is allowed); nothing of it "
             "was run")
 
 

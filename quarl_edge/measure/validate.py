@@ -30,7 +30,7 @@ def tensor_names(model_path: Path) -> tuple[list[str], list[str]]:
 
 
 def _refuse_fp16(model_path: Path) -> None:
-    """An fp16 model gets the refusal `build` gives (README), not TF Lite Micro's raw error."""
+    """An fp16 model gets the refusal `build` gives (docs/pipeline.md, generate), not TF Lite Micro's raw error."""
     from ..converters.tflite_model import load
     if any(t.dtype == "float16" for t in load(model_path).tensors):
         raise ModelError(f"{model_path}: float16 weights (an fp16-quantized model) are not "

@@ -1,5 +1,5 @@
-"""Tuned defaults per (algo, env), on top of each config dataclass's own defaults; the README
-documents them. Each entry says what was measured to choose it."""
+"""Tuned defaults per (algo, env), on top of each config dataclass's own defaults; docs/pipeline.md
+(train) documents them. Each entry says what was measured to choose it."""
 from __future__ import annotations
 
 # MuJoCo locomotion: the usual 256x256 networks, 5k random steps, a validation every 2.5k steps.
@@ -25,7 +25,7 @@ _MINATAR_DQN = {"steps": 50_000, "conv": ((16, 3, 1),), "hidden": (128,),
                 "train_every": 256, "updates_per_train": 256, "target_update_period": 1_000,
                 "n_step": 1, "eval_every": 5_000, "eval_episodes": 10}
 
-# Defaults per (algo, env) on top of the config dataclass's defaults; documented in the README.
+# Defaults per (algo, env) on top of the config dataclass's defaults; documented in docs/pipeline.md.
 DEFAULTS: dict[tuple[str, str], dict] = {
     **{("dqn", f"QuarlEdge/MinAtar-{game}-v0"): _MINATAR_DQN
        for game in ("Breakout", "SpaceInvaders", "Freeway", "Asterix", "Seaquest")},
@@ -60,7 +60,7 @@ DEFAULTS: dict[tuple[str, str], dict] = {
     # 8 envs x 128 steps, 4 minibatches of env rows, 10 epochs, lr 1e-3, gamma 0.98, lambda 0.9
     # and gradient clipping 0.5 (the rl-zoo's RecurrentPPO values for CartPoleNoVel, with our
     # minibatches). Seed 0: greedy validation 500 from 165k steps, 625 s for 200k on 2 shared
-    # cores; TFLite's (and the board's) greedy return on the test seeds 0..19: see the README.
+    # cores; TFLite's (and the board's) greedy return on the test seeds 0..19: see docs/pipeline.md.
     ("ppo", "QuarlEdge/CartPoleNoVel-v0"): {"net": "lstm", "steps": 200_000, "hidden": (64,),
                                             "lstm_units": 64, "collect_steps": 1024,
                                             "num_envs": 8, "minibatches": 4, "epochs": 10,

@@ -52,7 +52,7 @@ copy (`qat_model`, same range initialisation), the teacher is the run's fp32 net
     calibration observations, and the best round).
 
 Default budget (3000 env steps, 100 gradient steps per 2 episodes): 9-14 s per run on 2 cores
-under a load of ~7 for the classic-control runs (README: measured returns).
+under a load of ~7 for the classic-control runs (docs/pipeline.md, quantize: measured returns).
 """
 from __future__ import annotations
 

@@ -1120,8 +1120,8 @@ def check_ray_address(address: str, timeout_s: float = 5.0) -> None:
         socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
     except OSError as e:
         raise QuarlError(f"no Ray cluster answers at {address} ({e.strerror or e}): start its "
-                         "head with `quarl-edge farm-node --head` (README: Board farm on "
-                         "Ray)") from None
+                         "head with `quarl-edge farm-node --head` (docs/boards.md: Board "
+                         "farm on Ray)") from None
 
 
 def board_resource(board_id: str) -> str:

@@ -1,0 +1,91 @@
+"""README.md is the front door and docs/*.md hold the details (issue 25): every relative Markdown
+link between them must point to an existing file and, for a #anchor, to a heading of that file
+(GitHub's anchor rules). The README must stay short and keep CI's test command literal."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
+FENCE = re.compile(r"^(```|~~~)")
+
+
+def _prose(text: str) -> list[str]:
+    """The lines outside fenced code blocks, with inline code removed."""
+    out, fenced = [], False
+    for line in text.splitlines():
+        if FENCE.match(line.lstrip()):
+            fenced = not fenced
+            continue
+        if not fenced:
+            out.append(re.sub(r"`[^`]*`", "", line))
+    return out
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    s = heading.strip().lower()
+    s = re.sub(r"[^\w\- ]", "", s)
+    return s.replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    seen: dict[str, int] = {}
+    out = set()
+    fenced = False
+    for line in path.read_text().splitlines():
+        if FENCE.match(line.lstrip()):
+            fenced = not fenced
+            continue
+        m = re.match(r"^#{1,6}\s+(.*?)\s*#*\s*$", line)
+        if m and not fenced:
+            s = slug(m.group(1))
+            n = seen.get(s, 0)
+            seen[s] = n + 1
+            out.add(s if n == 0 else f"{s}-{n}")
+    return out
+
+
+def broken_links(page: Path) -> list[str]:
+    bad = []
+    for line in _prose(page.read_text()):
+        for target in LINK.findall(line):
+            if re.match(r"^[a-z][a-z0-9+.-]*:", target):     # http:, https:, mailto:
+                continue
+            file_part, _, anchor = target.partition("#")
+            dest = (page.parent / file_part).resolve() if file_part else page
+            if not dest.exists():
+                bad.append(f"{target}: no file {dest}")
+            elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+                bad.append(f"{target}: no heading #{anchor} in {dest.name}")
+    return bad
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links_resolve(page):
+    fences = [l for l in page.read_text().splitlines() if FENCE.match(l.lstrip())]
+    assert len(fences) % 2 == 0, "an unclosed code fence hides the rest of the page"
+    assert broken_links(page) == []
+
+
+def test_the_checker_finds_a_broken_file_and_a_broken_anchor(tmp_path):
+    (tmp_path / "a.md").write_text("# A page\n\n## Some section (v2)\n")
+    page = tmp_path / "b.md"
+    page.write_text("[ok](a.md) [ok](a.md#some-section-v2) [ok](#here) [web](https://x.org/y)\n"
+                    "# Here\n[gone](missing.md) [bad](a.md#nowhere)\n"
+                    "```\n[in code](missing2.md)\n```\n")
+    bad = broken_links(page)
+    assert len(bad) == 2 and "missing.md" in bad[0] and "#nowhere" in bad[1], bad
+
+
+def test_readme_is_a_front_door():
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 250
+    assert "make test" in text            # .ci/run runs the README's test command
+    linked = set(re.findall(r"\]\(docs/([\w.-]+\.md)", text))
+    assert {p.name for p in PAGES[1:]} <= linked, "a docs page the README does not link"
