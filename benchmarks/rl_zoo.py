@@ -365,7 +365,7 @@ def summary(rows: list[dict]) -> list[str]:
     algos = sorted({r["algo"] for r in rows}, key=lambda x: ALGOS.index(x) if x in ALGOS else 99)
     head = ["algo", "run folders", "imported", "refused", "failed after import", "bug", "absent",
             "% imported of present", "fp32 = SB3 (every seed)", "board = TFLM",
-            "microbit: fits / does not fit"]
+            "microbit: fits / does not fit", "microbit = TFLM"]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 
     def counts(rs, name):
@@ -376,6 +376,8 @@ def summary(rows: list[dict]) -> list[str]:
         with_sb3 = [r for r in played if r.get("fp32_equals_sb3") is not None]
         fits = sum((r.get("small_board") or {}).get("status") == "ok" for r in played)
         nofit = sum((r.get("small_board") or {}).get("status") == "does not fit" for r in played)
+        small_same = sum(same_as_tflm(r["small_board"]).startswith("yes") for r in played
+                         if (r.get("small_board") or {}).get("status") == "ok")
         return [name, str(len(rs)), str(len(imported)), str(n("refused")), str(n("failed")),
                 str(n("bug")), str(n("absent")),
                 f"{100 * len(imported) / present:.0f} %" if present else "—",
@@ -383,14 +385,16 @@ def summary(rows: list[dict]) -> list[str]:
                 f"{sum(same_as_tflm(r['board']).startswith('yes') for r in played)} of "
                 f"{len(played)}" + (f" ({dag} †)" if (dag := sum(
                     same_as_tflm(r['board']) == 'yes†' for r in played)) else ""),
-                f"{fits} / {nofit}"]
+                f"{fits} / {nofit}", f"{small_same} of {fits}"]
     for algo in algos:
         out.append("| " + " | ".join(counts([r for r in rows if r["algo"] == algo], algo)) + " |")
     out.append("| " + " | ".join(f"**{c}**" for c in counts(rows, "all")) + " |")
     return out
 
 
-def markdown(rows: list[dict], zoo_commit: str, sb3_versions: dict, a, folders_seen) -> str:
+def markdown(rows: list[dict], zoo_commit: str, sb3: dict, a, folders_seen) -> str:
+    sb3_versions = sb3.get("versions") or {}
+    sb3_seconds = sum(sb3.get("agents", {}).get(r["agent"], {}).get("seconds", 0) for r in rows)
     commands = list(dict.fromkeys(r["command"] for r in rows))
     dates = sorted({r["date"][:10] for r in rows}) or ["-"]
     episodes = sorted({r.get("episodes") for r in rows if r.get("episodes")})
@@ -412,7 +416,8 @@ def markdown(rows: list[dict], zoo_commit: str, sb3_versions: dict, a, folders_s
         f"{eps} episodes each (seeds 0..{max(episodes) - 1 if episodes else 0}). "
         "SB3's returns: " + ", ".join(f"{k} {v}" for k, v in sb3_versions.items()
                                       if k != "python") +
-        " in a side venv (`benchmarks/rl_zoo_sb3.py`); machine-readable rows with every "
+        f" in a side venv (`benchmarks/rl_zoo_sb3.py`, {sb3_seconds / 60:.0f} min); "
+        "machine-readable rows with every "
         "seed's returns: `rl-zoo.jsonl`, SB3's: `rl-zoo.sb3.json`. Columns: see "
         "`benchmarks/rl_zoo.py`'s docstring; fp32 = SB3 is per seed, exactly for discrete "
         "actions, within 1 % for continuous ones; absent rows (the zip is listed by the commit "
@@ -441,11 +446,24 @@ def markdown(rows: list[dict], zoo_commit: str, sb3_versions: dict, a, folders_s
                      "makes a new one), so reset(seed=k) after another episode is not the "
                      "episode a new env plays: the difference is the env's history, not the "
                      "board.")
+    differ = [r for r in rows if r.get("fp32_equals_sb3") is False]
+    if differ:
+        notes.append("fp32 ≠ SB3: " + "; ".join(
+            f"{r['agent']} ({sum(abs(x - y) <= RTOL * abs(y) for x, y in zip(r['fp32_returns'], r['sb3_returns']))}"
+            f" of {len(r['sb3_returns'])} seeds within 1 %, the import check's max abs action "
+            f"error {r['fidelity'].get('max_abs_error_actions', float('nan')):.1e})"
+            for r in differ) + ". A continuous policy's fp32 network (TensorFlow) differs from "
+            "SB3's (torch) by float32 rounding, which is what the import check measures; "
+            "where the env amplifies a difference of that size, the episode is another one.")
+    notb = [r for r in rows if r.get("board") and not same_as_tflm(r["board"]).startswith("yes")]
+    if notb:
+        notes.append("board ≠ TFLM: " + ", ".join(r["agent"] for r in notb) + ".")
     bugs = [r for r in rows if r["status"] == "bug"]
     if bugs:
         notes.append("**Bugs** (exceptions that are not quarl-edge errors): " +
                      "; ".join(f"{r['agent']}: {r['reason']}" for r in bugs))
-    lines += notes + ([""] if notes else [])
+    for note in notes:                 # one paragraph each
+        lines += [note, ""]
     lines.append(table(rows, ALGOS, ENVS))
     return "\n".join(lines) + "\n"
 
@@ -535,7 +553,7 @@ def main(argv=None) -> int:
     order = {f: k for k, f in enumerate(zoo.folders(ALGOS, ENVS))}
     all_rows = sorted(rows.values(), key=lambda r: order.get(r["agent"], 10 ** 6))
     everything = zoo.folders(ALGOS, ENVS)
-    text = markdown(all_rows, zoo.commit, (sb3.get("versions") or {}), a, everything)
+    text = markdown(all_rows, zoo.commit, sb3, a, everything)
     from quarl_edge.files import write_atomic
     a.md.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(a.md, text)
