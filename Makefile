@@ -6,7 +6,7 @@ export PYTHON VENV
 PY := $(VENV)/bin/python
 QE := $(VENV)/bin/quarl-edge
 
-.PHONY: setup demo demo-pretrained test test-core test-slow bench header wheel clean sb3-fixtures onnx-fixtures fuzz tflm-integration
+.PHONY: setup demo demo-pretrained test test-core test-slow bench header wheel clean sb3-fixtures onnx-fixtures rl-zoo-table fuzz tflm-integration
 
 setup:
 	./scripts/setup.sh
@@ -54,6 +54,20 @@ onnx-fixtures:
 	.venv-onnx/bin/python -m pip install -q "torch==2.13.0" "stable-baselines3==2.9.2" \
 	    "gymnasium==1.3.0" onnx onnxscript
 	.venv-onnx/bin/python tests/fixtures/onnx-export/make_fixtures.py --zoo $(ZOO)
+
+# The RL Zoo table (results/import/rl-zoo.md and .jsonl, issue 23): every classic-control and
+# Box2D agent of DLR-RM/rl-trained-agents imported, quantized and played on mps2-an386 and the
+# micro:bit, beside SB3's own returns from a side venv (SB3_ZOO_VENV: torch 2.13.0, SB3 and
+# sb3-contrib 2.9.2). ZOO=a git mirror (read at its HEAD, or ZOO_ARGS="--commit REV") or a
+# checkout; ZOO_ARGS="--algos ppo --envs CartPole-v1 --episodes 2" runs a part. Resumable:
+# agents already in the jsonl are skipped (ZOO_ARGS=--force redoes them). About 40 minutes.
+SB3_ZOO_VENV ?= .venv-sb3zoo
+rl-zoo-table: setup
+	test -n "$(ZOO)" || (echo "give ZOO=path/to/rl-trained-agents (a git mirror or a checkout)"; exit 2)
+	test -x $(SB3_ZOO_VENV)/bin/python || python3.11 -m venv $(SB3_ZOO_VENV)
+	$(SB3_ZOO_VENV)/bin/python -m pip install -q "torch==2.13.0" "stable-baselines3==2.9.2" \
+	    "sb3-contrib==2.9.2" "gymnasium==1.3.0" "box2d==2.3.10" pygame pyyaml
+	$(PY) benchmarks/rl_zoo.py --zoo $(ZOO) --sb3-python $(SB3_ZOO_VENV)/bin/python $(ZOO_ARGS)
 
 # The firmware's frame parser and dispatch under libFuzzer + ASan + UBSan, 10 million inputs
 # (FUZZ_RUNS=N or FUZZ_SECONDS=S to change; `tests/fuzz/fuzz.py --variant stream` fuzzes one of the

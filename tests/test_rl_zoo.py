@@ -107,6 +107,17 @@ def test_what_run_json_says_about_the_zoo_agents(imported):
     assert load_run(imported["ppo/MountainCar-v0_1"])["fidelity"]["clipped_observations"] == 0
 
 
+def test_the_fidelity_record_compares_a_gaussian_mean_with_sb3s_mean(imported):
+    """A Gaussian policy's network ends at its mean, which the head (like SB3's predict)
+    clips to the bounds. run.json's max_abs_error_outputs compares the network with SB3's
+    forward on the same quantity: it used to compare the unclipped mean with SB3's clipped
+    action (8.86 here, 26.0 in the zoo's a2c/BipedalWalkerHardcore refusal) while the actions
+    agreed to 4e-7."""
+    fid = load_run(imported["a2c/MountainCarContinuous-v0_1"])["fidelity"]
+    assert fid["max_abs_error_outputs"] <= 1e-5, fid
+    assert fid["max_abs_error_actions"] <= 1e-5, fid
+
+
 def test_the_cli_says_when_the_env_id_was_retired(tmp_path):
     p = cli("import", ZOO / "ppo" / "LunarLander-v2_1", "--out", tmp_path / "r")
     assert p.returncode == 0, p.stderr

@@ -361,12 +361,14 @@ def _conv_nchw(x: np.ndarray, w: np.ndarray, b: np.ndarray, stride: int) -> np.n
         b.astype(np.float64)[None, :, None, None]
 
 
-def numpy_reference(layers, norm: dict | None, clip_box: tuple | None, cnn=None,
-                    scale_images: bool = True):
+def numpy_reference(layers, norm: dict | None, cnn=None, scale_images: bool = True):
     """SB3's forward in numpy float64 from the unfolded tensors: for a CnnPolicy the
     channel-first transpose SB3 applies to HWC images (VecTransposeImage), /255, NatureCNN in
-    NCHW and its Flatten; VecNormalize (with the clip); the layers; and for Box actions the
-    clip to the bounds that predict() applies."""
+    NCHW and its Flatten; VecNormalize (with the clip); the layers. It gives what the
+    imported network gives, a Gaussian policy's mean unclipped: the clip to the bounds that
+    predict() applies is the action head's, on both sides of the fidelity check (clipping
+    here alone made run.json's max_abs_error_outputs the distance from the mean to the
+    bounds)."""
     def run(obs):
         x = np.asarray(obs, np.float64)
         if cnn is not None:
@@ -383,8 +385,6 @@ def numpy_reference(layers, norm: dict | None, clip_box: tuple | None, cnn=None,
         for k, b, act in layers:
             x = x @ k.astype(np.float64) + b.astype(np.float64)
             x = np.tanh(np.clip(x, -act[1], act[1])) if isinstance(act, tuple) else _ACT[act](x)
-        if clip_box is not None:
-            x = np.clip(x, clip_box[0].reshape(-1), clip_box[1].reshape(-1))
         return x
     return run
 
@@ -487,8 +487,8 @@ def load(path: Path, env_id: str | None, vecnormalize: Path | None = None) -> Im
                            f"values, the policy takes {int(np.prod(obs['shape']))}")
     folded = _fold(layers, norm) if norm else layers
     # SB3 clips a Gaussian policy's action to the bounds in predict(); so does the head
-    # ("identity": the output clipped), so the network itself ends at the mean.
-    clip_box = (low, high) if action["type"] == "box" else None
+    # ("identity": the output clipped), so the network itself, and the reference, end at the
+    # mean.
     scale_images = bool(kwargs.get("normalize_images", True))
     if cnn is None:
         model = keras_mlp(obs["shape"], folded, name=f"sb3_{algo}")
@@ -514,7 +514,7 @@ def load(path: Path, env_id: str | None, vecnormalize: Path | None = None) -> Im
         n_head = 3                                  # the gSDE clip is two layers
     ref_layers = _reference_layers(layers, sd, algo, clip_mean)
     return Imported(model=model, env_id=env_id, algo=f"sb3-{algo}", source=source,
-                    reference=numpy_reference(ref_layers, norm, clip_box, cnn, scale_images),
+                    reference=numpy_reference(ref_layers, norm, cnn, scale_images),
                     reference_name="SB3's forward in numpy float64 from the zip's tensors",
                     network={"type": "mlp" if cnn is None else "cnn", "activation": act,
                              "hidden": [int(k.shape[1]) for k, _, _ in layers[:-n_head]],
