@@ -162,6 +162,8 @@ def _generate(tmp_path, data):
 def test_refusals_by_name(tmp_path):
     with pytest.raises(UnsupportedOpError, match=r"int16x8 TRANSPOSE_CONV with int32 bias"):
         _generate(tmp_path, _hand_model("int16", [1, 6, 6, 3], bias_dtype="int32"))
+    with pytest.raises(UnsupportedOpError, match=r"int16x8 TRANSPOSE_CONV with int16 bias"):
+        _generate(tmp_path, _hand_model("int16", [1, 6, 6, 3], bias_dtype="int16"))
     with pytest.raises(UnsupportedOpError, match=r"int8 TRANSPOSE_CONV with int64 bias"):
         _generate(tmp_path, _hand_model("int8", [1, 6, 6, 3], bias_dtype="int64"))
     with pytest.raises(UnsupportedOpError, match=r"filter 'in1' is not symmetric"):
