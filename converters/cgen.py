@@ -34,6 +34,12 @@ Supported (everything else is refused by name, with the op's index and types):
 - CONV_2D (no groups) and DEPTHWISE_CONV_2D (any depth multiplier): int8 with per-channel or
   per-tensor symmetric weights and int32 bias (TFLM's ConvPerChannel/DepthwiseConvPerChannel),
   float32; any stride and dilation, SAME/VALID padding, fused NONE/RELU/RELU6/RELU_N1_TO_1;
+- TRANSPOSE_CONV: float32, int8 with per-channel or per-tensor symmetric weights and int32
+  bias, int16x8 (int16 activations, int8 weights, int64 bias): TFLM's reference TransposeConv
+  scatter, the integer ones into an int32 / int64 scratch of the output's size in the arena;
+  any stride, SAME/VALID padding as TFLM computes it (from the output's size), fused
+  NONE/RELU/RELU6/RELU_N1_TO_1, optional bias; the output-shape operand constant (equal to the
+  output's shape) or a graph input, which TFLM never reads and neither does the generated C;
 - MAX_POOL_2D, AVERAGE_POOL_2D: int8 (input and output quantization equal, as TFLM does not
   rescale; the average rounds half away from zero by integer division) and float32;
 - ADD, MUL: int8 (TFLM's schemes: ADD rescales both inputs to twice the larger scale after a

@@ -45,6 +45,7 @@ from .softmax import lower_softmax
 from .strided_slice import lower_strided_slice
 from .sub import lower_sub
 from .transpose import lower_transpose
+from .transpose_conv import lower_transpose_conv
 
 LOWERINGS = {
     "QUANTIZE": lower_quantize,
@@ -75,6 +76,7 @@ LOWERINGS = {
     "PAD": lower_pad,
     "PADV2": lower_pad,
     "TRANSPOSE": lower_transpose,
+    "TRANSPOSE_CONV": lower_transpose_conv,
     "STRIDED_SLICE": lower_strided_slice,
     "UNIDIRECTIONAL_SEQUENCE_LSTM": lower_lstm,
 }
