@@ -43,7 +43,8 @@ Supported (everything else is refused by name, with the op's index and types):
 - MAX_POOL_2D, AVERAGE_POOL_2D: int8 (input and output quantization equal, as TFLM does not
   rescale; the average rounds half away from zero by integer division) and float32;
 - ADD, MUL: int8 (TFLM's schemes: ADD rescales both inputs to twice the larger scale after a
-  left shift of 20; MUL rescales the product) and float32; numpy broadcasting up to 6-D, either
+  left shift of 20; MUL rescales the product), int16 with zero points 0 (the same schemes, ADD's
+  left shift 15, TFLM's general int16 path) and float32; numpy broadcasting up to 6-D, either
   input may be a constant; fused activations;
 - CONCATENATION along any axis: float32, int16, int32, and int8 when every input has the
   output's quantization (TFLM's kernel copies bytes without rescaling; the interpreter refuses
@@ -51,7 +52,8 @@ Supported (everything else is refused by name, with the op's index and types):
 - MEAN over one contiguous run of axes (e.g. the spatial axes of NHWC, keep_dims or not): int8
   (TFLM's integer QuantizedMeanOrSum: 1/n folded into the Q31 multiplier), float32;
 - ARG_MAX along one axis: int8 or float32 input, int32 output (first maximum wins);
-- SUB: int8 (ADD's scheme, subtracted) and float32, broadcasting, fused activations;
+- SUB: int8 and int16 with zero points 0 (ADD's scheme, subtracted; int16's left shift 15)
+  and float32, broadcasting, fused activations;
 - LEAKY_RELU: float32, int8 and int16 (TFLM's identity and alpha multipliers, any alpha);
 - HARD_SWISH: float32, int8 (TFLM's int16 fixed point; converters/qmath.py has its twin);
 - MAXIMUM, MINIMUM: float32, int8, int16 (one quantization for inputs and output, as TFLM

@@ -539,7 +539,8 @@ def softmax_exp_table_s8(multiplier: int, left_shift: int, diff_min: int) -> np.
 
 def add_params_s8(s1: float, s2: float, s_out: float, left_shift: int = 20, op: str = "ADD"):
     """TFLM int8 ADD Prepare: ((m1, shift1), (m2, shift2), (m_out, shift_out)), all shifts <= 0
-    (QuantizeMultiplierSmallerThanOneExp). Raises ValueError where TFLM's checks would fail."""
+    (QuantizeMultiplierSmallerThanOneExp). Raises ValueError where TFLM's checks would fail.
+    int16 ADD and SUB use the same with left_shift 15 (add_common.cc, sub_common.cc)."""
     s1, s2, s_out = (float(np.float32(v)) for v in (s1, s2, s_out))
     twice_max = 2.0 * max(s1, s2)
     reals = (s1 / twice_max, s2 / twice_max, twice_max / (float(1 << left_shift) * s_out))

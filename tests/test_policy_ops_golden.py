@@ -173,9 +173,15 @@ def test_sub_int8_every_pair_where_float_and_double_ratios_differ(tmp_path, qa, 
 
 
 def test_sub_refusals(tmp_path):
-    m = op_model("SUB", [dict(shape=[1, 4], dtype="int16", q=(0.1, 0)), dict(shape=[1, 4], dtype="int16", q=(0.1, 0))],
+    # int16 runs (tests/test_binary_s16_golden.py) with zero points 0 only
+    m = op_model("SUB", [dict(shape=[1, 4], dtype="int16", q=(0.1, 3)), dict(shape=[1, 4], dtype="int16", q=(0.1, 0))],
                  [dict(shape=[1, 4], dtype="int16", q=(0.1, 0))], S.SubOptionsT())
-    refused(tmp_path, m, r"op 0 SUB \(int16, int16 -> int16\) is not supported: int16 SUB")
+    refused(tmp_path, m, r"op 0 SUB \(int16, int16 -> int16\) is not supported: int16 input 1 "
+                         r"'in0' has zero point 3; int16 SUB needs 0")
+    m = op_model("SUB", [dict(shape=[1, 4], dtype="int32"), dict(shape=[1, 4], dtype="int32")],
+                 [dict(shape=[1, 4], dtype="int32")], S.SubOptionsT())
+    refused(tmp_path, m, r"op 0 SUB \(int32, int32 -> int32\) is not supported: int32 SUB; "
+                         r"supported: int8, int16 and float32")
     m = op_model("SUB", [dict(shape=[1, 4], dtype="int8", q=(1.0, 0)), dict(shape=[1, 4], dtype="int8", q=(1.0, 0))],
                  [dict(shape=[1, 4], dtype="int8", q=(1e-7, 0))], S.SubOptionsT())
     refused(tmp_path, m, r"op 0 SUB .*output scale")

@@ -7,6 +7,10 @@ differ only in the int8 parameters.
 - int8 with TFLM's schemes: ADD rescales both inputs to twice the larger input scale after a
   left shift of 20, then to the output (converters/qmath.py: add_params_s8); MUL rescales the
   product by s1 * s2 / s_out;
+- int16 (the int16x8 scheme's activations, zero points 0): the same schemes on int16 values,
+  ADD's left shift 15 (TFLM's add_common.cc; its int16 Eval takes the general path,
+  pot_scale = false), MUL's product through the same int32 multiplier (mul_common.cc, which
+  requires the zero points to be 0);
 - float32;
 - numpy broadcasting up to 6-D (every output dimension <= 65535); either input may be a
   constant, not both; fused NONE/RELU/RELU6/RELU_N1_TO_1; the output may be written over the
@@ -19,10 +23,10 @@ import numpy as np
 from .. import qmath
 from ..emit import c_float, c_float_limit
 from ..tflite_model import Operator, TFLiteModel
-from .common import (Kernel, broadcast_c, elementwise_operands, fused_activation, operand,
-                     per_tensor, unsupported)
+from .common import (Kernel, broadcast_c, elementwise_operands, fused_activation,
+                     int16_zero_points, operand, per_tensor, unsupported)
 
-SUPPORTED = ("ADD/MUL int8 and float32 (broadcasting)",)
+SUPPORTED = ("ADD/MUL int8, int16 (zero points 0) and float32 (broadcasting)",)
 KERNEL_HEADERS = ("add.h", "mul.h")
 
 
@@ -43,7 +47,7 @@ def float_binary(op: Operator, a, b, out, act: str, pname: str, bc: str, fn: str
 
 
 def lower_binary(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
-    """ADD and MUL, int8 (TFLM's rescaling) and float32, with broadcasting."""
+    """ADD and MUL, int8 and int16 (TFLM's rescaling) and float32, with broadcasting."""
     a, b, out = elementwise_operands(op, model)
     act = fused_activation(op, model)
     bc = broadcast_c(op, model, a, b, out)
@@ -53,22 +57,29 @@ def lower_binary(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
     inplace = not a.is_constant
     if a.dtype == "float32":
         return float_binary(op, a, b, out, act, pname, bc, fn, shapes)
-    if a.dtype != "int8":
-        raise unsupported(op, model, f"{a.dtype} {op.opcode}; supported: int8 and float32")
+    if a.dtype not in ("int8", "int16"):
+        raise unsupported(op, model, f"{a.dtype} {op.opcode}; supported: int8, int16 and float32")
     for t, what in ((a, "input 1"), (b, "input 2"), (out, "output")):
         per_tensor(t, op, model, what)
-    lo, hi = qmath.activation_range_quantized(act, out.scale, out.zero_point)
-    pa, pb = (operand(t, "int8_t", lambda v: str(int(v)), consts) for t in (a, b))
+    s16 = a.dtype == "int16"
+    if s16:
+        int16_zero_points(op, model, (a, b, out))
+    ctype, sfx = ("int16_t", "s16") if s16 else ("int8_t", "s8")
+    lo, hi = qmath.activation_range_quantized(act, out.scale, out.zero_point,
+                                              *((-32768, 32767) if s16 else (-128, 127)))
+    pa, pb = (operand(t, ctype, lambda v: str(int(v)), consts) for t in (a, b))
     head = (f"{bc}    .input1_offset = {-a.zero_point},\n    .input2_offset = {-b.zero_point},\n"
             f"    .output_offset = {out.zero_point},\n")
     tail = f"    .activation_min = {lo},\n    .activation_max = {hi},\n}};\n"
     if op.opcode == "ADD":
+        left_shift = 15 if s16 else 20
         try:
-            (m1, s1), (m2, s2), (mo, so) = qmath.add_params_s8(a.scale, b.scale, out.scale)
+            (m1, s1), (m2, s2), (mo, so) = qmath.add_params_s8(a.scale, b.scale, out.scale,
+                                                               left_shift)
         except ValueError as exc:
             raise unsupported(op, model, str(exc)) from None
-        params = (f"static const qe_add_s8_params_t {pname} = {{\n{head}"
-                  f"    .left_shift = 20,\n"
+        params = (f"static const qe_add_{sfx}_params_t {pname} = {{\n{head}"
+                  f"    .left_shift = {left_shift},\n"
                   f"    .input1_multiplier = {m1},\n    .input1_shift = {s1},\n"
                   f"    .input2_multiplier = {m2},\n    .input2_shift = {s2},\n"
                   f"    .output_multiplier = {mo},\n    .output_shift = {so},\n{tail}")
@@ -77,8 +88,9 @@ def lower_binary(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
         m, sh = qmath.quantize_multiplier(real)
         if not -31 <= sh <= 30:
             raise unsupported(op, model, f"requantization scale {real:g} is out of range")
-        params = (f"static const qe_mul_s8_params_t {pname} = {{\n{head}"
+        params = (f"static const qe_mul_{sfx}_params_t {pname} = {{\n{head}"
                   f"    .output_multiplier = {m},\n    .output_shift = {sh},\n{tail}")
-    call = f"qe_{fn}_s8(&{pname}, {pa}, {pb}, (int8_t *)@T{out.index}@);"
-    cb = sum(t.size for t in (a, b) if t.is_constant)
-    return Kernel(op, call, params, consts, cb, f"{op.opcode} int8: {shapes}", inplace=inplace)
+    call = f"qe_{fn}_{sfx}(&{pname}, {pa}, {pb}, ({ctype} *)@T{out.index}@);"
+    cb = sum(t.size * (2 if s16 else 1) for t in (a, b) if t.is_constant)
+    return Kernel(op, call, params, consts, cb, f"{op.opcode} {a.dtype}: {shapes}",
+                  inplace=inplace)

@@ -103,6 +103,15 @@ def per_tensor(t: Tensor, op: Operator, model: TFLiteModel, what: str) -> None:
         raise unsupported(op, model, why)
 
 
+
+def int16_zero_points(op: Operator, model: TFLiteModel, tensors) -> None:
+    """Every int16 tensor of an element-wise op (ADD, SUB, MUL) has zero point 0: TFLM's int16
+    MUL requires it, its SUB asserts it, and the int16x8 scheme never writes anything else."""
+    for t, what in zip(tensors, ("input 1", "input 2", "output")):
+        if t.zero_point != 0:
+            raise unsupported(op, model, f"int16 {what} '{t.name}' has zero point {t.zero_point}; "
+                                         f"int16 {op.opcode} needs 0 (TFLM's int16 kernels)")
+
 def weight_quantization(op, model, w, what: str, n_out: int, qdim: int):
     """The quantization of int8 weights `w` (`what`: "weights" or "filter"), checked: present,
     one scale per tensor or one per output channel along `qdim`, every scale finite and > 0,

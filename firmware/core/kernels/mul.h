@@ -1,6 +1,9 @@
 /* MUL, bit-exact with TF Lite Micro's reference kernels (with broadcasting, see broadcast.h).
  * int8: (x1 - zp1) * (x2 - zp2) rescaled by s1*s2/s_out (MultiplyByQuantizedMultiplier, double
- * rounding), + output zero point, clamped. float32: x1 * x2, clamped. */
+ * rounding), + output zero point, clamped. float32: x1 * x2, clamped.
+ * int16 (zero points 0, as TFLM's mul_common.cc requires): the same on int16 values
+ * (reference_integer_ops::Mul<int16_t> / BroadcastMul6DSlow): the product, at most 2^30 in
+ * magnitude, fits an int32 and goes through the int32 MultiplyByQuantizedMultiplier. */
 #ifndef QE_MUL_H
 #define QE_MUL_H
 
@@ -21,6 +24,10 @@ typedef struct {
 
 void qe_mul_s8(const qe_mul_s8_params_t *p, const int8_t *input1, const int8_t *input2,
                int8_t *output);
+typedef qe_mul_s8_params_t qe_mul_s16_params_t;
+
+void qe_mul_s16(const qe_mul_s16_params_t *p, const int16_t *input1, const int16_t *input2,
+                int16_t *output);
 void qe_mul_f32(const qe_binary_f32_params_t *p, const float *input1, const float *input2,
                 float *output);
 
