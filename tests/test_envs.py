@@ -158,3 +158,17 @@ def test_play_batched_is_play_in_lockstep_with_its_head_and_episode_log():
     assert sorted(log) == sorted(zip(seeds, alone, [200] * 5)) and len(obs) == 1000
     identity, _ = play_batched("Pendulum-v1", policy, seeds, head="identity")
     assert list(identity) != alone                             # the head is applied
+
+
+def test_an_episode_depends_on_its_seed_alone():
+    """hil plays the board one seed per call and the references all seeds in one call: each
+    seed gets a new env, since Gymnasium's BipedalWalker keeps its Box2D world across
+    reset(seed), so seed 1 after seed 0 in one env is another episode than seed 1 alone."""
+    import numpy as np
+    from quarl_edge.measure.hil import play
+
+    def still(obs):          # no torque: measured, seed 2 after 0 and 1 returns -91.79 in
+        return np.zeros(4, np.float32)    # one env and -91.85 in a new one
+    together, _, _ = play("BipedalWalker-v3", still, [0, 1, 2])
+    alone = [play("BipedalWalker-v3", still, [s])[0][0] for s in (0, 1, 2)]
+    assert together == alone

@@ -36,11 +36,14 @@ def play(env_id: str, act: Callable[[np.ndarray], object], seeds: list[int],
          on_start: Callable[[], None] | None = None, on_end: Callable[[], None] | None = None):
     """Play one episode per seed; returns (returns, visited observations, actions taken).
     `on_start()` runs before each episode's first action (a recurrent policy's state reset),
-    `on_end()` after its last step, before the episode is counted."""
-    env = gym.make(env_id)
+    `on_end()` after its last step, before the episode is counted. Each seed is played in a
+    new env, so that an episode depends on its seed alone: the board (one call per seed) and
+    the references (one call for all) then play the same episodes, also where reset(seed)
+    does not rebuild everything (Gymnasium's BipedalWalker keeps its Box2D world)."""
     returns, observations, actions = [], [], []
-    try:
-        for seed in seeds:
+    for seed in seeds:
+        env = gym.make(env_id)
+        try:
             obs, _ = env.reset(seed=seed)
             if on_start:
                 on_start()
@@ -53,13 +56,13 @@ def play(env_id: str, act: Callable[[np.ndarray], object], seeds: list[int],
                 total += float(r)
                 steps += 1
                 done = terminated or truncated
-            if on_end:
-                on_end()
-            returns.append(total)
-            if on_episode:
-                on_episode(seed, total, steps)
-    finally:
-        env.close()
+        finally:
+            env.close()
+        if on_end:
+            on_end()
+        returns.append(total)
+        if on_episode:
+            on_episode(seed, total, steps)
     return returns, np.asarray(observations, dtype=np.float32), actions
 
 
