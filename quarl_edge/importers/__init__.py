@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .common import ImportError_, fidelity, write_imported_run
+from .common import PolicyImportError, fidelity, write_imported_run
 
 KINDS = ("sb3", "rl-zoo", "onnx", "keras", "savedmodel")
 
@@ -30,10 +30,10 @@ def detect_kind(source: Path) -> str:
             return "savedmodel"
         if is_run(source):
             return "rl-zoo"
-        raise ImportError_(f"{source}: a directory without saved_model.pb (not a SavedModel) "
+        raise PolicyImportError(f"{source}: a directory without saved_model.pb (not a SavedModel) "
                            "nor an RL Zoo run (an SB3 zip beside ENV/config.yml)")
     if not source.is_file():
-        raise ImportError_(f"{source}: no such file")
+        raise PolicyImportError(f"{source}: no such file")
     head = source.read_bytes()[:8]
     suffix = source.suffix.lower()
     if suffix == ".zip":
@@ -44,7 +44,7 @@ def detect_kind(source: Path) -> str:
         return "keras"
     what = "a zip" if head.startswith(b"PK") else "an HDF5 file" if head.startswith(
         b"\x89HDF") else "an unknown file"
-    raise ImportError_(f"{source}: unknown kind of policy file ({what} named *{suffix}); "
+    raise PolicyImportError(f"{source}: unknown kind of policy file ({what} named *{suffix}); "
                        "import takes a Stable-Baselines3 .zip, an .onnx, a .keras/.h5 Keras "
                        "model or a TF-Agents / TF SavedModel directory")
 
@@ -76,7 +76,7 @@ def import_policy(source, out, env: str | None = None, vecnormalize=None,
         from .savedmodel import load
         imp = load(source, env)
     else:
-        raise ImportError_(f"unknown import kind {kind!r}; known: {', '.join(KINDS)}")
+        raise PolicyImportError(f"unknown import kind {kind!r}; known: {', '.join(KINDS)}")
     if vecnormalize and kind not in ("sb3", "rl-zoo"):
-        raise ImportError_("--vecnormalize applies to Stable-Baselines3 zips only")
+        raise PolicyImportError("--vecnormalize applies to Stable-Baselines3 zips only")
     return write_imported_run(imp, Path(out), imp.checked or fidelity(imp))

@@ -19,7 +19,7 @@ FIDELITY_OBSERVATIONS = 1000
 MAX_ABS_ERROR = 1e-5    # continuous heads; discrete heads must agree exactly on the argmax
 
 
-class ImportError_(QuarlError):
+class PolicyImportError(QuarlError):
     """A policy file that cannot be imported (the message says why)."""
 
 
@@ -61,7 +61,7 @@ def diagonal_scale(low, high) -> tuple[np.ndarray, np.ndarray, str]:
     """A Dense layer mapping tanh's [-1, 1] to [low, high] (SB3's unscale_action), linear."""
     low, high = np.asarray(low, np.float64).reshape(-1), np.asarray(high, np.float64).reshape(-1)
     if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))):
-        raise ImportError_("a squashed (tanh) policy needs finite action bounds")
+        raise PolicyImportError("a squashed (tanh) policy needs finite action bounds")
     half = 0.5 * (high - low)
     return np.diag(half).astype(np.float32), (low + half).astype(np.float32), "linear"
 
@@ -128,7 +128,7 @@ def check_outputs(env_id: str, n_out: int, where: str) -> None:
     if n_out != want:
         kind = f"{want} discrete actions" if action["type"] == "discrete" else \
             f"actions of shape {tuple(action['shape'])}"
-        raise ImportError_(f"{where}: the network gives {n_out} outputs, {env_id} has {kind}")
+        raise PolicyImportError(f"{where}: the network gives {n_out} outputs, {env_id} has {kind}")
 
 
 def check_spaces(env_id: str, obs_shape, action: dict, where: str):
@@ -139,22 +139,22 @@ def check_spaces(env_id: str, obs_shape, action: dict, where: str):
     obs_space, act_space = env.observation_space, env.action_space
     env.close()
     if tuple(obs_space.shape or ()) != tuple(obs_shape):
-        raise ImportError_(f"{where}: the policy takes observations of shape {tuple(obs_shape)}, "
+        raise PolicyImportError(f"{where}: the policy takes observations of shape {tuple(obs_shape)}, "
                            f"{env_id} gives {tuple(obs_space.shape or ())}")
     if action["type"] == "discrete":
         if not hasattr(act_space, "n"):
-            raise ImportError_(f"{where}: the policy has {action['n']} discrete actions, "
+            raise PolicyImportError(f"{where}: the policy has {action['n']} discrete actions, "
                                f"{env_id} has a Box action space of shape {act_space.shape}")
         if int(act_space.n) != int(action["n"]):
-            raise ImportError_(f"{where}: the policy has {action['n']} actions, {env_id} has "
+            raise PolicyImportError(f"{where}: the policy has {action['n']} actions, {env_id} has "
                                f"{int(act_space.n)}")
     else:
         if hasattr(act_space, "n"):
-            raise ImportError_(f"{where}: the policy has continuous actions of shape "
+            raise PolicyImportError(f"{where}: the policy has continuous actions of shape "
                                f"{tuple(action['shape'])}, {env_id} has {int(act_space.n)} "
                                "discrete actions")
         if tuple(act_space.shape) != tuple(action["shape"]):
-            raise ImportError_(f"{where}: the policy's actions have shape "
+            raise PolicyImportError(f"{where}: the policy's actions have shape "
                                f"{tuple(action['shape'])}, {env_id}'s {tuple(act_space.shape)}")
     return obs_space, act_space
 
@@ -176,7 +176,7 @@ def fidelity(imp: Imported, seed: int = 0) -> dict:
         a_ref = ref.reshape(a.shape)
     else:
         if out.shape != ref.shape:
-            raise ImportError_(f"the imported network gives outputs of shape {out.shape[1:]}, "
+            raise PolicyImportError(f"the imported network gives outputs of shape {out.shape[1:]}, "
                                f"the source {ref.shape[1:]}")
         a_ref = outputs_to_actions(ref, space)
         result["max_abs_error_outputs"] = float(np.max(np.abs(out - ref)))
@@ -189,12 +189,12 @@ def fidelity(imp: Imported, seed: int = 0) -> dict:
     if imp.unfolded is not None:
         result["clipped_observations"] = imp.unfolded(obs)
         if result["clipped_observations"]:
-            raise ImportError_(f"{result['clipped_observations']} of {len(obs)} observations "
+            raise PolicyImportError(f"{result['clipped_observations']} of {len(obs)} observations "
                                "reach VecNormalize's clip_obs, which the folded first layer "
                                "does not reproduce; not supported yet")
     result["ok"] = bool(ok)
     if not ok:
-        raise ImportError_(f"the imported network does not act as the source does on "
+        raise PolicyImportError(f"the imported network does not act as the source does on "
                            f"{len(obs)} observations of {imp.env_id}: {result}")
     return result
 
@@ -206,7 +206,7 @@ def write_imported_run(imp: Imported, out: Path, fid: dict, extra: dict | None =
 
     out = Path(out)
     if out.exists() and any(out.iterdir()):
-        raise ImportError_(f"{out} exists and is not empty; choose another --out")
+        raise PolicyImportError(f"{out} exists and is not empty; choose another --out")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.import-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)

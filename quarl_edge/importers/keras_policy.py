@@ -9,17 +9,17 @@ from pathlib import Path
 import numpy as np
 
 from ..run import keras_call, safe_load_keras
-from .common import Imported, ImportError_, check_outputs, check_spaces, env_action, sha256
+from .common import Imported, PolicyImportError, check_outputs, check_spaces, env_action, sha256
 
 
 def load(path: Path, env_id: str | None) -> Imported:
     import tensorflow as tf
     path = Path(path)
     if env_id is None:
-        raise ImportError_(f"{path}: a Keras model does not say its environment: give --env ID")
+        raise PolicyImportError(f"{path}: a Keras model does not say its environment: give --env ID")
     model = safe_load_keras(path)
     if len(model.inputs) != 1 or len(model.outputs) != 1:
-        raise ImportError_(f"{path}: the model has {len(model.inputs)} inputs and "
+        raise PolicyImportError(f"{path}: the model has {len(model.inputs)} inputs and "
                            f"{len(model.outputs)} outputs; one of each is supported")
     obs_shape = tuple(int(d) for d in model.inputs[0].shape[1:])
     check_spaces(env_id, obs_shape, env_action(env_id), str(path))

@@ -45,7 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .common import Imported, ImportError_, check_outputs, check_spaces, env_action, sha256
+from .common import Imported, PolicyImportError, check_outputs, check_spaces, env_action, sha256
 
 SUPPORTED = ("Gemm", "MatMul", "Add", "Sub", "Mul", "Div", "Relu", "Tanh", "Sigmoid", "Softmax",
              "Clip", "Flatten", "Identity", "Dropout", "Conv", "MaxPool", "Transpose", "Reshape")
@@ -345,7 +345,7 @@ def _fold(model, where: str):
             n = renamed
         nodes.append((i, n))
     if bad:
-        raise ImportError_(f"{where}: unsupported ONNX ops: {', '.join(bad)}; supported: "
+        raise PolicyImportError(f"{where}: unsupported ONNX ops: {', '.join(bad)}; supported: "
                            f"{', '.join(SUPPORTED)}, and folded when constant: "
                            f"{', '.join(FOLDED)}")
     out = g.output[0].name
@@ -424,7 +424,7 @@ def _modules():
         import onnx
         import onnxruntime
     except ImportError:
-        raise ImportError_("ONNX import needs the onnx and onnxruntime packages: "
+        raise PolicyImportError("ONNX import needs the onnx and onnxruntime packages: "
                            "pip install 'quarl-edge[onnx]' (or `make setup`)") from None
     return onnx, onnxruntime
 
@@ -448,7 +448,7 @@ def _graph_to_layers(model, where: str) -> tuple[list[_Layer], int, str]:
             consts[name] = value.astype(np.float64)
     inputs = [i for i in g.input if i.name not in consts]
     if len(inputs) != 1:
-        raise ImportError_(f"{where}: {len(inputs)} inputs ({', '.join(i.name for i in inputs)});"
+        raise PolicyImportError(f"{where}: {len(inputs)} inputs ({', '.join(i.name for i in inputs)});"
                            " one observation input is supported")
     dims = [d.dim_value for d in inputs[0].type.tensor_type.shape.dim]
     size = int(np.prod([d for d in dims[1:] if d])) if len(dims) > 1 else 0
@@ -474,7 +474,7 @@ def _graph_to_layers(model, where: str) -> tuple[list[_Layer], int, str]:
         ins = list(n.input)
         data = [x for x in ins if x and x not in consts]
         if len(data) != 1 or data[0] != cur:
-            raise ImportError_(f"{where}: node #{i} {n.op_type} does not continue one chain "
+            raise PolicyImportError(f"{where}: node #{i} {n.op_type} does not continue one chain "
                                "(branches and skip connections are not supported)")
         attrs = {a.name: a for a in n.attribute}
         layer = last_output_of.get(cur)
@@ -482,11 +482,11 @@ def _graph_to_layers(model, where: str) -> tuple[list[_Layer], int, str]:
         if n.op_type in ("Gemm", "MatMul"):
             w = consts.get(ins[1])
             if w is None or w.ndim != 2:
-                raise ImportError_(f"{where}: node #{i} {n.op_type}: the weights must be a "
+                raise PolicyImportError(f"{where}: node #{i} {n.op_type}: the weights must be a "
                                    "constant matrix")
             if n.op_type == "Gemm":
                 if attrs.get("transA") and attrs["transA"].i:
-                    raise ImportError_(f"{where}: node #{i} Gemm with transA is not supported")
+                    raise PolicyImportError(f"{where}: node #{i} Gemm with transA is not supported")
                 if attrs.get("transB") and attrs["transB"].i:
                     w = w.T
                 w = w * (attrs["alpha"].f if "alpha" in attrs else 1.0)
@@ -497,7 +497,7 @@ def _graph_to_layers(model, where: str) -> tuple[list[_Layer], int, str]:
             else:
                 b = np.zeros(w.shape[1])
             if width and w.shape[0] != width:
-                raise ImportError_(f"{where}: node #{i} {n.op_type} takes {w.shape[0]} values, "
+                raise PolicyImportError(f"{where}: node #{i} {n.op_type} takes {w.shape[0]} values, "
                                    f"gets {width}")
             new = _Layer(w, b)
             layers.append(new)
@@ -518,7 +518,7 @@ def _graph_to_layers(model, where: str) -> tuple[list[_Layer], int, str]:
                 new.kernel, new.bias = new.kernel * c, new.bias * c
             else:
                 if const_first:
-                    raise ImportError_(f"{where}: node #{i} Div of a constant by the input is "
+                    raise PolicyImportError(f"{where}: node #{i} Div of a constant by the input is "
                                        "not supported")
                 new.kernel, new.bias = new.kernel / c, new.bias / c
         elif n.op_type in ACTIVATIONS:
@@ -526,7 +526,7 @@ def _graph_to_layers(model, where: str) -> tuple[list[_Layer], int, str]:
             if n.op_type == "Softmax":
                 axis = attrs["axis"].i if "axis" in attrs else -1
                 if axis not in (-1, 1):
-                    raise ImportError_(f"{where}: node #{i} Softmax over axis {axis}")
+                    raise PolicyImportError(f"{where}: node #{i} Softmax over axis {axis}")
             new.act = ACTIVATIONS[n.op_type]
         elif n.op_type == "Clip":
             # clip(x, lo, hi) = lo + (hi - lo) / 6 * relu6(6 (x - lo) / (hi - lo)): the scale
@@ -536,7 +536,7 @@ def _graph_to_layers(model, where: str) -> tuple[list[_Layer], int, str]:
                  np.array(attrs["max"].f if "max" in attrs else np.inf)]
             if len(bounds) < 2 or any(b is None or b.size != 1 for b in bounds) or \
                     not np.all(np.isfinite(bounds)) or float(bounds[1]) <= float(bounds[0]):
-                raise ImportError_(f"{where}: node #{i} Clip: only finite constant bounds "
+                raise PolicyImportError(f"{where}: node #{i} Clip: only finite constant bounds "
                                    "are supported")
             lo, hi = float(bounds[0]), float(bounds[1])
             scaled = layer if foldable and layer.act == "linear" else fresh(width)
@@ -548,15 +548,15 @@ def _graph_to_layers(model, where: str) -> tuple[list[_Layer], int, str]:
         elif n.op_type in ("Flatten", "Identity", "Dropout"):
             new = layer
         else:
-            raise ImportError_(f"{where}: node #{i} {n.op_type} after the dense layers began "
+            raise PolicyImportError(f"{where}: node #{i} {n.op_type} after the dense layers began "
                                "(convolutions, pooling and transposes come first)")
         cur = n.output[0]
         if new is not None:
             last_output_of[cur] = new
     if cur != out_name:
-        raise ImportError_(f"{where}: the chain ends at {cur}, not at the output {out_name}")
+        raise PolicyImportError(f"{where}: the chain ends at {cur}, not at the output {out_name}")
     if not layers:
-        raise ImportError_(f"{where}: no layer with weights")
+        raise PolicyImportError(f"{where}: no layer with weights")
     if front is not None:    # the first Dense reads torch's [C, H, W] flatten order; ours is HWC
         c, h, w_ = front["chw"]
         k = layers[0].kernel
@@ -576,7 +576,7 @@ def _conv_front(nodes, consts, cur, dims, where):
     [O, I, kh, kw], bias, strides, pads [t, l, b, r], activation) | ("maxpool", kernel, strides)]
     and "chw" the shape flattened."""
     if len(dims) != 4:
-        raise ImportError_(f"{where}: a CNN takes 4-D image inputs, this one {dims}")
+        raise PolicyImportError(f"{where}: a CNN takes 4-D image inputs, this one {dims}")
     hwc_input, scale, stages = False, 1.0, []
     c, h, w = dims[1:]
     k = 0
@@ -585,7 +585,7 @@ def _conv_front(nodes, consts, cur, dims, where):
         attrs = {a.name: a for a in n.attribute}
         data = [x for x in n.input if x and x not in consts]
         if len(data) != 1 or data[0] != cur:
-            raise ImportError_(f"{where}: node #{i} {n.op_type} does not continue one chain")
+            raise PolicyImportError(f"{where}: node #{i} {n.op_type} does not continue one chain")
         op = n.op_type
         if op == "Transpose" and not stages and not hwc_input and \
                 _ints(attrs, "perm", []) == [0, 3, 1, 2]:
@@ -593,17 +593,17 @@ def _conv_front(nodes, consts, cur, dims, where):
         elif op in ("Mul", "Div") and not stages:
             const = consts[[x for x in n.input if x in consts][0]]
             if const.size != 1 or (op == "Div" and n.input[0] in consts):
-                raise ImportError_(f"{where}: node #{i} {op} of the images by a non-scalar")
+                raise PolicyImportError(f"{where}: node #{i} {op} of the images by a non-scalar")
             scale = scale * float(const.reshape(-1)[0]) if op == "Mul" else \
                 scale / float(const.reshape(-1)[0])
         elif op == "Conv":
             wt = consts.get(n.input[1])
             if wt is None or wt.ndim != 4 or wt.shape[1] != c:
-                raise ImportError_(f"{where}: node #{i} Conv: constant weights for {c} channels "
+                raise PolicyImportError(f"{where}: node #{i} Conv: constant weights for {c} channels "
                                    "are needed")
             if attrs.get("group") and attrs["group"].i != 1 or \
                     any(d != 1 for d in _ints(attrs, "dilations", [1, 1])):
-                raise ImportError_(f"{where}: node #{i} Conv with groups or dilation is not "
+                raise PolicyImportError(f"{where}: node #{i} Conv with groups or dilation is not "
                                    "supported")
             b = consts.get(n.input[2]) if len(n.input) > 2 and n.input[2] else None
             b = np.zeros(wt.shape[0]) if b is None else b
@@ -621,7 +621,7 @@ def _conv_front(nodes, consts, cur, dims, where):
         elif op == "MaxPool" and stages:
             ks, st = _ints(attrs, "kernel_shape", [1, 1]), _ints(attrs, "strides", [1, 1])
             if any(_ints(attrs, "pads", [0, 0, 0, 0])):
-                raise ImportError_(f"{where}: node #{i} MaxPool with padding is not supported")
+                raise PolicyImportError(f"{where}: node #{i} MaxPool with padding is not supported")
             stages.append(["maxpool", ks, st])
             h, w = (h - ks[0]) // st[0] + 1, (w - ks[1]) // st[1] + 1
         elif op in ("Flatten", "Reshape") and stages:
@@ -630,12 +630,12 @@ def _conv_front(nodes, consts, cur, dims, where):
                      "input_chw": dims[1:] if not hwc_input else (dims[3], dims[1], dims[2])},
                     nodes[k + 1:], cur, c * h * w)
         else:
-            raise ImportError_(f"{where}: node #{i} {op} is not supported in a CNN's front "
+            raise PolicyImportError(f"{where}: node #{i} {op} is not supported in a CNN's front "
                                "(Transpose at the input, scalar Mul/Div, Conv, Relu, MaxPool, "
                                "then Flatten)")
         cur = n.output[0]
         k += 1
-    raise ImportError_(f"{where}: a CNN without a Flatten after its convolutions")
+    raise PolicyImportError(f"{where}: a CNN without a Flatten after its convolutions")
 
 
 def _keras_cnn(obs_shape, front, mlp, name: str):
@@ -668,16 +668,16 @@ def load(path: Path, env_id: str | None) -> Imported:
     from ..run import keras_mlp
     path = Path(path)
     if env_id is None:
-        raise ImportError_(f"{path}: an ONNX model does not say its environment: give --env ID")
+        raise PolicyImportError(f"{path}: an ONNX model does not say its environment: give --env ID")
     try:
         model = onnx.load(str(path))
         onnx.checker.check_model(model)
     except Exception as e:  # onnx raises DecodeError, ValidationError, ...: all "not valid"
-        raise ImportError_(f"{path}: not a valid ONNX model ({type(e).__name__}: "
+        raise PolicyImportError(f"{path}: not a valid ONNX model ({type(e).__name__}: "
                            f"{str(e).splitlines()[0] if str(e) else ''})") from None
     out_type = model.graph.output[0].type.tensor_type.elem_type
     if out_type != onnx.TensorProto.FLOAT:
-        raise ImportError_(f"{path}: the output {model.graph.output[0].name} is "
+        raise PolicyImportError(f"{path}: the output {model.graph.output[0].name} is "
                            f"{onnx.TensorProto.DataType.Name(out_type)}, not FLOAT (an ArgMax in "
                            "the graph?): export the network before the argmax")
     layers, n_in, out_name, front, checked = _graph_to_layers(model, str(path))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .common import ImportError_
+from .common import PolicyImportError
 
 ORDERED_DICT_TAG = "tag:yaml.org,2002:python/object/apply:collections.OrderedDict"
 
@@ -34,11 +34,11 @@ def _loader():
             isinstance(node, yaml.SequenceNode) else []
         pairs = args[0] if len(args) == 1 and isinstance(args[0], list) else None
         if pairs is None or not all(isinstance(p, list) and len(p) == 2 for p in pairs):
-            raise ImportError_("an OrderedDict that is not a list of [key, value] pairs")
+            raise PolicyImportError("an OrderedDict that is not a list of [key, value] pairs")
         return {str(k): v for k, v in pairs}
 
     def refuse(loader, suffix, node):
-        raise ImportError_(f"refused: the YAML tag !!python/{suffix} (it would run code); "
+        raise PolicyImportError(f"refused: the YAML tag !!python/{suffix} (it would run code); "
                            "only the zoo's !!python/object/apply:collections.OrderedDict is read")
 
     ZooLoader.add_constructor(ORDERED_DICT_TAG, ordered_dict)
@@ -51,15 +51,15 @@ def read_yaml(path: Path) -> dict:
     import yaml
     try:
         data = yaml.load(Path(path).read_text(), Loader=_loader())   # noqa: S506 (safe loader)
-    except ImportError_ as e:
-        raise ImportError_(f"{path}: {e}") from None
+    except PolicyImportError as e:
+        raise PolicyImportError(f"{path}: {e}") from None
     except (yaml.YAMLError, OSError, UnicodeDecodeError) as e:
-        raise ImportError_(f"{path}: not a readable YAML file "
+        raise PolicyImportError(f"{path}: not a readable YAML file "
                            f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ImportError_(f"{path}: a YAML {type(data).__name__}, not a mapping")
+        raise PolicyImportError(f"{path}: a YAML {type(data).__name__}, not a mapping")
     return data
 
 
@@ -90,7 +90,7 @@ def _find_zip(folder: Path, env_dir: Path) -> Path:
     zips = sorted(folder.glob("*.zip"))
     if len(zips) == 1:
         return zips[0]
-    raise ImportError_(f"{folder}: a zoo run without {main.name}; which of "
+    raise PolicyImportError(f"{folder}: a zoo run without {main.name}; which of "
                        f"{', '.join(z.name for z in zips) or 'no zip'}? import that zip")
 
 
@@ -111,15 +111,15 @@ def check_config(config: dict, args: dict, where: Path) -> None:
     """Refuse, by name, what the zoo did to the env that the board cannot reproduce."""
     wrapper = config.get("env_wrapper")
     if wrapper:
-        raise ImportError_(f"{where}: env_wrapper {', '.join(_wrapper_names(wrapper))} is not "
+        raise PolicyImportError(f"{where}: env_wrapper {', '.join(_wrapper_names(wrapper))} is not "
                            "modelled on the board (the policy acts on the wrapped env's "
                            "observations); not supported")
     if config.get("frame_stack"):
-        raise ImportError_(f"{where}: frame_stack {config['frame_stack']} (VecFrameStack) is "
+        raise PolicyImportError(f"{where}: frame_stack {config['frame_stack']} (VecFrameStack) is "
                            "not reproduced on the board; not supported")
     for source, key in ((args, "env_kwargs"), (config, "env_kwargs")):
         if source.get(key):
-            raise ImportError_(f"{where}: env_kwargs {source[key]!r:.80} (a non-default env) "
+            raise PolicyImportError(f"{where}: env_kwargs {source[key]!r:.80} (a non-default env) "
                                "are not supported")
 
 
@@ -132,7 +132,7 @@ def load(folder: Path, env_id: str | None, vecnormalize: Path | None = None,
     folder = Path(folder)
     env_dir = _env_dir(folder)
     if env_dir is None:
-        raise ImportError_(f"{folder}: not an RL Zoo run (no ENV/ folder with config.yml or "
+        raise PolicyImportError(f"{folder}: not an RL Zoo run (no ENV/ folder with config.yml or "
                            "args.yml)")
     config = read_yaml(env_dir / "config.yml") if (env_dir / "config.yml").is_file() else {}
     args = read_yaml(env_dir / "args.yml") if (env_dir / "args.yml").is_file() else {}
@@ -142,7 +142,7 @@ def load(folder: Path, env_id: str | None, vecnormalize: Path | None = None,
     if vecnormalize is None and pkl.is_file():
         vecnormalize = pkl
     if vecnormalize is None and _normalizes(config.get("normalize")):
-        raise ImportError_(f"{env_dir / 'config.yml'}: normalize is "
+        raise PolicyImportError(f"{env_dir / 'config.yml'}: normalize is "
                            f"{config['normalize']!r} but {pkl} is missing (the policy needs "
                            "its observation statistics)")
     zoo_env = str(args.get("env") or env_dir.name)

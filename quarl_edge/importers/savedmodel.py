@@ -38,7 +38,7 @@ import numpy as np
 
 from ..errors import QuarlError
 from ..run import keras_mlp
-from .common import Imported, ImportError_, check_spaces, diagonal_scale, env_action, sha256
+from .common import Imported, PolicyImportError, check_spaces, diagonal_scale, env_action, sha256
 
 
 # Every op type in the PolicySaver outputs of quarl-edge's DQN, PPO (categorical and normal),
@@ -76,11 +76,11 @@ def check_ops(path: Path) -> None:
     try:
         sm.ParseFromString((path / "saved_model.pb").read_bytes())
     except (DecodeError, OSError) as e:
-        raise ImportError_(f"{path}: saved_model.pb is not a SavedModel ({e})") from None
+        raise PolicyImportError(f"{path}: saved_model.pb is not a SavedModel ({e})") from None
     bad: dict[str, set[str]] = {}
     for mg in sm.meta_graphs:
         if not mg.object_graph_def.nodes:   # TF1: its loader runs the saver's restore op
-            raise ImportError_(f"{path}: a TF1 SavedModel (no object graph); import takes TF2 "
+            raise PolicyImportError(f"{path}: a TF1 SavedModel (no object graph); import takes TF2 "
                                "SavedModels (tf.saved_model.save, TF-Agents' PolicySaver)")
         graph = mg.graph_def
         functions = {f.signature.name: f for f in graph.library.function}
@@ -112,7 +112,7 @@ def check_ops(path: Path) -> None:
     if bad:
         named = sorted(bad, key=lambda op: (op not in DANGEROUS_OPS, op))
         first = named[0]
-        raise ImportError_(
+        raise PolicyImportError(
             f"{path}: refused: the SavedModel's graph holds the op{'s' if len(named) > 1 else ''}"
             f" {', '.join(named)} (e.g. {first} in {sorted(bad[first])[0]}), not the math of a "
             "policy (docs/import.md, on SavedModels, says what is allowed); nothing of it "
@@ -137,7 +137,7 @@ def _load(path: Path):
     try:
         return tf.saved_model.load(str(path))
     except (ValueError, OSError, tf.errors.OpError) as e:
-        raise ImportError_(f"{path}: TensorFlow cannot load the SavedModel: "
+        raise PolicyImportError(f"{path}: TensorFlow cannot load the SavedModel: "
                            f"{str(e).splitlines()[0]}") from None
 
 
@@ -147,13 +147,13 @@ def _layers(variables, where: str) -> tuple[str, list[tuple[str, np.ndarray, np.
     for v in variables:
         m = re.fullmatch(r"(.+)/(kernel|bias):\d+", v.name)
         if not m:
-            raise ImportError_(f"{where}: variable {v.name} is not a dense layer's kernel or bias "
+            raise PolicyImportError(f"{where}: variable {v.name} is not a dense layer's kernel or bias "
                                "(only TF-Agents' MLP networks are supported)")
         by_layer.setdefault(m.group(1), {})[m.group(2)] = v.numpy()
     layers = []
     for name, kb in by_layer.items():
         if "kernel" not in kb or kb["kernel"].ndim != 2:
-            raise ImportError_(f"{where}: layer {name} is not a dense layer")
+            raise PolicyImportError(f"{where}: layer {name} is not a dense layer")
         layers.append((name, kb["kernel"], kb.get("bias", np.zeros(kb["kernel"].shape[1],
                                                                   np.float32))))
     root = layers[0][0].split("/")[0] if layers else ""
@@ -169,7 +169,7 @@ def _layers(variables, where: str) -> tuple[str, list[tuple[str, np.ndarray, np.
     elif "NormalProjectionNetwork" in names:
         kind = "normal"
     else:
-        raise ImportError_(f"{where}: the network {root or '?'} is not one of TF-Agents' "
+        raise PolicyImportError(f"{where}: the network {root or '?'} is not one of TF-Agents' "
                            "QNetwork, ActorNetwork or ActorDistributionNetwork")
     if kind in ("normal", "categorical", "tanh-normal"):   # drop value nets saved alongside
         layers = [layer for layer in layers if "ValueNetwork" not in layer[0]
@@ -193,20 +193,20 @@ def load(path: Path, env_id: str | None) -> Imported:
     import tensorflow as tf
     path = Path(path)
     if env_id is None:
-        raise ImportError_(f"{path}: a SavedModel does not say its environment: give --env ID")
+        raise PolicyImportError(f"{path}: a SavedModel does not say its environment: give --env ID")
     policy = _load(path)
     if "action" not in policy.signatures:
-        raise ImportError_(f"{path}: no `action` signature (not a TF-Agents PolicySaver "
+        raise PolicyImportError(f"{path}: no `action` signature (not a TF-Agents PolicySaver "
                            f"policy); it has: {', '.join(policy.signatures) or 'none'}")
     if "get_initial_state" in policy.signatures:
         state = policy.signatures["get_initial_state"](batch_size=tf.constant(1))
         if state:
-            raise ImportError_(f"{path}: the policy has state ({', '.join(state)}): a "
+            raise PolicyImportError(f"{path}: the policy has state ({', '.join(state)}): a "
                                "recurrent policy, not supported yet")
     spec = policy.signatures["action"].structured_input_signature[1]
     obs_keys = [k for k in spec if k.endswith("observation")]
     if len(obs_keys) != 1:
-        raise ImportError_(f"{path}: observations {sorted(k for k in spec if 'observation' in k)}"
+        raise PolicyImportError(f"{path}: observations {sorted(k for k in spec if 'observation' in k)}"
                            ": one observation tensor is supported")
     obs_spec = spec[obs_keys[0]]
     obs_shape = tuple(int(d) for d in obs_spec.shape[1:])
@@ -239,5 +239,5 @@ def load(path: Path, env_id: str | None) -> Imported:
             return imp
         except QuarlError as e:
             tried.append(f"{act}: {e}")
-    raise ImportError_(f"{path}: no activation makes the rebuilt network act as the saved policy "
+    raise PolicyImportError(f"{path}: no activation makes the rebuilt network act as the saved policy "
                        f"(is it the greedy policy?): {'; '.join(tried)}")

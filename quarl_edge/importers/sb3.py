@@ -37,7 +37,7 @@ import numpy as np
 
 from ..errors import QuarlError
 from ..run import keras_mlp
-from .common import (RETIRED_IDS, Imported, ImportError_, check_spaces, current_env_id,
+from .common import (RETIRED_IDS, Imported, PolicyImportError, check_spaces, current_env_id,
                      diagonal_scale, env_spaces, sha256)
 from .safe_pickle import UnsafePickle, load_symbolic, load_torch_archive
 
@@ -54,18 +54,18 @@ def _read_zip(path: Path) -> tuple[dict, dict[str, np.ndarray], str]:
         z = zipfile.ZipFile(path)
         names = set(z.namelist())
         if "data" not in names or "policy.pth" not in names:
-            raise ImportError_(f"{path}: a zip, but not a Stable-Baselines3 model (no data and "
+            raise PolicyImportError(f"{path}: a zip, but not a Stable-Baselines3 model (no data and "
                                "policy.pth in it)")
         data = json.loads(z.read("data"))
         policy = z.read("policy.pth")
         version = z.read("_stable_baselines3_version").decode().strip() \
             if "_stable_baselines3_version" in names else "unknown"
     except (zipfile.BadZipFile, EOFError, OSError) as e:
-        raise ImportError_(f"{path}: not a readable zip ({e}); truncated download?") from None
+        raise PolicyImportError(f"{path}: not a readable zip ({e}); truncated download?") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ImportError_(f"{path}: SB3's data entry is not JSON ({e})") from None
+        raise PolicyImportError(f"{path}: SB3's data entry is not JSON ({e})") from None
     except zipfile.error as e:   # CRC errors of a corrupted member
-        raise ImportError_(f"{path}: a corrupted zip ({e})") from None
+        raise PolicyImportError(f"{path}: a corrupted zip ({e})") from None
     return data, load_torch_archive(policy, f"{path}:policy.pth"), version
 
 
@@ -88,7 +88,7 @@ def _algo(data: dict, sd: dict, path: Path) -> str:
     if "maskable" in module:    # MaskablePPO: argmax over the actions the env allows now
         hint = (" (MaskablePPO: its greedy action is the argmax over the actions the env's mask "
                 "allows at each step, which the board is not given)")
-    raise ImportError_(f"{path}: a policy from {module or 'an unknown module'} is not "
+    raise PolicyImportError(f"{path}: a policy from {module or 'an unknown module'} is not "
                        f"supported{hint}; supported: Stable-Baselines3 "
                        f"{', '.join(a.upper() for a in ALGOS)} with MlpPolicy")
 
@@ -114,7 +114,7 @@ def _space(entry, what: str, path: Path) -> dict | None:
         if shape is None:
             return None
         return {"type": "box", "shape": shape, "dtype": entry.get("dtype", "float32")}
-    raise ImportError_(f"{path}: {what} {kind} is not supported (Box observations; "
+    raise PolicyImportError(f"{path}: {what} {kind} is not supported (Box observations; "
                        "Discrete or Box actions)")
 
 
@@ -157,7 +157,7 @@ def _activation(data: dict, algo: str, path: Path) -> str:
         return DEFAULT_ACTIVATION[algo]
     m = re.search(r"torch\.nn\.modules\.activation\.(\w+)", str(fn))
     if not m or m.group(1) not in TORCH_ACTIVATIONS:
-        raise ImportError_(f"{path}: activation {fn} is not supported (ReLU, Tanh)")
+        raise PolicyImportError(f"{path}: activation {fn} is not supported (ReLU, Tanh)")
     return TORCH_ACTIVATIONS[m.group(1)]
 
 
@@ -187,7 +187,7 @@ def _nature_cnn(sd: dict, prefix: str, path: Path):
         return None
     idx = sorted(int(k[len(prefix) + 4:].split(".")[0]) for k in convs)
     if idx != [0, 2, 4] or f"{prefix}linear.0.weight" not in sd:
-        raise ImportError_(f"{path}: a features extractor that is not SB3's NatureCNN "
+        raise PolicyImportError(f"{path}: a features extractor that is not SB3's NatureCNN "
                            f"({', '.join(sorted(k for k in sd if k.startswith(prefix)))[:200]}); "
                            "MlpPolicy and CnnPolicy with NatureCNN are supported")
     conv = [(sd[f"{prefix}cnn.{i}.weight"], sd[f"{prefix}cnn.{i}.bias"], s)
@@ -225,12 +225,12 @@ def _layers(sd: dict, algo: str, act: str, action: dict, low, high, path: Path,
     their log_std (and any SDE features) are not part of it."""
     try:
         if any(".extractors." in k for k in sd):
-            raise ImportError_(f"{path}: a MultiInputPolicy (dict observations) is not "
+            raise PolicyImportError(f"{path}: a MultiInputPolicy (dict observations) is not "
                                "supported yet")
         if any("lstm" in k for k in sd):
-            raise ImportError_(f"{path}: a recurrent (LSTM) policy is not supported yet")
+            raise PolicyImportError(f"{path}: a recurrent (LSTM) policy is not supported yet")
         if algo in ("sac", "td3") and any("features_extractor.cnn" in k for k in sd):
-            raise ImportError_(f"{path}: a CnnPolicy for {algo.upper()} is not supported yet")
+            raise PolicyImportError(f"{path}: a CnnPolicy for {algo.upper()} is not supported yet")
         if algo == "dqn":
             body = _sequential(sd, "q_net.q_net")
             return [(w, b, act) for w, b in body[:-1]] + [(*body[-1], "linear")]
@@ -240,7 +240,7 @@ def _layers(sd: dict, algo: str, act: str, action: dict, low, high, path: Path,
             return _ars_layers(sd, act, action, low, high, squash, path)
         if algo in ("ppo", "a2c", "trpo"):
             if any(k.startswith("mlp_extractor.shared_net") for k in sd):
-                raise ImportError_(f"{path}: shared layers (net_arch with a shared part) are "
+                raise PolicyImportError(f"{path}: shared layers (net_arch with a shared part) are "
                                    "not supported")
             hidden = [(w, b, act) for w, b in _sequential(sd, "mlp_extractor.policy_net")]
             return hidden + [(*_linear(sd, "action_net"), "linear")]
@@ -255,7 +255,7 @@ def _layers(sd: dict, algo: str, act: str, action: dict, low, high, path: Path,
             return [(w, b, act) for w, b in body[:-1]] + [(*body[-1], "tanh"),
                                                           diagonal_scale(low, high)]
     except KeyError as e:
-        raise ImportError_(f"{path}: tensor {e} missing for an SB3 {algo.upper()} policy") \
+        raise PolicyImportError(f"{path}: tensor {e} missing for an SB3 {algo.upper()} policy") \
             from None
     raise AssertionError(algo)
 
@@ -269,7 +269,7 @@ def _qrdqn_layers(sd: dict, act: str, action: dict, path: Path):
     kernel, bias = body[-1]                          # [in, n_quantiles * n_actions]
     n = int(action.get("n", 0))
     if n <= 0 or kernel.shape[1] % n:
-        raise ImportError_(f"{path}: a QR-DQN head of {kernel.shape[1]} outputs does not split "
+        raise PolicyImportError(f"{path}: a QR-DQN head of {kernel.shape[1]} outputs does not split "
                            f"into {n} actions")
     q = kernel.shape[1] // n
     k = kernel.astype(np.float64).reshape(-1, q, n).mean(axis=1)
@@ -295,7 +295,7 @@ def _ars_layers(sd: dict, act: str, action: dict, low, high, squash: bool, path:
                         np.zeros(sd[f"action_net.{i}.weight"].shape[0], np.float32)))
                 for i in idx]
     if not body:
-        raise ImportError_(f"{path}: an ARS policy without action_net weights")
+        raise PolicyImportError(f"{path}: an ARS policy without action_net weights")
     hidden = [(w, b, act) for w, b in body[:-1]]
     if action["type"] == "box" and squash:
         return hidden + [(*body[-1], "tanh"), diagonal_scale(low, high)]
@@ -317,22 +317,22 @@ def _vecnormalize(path: Path) -> dict:
     try:
         raw = Path(path).read_bytes()
     except OSError as e:
-        raise ImportError_(f"cannot read {path}: {e}") from None
+        raise PolicyImportError(f"cannot read {path}: {e}") from None
     obj = load_symbolic(raw, str(path))
     if not hasattr(obj, "attrs") or not obj.type_name.endswith("VecNormalize"):
-        raise ImportError_(f"{path}: not a VecNormalize file (it holds {obj!r:.60})")
+        raise PolicyImportError(f"{path}: not a VecNormalize file (it holds {obj!r:.60})")
     a = obj.attrs()
     if not a.get("norm_obs", True):
         return {}
     if a.get("norm_obs_keys"):
-        raise ImportError_(f"{path}: VecNormalize of dict observations is not supported")
+        raise PolicyImportError(f"{path}: VecNormalize of dict observations is not supported")
     rms = a.get("obs_rms")
     r = rms.attrs() if hasattr(rms, "attrs") else {}
     try:
         mean, var = np.asarray(r["mean"], np.float64), np.asarray(r["var"], np.float64)
         eps, clip = float(a["epsilon"]), float(a["clip_obs"])
     except (KeyError, TypeError, ValueError):
-        raise ImportError_(f"{path}: VecNormalize without obs_rms mean/var, epsilon and "
+        raise PolicyImportError(f"{path}: VecNormalize without obs_rms mean/var, epsilon and "
                            "clip_obs") from None
     return {"mean": mean, "var": var, "epsilon": eps, "clip_obs": clip}
 
@@ -430,7 +430,7 @@ def _check_network_fits(layers, obs_space, action: dict, env_id: str, path: Path
     if (n_in, n_out) != (want_in, want_out):
         acts = f"{want_out} discrete actions" if action["type"] == "discrete" else \
             f"actions of shape {tuple(action['shape'])}"
-        raise ImportError_(f"{path}: the network takes {n_in} inputs and gives {n_out} "
+        raise PolicyImportError(f"{path}: the network takes {n_in} inputs and gives {n_out} "
                            f"outputs; {env_id} has observations of shape "
                            f"{tuple(obs_space.shape)} and {acts}")
 
@@ -449,24 +449,24 @@ def load(path: Path, env_id: str | None, vecnormalize: Path | None = None) -> Im
         env_obs, env_act = env_spaces(env_id)
         obs, action = obs or env_obs, action or env_act
     if obs["type"] != "box":
-        raise ImportError_(f"{path}: discrete observations are not supported")
+        raise PolicyImportError(f"{path}: discrete observations are not supported")
     if algo == "recurrentppo":
         return _load_recurrent(path, data, sd, version, obs, action, env_id, vecnormalize)
     kwargs = _policy_kwargs(data)
     if algo in ("ppo", "a2c") and kwargs.get("squash_output"):
-        raise ImportError_(f"{path}: a gSDE policy with squash_output=True is not supported")
+        raise PolicyImportError(f"{path}: a gSDE policy with squash_output=True is not supported")
     prefix = {"dqn": "q_net.features_extractor."}.get(algo, "features_extractor.")
     cnn = _nature_cnn(sd, prefix, path)
     shape = tuple(obs["shape"])
     if cnn is not None:   # SB3 saved the channel-first space VecTransposeImage made of HWC images
         if len(shape) != 3 or obs.get("dtype") != "uint8":
-            raise ImportError_(f"{path}: a CnnPolicy on observations of shape {shape}, dtype "
+            raise PolicyImportError(f"{path}: a CnnPolicy on observations of shape {shape}, dtype "
                                f"{obs.get('dtype')}: uint8 images are supported")
         if spaces_from == "the zip's JSON fields":
             shape = (shape[1], shape[2], shape[0])
     obs_space, act_space = check_spaces(env_id, shape, action, str(path))
     if cnn is not None and tuple(obs_space.shape) != shape:
-        raise ImportError_(f"{path}: channel-first images from the env are not supported")
+        raise PolicyImportError(f"{path}: channel-first images from the env are not supported")
     act = _activation(data, algo, path)
     low = getattr(act_space, "low", None)
     high = getattr(act_space, "high", None)
@@ -481,9 +481,9 @@ def load(path: Path, env_id: str | None, vecnormalize: Path | None = None) -> Im
         vecnormalize = path.parent / "vecnormalize.pkl"
     norm = _vecnormalize(vecnormalize) if vecnormalize is not None else {}
     if norm and cnn is not None:
-        raise ImportError_(f"{vecnormalize}: VecNormalize with a CnnPolicy is not supported")
+        raise PolicyImportError(f"{vecnormalize}: VecNormalize with a CnnPolicy is not supported")
     if norm and norm["mean"].size != int(np.prod(obs["shape"])):
-        raise ImportError_(f"{vecnormalize}: statistics for {norm['mean'].size} observation "
+        raise PolicyImportError(f"{vecnormalize}: statistics for {norm['mean'].size} observation "
                            f"values, the policy takes {int(np.prod(obs['shape']))}")
     folded = _fold(layers, norm) if norm else layers
     # SB3 clips a Gaussian policy's action to the bounds in predict(); so does the head
@@ -540,9 +540,9 @@ def recurrent_layers(sd: dict, act: str, path: Path):
     one."""
     from ..rl.recurrent import RecurrentLayers
     if "lstm_actor.weight_ih_l1" in sd:
-        raise ImportError_(f"{path}: an LSTM of more than one layer is not supported")
+        raise PolicyImportError(f"{path}: an LSTM of more than one layer is not supported")
     if any(k.startswith("features_extractor.cnn") or ".cnn." in k for k in sd):
-        raise ImportError_(f"{path}: a recurrent CnnLstmPolicy is not supported yet")
+        raise PolicyImportError(f"{path}: a recurrent CnnLstmPolicy is not supported yet")
     try:
         lstm = (sd["lstm_actor.weight_ih_l0"].T.astype(np.float32),
                 sd["lstm_actor.weight_hh_l0"].T.astype(np.float32),
@@ -551,7 +551,7 @@ def recurrent_layers(sd: dict, act: str, path: Path):
         hidden = [(w, b, act) for w, b in _sequential(sd, "mlp_extractor.policy_net")]
         return RecurrentLayers([], lstm, hidden + [(*_linear(sd, "action_net"), "linear")])
     except KeyError as e:
-        raise ImportError_(f"{path}: tensor {e} missing for a RecurrentPPO policy") from None
+        raise PolicyImportError(f"{path}: tensor {e} missing for a RecurrentPPO policy") from None
 
 
 def _lstm_reference(layers, norm: dict):
@@ -615,7 +615,7 @@ def _recurrent_fidelity(env_id: str, layers, folded, norm: dict, episodes: int =
               "cell_clip": CELL_CLIP}
     result["ok"] = agree == steps
     if not result["ok"]:
-        raise ImportError_(f"the imported recurrent policy does not act as SB3's does on "
+        raise PolicyImportError(f"the imported recurrent policy does not act as SB3's does on "
                            f"{steps} steps of {env_id}: {result}")
     return result
 
@@ -626,7 +626,7 @@ def _load_recurrent(path: Path, data: dict, sd: dict, version: str, obs: dict, a
     Keras model (rl/recurrent.py) whose LSTM state the board keeps and resets per episode."""
     from ..rl.recurrent import fold_normalization, one_step_keras
     if obs["type"] != "box" or action["type"] != "discrete":
-        raise ImportError_(f"{path}: RecurrentPPO with {action['type']} actions: recurrent "
+        raise PolicyImportError(f"{path}: RecurrentPPO with {action['type']} actions: recurrent "
                            "policies are supported with Discrete actions (the argmax head)")
     check_spaces(env_id, tuple(obs["shape"]), action, str(path))
     layers = recurrent_layers(sd, _activation(data, "recurrentppo", path), path)
@@ -671,5 +671,5 @@ def guess_env(path: Path) -> str:
     found = [e for e in ids if re.search(rf"(^|[-_/]){re.escape(e)}$", stem)]
     if len(found) == 1:
         return found[0]
-    raise ImportError_(f"{path}: which environment? give --env ID (the file name names "
+    raise PolicyImportError(f"{path}: which environment? give --env ID (the file name names "
                        f"{'none' if not found else ' and '.join(found)} of Gymnasium's ids)")
