@@ -81,7 +81,7 @@ def test_validate_refuses_inputs_of_the_wrong_shape(run_copy, tmp_path):
     np.save(tmp_path / "bad.npy", np.zeros((5, 3), np.float32))
     proc = cli("validate", run_copy / "models" / "int8.tflite", "--inputs", tmp_path / "bad.npy",
                expect=2)
-    assert "needs float32 with shape (n, 4)" in proc.stderr
+    assert "float32 of shape (1, 4): (n, 4) for n rows" in proc.stderr   # the accepted forms
     assert "Traceback" not in proc.stderr
 
 
