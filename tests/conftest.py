@@ -6,12 +6,18 @@ from helpers_models import copy_example_tree
 
 
 @pytest.fixture(autouse=True, scope="session")
-def object_cache(tmp_path_factory):
+def object_cache(tmp_path_factory, worker_id):
     """Firmware objects are cached in a directory of this test session, not in ~/.cache: the
     tests share it (a second build of a board compiles only model.c), and leave nothing behind.
+    Under pytest-xdist the workers share one (the base temp folder's parent is the run's; an
+    object is written under a temporary name and renamed, so two workers never see half of one).
     Set in os.environ, so the CLIs the tests start use it too."""
     with pytest.MonkeyPatch.context() as mp:
-        path = tmp_path_factory.mktemp("object-cache")
+        if worker_id == "master":
+            path = tmp_path_factory.mktemp("object-cache")
+        else:
+            path = tmp_path_factory.getbasetemp().parent / "object-cache"
+            path.mkdir(exist_ok=True)
         mp.setenv("QUARL_EDGE_CACHE_DIR", str(path))
         yield path
 
