@@ -2,8 +2,8 @@
 TFLM's svdf_common.cc (PrepareSvdf, EvalIntegerSvdfReference<int16_t / int8_t>).
 
 - input and output int8 [batches, input] -> [batches, units]; weights_feature int8
-  [filters, input]; weights_time int16 or int8 [filters, memory], the state's type; an optional
-  int32 bias [units] whose scale is state scale x time-weight scale (TFLM: within 1e-5); the
+  [filters, input]; weights_time int16 or int8 [filters, memory], the state's type; a
+  int32 bias [units] (required: TFLM's Prepare reads its scale) whose scale is state scale x time-weight scale (TFLM: within 1e-5); the
   state a variable tensor [batches, filters x memory] (kept across invocations, zeroed to its
   zero point by qe_model_reset_state as TFLM's Reset), filters = units x rank;
 - TFLM's multipliers, computed in float32 then quantized as TFLM does:
@@ -53,7 +53,11 @@ def lower_svdf(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
                                      f"both int8")
     if not (wf.is_constant and wt.is_constant) or (bias is not None and not bias.is_constant):
         raise unsupported(op, model, "weights or bias are not constant")
-    if bias is not None and bias.dtype != "int32":
+    if bias is None:
+        raise unsupported(op, model, "no bias: TFLM's int8 SVDF reads the bias's scale in Prepare "
+                                     "(without one the interpreter crashes), so there is nothing "
+                                     "to be bit-exact with")
+    if bias.dtype != "int32":
         raise unsupported(op, model, f"bias '{bias.name}' is {bias.dtype}; TFLM needs int32")
     if not st.is_variable or st.is_constant:
         raise unsupported(op, model, f"state '{st.name}' is not a variable tensor without initial "
