@@ -1,14 +1,17 @@
 """Keyword spotting (issue 26): TF Lite Micro's keyword benchmark models end in SOFTMAX int8 ->
 int16 and QUANTIZE int16 -> int32 after seven SVDF layers. Here:
 
-- SOFTMAX int8 -> int16 (output 1/65536, -32768): hand-built one-op models, the generated C
+- SOFTMAX int8 -> int16 (output 1/65536, -32768): the Python twin (converters/qmath.py) against
+  the interpreter over many scales and betas; hand-built one-op models, the generated C
   against the tflite-micro interpreter by hypothesis (rows, depth, input scale, beta); the
   refusal of other output quantizations;
 - SVDF int8 with an int16 or an int8 state: hand-built one-op models (random geometry, rank,
   quantization; always a bias: without one TFLM's Prepare crashes, and we refuse it), a run of records with the state carried over (and reset every
   few records), against the interpreter by hypothesis; refusals by name;
 - the public models themselves (tests/fixtures/tflm-keyword, Apache 2.0, commit in SOURCE.md):
-  `quarl-edge validate` on the host and on mps2-an386 (QEMU), bit-exact with TFLM.
+  `quarl-edge validate` on the host and on mps2-an386 (QEMU), bit-exact with TFLM; and MLPerf
+  Tiny's trained DS-CNN keyword model (tests/fixtures/mlperf-tiny-kws, Apache 2.0), whose
+  outputs, unlike the scrambled models', follow the input.
 
 No real-converter model: Keras has no SVDF layer, and the converter gives an int8 softmax an
 int8 output (16x8 gives int16 -> int16); the public models are the converter's own output.
@@ -24,12 +27,13 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import quarl_edge as qe
-from helpers_models import compare_generated, op_model, schema
-from quarl_edge.converters import cgen
+from helpers_models import compare_generated, op_model, schema, tflm_run
+from quarl_edge.converters import cgen, qmath
 from quarl_edge.errors import UnsupportedOpError
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "tflm-keyword"
+MLPERF_KWS = ROOT / "tests" / "fixtures" / "mlperf-tiny-kws" / "kws_ref_model.tflite"
 S = schema()
 _HC = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large]
 CHEAP = settings(max_examples=20, deadline=None, suppress_health_check=_HC,
@@ -50,6 +54,22 @@ def _softmax_s16_model(shape, in_q, beta, out_q=(1 / 65536, -32768)):
     opt.beta = beta
     return op_model("SOFTMAX", [dict(shape=shape, dtype="int8", q=in_q)],
                     [dict(shape=shape, dtype="int16", q=out_q)], opt)
+
+
+def test_softmax_int16_output_twin_matches_interpreter():
+    """qmath.softmax_s8(out_dtype="int16") (TFLM's arithmetic in Python) against the interpreter
+    over 60 random input quantizations and betas: rows with ties, one-hot rows, saturated ones."""
+    rng = np.random.default_rng(26)
+    for _ in range(60):
+        s, zp = _f32(10 ** rng.uniform(-3, 0.7)), int(rng.integers(-128, 128))
+        beta = _f32(rng.choice([1.0, 1.0, 0.5, 2.0, rng.uniform(0.05, 4)]))
+        depth = int(rng.integers(1, 24))
+        x = rng.integers(-128, 128, (24, 1, depth)).astype(np.int8)
+        x[0], x[1, 0, 0], x[1, 0, 1:], x[2] = 127, 127, -128, x[2, 0, 0]
+        mult, shift, diff_min = qmath.softmax_params_s8(s, beta)
+        ref = np.stack(tflm_run(_softmax_s16_model([1, depth], (s, zp), beta), list(x)))
+        got = qmath.softmax_s8(x, mult, shift, diff_min, "int16")
+        assert ref.dtype == got.dtype == np.int16 and np.array_equal(ref, got), (s, zp, beta, depth)
 
 
 @CHEAP
@@ -194,3 +214,12 @@ def test_tflm_keyword_model_validates_bit_exact(tmp_path, name, board):
         ys = np.load(tmp_path / "y.npz")
         varying = [k for k in ys.files if len({r.tobytes() for r in ys[k]}) > 1]
         assert len(varying) >= 4, varying
+
+
+@pytest.mark.parametrize("board", ["host", "mps2-an386"])
+def test_mlperf_tiny_kws_validates_bit_exact(tmp_path, board):
+    res = qe.validate(MLPERF_KWS, board, random=16, seed=3, out=tmp_path / "build",
+                      save_outputs=tmp_path / "y.npy")
+    assert res.n == 16 and res.bit_exact and res.differing == 0, res
+    y = np.load(tmp_path / "y.npy").reshape(16, 12)
+    assert len({r.tobytes() for r in y}) > 8       # the 12 class scores vary with the input
