@@ -223,3 +223,24 @@ def test_mlperf_tiny_kws_validates_bit_exact(tmp_path, board):
     assert res.n == 16 and res.bit_exact and res.differing == 0, res
     y = np.load(tmp_path / "y.npy").reshape(16, 12)
     assert len({r.tobytes() for r in y}) > 8       # the 12 class scores vary with the input
+
+
+@pytest.mark.parametrize("name", ["keyword_scrambled", "keyword_scrambled_8bit"])
+def test_keyword_models_are_clean_under_asan_and_ubsan(tmp_path, name):
+    """SVDF (its state shift, scratch) and SOFTMAX int8 -> int16 under AddressSanitizer and
+    UBSan over 200 records with the state carried over: no report, the plain build's bytes."""
+    import subprocess
+
+    from helpers_models import DRIVER, compile_c, core_sources
+    from test_sanitizers import SAN
+    cgen.generate(FIXTURES / f"{name}.tflite", tmp_path / "gen")
+    sources = [tmp_path / "gen" / "model.c", *core_sources(), DRIVER]
+    plain = compile_c(sources, tmp_path / "plain")
+    sanitized = compile_c(sources, tmp_path / "san", SAN)
+    x = np.random.default_rng(4).integers(-32768, 32768, (200, 96)).astype(np.int16)
+    x[0], x[1] = -32768, 32767
+    runs = [subprocess.run([str(exe)], input=x.tobytes(), capture_output=True, timeout=120)
+            for exe in (plain, sanitized)]
+    assert runs[1].returncode == 0, runs[1].stderr.decode(errors="replace")[-2000:]
+    assert b"runtime error" not in runs[1].stderr and b"ERROR: AddressSanitizer" not in runs[1].stderr
+    assert runs[0].stdout == runs[1].stdout and len(runs[0].stdout) == 200 * 2 * 4
