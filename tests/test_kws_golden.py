@@ -6,8 +6,8 @@ int16 and QUANTIZE int16 -> int32 after seven SVDF layers. Here:
   against the tflite-micro interpreter by hypothesis (rows, depth, input scale, beta); the
   refusal of other output quantizations;
 - SVDF int8 with an int16 or an int8 state: hand-built one-op models (random geometry, rank,
-  quantization; always a bias: without one TFLM's Prepare crashes, and we refuse it), a run of records with the state carried over (and reset every
-  few records), against the interpreter by hypothesis; refusals by name;
+  quantization; always a bias: without one TFLM's Prepare crashes, and we refuse it), a run
+  of records with the state carried over (and reset every few records), against the interpreter by hypothesis; refusals by name;
 - the public models themselves (tests/fixtures/tflm-keyword, Apache 2.0, commit in SOURCE.md):
   `quarl-edge validate` on the host and on mps2-an386 (QEMU), bit-exact with TFLM; and MLPerf
   Tiny's trained DS-CNN keyword model (tests/fixtures/mlperf-tiny-kws, Apache 2.0), whose

@@ -2,9 +2,10 @@
 TFLM's svdf_common.cc (PrepareSvdf, EvalIntegerSvdfReference<int16_t / int8_t>).
 
 - input and output int8 [batches, input] -> [batches, units]; weights_feature int8
-  [filters, input]; weights_time int16 or int8 [filters, memory], the state's type; a
-  int32 bias [units] (required: TFLM's Prepare reads its scale) whose scale is state scale x time-weight scale (TFLM: within 1e-5); the
-  state a variable tensor [batches, filters x memory] (kept across invocations, zeroed to its
+  [filters, input]; weights_time int16 or int8 [filters, memory], the state's type; an int32
+  bias [units] (required: TFLM's Prepare reads its scale; without one the interpreter crashes)
+  whose scale is state scale x time-weight scale (TFLM: within 1e-5); the state a variable
+  tensor [batches, filters x memory] (kept across invocations, zeroed to its
   zero point by qe_model_reset_state as TFLM's Reset), filters = units x rank;
 - TFLM's multipliers, computed in float32 then quantized as TFLM does:
   input scale x feature scale / state scale, state scale x time scale / output scale;
