@@ -4,7 +4,13 @@ extracted with `git archive`), the two run in turn, round after round, so that a
 slows both alike; medians are printed.
 
     .venv/bin/python benchmarks/hil_speed.py [RUN] [--boards host,mps2-an386] [--episodes 2]
-                                             [--rounds 3] [--vs REV]
+                                             [--rounds 3] [--vs REV] [--md FILE]
+    .venv/bin/python benchmarks/hil_speed.py --render --md FILE
+
+With --md FILE the raw measurements go to FILE's .jsonl beside it (a first line for the run:
+model, episodes, rounds, load, CPUs; then one line per board, tree and round, as measured), and
+the printed table is rendered into FILE between the two marker lines (RENDER_BEGIN, RENDER_END;
+the hand-written text around them is kept). --render renders FILE from its .jsonl alone.
 
 Per board and revision (medians over the rounds):
   steps/s         environment steps per second of the HIL loop (measure/hil.py's board_act:
@@ -162,6 +168,47 @@ def _row(label: str, rs: list[dict]) -> str:
             f"{med('cost'):8.0f} {rs[0]['cost_unit']}")
 
 
+RENDER_BEGIN = ("<!-- below: rendered by benchmarks/hil_speed.py from the .jsonl beside this "
+                "file (--render) -->")
+RENDER_END = "<!-- above: rendered; edit outside the markers only -->"
+
+
+def render(meta: dict, rows: list[dict]) -> str:
+    """The console table of one run: its header line, medians per board and tree, the
+    per-round steps/s and the last round's link counters."""
+    results: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:
+        results.setdefault((r["board"], r["tree"]), []).append(r)
+    load = meta["load"]
+    L = [f"HIL speed, {meta['run']} int8, {meta['episodes']} episodes x {meta['rounds']} rounds "
+         f"per cell (medians); load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}, "
+         f"{meta['cpus']} CPUs",
+         f"{'board':12s} {'tree':10s} {'steps/s':>7s} {'B/step':>8s} {'us/step':>7s} {'env':>5s} "
+         f"{'link':>6s} {'hostCPU':>6s} {'compute':>7s} {'transport':>9s} {'us/B':>6s} "
+         f"{'echo0':>6s} {'hostCPU':>6s} {'brdCPU':>6s} {'cost':>8s}",
+         f"{'':12s} {'':10s} {'':>7s} {'tx+rx':>8s} {'':>7s} {'':>5s} {'':>6s} {'in link':>6s} "
+         f"{'':>7s} {'':>9s} {'':>6s} {'':>6s} {'/step':>6s} {'/step':>6s}"]
+    for (board, label), rs in results.items():
+        L.append(_row(label, rs))
+    for (board, label), rs in results.items():
+        L.append(f"{board} {label}: steps/s per round {[round(r['steps_per_s']) for r in rs]}, "
+                 f"link {rs[-1]['link']}")
+    return "\n".join(L)
+
+
+def write_md(md: Path, meta: dict, rows: list[dict]) -> None:
+    """The table between the markers of md (appended, with the markers, to a file without them)."""
+    text = md.read_text() if md.exists() else ""
+    block = f"{RENDER_BEGIN}\n\n```\n{render(meta, rows)}\n```\n\n{RENDER_END}"
+    if RENDER_BEGIN in text and RENDER_END in text:
+        head, rest = text.split(RENDER_BEGIN, 1)
+        text = head + block + rest.split(RENDER_END, 1)[1]
+    else:
+        text = text.rstrip("\n") + ("\n\n" if text else "") + block + "\n"
+    md.parent.mkdir(parents=True, exist_ok=True)
+    md.write_text(text)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run", nargs="?", default=ROOT / "examples" / "cartpole_dqn", type=Path)
@@ -169,34 +216,38 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=2, help="episodes per round (CartPole: up to 500 steps each)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--vs", metavar="REV", help="also measure this git revision, in turn with this tree")
+    ap.add_argument("--md", type=Path, help="write the rows to its .jsonl and render the table into it")
+    ap.add_argument("--render", action="store_true", help="only render --md from the .jsonl beside it")
     ap.add_argument("--one", metavar="BOARD", help=argparse.SUPPRESS)   # a child: one measurement
     a = ap.parse_args()
     run = a.run.resolve()
     if a.one:
         print(json.dumps(measure(run, a.one, a.episodes)))
         return
+    if a.render:
+        if a.md is None:
+            ap.error("--render needs --md FILE")
+        lines = [json.loads(ln) for ln in a.md.with_suffix(".jsonl").read_text().splitlines() if ln.strip()]
+        write_md(a.md, lines[0], lines[1:])
+        return
+    rows = []
     with tempfile.TemporaryDirectory() as tmp:
         trees = {"this": ROOT}
         if a.vs:
             trees[a.vs[:10]] = _tree_of(a.vs, Path(tmp))
-        results: dict[tuple[str, str], list[dict]] = {}
-        for _ in range(a.rounds):
+        for k in range(a.rounds):
             for board in a.boards.split(","):
                 for label, tree in trees.items():
-                    results.setdefault((board, label), []).append(_one(tree, run, board, a.episodes))
+                    rows.append({"tree": label, "round": k, **_one(tree, run, board, a.episodes)})
         load = os.getloadavg()
-    print(f"HIL speed, {run.name} int8, {a.episodes} episodes x {a.rounds} rounds per cell "
-          f"(medians); load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}, {os.cpu_count()} CPUs")
-    print(f"{'board':12s} {'tree':10s} {'steps/s':>7s} {'B/step':>8s} {'us/step':>7s} {'env':>5s} "
-          f"{'link':>6s} {'hostCPU':>6s} {'compute':>7s} {'transport':>9s} {'us/B':>6s} "
-          f"{'echo0':>6s} {'hostCPU':>6s} {'brdCPU':>6s} {'cost':>8s}")
-    print(f"{'':12s} {'':10s} {'':>7s} {'tx+rx':>8s} {'':>7s} {'':>5s} {'':>6s} {'in link':>6s} "
-          f"{'':>7s} {'':>9s} {'':>6s} {'':>6s} {'/step':>6s} {'/step':>6s}")
-    for (board, label), rs in results.items():
-        print(_row(label, rs))
-    for (board, label), rs in results.items():
-        print(f"{board} {label}: steps/s per round {[round(r['steps_per_s']) for r in rs]}, "
-              f"link {rs[-1]['link']}")
+    meta = {"kind": "run", "run": run.name, "episodes": a.episodes, "rounds": a.rounds,
+            "boards": a.boards.split(","), "vs": a.vs, "load": list(load), "cpus": os.cpu_count()}
+    # the table lists boards in --boards order, each tree in turn (rows are kept as measured)
+    order = {(b, t): i for i, (b, t) in enumerate((b, t) for b in a.boards.split(",") for t in trees)}
+    print(render(meta, sorted(rows, key=lambda r: order[(r["board"], r["tree"])])))
+    if a.md:
+        a.md.with_suffix(".jsonl").write_text("".join(json.dumps(r) + "\n" for r in [meta] + rows))
+        write_md(a.md, meta, sorted(rows, key=lambda r: order[(r["board"], r["tree"])]))
 
 
 if __name__ == "__main__":

@@ -4,6 +4,14 @@ kernels and with the board's optimized variant, side by side in one run; flash a
 firmwares; and the firmware build time with a cold and a warm object cache.
 
     .venv/bin/python benchmarks/speed.py [--boards mps2-an386] [--models cnn,cartpole] [--md FILE]
+    .venv/bin/python benchmarks/speed.py --render --md FILE
+
+With --md FILE the raw rows go to FILE's .jsonl beside it (one JSON object a line: a model on a
+board, its per-op counts for both kernel sets; or a board's build times), merged with the rows
+already there (a row of the same board and model is replaced, others kept, so the boards can be
+run one command at a time), and FILE is rendered from all of them: the text above the marker line
+(RENDER_MARKER; hand-written) is kept, everything below it is the tables. --render renders FILE
+from its .jsonl alone, running nothing.
 
 Per-op costs are measured, not estimated: for a model of n ops the firmware is built n + 1 times
 with its schedule (qe_model_invoke in the generated model.c) cut after the first k ops, k = 0..n,
@@ -173,9 +181,14 @@ def build_times(board, model_paths: list[Path], work: Path) -> tuple[float, floa
             os.environ[B.CACHE_ENV] = old
 
 
-def table(name: str, board, macs: list[int], ref: dict, opt: dict, variant: str) -> str:
-    unit = "cycles" if board.cost_unit == "cycles" else "instr"
-    L = [f"### {name} on {board.id} ({board.cpu})", "",
+RENDER_MARKER = ("<!-- below: rendered by benchmarks/speed.py from the .jsonl beside this file "
+                 "(--render); edit above this line only -->")
+
+
+def table(name: str, board_id: str, cpu: str, cost_unit: str, macs: list[int], ref: dict,
+          opt: dict, variant: str) -> str:
+    unit = "cycles" if cost_unit == "cycles" else "instr"
+    L = [f"### {name} on {board_id} ({cpu})", "",
          f"| op | kind | MACs | reference: kernel | {unit} | /MAC | {variant}: kernel | {unit} | /MAC | ref/opt |",
          "|---|---|---:|---|---:|---:|---|---:|---:|---:|"]
     for i, op in enumerate(ref["ops"]):
@@ -201,13 +214,74 @@ def table(name: str, board, macs: list[int], ref: dict, opt: dict, variant: str)
     return "\n".join(L)
 
 
+def model_row(board, name: str, path: Path, macs: list[int], res: dict, variant: str) -> dict:
+    return {"kind": "model", "board": board.id, "cpu": board.cpu, "cost_unit": board.cost_unit,
+            "variant": variant, "model": name, "file": path.name, "macs": macs,
+            "reference": res["reference"], "optimized": res[variant]}
+
+
+def render_row(r: dict) -> str:
+    if r["kind"] == "build_time":
+        return (f"Build time on {r['board']} (host, this machine): {r['cold_s']:.2f} s with an "
+                f"empty object cache, {r['warm_s']:.2f} s for the next model (its model.c "
+                f"compiled, and harness.c when the input size differs).\n")
+    return table(f"{r['model']} ({r['file']})", r["board"], r["cpu"], r["cost_unit"], r["macs"],
+                 r["reference"], r["optimized"], r["variant"])
+
+
+def _key(r: dict) -> tuple:
+    return (r["kind"], r["board"], r.get("model"))
+
+
+def merge_rows(old: list[dict], new: list[dict]) -> list[dict]:
+    """old's rows in their order, each replaced by new's row of the same key; new's other rows
+    after the last old row of their board (a board's tables stay together), else at the end."""
+    fresh = {_key(r): r for r in new}
+    out = [fresh.pop(_key(r), r) for r in old]
+    for r in new:
+        if _key(r) not in fresh:
+            continue
+        fresh.pop(_key(r))
+        at = max((i for i, o in enumerate(out) if o["board"] == r["board"] and o["kind"] == "model"),
+                 default=len(out) - 1) + 1
+        if r["kind"] == "build_time":
+            at = len(out) if not any(o["board"] == r["board"] for o in out) else \
+                max(i for i, o in enumerate(out) if o["board"] == r["board"]) + 1
+        out.insert(at, r)
+    return out
+
+
+def read_rows(jsonl: Path) -> list[dict]:
+    if not jsonl.exists():
+        return []
+    return [json.loads(ln) for ln in jsonl.read_text().splitlines() if ln.strip()]
+
+
+def write_md(md: Path, rows: list[dict]) -> None:
+    """md: its hand-written text above RENDER_MARKER kept (all of an old file without the
+    marker), the tables of `rows` below it."""
+    head = md.read_text().split(RENDER_MARKER, 1)[0].rstrip("\n") + "\n\n" if md.exists() else ""
+    md.parent.mkdir(parents=True, exist_ok=True)
+    md.write_text(head + RENDER_MARKER + "\n\n" + "\n".join(render_row(r) for r in rows))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--boards", default="mps2-an386")
     ap.add_argument("--models", default="cnn,cartpole")
-    ap.add_argument("--md", type=Path, help="also write the tables to this Markdown file")
+    ap.add_argument("--md", type=Path, help="also write the rows to its .jsonl and render it")
+    ap.add_argument("--render", action="store_true",
+                    help="only render --md from the .jsonl beside it")
     a = ap.parse_args()
-    out = []
+    if a.render:
+        if a.md is None:
+            ap.error("--render needs --md FILE")
+        rows = read_rows(a.md.with_suffix(".jsonl"))
+        if not rows:
+            ap.error(f"no rows in {a.md.with_suffix('.jsonl')}")
+        write_md(a.md, rows)
+        return
+    rows = []
     with tempfile.TemporaryDirectory(prefix="qe-speed-") as tmp:
         tmp = Path(tmp)
         paths = {}
@@ -232,18 +306,17 @@ def main() -> None:
                     w.mkdir()
                     res[kset] = per_op(path, dataclasses.replace(board, kernels=kset), w,
                                        np.asarray(x, np.float32))
-                t = table(f"{name} ({path.name})", board, macs_per_op(path), res["reference"],
-                          res[variant], variant)
-                print(t, flush=True)
-                out.append(t)
+                rows.append(model_row(board, name, path, macs_per_op(path), res, variant))
+                print(render_row(rows[-1]), flush=True)
             cold, warm = build_times(board, list(paths.values()) * 2, tmp)
-            t = (f"Build time on {bid} (host, this machine): {cold:.2f} s with an empty object "
-                 f"cache, {warm:.2f} s for the next model (its model.c compiled, and harness.c when the input size differs).\n")
-            print(t, flush=True)
-            out.append(t)
+            rows.append({"kind": "build_time", "board": bid, "cold_s": cold, "warm_s": warm})
+            print(render_row(rows[-1]), flush=True)
     if a.md:
-        a.md.parent.mkdir(parents=True, exist_ok=True)
-        a.md.write_text("\n".join(out))
+        jsonl = a.md.with_suffix(".jsonl")
+        rows = merge_rows(read_rows(jsonl), rows)
+        jsonl.parent.mkdir(parents=True, exist_ok=True)
+        jsonl.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        write_md(a.md, rows)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,8 @@ Supported (everything else is refused by name, with the op's index and types):
 - RESHAPE, SQUEEZE, EXPAND_DIMS: no code, the output aliases the input's bytes;
 - SOFTMAX over the last axis: int8 -> int8 with TFLM's output quantization (1/256, -128), its
   gemmlowp fixed-point arithmetic with the exp of every possible difference to the row max
-  precomputed here as a 256-entry int32 table (depth <= 511); float32 with expf (links -lm);
+  precomputed here as a 256-entry int32 table (depth <= 511); int8 -> int16 (1/65536, -32768)
+  with the same arithmetic and TFLM's 16-bit final shift; float32 with expf (links -lm);
 - CONV_2D (no groups) and DEPTHWISE_CONV_2D (any depth multiplier): int8 with per-channel or
   per-tensor symmetric weights and int32 bias (TFLM's ConvPerChannel/DepthwiseConvPerChannel),
   float32; any stride and dilation, SAME/VALID padding, fused NONE/RELU/RELU6/RELU_N1_TO_1;
@@ -70,6 +71,10 @@ Supported (everything else is refused by name, with the op's index and types):
   biases, cell gate TANH, cell clipping, time-major or not, any batch; CIFG, peephole,
   projection, layer norm, int16 (16x8), per-channel and hybrid LSTMs are refused by name.
   Its hidden and cell state are variable tensors: see "State" below.
+- SVDF int8 with an int16 or int8 state (TFLM's integer reference: feature matmul into the
+  state's newest slot, time weights over the memory, rank reduction; a bias required, as TFLM's
+  Prepare reads it; no fused activation, as TFLM's integer SVDF); the state is a variable
+  tensor. float32 and hybrid SVDF are refused.
 
 Memory plan: one arena, tensors placed by liveness (converters/planner.py); reshapes alias, and
 an element-wise op writes over its input when that input dies there and is not a graph

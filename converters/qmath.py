@@ -490,10 +490,15 @@ def _count_leading_zeros32(x: int) -> int:
     return 32 - x.bit_length()
 
 
-def softmax_s8(x, multiplier: int, left_shift: int, diff_min: int) -> np.ndarray:
-    """TFLM reference_ops::Softmax for int8 -> int8 (output scale 1/256, zero point -128) over
-    the last axis: gemmlowp exp on the rescaled differences to the row max, a Q12 sum, its
-    reciprocal (one_over_one_plus_x) and a final rounding shift. Slow (pure Python)."""
+def softmax_s8(x, multiplier: int, left_shift: int, diff_min: int,
+               out_dtype: str = "int8") -> np.ndarray:
+    """TFLM reference_ops::Softmax for int8 -> int8 (output scale 1/256, zero point -128) or,
+    with out_dtype "int16", int8 -> int16 (1/65536, -32768) over the last axis: gemmlowp exp on
+    the rescaled differences to the row max, a Q12 sum, its reciprocal (one_over_one_plus_x)
+    and a final rounding shift by num_bits_over_unit + 31 - the output's bits. Slow (pure
+    Python)."""
+    bits = {"int8": 8, "int16": 16}[out_dtype]
+    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
     x = np.asarray(x, dtype=np.int64)
     depth = x.shape[-1]
     rows = x.reshape(-1, depth)
@@ -517,11 +522,11 @@ def softmax_s8(x, multiplier: int, left_shift: int, diff_min: int) -> np.ndarray
         recip = _sat_mul_pot(_newton_reciprocal(_rounding_half_sum(shifted_minus_one, INT32_MAX)), 1)
         for c, e in enumerate(exps):
             if e is None:
-                out[r, c] = -128
+                out[r, c] = lo
             else:
-                y = _rdbp(_srdhm(recip, e), num_bits_over_unit + 31 - 8) - 128
-                out[r, c] = min(max(y, -128), 127)
-    return out.reshape(x.shape).astype(np.int8)
+                y = _rdbp(_srdhm(recip, e), num_bits_over_unit + 31 - bits) + lo
+                out[r, c] = min(max(y, lo), hi)
+    return out.reshape(x.shape).astype(out_dtype)
 
 
 def softmax_exp_table_s8(multiplier: int, left_shift: int, diff_min: int) -> np.ndarray:

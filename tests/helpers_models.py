@@ -328,8 +328,9 @@ _TT = {"float32": "FLOAT32", "int8": "INT8", "int16": "INT16", "int32": "INT32",
 def op_model(op: str, inputs, outputs, options=None, op2=None) -> bytes:
     """A one-op (or two-op, with `op2`) model from tensor descriptions.
 
-    inputs/outputs: lists of dicts {shape, dtype, q=(scale, zp) | None, data=ndarray | None}.
-    Constant inputs (with data) are not graph inputs. op2: (op name, options, out dict) applied
+    inputs/outputs: lists of dicts {shape, dtype, q=(scale, zp) | None, data=ndarray | None,
+    variable=bool}. Constant inputs (with data) and variable ones (state kept across
+    invocations, e.g. SVDF's) are not graph inputs. op2: (op name, options, out dict) applied
     to the first op's output; the graph output is then op2's output."""
     s = schema()
     tensors, buffers = [], [None]
@@ -346,6 +347,7 @@ def op_model(op: str, inputs, outputs, options=None, op2=None) -> bytes:
             if len(np.atleast_1d(q[0])) > 1:
                 qq.quantizedDimension = d.get("qdim", 0)
         tensors.append(tensor(name, list(d["shape"]), getattr(s.TensorType, _TT[d["dtype"]]), buf, qq))
+        tensors[-1].isVariable = bool(d.get("variable", False))
         return len(tensors) - 1
 
     for k, d in enumerate(inputs):
@@ -354,7 +356,7 @@ def op_model(op: str, inputs, outputs, options=None, op2=None) -> bytes:
             continue
         i = add(d, f"in{k}")
         op_inputs.append(i)
-        if d.get("data") is None:
+        if d.get("data") is None and not d.get("variable"):
             graph_inputs.append(i)
     outs = [add(d, f"out{k}") for k, d in enumerate(outputs)]
     ops = [(op, op_inputs, outs, options)]

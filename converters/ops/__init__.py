@@ -44,6 +44,7 @@ from .reshape import lower_reshape
 from .softmax import lower_softmax
 from .strided_slice import lower_strided_slice
 from .sub import lower_sub
+from .svdf import lower_svdf
 from .transpose import lower_transpose
 from .transpose_conv import lower_transpose_conv
 
@@ -79,6 +80,7 @@ LOWERINGS = {
     "TRANSPOSE_CONV": lower_transpose_conv,
     "STRIDED_SLICE": lower_strided_slice,
     "UNIDIRECTIONAL_SEQUENCE_LSTM": lower_lstm,
+    "SVDF": lower_svdf,
 }
 
 # On boards that build an optimized kernel variant (`[build] kernels` other than "reference";

@@ -51,6 +51,33 @@ static int32_t count_leading_zeros(uint32_t x)
     return n;
 }
 
+/* One row: its max, the Q12 sum of the exps, the reciprocal; returns the reciprocal in Q0.31
+ * and sets *num_bits_over_unit (TFLM's GetReciprocal(sum, 12)). */
+static int32_t row_reciprocal(const qe_softmax_s8_params_t *p, const int8_t *in, int32_t *max_out,
+                              int32_t *num_bits_over_unit)
+{
+    uint32_t c;
+    int32_t max_in_row = -128;
+    int32_t sum = 0;               /* Q12.19: at most 511 * 2^19 < 2^28, no overflow */
+    int32_t headroom_plus_one;
+
+    for (c = 0; c < p->depth; ++c) {
+        if (in[c] > max_in_row) {
+            max_in_row = in[c];
+        }
+    }
+    for (c = 0; c < p->depth; ++c) {
+        /* Rescale<12>: from Q0.31 to Q12.19 */
+        sum += qe_rounding_divide_by_pot(p->exp_table[max_in_row - (int32_t)in[c]], 12);
+    }
+    /* GetReciprocal(sum, 12): normalise to [1, 2), 1 / (1 + x) */
+    headroom_plus_one = count_leading_zeros((uint32_t)sum);
+    *num_bits_over_unit = 12 - headroom_plus_one;
+    *max_out = max_in_row;
+    return one_over_one_plus_x(
+        (int32_t)(((uint32_t)sum << headroom_plus_one) - ((uint32_t)1 << 31)));
+}
+
 void qe_softmax_s8(const qe_softmax_s8_params_t *p, const int8_t *input, int8_t *output)
 {
     uint32_t row;
@@ -59,26 +86,10 @@ void qe_softmax_s8(const qe_softmax_s8_params_t *p, const int8_t *input, int8_t 
     for (row = 0; row < p->outer; ++row) {
         const int8_t *in = input + row * p->depth;
         int8_t *out = output + row * p->depth;
-        int32_t max_in_row = -128;
-        int32_t sum = 0;           /* Q12.19: at most 511 * 2^19 < 2^28, no overflow */
-        int32_t headroom_plus_one;
+        int32_t max_in_row;
         int32_t num_bits_over_unit;
-        int32_t reciprocal;
+        const int32_t reciprocal = row_reciprocal(p, in, &max_in_row, &num_bits_over_unit);
 
-        for (c = 0; c < p->depth; ++c) {
-            if (in[c] > max_in_row) {
-                max_in_row = in[c];
-            }
-        }
-        for (c = 0; c < p->depth; ++c) {
-            /* Rescale<12>: from Q0.31 to Q12.19 */
-            sum += qe_rounding_divide_by_pot(p->exp_table[max_in_row - (int32_t)in[c]], 12);
-        }
-        /* GetReciprocal(sum, 12): normalise to [1, 2), 1 / (1 + x) */
-        headroom_plus_one = count_leading_zeros((uint32_t)sum);
-        num_bits_over_unit = 12 - headroom_plus_one;
-        reciprocal = one_over_one_plus_x(
-            (int32_t)(((uint32_t)sum << headroom_plus_one) - ((uint32_t)1 << 31)));
         for (c = 0; c < p->depth; ++c) {
             const int32_t e = p->exp_table[max_in_row - (int32_t)in[c]];
             int32_t v = qe_rounding_divide_by_pot(
@@ -91,6 +102,36 @@ void qe_softmax_s8(const qe_softmax_s8_params_t *p, const int8_t *input, int8_t 
                 v = 127;
             }
             out[c] = (int8_t)v;
+        }
+    }
+}
+
+void qe_softmax_s8_s16(const qe_softmax_s8_params_t *p, const int8_t *input, int16_t *output)
+{
+    uint32_t row;
+    uint32_t c;
+
+    for (row = 0; row < p->outer; ++row) {
+        const int8_t *in = input + row * p->depth;
+        int16_t *out = output + row * p->depth;
+        int32_t max_in_row;
+        int32_t num_bits_over_unit;
+        const int32_t reciprocal = row_reciprocal(p, in, &max_in_row, &num_bits_over_unit);
+
+        for (c = 0; c < p->depth; ++c) {
+            /* an entry below TFLM's diff_min is 0: the output is then -32768, TFLM's value for
+             * a skipped element */
+            const int32_t e = p->exp_table[max_in_row - (int32_t)in[c]];
+            int32_t v = qe_rounding_divide_by_pot(
+                qe_saturating_rounding_doubling_high_mul(reciprocal, e),
+                num_bits_over_unit + 31 - 16) - 32768;
+            if (v < -32768) {
+                v = -32768;
+            }
+            if (v > 32767) {
+                v = 32767;
+            }
+            out[c] = (int16_t)v;
         }
     }
 }

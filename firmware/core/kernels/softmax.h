@@ -7,6 +7,10 @@
  * treats a skipped element). Here: the Q12 sum of the row, its reciprocal by gemmlowp's
  * one_over_one_plus_x Newton-Raphson, and the final rounding shift. depth <= 511.
  *
+ * int8 -> int16 (output scale 1/65536, zero point -32768): the same arithmetic with the same
+ * table; only TFLM's final shift (num_bits_over_unit + 31 - 16), the offset (-32768) and the
+ * clamp (int16) differ, as in TFLM's reference Softmax<int8_t, int16_t>.
+ *
  * float32: exp((x - max) * beta) with the libm expf passed in, a running float sum, a division. */
 #ifndef QE_SOFTMAX_H
 #define QE_SOFTMAX_H
@@ -22,6 +26,7 @@ typedef struct {
 } qe_softmax_s8_params_t;
 
 void qe_softmax_s8(const qe_softmax_s8_params_t *p, const int8_t *input, int8_t *output);
+void qe_softmax_s8_s16(const qe_softmax_s8_params_t *p, const int8_t *input, int16_t *output);
 
 typedef struct {
     float beta;
