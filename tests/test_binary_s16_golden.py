@@ -16,6 +16,7 @@ converter in int16x8 mode (tf.functions over QUANTIZE/DEQUANTIZE int16 I/O).
 """
 from __future__ import annotations
 
+import re
 import tempfile
 from pathlib import Path
 
@@ -202,7 +203,15 @@ def test_int16x8_from_converter(tmp_path, seed, op, shapes, calib, ratio, const,
     m = _int16x8(fn, ins, calib, int(rng.integers(1 << 30)))
     xs = [(rng.standard_normal((200, *s[1:])) * calib * np.where(np.arange(200) % 5 == 4, 40.0, 1.0)
            .reshape(-1, *[1] * (len(s) - 1))).astype(np.float32) for s in ins]
-    _compare(m, xs, tmp_path, f"int16x8 {op} {shapes} calib {calib} x{ratio}", op)
+    try:
+        _compare(m, xs, tmp_path, f"int16x8 {op} {shapes} calib {calib} x{ratio}", op)
+    except UnsupportedOpError as e:
+        # With RELU after a constant that keeps every calibration sum below 0 (ADD/SUB of a
+        # large negative constant), the converter sees an output range of [0, 0] and writes a
+        # denormal output scale (3.6e-43 at seed 1070): no rescaling multiplier exists for it,
+        # and the one right answer is the refusal that names it. Anything else still fails.
+        found = re.search(r"the output scale (\S+) is too small", str(e))
+        assert relu and const and found and float(found.group(1)) < 1e-30, str(e)
 
 
 # ------------------------------------------------------------------------ refusals

@@ -368,11 +368,13 @@ def daplink_drive(path: Path) -> Path:
 
 
 def remount(drive: Path, fail: str | None, after_s=0.2):
-    """Play DAPLink: when a .hex lands, unmount, then come back (with FAIL.TXT if `fail`)."""
+    """Play DAPLink: when a .hex lands, unmount, then come back (with FAIL.TXT if `fail`).
+    A real DAPLink waits for the copy as long as it takes; so does this one, up to 120 s (the
+    flasher converts the ELF first, which took over 4 s on a loaded machine: a shorter wait
+    unmounted the drive before the copy, and the test failed for the emulator's sake)."""
     def run():
-        for _ in range(200):
-            if list(drive.glob("*.hex")):
-                break
+        deadline = time.monotonic() + 120
+        while not list(drive.glob("*.hex")) and time.monotonic() < deadline:
             time.sleep(0.02)
         time.sleep(after_s)
         shutil.rmtree(drive)
