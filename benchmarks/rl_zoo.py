@@ -206,15 +206,22 @@ def tflm_new_env_per_seed(run: Path, env_id: str, head: str, seeds: list[int]) -
             for s in seeds]
 
 
-def within(a: list[float], b: list[float]) -> int:
-    """How many seeds' returns of `a` are within RTOL of `b`'s."""
-    return sum(abs(x - y) <= RTOL * abs(y) for x, y in zip(a, b))
+def same(x: float, y: float, discrete: bool) -> bool:
+    """Two returns of one seed equal, as fp32 = SB3 counts them: exactly for discrete actions,
+    within RTOL for continuous ones."""
+    return x == y if discrete else abs(x - y) <= RTOL * abs(y)
+
+
+def within(a: list[float], b: list[float], discrete: bool = False) -> int:
+    """How many seeds' returns of `a` are the same as `b`'s (see same)."""
+    return sum(same(x, y, discrete) for x, y in zip(a, b))
 
 
 def also_differ(r: dict) -> int:
-    """Of the seeds where the fp32 return is not within RTOL of SB3's, on how many SB3's own
-    return in float64 is not within RTOL of its float32 one either (rounding alone)."""
-    return sum(abs(f - s) > RTOL * abs(s) and abs(d - s) > RTOL * abs(s) for f, s, d in
+    """Of the seeds where the fp32 return is not SB3's, on how many SB3's own return in
+    float64 is not its float32 one either (rounding alone)."""
+    d = bool(r.get("discrete"))
+    return sum(not same(f, s, d) and not same(x, s, d) for f, s, x in
                zip(r["fp32_returns"], r["sb3_returns"], r["sb3_float64_returns"]))
 
 
@@ -462,25 +469,30 @@ def markdown(rows: list[dict], zoo_commit: str, sb3: dict, a, folders_seen) -> s
     differ = [r for r in rows if r.get("fp32_equals_sb3") is False]
     if differ:
         notes.append("fp32 ≠ SB3: " + "; ".join(
-            f"{r['agent']} ({within(r['fp32_returns'], r['sb3_returns'])}"
-            f" of {len(r['sb3_returns'])} seeds within 1 %, the import check's max abs action "
-            f"error {r['fidelity'].get('max_abs_error_actions', float('nan')):.1e}"
-            + (f"; on {also_differ(r)} of the {len(r['sb3_returns']) - within(r['fp32_returns'], r['sb3_returns'])}"
+            f"{r['agent']} ({within(r['fp32_returns'], r['sb3_returns'], r.get('discrete'))}"
+            f" of {len(r['sb3_returns'])} seeds "
+            + ("equal, the import check's argmax agreement "
+               f"{r['fidelity'].get('argmax_agreement', float('nan')):g}" if r.get("discrete")
+               else "within 1 %, the import check's max abs action error "
+               f"{r['fidelity'].get('max_abs_error_actions', float('nan')):.1e}")
+            + (f"; on {also_differ(r)} of the "
+               f"{len(r['sb3_returns']) - within(r['fp32_returns'], r['sb3_returns'], r.get('discrete'))}"
                " seeds where fp32 ≠ SB3, SB3 in float64 ≠ SB3 in float32 too"
                if r.get("sb3_float64_returns") else "") + ")"
             for r in differ) + ". A continuous policy's fp32 network (TensorFlow) differs from "
             "SB3's (torch) by float32 rounding, which is what the import check measures; "
             "where the env amplifies a difference of that size, the episode is another one.")
     rounding = [r for r in rows if r.get("sb3_float64_returns") and
-                within(r["sb3_float64_returns"], r["sb3_returns"]) < len(r["sb3_returns"])]
+                within(r["sb3_float64_returns"], r["sb3_returns"], r.get("discrete")) <
+                len(r["sb3_returns"])]
     with64 = [r for r in rows if r.get("sb3_float64_returns")]
     if with64:
         notes.append(f"SB3 in float64 (`policy.double()` on float64 observations, the same "
                      f"seeds; `rl-zoo.sb3.json`'s returns_float64): of {len(with64)} agents SB3 "
-                     f"plays, {len(with64) - len(rounding)} return within 1 % of SB3 in float32 "
-                     "on every seed" + (
+                     f"plays, {len(with64) - len(rounding)} return what SB3 in float32 returns "
+                     "(as fp32 = SB3 counts) on every seed" + (
                          "; not so " + ", ".join(
-                             f"{r['agent']} ({within(r['sb3_float64_returns'], r['sb3_returns'])}"
+                             f"{r['agent']} ({within(r['sb3_float64_returns'], r['sb3_returns'], r.get('discrete'))}"
                              f" of {len(r['sb3_returns'])} seeds, mean "
                              f"{f1(r['sb3_float64_mean'])} against {f1(r['sb3_mean'])})"
                              for r in rounding) +
