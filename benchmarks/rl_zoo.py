@@ -8,6 +8,7 @@ seeds comes from real stable-baselines3 + sb3-contrib in a side venv
 
     SB3 saved       the SB3 version that saved the zip (its _stable_baselines3_version)
     SB3             SB3's return: model.predict(obs, deterministic=True), mean over the seeds
+                    (and in float64, policy.double(), in the notes and the jsonl)
     fp32            the imported fp32 network (Keras), same seeds
     int8 TFLM       the int8 model on TF Lite Micro's reference kernels (host)
     int8 board      the int8 model on mps2-an386 (the board choosing every action)
@@ -203,6 +204,25 @@ def tflm_new_env_per_seed(run: Path, env_id: str, head: str, seeds: list[int]) -
     space = make_gym(env_id).action_space
     return [play(env_id, lambda o: to_action(micro.run([o])[0], space, head), [s])[0][0]
             for s in seeds]
+
+
+def same(x: float, y: float, discrete: bool) -> bool:
+    """Two returns of one seed equal, as fp32 = SB3 counts them: exactly for discrete actions,
+    within RTOL for continuous ones."""
+    return x == y if discrete else abs(x - y) <= RTOL * abs(y)
+
+
+def within(a: list[float], b: list[float], discrete: bool = False) -> int:
+    """How many seeds' returns of `a` are the same as `b`'s (see same)."""
+    return sum(same(x, y, discrete) for x, y in zip(a, b))
+
+
+def also_differ(r: dict) -> int:
+    """Of the seeds where the fp32 return is not SB3's, on how many SB3's own return in
+    float64 is not its float32 one either (rounding alone)."""
+    d = bool(r.get("discrete"))
+    return sum(not same(f, s, d) and not same(x, s, d) for f, s, x in
+               zip(r["fp32_returns"], r["sb3_returns"], r["sb3_float64_returns"]))
 
 
 def fp32_equals_sb3(fp32: list[float], sb3: list[float], discrete: bool) -> bool:
@@ -449,12 +469,36 @@ def markdown(rows: list[dict], zoo_commit: str, sb3: dict, a, folders_seen) -> s
     differ = [r for r in rows if r.get("fp32_equals_sb3") is False]
     if differ:
         notes.append("fp32 ≠ SB3: " + "; ".join(
-            f"{r['agent']} ({sum(abs(x - y) <= RTOL * abs(y) for x, y in zip(r['fp32_returns'], r['sb3_returns']))}"
-            f" of {len(r['sb3_returns'])} seeds within 1 %, the import check's max abs action "
-            f"error {r['fidelity'].get('max_abs_error_actions', float('nan')):.1e})"
+            f"{r['agent']} ({within(r['fp32_returns'], r['sb3_returns'], r.get('discrete'))}"
+            f" of {len(r['sb3_returns'])} seeds "
+            + ("equal, the import check's argmax agreement "
+               f"{r['fidelity'].get('argmax_agreement', float('nan')):g}" if r.get("discrete")
+               else "within 1 %, the import check's max abs action error "
+               f"{r['fidelity'].get('max_abs_error_actions', float('nan')):.1e}")
+            + (f"; on {also_differ(r)} of the "
+               f"{len(r['sb3_returns']) - within(r['fp32_returns'], r['sb3_returns'], r.get('discrete'))}"
+               " seeds where fp32 ≠ SB3, SB3 in float64 ≠ SB3 in float32 too"
+               if r.get("sb3_float64_returns") else "") + ")"
             for r in differ) + ". A continuous policy's fp32 network (TensorFlow) differs from "
             "SB3's (torch) by float32 rounding, which is what the import check measures; "
             "where the env amplifies a difference of that size, the episode is another one.")
+    rounding = [r for r in rows if r.get("sb3_float64_returns") and
+                within(r["sb3_float64_returns"], r["sb3_returns"], r.get("discrete")) <
+                len(r["sb3_returns"])]
+    with64 = [r for r in rows if r.get("sb3_float64_returns")]
+    if with64:
+        notes.append(f"SB3 in float64 (`policy.double()` on float64 observations, the same "
+                     f"seeds; `rl-zoo.sb3.json`'s returns_float64): of {len(with64)} agents SB3 "
+                     f"plays, {len(with64) - len(rounding)} return what SB3 in float32 returns "
+                     "(as fp32 = SB3 counts) on every seed" + (
+                         "; not so " + ", ".join(
+                             f"{r['agent']} ({within(r['sb3_float64_returns'], r['sb3_returns'], r.get('discrete'))}"
+                             f" of {len(r['sb3_returns'])} seeds, mean "
+                             f"{f1(r['sb3_float64_mean'])} against {f1(r['sb3_mean'])})"
+                             for r in rounding) +
+                         ": there, rounding alone (SB3 against itself) changes episodes, as "
+                         "it does between the fp32 network (TensorFlow, float32) and SB3 "
+                         "(torch, float32)" if rounding else "") + ".")
     notb = [r for r in rows if r.get("board") and not same_as_tflm(r["board"]).startswith("yes")]
     if notb:
         notes.append("board ≠ TFLM: " + ", ".join(r["agent"] for r in notb) + ".")
@@ -532,6 +576,9 @@ def main(argv=None) -> int:
             row["sb3_saved"] = sb3_saved(zips[0]) if zips else None
             if "returns" in s:
                 row.update(sb3_returns=s["returns"], sb3_mean=float(np.mean(s["returns"])))
+            if "returns_float64" in s:
+                row.update(sb3_float64_returns=s["returns_float64"],
+                           sb3_float64_mean=float(np.mean(s["returns_float64"])))
             elif "error" in s:
                 row["sb3_error"] = s["error"]
             try:

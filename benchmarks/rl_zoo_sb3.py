@@ -12,9 +12,11 @@ is played on (quarl-edge's mapping of retired ids: LunarLander-v2 -> -v3). Each 
 and played by tests/fixtures/rl-zoo/make_expected.py's Agent and greedy_returns (as the zoo's
 enjoy.py loads it: custom_objects for the spaces and schedules, ENV/vecnormalize.pkl with
 training=False, norm_reward=False; model.predict(obs, deterministic=True); seeds 0..N-1 by
-reset(seed=k) of a new env per seed). FILE.json is {"versions": {...}, "agents": {"ALGO/ENV_N": {"env", "seeds",
-"returns", "seconds"} or {"env", "error"}}}, rewritten (temp name, then rename) after every
-agent; an agent already in it with the same env and seeds is skipped unless --force.
+reset(seed=k) of a new env per seed), then again with SB3's policy in float64 (Agent.use_float64:
+policy.double() on float64 observations), which differs from the first by rounding alone.
+FILE.json is {"versions": {...}, "agents": {"ALGO/ENV_N": {"env", "seeds", "returns",
+"returns_float64", "seconds"} or {"env", "error"}}}, rewritten (temp name, then rename) after
+every agent; an agent already in it with the same env and seeds is skipped unless --force.
 """
 from __future__ import annotations
 
@@ -62,13 +64,17 @@ def main(argv=None) -> int:
     for spec in a.agents:
         folder, env_id = spec.split("=", 1)
         old = agents.get(folder, {})
-        if not a.force and old.get("env") == env_id and old.get("seeds") == seeds:
+        if not a.force and old.get("env") == env_id and old.get("seeds") == seeds and \
+                "returns_float64" in old:
             continue
         t0 = time.time()
         try:
             agent = Agent(a.zoo / folder, env_id)
             returns = greedy_returns(env_id, agent.act, seeds)
+            agent.use_float64()
+            returns64 = greedy_returns(env_id, agent.act, seeds)
             agents[folder] = {"env": env_id, "seeds": seeds, "returns": returns,
+                              "returns_float64": returns64,
                               "seconds": round(time.time() - t0, 1)}
         except Exception as e:   # SB3 itself cannot play it: said in the table, not hidden
             agents[folder] = {"env": env_id, "seeds": seeds,

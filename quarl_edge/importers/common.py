@@ -16,7 +16,17 @@ from ..run import keras_call, package_versions, write_run
 
 # Fidelity at import: the imported network against the source on this many env observations.
 FIDELITY_OBSERVATIONS = 1000
-MAX_ABS_ERROR = 1e-5    # continuous heads; discrete heads must agree exactly on the argmax
+# continuous heads: the action within MAX_ABS_ERROR of the source's, or, for a plain MLP checked
+# against an exact (float64) reference, within what float32 rounding can explain when that is
+# more (rounding_bound); discrete heads must agree exactly on the argmax
+MAX_ABS_ERROR = 1e-5
+UNIT_ROUNDOFF = 2.0 ** -24      # float32's
+# how SB3's VecNormalize is in the network (run.json's source.vecnormalize.folded_into and the
+# fidelity record's "vecnormalize"), see importers/sb3.py
+VECNORM_PLAIN_FOLD = ("the first layer (the env's bounds keep every normalised value within "
+                      "clip_obs)")
+VECNORM_CLIP_LAYER = ("a clip layer (relu) and the first layer (the env's bounds let a "
+                      "normalised value pass clip_obs)")
 
 
 class PolicyImportError(QuarlError):
@@ -43,6 +53,12 @@ class Imported:
     # observations -> how many of them a folded preprocessing stage would not reproduce (SB3's
     # VecNormalize clip); the import refuses a policy where any does
     unfolded: Callable[[np.ndarray], int] | None = None
+    # how that preprocessing is in the network (said in the fidelity record), e.g. SB3's
+    # VecNormalize folded into the first layer, or with a clip layer before it
+    normalization: str | None = None
+    # `reference` is exact (float64) and `model` a plain Keras MLP: a continuous action is
+    # accepted within what float32 rounding of this network can explain (rounding_bound)
+    rounding_bound: bool = False
     # a recurrent policy (rl.recurrent.RecurrentLayers of `model`, a one-step Keras model):
     # written as RUN/recurrent.npz, and calibrated on ordered episodes with its state
     recurrent: object | None = None
@@ -159,6 +175,63 @@ def check_spaces(env_id: str, obs_shape, action: dict, where: str):
     return obs_space, act_space
 
 
+def rounding_bound(layers, obs: np.ndarray, chunk: int = 100) -> np.ndarray | None:
+    """A bound on |float32 network - exact network| for each observation's outputs [N, n_out],
+    or None for an activation it does not model. `layers` are the network's (kernel, bias,
+    activation) in float32, `obs` float32 observations (exact inputs on both sides).
+
+    Each float32 dot product y = W^T x + b errs by at most (n + 2) u (|W|^T |x| + |b|) (the
+    standard bound, whatever the order of the sums: n the products that can be nonzero,
+    their products and additions and the bias, plus one rounding of each weight, which may be
+    a float32 rounding of a folded float64 value; u = 2^-24; |x| including the error that x
+    already carries). These rounding errors are carried through the network in affine form,
+    as signed combinations of independent errors in [-1, 1] (affine arithmetic): a layer maps
+    them by W with their signs, so that errors that cancel in W^T x are not added up as
+    |W|^T e would. An activation keeps the form with its slope at the exact value: relu and
+    relu6 where the interval of the value stays on one side of a kink (0 on a flat part: the
+    clip layer's pre-activations of a value far beyond the clip come out exact), else their
+    error becomes a fresh one of its size (they are 1-Lipschitz); tanh its slope, plus a fresh
+    error for its curvature (|tanh''| <= 0.77, so 0.385 r^2 for an error of size r) and 4 u
+    for its own float32 evaluation. The bound is the sum of the magnitudes at the output."""
+    from ..run import ACTIVATIONS
+    if any(act not in ("linear", "relu", "relu6", "tanh") for _, _, act in layers):
+        return None
+    obs = np.asarray(obs, np.float64).reshape(len(obs), -1)
+    return np.concatenate([_affine_bound(layers, obs[i:i + chunk], ACTIVATIONS)
+                           for i in range(0, len(obs), chunk)])
+
+
+def _affine_bound(layers, x: np.ndarray, activations) -> np.ndarray:
+    a = np.zeros((*x.shape, 0))                   # [N, units, errors]
+    for kernel, bias, act in layers:
+        k, b = np.asarray(kernel, np.float64), np.asarray(bias, np.float64)
+        radius = np.abs(a).sum(axis=2)
+        # the products that can be nonzero: an input that is exactly 0 (a relu's flat part)
+        # and a weight 0 add nothing, and no rounding
+        nonzero = ((np.abs(x) + radius) > 0).astype(np.float64) @ (k != 0)
+        fresh = (nonzero + 2) * UNIT_ROUNDOFF * ((np.abs(x) + radius) @ np.abs(k) + np.abs(b))
+        a = np.einsum("nds,dm->nms", a, k)
+        y = x @ k + b
+        x = activations[act](y)
+        r = np.abs(a).sum(axis=2) + fresh            # the error's size before the activation
+        if act in ("relu", "relu6"):
+            top = 6.0 if act == "relu6" else np.inf
+            flat = (y + r <= 0) | (y - r >= top)
+            straight = (y - r >= 0) & (y + r <= top)
+            bent = ~flat & ~straight
+            a = np.where(straight[..., None], a, 0.0)
+            fresh = np.where(straight, fresh, np.where(bent, r, 0.0))
+        elif act == "tanh":
+            slope = 1.0 - np.tanh(y) ** 2
+            a = a * slope[..., None]
+            fresh = fresh * slope + 0.385 * r ** 2 + 4 * UNIT_ROUNDOFF
+        n, m = y.shape
+        new = np.zeros((n, m, m))
+        new[:, np.arange(m), np.arange(m)] = fresh
+        a = np.concatenate([a, new], axis=2)
+    return np.abs(a).sum(axis=2)
+
+
 def fidelity(imp: Imported, seed: int = 0) -> dict:
     """The imported network against the source on FIDELITY_OBSERVATIONS observations from
     rollouts of the imported policy in the env (epsilon-greedy, off the test seeds): exact argmax
@@ -184,19 +257,48 @@ def fidelity(imp: Imported, seed: int = 0) -> dict:
         result["argmax_agreement"] = float(np.mean(a == a_ref))
         ok = result["argmax_agreement"] == 1.0
     else:
-        result["max_abs_error_actions"] = float(np.max(np.abs(a.astype(np.float64) - a_ref)))
-        ok = result["max_abs_error_actions"] <= MAX_ABS_ERROR
+        err = np.abs(a.astype(np.float64) - a_ref)
+        result["max_abs_error_actions"] = float(np.max(err))
+        tol = _tolerance(imp, obs, err.shape)
+        if np.ndim(tol):
+            result["tolerance"] = (f"max({MAX_ABS_ERROR:g}, the float32 rounding bound of each "
+                                   "action on its observation)")
+            result["max_rounding_bound"] = float(np.max(tol))
+            result["median_rounding_bound"] = float(np.median(tol))
+            result["max_error_over_tolerance"] = float(np.max(err / tol))
+        else:
+            result["tolerance"] = MAX_ABS_ERROR
+        ok = bool(np.all(err <= tol))
+    if imp.normalization is not None:
+        result["vecnormalize"] = imp.normalization
     if imp.unfolded is not None:
         result["clipped_observations"] = imp.unfolded(obs)
-        if result["clipped_observations"]:
+        if result["clipped_observations"] and imp.normalization != VECNORM_CLIP_LAYER:
             raise PolicyImportError(f"{result['clipped_observations']} of {len(obs)} observations "
-                               "reach VecNormalize's clip_obs, which the folded first layer "
-                               "does not reproduce; not supported yet")
+                               "reach VecNormalize's clip_obs, which the env's observation "
+                               "bounds say none can; the folded first layer does not "
+                               "reproduce the clip")
     result["ok"] = bool(ok)
     if not ok:
         raise PolicyImportError(f"the imported network does not act as the source does on "
                            f"{len(obs)} observations of {imp.env_id}: {result}")
     return result
+
+
+def _tolerance(imp: Imported, obs: np.ndarray, shape) -> np.ndarray | float:
+    """MAX_ABS_ERROR, or per action max(MAX_ABS_ERROR, rounding_bound) for a plain MLP checked
+    against an exact reference (the action head clips to the bounds, which is 1-Lipschitz)."""
+    if not imp.rounding_bound:
+        return MAX_ABS_ERROR
+    from ..run import mlp_layers
+    try:
+        layers = mlp_layers(imp.model)
+    except QuarlError:
+        return MAX_ABS_ERROR
+    bound = rounding_bound(layers, obs)
+    if bound is None or bound.size != int(np.prod(shape)):
+        return MAX_ABS_ERROR
+    return np.maximum(MAX_ABS_ERROR, bound.reshape(shape))
 
 
 def write_imported_run(imp: Imported, out: Path, fid: dict, extra: dict | None = None) -> dict:

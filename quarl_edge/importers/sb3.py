@@ -17,8 +17,10 @@ takes the env's images as they are; SB3's channel-first transpose becomes the la
 convolution weights and of the Linear after the Flatten, and its /255 is folded into the first
 convolution), and with VecNormalize's observation normalisation (a vecnormalize.pkl, read as
 inert data) folded into the first layer: W' = W / s, b' = b - (mean / s) W, s = sqrt(var + epsilon). SB3 also clips
-the normalised observation to +-clip_obs; the fold is exact while no observation reaches the
-clip, which the import checks on its fidelity observations (and refuses otherwise).
+the normalised observation to +-clip_obs: where the env's observation bounds let a normalised
+value pass it (clip_reachable), the clip is a Dense layer with relu before the first layer
+(_fold_clipped); elsewhere the plain fold is exact, which the import checks on its
+fidelity observations (and refuses a policy where one reaches the clip all the same).
 
 `reference` re-does SB3's forward in numpy (float64) from the same tensors, the way SB3's
 policy classes compute it, without torch; the tests check it and the imported network against
@@ -37,8 +39,9 @@ import numpy as np
 
 from ..errors import QuarlError
 from ..run import keras_mlp
-from .common import (RETIRED_IDS, Imported, PolicyImportError, check_spaces, current_env_id,
-                     diagonal_scale, env_spaces, sha256)
+from .common import (RETIRED_IDS, VECNORM_CLIP_LAYER, VECNORM_PLAIN_FOLD, Imported,
+                     PolicyImportError, check_spaces, current_env_id, diagonal_scale, env_spaces,
+                     sha256)
 from .safe_pickle import UnsafePickle, load_symbolic, load_torch_archive
 
 ALGOS = ("dqn", "ppo", "a2c", "sac", "td3", "qrdqn", "tqc", "trpo", "ars", "recurrentppo")
@@ -347,6 +350,49 @@ def _fold(layers, norm: dict):
              (bias - (mean / s) @ k64).astype(np.float32), act)] + layers[1:]
 
 
+def clip_reachable(norm: dict, low, high) -> list[int]:
+    """The observation values whose normalised value z = (x - mean) / s can pass VecNormalize's
+    +-clip_obs for some x within the env's observation bounds [low, high] (an infinite bound
+    always can): where there is one, the clip is part of the policy and the network has it
+    (_fold_clipped); where there is none, the clip never acts and the plain fold is exact."""
+    s = np.sqrt(norm["var"] + norm["epsilon"]).reshape(-1)
+    mean, c = norm["mean"].reshape(-1), norm["clip_obs"]
+    low = np.broadcast_to(np.asarray(low, np.float64).reshape(-1), mean.shape)
+    high = np.broadcast_to(np.asarray(high, np.float64).reshape(-1), mean.shape)
+    with np.errstate(invalid="ignore", over="ignore"):
+        reach = ~np.isfinite(low) | ~np.isfinite(high) | ((low - mean) / s < -c) | \
+            ((high - mean) / s > c)
+    return [int(i) for i in np.flatnonzero(reach)]
+
+
+def _fold_clipped(layers, norm: dict, reach: list[int]):
+    """VecNormalize with its clip, as a Dense layer with relu before the first layer: with
+    z = (x - mean) / s and c = clip_obs,
+
+        clip(z, -c, c) = relu(z) - relu(-z) - relu(z - c) + relu(-z - c)
+
+    where the last two terms are needed only for the values `reach` whose clip the env's
+    bounds can reach (clip_reachable). The clip layer's kernel is diagonal blocks of +-1/s,
+    its biases -+mean/s and -+mean/s - c, and the first layer (K, b) takes [K; -K; -K_reach;
+    K_reach] and b. (The one-unit form -c + (c/3) relu6(3 (z + c) / c) is exact too, but it
+    carries z + c in [0, 2c] and the first layer then cancels c sum_rows(K): on the zoo's
+    a2c/BipedalWalkerHardcore-v3 its float32 actions were 7e-5 from SB3's float64 forward,
+    this form's 7e-6.)"""
+    kernel, bias, act = layers[0]
+    s = np.sqrt(norm["var"] + norm["epsilon"]).reshape(-1)
+    mean, c = norm["mean"].reshape(-1), float(norm["clip_obs"])
+    n = len(s)
+    pick = np.eye(n)[:, reach]                                  # [n, len(reach)]
+    inv = np.diag(1.0 / s)
+    k0 = np.concatenate([inv, -inv, inv @ pick, -inv @ pick], axis=1)
+    m = mean / s
+    b0 = np.concatenate([-m, m, -m[reach] - c, m[reach] - c])
+    k = kernel.astype(np.float64)
+    k1 = np.concatenate([k, -k, -k[reach], k[reach]], axis=0)
+    return [(k0.astype(np.float32), b0.astype(np.float32), "relu"),
+            (k1.astype(np.float32), np.asarray(bias, np.float32), act)] + layers[1:]
+
+
 _ACT = {"relu": lambda x: np.maximum(x, 0.0), "tanh": np.tanh, "linear": lambda x: x}
 
 
@@ -485,7 +531,9 @@ def load(path: Path, env_id: str | None, vecnormalize: Path | None = None) -> Im
     if norm and norm["mean"].size != int(np.prod(obs["shape"])):
         raise PolicyImportError(f"{vecnormalize}: statistics for {norm['mean'].size} observation "
                            f"values, the policy takes {int(np.prod(obs['shape']))}")
-    folded = _fold(layers, norm) if norm else layers
+    reach = clip_reachable(norm, obs_space.low, obs_space.high) if norm and cnn is None else []
+    folded = layers if not norm else _fold_clipped(layers, norm, reach) if reach else \
+        _fold(layers, norm)
     # SB3 clips a Gaussian policy's action to the bounds in predict(); so does the head
     # ("identity": the output clipped), so the network itself, and the reference, end at the
     # mean.
@@ -506,7 +554,9 @@ def load(path: Path, env_id: str | None, vecnormalize: Path | None = None) -> Im
         source["vecnormalize"] = {"file": Path(vecnormalize).name,
                                   "sha256": sha256(vecnormalize),
                                   "clip_obs": norm["clip_obs"], "epsilon": norm["epsilon"],
-                                  "folded_into": "the first layer"}
+                                  "folded_into": VECNORM_CLIP_LAYER if reach else VECNORM_PLAIN_FOLD}
+        if reach:
+            source["vecnormalize"]["clip_reachable"] = reach
     # the output layer (and the rescale)
     n_head = 2 if algo in ("sac", "td3", "tqc") or (
         algo == "ars" and action["type"] == "box" and _ars_squashes(data)) else 1
@@ -521,7 +571,9 @@ def load(path: Path, env_id: str | None, vecnormalize: Path | None = None) -> Im
                              **({} if cnn is None else {"convolutions": [
                                  [int(d) for d in w.shape] + [s] for w, _, s in cnn[0]],
                                  "features": int(cnn[1][0].shape[1])})},
-                    unfolded=(lambda obs: _clipped(norm, obs)) if norm else None)
+                    unfolded=(lambda obs: _clipped(norm, obs)) if norm else None,
+                    normalization=(VECNORM_CLIP_LAYER if reach else VECNORM_PLAIN_FOLD) if norm else None,
+                    rounding_bound=cnn is None)
 
 
 def _find_vecnormalize(path: Path, given: Path | None) -> Path | None:
