@@ -131,7 +131,9 @@ def test_errors(dqn_run, td3_run):
 
 
 def test_study_runs_the_scheme_for_every_algorithm(dqn_run, tmp_path):
-    from quarl_edge.study.grid import _train_spec, load_study, plan, run_group
+    from quarl_edge.study.cells import _train_spec, run_group
+    from quarl_edge.study.config import load_study
+    from quarl_edge.study.plan import plan
     config = tmp_path / "s.toml"
     config.write_text('''
 [study]

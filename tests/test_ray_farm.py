@@ -21,8 +21,10 @@ ray = pytest.importorskip("ray", reason="the ray extra (pip install -e '.[ray]';
                                         "scripts/setup.sh installs it)")
 
 from helpers_models import cached_example_study  # noqa: E402
-from quarl_edge.study.farm import farm_resources, ray_start_command  # noqa: E402
-from quarl_edge.study.grid import RAY_PIN, load_study, plan, read_results, row_key  # noqa: E402
+from quarl_edge.study.config import load_study  # noqa: E402
+from quarl_edge.study.farm import RAY_PIN, farm_resources, ray_start_command  # noqa: E402
+from quarl_edge.study.plan import plan  # noqa: E402
+from quarl_edge.study.results import read_results, row_key  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMES = ["fp32", "int8", "int16x8"]     # cached_example_study's

@@ -16,7 +16,9 @@ import pytest
 
 from quarl_edge.study.analysis import gaussian_policy_kl, policy_kl, weight_stats
 from quarl_edge.errors import QuarlError
-from quarl_edge.study.grid import load_study, plan, read_results, row_key
+from quarl_edge.study.config import load_study
+from quarl_edge.study.plan import plan
+from quarl_edge.study.results import read_results, row_key
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "quarl_edge.cli"]

@@ -17,7 +17,7 @@ than MAX_WIDTH_PX, whatever the number of tasks):
 
 The claims are one table (claim, verdict, n, the key numbers), then the tables of numbers
 behind each verdict. Cells skipped because their scheme does not apply to the task
-(grid.not_applicable: qat-int8 outside DQN, the tie remedies for continuous actions) are said
+(plan.not_applicable: qat-int8 outside DQN, the tie remedies for continuous actions) are said
 once per rule; only other skipped or failed rows are listed.
 
 On the board: a study's board cells (kind "board" rows: `boards = [...]` in its TOML) and the
@@ -76,7 +76,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import QuarlError
-from .grid import latest_rows, read_results
+from .results import latest_rows, read_results
 
 SCHEME_ORDER = ["fp32", "fp16", "dyn-int8", "int8", "int16x8", "qat-int8", "qat-distill-int8",
                 "int8-centred", "int8-acc", "int8-centred-acc", "int8-i16head"]
@@ -807,7 +807,7 @@ def _blocks(res: Results, tolerance: float, figures: dict[str, bool], source: Pa
 def _us(r: dict) -> str:
     """A board row's cost per inference in µs: measured (ns on the host board) or estimated at
     the board's clock (cycles; instructions at one per cycle)."""
-    from .grid import us_per_inference
+    from .results import us_per_inference
     us, basis = us_per_inference(r.get("cost_mean"), r.get("unit"), r.get("clock_hz"))
     if us is None:
         return "-"
@@ -852,7 +852,7 @@ def board_cells(res: "Results") -> list[dict]:
     seeds of each seed's mean; ± the std over seeds, or over episodes for one seed),
     normalised loss, agreement, TF Lite Micro check, bit-exactness, cost, µs, flash, RAM,
     arena, stack; and the (task, board, scheme)s that did not fit, with their numbers."""
-    from .grid import us_per_inference
+    from .results import us_per_inference
     groups: dict[tuple, list] = defaultdict(list)
     for it in board_table(res):
         r = it["row"]
@@ -1110,8 +1110,8 @@ def _board_blocks(res: "Results", figures: dict[str, bool] | None = None) -> lis
 
 def _skips(res: Results) -> tuple[dict, list]:
     """The rows that are not ok, split: {scheme: [cells]} skipped because the scheme does not
-    apply to the task (grid.not_applicable), and every other row (errors, other skips)."""
-    from .grid import not_applicable
+    apply to the task (plan.not_applicable), and every other row (errors, other skips)."""
+    from .plan import not_applicable
     expected, unexpected = defaultdict(list), []
     for r in res.other:
         run = res.run_of(r)
@@ -1127,7 +1127,7 @@ def _skips(res: Results) -> tuple[dict, list]:
 def _merge_scopes(expected: dict) -> dict:
     """{(schemes, what they need): (the tasks they were skipped for, number of cells)}:
     schemes with the same rule and the same tasks share one line."""
-    from .grid import scope
+    from .plan import scope
     by_rule = defaultdict(list)
     for scheme in _schemes([{"scheme": s} for s in expected]):
         tasks = tuple(sorted({_task_name(_task(r)) for r in expected[scheme]}))
