@@ -1,4 +1,5 @@
-"""The results file: one JSON line per finished row, its keys, reading it back, appending to it.
+"""The results file: one JSON line per finished row, its keys, reading it back, appending to it;
+and Results, the rows of a file as the report reads them (the last row per key, grouped).
 
 OUT/results.jsonl gets one JSON object per line, written by the main process only, flushed and
 fsync'ed per row, with plain strings and numbers:
@@ -31,6 +32,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import QuarlError
+from .statistics import normalised_loss
 
 # Rows --resume keeps; "does-not-fit": a board cell whose firmware the board cannot hold
 STATUS_DONE = ("ok", "skipped", "does-not-fit")
@@ -174,3 +176,71 @@ def us_per_inference(cost: float | None, unit: str | None, clock_hz: int | None
         return cost / clock_hz * 1e6, ("at the board clock" if unit == "cycles" else
                                        "estimate: one instruction per cycle at the board clock")
     return None, None
+
+
+# ------------------------------------------------------------------ the rows, for the report
+SCHEME_ORDER = ["fp32", "fp16", "dyn-int8", "int8", "int16x8", "qat-int8", "qat-distill-int8",
+                "int8-centred", "int8-acc", "int8-centred-acc", "int8-i16head"]
+
+
+def task_of(r: dict) -> tuple[str, str]:
+    return r["algo"], r["env"]
+
+
+def task_name(t: tuple[str, str]) -> str:
+    return f"{t[0].upper()} {t[1]}"
+
+
+
+def ordered_schemes(cells) -> list[str]:
+    present = {r["scheme"] for r in cells}
+    return [s for s in SCHEME_ORDER if s in present] + sorted(present - set(SCHEME_ORDER))
+
+
+
+class Results:
+    """The rows of a results file, deduplicated (last row per key), grouped for the report."""
+
+    def __init__(self, rows: list[dict], bench: list[dict] = ()):
+        self.bench = list(bench)      # board rows (bench --episodes JSON lines), as they are
+        latest = latest_rows(rows)
+        self.all = list(latest.values())
+        self.runs = {(r["algo"], r["env"], r["seed"]): r for r in self.all
+                     if r["kind"] == "run" and r.get("status") == "ok"}
+        self.cells = [r for r in self.all if r["kind"] == "cell"]
+        self.ok_cells = [r for r in self.cells if r.get("status") == "ok"]
+        self.sweep = [r for r in self.all if r["kind"] == "sweep" and r.get("status") == "ok"]
+        self.other = [r for r in self.all if r.get("status") not in ("ok",)
+                      and not (r["kind"] == "board" and r.get("status") in ("skipped", "does-not-fit"))]
+        boards = [r for r in self.all if r["kind"] == "board"]
+        self.board_ok = [{**r, "precision": r.get("precision", r["scheme"])} for r in boards
+                         if r.get("status") == "ok"]
+        self.board_no_fit = [r for r in boards if r.get("status") == "does-not-fit"]
+        self.board_skipped = [r for r in boards if r.get("status") == "skipped"]
+        self.study = next((r.get("study") for r in self.all if r.get("study")), None)
+        tasks = {task_of(r) for r in self.all if r["kind"] in ("run", "cell", "sweep")}
+        self.tasks = sorted(tasks)
+
+    def run_of(self, r: dict) -> dict | None:
+        return self.runs.get((r["algo"], r["env"], r["seed"]))
+
+    def loss(self, r: dict) -> float | None:
+        run = self.run_of(r)
+        if run is None or run.get("eval_seeds") != r.get("eval_seeds"):
+            # a sweep may use other seeds: its own fp32 row is then the reference
+            ref = r.get("fp32_return")
+            if r["kind"] == "sweep":
+                ref = self._sweep_fp32(r)
+            return normalised_loss(ref, r.get("mean_return"), run and run.get("random_return"))
+        return normalised_loss(run["fp32_return"], r.get("mean_return"), run.get("random_return"))
+
+    def _sweep_fp32(self, r: dict) -> float | None:
+        for s in self.sweep:
+            if (s["algo"], s["env"], s["seed"], s["mode"]) == (r["algo"], r["env"], r["seed"], "fp32"):
+                return s["mean_return"]
+        return r.get("fp32_return")
+
+    def learned(self, r: dict) -> bool:
+        run = self.run_of(r)
+        return bool(run and run.get("random_return") is not None
+                    and run["fp32_return"] > run["random_return"])
