@@ -55,7 +55,7 @@ def test_the_mujoco_study_is_valid_and_uses_the_tuned_defaults():
         cfg = OffPolicyConfig(**defaults)
         assert cfg.learning_starts < cfg.steps and cfg.eval_every <= cfg.steps
     assert not study.sweeps
-    assert sum(len(g["keys"]) for g in plan(study)) == 4 * 3 * (1 + len(study.tasks[0].schemes))
+    assert sum(len(g.keys) for g in plan(study)) == 4 * 3 * (1 + len(study.tasks[0].schemes))
 
 
 @needs_mujoco

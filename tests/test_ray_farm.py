@@ -69,7 +69,7 @@ def test_board_cells_run_on_the_board_node_and_a_killed_worker_loses_and_repeats
     c, head_id, board_node = cluster
     out = tmp_path / "out"
     cfg = cached_example_study(out, ["host"])
-    expected = {k for g in plan(load_study(cfg)) for k in g["keys"]}
+    expected = {k for g in plan(load_study(cfg)) for k in g.keys}
     assert len(expected) == 1 + 2 * len(SCHEMES)      # the run, its host cells, its board cells
     results = out / "results.jsonl"
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}

@@ -44,11 +44,11 @@ from ..run import (keras_runner, load_keras, load_run, ppo_action_std, tflite_pa
 from ..targets.boards import get_board
 from .analysis import (batch_runner, evaluate_runner, gaussian_policy_kl, policy_kl,
                        random_policy_return, weight_quantiles, weight_stats)
-from .plan import not_applicable, run_dir_name
+from .plan import Group, not_applicable, run_dir_name
 from .results import jsonable, us_per_inference
 
 
-def _train_matches(run_dir: Path, group: dict) -> bool:
+def _train_matches(run_dir: Path, group: Group) -> bool:
     meta = run_dir / "run.json"
     if not meta.is_file() or not (run_dir / "study-train.json").is_file():
         return False
@@ -59,20 +59,20 @@ def _train_matches(run_dir: Path, group: dict) -> bool:
     return want == _train_spec(group) and not stale_hyperparameters(run_dir, group)
 
 
-def stale_hyperparameters(run_dir: Path, group: dict) -> dict[str, tuple]:
+def stale_hyperparameters(run_dir: Path, group: Group) -> dict[str, tuple]:
     """{field: (trained with, would train now)} for a run directory that has a run.json; empty
     when it matches the group's resolved training config or has no run.json."""
     try:
         saved = json.loads((run_dir / "run.json").read_text())["hyperparameters"]
     except (OSError, json.JSONDecodeError, KeyError, TypeError):
         return {}
-    return config_changes(saved, resolve_config(group["algo"], group["env"], group["steps"],
-                                                **group["options"]))
+    return config_changes(saved, resolve_config(group.algo, group.env, group.task.steps,
+                                                **group.task.options))
 
 
-def _train_spec(group: dict) -> dict:
-    return jsonable({"algo": group["algo"], "env": group["env"], "seed": group["seed"],
-                     "steps": group["steps"], "options": group["options"]})
+def _train_spec(group: Group) -> dict:
+    return jsonable({"algo": group.algo, "env": group.env, "seed": group.seed,
+                     "steps": group.task.steps, "options": group.task.options})
 
 
 def limit_threads(threads: int) -> None:
@@ -97,14 +97,14 @@ def error_reason(e: Exception) -> str:
     return first if isinstance(e, QuarlError) else f"{type(e).__name__}: {first}"
 
 
-def run_group(group: dict, out: Path, done: set, emit: Callable[[dict], None],
+def run_group(group: Group, out: Path, done: set, emit: Callable[[dict], None],
               log: Callable[[str], None] = lambda s: None, boards: bool = True) -> None:
     """Train (or reuse) one run and produce its pending rows, calling emit(row) per row.
     `boards`: also its board cells, after every other row (on Ray they are tasks of their own,
     scheduled onto the nodes that have the board: see farm.run_ray)."""
-    algo, env_id, seed = group["algo"], group["env"], group["seed"]
-    base = {"study": group.get("study"), "algo": algo, "env": env_id, "seed": seed}
-    pending = [k for k in map(tuple, group["keys"]) if k not in done]
+    algo, env_id, seed = group.algo, group.env, group.seed
+    base = {"study": group.study, "algo": algo, "env": env_id, "seed": seed}
+    pending = [k for k in map(tuple, group.keys) if k not in done]
     board_keys = [k for k in pending if k[0] == "board"]
     pending = [k for k in pending if k[0] != "board"]
     run_dir = Path(out) / "runs" / run_dir_name(algo, env_id, seed)
@@ -141,16 +141,16 @@ class _Run:
         return float(np.mean(self.ref_returns))
 
 
-def _train_or_reuse(group: dict, run_dir: Path, log: Callable[[str], None]) -> _Run:
-    algo, env_id, seed = group["algo"], group["env"], group["seed"]
+def _train_or_reuse(group: Group, run_dir: Path, log: Callable[[str], None]) -> _Run:
+    algo, env_id, seed = group.algo, group.env, group.seed
     t0 = time.perf_counter()
     cached = _train_matches(run_dir, group)
     if not cached:
-        log(f"train {algo} {env_id} seed {seed} ({group['steps'] or 'default'} steps)")
+        log(f"train {algo} {env_id} seed {seed} ({group.task.steps or 'default'} steps)")
         if run_dir.exists():
             shutil.rmtree(run_dir)
-        train(env_id, algo, group["steps"], seed, run_dir, progress=False, judge=int8_judge,
-              **group["options"])
+        train(env_id, algo, group.task.steps, seed, run_dir, progress=False, judge=int8_judge,
+              **group.task.options)
         (run_dir / "study-train.json").write_text(json.dumps(_train_spec(group)) + "\n")
     info = load_run(run_dir)
     train_wall = time.perf_counter() - t0
@@ -160,14 +160,14 @@ def _train_or_reuse(group: dict, run_dir: Path, log: Callable[[str], None]) -> _
     argmax_head = hasattr(make_gym(env_id).action_space, "n")
     logits = algo == "ppo" and argmax_head
     action_std = None if logits or algo != "ppo" else ppo_action_std(run_dir)
-    ref_returns, states = play_batched(env_id, reference, group["eval_seeds"], record=True)
+    ref_returns, states = play_batched(env_id, reference, group.task.eval_seeds, record=True)
     return _Run(run_dir, cached, info, train_wall, layers, reference, argmax_head, logits,
                 action_std, ref_returns, states, weight_stats(layers))
 
 
-def _run_row(group: dict, run: _Run, base: dict) -> dict:
+def _run_row(group: Group, run: _Run, base: dict) -> dict:
     """The run row: training, the fp32 network's return, its weights."""
-    algo, eval_seeds, info = group["algo"], group["eval_seeds"], run.info
+    algo, eval_seeds, info = group.algo, group.task.eval_seeds, run.info
     return {"kind": "run", **base, "status": "ok", "steps": info.get("steps"),
             "cached": run.cached, "train_seconds": info.get("train_seconds"),
             "wall_seconds": round(run.train_wall, 2),
@@ -175,21 +175,21 @@ def _run_row(group: dict, run: _Run, base: dict) -> dict:
             "eval_seeds": list(eval_seeds), "fp32_return": run.ref_mean,
             "fp32_std_return": float(np.std(run.ref_returns)),
             "returns": [float(r) for r in run.ref_returns],
-            "random_return": random_policy_return(group["env"], eval_seeds),
+            "random_return": random_policy_return(group.env, eval_seeds),
             "n_params": int(sum(k.size + b.size for k, b, _ in run.layers)),
             "output": "logits" if run.logits else ("q_values" if algo == "dqn" else "action"),
             "weights": run.stats, "weight_quantiles": weight_quantiles(run.layers),
             "hyperparameters": info.get("hyperparameters"), "run_dir": str(run.dir)}
 
 
-def _scheme_cells(group: dict, run: _Run, pending: list, base: dict,
+def _scheme_cells(group: Group, run: _Run, pending: list, base: dict,
                   emit: Callable[[dict], None]) -> None:
     """One cell row per pending scheme: skipped where the scheme does not apply, an error row
     where it failed (the run's other cells go on)."""
-    algo, env_id, seed = group["algo"], group["env"], group["seed"]
+    algo, env_id, seed = group.algo, group.env, group.seed
     summary = {"weight_range": run.stats["all"]["range"], "weight_std": run.stats["all"]["std"],
                "weight_kurtosis": run.stats["all"]["kurtosis"]}
-    for scheme in group["schemes"]:
+    for scheme in group.task.schemes:
         if ("cell", algo, env_id, seed, scheme) not in pending:
             continue
         row = {"kind": "cell", **base, "scheme": scheme}
@@ -201,25 +201,26 @@ def _scheme_cells(group: dict, run: _Run, pending: list, base: dict,
         try:
             res, size = _scheme_cell(group, run, scheme)
             emit({**row, "status": "ok", **res, "fp32_return": run.ref_mean,
-                  "eval_seeds": list(group["eval_seeds"]), "size_bytes": size,
+                  "eval_seeds": list(group.task.eval_seeds), "size_bytes": size,
                   **summary, "seconds": round(time.perf_counter() - t1, 2),
                   "run_dir": str(run.dir)})
         except Exception as e:  # this scheme failed; the run's other cells go on
             emit({**row, "status": "error", "reason": error_reason(e)})
 
 
-def _scheme_cell(group: dict, run: _Run, scheme: str) -> tuple[dict, int]:
+def _scheme_cell(group: Group, run: _Run, scheme: str) -> tuple[dict, int]:
     """Quantize the run with `scheme` and play it on the evaluation seeds: (the cell's numbers,
     the model's size in bytes)."""
-    qat = {"steps": group["qat_steps"], **group["qat"]} if scheme == "qat-int8" else None
+    task = group.task
+    qat = {"steps": task.qat_steps, **task.qat} if scheme == "qat-int8" else None
     distill = None
     if scheme == "qat-distill-int8":
-        distill = dict(group.get("distill") or {})
-        if group.get("distill_steps") is not None:
-            distill["steps"] = group["distill_steps"]
+        distill = dict(task.distill)
+        if task.distill_steps is not None:
+            distill["steps"] = task.distill_steps
     # The readout remedies run the int8 model with another readout of its head.
     path = quantize(run.dir, "int8" if scheme in remedies.RUNNERS else scheme,
-                    calib_size=group["calib_size"], seed=0, qat=qat, distill=distill)
+                    calib_size=task.calib_size, seed=0, qat=qat, distill=distill)
     if remedies.head_readout(path) == remedies.HEAD_ACCUMULATORS:   # int8-acc
         runner = batch_runner(remedies.accumulator_runner(path))
     elif scheme == "int8-i16head":
@@ -227,7 +228,7 @@ def _scheme_cell(group: dict, run: _Run, scheme: str) -> tuple[dict, int]:
         runner = batch_runner(remedies.int16_head_runner(path, calibration))
     else:
         runner = batch_runner(tflite_runner(path))
-    res = evaluate_runner(group["env"], runner, group["eval_seeds"], run.reference, run.states)
+    res = evaluate_runner(group.env, runner, task.eval_seeds, run.reference, run.states)
     kl = None
     if run.logits:
         kl = policy_kl(run.reference(run.states), runner(run.states))
@@ -241,21 +242,21 @@ def _scheme_cell(group: dict, run: _Run, scheme: str) -> tuple[dict, int]:
     return {**res, "kl": kl}, path.stat().st_size
 
 
-def _sweep_points(group: dict, run: _Run, pending: list, base: dict,
+def _sweep_points(group: Group, run: _Run, pending: list, base: dict,
                   emit: Callable[[dict], None]) -> None:
     """The pending points of each n-bit sweep on the run (quant/nbit.py), one row each."""
-    algo, env_id, seed = group["algo"], group["env"], group["seed"]
-    for sw in group["sweeps"]:
-        want = [("fp32", 32)] + [(m, b) for m in sw["modes"] for b in sw["bits"]]
+    algo, env_id, seed = group.algo, group.env, group.seed
+    for sw in group.sweeps:
+        want = [("fp32", 32)] + [(m, b) for m in sw.modes for b in sw.bits]
         todo = [(m, b) for m, b in want if ("sweep", algo, env_id, seed, m, b) in pending]
         if not todo:
             continue
         t1 = time.perf_counter()
-        bits = sorted({b for m, b in todo if m != "fp32"}) or sw["bits"][:1]
-        modes = [m for m in sw["modes"] if any(mm == m for mm, _ in todo)] or sw["modes"][:1]
+        bits = sorted({b for m, b in todo if m != "fp32"}) or sw.bits[:1]
+        modes = [m for m in sw.modes if any(mm == m for mm, _ in todo)] or sw.modes[:1]
         try:
-            rows = nbit_sweep(run.dir, bits=bits, seeds=sw["eval_seeds"],
-                              calib_size=sw["calib_size"], modes=modes)
+            rows = nbit_sweep(run.dir, bits=bits, seeds=sw.eval_seeds,
+                              calib_size=sw.calib_size, modes=modes)
         except Exception as e:
             for m, b in todo:
                 emit({"kind": "sweep", **base, "mode": m, "bits": b, "status": "error",
@@ -267,7 +268,7 @@ def _sweep_points(group: dict, run: _Run, pending: list, base: dict,
                 continue
             todo.remove((r["mode"], r["bits"]))
             emit({"kind": "sweep", **base, "status": "ok", **r,
-                  "eval_seeds": list(sw["eval_seeds"]), "fp32_return": run.ref_mean,
+                  "eval_seeds": list(sw.eval_seeds), "fp32_return": run.ref_mean,
                   "seconds": secs})
 
 
@@ -298,15 +299,15 @@ def where_row() -> dict:
     return {"node": node, "host": socket.gethostname(), "pid": os.getpid()}
 
 
-def run_board_cell(group: dict, scheme: str, board_id: str, out: Path) -> dict:
+def run_board_cell(group: Group, scheme: str, board_id: str, out: Path) -> dict:
     """One board cell: the run's `scheme` model on board `board_id` (measure/bench.py's
     bench_cell: cost per inference over BENCH n, flash, static RAM, arena, stack, and the HIL
     episodes on the study's test seeds with the check against TF Lite Micro and the agreement
     with the fp32 network; then measure/validate.py on the run's calibration observations).
     Returns its row; never raises: a model that does not fit the board is a row with status
     "does-not-fit" and the numbers, any other failure an "error" row."""
-    algo, env_id, seed = group["algo"], group["env"], group["seed"]
-    row = {"kind": "board", "study": group.get("study"), "algo": algo, "env": env_id,
+    algo, env_id, seed = group.algo, group.env, group.seed
+    row = {"kind": "board", "study": group.study, "algo": algo, "env": env_id,
            "seed": seed, "scheme": scheme, "board": board_id, **where_row()}
     if scheme in NOT_DEPLOYABLE:
         return {**row, "status": "skipped", "reason": NOT_DEPLOYABLE[scheme]}
@@ -350,20 +351,20 @@ def _no_fit_numbers(text: str, build_dir: Path, board_id: str) -> dict:
     return nums
 
 
-def _measure_board(run_dir: Path, build_dir: Path, board, scheme: str, group: dict) -> dict:
+def _measure_board(run_dir: Path, build_dir: Path, board, scheme: str, group: Group) -> dict:
     meta = load_run(run_dir)
     model = tflite_path(run_dir, scheme)    # made by the scheme's cell
-    env_id, seeds = group["env"], list(group["board_seeds"])
+    env_id, seeds = group.env, list(group.board_seeds)
     head = meta.get("action_head") or default_head(make_gym(env_id).action_space)
     calib_file = run_dir / "calibration.npy"
     calib = np.load(calib_file) if calib_file.is_file() else None
     obs = calib[0] if calib is not None else np.asarray(
         make_gym(env_id).reset(seed=seeds[0])[0], np.float32)
     fp32 = Fp32Episodes.for_run(run_dir, env_id, head, seeds)
-    bench = bench_cell(run_dir, board, scheme, int(group.get("bench_n", 100)),
+    bench = bench_cell(run_dir, board, scheme, group.task.bench_n,
                        np.asarray(obs, np.float32), episodes=(env_id, seeds, fp32))
     build_dir.mkdir(parents=True, exist_ok=True)
-    n_val = int(group.get("validate_n", 200))
+    n_val = group.task.validate_n
     if calib is not None:
         inputs = build_dir / "validate_inputs.npy"
         np.save(inputs, np.asarray(calib[:n_val], np.float32))

@@ -224,7 +224,8 @@ def _study_defaults(top: dict, where: str) -> dict:
             "sweep_modes": list(top.get("sweep_modes", ["weights+activations"])),
             "boards": _board_ids(top.get("boards", []), where),
             "board_episodes": top.get("board_episodes"),
-            "bench_n": top.get("bench_n", 100), "validate_n": top.get("validate_n", 200)}
+            "bench_n": top.get("bench_n", Task.bench_n),
+            "validate_n": top.get("validate_n", Task.validate_n)}
 
 
 def _load_task(t: dict, defaults: dict, seen: set, where: str) -> Task:

@@ -42,6 +42,7 @@ from ..errors import QuarlError
 from ..targets.boards import all_boards
 from ..targets.ports import list_ports
 from .cells import error_reason, limit_threads, quiet, run_board_cell, run_group, where_row
+from .plan import Group
 from .results import Writer
 
 RAY_PIN = "ray==2.60.0"
@@ -139,7 +140,7 @@ def check_ray_address(address: str, timeout_s: float = 5.0) -> None:
                          "farm on Ray)") from None
 
 
-def run_ray(ray, address: str, todo: list[dict], out: Path, done: set, writer: Writer,
+def run_ray(ray, address: str, todo: list[Group], out: Path, done: set, writer: Writer,
             say: Callable[[str], None]) -> None:
     """The groups as Ray tasks on an existing cluster: one per run (training and host cells,
     one CPU, any node), then one per board cell, which asks for {"board:<id>": 1} and so runs
@@ -181,12 +182,12 @@ def _drive_ray(ray, todo, out, done, writer, say) -> None:
     failed: set = set()   # id() of the groups whose training failed
 
     def submit_boards(g):
-        for k in map(tuple, g["keys"]):
+        for k in map(tuple, g.keys):
             if k[0] != "board" or k in writer.finished:
                 continue
             res = board_resource(k[5])
             if res not in have:
-                writer.write({"kind": "board", "study": g.get("study"), "algo": k[1],
+                writer.write({"kind": "board", "study": g.study, "algo": k[1],
                               "env": k[2], "seed": k[3], "scheme": k[4], "board": k[5],
                               "status": "error",
                               "reason": f"no node of the Ray cluster advertises {res} "
@@ -198,7 +199,7 @@ def _drive_ray(ray, todo, out, done, writer, say) -> None:
             active[ref] = ("board", g, k)
 
     for g in todo:
-        if any(k[0] != "board" and tuple(k) not in done for k in g["keys"]):
+        if any(k[0] != "board" and tuple(k) not in done for k in g.keys):
             active[group_task.remote(g, out_dir, done_keys)] = ("group", g, None)
         else:               # its run and host rows are done: only board cells to do
             submit_boards(g)
@@ -213,7 +214,7 @@ def _drive_ray(ray, todo, out, done, writer, say) -> None:
             try:
                 writer.write(ray.get(handle))
             except ray.exceptions.RayError as e:   # its worker died RAY_RETRIES + 1 times
-                writer.write({"kind": "board", "study": g.get("study"), "algo": key[1],
+                writer.write({"kind": "board", "study": g.study, "algo": key[1],
                               "env": key[2], "seed": key[3], "scheme": key[4], "board": key[5],
                               "status": "error", "reason": _ray_reason(e)})
             continue
@@ -240,7 +241,7 @@ def _ray_reason(e: Exception) -> str:
     return f"ray: {type(e).__name__}: {text[0] if text else ''}"[:300]
 
 
-def _ray_group(group: dict, out_dir: str, done_keys: list):
+def _ray_group(group: Group, out_dir: str, done_keys: list):
     """A Ray task (a streaming generator): one run's training and host rows, each yielded as
     it is made, so the driver writes it at once. Board cells are tasks of their own. A failed
     training yields one {"kind": "_fail"} item."""
@@ -269,7 +270,7 @@ def _ray_group(group: dict, out_dir: str, done_keys: list):
             return
 
 
-def _ray_board(group: dict, scheme: str, board_id: str, out_dir: str) -> dict:
+def _ray_board(group: Group, scheme: str, board_id: str, out_dir: str) -> dict:
     """A Ray task on a node that advertises board:<board_id>: one board cell's row."""
     quiet()
     limit_threads(1)

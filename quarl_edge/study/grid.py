@@ -31,7 +31,7 @@ from ..errors import QuarlError
 from .cells import error_reason, quiet, run_group, stale_hyperparameters
 from .config import load_study
 from .farm import RAY_PIN, check_ray_address, run_ray
-from .plan import plan, run_dir_name
+from .plan import Group, plan, run_dir_name
 from .pool import run_pool
 from .results import STATUS_DONE, Writer, latest_rows, lock, read_results
 
@@ -90,14 +90,12 @@ def run_study(config: Path, out: Path | None = None, workers: int = 1, resume: b
             shutil.copy(study.path, out / "study.toml")  # what the results were made with
         done = {k: r for k, r in latest_rows(prior).items() if r.get("status") in STATUS_DONE}
         groups = plan(study)
-        for g in groups:
-            g["study"] = study.name
         say = echo or (lambda s: None)
         if redo:
             say(f"redo: the rows of {', '.join(sorted(set(redo)))} are made again")
         _forget_rows(groups, out, done, redo, say)
-        todo = [g for g in groups if any(tuple(k) not in done for k in g["keys"])]
-        keys = [tuple(k) for g in groups for k in g["keys"]]
+        todo = [g for g in groups if any(tuple(k) not in done for k in g.keys)]
+        keys = [tuple(k) for g in groups for k in g.keys]
         say(f"study {study.name}: {len(groups)} runs, {len(keys)} rows; "
             f"{sum(k in done for k in keys)} done, {len(todo)} runs to do; results in {results}")
         bar = tqdm(total=sum(k not in done for k in keys), desc=f"study {study.name}",
@@ -128,7 +126,7 @@ def _import_ray(address: str):
     return ray
 
 
-def _run_groups(todo: list[dict], out: Path, done: set, workers: int, ray, ray_address,
+def _run_groups(todo: list[Group], out: Path, done: set, workers: int, ray, ray_address,
                 writer: Writer, say: Callable[[str], None]) -> None:
     """The groups to do on Ray, in this process (one worker) or on a pool of processes."""
     if not todo:
@@ -146,11 +144,11 @@ def _run_groups(todo: list[dict], out: Path, done: set, workers: int, ray, ray_a
         run_pool(todo, out, done, workers, writer, say)
 
 
-def _summary(name: str, results: Path, groups: list[dict], t0: float) -> dict:
+def _summary(name: str, results: Path, groups: list[Group], t0: float) -> dict:
     """What run_study returns: the number of rows the plan wants, by status, as in the file,
     and the seconds since `t0`."""
     rows = latest_rows(read_results(results))
-    want = {tuple(k) for g in groups for k in g["keys"]}
+    want = {tuple(k) for g in groups for k in g.keys}
     status = {}
     for k in want:
         s = rows.get(k, {}).get("status", "missing")
@@ -159,19 +157,18 @@ def _summary(name: str, results: Path, groups: list[dict], t0: float) -> dict:
             "status": status, "seconds": round(time.perf_counter() - t0, 1)}
 
 
-def _forget_rows(groups: list[dict], out: Path, done: dict, redo, say: Callable[[str], None]
+def _forget_rows(groups: list[Group], out: Path, done: dict, redo, say: Callable[[str], None]
                  ) -> None:
     """Drop from `done` the rows to make again: those of the tasks named in `redo`, and those
     of every run trained with other hyperparameters than its group would train now (the run is
     then retrained)."""
     for g in groups:
-        if f"{g['algo']}/{g['env']}" not in redo:
-            changed = stale_hyperparameters(out / "runs" / run_dir_name(g["algo"], g["env"],
-                                                                        g["seed"]), g)
-            if not changed or not any(tuple(k) in done for k in g["keys"]):
+        if f"{g.algo}/{g.env}" not in redo:
+            changed = stale_hyperparameters(out / "runs" / run_dir_name(g.algo, g.env, g.seed), g)
+            if not changed or not any(tuple(k) in done for k in g.keys):
                 continue
             diffs = ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in changed.items())
-            say(f"{g['algo']} {g['env']} seed {g['seed']}: trained with other hyperparameters "
+            say(f"{g.algo} {g.env} seed {g.seed}: trained with other hyperparameters "
                 f"({diffs}): retrained, its rows redone")
-        for k in g["keys"]:
+        for k in g.keys:
             done.pop(tuple(k), None)

@@ -6,7 +6,10 @@ of work of a worker, so the same run is never trained twice concurrently.
 """
 from __future__ import annotations
 
-from .config import Study
+from dataclasses import dataclass
+
+from ..quant import remedies
+from .config import Study, Sweep, Task
 
 # Algorithms whose RL loop qat.py can fine-tune in (qat.qat_finetune refuses the others).
 QAT_ALGOS = ("dqn",)
@@ -15,7 +18,6 @@ QAT_ALGOS = ("dqn",)
 def scope(scheme: str) -> str | None:
     """What a task needs for `scheme` to apply, for the schemes that do not apply to every task
     (the rule of not_applicable, in words); None for the others."""
-    from ..quant import remedies
     if scheme == "qat-int8":
         return (f"fine-tunes in the RL loop of {', '.join(a.upper() for a in QAT_ALGOS)} only "
                 "(quarl_edge/rl/qat.py)")
@@ -27,7 +29,6 @@ def scope(scheme: str) -> str | None:
 def not_applicable(scheme: str, algo: str, env_id: str, argmax_head: bool) -> str | None:
     """Why `scheme` does not apply to (algo, env): the reason its cell is recorded "skipped"
     with; None when it applies. `argmax_head`: the env's actions are discrete."""
-    from ..quant import remedies
     if scheme == "qat-int8" and algo not in QAT_ALGOS:
         return (f"qat-int8 fine-tunes in the RL loop of {', '.join(QAT_ALGOS)} only "
                 f"(quarl_edge/rl/qat.py); {algo} is not supported")
@@ -41,7 +42,34 @@ def run_dir_name(algo: str, env_id: str, seed: int) -> str:
     return f"{algo}-{env_id}-s{seed}"
 
 
-def plan(study: Study) -> list[dict]:
+@dataclass
+class Group:
+    """The work of one (algo, env, seed): its task as the study file gave it (training budget,
+    schemes, evaluation seeds, boards), the sweeps on it and the keys of the rows it yields. The
+    unit of work of a worker, passed whole to the process or Ray task that runs it."""
+    task: Task
+    seed: int
+    sweeps: list[Sweep]          # the task's [[sweep]]s that take this seed
+    keys: list[tuple]            # the rows' keys (results.row_key), in the order they are made
+    study: str | None = None     # the study's name, in every row
+
+    @property
+    def algo(self) -> str:
+        return self.task.algo
+
+    @property
+    def env(self) -> str:
+        return self.task.env
+
+    @property
+    def board_seeds(self) -> list[int]:
+        """The seeds the board cells play: the first board_episodes evaluation seeds (all by
+        default)."""
+        t = self.task
+        return t.eval_seeds[:t.board_episodes or len(t.eval_seeds)]
+
+
+def plan(study: Study) -> list[Group]:
     """The groups of work, one per (algo, env, seed): what to train and which rows it yields."""
     groups = []
     for t in study.tasks:
@@ -50,20 +78,9 @@ def plan(study: Study) -> list[dict]:
             keys = [("run", t.algo, t.env, seed)]
             keys += [("cell", t.algo, t.env, seed, s) for s in t.schemes]
             keys += [("board", t.algo, t.env, seed, s, b) for s in t.schemes for b in t.boards]
-            sw = []
-            for s in sweeps:
-                if seed not in s.seeds:
-                    continue
-                sw.append({"bits": s.bits, "modes": s.modes, "eval_seeds": s.eval_seeds,
-                           "calib_size": s.calib_size})
+            sw = [s for s in sweeps if seed in s.seeds]
+            for s in sw:
                 keys.append(("sweep", t.algo, t.env, seed, "fp32", 32))
                 keys += [("sweep", t.algo, t.env, seed, m, b) for m in s.modes for b in s.bits]
-            groups.append({"algo": t.algo, "env": t.env, "seed": seed, "steps": t.steps,
-                           "options": t.options, "schemes": t.schemes,
-                           "eval_seeds": t.eval_seeds, "calib_size": t.calib_size,
-                           "qat_steps": t.qat_steps, "qat": t.qat,
-                           "distill_steps": t.distill_steps, "distill": t.distill, "sweeps": sw,
-                           "boards": t.boards, "bench_n": t.bench_n, "validate_n": t.validate_n,
-                           "board_seeds": t.eval_seeds[:t.board_episodes or len(t.eval_seeds)],
-                           "keys": list(dict.fromkeys(keys))})
+            groups.append(Group(t, seed, sw, list(dict.fromkeys(keys)), study.name))
     return groups

@@ -17,6 +17,7 @@ from typing import Callable
 
 from ..errors import QuarlError
 from .cells import error_reason, limit_threads, quiet, run_group
+from .plan import Group
 from .results import Writer
 
 
@@ -42,7 +43,7 @@ def _worker(tasks, results, out: str, done: list, threads: int, parent: int) -> 
         group = tasks.get()
         if group is None:
             return
-        gid = (group["algo"], group["env"], group["seed"])
+        gid = (group.algo, group.env, group.seed)
         try:
             run_group(group, Path(out), done_set, lambda row: results.put(("row", row)),
                       lambda msg: results.put(("log", msg)))
@@ -51,7 +52,7 @@ def _worker(tasks, results, out: str, done: list, threads: int, parent: int) -> 
         results.put(("done", gid))
 
 
-def run_pool(todo: list[dict], out: Path, done: set, workers: int, writer: Writer,
+def run_pool(todo: list[Group], out: Path, done: set, workers: int, writer: Writer,
              say: Callable[[str], None]) -> None:
     """The groups `todo` on `workers` spawned processes (at most one per group); their rows go
     through `writer`, a group whose training failed or whose worker died becomes error rows."""
@@ -68,7 +69,7 @@ def run_pool(todo: list[dict], out: Path, done: set, workers: int, writer: Write
              for _ in range(n)]
     for p in procs:
         p.start()
-    by_id = {(g["algo"], g["env"], g["seed"]): g for g in todo}
+    by_id = {(g.algo, g.env, g.seed): g for g in todo}
     finished = 0
     try:
         while finished < len(todo):

@@ -32,6 +32,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import QuarlError
+from .plan import Group
 from .statistics import normalised_loss
 
 # Rows --resume keeps; "does-not-fit": a board cell whose firmware the board cannot hold
@@ -133,12 +134,12 @@ class Writer:
         self.on_row()
         return True
 
-    def fail_group(self, group: dict, reason: str) -> None:
-        for key in map(tuple, group["keys"]):
+    def fail_group(self, group: Group, reason: str) -> None:
+        for key in map(tuple, group.keys):
             if key in self.finished:
                 continue
             kind, algo, env_id, seed, *rest = key
-            row = {"kind": kind, "study": group.get("study"), "algo": algo, "env": env_id,
+            row = {"kind": kind, "study": group.study, "algo": algo, "env": env_id,
                    "seed": seed, "status": "error", "reason": reason}
             if kind == "cell":
                 row["scheme"] = rest[0]
@@ -153,7 +154,8 @@ class Writer:
 
 
 def lock(out: Path):
-    import fcntl
+    """Hold OUT/.study.lock (closed: released): one study at a time writes into OUT."""
+    import fcntl   # POSIX only: imported where a study runs, not where a report is read
     f = (out / ".study.lock").open("w")
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
