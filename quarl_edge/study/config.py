@@ -48,8 +48,16 @@ import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+import gymnasium as gym
+
 from ..errors import QuarlError
+from ..quant.remedies import RUNNERS as REMEDY_RUNNERS
+from ..quant.schemes import SCHEMES
+from ..rl.envs import KNOWN_ENVS, MUJOCO_ENVS, missing_dependency_error
+from ..rl.qat import DistillConfig, QATConfig
+from ..rl.train import ALGOS, DEFAULTS
 from ..schema import Key, check, check_value, unknown_keys
+from ..targets.boards import get_board
 
 SWEEP_MODES = ("weights+activations", "weights", "activations")
 
@@ -149,14 +157,11 @@ def _known_options(given: dict, config_cls, what: str, where: str) -> dict:
 def _check_env(algo: str, env_id: str, where: str) -> None:
     """Unknown env ids, missing optional dependencies (box2d, mujoco) and action spaces the algo
     cannot act in, without importing TensorFlow."""
-    import gymnasium as gym
     try:
         env = gym.make(env_id)
     except (gym.error.DependencyNotInstalled, ImportError) as e:
-        from ..rl.envs import missing_dependency_error
         raise QuarlError(f"{where}: {missing_dependency_error(env_id, e)}") from None
     except gym.error.Error as e:
-        from ..rl.envs import KNOWN_ENVS, MUJOCO_ENVS
         raise QuarlError(f"{where}: unknown Gymnasium environment {env_id!r} ({e}); known (with "
                          f"tuned defaults): {', '.join(KNOWN_ENVS + MUJOCO_ENVS)}") from None
     space = env.action_space
@@ -171,7 +176,6 @@ def _check_env(algo: str, env_id: str, where: str) -> None:
 
 def _board_ids(ids: list[str], where: str) -> list[str]:
     """The study's board ids, each a board file quarl-edge knows (`quarl-edge boards`)."""
-    from ..targets.boards import get_board
     if len(set(ids)) != len(ids):
         raise QuarlError(f"{where}: a board is listed twice in {ids}")
     for b in ids:
@@ -230,8 +234,6 @@ def _study_defaults(top: dict, where: str) -> dict:
 
 def _load_task(t: dict, defaults: dict, seen: set, where: str) -> Task:
     """One [[task]] table, checked; `seen`: the (algo, env) pairs of the tasks before it."""
-    from ..rl.qat import DistillConfig, QATConfig
-    from ..rl.train import ALGOS, DEFAULTS
     check(t, TASK_KEYS, where)
     algo, env_id = str(t["algo"]), str(t["env"])
     where = f"{where} ({algo}, {env_id})"
@@ -278,8 +280,6 @@ def _load_task(t: dict, defaults: dict, seen: set, where: str) -> Task:
 
 def _schemes(schemes: list[str], where: str) -> list[str]:
     """A task's schemes, each a quantization scheme or a tie remedy, none twice."""
-    from ..quant.remedies import RUNNERS as REMEDY_RUNNERS
-    from ..quant.schemes import SCHEMES
     for s in schemes:
         if s not in SCHEMES and s not in REMEDY_RUNNERS:
             raise QuarlError(f"{where}: unknown quantization scheme {s!r}; known: "
