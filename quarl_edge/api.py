@@ -216,7 +216,7 @@ class StudySummary:
     @property
     def complete(self) -> bool:
         """Every row finished: ok, skipped, or a board it does not fit (no error rows)."""
-        from .study.grid import STATUS_DONE
+        from .study.results import STATUS_DONE
         return set(self.status) <= set(STATUS_DONE)
 
 

@@ -229,7 +229,7 @@ def test_a_killed_compiler_says_so(capsys, tmp_path):
 
 
 def test_every_shipped_board_and_study_still_loads():
-    from quarl_edge.study.grid import load_study
+    from quarl_edge.study.config import load_study
     from quarl_edge.targets.boards import all_boards
     assert len(all_boards()) == len(list(boards_dir().glob("*.toml")))
     for config in sorted((ROOT / "studies").glob("*.toml")):

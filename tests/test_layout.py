@@ -175,7 +175,7 @@ def test_the_schema_checker_is_a_foundation_module():
     may use: it stands on the errors alone."""
     assert GRAPH["quarl_edge.schema"] <= {"quarl_edge.errors"}
     assert "quarl_edge.schema" in GRAPH["quarl_edge.targets.boards"]
-    assert "quarl_edge.schema" in GRAPH["quarl_edge.study.grid"]
+    assert "quarl_edge.schema" in GRAPH["quarl_edge.study.config"]
 
 
 if __name__ == "__main__":

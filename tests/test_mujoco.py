@@ -37,7 +37,8 @@ needs_mujoco = pytest.mark.skipif(bool(_mujoco_missing()), reason=_mujoco_missin
 @needs_mujoco
 def test_the_mujoco_study_is_valid_and_uses_the_tuned_defaults():
     from quarl_edge.rl.envs import KNOWN_ENVS, MUJOCO_ENVS
-    from quarl_edge.study.grid import load_study, plan
+    from quarl_edge.study.config import load_study
+    from quarl_edge.study.plan import plan
     from quarl_edge.rl.train import DEFAULTS, OffPolicyConfig
 
     study = load_study(ROOT / "studies" / "mujoco.toml")
@@ -54,7 +55,7 @@ def test_the_mujoco_study_is_valid_and_uses_the_tuned_defaults():
         cfg = OffPolicyConfig(**defaults)
         assert cfg.learning_starts < cfg.steps and cfg.eval_every <= cfg.steps
     assert not study.sweeps
-    assert sum(len(g["keys"]) for g in plan(study)) == 4 * 3 * (1 + len(study.tasks[0].schemes))
+    assert sum(len(g.keys) for g in plan(study)) == 4 * 3 * (1 + len(study.tasks[0].schemes))
 
 
 @needs_mujoco
@@ -120,7 +121,7 @@ MISSING = textwrap.dedent("""
     sys.modules[hide] = None          # `import mujoco` / `import imageio` now raises ImportError
     from quarl_edge.rl.envs import make_gym
     from quarl_edge.errors import QuarlError
-    from quarl_edge.study.grid import _check_env
+    from quarl_edge.study.config import _check_env
     from quarl_edge.rl.train import train
     for call in (lambda: make_gym("Hopper-v5"),
                  lambda: _check_env("sac", "HalfCheetah-v5", "studies/x.toml [[task]] #1"),

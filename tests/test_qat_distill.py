@@ -131,7 +131,9 @@ def test_errors(dqn_run, td3_run):
 
 
 def test_study_runs_the_scheme_for_every_algorithm(dqn_run, tmp_path):
-    from quarl_edge.study.grid import _train_spec, load_study, plan, run_group
+    from quarl_edge.study.cells import _train_spec, run_group
+    from quarl_edge.study.config import load_study
+    from quarl_edge.study.plan import plan
     config = tmp_path / "s.toml"
     config.write_text('''
 [study]
@@ -154,10 +156,10 @@ distill_steps = 300
 ''')
     study = load_study(config)
     dqn, td3 = plan(study)
-    assert dqn["distill_steps"] == 500 and td3["distill_steps"] == 300
-    assert dqn["distill"] == {"episodes_per_round": 1, "updates_per_round": 20,
-                              "eval_episodes": 1} and td3["distill"] == {}
-    assert ("cell", "td3", "Pendulum-v1", 0, "qat-distill-int8") in td3["keys"]
+    assert dqn.task.distill_steps == 500 and td3.task.distill_steps == 300
+    assert dqn.task.distill == {"episodes_per_round": 1, "updates_per_round": 20,
+                                "eval_episodes": 1} and td3.task.distill == {}
+    assert ("cell", "td3", "Pendulum-v1", 0, "qat-distill-int8") in td3.keys
     bad = config.read_text().replace("eval_episodes = 1", "eval_episodez = 1")
     (tmp_path / "bad.toml").write_text(bad)
     with pytest.raises(QuarlError, match="unknown distill option.*eval_episodez"):

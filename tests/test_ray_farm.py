@@ -21,8 +21,10 @@ ray = pytest.importorskip("ray", reason="the ray extra (pip install -e '.[ray]';
                                         "scripts/setup.sh installs it)")
 
 from helpers_models import cached_example_study  # noqa: E402
-from quarl_edge.study.farm import farm_resources, ray_start_command  # noqa: E402
-from quarl_edge.study.grid import RAY_PIN, load_study, plan, read_results, row_key  # noqa: E402
+from quarl_edge.study.config import load_study  # noqa: E402
+from quarl_edge.study.farm import RAY_PIN, farm_resources, ray_start_command  # noqa: E402
+from quarl_edge.study.plan import plan  # noqa: E402
+from quarl_edge.study.results import read_results, row_key  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMES = ["fp32", "int8", "int16x8"]     # cached_example_study's
@@ -67,7 +69,7 @@ def test_board_cells_run_on_the_board_node_and_a_killed_worker_loses_and_repeats
     c, head_id, board_node = cluster
     out = tmp_path / "out"
     cfg = cached_example_study(out, ["host"])
-    expected = {k for g in plan(load_study(cfg)) for k in g["keys"]}
+    expected = {k for g in plan(load_study(cfg)) for k in g.keys}
     assert len(expected) == 1 + 2 * len(SCHEMES)      # the run, its host cells, its board cells
     results = out / "results.jsonl"
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}

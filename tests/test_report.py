@@ -13,8 +13,10 @@ import numpy as np
 import pytest
 
 from quarl_edge.errors import QuarlError
-from quarl_edge.study.grid import latest_rows, read_results
-from quarl_edge.study.report import (Results, claims, normalised_loss, reward_threshold, spearman, write_report)
+from quarl_edge.study.claims import claims
+from quarl_edge.study.report import write_report
+from quarl_edge.study.results import Results, latest_rows, read_results
+from quarl_edge.study.statistics import normalised_loss, reward_threshold, spearman
 
 
 def _run(algo, env, seed, fp32, rnd, wrange, eval_seeds=(0, 1, 2)):
@@ -175,7 +177,7 @@ def test_report_files_last_row_wins_and_self_contained_html(tmp_path):
 
 
 def test_remedy_table_picks_the_winner_per_task(tmp_path):
-    from quarl_edge.study.report import remedy_table
+    from quarl_edge.study.claims import remedy_table
     rows = []
     for seed in range(2):
         rows.append(_run("dqn", "Acrobot-v1", seed, -80.0, -500.0, 1.0))
@@ -297,7 +299,7 @@ def test_classic_report_lists_only_unexpected_skips(classic):
 # ------------------------------------------------------------------------ board cells (real)
 BOARDS_EXAMPLE = Path(__file__).resolve().parents[1] / "results" / "boards-example" / "results.jsonl"
 # A real does-not-fit row: the example run's int8 model on a copy of the host board file with
-# 16 KiB of flash (grid.run_board_cell; tests/test_study.py makes such rows end to end)
+# 16 KiB of flash (cells.run_board_cell; tests/test_study.py makes such rows end to end)
 NO_FIT = {"kind": "board", "study": "boards-example", "algo": "dqn", "env": "CartPole-v1",
           "seed": 0, "scheme": "int8", "board": "host-tiny", "node": None, "host": "vm",
           "pid": 13520, "status": "does-not-fit",

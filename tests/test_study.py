@@ -16,7 +16,9 @@ import pytest
 
 from quarl_edge.study.analysis import gaussian_policy_kl, policy_kl, weight_stats
 from quarl_edge.errors import QuarlError
-from quarl_edge.study.grid import load_study, plan, read_results, row_key
+from quarl_edge.study.config import load_study
+from quarl_edge.study.plan import plan
+from quarl_edge.study.results import read_results, row_key
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "quarl_edge.cli"]
@@ -81,14 +83,14 @@ def test_sweep_errors_and_the_plan(tmp_path):
     ok = GOOD.replace("seeds = [0]", "seeds = [0, 1]") + (
         '[[sweep]]\nalgo = "dqn"\nenv = "CartPole-v1"\nbits = [3, 8]\nseeds = [1]\n')
     groups = plan(load_study(_write(tmp_path, ok)))
-    assert [g["seed"] for g in groups] == [0, 1]
-    assert groups[0]["keys"] == [("run", "dqn", "CartPole-v1", 0),
+    assert [g.seed for g in groups] == [0, 1]
+    assert groups[0].keys == [("run", "dqn", "CartPole-v1", 0),
                                  ("cell", "dqn", "CartPole-v1", 0, "fp32"),
                                  ("cell", "dqn", "CartPole-v1", 0, "int8")]
-    assert groups[1]["keys"][-3:] == [("sweep", "dqn", "CartPole-v1", 1, "fp32", 32),
+    assert groups[1].keys[-3:] == [("sweep", "dqn", "CartPole-v1", 1, "fp32", 32),
                                       ("sweep", "dqn", "CartPole-v1", 1, "weights+activations", 3),
                                       ("sweep", "dqn", "CartPole-v1", 1, "weights+activations", 8)]
-    assert groups[0]["eval_seeds"] == [0, 1, 2]
+    assert groups[0].task.eval_seeds == [0, 1, 2]
 
 
 def test_the_shipped_configs_are_valid():
@@ -101,7 +103,7 @@ def test_the_shipped_configs_are_valid():
     assert {(s.algo, s.env) for s in classic.sweeps} == {("dqn", "CartPole-v1"),
                                                           ("ppo", "Pendulum-v1")}
     assert all(s.bits == list(range(2, 9)) for s in classic.sweeps)
-    rows = sum(len(g["keys"]) for g in plan(classic))
+    rows = sum(len(g.keys) for g in plan(classic))
     assert rows == 33 * 12 + 6 * 15  # per run: a run row + 11 schemes; sweeps: fp32 + 2 modes x 7
     # the classic grid's tasks again, with the same budgets and options, on five boards
     boards = load_study(ROOT / "studies" / "classic-boards.toml")
@@ -295,7 +297,7 @@ def test_sigkill_mid_grid_then_resume_loses_and_repeats_nothing(tmp_path):
     cfg = _write(tmp_path, KILL_STUDY)
     out = tmp_path / "out"
     results = out / "results.jsonl"
-    expected = {k for g in plan(load_study(cfg)) for k in g["keys"]}
+    expected = {k for g in plan(load_study(cfg)) for k in g.keys}
     assert len(expected) == 2 * 4 + 4
 
     proc = subprocess.Popen(CLI + ["study", str(cfg), "--out", str(out), "--workers", "2"],
@@ -373,9 +375,9 @@ def test_boards_in_a_study_are_checked_and_planned(tmp_path):
     ok = GOOD.replace("episodes = 3", 'episodes = 3\nboards = ["host", "mps2-an386"]\n'
                                       "board_episodes = 2\nbench_n = 7")
     (g,) = plan(load_study(_write(tmp_path, ok)))
-    assert g["keys"][3:] == [("board", "dqn", "CartPole-v1", 0, s, b)
+    assert g.keys[3:] == [("board", "dqn", "CartPole-v1", 0, s, b)
                              for s in ("fp32", "int8") for b in ("host", "mps2-an386")]
-    assert g["board_seeds"] == [0, 1] and g["bench_n"] == 7
+    assert g.board_seeds == [0, 1] and g.task.bench_n == 7
     assert row_key({"kind": "board", "algo": "dqn", "env": "E", "seed": 0, "scheme": "int8",
                     "board": "host"}) == ("board", "dqn", "E", 0, "int8", "host")
     p = subprocess.run(CLI + ["study", str(_write(tmp_path, GOOD.replace(

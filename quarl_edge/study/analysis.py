@@ -16,6 +16,9 @@ from typing import Callable
 
 import numpy as np
 
+from ..measure.reference import tflite_runner
+from ..rl.envs import compare_outputs, make_gym, play_batched
+from ..run import keras_runner, load_keras, load_run
 
 TEST_SEEDS = tuple(range(20))
 
@@ -30,7 +33,6 @@ def evaluate_runner(env_id: str, runner: Callable[[np.ndarray], np.ndarray], see
                     states: np.ndarray | None = None) -> dict:
     """Greedy return of a batch runner over `seeds`; with `reference` and `states` (the states the
     reference policy visits), also agreement and ties on those states."""
-    from ..rl.envs import compare_outputs, make_gym, play_batched
     returns, _ = play_batched(env_id, runner, seeds)
     res = {"returns": [float(r) for r in returns], "mean_return": float(np.mean(returns)),
            "std_return": float(np.std(returns)), "min_return": float(np.min(returns))}
@@ -43,10 +45,6 @@ def evaluate_runner(env_id: str, runner: Callable[[np.ndarray], np.ndarray], see
 def evaluate_models(run_dir: Path, schemes, seeds=TEST_SEEDS) -> dict:
     """{"fp32-keras": ..., scheme: {...}} for each RUN/models/<scheme>.tflite, plus the action gap
     of the fp32 network on the visited states ("states", "gap_median" for discrete spaces)."""
-    from ..rl.envs import make_gym, play_batched
-    from ..measure.reference import tflite_runner
-    from ..run import keras_runner, load_keras, load_run
-
     run_dir = Path(run_dir)
     env_id = load_run(run_dir)["env"]
     reference = keras_runner(load_keras(run_dir))
@@ -139,7 +137,6 @@ def gaussian_policy_kl(ref_means: np.ndarray, means: np.ndarray, std: np.ndarray
 def random_policy_return(env_id: str, seeds=TEST_SEEDS, rng_seed: int = 0) -> float:
     """Mean return of the uniformly random policy on `seeds` (the floor a trained policy's
     return is normalised against: (R - R_random) / (R_fp32 - R_random))."""
-    from ..rl.envs import make_gym, play_batched
     space = make_gym(env_id).action_space
     rng = np.random.default_rng(rng_seed)
     if hasattr(space, "n"):

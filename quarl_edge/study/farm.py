@@ -13,26 +13,50 @@ board cells it can run at once:
                         found the same way when the cell runs, so one board of an id per machine)
 
 N is --instances (default: the machine's CPU count: an emulator is one busy core). A study's
-board cells ask for {"board:<id>": 1} (quarl_edge/study/grid.py, _run_ray), so Ray runs each on
-a node that has the board; training and host cells ask for a CPU only. `--print` shows the
+board cells ask for {"board:<id>": 1} (run_ray below), so Ray runs each on a node that has
+the board; training and host cells ask for a CPU only. `--print` shows the
 `ray start` command instead of running it; `--resources JSON` adds or overrides resources.
+
+The driver's side, `quarl-edge study --ray ADDRESS` (run_ray): the groups are Ray tasks
+(training and host rows, streamed back as made) and each board cell is a task asking for the
+resource board:<id>, which only the nodes serving that board advertise; a task whose worker
+died is retried, and the writer drops a row whose key it already wrote. Ray itself is the
+optional `ray` extra (RAY_PIN): the driver is handed the imported module.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import queue
 import shlex
 import shutil
+import socket
+import subprocess
 import sys
+import threading
+from pathlib import Path
+from typing import Callable
 
 from ..errors import QuarlError
-from .grid import RAY_PIN, board_resource
+from ..targets.boards import all_boards
+from ..targets.ports import list_ports
+from .cells import error_reason, limit_threads, quiet, run_board_cell, run_group, where_row
+from .plan import Group
+from .results import Writer
+
+RAY_PIN = "ray==2.60.0"
+RAY_RETRIES = 3     # a Ray task whose worker process died is run again, up to this often
+
+
+def board_resource(board_id: str) -> str:
+    """The Ray custom resource a node advertises for each instance of a board it can serve."""
+    return f"board:{board_id}"
 
 
 def farm_resources(instances: int | None = None, real: bool = True) -> dict[str, float]:
     """{"board:<id>": count} for the boards this machine can serve now (see the module
     docstring); `real`: look for attached real boards too."""
-    from ..targets.boards import all_boards
     n = int(instances or os.cpu_count() or 1)
     if n < 1:
         raise QuarlError(f"--instances must be >= 1, got {instances}")
@@ -42,7 +66,6 @@ def farm_resources(instances: int | None = None, real: bool = True) -> dict[str,
         if b.kind in ("host", "emulated") and not b.missing_build_tools():
             out[board_resource(b.id)] = n
     if real:
-        from ..targets.ports import list_ports
         try:
             ports = list_ports(boards)
         except Exception:    # no pyserial port listing on this system: no real boards
@@ -95,7 +118,160 @@ def farm_node(head: bool = False, address: str | None = None, port: int = 6379,
     if not os.path.exists(cmd[0]):
         raise QuarlError(f"ray is not installed: pip install {RAY_PIN} (or pip install -e "
                          "'.[ray]')")
-    import subprocess
     print(shlex.join(cmd), flush=True)
     code = subprocess.run(cmd).returncode
-    return {"resources": resources, "command": cmd, "returncode": code}
+
+
+# ------------------------------------------------------------------ the study's driver
+def check_ray_address(address: str, timeout_s: float = 5.0) -> None:
+    """A HOST:PORT --ray address must answer before ray.init, which would otherwise retry for
+    minutes; "auto" and ray:// addresses are left to Ray."""
+    if address == "auto" or "://" in address:
+        return
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise QuarlError(f"--ray takes the head's HOST:PORT (e.g. 127.0.0.1:6379) or 'auto', "
+                         f"got {address!r}")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        raise QuarlError(f"no Ray cluster answers at {address} ({e.strerror or e}): start its "
+                         "head with `quarl-edge farm-node --head` (docs/boards.md: Board "
+                         "farm on Ray)") from None
+
+
+def run_ray(ray, address: str, todo: list[Group], out: Path, done: set, writer: Writer,
+            say: Callable[[str], None]) -> None:
+    """The groups as Ray tasks on an existing cluster: one per run (training and host cells,
+    one CPU, any node), then one per board cell, which asks for {"board:<id>": 1} and so runs
+    only on a node that advertises that board (farm_node above, `quarl-edge farm-node`). OUT
+    must be on a filesystem every node sees (run directories are written and read there). Rows
+    stream back as they are made and only this process writes them; a task whose worker died
+    is retried (RAY_RETRIES) and the writer drops rows already written."""
+    real = sys.stdout
+
+    def say_out(s: str) -> None:    # the study's own lines still go to its stdout
+        with contextlib.redirect_stdout(real):
+            say(s)
+
+    # What Ray itself prints in this process (e.g. "(raylet) A worker died ...") goes to
+    # stderr: stdout is the study's (--json prints only the summary there).
+    echo = writer.echo
+
+    def echo_out(row: dict) -> None:
+        with contextlib.redirect_stdout(real):
+            echo(row)
+
+    writer.echo = echo_out
+    with contextlib.redirect_stdout(sys.stderr):
+        ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
+        try:
+            _drive_ray(ray, todo, out, done, writer, say_out)
+        finally:
+            ray.shutdown()
+            writer.echo = echo
+
+
+def _drive_ray(ray, todo, out, done, writer, say) -> None:
+    group_task = ray.remote(num_cpus=1, max_retries=RAY_RETRIES)(_ray_group)
+    board_task = ray.remote(_ray_board)
+    have = set(ray.cluster_resources())
+    out_dir = str(out.resolve())
+    done_keys = sorted(done, key=str)
+    active: dict = {}     # ObjectRefGenerator or ObjectRef -> (what, group, key)
+    failed: set = set()   # id() of the groups whose training failed
+
+    def submit_boards(g):
+        for k in map(tuple, g.keys):
+            if k[0] != "board" or k in writer.finished:
+                continue
+            res = board_resource(k[5])
+            if res not in have:
+                writer.write({"kind": "board", "study": g.study, "algo": k[1],
+                              "env": k[2], "seed": k[3], "scheme": k[4], "board": k[5],
+                              "status": "error",
+                              "reason": f"no node of the Ray cluster advertises {res} "
+                                        "(run `quarl-edge farm-node` on the machine that has "
+                                        "the board)"})
+                continue
+            ref = board_task.options(num_cpus=1, resources={res: 1},
+                                     max_retries=RAY_RETRIES).remote(g, k[4], k[5], out_dir)
+            active[ref] = ("board", g, k)
+
+    for g in todo:
+        if any(k[0] != "board" and tuple(k) not in done for k in g.keys):
+            active[group_task.remote(g, out_dir, done_keys)] = ("group", g, None)
+        else:               # its run and host rows are done: only board cells to do
+            submit_boards(g)
+    say(f"ray: {len(active)} tasks on {len(ray.nodes())} nodes; boards advertised: "
+        + (", ".join(sorted(r for r in have if r.startswith("board:"))) or "none"))
+    while active:
+        ready, _ = ray.wait(list(active), num_returns=1)
+        handle = ready[0]
+        what, g, key = active[handle]
+        if what == "board":
+            del active[handle]
+            try:
+                writer.write(ray.get(handle))
+            except ray.exceptions.RayError as e:   # its worker died RAY_RETRIES + 1 times
+                writer.write({"kind": "board", "study": g.study, "algo": key[1],
+                              "env": key[2], "seed": key[3], "scheme": key[4], "board": key[5],
+                              "status": "error", "reason": _ray_reason(e)})
+            continue
+        try:
+            row = ray.get(next(handle))
+        except StopIteration:
+            del active[handle]
+            if id(g) not in failed:    # a failed training has no models for the boards
+                submit_boards(g)
+            continue
+        except ray.exceptions.RayError as e:
+            del active[handle]
+            writer.fail_group(g, _ray_reason(e))
+            continue
+        if row.get("kind") == "_fail":
+            failed.add(id(g))
+            writer.fail_group(g, row["reason"])
+        else:
+            writer.write(row)
+
+
+def _ray_reason(e: Exception) -> str:
+    text = str(e).strip().splitlines()
+    return f"ray: {type(e).__name__}: {text[0] if text else ''}"[:300]
+
+
+def _ray_group(group: Group, out_dir: str, done_keys: list):
+    """A Ray task (a streaming generator): one run's training and host rows, each yielded as
+    it is made, so the driver writes it at once. Board cells are tasks of their own. A failed
+    training yields one {"kind": "_fail"} item."""
+    quiet()
+    limit_threads(1)     # the task's one CPU
+    items: queue.Queue = queue.Queue()
+
+    def work():
+        try:
+            run_group(group, Path(out_dir), {tuple(k) for k in done_keys},
+                      lambda r: items.put(("row", r)), boards=False)
+            items.put(("end", None))
+        except BaseException as e:    # noqa: BLE001 (the driver gets the reason)
+            items.put(("fail", error_reason(e)))
+
+    threading.Thread(target=work, daemon=True).start()
+    where = where_row()
+    while True:
+        what, x = items.get()
+        if what == "row":
+            yield {**x, **where}
+        elif what == "fail":
+            yield {"kind": "_fail", "reason": x}
+            return
+        else:
+            return
+
+
+def _ray_board(group: Group, scheme: str, board_id: str, out_dir: str) -> dict:
+    """A Ray task on a node that advertises board:<board_id>: one board cell's row."""
+    quiet()
+    limit_threads(1)
+    return run_board_cell(group, scheme, board_id, Path(out_dir))

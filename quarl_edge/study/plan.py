@@ -1,0 +1,86 @@
+"""The study's plan: which rows each (algo, env, seed) yields, and which schemes do not apply.
+
+A *run* is one training of (algo, env, seed), cached in OUT/runs/<algo>-<env>-s<seed>/ and reused
+by all its schemes and sweep points: the cells of one run form a group, and a group is the unit
+of work of a worker, so the same run is never trained twice concurrently.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..quant import remedies
+from .config import Study, Sweep, Task
+
+# Algorithms whose RL loop qat.py can fine-tune in (qat.qat_finetune refuses the others).
+QAT_ALGOS = ("dqn",)
+
+
+def scope(scheme: str) -> str | None:
+    """What a task needs for `scheme` to apply, for the schemes that do not apply to every task
+    (the rule of not_applicable, in words); None for the others."""
+    if scheme == "qat-int8":
+        return (f"fine-tunes in the RL loop of {', '.join(a.upper() for a in QAT_ALGOS)} only "
+                "(quarl_edge/rl/qat.py)")
+    if scheme in remedies.NAMES:
+        return "a tie remedy for argmax heads: discrete actions only (quarl_edge/quant/remedies.py)"
+    return None
+
+
+def not_applicable(scheme: str, algo: str, env_id: str, argmax_head: bool) -> str | None:
+    """Why `scheme` does not apply to (algo, env): the reason its cell is recorded "skipped"
+    with; None when it applies. `argmax_head`: the env's actions are discrete."""
+    if scheme == "qat-int8" and algo not in QAT_ALGOS:
+        return (f"qat-int8 fine-tunes in the RL loop of {', '.join(QAT_ALGOS)} only "
+                f"(quarl_edge/rl/qat.py); {algo} is not supported")
+    if scheme in remedies.NAMES and not argmax_head:
+        return (f"{scheme} is a remedy for argmax heads (quarl_edge/quant/remedies.py); "
+                f"{env_id} has continuous actions")
+    return None
+
+
+def run_dir_name(algo: str, env_id: str, seed: int) -> str:
+    return f"{algo}-{env_id}-s{seed}"
+
+
+@dataclass
+class Group:
+    """The work of one (algo, env, seed): its task as the study file gave it (training budget,
+    schemes, evaluation seeds, boards), the sweeps on it and the keys of the rows it yields. The
+    unit of work of a worker, passed whole to the process or Ray task that runs it."""
+    task: Task
+    seed: int
+    sweeps: list[Sweep]          # the task's [[sweep]]s that take this seed
+    keys: list[tuple]            # the rows' keys (results.row_key), in the order they are made
+    study: str | None = None     # the study's name, in every row
+
+    @property
+    def algo(self) -> str:
+        return self.task.algo
+
+    @property
+    def env(self) -> str:
+        return self.task.env
+
+    @property
+    def board_seeds(self) -> list[int]:
+        """The seeds the board cells play: the first board_episodes evaluation seeds (all by
+        default)."""
+        t = self.task
+        return t.eval_seeds[:t.board_episodes or len(t.eval_seeds)]
+
+
+def plan(study: Study) -> list[Group]:
+    """The groups of work, one per (algo, env, seed): what to train and which rows it yields."""
+    groups = []
+    for t in study.tasks:
+        sweeps = [s for s in study.sweeps if (s.algo, s.env) == (t.algo, t.env)]
+        for seed in t.seeds:
+            keys = [("run", t.algo, t.env, seed)]
+            keys += [("cell", t.algo, t.env, seed, s) for s in t.schemes]
+            keys += [("board", t.algo, t.env, seed, s, b) for s in t.schemes for b in t.boards]
+            sw = [s for s in sweeps if seed in s.seeds]
+            for s in sw:
+                keys.append(("sweep", t.algo, t.env, seed, "fp32", 32))
+                keys += [("sweep", t.algo, t.env, seed, m, b) for m in s.modes for b in s.bits]
+            groups.append(Group(t, seed, sw, list(dict.fromkeys(keys)), study.name))
+    return groups
