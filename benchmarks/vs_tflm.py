@@ -509,8 +509,15 @@ def main(argv=None) -> int:
         a.md.parent.mkdir(parents=True, exist_ok=True)
         a.md.write_text(report)
         jl = a.jsonl or a.md.with_suffix(".jsonl")
-        jl.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "elf"}) + "\n"
-                              for r in rows))
+        subst = [(str(getattr(a, k)), "$" + k.replace("_src", "").upper()) for k in SOURCES
+                 if getattr(a, k) is not None] + [(str(ROOT), ".")]
+        lines = []
+        for r in rows:
+            line = json.dumps({k: v for k, v in r.items() if k != "elf"})
+            for path, name in subst:
+                line = line.replace(path, name)
+            lines.append(line + "\n")
+        jl.write_text("".join(lines))
     return 0
 
 
@@ -541,10 +548,17 @@ def render(a, board, tc: Toolchain, rows: list[dict]) -> str:
          "outside the count; TFLM's Invoke() and our qe_model_invoke() in the same "
          "start/stop bracket (benchmarks/vs_tflm_harness.cc, firmware/core/harness.c). "
          "Flash = text + data of each ELF (`arm-none-eabi-size`), its harness included (ours "
-         "carries the host protocol, TFLM's prints one line). Arena: TFLM's arena_used_bytes() "
-         "(tensors and the interpreter's persistent data), linked with an arena of exactly that "
-         "size; ours: the planner's tensor arena. RAM = .data + .bss, the stack excluded. "
-         "Ratios: TFLM's instructions / this build's.", "",
+         "carries the host protocol, TFLM's prints one line). Arena: for TFLM the smallest arena "
+         "its AllocateTensors() accepted, of arena_used_bytes() + 0, 64, 128, 256, ... B (it "
+         "plans with temporary buffers; arena_used_bytes() is in the .jsonl), which holds the "
+         "tensors and the interpreter's own data; ours: the planner's tensor arena. RAM = .data "
+         "+ .bss with that arena, the stack excluded. Ratios: TFLM's instructions / this "
+         "build's.", "",
+         "Models: cartpole = examples/cartpole_dqn/models/int8.tflite (float I/O), its first "
+         "calibration observation; cnn = benchmarks/speed.py's 16x16x2 int8 CNN (conv 3x3, "
+         "depthwise 3x3, conv 1x1, max pool, FC; float I/O), speed.py's observation; kws = "
+         f"MLPerf Tiny's keyword-spotting DS-CNN ({TINY_KWS}, int8 I/O), int8 features from "
+         "numpy's default_rng(0); others: default_rng(0) normal values.", "",
          fmt_table(rows), ""]
     eq = {r["model"]: r["outputs_equal"] for r in rows if "outputs_equal" in r}
     L.append("Outputs of the four builds byte-identical: " + ", ".join(
