@@ -6,7 +6,7 @@ export PYTHON VENV
 PY := $(VENV)/bin/python
 QE := $(VENV)/bin/quarl-edge
 
-.PHONY: setup demo demo-pretrained test test-core test-slow bench header wheel clean sb3-fixtures onnx-fixtures rl-zoo-table fuzz tflm-integration
+.PHONY: setup demo demo-pretrained test test-core test-slow bench header wheel clean sb3-fixtures onnx-fixtures rl-zoo-table fuzz tflm-integration vs-tflm
 
 setup:
 	./scripts/setup.sh
@@ -90,3 +90,19 @@ tflm-integration: setup
 	test -n "$(TFLM)" || (echo "give TFLM=path/to/tflite-micro (a source checkout)"; exit 2)
 	$(PY) benchmarks/tflm_integration.py --suite $(TFLM)/tensorflow/lite/micro/integration_tests/seanet \
 	    --md results/tflm-integration/seanet.md $(if $(COMMIT),--commit $(COMMIT))
+
+# TF Lite Micro (reference kernels, and with CMSIS-NN) beside our firmware on the same models on
+# mps2-an386, same instruction counter (issue 26): source checkouts the user provides, nothing is
+# downloaded. TFLM=tflite-micro, CMSIS_NN=CMSIS-NN, FLATBUFFERS=flatbuffers (the tag TFLM pins),
+# GEMMLOWP=gemmlowp, RUY=ruy; optional CMSIS=CMSIS_6 and TINY=mlcommons/tiny (the kws model;
+# without it VS_TFLM_MODELS defaults to cartpole,cnn). Needs arm-none-eabi C++ headers (Debian:
+# libstdc++-arm-none-eabi-newlib). About 15 minutes on a busy 2-core machine (objects cached in
+# build/vs-tflm).
+VS_TFLM_ALL := cartpole,cnn,kws
+VS_TFLM_NO_KWS := cartpole,cnn
+VS_TFLM_MODELS ?= $(if $(TINY),$(VS_TFLM_ALL),$(VS_TFLM_NO_KWS))
+vs-tflm: setup
+	$(PY) benchmarks/vs_tflm.py $(if $(TFLM),--tflm-src $(TFLM)) $(if $(CMSIS_NN),--cmsis-nn-src $(CMSIS_NN)) \
+	    $(if $(FLATBUFFERS),--flatbuffers-src $(FLATBUFFERS)) $(if $(GEMMLOWP),--gemmlowp-src $(GEMMLOWP)) \
+	    $(if $(RUY),--ruy-src $(RUY)) $(if $(CMSIS),--cmsis-src $(CMSIS)) $(if $(TINY),--tiny-src $(TINY)) \
+	    --models $(VS_TFLM_MODELS) --work build/vs-tflm --md results/bench/vs_tflm.md

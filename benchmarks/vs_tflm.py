@@ -1,0 +1,578 @@
+"""TF Lite Micro (reference kernels, and with CMSIS-NN) beside our firmware (reference kernels, and
+the board's optimized variant) on the same .tflite models, the same emulated board and the same
+instruction counter.
+
+    .venv/bin/python benchmarks/vs_tflm.py --tflm-src DIR --cmsis-nn-src DIR \\
+        --flatbuffers-src DIR --gemmlowp-src DIR --ruy-src DIR [--cmsis-src DIR] [--tiny-src DIR] \\
+        [--models cartpole,cnn,kws] [--board mps2-an386] [--md results/bench/vs_tflm.md]
+
+Every third-party source is a checkout the user provides (nothing is downloaded):
+  --tflm-src         github.com/tensorflow/tflite-micro
+  --cmsis-nn-src     github.com/ARM-software/CMSIS-NN (TFLM pins its commit in
+                     tensorflow/lite/micro/tools/make/ext_libs/cmsis_nn_download.sh)
+  --flatbuffers-src  github.com/google/flatbuffers at the tag TFLM pins (flatbuffers_download.sh;
+                     TFLM's schema_generated.h checks the version)
+  --gemmlowp-src     github.com/google/gemmlowp (its fixedpoint/ headers; third_party_downloads.inc)
+  --ruy-src          github.com/google/ruy (a profiler header; third_party_downloads.inc)
+  --cmsis-src        github.com/ARM-software/CMSIS_6 (optional: only put on the include path)
+  --tiny-src         github.com/mlcommons/tiny (optional: the "kws" model, MLPerf Tiny's keyword
+                     spotting DS-CNN, benchmark/training/keyword_spotting/trained_models/)
+A TFLM C++ build also needs the C++ headers for arm-none-eabi (Debian: libstdc++-arm-none-eabi-newlib).
+
+TF Lite Micro is compiled by this script (not by TFLM's Makefile, which downloads its
+dependencies): the micro framework (tensorflow/lite/micro/*.cc, arena_allocator, memory_planner,
+tflite_bridge, the shared tensorflow/lite and tensorflow/compiler sources), and of the kernels only
+those the model's operators need (their .cc and *_common.cc, plus kernel_util.cc). The CMSIS-NN
+build is TFLM's own recipe (ext_libs/cmsis_nn.inc): -DCMSIS_NN, each kernel that has a file in
+kernels/cmsis_nn/ taken from there, and CMSIS-NN's Source/**/*.c (minus the f16/f32 files).
+Compiler flags: the board file's cflags (for mps2-an386 -mcpu=cortex-m4 -mthumb -mfloat-abi=hard
+-mfpu=fpv4-sp-d16 -O2 -ffunction-sections -fdata-sections) for both sides, plus -ffp-contract=off
+as in our firmware, plus TFLM's release flags (-DNDEBUG -DTF_LITE_STRIP_ERROR_STRINGS
+-DTF_LITE_STATIC_MEMORY, -fno-rtti -fno-exceptions -fno-threadsafe-statics
+-fno-unwind-tables); linked with the board's ldflags (its linker script, nano.specs,
+--gc-sections).
+
+How it counts: the TFLM firmware is benchmarks/vs_tflm_harness.cc on the project's Cortex-M port
+(start-up, UART, the SysTick instruction counter under QEMU -icount): one Invoke as a warm-up, then
+Invoke between qe_port_cost_start() and qe_port_cost_stop(), the same bracket as our firmware's
+BENCH around qe_model_invoke(); the input is copied in outside it. Ours: the generated firmware,
+one INFER then BENCH (min == max checked). Both outputs are compared byte for byte.
+Flash: text + data of the ELF (arm-none-eabi-size), each with its own harness (ours carries the
+whole host protocol; TFLM's prints one line). Arena: TFLM's arena_used_bytes() (tensors plus the
+interpreter's own persistent data, in the arena by design) with the firmware relinked with an arena
+of exactly that size, and our planner's arena; RAM: the ELF's .data + .bss (stack excluded).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+HARNESS = ROOT / "benchmarks" / "vs_tflm_harness.cc"
+TINY_KWS = "benchmark/training/keyword_spotting/trained_models/kws_ref_model.tflite"
+
+# --option: (what it is, a file that must be in it, required)
+SOURCES = {
+    "tflm_src": ("github.com/tensorflow/tflite-micro", "tensorflow/lite/micro/micro_interpreter.h", True),
+    "cmsis_nn_src": ("github.com/ARM-software/CMSIS-NN", "Include/arm_nnfunctions.h", True),
+    "flatbuffers_src": ("github.com/google/flatbuffers (the tag TF Lite Micro pins)",
+                        "include/flatbuffers/flatbuffers.h", True),
+    "gemmlowp_src": ("github.com/google/gemmlowp", "fixedpoint/fixedpoint.h", True),
+    "ruy_src": ("github.com/google/ruy", "ruy/profiler/instrumentation.h", True),
+    "cmsis_src": ("github.com/ARM-software/CMSIS_6", "CMSIS/Core/Include/cmsis_compiler.h", False),
+    "tiny_src": ("github.com/mlcommons/tiny", TINY_KWS, False),
+}
+
+# operator -> (MicroMutableOpResolver method, kernel sources in tensorflow/lite/micro/kernels/)
+OPS = {
+    "QUANTIZE": ("AddQuantize", ["quantize", "quantize_common"]),
+    "DEQUANTIZE": ("AddDequantize", ["dequantize", "dequantize_common"]),
+    "FULLY_CONNECTED": ("AddFullyConnected", ["fully_connected", "fully_connected_common"]),
+    "CONV_2D": ("AddConv2D", ["conv", "conv_common"]),
+    "DEPTHWISE_CONV_2D": ("AddDepthwiseConv2D", ["depthwise_conv", "depthwise_conv_common"]),
+    "MAX_POOL_2D": ("AddMaxPool2D", ["pooling", "pooling_common"]),
+    "AVERAGE_POOL_2D": ("AddAveragePool2D", ["pooling", "pooling_common"]),
+    "RESHAPE": ("AddReshape", ["reshape", "reshape_common"]),
+    "SOFTMAX": ("AddSoftmax", ["softmax", "softmax_common"]),
+    "RELU": ("AddRelu", ["activations", "activations_common"]),
+    "ADD": ("AddAdd", ["add", "add_common"]),
+}
+ALWAYS_KERNELS = ["kernel_util"]
+
+TFLM_CXXFLAGS = ["-std=c++17", "-fno-rtti", "-fno-exceptions", "-fno-threadsafe-statics",
+                 "-fno-unwind-tables", "-fno-asynchronous-unwind-tables", "-fmessage-length=0",
+                 "-DTF_LITE_STATIC_MEMORY", "-DTF_LITE_DISABLE_X86_NEON", "-DNDEBUG",
+                 "-DTF_LITE_STRIP_ERROR_STRINGS", "-DFLATBUFFERS_LOCALE_INDEPENDENT=0"]
+COMMON_EXTRA = ["-ffp-contract=off"]   # as our firmware (quarl_edge/targets/build.py COMMON_CFLAGS)
+
+
+class SetupError(Exception):
+    """A missing source or tool: the message says what to pass or install (exit 2)."""
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n\n", 2)[2])
+    for key, (what, _, required) in SOURCES.items():
+        opt = "--" + key.replace("_", "-")
+        ap.add_argument(opt, type=Path, metavar="DIR",
+                        help=f"a checkout of {what}" + ("" if required else " (optional)"))
+    ap.add_argument("--models", default="cartpole,cnn,kws",
+                    help="cartpole (examples/cartpole_dqn int8), cnn (speed.py's 16x16x2 CNN), "
+                         "kws (MLPerf Tiny DS-CNN; needs --tiny-src), or paths to .tflite files")
+    ap.add_argument("--board", default="mps2-an386")
+    ap.add_argument("--md", type=Path, help="write the Markdown report here")
+    ap.add_argument("--jsonl", type=Path, help="write one JSON line per measurement here "
+                                               "(default: beside --md, .jsonl)")
+    ap.add_argument("--work", type=Path, help="build directory (default: a temporary one); "
+                                              "objects are cached in it across runs")
+    ap.add_argument("-j", "--jobs", type=int, default=1, help="parallel compiler processes")
+    a = ap.parse_args(argv)
+    missing = []
+    for key, (what, marker, required) in SOURCES.items():
+        opt = "--" + key.replace("_", "-")
+        d = getattr(a, key)
+        if d is None:
+            if required:
+                missing.append(f"{opt} DIR (a checkout of {what})")
+            continue
+        if not (d / marker).is_file():
+            missing.append(f"{opt} {d}: no {marker} there; pass a checkout of {what}")
+    if "kws" in a.models.split(",") and a.tiny_src is None:
+        missing.append(f"--tiny-src DIR (a checkout of {SOURCES['tiny_src'][0]}) for the model "
+                       "kws, or leave kws out of --models")
+    if missing:
+        ap.error("missing or wrong third-party sources (nothing is downloaded):\n  "
+                 + "\n  ".join(missing))
+    return a
+
+
+# ----------------------------------------------------------------------------- sources
+def commit_of(d: Path) -> str:
+    try:
+        out = subprocess.run(["git", "-C", str(d), "rev-parse", "HEAD"], capture_output=True,
+                             text=True, timeout=30)
+    except OSError:
+        return "unknown (git not found)"
+    if out.returncode != 0:
+        return "unknown (not a git checkout)"
+    dirty = subprocess.run(["git", "-C", str(d), "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True, timeout=120).stdout.strip()
+    return out.stdout.strip() + (" (modified)" if dirty else "")
+
+
+def tflm_core_sources(tflm: Path) -> list[Path]:
+    """TFLM's MICROLITE_CC_BASE_SRCS (tools/make/sources.inc) without tests and test helpers."""
+    micro = tflm / "tensorflow" / "lite" / "micro"
+    skip = {"test_helpers.cc", "test_helper_custom_ops.cc", "mock_micro_graph.cc",
+            "fake_micro_context.cc", "recording_micro_allocator.cc"}
+    out = []
+    for d in (micro, micro / "arena_allocator", micro / "memory_planner", micro / "tflite_bridge"):
+        out += [p for p in sorted(d.glob("*.cc")) if not p.name.endswith("_test.cc")
+                and p.name not in skip]
+    for p in sorted((tflm / "tensorflow").rglob("*.c*")):
+        rel = p.relative_to(tflm).as_posix()
+        if p.suffix not in (".cc", ".c") or rel.startswith(("tensorflow/lite/micro/",
+                                                             "tensorflow/lite/experimental/")):
+            continue
+        if rel == "tensorflow/lite/array.cc" or p.name.endswith("_test.cc"):
+            continue
+        out.append(p)
+    return out
+
+
+def kernel_sources(tflm: Path, ops: list[str], cmsis_nn: bool) -> list[Path]:
+    kdir = tflm / "tensorflow" / "lite" / "micro" / "kernels"
+    names = list(ALWAYS_KERNELS)
+    for op in ops:
+        if op not in OPS:
+            raise SetupError(f"operator {op} is not in this benchmark's op table (OPS in "
+                             f"{Path(__file__).name}): add its resolver method and kernel files")
+        names += [n for n in OPS[op][1] if n not in names]
+    out = []
+    for n in names:
+        opt = kdir / "cmsis_nn" / f"{n}.cc"
+        p = opt if cmsis_nn and opt.is_file() else kdir / f"{n}.cc"
+        if p.is_file():
+            out.append(p)
+        elif not n.endswith("_common"):
+            raise SetupError(f"no {p} in the TF Lite Micro checkout")
+    return out
+
+
+def cmsis_nn_sources(cmsis_nn: Path) -> list[Path]:
+    return sorted(p for p in (cmsis_nn / "Source").rglob("*.c")
+                  if not p.name.endswith(("_f16.c", "_f32.c")) and p.name != "arm_nntables_flt.c")
+
+
+# ------------------------------------------------------------------------------- build
+@dataclasses.dataclass
+class Toolchain:
+    cc: str
+    cxx: str
+    size: str
+    arch_flags: list[str]     # the board's cflags (-mcpu..., -O2, sections) + COMMON_EXTRA
+    defines: list[str]        # the board's QE_* defines (cost unit, icount shift, SysTick)
+    ldflags: list[str]
+    port_dirs: list[Path]
+    core_dir: Path
+
+
+def toolchain(board) -> Toolchain:
+    from quarl_edge.targets import build as B
+    cc = shutil.which(board.cc)
+    if cc is None:
+        raise SetupError(f"{board.cc} is not installed: {board.install}")
+    cxx = shutil.which(board.cc.replace("gcc", "g++"))
+    size = shutil.which(board.cc.replace("gcc", "size"))
+    if cxx is None or size is None:
+        raise SetupError(f"{board.cc.replace('gcc', 'g++')} / size not found next to {board.cc}")
+    probe = subprocess.run([cxx, "-x", "c++", "-E", "-", "-o", os.devnull],
+                           input="#include <limits>\n", capture_output=True, text=True)
+    if probe.returncode != 0:
+        raise SetupError(f"{cxx} has no C++ standard headers (TF Lite Micro is C++): install them "
+                         "(Debian: apt-get install libstdc++-arm-none-eabi-newlib)")
+    return Toolchain(cc, cxx, size, [B.expand_flag(board, f) for f in board.cflags] + COMMON_EXTRA,
+                     B.board_defines(board), [B.expand_flag(board, f) for f in board.ldflags],
+                     B.port_dirs(board), B.firmware_dir() / "core")
+
+
+def run(cmd: list[str], what: str) -> None:
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        tail = "\n".join((p.stderr or p.stdout).splitlines()[-25:])
+        raise RuntimeError(f"{what} failed:\n{shlex.join(cmd)}\n{tail}")
+
+
+def compile_all(jobs: list[tuple[list[str], Path, Path]], cache: Path, n: int) -> list[Path]:
+    """Compile (command-prefix, source, _) jobs into the object cache, keyed by the command and
+    the source's bytes (headers are keyed by the source trees' commits, in the cache folder's
+    name). Returns the objects in order."""
+    from concurrent.futures import ThreadPoolExecutor
+    cache.mkdir(parents=True, exist_ok=True)
+
+    def one(job):
+        cmd, src, _ = job
+        key = hashlib.sha256(("\0".join(cmd) + "\0" + str(src)).encode() + src.read_bytes()).hexdigest()[:20]
+        obj = cache / f"{src.stem}-{key}.o"
+        if not obj.is_file():
+            tmp = obj.with_suffix(f".{os.getpid()}.tmp")
+            run([*cmd, "-c", str(src), "-o", str(tmp)], f"compiling {src}")
+            os.replace(tmp, obj)
+        return obj
+
+    with ThreadPoolExecutor(max_workers=max(1, n)) as ex:
+        return list(ex.map(one, jobs))
+
+
+def tflm_flags(tc: Toolchain, a: argparse.Namespace, cmsis_nn: bool) -> tuple[list[str], list[str]]:
+    """(C++ flags, C flags) of a TFLM build."""
+    inc = [f"-I{a.tflm_src}", f"-I{a.flatbuffers_src / 'include'}", f"-I{a.gemmlowp_src}", f"-I{a.ruy_src}"]
+    if cmsis_nn:
+        inc += [f"-I{a.cmsis_nn_src}", f"-I{a.cmsis_nn_src / 'Include'}"]
+        if a.cmsis_src:
+            inc += [f"-I{a.cmsis_src}", f"-I{a.cmsis_src / 'CMSIS' / 'Core' / 'Include'}"]
+    base = [*tc.arch_flags, *(["-DCMSIS_NN"] if cmsis_nn else []), *inc]
+    return ([tc.cxx, *base, *TFLM_CXXFLAGS],
+            [tc.cc, *base, "-std=c99", "-DNDEBUG", "-fno-unwind-tables",
+             "-fno-asynchronous-unwind-tables"])
+
+
+def port_objects(tc: Toolchain, cache: Path, jobs: int) -> list[Path]:
+    cmd = [tc.cc, "-std=c99", *tc.arch_flags, *tc.defines, f"-I{tc.core_dir}",
+           *(f"-I{d}" for d in tc.port_dirs)]
+    srcs = [c for d in tc.port_dirs for c in sorted(d.glob("*.c"))]
+    return compile_all([(cmd, s, s) for s in srcs], cache, jobs)
+
+
+def c_array(name: str, data: bytes) -> str:
+    rows = [", ".join(f"0x{b:02x}" for b in data[i:i + 16]) for i in range(0, len(data), 16)]
+    return (f"alignas(16) static const unsigned char {name}[{max(len(data), 1)}] = {{\n  "
+            + ",\n  ".join(rows or ["0"]) + "\n};\n")
+
+
+def model_header(model: bytes, x: bytes, ops: list[str], arena: int) -> str:
+    uniq = list(dict.fromkeys(ops))
+    adds = " ".join(f"(r).{OPS[o][0]}();" for o in uniq)
+    return ("/* Written by benchmarks/vs_tflm.py. */\n" + c_array("QE_VS_MODEL", model)
+            + c_array("QE_VS_INPUT", x) + f"#define QE_VS_INPUT_LEN {len(x)}u\n"
+            f"#define QE_VS_ARENA_BYTES {arena}u\n#define QE_VS_N_OPS {len(uniq)}\n"
+            f"#define QE_VS_ADD_OPS(r) do {{ {adds} }} while (0)\n")
+
+
+def elf_sizes(tc: Toolchain, elf: Path) -> dict:
+    """text, data, bss of the ELF (arm-none-eabi-size, Berkeley format); the stack section is
+    NOLOAD and counted by size in bss: taken out here (sections.ld's .stack)."""
+    out = subprocess.run([tc.size, "-A", str(elf)], capture_output=True, text=True, check=True).stdout
+    secs = {}
+    for ln in out.splitlines():
+        parts = ln.split()
+        if len(parts) >= 2 and parts[0].startswith(".") and parts[1].isdigit():
+            secs[parts[0]] = int(parts[1])
+    berk = subprocess.run([tc.size, str(elf)], capture_output=True, text=True, check=True).stdout
+    text, data, bss = (int(v) for v in berk.splitlines()[1].split()[:3])
+    stack = secs.get(".stack", 0)
+    return {"text": text, "data": data, "bss": bss - stack, "stack_reserved": stack,
+            "flash": text + data, "ram": data + bss - stack}
+
+
+def qemu_run(board, elf: Path, timeout: float = 300.0) -> str:
+    qemu = shutil.which(board.connect.get("qemu", "qemu-system-arm"))
+    if qemu is None:
+        raise SetupError(f"qemu-system-arm is not installed: {board.connect.get('install')}")
+    cmd = [qemu, "-machine", board.connect["machine"], "-kernel", str(elf), "-display", "none",
+           "-nodefaults", "-nic", "none", "-monitor", "none",
+           "-icount", f"shift={board.connect['icount_shift']},sleep=off",
+           "-semihosting-config", "enable=on,target=native", "-serial", "stdio"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    line = next((ln for ln in p.stdout.splitlines() if ln.startswith("QE-VS-TFLM")), None)
+    if p.returncode != 0 or line is None or "status=ok" not in line:
+        raise RuntimeError(f"{elf}: QEMU exit {p.returncode}: {p.stdout[-500:]} {p.stderr[-500:]}")
+    return line
+
+
+def tflm_measure(tc: Toolchain, board, a, cmsis_nn: bool, model: Path, ops: list[str],
+                 x: bytes, work: Path) -> dict:
+    cxx, cc = tflm_flags(tc, a, cmsis_nn)
+    tag = "cmsis-nn" if cmsis_nn else "ref"
+    cache = work / "obj" / tag
+    srcs = tflm_core_sources(a.tflm_src) + kernel_sources(a.tflm_src, ops, cmsis_nn)
+    jobs = [(cxx, s, s) for s in srcs]
+    if cmsis_nn:
+        jobs += [(cc, s, s) for s in cmsis_nn_sources(a.cmsis_nn_src)]
+    objs = compile_all(jobs, cache, a.jobs) + port_objects(tc, work / "obj" / "port", a.jobs)
+    d = work / f"{model.stem}-{tag}"
+    d.mkdir(parents=True, exist_ok=True)
+
+    def link(arena: int) -> Path:
+        (d / "vs_tflm_model.h").write_text(model_header(model.read_bytes(), x, ops, arena))
+        h = d / "harness.o"
+        run([*cxx, *tc.defines, f"-I{d}", f"-I{tc.core_dir}", *(f"-I{p}" for p in tc.port_dirs),
+             "-c", str(HARNESS), "-o", str(h)], "compiling the TFLM harness")
+        elf = d / f"tflm-{arena}.elf"
+        link_cmd = [tc.cxx, *tc.arch_flags, str(h), *map(str, objs), "-o", str(elf), *tc.ldflags,
+                    f"-Wl,-Map={elf.with_suffix('.map')}"]
+        run(link_cmd, "linking the TFLM firmware")
+        (d / "link.cmd").write_text(shlex.join(link_cmd) + "\n")
+        return elf
+
+    first = parse_line(qemu_run(board, link(1 << 20)))
+    # arena_used_bytes() is what stays allocated; AllocateTensors needs some more while it plans
+    # (temporary buffers): the arena linked is the first of used + 0, 64, 128, 256, ... B that
+    # works.
+    used = (first["arena_used"] + 15) // 16 * 16
+    for margin in (0, *(64 << k for k in range(12))):
+        elf = link(used + margin)
+        try:
+            res = parse_line(qemu_run(board, elf))
+            break
+        except RuntimeError as e:
+            if "allocate-tensors-failed" not in str(e):
+                raise
+    else:
+        raise RuntimeError(f"{model.name} {tag}: no arena up to {used + margin} B works")
+    if res["instructions"] != first["instructions"]:
+        raise RuntimeError(f"{model.name} {tag}: counts differ with the smaller arena "
+                           f"({first['instructions']} vs {res['instructions']})")
+    return {**res, "arena": used + margin, **elf_sizes(tc, elf), "elf": str(elf),
+            "cxxflags": cxx[1:], "cflags": cc[1:] if cmsis_nn else None,
+            "sources": len(jobs)}
+
+
+def parse_line(line: str) -> dict:
+    kv = dict(f.split("=", 1) for f in line.split()[1:])
+    counts = [int(c) for c in kv["instructions"].split(",")]
+    if len(set(counts)) != 1:
+        raise RuntimeError(f"TFLM counts vary between two invokes: {counts}")
+    return {"instructions": counts[0], "arena_used": int(kv["arena_used"]),
+            "output": kv["output"]}
+
+
+def ours_measure(tc: Toolchain, board, kernels: str, model: Path, x, work: Path) -> dict:
+    import numpy as np
+    from quarl_edge.link.session import BoardSession
+    d = work / f"{model.stem}-ours-{kernels}"
+    with BoardSession(model, dataclasses.replace(board, kernels=kernels), d) as s:
+        spec = s.info.inputs[0]
+        outs = s.link.infer([np.asarray(x).reshape(spec.shape).astype(spec.dtype)])[0]
+        stats = s.link.bench(3)
+        mem = s.memory()
+        elf = s.firmware.elf
+    if stats.min != stats.max:
+        raise RuntimeError(f"{model.name} ours {kernels}: counts vary ({stats.min}..{stats.max})")
+    out_hex = ",".join(np.ascontiguousarray(o).tobytes().hex() for o in outs)
+    return {"instructions": int(stats.min), "arena": int(mem["arena_bytes"]), "output": out_hex,
+            **elf_sizes(tc, elf), "elf": str(elf), "stack_used": mem.get("stack_bytes")}
+
+
+# ------------------------------------------------------------------------------ models
+def models(a, work: Path) -> list[tuple[str, Path, object]]:
+    import numpy as np
+    out = []
+    for name in a.models.split(","):
+        if name == "cartpole":
+            p = ROOT / "examples" / "cartpole_dqn" / "models" / "int8.tflite"
+            x = np.load(ROOT / "examples" / "cartpole_dqn" / "calibration.npy")[0]
+        elif name == "cnn":
+            sys.path.insert(0, str(ROOT / "benchmarks"))
+            sys.path.insert(0, str(ROOT / "tests"))
+            from speed import cnn_model   # the very model speed.py measures
+            p = cnn_model(work / "cnn_16x16x2_int8.tflite")
+            x = np.random.default_rng(0).standard_normal(16 * 16 * 2)   # speed.py's observation
+        elif name == "kws":
+            p = a.tiny_src / TINY_KWS
+            x = np.random.default_rng(0).integers(-128, 128, 49 * 10)   # int8 MFCC features
+        else:
+            p = Path(name)
+            if not p.is_file():
+                raise SetupError(f"--models: {name} is neither cartpole, cnn, kws nor a file")
+            x = None
+        out.append((name, p, x))
+    return out
+
+
+def input_bytes(model: Path, x) -> tuple[bytes, object, list[str]]:
+    import numpy as np
+    from quarl_edge.converters.tflite_model import load
+    m = load(model)
+    t = m.tensors[m.inputs[0]]
+    dtype = np.dtype(t.dtype)
+    if x is None:
+        x = np.random.default_rng(0).standard_normal(int(np.prod(t.shape)))
+        if dtype != np.float32:
+            x = np.clip(np.round(x * 40), np.iinfo(dtype).min, np.iinfo(dtype).max)
+    arr = np.asarray(x).reshape(t.shape).astype(dtype)
+    return arr.tobytes(), arr, [op.opcode for op in m.operators]
+
+
+# ------------------------------------------------------------------------------ report
+def fmt_table(rows: list[dict]) -> str:
+    L = ["| model | build | instructions | vs TFLM | vs TFLM + CMSIS-NN | flash (text+data) B | "
+         "arena B | RAM (data+bss) B |",
+         "|---|---|---:|---:|---:|---:|---:|---:|"]
+    by = {}
+    for r in rows:
+        by.setdefault(r["model"], {})[r["build"]] = r
+    for model, builds in by.items():
+        t = builds.get("tflm", {}).get("instructions")
+        c = builds.get("tflm+cmsis-nn", {}).get("instructions")
+        for b, r in builds.items():
+            if "error" in r:
+                L.append(f"| {model} | {b} | failed: {r['error'].splitlines()[0][:160]} | | | | | |")
+                continue
+            i = r["instructions"]
+            L.append(f"| {model} | {b} | {i:,} | {t / i:.2f}x | {c / i:.2f}x | {r['flash']:,} | "
+                     f"{r['arena']:,} | {r['ram']:,} |" if t and c else
+                     f"| {model} | {b} | {i:,} | {f'{t / i:.2f}x' if t else ''} | "
+                     f"{f'{c / i:.2f}x' if c else ''} | {r['flash']:,} | {r['arena']:,} | {r['ram']:,} |")
+    return "\n".join(L)
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
+    from quarl_edge.targets.boards import get_board
+    board = get_board(a.board)
+    try:
+        tc = toolchain(board)
+        work_ctx = tempfile.TemporaryDirectory(prefix="qe-vs-tflm-") if a.work is None else None
+        work = Path(work_ctx.name) if work_ctx else a.work.resolve()
+        work.mkdir(parents=True, exist_ok=True)
+        for key in SOURCES:
+            if getattr(a, key) is not None:
+                setattr(a, key, getattr(a, key).resolve())
+        rows = []
+        for name, path, x in models(a, work):
+            xb, arr, ops = input_bytes(path, x)
+            mrow = {"model": name, "file": path.name, "ops": ops}
+            for build, fn in (("tflm", lambda: tflm_measure(tc, board, a, False, path, ops, xb, work)),
+                              ("tflm+cmsis-nn", lambda: tflm_measure(tc, board, a, True, path, ops, xb, work)),
+                              ("ours reference", lambda: ours_measure(tc, board, "reference", path, arr, work)),
+                              (f"ours {board.kernels}", lambda: ours_measure(tc, board, board.kernels, path, arr, work))):
+                try:
+                    r = {**mrow, "build": build, "board": board.id, **fn()}
+                except SetupError:
+                    raise
+                except Exception as e:   # one build failing leaves the others measured
+                    r = {**mrow, "build": build, "board": board.id,
+                         "error": f"{type(e).__name__}: {e}"}
+                    rows.append(r)
+                    print(f"{name:10s} {build:22s} FAILED: {r['error']}", flush=True)
+                    continue
+                rows.append(r)
+                print(f"{name:10s} {build:22s} {r['instructions']:>10,} instructions  flash "
+                      f"{r['flash']:>8,} B  arena {r['arena']:>7,} B  ram {r['ram']:>8,} B", flush=True)
+            outs = {r["build"]: r["output"] for r in rows if r["model"] == name and "output" in r}
+            same = len(set(outs.values())) == 1
+            for r in rows:
+                if r["model"] == name:
+                    r["outputs_equal"] = same
+            if not same:
+                print(f"{name}: outputs differ: {outs}", flush=True)
+    except SetupError as e:
+        print(f"vs_tflm: {e}", file=sys.stderr)
+        return 2
+    report = render(a, board, tc, rows)
+    print(report)
+    if a.md:
+        a.md.parent.mkdir(parents=True, exist_ok=True)
+        a.md.write_text(report)
+        jl = a.jsonl or a.md.with_suffix(".jsonl")
+        subst = [(str(getattr(a, k)), "$" + k.replace("_src", "").upper()) for k in SOURCES
+                 if getattr(a, k) is not None] + [(str(ROOT), ".")]
+        lines = []
+        for r in rows:
+            line = json.dumps({k: v for k, v in r.items() if k != "elf"})
+            for path, name in subst:
+                line = line.replace(path, name)
+            lines.append(line + "\n")
+        jl.write_text("".join(lines))
+    return 0
+
+
+def render(a, board, tc: Toolchain, rows: list[dict]) -> str:
+    gcc = subprocess.run([tc.cc, "--version"], capture_output=True, text=True).stdout.splitlines()[0]
+    qemu = subprocess.run([shutil.which("qemu-system-arm") or "qemu-system-arm", "--version"],
+                          capture_output=True, text=True).stdout.splitlines()[0]
+    ours = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
+                          text=True).stdout.strip()
+    srcs = [f"- ${k.replace('_src', '').upper()} (--{k.replace('_', '-')}): {SOURCES[k][0]} at "
+            f"`{commit_of(getattr(a, k))}`" for k in SOURCES if getattr(a, k) is not None]
+    tflm_row = next((r for r in rows if r["build"] == "tflm+cmsis-nn" and "cxxflags" in r), None)
+    subst = [(str(getattr(a, k)), "$" + k.replace("_src", "").upper()) for k in SOURCES
+             if getattr(a, k) is not None] + [(str(ROOT), ".")]
+
+    def rel(flags: list[str]) -> str:
+        text = shlex.join(flags)
+        for path, name in subst:
+            text = text.replace(path, name)
+        return text
+
+    L = ["# TF Lite Micro (+ CMSIS-NN) beside quarl-edge, same models, same board, same counter",
+         "", "Made with (" + datetime.date.today().isoformat() + ", quarl-edge `" + ours + "`):", "",
+         "    " + rel([".venv/bin/python", "benchmarks/vs_tflm.py", *sys.argv[1:]]), "",
+         f"Board {board.id} ({board.cpu}) in QEMU (`{qemu}`, -icount shift="
+         f"{board.connect['icount_shift']}): instructions per inference, exact (SysTick under "
+         "-icount, firmware/ports/cortex-m/port.c), one invoke after a warm-up, the input copied "
+         "outside the count; TFLM's Invoke() and our qe_model_invoke() in the same "
+         "start/stop bracket (benchmarks/vs_tflm_harness.cc, firmware/core/harness.c). "
+         "Flash = text + data of each ELF (`arm-none-eabi-size`), its harness included (ours "
+         "carries the host protocol, TFLM's prints one line). Arena: for TFLM the smallest arena "
+         "its AllocateTensors() accepted, of arena_used_bytes() + 0, 64, 128, 256, ... B (it "
+         "plans with temporary buffers; arena_used_bytes() is in the .jsonl), which holds the "
+         "tensors and the interpreter's own data; ours: the planner's tensor arena. RAM = .data "
+         "+ .bss with that arena, the stack excluded. Ratios: TFLM's instructions / this "
+         "build's.", "",
+         "Models: cartpole = examples/cartpole_dqn/models/int8.tflite (float I/O), its first "
+         "calibration observation; cnn = benchmarks/speed.py's 16x16x2 int8 CNN (conv 3x3, "
+         "depthwise 3x3, conv 1x1, max pool, FC; float I/O), speed.py's observation; kws = "
+         f"MLPerf Tiny's keyword-spotting DS-CNN ({TINY_KWS}, int8 I/O), int8 features from "
+         "numpy's default_rng(0); others: default_rng(0) normal values.", "",
+         fmt_table(rows), ""]
+    eq = {r["model"]: r["outputs_equal"] for r in rows if "outputs_equal" in r}
+    L.append("Outputs of the four builds byte-identical: " + ", ".join(
+        f"{m} {'yes' if v else '**no**'}" for m, v in eq.items()) + ".")
+    L += ["", "Sources:", *srcs, "", f"Compiler: `{gcc}`, the same for both sides.", "",
+          "Flags (both sides: the board file's cflags and -ffp-contract=off):", "",
+          "    TFLM C++: " + rel(tflm_row["cxxflags"] if tflm_row else []),
+          "    CMSIS-NN C: " + rel(tflm_row["cflags"] if tflm_row else []),
+          "    ours: " + rel(tc.arch_flags) + " -std=c99 (quarl_edge/targets/build.py)",
+          "    link (both): " + rel(tc.ldflags), "",
+          "($TFLM etc. are the --tflm-src ... directories above; the TFLM side without CMSIS-NN "
+          "has the same flags less -DCMSIS_NN and the CMSIS-NN include directories.)", ""]
+    return "\n".join(L)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
