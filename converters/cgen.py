@@ -194,7 +194,7 @@ def check(tflite_path, kernels: str = "reference") -> None:
 def generate(tflite_path, out_dir, name: str | None = None,
              kernels: str = "reference", pack_weights: bool = True) -> GeneratedModel:
     """Generate out_dir/model.c and out_dir/model.json for a .tflite model. `kernels` is the
-    board's kernel set (`[build] kernels`): with an optimized variant, ops/__init__.py's
+    board's kernel set (`[build] kernels`): with an optimized variant, ops/optimized/__init__.py's
     VARIANT_LOWERINGS[kernels] replace some lowerings (e.g. a 1x1 CONV_2D becomes a
     FULLY_CONNECTED, an int8 FULLY_CONNECTED gets the packed weight layout). pack_weights=False
     keeps the reference weight layout (the variants run it too: the build falls back to it when
