@@ -262,3 +262,21 @@ def test_every_unsupported_op_is_named_at_once(tmp_path):
     assert "op 2 FLOOR (float32 -> float32) is not supported" in text
     assert text.count("Supported: ") == 1 and "FULLY_CONNECTED" in text
     assert not (tmp_path / "gen" / "model.c").exists()
+
+
+def test_the_supported_list_is_the_lowerings_own(capsys):
+    """One list of supported ops, made from every lowering module's SUPPORTED: `--help` prints
+    it, and docs/pipeline.md's copy (between its supported-ops markers) is exactly it."""
+    from pathlib import Path
+
+    from quarl_edge.converters.ops import LOWERINGS, SUPPORTED, supported_list
+    listed = supported_list().splitlines()
+    assert listed == [f"- {s}" for s in SUPPORTED]
+    modules = {sys.modules[f.__module__] for f in LOWERINGS.values()}
+    assert {s for m in modules for s in m.SUPPORTED} == set(SUPPORTED)
+    with pytest.raises(SystemExit):
+        cgen.main(["--help"])
+    assert supported_list() in capsys.readouterr().out
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "pipeline.md").read_text()
+    copy = doc.split("<!-- supported-ops: begin -->\n", 1)[1].split("\n<!-- supported-ops: end -->", 1)[0]
+    assert copy == supported_list(), "docs/pipeline.md: paste supported_list() between the markers"

@@ -5,7 +5,7 @@ To add an op FOO (one kernel file + one lowering file + its golden test):
 1. the kernel: firmware/core/kernels/foo.c and foo.h, bit-exact with TFLM's kernel;
 2. the lowering: converters/ops/foo.py with a docstring naming the TFLM kernel it matches and
    the op's limits, and
-       SUPPORTED = ("FOO int8 and float32",)    # for "not supported" messages
+       SUPPORTED = ("FOO int8 and float32",)    # the supported list, "not supported" messages
        KERNEL_HEADERS = ()                      # included by every model.c: () for a new op
        OP_HEADERS = ("foo.h",)                  # passed as Kernel(..., headers=OP_HEADERS):
                                                 # included only by models that use FOO, so
@@ -14,8 +14,9 @@ To add an op FOO (one kernel file + one lowering file + its golden test):
    which validates the op completely (ops/common.py: unsupported, per_tensor, ...) and returns
    the C to emit (ops/common.py: Kernel);
 3. one line in LOWERINGS below (with its import);
-4. a golden test against TF Lite Micro (tests/test_ops_golden.py, tests/test_cnn_ops_golden.py),
-   and the op in the supported list of converters/cgen.py's docstring.
+4. a golden test against TF Lite Micro (tests/test_ops_golden.py, tests/test_cnn_ops_golden.py);
+   the op's SUPPORTED is then in the supported list (supported_list below): paste that list
+   into docs/pipeline.md, where tests/test_cgen.py compares it.
 
 SUPPORTED and KERNEL_HEADERS here are collected from the lowering modules in table order.
 """
@@ -88,5 +89,13 @@ _MODULES = list(dict.fromkeys(sys.modules[f.__module__] for f in LOWERINGS.value
 SUPPORTED = tuple(s for m in _MODULES for s in m.SUPPORTED)
 KERNEL_HEADERS = tuple(sorted({h for m in _MODULES for h in m.KERNEL_HEADERS}))
 
+
+def supported_list() -> str:
+    """The supported ops as a Markdown list, one item per entry of the lowering modules'
+    SUPPORTED, in table order: the one list of what the generator runs (cgen's --help prints
+    it, docs/pipeline.md carries a copy that tests/test_cgen.py checks); each op's limits are in
+    its own module's docstring."""
+    return "\n".join(f"- {s}" for s in SUPPORTED)
+
 __all__ = ["KERNEL_HEADERS", "LOWERINGS", "SUPPORTED", "UNPACKED_LOWERINGS", "VARIANT_LOWERINGS",
-           "Kernel"]
+           "Kernel", "supported_list"]
