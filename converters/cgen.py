@@ -154,55 +154,8 @@ def generate(tflite_path, out_dir, name: str | None = None,
     kernels = _lower_all(model, path, _lowerings(kernels, pack_weights))
     inputs = [_io_spec(t, "input") for t in model.input_tensors()]
     outputs = [_io_spec(t, "output") for t in model.output_tensors()]
-
-    # Activation tensors and their lifetimes (op indices; graph inputs live from before op 0,
-    # graph outputs until after the last op, since the harness reads and writes around invoke).
-    n_ops = len(model.operators)
-    first: dict[int, int] = {}
-    last: dict[int, int] = {}
-    for i in model.inputs:
-        first[i] = -1
-        last[i] = -1
-    # variable tensors (an LSTM's state) persist across invocations: alive for the whole run,
-    # so no other tensor ever shares their bytes
-    state = sorted({i for op in model.operators for i in op.inputs
-                    if i >= 0 and model.tensors[i].is_variable and not model.tensors[i].is_constant})
-    for i in state:
-        first[i] = -1
-        last[i] = n_ops
-    for op in model.operators:
-        for i in op.inputs:
-            if i >= 0 and not model.tensors[i].is_constant:
-                if i not in first:
-                    raise ModelError(f"{path}: op {op.index} {op.opcode} reads tensor "
-                                     f"'{model.tensors[i].name}' before anything writes it")
-                last[i] = max(last[i], op.index) if i not in state else n_ops
-        for i in op.outputs:
-            if i in first or model.tensors[i].is_variable:
-                raise ModelError(f"{path}: tensor '{model.tensors[i].name}' is written twice")
-            first[i] = last[i] = op.index
-    for i in model.outputs:
-        if i not in first:
-            raise ModelError(f"{path}: graph output '{model.tensors[i].name}' is never written")
-        last[i] = n_ops
-    act_ids = sorted(first)
-    root = _alias_roots(model, kernels, first, last, set(state))
-    roots = sorted(set(root.values()))
-    bufs = []
-    for r in roots:
-        group = [i for i in act_ids if root[i] == r]
-        bufs.append(planner.Buffer(max(model.tensors[i].nbytes for i in group),
-                                   min(first[i] for i in group), max(last[i] for i in group)))
-    scratch_ops = [k.op.index for k in kernels if k.scratch_bytes]
-    for k in kernels:           # a kernel's scratch: arena bytes live during its op only
-        if k.scratch_bytes:
-            bufs.append(planner.Buffer(k.scratch_bytes, k.op.index, k.op.index))
-    mem = planner.plan(bufs, alignment=16)
-    planner.check(bufs, mem, alignment=16)
-    root_offset = {r: mem.offsets[k] for k, r in enumerate(roots)}
-    offset = {i: root_offset[root[i]] for i in act_ids}
-    scratch = {j: mem.offsets[len(roots) + n] for n, j in enumerate(scratch_ops)}
-    arena_bytes = max(mem.arena_bytes, 16)
+    first, last, state = _lifetimes(model, path)
+    act_ids, offset, scratch, arena_bytes = _plan_arena(model, kernels, first, last, state)
 
     gm = GeneratedModel(
         name=mname, hash=model.hash8, inputs=inputs, outputs=outputs, arena_bytes=arena_bytes,
@@ -226,6 +179,65 @@ def generate(tflite_path, out_dir, name: str | None = None,
                                       scratch=scratch))
     gm.json_path.write_text(emit.model_json(gm, model, path))
     return gm
+
+
+def _lifetimes(model: TFLiteModel, path: Path) -> tuple[dict[int, int], dict[int, int], list[int]]:
+    """Activation tensors and their lifetimes (op indices): (first, last, state). Graph inputs
+    live from before op 0, graph outputs until after the last op, since the harness reads and
+    writes around invoke; variable tensors (`state`, an LSTM's) persist across invocations:
+    alive for the whole run, so no other tensor ever shares their bytes."""
+    n_ops = len(model.operators)
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    for i in model.inputs:
+        first[i] = -1
+        last[i] = -1
+    state = sorted({i for op in model.operators for i in op.inputs
+                    if i >= 0 and model.tensors[i].is_variable and not model.tensors[i].is_constant})
+    for i in state:
+        first[i] = -1
+        last[i] = n_ops
+    for op in model.operators:
+        for i in op.inputs:
+            if i >= 0 and not model.tensors[i].is_constant:
+                if i not in first:
+                    raise ModelError(f"{path}: op {op.index} {op.opcode} reads tensor "
+                                     f"'{model.tensors[i].name}' before anything writes it")
+                last[i] = max(last[i], op.index) if i not in state else n_ops
+        for i in op.outputs:
+            if i in first or model.tensors[i].is_variable:
+                raise ModelError(f"{path}: tensor '{model.tensors[i].name}' is written twice")
+            first[i] = last[i] = op.index
+    for i in model.outputs:
+        if i not in first:
+            raise ModelError(f"{path}: graph output '{model.tensors[i].name}' is never written")
+        last[i] = n_ops
+    return first, last, state
+
+
+def _plan_arena(model: TFLiteModel, kernels: list[Kernel], first: dict[int, int],
+                last: dict[int, int], state: list[int]):
+    """One buffer per group of tensors sharing bytes (_alias_roots) and one per kernel scratch
+    (arena bytes live during its op only), placed by the planner: (the activation tensors, their
+    arena offsets, the scratch offsets per op index, the arena's size)."""
+    act_ids = sorted(first)
+    root = _alias_roots(model, kernels, first, last, set(state))
+    roots = sorted(set(root.values()))
+    bufs = []
+    for r in roots:
+        group = [i for i in act_ids if root[i] == r]
+        bufs.append(planner.Buffer(max(model.tensors[i].nbytes for i in group),
+                                   min(first[i] for i in group), max(last[i] for i in group)))
+    scratch_ops = [k.op.index for k in kernels if k.scratch_bytes]
+    for k in kernels:
+        if k.scratch_bytes:
+            bufs.append(planner.Buffer(k.scratch_bytes, k.op.index, k.op.index))
+    mem = planner.plan(bufs, alignment=16)
+    planner.check(bufs, mem, alignment=16)
+    root_offset = {r: mem.offsets[k] for k, r in enumerate(roots)}
+    offset = {i: root_offset[root[i]] for i in act_ids}
+    scratch = {j: mem.offsets[len(roots) + n] for n, j in enumerate(scratch_ops)}
+    return act_ids, offset, scratch, max(mem.arena_bytes, 16)
 
 
 def _alias_roots(model: TFLiteModel, kernels: list[Kernel], first: dict[int, int],

@@ -158,14 +158,14 @@ def int8_stage(op: Operator, model: TFLiteModel, c: ConvOperands) -> Int8Stage:
         int(np.abs(bias.data.astype(np.int64)).max()) if bias is not None else 0)
     if worst > qmath.INT32_MAX:
         raise unsupported(op, model, f"the int32 accumulator could overflow ({c.taps} taps)")
-    mults, shifts = _channel_multipliers(op, model, x, wq, out, c.oc, max_shift=30)
+    mults, shifts = channel_multipliers(op, model, x, wq, out, c.oc, max_shift=30)
     act_min, act_max = qmath.activation_range_quantized(c.act, out.scale, out.zero_point)
     return Int8Stage(len(wq.scale), mults, shifts, act_min, act_max)
 
 
 def conv_s8_kernel(op: Operator, pname: str, c: ConvOperands, s: Int8Stage) -> Kernel:
     """The reference int8 kernel: qe_conv_s8 / qe_depthwise_conv_s8 on the TFLite filter."""
-    consts, bname, bias_bytes, params = _per_channel_conv(
+    consts, bname, bias_bytes, params = per_channel_conv(
         pname, c.w, c.wname, s.n_ch, s.mults, s.shifts, c.bias, "int32_t", str, c.g,
         -c.x.zero_point, c.out.zero_point, s.act_min, s.act_max)
     fn = "qe_depthwise_conv" if c.depthwise else "qe_conv"
@@ -191,7 +191,7 @@ def _lower_conv_f32(op: Operator, model: TFLiteModel, pname: str, c: ConvOperand
     return Kernel(op, call, params, consts, 4 * w.size + bias_bytes, c.comment)
 
 
-def _channel_multipliers(op, model, x, wq, out, oc: int, max_shift: int):
+def channel_multipliers(op, model, x, wq, out, oc: int, max_shift: int):
     """QuantizeMultiplier of input scale x filter scale / output scale per output channel (one
     filter scale serves all for per-tensor filters); shifts beyond [-31, max_shift] refused."""
     n_ch = len(wq.scale)
@@ -206,7 +206,7 @@ def _channel_multipliers(op, model, x, wq, out, oc: int, max_shift: int):
     return mults, shifts
 
 
-def _per_channel_conv(pname, w, wname, n_ch, mults, shifts, bias, bias_ctype, bias_fmt, g,
+def per_channel_conv(pname, w, wname, n_ch, mults, shifts, bias, bias_ctype, bias_fmt, g,
                       input_offset, output_offset, act_min, act_max):
     """The constants (filter, multipliers, shifts, bias) and the qe_conv_s8_params_t of an
     integer CONV_2D / DEPTHWISE_CONV_2D: (consts, bias name, bias bytes, params)."""
@@ -243,9 +243,9 @@ def _lower_conv_s16(op, model, pname, x, w, bias, out, act, g, oc, comment, wnam
                                   if bias is not None else 0)
     if worst > (1 << 47) - 1:
         raise unsupported(op, model, f"the int64 accumulator could leave 48 bits ({taps} taps)")
-    mults, shifts = _channel_multipliers(op, model, x, wq, out, oc, max_shift=7)
+    mults, shifts = channel_multipliers(op, model, x, wq, out, oc, max_shift=7)
     act_min, act_max = qmath.activation_range_quantized(act, out.scale, 0, -32768, 32767)
-    consts, bname, bias_bytes, params = _per_channel_conv(
+    consts, bname, bias_bytes, params = per_channel_conv(
         pname, w, wname, n_ch, mults, shifts, bias, "int64_t", c_int64, g, 0, 0, act_min, act_max)
     call = (f"qe_conv_s16(&{pname}, (const int16_t *)@T{x.index}@, {wname}, {bname}, "
             f"(int16_t *)@T{out.index}@);")
