@@ -37,6 +37,8 @@ import math
 
 import numpy as np
 
+from .sigmoid_table_u16 import TABLE as SIGMOID_TABLE_U16
+
 ROUNDING = "double"  # gemmlowp SRDHM + RoundingDivideByPOT, as TFLM's default build
 
 INT32_MIN = -(1 << 31)
@@ -476,8 +478,7 @@ def sigmoid_table_u16() -> tuple[int, ...]:
     scripts/measure_sigmoid_table.py recovers every entry from the tflite-micro interpreter's
     int16 TANH and LOGISTIC outputs and writes converters/sigmoid_table_u16.py;
     tests/test_lstm_int8_golden.py measures again and compares."""
-    from .sigmoid_table_u16 import TABLE
-    return TABLE
+    return SIGMOID_TABLE_U16
 
 
 def sigmoid_table_formula_u16() -> list[int]:

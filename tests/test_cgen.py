@@ -6,6 +6,7 @@ import hashlib
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 from helpers_models import (CFLAGS, build_tflite, compile_driver, convert, fc_model, gcc,
                             random_mlp, quant, schema, tensor)
 from quarl_edge.converters import cgen, tflite_model
+from quarl_edge.converters.ops import LOWERINGS, SUPPORTED, supported_list
 from quarl_edge.errors import ModelError, QuarlError, UnsupportedOpError
 from quarl_edge.converters.spec import IOTensor
 from quarl_edge.link.protocol import TensorSpec
@@ -267,9 +269,6 @@ def test_every_unsupported_op_is_named_at_once(tmp_path):
 def test_the_supported_list_is_the_lowerings_own(capsys):
     """One list of supported ops, made from every lowering module's SUPPORTED: `--help` prints
     it, and docs/pipeline.md's copy (between its supported-ops markers) is exactly it."""
-    from pathlib import Path
-
-    from quarl_edge.converters.ops import LOWERINGS, SUPPORTED, supported_list
     listed = supported_list().splitlines()
     assert listed == [f"- {s}" for s in SUPPORTED]
     modules = {sys.modules[f.__module__] for f in LOWERINGS.values()}

@@ -57,6 +57,16 @@ def _get(op: Operator, k: int) -> int:
     return op.inputs[k] if k < len(op.inputs) else -1
 
 
+def _constant_operand(op: Operator, model: TFLiteModel, k: int):
+    """Operand k, a weight or a bias: present and constant."""
+    if _get(op, k) < 0:
+        raise unsupported(op, model, f"input {k} (a weight or bias) is missing")
+    w = model.tensors[op.inputs[k]]
+    if not w.is_constant:
+        raise unsupported(op, model, f"weight or bias '{w.name}' is not a constant")
+    return w
+
+
 def _states(op: Operator, model: TFLiteModel, h_dtype: str, c_dtype: str | None = None):
     """(hidden state, cell state): both present, variable tensors of the expected types."""
     t = model.tensors
@@ -141,11 +151,7 @@ def lower_lstm(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
                                      f"{': the 16x8 integer LSTM' if x.dtype == 'int16' else ''}) "
                                      f"is not supported; supported: float32, int8")
     for k in (*_INPUT_W, *_RECURRENT_W, *_BIAS):
-        if _get(op, k) < 0:
-            raise unsupported(op, model, f"input {k} (a weight or bias) is missing")
-        w = t[op.inputs[k]]
-        if not w.is_constant:
-            raise unsupported(op, model, f"weight or bias '{w.name}' is not a constant")
+        w = _constant_operand(op, model, k)
         if w.dtype != "float32":
             raise unsupported(op, model, f"weight or bias '{w.name}' is {w.dtype}: hybrid LSTMs "
                                          f"(float activations, quantized weights) are not "
@@ -246,13 +252,8 @@ def _lower_lstm_s8(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
 
 def _check_s8_weights(op: Operator, model: TFLiteModel) -> None:
     """Every gate's input and recurrent weights (constant int8) and bias (constant int32)."""
-    t = model.tensors
     for k in (*_INPUT_W, *_RECURRENT_W, *_BIAS):
-        if _get(op, k) < 0:
-            raise unsupported(op, model, f"input {k} (a weight or bias) is missing")
-        w = t[op.inputs[k]]
-        if not w.is_constant:
-            raise unsupported(op, model, f"weight or bias '{w.name}' is not a constant")
+        w = _constant_operand(op, model, k)
         want = "int32" if k in _BIAS else "int8"
         if w.dtype != want:
             raise unsupported(op, model, f"{'bias' if k in _BIAS else 'weights'} '{w.name}' is "
