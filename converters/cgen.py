@@ -18,63 +18,11 @@ lowering per kernel family, with that op's limits; converters/ops/common.py, the
 checks; converters/head.py, the int8-acc head rewrite; converters/emit.py, the C and JSON
 writers; converters/spec.py, GeneratedModel and the graph I/O specs (IOTensor).
 
-Supported (everything else is refused by name, with the op's index and types):
-
-- QUANTIZE float32 -> int8 / int16, DEQUANTIZE int8 / int16 -> float32 (int16: zero point 0);
-- FULLY_CONNECTED: int8 with per-tensor or per-channel (symmetric) weights, int16x8 (int16
-  activations, int8 weights, int64 bias, per tensor or per channel), float32; fused
-  NONE/RELU/RELU6/RELU_N1_TO_1, optional bias;
-- RELU, RELU6, TANH, LOGISTIC: int8 as a 256-entry table computed here with TFLM's arithmetic
-  (gemmlowp fixed point for TANH/LOGISTIC; see converters/qmath.py), float32 directly (TANH and
-  LOGISTIC call tanhf/expf, passed in by the generated code: such a model links with -lm);
-- RESHAPE, SQUEEZE, EXPAND_DIMS: no code, the output aliases the input's bytes;
-- SOFTMAX over the last axis: int8 -> int8 with TFLM's output quantization (1/256, -128), its
-  gemmlowp fixed-point arithmetic with the exp of every possible difference to the row max
-  precomputed here as a 256-entry int32 table (depth <= 511); int8 -> int16 (1/65536, -32768)
-  with the same arithmetic and TFLM's 16-bit final shift; float32 with expf (links -lm);
-- CONV_2D (no groups) and DEPTHWISE_CONV_2D (any depth multiplier): int8 with per-channel or
-  per-tensor symmetric weights and int32 bias (TFLM's ConvPerChannel/DepthwiseConvPerChannel),
-  float32; any stride and dilation, SAME/VALID padding, fused NONE/RELU/RELU6/RELU_N1_TO_1;
-- TRANSPOSE_CONV: float32, int8 with per-channel or per-tensor symmetric weights and int32
-  bias, int16x8 (int16 activations, int8 weights, int64 bias): TFLM's reference TransposeConv
-  scatter, the integer ones into an int32 / int64 scratch of the output's size in the arena;
-  any stride, SAME/VALID padding as TFLM computes it (from the output's size), fused
-  NONE/RELU/RELU6/RELU_N1_TO_1, optional bias; the output-shape operand constant (equal to the
-  output's shape) or a graph input, which TFLM never reads and neither does the generated C;
-- MAX_POOL_2D, AVERAGE_POOL_2D: int8 (input and output quantization equal, as TFLM does not
-  rescale; the average rounds half away from zero by integer division) and float32;
-- ADD, MUL: int8 (TFLM's schemes: ADD rescales both inputs to twice the larger scale after a
-  left shift of 20; MUL rescales the product), int16 with zero points 0 (the same schemes, ADD's
-  left shift 15, TFLM's general int16 path) and float32; numpy broadcasting up to 6-D, either
-  input may be a constant; fused activations;
-- CONCATENATION along any axis: float32, int16, int32, and int8 when every input has the
-  output's quantization (TFLM's kernel copies bytes without rescaling; the interpreter refuses
-  other int8 cases, and so do we);
-- MEAN over one contiguous run of axes (e.g. the spatial axes of NHWC, keep_dims or not): int8
-  (TFLM's integer QuantizedMeanOrSum: 1/n folded into the Q31 multiplier), float32;
-- ARG_MAX along one axis: int8 or float32 input, int32 output (first maximum wins);
-- SUB: int8 and int16 with zero points 0 (ADD's scheme, subtracted; int16's left shift 15)
-  and float32, broadcasting, fused activations;
-- LEAKY_RELU: float32, int8 and int16 (TFLM's identity and alpha multipliers, any alpha);
-- HARD_SWISH: float32, int8 (TFLM's int16 fixed point; converters/qmath.py has its twin);
-- MAXIMUM, MINIMUM: float32, int8, int16 (one quantization for inputs and output, as TFLM
-  compares raw values), broadcasting, either input constant;
-- PAD, PADV2: float32, int8 (PAD pads with the output zero point), int16, int32, up to 5-D;
-- TRANSPOSE: float32, int8, int16, up to 5-D; STRIDED_SLICE: float32, int8, int16, int32, up
-  to 4-D, constant begin/end/strides, begin/end/shrink-axis masks (ellipsis and new-axis masks
-  refused: TFLM's kernel ignores them). The data-movement ops copy bytes: int8/int16 input and
-  output share one quantization;
-- UNIDIRECTIONAL_SEQUENCE_LSTM float32 (TFLM's float LstmStep) and int8 (TFLM's integer
-  LSTM: int8 activations and weights per tensor, int32 biases, int16 cell state at a
-  power-of-two scale; gates at Q3.12, int16 sigmoid/tanh on TFLM's table, measured by
-  scripts/measure_sigmoid_table.py): gates i, f, c, o with input and recurrent weights and
-  biases, cell gate TANH, cell clipping, time-major or not, any batch; CIFG, peephole,
-  projection, layer norm, int16 (16x8), per-channel and hybrid LSTMs are refused by name.
-  Its hidden and cell state are variable tensors: see "State" below.
-- SVDF int8 with an int16 or int8 state (TFLM's integer reference: feature matmul into the
-  state's newest slot, time weights over the memory, rank reduction; a bias required, as TFLM's
-  Prepare reads it; no fused activation, as TFLM's integer SVDF); the state is a variable
-  tensor. float32 and hybrid SVDF are refused.
+Supported: what the lowerings' own SUPPORTED say (ops/__init__.py: supported_list, printed by
+`--help` below and copied into docs/pipeline.md); each op's limits are in the docstring of its
+converters/ops/<op>.py, the optimized variants' layouts in converters/ops/optimized/<variant>/.
+Everything else is refused by name, with the op's index and types. An LSTM's or SVDF's state is
+in variable tensors: see "State" below.
 
 Memory plan: one arena, tensors placed by liveness (converters/planner.py); reshapes alias, and
 an element-wise op writes over its input when that input dies there and is not a graph
@@ -107,7 +55,8 @@ from quarl_edge.errors import ModelError, QuarlError, UnsupportedOpError
 
 from . import emit, planner
 from .head import apply_head_readout
-from .ops import KERNEL_HEADERS, LOWERINGS, SUPPORTED, UNPACKED_LOWERINGS, VARIANT_LOWERINGS, Kernel
+from .ops import (KERNEL_HEADERS, LOWERINGS, SUPPORTED, UNPACKED_LOWERINGS, VARIANT_LOWERINGS, Kernel,
+                  supported_list)
 from .ops.common import unsupported, zero_point_error
 from .spec import IO_DTYPES, QE_MAX_DIMS, GeneratedModel, IOTensor
 from .tflite_model import Tensor, TFLiteModel, load
@@ -194,7 +143,7 @@ def check(tflite_path, kernels: str = "reference") -> None:
 def generate(tflite_path, out_dir, name: str | None = None,
              kernels: str = "reference", pack_weights: bool = True) -> GeneratedModel:
     """Generate out_dir/model.c and out_dir/model.json for a .tflite model. `kernels` is the
-    board's kernel set (`[build] kernels`): with an optimized variant, ops/__init__.py's
+    board's kernel set (`[build] kernels`): with an optimized variant, ops/optimized/__init__.py's
     VARIANT_LOWERINGS[kernels] replace some lowerings (e.g. a 1x1 CONV_2D becomes a
     FULLY_CONNECTED, an int8 FULLY_CONNECTED gets the packed weight layout). pack_weights=False
     keeps the reference weight layout (the variants run it too: the build falls back to it when
@@ -205,55 +154,8 @@ def generate(tflite_path, out_dir, name: str | None = None,
     kernels = _lower_all(model, path, _lowerings(kernels, pack_weights))
     inputs = [_io_spec(t, "input") for t in model.input_tensors()]
     outputs = [_io_spec(t, "output") for t in model.output_tensors()]
-
-    # Activation tensors and their lifetimes (op indices; graph inputs live from before op 0,
-    # graph outputs until after the last op, since the harness reads and writes around invoke).
-    n_ops = len(model.operators)
-    first: dict[int, int] = {}
-    last: dict[int, int] = {}
-    for i in model.inputs:
-        first[i] = -1
-        last[i] = -1
-    # variable tensors (an LSTM's state) persist across invocations: alive for the whole run,
-    # so no other tensor ever shares their bytes
-    state = sorted({i for op in model.operators for i in op.inputs
-                    if i >= 0 and model.tensors[i].is_variable and not model.tensors[i].is_constant})
-    for i in state:
-        first[i] = -1
-        last[i] = n_ops
-    for op in model.operators:
-        for i in op.inputs:
-            if i >= 0 and not model.tensors[i].is_constant:
-                if i not in first:
-                    raise ModelError(f"{path}: op {op.index} {op.opcode} reads tensor "
-                                     f"'{model.tensors[i].name}' before anything writes it")
-                last[i] = max(last[i], op.index) if i not in state else n_ops
-        for i in op.outputs:
-            if i in first or model.tensors[i].is_variable:
-                raise ModelError(f"{path}: tensor '{model.tensors[i].name}' is written twice")
-            first[i] = last[i] = op.index
-    for i in model.outputs:
-        if i not in first:
-            raise ModelError(f"{path}: graph output '{model.tensors[i].name}' is never written")
-        last[i] = n_ops
-    act_ids = sorted(first)
-    root = _alias_roots(model, kernels, first, last, set(state))
-    roots = sorted(set(root.values()))
-    bufs = []
-    for r in roots:
-        group = [i for i in act_ids if root[i] == r]
-        bufs.append(planner.Buffer(max(model.tensors[i].nbytes for i in group),
-                                   min(first[i] for i in group), max(last[i] for i in group)))
-    scratch_ops = [k.op.index for k in kernels if k.scratch_bytes]
-    for k in kernels:           # a kernel's scratch: arena bytes live during its op only
-        if k.scratch_bytes:
-            bufs.append(planner.Buffer(k.scratch_bytes, k.op.index, k.op.index))
-    mem = planner.plan(bufs, alignment=16)
-    planner.check(bufs, mem, alignment=16)
-    root_offset = {r: mem.offsets[k] for k, r in enumerate(roots)}
-    offset = {i: root_offset[root[i]] for i in act_ids}
-    scratch = {j: mem.offsets[len(roots) + n] for n, j in enumerate(scratch_ops)}
-    arena_bytes = max(mem.arena_bytes, 16)
+    first, last, state = _lifetimes(model, path)
+    act_ids, offset, scratch, arena_bytes = _plan_arena(model, kernels, first, last, state)
 
     gm = GeneratedModel(
         name=mname, hash=model.hash8, inputs=inputs, outputs=outputs, arena_bytes=arena_bytes,
@@ -277,6 +179,65 @@ def generate(tflite_path, out_dir, name: str | None = None,
                                       scratch=scratch))
     gm.json_path.write_text(emit.model_json(gm, model, path))
     return gm
+
+
+def _lifetimes(model: TFLiteModel, path: Path) -> tuple[dict[int, int], dict[int, int], list[int]]:
+    """Activation tensors and their lifetimes (op indices): (first, last, state). Graph inputs
+    live from before op 0, graph outputs until after the last op, since the harness reads and
+    writes around invoke; variable tensors (`state`, an LSTM's) persist across invocations:
+    alive for the whole run, so no other tensor ever shares their bytes."""
+    n_ops = len(model.operators)
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    for i in model.inputs:
+        first[i] = -1
+        last[i] = -1
+    state = sorted({i for op in model.operators for i in op.inputs
+                    if i >= 0 and model.tensors[i].is_variable and not model.tensors[i].is_constant})
+    for i in state:
+        first[i] = -1
+        last[i] = n_ops
+    for op in model.operators:
+        for i in op.inputs:
+            if i >= 0 and not model.tensors[i].is_constant:
+                if i not in first:
+                    raise ModelError(f"{path}: op {op.index} {op.opcode} reads tensor "
+                                     f"'{model.tensors[i].name}' before anything writes it")
+                last[i] = max(last[i], op.index) if i not in state else n_ops
+        for i in op.outputs:
+            if i in first or model.tensors[i].is_variable:
+                raise ModelError(f"{path}: tensor '{model.tensors[i].name}' is written twice")
+            first[i] = last[i] = op.index
+    for i in model.outputs:
+        if i not in first:
+            raise ModelError(f"{path}: graph output '{model.tensors[i].name}' is never written")
+        last[i] = n_ops
+    return first, last, state
+
+
+def _plan_arena(model: TFLiteModel, kernels: list[Kernel], first: dict[int, int],
+                last: dict[int, int], state: list[int]):
+    """One buffer per group of tensors sharing bytes (_alias_roots) and one per kernel scratch
+    (arena bytes live during its op only), placed by the planner: (the activation tensors, their
+    arena offsets, the scratch offsets per op index, the arena's size)."""
+    act_ids = sorted(first)
+    root = _alias_roots(model, kernels, first, last, set(state))
+    roots = sorted(set(root.values()))
+    bufs = []
+    for r in roots:
+        group = [i for i in act_ids if root[i] == r]
+        bufs.append(planner.Buffer(max(model.tensors[i].nbytes for i in group),
+                                   min(first[i] for i in group), max(last[i] for i in group)))
+    scratch_ops = [k.op.index for k in kernels if k.scratch_bytes]
+    for k in kernels:
+        if k.scratch_bytes:
+            bufs.append(planner.Buffer(k.scratch_bytes, k.op.index, k.op.index))
+    mem = planner.plan(bufs, alignment=16)
+    planner.check(bufs, mem, alignment=16)
+    root_offset = {r: mem.offsets[k] for k, r in enumerate(roots)}
+    offset = {i: root_offset[root[i]] for i in act_ids}
+    scratch = {j: mem.offsets[len(roots) + n] for n, j in enumerate(scratch_ops)}
+    return act_ids, offset, scratch, max(mem.arena_bytes, 16)
 
 
 def _alias_roots(model: TFLiteModel, kernels: list[Kernel], first: dict[int, int],
@@ -308,7 +269,9 @@ def _alias_roots(model: TFLiteModel, kernels: list[Kernel], first: dict[int, int
 # ---------------------------------------------------------------------------------- CLI
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m quarl_edge.converters.cgen",
-                                 description="Generate model.c and model.json from a .tflite model.")
+                                 description="Generate model.c and model.json from a .tflite model.",
+                                 epilog="supported ops:\n" + supported_list(),
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model", help="the .tflite file")
     ap.add_argument("out_dir", help="directory to write model.c and model.json into")
     ap.add_argument("--name", help="model name reported by the board (default: file stem)")

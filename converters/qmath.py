@@ -3,6 +3,9 @@
 Everything here is bit-exact with `firmware/core/requant.c` and the kernels under
 `firmware/core/kernels/`, which are bit-exact with the TFLM reference kernels. The generator
 uses these functions to precompute kernel parameters; the tests use them as a third opinion.
+This file holds the shared math (QuantizeMultiplier, the output stage, rounding, gemmlowp
+fixed point); an op's own Prepare math lives in its lowering, converters/ops/<op>.py, as in
+TFLM (e.g. ops/softmax.py: softmax_params_s8 and its twin softmax_s8).
 
 Rounding variant
 ----------------
@@ -34,6 +37,8 @@ import math
 
 import numpy as np
 
+from .sigmoid_table_u16 import TABLE as SIGMOID_TABLE_U16
+
 ROUNDING = "double"  # gemmlowp SRDHM + RoundingDivideByPOT, as TFLM's default build
 
 INT32_MIN = -(1 << 31)
@@ -46,12 +51,12 @@ def _round_half_away(x: float) -> float:
     return math.copysign(math.floor(abs(x) + 0.5), x)
 
 
-def _wrap_int32(x: int) -> int:
+def wrap_int32(x: int) -> int:
     """Two's-complement wrap, what an int32 overflow does on every target we build for."""
     return ((x + (1 << 31)) % (1 << 32)) - (1 << 31)
 
 
-def _trunc_div(n: int, d: int) -> int:
+def trunc_div(n: int, d: int) -> int:
     """C integer division (truncation toward zero), d > 0."""
     q = abs(n) // d
     return q if n >= 0 else -q
@@ -105,7 +110,7 @@ def saturating_rounding_doubling_high_mul(a: int, b: int) -> int:
         return INT32_MAX
     ab = a * b
     nudge = (1 << 30) if ab >= 0 else 1 - (1 << 30)
-    return _trunc_div(ab + nudge, 1 << 31)
+    return trunc_div(ab + nudge, 1 << 31)
 
 
 def rounding_divide_by_pot(x: int, exponent: int) -> int:
@@ -127,7 +132,7 @@ def multiply_by_quantized_multiplier(x: int, multiplier: int, shift: int) -> int
     left = shift if shift > 0 else 0
     right = -shift if shift < 0 else 0
     return rounding_divide_by_pot(
-        saturating_rounding_doubling_high_mul(_wrap_int32(x << left), multiplier), right)
+        saturating_rounding_doubling_high_mul(wrap_int32(x << left), multiplier), right)
 
 
 def multiply_by_quantized_multiplier_single(x: int, multiplier: int, shift: int) -> int:
@@ -266,7 +271,7 @@ def multiply_by_quantized_multiplier_int64(x: int, multiplier: int, shift: int) 
         raise ValueError(f"shift {shift} outside [-31, 8)")
     reduced = (multiplier + (1 << 15)) >> 16 if multiplier < 0x7FFF0000 else 0x7FFF
     total = 15 - shift
-    return _wrap_int32((int(x) * reduced + (1 << (total - 1))) >> total)
+    return wrap_int32((int(x) * reduced + (1 << (total - 1))) >> total)
 
 
 def reduced_multiplier_q15(multiplier: int) -> int:
@@ -275,19 +280,19 @@ def reduced_multiplier_q15(multiplier: int) -> int:
 
 # ------------------------------------------------------- gemmlowp fixed-point functions
 # Python twins of gemmlowp's fixedpoint.h scalar int32 arithmetic, as TFLM's int8 TANH and
-# LOGISTIC use it (reference_integer_ops::Tanh / ::Logistic). A raw int32 with `ib` integer
-# bits represents raw / 2^(31 - ib).
-def _srdhm(a: int, b: int) -> int:
-    return saturating_rounding_doubling_high_mul(_wrap_int32(a), _wrap_int32(b))
+# LOGISTIC use it (reference_integer_ops::Tanh / ::Logistic), and its int8 SOFTMAX
+# (ops/softmax.py). A raw int32 with `ib` integer bits represents raw / 2^(31 - ib).
+def srdhm(a: int, b: int) -> int:
+    return saturating_rounding_doubling_high_mul(wrap_int32(a), wrap_int32(b))
 
 
-def _rdbp(x: int, e: int) -> int:
-    return rounding_divide_by_pot(_wrap_int32(x), e)
+def rdbp(x: int, e: int) -> int:
+    return rounding_divide_by_pot(wrap_int32(x), e)
 
 
-def _sat_mul_pot(x: int, exponent: int) -> int:
+def sat_mul_pot(x: int, exponent: int) -> int:
     """SaturatingRoundingMultiplyByPOT<exponent> on int32."""
-    x = _wrap_int32(x)
+    x = wrap_int32(x)
     if exponent == 0:
         return x
     if exponent < 0:
@@ -297,24 +302,24 @@ def _sat_mul_pot(x: int, exponent: int) -> int:
         return INT32_MAX
     if x < -threshold:
         return INT32_MIN
-    return _wrap_int32(x << exponent)
+    return wrap_int32(x << exponent)
 
 
-def _rounding_half_sum(a: int, b: int) -> int:
+def rounding_half_sum(a: int, b: int) -> int:
     s = a + b
-    return _trunc_div(s + (1 if s >= 0 else -1), 2)
+    return trunc_div(s + (1 if s >= 0 else -1), 2)
 
 
 def _exp_quarter(a: int) -> int:
     """exp(x) for x in [-1/4, 0), Q0.31 in and out."""
     constant_term, one_third = 1895147668, 715827883
-    x = _wrap_int32(a + (1 << 28))
-    x2 = _srdhm(x, x)
-    x3 = _srdhm(x2, x)
-    x4 = _srdhm(x2, x2)
-    x4_over_4 = _rdbp(x4, 2)
-    poly = _rdbp(_wrap_int32(_srdhm(_wrap_int32(x4_over_4 + x3), one_third) + x2), 1)
-    return _wrap_int32(constant_term + _srdhm(constant_term, _wrap_int32(x + poly)))
+    x = wrap_int32(a + (1 << 28))
+    x2 = srdhm(x, x)
+    x3 = srdhm(x2, x)
+    x4 = srdhm(x2, x2)
+    x4_over_4 = rdbp(x4, 2)
+    poly = rdbp(wrap_int32(srdhm(wrap_int32(x4_over_4 + x3), one_third) + x2), 1)
+    return wrap_int32(constant_term + srdhm(constant_term, wrap_int32(x + poly)))
 
 
 _EXP_BARREL = ((-2, 1672461947), (-1, 1302514674), (0, 790015084), (1, 290630308),
@@ -325,12 +330,12 @@ def exp_on_negative_values(a: int, ib: int) -> int:
     """gemmlowp exp_on_negative_values: a (ib integer bits, a <= 0) -> exp(a) in Q0.31."""
     frac = 31 - ib
     quarter = 1 << (frac - 2)
-    a_mod = _wrap_int32((a & (quarter - 1)) - quarter)
-    result = _exp_quarter(_sat_mul_pot(a_mod, ib))
-    remainder = _wrap_int32(a_mod - a)
+    a_mod = wrap_int32((a & (quarter - 1)) - quarter)
+    result = _exp_quarter(sat_mul_pot(a_mod, ib))
+    remainder = wrap_int32(a_mod - a)
     for exponent, mult in _EXP_BARREL:
         if ib > exponent and remainder & (1 << (frac + exponent)):
-            result = _srdhm(result, mult)
+            result = srdhm(result, mult)
     if ib > 5 and a < -(1 << (36 - ib)):
         result = 0
     if a == 0:
@@ -338,36 +343,36 @@ def exp_on_negative_values(a: int, ib: int) -> int:
     return result
 
 
-def _newton_reciprocal(half_denominator: int) -> int:
+def newton_reciprocal(half_denominator: int) -> int:
     """The three Newton-Raphson steps shared by 1/(1+x) and (1-x)/(1+x); Q2.29 result."""
-    x = _wrap_int32(1515870810 + _srdhm(half_denominator, -1010580540))
+    x = wrap_int32(1515870810 + srdhm(half_denominator, -1010580540))
     for _ in range(3):
-        hdx = _srdhm(half_denominator, x)
-        one_minus = _wrap_int32((1 << 29) - hdx)
-        x = _wrap_int32(x + _sat_mul_pot(_srdhm(x, one_minus), 2))
+        hdx = srdhm(half_denominator, x)
+        one_minus = wrap_int32((1 << 29) - hdx)
+        x = wrap_int32(x + sat_mul_pot(srdhm(x, one_minus), 2))
     return x
 
 
 def fixed_tanh(a: int, ib: int) -> int:
     """gemmlowp tanh: a with ib integer bits -> tanh(a) in Q0.31."""
-    n = a if a < 0 else _wrap_int32(-a)
+    n = a if a < 0 else wrap_int32(-a)
     e = exp_on_negative_values(n, ib + 1)                       # ExactMulByPot<1>
-    x = _newton_reciprocal(_rounding_half_sum(e, INT32_MAX))
-    t = _sat_mul_pot(_wrap_int32(x - (1 << 29)), 2)               # Rescale<0>(x - 1)
+    x = newton_reciprocal(rounding_half_sum(e, INT32_MAX))
+    t = sat_mul_pot(wrap_int32(x - (1 << 29)), 2)               # Rescale<0>(x - 1)
     if a == 0:
         return 0
-    return _wrap_int32(-t) if a < 0 else t
+    return wrap_int32(-t) if a < 0 else t
 
 
 def fixed_logistic(a: int, ib: int) -> int:
     """gemmlowp logistic: a with ib integer bits -> 1 / (1 + exp(-a)) in Q0.31."""
-    abs_a = a if a > 0 else _wrap_int32(-a)
-    e = exp_on_negative_values(_wrap_int32(-abs_a), ib)
-    x = _newton_reciprocal(_rounding_half_sum(e, INT32_MAX))
-    pos = _sat_mul_pot(x, 1)                                      # Rescale<0>(ExactMulByPot<-1>)
+    abs_a = a if a > 0 else wrap_int32(-a)
+    e = exp_on_negative_values(wrap_int32(-abs_a), ib)
+    x = newton_reciprocal(rounding_half_sum(e, INT32_MAX))
+    pos = sat_mul_pot(x, 1)                                      # Rescale<0>(ExactMulByPot<-1>)
     if a == 0:
         return 1 << 30
-    return pos if a > 0 else _wrap_int32(INT32_MAX - pos)
+    return pos if a > 0 else wrap_int32(INT32_MAX - pos)
 
 
 # -------------------------------------------------- int8 element-wise ops as lookup tables
@@ -463,188 +468,6 @@ def relu6_lut_s8(input_scale: float, input_zp: int) -> np.ndarray:
     return np.minimum(np.maximum(q, zero), six).astype(np.int8)
 
 
-# ------------------------------------------------------------------------------ SOFTMAX
-SOFTMAX_SCALED_DIFF_BITS = 5       # kScaledDiffIntegerBits
-SOFTMAX_ACCUM_BITS = 12            # kAccumulationIntegerBits
-
-
-def softmax_params_s8(input_scale: float, beta: float) -> tuple[int, int, int]:
-    """TFLM int8 SOFTMAX Prepare (PreprocessSoftmaxScaling, CalculateInputRadius), double
-    rounding build: (input_multiplier, input_left_shift, diff_min).
-
-    real = min(beta * input_scale * 2^26, 2^31 - 1) in double (beta and scale are float32
-    values widened), quantized with QuantizeMultiplier (the shift must be >= 0);
-    diff_min = -floor((2^5 - 1) * 2^26 / 2^left_shift)."""
-    real = float(np.float32(beta)) * float(np.float32(input_scale)) * float(1 << (31 - SOFTMAX_SCALED_DIFF_BITS))
-    real = min(real, float((1 << 31) - 1))
-    multiplier, shift = quantize_multiplier(real)
-    if shift < 0:
-        raise ValueError(f"beta * input scale {real / 2 ** 26:g} is too small (left shift {shift} < 0)")
-    radius = math.floor(((1 << SOFTMAX_SCALED_DIFF_BITS) - 1)
-                        * float(1 << (31 - SOFTMAX_SCALED_DIFF_BITS)) / float(1 << shift))
-    return multiplier, shift, -int(radius)
-
-
-def _count_leading_zeros32(x: int) -> int:
-    x &= 0xFFFFFFFF
-    return 32 - x.bit_length()
-
-
-def softmax_s8(x, multiplier: int, left_shift: int, diff_min: int,
-               out_dtype: str = "int8") -> np.ndarray:
-    """TFLM reference_ops::Softmax for int8 -> int8 (output scale 1/256, zero point -128) or,
-    with out_dtype "int16", int8 -> int16 (1/65536, -32768) over the last axis: gemmlowp exp on
-    the rescaled differences to the row max, a Q12 sum, its reciprocal (one_over_one_plus_x)
-    and a final rounding shift by num_bits_over_unit + 31 - the output's bits. Slow (pure
-    Python)."""
-    bits = {"int8": 8, "int16": 16}[out_dtype]
-    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
-    x = np.asarray(x, dtype=np.int64)
-    depth = x.shape[-1]
-    rows = x.reshape(-1, depth)
-    out = np.empty_like(rows)
-    for r, row in enumerate(rows):
-        mx = int(row.max())
-        exps = []
-        total = 0
-        for v in row:
-            diff = int(v) - mx
-            if diff >= diff_min:
-                scaled = _srdhm(_wrap_int32(diff << left_shift), multiplier)
-                e = exp_on_negative_values(scaled, SOFTMAX_SCALED_DIFF_BITS)
-                total = _wrap_int32(total + _rdbp(e, SOFTMAX_ACCUM_BITS))
-                exps.append(e)
-            else:
-                exps.append(None)
-        headroom_plus_one = _count_leading_zeros32(total)
-        num_bits_over_unit = SOFTMAX_ACCUM_BITS - headroom_plus_one
-        shifted_minus_one = _wrap_int32(((total << headroom_plus_one) & 0xFFFFFFFF) - (1 << 31))
-        recip = _sat_mul_pot(_newton_reciprocal(_rounding_half_sum(shifted_minus_one, INT32_MAX)), 1)
-        for c, e in enumerate(exps):
-            if e is None:
-                out[r, c] = lo
-            else:
-                y = _rdbp(_srdhm(recip, e), num_bits_over_unit + 31 - bits) + lo
-                out[r, c] = min(max(y, lo), hi)
-    return out.reshape(x.shape).astype(out_dtype)
-
-
-def softmax_exp_table_s8(multiplier: int, left_shift: int, diff_min: int) -> np.ndarray:
-    """exp of every int8 difference to the row max, as TFLM computes it inside its int8 SOFTMAX:
-    table[k] = exp_on_negative_values(SRDHM(-k * 2^left_shift, multiplier)) in Q0.31 (5 integer
-    bits in), for k = 0..255; 0 where -k < diff_min (TFLM skips those elements, and a 0 there
-    gives the same sum and the same -128 output)."""
-    out = np.zeros(256, np.int64)
-    for k in range(256):
-        if -k >= diff_min:
-            scaled = _srdhm(_wrap_int32(-k << left_shift), multiplier)
-            out[k] = exp_on_negative_values(scaled, SOFTMAX_SCALED_DIFF_BITS)
-    return out
-
-
-def add_params_s8(s1: float, s2: float, s_out: float, left_shift: int = 20, op: str = "ADD"):
-    """TFLM int8 ADD Prepare: ((m1, shift1), (m2, shift2), (m_out, shift_out)), all shifts <= 0
-    (QuantizeMultiplierSmallerThanOneExp). Raises ValueError where TFLM's checks would fail.
-    int16 ADD and SUB use the same with left_shift 15 (add_common.cc, sub_common.cc)."""
-    s1, s2, s_out = (float(np.float32(v)) for v in (s1, s2, s_out))
-    twice_max = 2.0 * max(s1, s2)
-    reals = (s1 / twice_max, s2 / twice_max, twice_max / (float(1 << left_shift) * s_out))
-    res = []
-    for r in reals:
-        if not 0.0 < r < 1.0:
-            raise ValueError(f"{op} rescaling multiplier {r:g} is not in (0, 1): the output scale "
-                             f"{s_out:g} is too small for input scales {s1:g}, {s2:g}")
-        res.append(quantize_multiplier(r))
-    return res
-
-
-# ------------------------------------------------------------------------ HARD_SWISH int8
-def _wrap_int16(x: int) -> int:
-    return ((int(x) + (1 << 15)) & 0xFFFF) - (1 << 15)
-
-
-def _srdhm16(a: int, b: int) -> int:
-    """gemmlowp's int16 SaturatingRoundingDoublingHighMul: round(a * b / 2^15), ties away."""
-    if a == b == -(1 << 15):
-        return (1 << 15) - 1
-    ab = a * b
-    nudge = (1 << 14) if ab >= 0 else 1 - (1 << 14)
-    return _wrap_int16(_trunc_div(ab + nudge, 1 << 15))
-
-
-def _rdbpot16(x: int, exponent: int) -> int:
-    """gemmlowp's RoundingDivideByPOT instantiated for int16 (mask and threshold are int16
-    too, which matters only for exponents above 14)."""
-    mask = _wrap_int16((1 << exponent) - 1)
-    remainder = _wrap_int16(x & mask)
-    threshold = _wrap_int16((mask >> 1) + (1 if x < 0 else 0))
-    return _wrap_int16((x >> exponent) + (1 if remainder > threshold else 0))
-
-
-def _sat_left_shift16(x: int, amount: int) -> int:
-    return max(-(1 << 15), min((1 << 15) - 1, x * (1 << amount)))
-
-
-def _downscale_multiplier16(m: int) -> int:
-    """TFLM's DownScaleInt32ToInt16Multiplier: the Q31 multiplier rounded to Q15."""
-    if m >= INT32_MAX - (1 << 15):
-        return (1 << 15) - 1
-    return (m + (1 << 15)) >> 16
-
-
-def hard_swish_params_s8(input_scale: float, output_scale: float) -> tuple[int, int, int, int]:
-    """TFLM's HardSwishPrepare for int8: (output multiplier Q15, its exponent (<= 0), reluish
-    multiplier Q15, its exponent), from float32 scales: the input on a 2^7 finer "hires" scale,
-    the reluish scale 3/32768 (so that 3.0 is 32768). Raises ValueError where TFLM refuses."""
-    hires = np.float32(1.0 / 128.0) * np.float32(input_scale)
-    with np.errstate(all="ignore"):
-        out_real = float(hires / np.float32(output_scale))
-        relu_real = float(hires / np.float32(3.0 / 32768.0))
-    m_out, e_out = quantize_multiplier(out_real)
-    m_relu, e_relu = quantize_multiplier(relu_real)
-    if e_out > 0:
-        raise ValueError(f"output rescaling {out_real:g} needs a left shift (exponent {e_out}), "
-                         f"which TFLM's kernel refuses")
-    if e_out < -31 or not -31 <= e_relu <= 31:
-        raise ValueError(f"rescaling exponents {e_out}, {e_relu} are outside TFLM's [-31, 31]")
-    return _downscale_multiplier16(m_out), e_out, _downscale_multiplier16(m_relu), e_relu
-
-
-def hard_swish_s8(q: int, input_zp: int, output_zp: int, out_m16: int, out_exp: int,
-                  relu_m16: int, relu_exp: int) -> int:
-    """reference_ops::HardSwish for one int8 value, in TFLM's int16 fixed point: the Python
-    twin of firmware/core/kernels/hard_swish.c."""
-    v = _wrap_int16(int(q) - input_zp)
-    hires = _wrap_int16(v * (1 << 7))
-    preshift_out = _srdhm16(hires, out_m16)
-    r = hires
-    if relu_exp > 0:
-        r = _sat_left_shift16(r, relu_exp - 1)
-    r = _srdhm16(r, relu_m16)
-    if relu_exp > 0:
-        r = _sat_left_shift16(r, 1)
-    if relu_exp < 0:
-        r = _rdbpot16(r, -relu_exp)
-    r = (r + (1 << 15)) >> 1                          # [-1, 1] -> [0, 1] in Q15
-    pre = _wrap_int16(_trunc_div(r * preshift_out, 1 << 15))   # SaturatingDoublingHighMul
-    out = _rdbpot16(pre, -out_exp)
-    out = _wrap_int16(out + output_zp)                # TFLM adds into an int16_t
-    return max(-128, min(127, out))
-
-
-def mean_params_s8(input_scale: float, output_scale: float, n: int) -> tuple[int, int]:
-    """TFLM int8 MEAN (reference_ops::QuantizedMeanOrSum): QuantizeMultiplier of
-    (double)input_scale / (double)output_scale, then 1/n folded in: k = min(floor(log2 n), 32,
-    31 + shift); multiplier * 2^k / n (int64, truncating), shift - k."""
-    real = float(np.float32(input_scale)) / float(np.float32(output_scale))
-    multiplier, shift = quantize_multiplier(real)
-    if not -31 <= shift <= 30:
-        raise ValueError(f"MEAN rescaling {real:g} is out of range")
-    k = min(int(n).bit_length() - 1, 32, 31 + shift)
-    return int((multiplier << k) // int(n)), shift - k
-
-
-
 # ---------------------------------------------------------------- int16 sigmoid / tanh (LSTM)
 def sigmoid_table_u16() -> tuple[int, ...]:
     """The 256-entry uint16 table of TFLM's int16 LOGISTIC and TANH (reference_integer_ops::
@@ -655,8 +478,7 @@ def sigmoid_table_u16() -> tuple[int, ...]:
     scripts/measure_sigmoid_table.py recovers every entry from the tflite-micro interpreter's
     int16 TANH and LOGISTIC outputs and writes converters/sigmoid_table_u16.py;
     tests/test_lstm_int8_golden.py measures again and compares."""
-    from .sigmoid_table_u16 import TABLE
-    return TABLE
+    return SIGMOID_TABLE_U16
 
 
 def sigmoid_table_formula_u16() -> list[int]:

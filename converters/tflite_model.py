@@ -196,44 +196,14 @@ def _buffer_bytes(model, data: bytes, index: int, path: str) -> bytes | None:
 
 
 def _convert(model, data: bytes, path: str) -> TFLiteModel:
+    """The flatbuffer's first subgraph as a TFLiteModel: its tensors (with their constant data),
+    its operators, every tensor index checked."""
     subgraphs = model.subgraphs or []
     if not subgraphs:
         raise ModelError(f"{path}: the model has no subgraph")
     sg = subgraphs[0]
     opcodes = model.operatorCodes or []
-
-    tensors: list[Tensor] = []
-    for i, t in enumerate(sg.tensors or []):
-        type_name = TENSOR_TYPES.get(t.type, f"TYPE_{t.type}")
-        dtype, np_dtype = _NP_DTYPES.get(type_name, (type_name.lower(), None))
-        shape = tuple(_ints(t.shape))
-        name = _name(t.name) or f"tensor_{i}"
-        if any(d < 0 for d in shape):
-            raise ModelError(f"{path}: tensor '{name}' has a negative dimension {list(shape)}")
-        quant = None
-        q = t.quantization
-        if q is not None and q.scale is not None and len(q.scale) > 0:
-            zp = _ints(q.zeroPoint) or [0] * len(q.scale)
-            if len(zp) != len(q.scale):
-                raise ModelError(f"{path}: tensor '{name}' has {len(q.scale)} scales "
-                                 f"but {len(zp)} zero points")
-            quant = Quantization(np.asarray(q.scale, dtype=np.float32),
-                                 np.asarray(zp, dtype=np.int64), int(q.quantizedDimension or 0))
-        raw = _buffer_bytes(model, data, int(t.buffer), path)
-        arr = None
-        if raw is not None:
-            if np_dtype is None:
-                arr = np.frombuffer(raw, dtype=np.uint8)   # kept raw: the generator rejects it
-            else:
-                n = 1
-                for d in shape:
-                    n *= d
-                want = n * np.dtype(np_dtype).itemsize
-                if len(raw) != want:
-                    raise ModelError(f"{path}: tensor '{name}' {list(shape)} {dtype} needs {want} "
-                                     f"bytes of data, its buffer holds {len(raw)}")
-                arr = np.frombuffer(raw, dtype=np_dtype).reshape(shape)
-        tensors.append(Tensor(i, name, shape, dtype, quant, arr, bool(t.isVariable)))
+    tensors = [_tensor(model, data, path, i, t) for i, t in enumerate(sg.tensors or [])]
 
     def check_indices(idx: list[int], what: str, optional: bool) -> list[int]:
         for k in idx:
@@ -244,18 +214,8 @@ def _convert(model, data: bytes, path: str) -> TFLiteModel:
 
     operators: list[Operator] = []
     for i, op in enumerate(sg.operators or []):
-        if not 0 <= op.opcodeIndex < len(opcodes):
-            raise ModelError(f"{path}: operator {i} uses opcode {op.opcodeIndex}, "
-                             f"the model has {len(opcodes)}")
-        oc = opcodes[op.opcodeIndex]
-        code = max(int(oc.builtinCode), int(oc.deprecatedBuiltinCode))
-        opname = BUILTIN_OPS.get(code, f"BUILTIN_{code}")
-        if opname == "CUSTOM":
-            opname = f"CUSTOM:{_name(oc.customCode)}"
-        options = {}
-        if op.builtinOptions is not None:
-            options = {k: v for k, v in vars(op.builtinOptions).items()}
-        operators.append(Operator(i, opname, int(oc.version or 1),
+        opname, version, options = _opcode(op, opcodes, path, i)
+        operators.append(Operator(i, opname, version,
                                   check_indices(_ints(op.inputs), f"operator {i} ({opname})", True),
                                   check_indices(_ints(op.outputs), f"operator {i} ({opname})", False),
                                   options))
@@ -277,3 +237,54 @@ def _convert(model, data: bytes, path: str) -> TFLiteModel:
         n_subgraphs=len(subgraphs),
         metadata=metadata,
     )
+
+
+def _tensor(model, data: bytes, path: str, i: int, t) -> Tensor:
+    """Tensor i of the subgraph: its type, shape, quantization and, for a constant, its data
+    (the buffer's size checked against the shape)."""
+    type_name = TENSOR_TYPES.get(t.type, f"TYPE_{t.type}")
+    dtype, np_dtype = _NP_DTYPES.get(type_name, (type_name.lower(), None))
+    shape = tuple(_ints(t.shape))
+    name = _name(t.name) or f"tensor_{i}"
+    if any(d < 0 for d in shape):
+        raise ModelError(f"{path}: tensor '{name}' has a negative dimension {list(shape)}")
+    quant = None
+    q = t.quantization
+    if q is not None and q.scale is not None and len(q.scale) > 0:
+        zp = _ints(q.zeroPoint) or [0] * len(q.scale)
+        if len(zp) != len(q.scale):
+            raise ModelError(f"{path}: tensor '{name}' has {len(q.scale)} scales "
+                             f"but {len(zp)} zero points")
+        quant = Quantization(np.asarray(q.scale, dtype=np.float32),
+                             np.asarray(zp, dtype=np.int64), int(q.quantizedDimension or 0))
+    raw = _buffer_bytes(model, data, int(t.buffer), path)
+    arr = None
+    if raw is not None:
+        if np_dtype is None:
+            arr = np.frombuffer(raw, dtype=np.uint8)   # kept raw: the generator rejects it
+        else:
+            n = 1
+            for d in shape:
+                n *= d
+            want = n * np.dtype(np_dtype).itemsize
+            if len(raw) != want:
+                raise ModelError(f"{path}: tensor '{name}' {list(shape)} {dtype} needs {want} "
+                                 f"bytes of data, its buffer holds {len(raw)}")
+            arr = np.frombuffer(raw, dtype=np_dtype).reshape(shape)
+    return Tensor(i, name, shape, dtype, quant, arr, bool(t.isVariable))
+
+
+def _opcode(op, opcodes: list, path: str, i: int) -> tuple[str, int, dict]:
+    """Operator i's (op name, version, builtin options): CUSTOM ops as CUSTOM:<code>."""
+    if not 0 <= op.opcodeIndex < len(opcodes):
+        raise ModelError(f"{path}: operator {i} uses opcode {op.opcodeIndex}, "
+                         f"the model has {len(opcodes)}")
+    oc = opcodes[op.opcodeIndex]
+    code = max(int(oc.builtinCode), int(oc.deprecatedBuiltinCode))
+    opname = BUILTIN_OPS.get(code, f"BUILTIN_{code}")
+    if opname == "CUSTOM":
+        opname = f"CUSTOM:{_name(oc.customCode)}"
+    options = {}
+    if op.builtinOptions is not None:
+        options = {k: v for k, v in vars(op.builtinOptions).items()}
+    return opname, int(oc.version or 1), options

@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 
 from helpers_models import compare_generated, op_model, schema
 from quarl_edge.converters import cgen, qmath
+from quarl_edge.converters.ops.binary import add_params_s8
 from quarl_edge.errors import UnsupportedOpError
 from quarl_edge.tfcompat import configure_converter
 
@@ -104,11 +105,11 @@ def test_mul_every_int16_value(tmp_path, scales):
 def test_the_int16_parameters_are_tflms_general_path():
     # ADD/SUB: left shift 15 and the int8 multipliers' formula; at equal power-of-two scales the
     # input multipliers are exactly one half (TFLite's pot path would shift instead)
-    (m1, s1), (m2, s2), (mo, so) = qmath.add_params_s8(2.0 ** -12, 2.0 ** -12, 2.0 ** -11, 15)
+    (m1, s1), (m2, s2), (mo, so) = add_params_s8(2.0 ** -12, 2.0 ** -12, 2.0 ** -11, 15)
     assert (m1, s1) == (m2, s2) == (1 << 30, 0)
     assert (mo, so) == (1 << 30, -14)     # 2 * 2^-12 / (2^15 * 2^-11) = 2^-15
     with pytest.raises(ValueError):       # an output scale below 2 * max / 2^15
-        qmath.add_params_s8(0.01, 0.01, 0.01 / 2 ** 15, 15)
+        add_params_s8(0.01, 0.01, 0.01 / 2 ** 15, 15)
 
 
 @pytest.mark.parametrize("op", ["ADD", "SUB", "MUL"])
@@ -158,10 +159,10 @@ def test_random_scales_and_shapes(tmp_path, seed, op, shapes, swap, act, l1, l2,
     so = float(np.float32(10.0 ** lo if op != "MUL" else s1 * s2 / 10.0 ** (lo - 2)))
     if op != "MUL":
         try:
-            qmath.add_params_s8(s1, s2, so, 15)
+            add_params_s8(s1, s2, so, 15)
         except ValueError:
             so = float(np.float32(4 * max(s1, s2) / 2 ** 15 * (1 + abs(lo))))   # just in range
-            qmath.add_params_s8(s1, s2, so, 15)
+            add_params_s8(s1, s2, so, 15)
     sa, sb = shapes[::-1] if swap else shapes
     rng = np.random.default_rng(seed)
     _compare(_model(op, sa, sb, s1, s2, so, act), [_int16(rng, sa, 64), _int16(rng, sb, 64)],
@@ -240,7 +241,7 @@ def test_refusals(tmp_path, op):
 
 # int16 SUB scale triples where dividing the scales in float32 (the tflite-micro sub_common.cc
 # we read: `const float twice_max_input_scale`) and in double (add_common.cc, and
-# qmath.add_params_s8) give different multipliers and, for the pinned input pair, different
+# add_params_s8) give different multipliers and, for the pinned input pair, different
 # outputs (found by search): the interpreter agrees with double, as for int8 SUB
 # (tests/test_policy_ops_golden.py)
 _SUB_RATIO_CASES = [((0.006652261596173048, 0.00851372629404068, 0.01291598193347454), (26761, -19568)),
@@ -261,7 +262,7 @@ def test_sub_int16_scale_ratios_are_divided_in_double(tmp_path, scales, pair):
     s1, s2, so = (f(v) for v in scales)
     tm = f(2) * max(s1, s2)
     as_float = [qmath.quantize_multiplier(float(r)) for r in (s1 / tm, s2 / tm, tm / (f(1 << 15) * so))]
-    as_double = qmath.add_params_s8(*scales, 15)
+    as_double = add_params_s8(*scales, 15)
     assert _sub_twin(*pair, as_float) != _sub_twin(*pair, as_double)    # the case discriminates
     rng = np.random.default_rng(12)
     a, b = _int16(rng, [1, 2], 100), _int16(rng, [1, 2], 100)

@@ -6,6 +6,7 @@ import hashlib
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 from helpers_models import (CFLAGS, build_tflite, compile_driver, convert, fc_model, gcc,
                             random_mlp, quant, schema, tensor)
 from quarl_edge.converters import cgen, tflite_model
+from quarl_edge.converters.ops import LOWERINGS, SUPPORTED, supported_list
 from quarl_edge.errors import ModelError, QuarlError, UnsupportedOpError
 from quarl_edge.converters.spec import IOTensor
 from quarl_edge.link.protocol import TensorSpec
@@ -262,3 +264,18 @@ def test_every_unsupported_op_is_named_at_once(tmp_path):
     assert "op 2 FLOOR (float32 -> float32) is not supported" in text
     assert text.count("Supported: ") == 1 and "FULLY_CONNECTED" in text
     assert not (tmp_path / "gen" / "model.c").exists()
+
+
+def test_the_supported_list_is_the_lowerings_own(capsys):
+    """One list of supported ops, made from every lowering module's SUPPORTED: `--help` prints
+    it, and docs/pipeline.md's copy (between its supported-ops markers) is exactly it."""
+    listed = supported_list().splitlines()
+    assert listed == [f"- {s}" for s in SUPPORTED]
+    modules = {sys.modules[f.__module__] for f in LOWERINGS.values()}
+    assert {s for m in modules for s in m.SUPPORTED} == set(SUPPORTED)
+    with pytest.raises(SystemExit):
+        cgen.main(["--help"])
+    assert supported_list() in capsys.readouterr().out
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "pipeline.md").read_text()
+    copy = doc.split("<!-- supported-ops: begin -->\n", 1)[1].split("\n<!-- supported-ops: end -->", 1)[0]
+    assert copy == supported_list(), "docs/pipeline.md: paste supported_list() between the markers"

@@ -28,7 +28,9 @@ from hypothesis import strategies as st
 
 from helpers_models import (CFLAGS, CORE, compare_generated, convert, gcc, op_model, random_cnn,
                             schema, tflm_run)
-from quarl_edge.converters import cgen, qmath
+from quarl_edge.converters import cgen
+from quarl_edge.converters.ops.binary import add_params_s8
+from quarl_edge.converters.ops.softmax import softmax_params_s8, softmax_s8
 from quarl_edge.errors import UnsupportedOpError
 
 _PHASES = [Phase.explicit, Phase.reuse, Phase.generate]
@@ -80,7 +82,7 @@ def _softmax_model(dtype, shape, in_q, beta):
 
 
 def test_softmax_twin_matches_interpreter():
-    """qmath.softmax_s8 (TFLM's gemmlowp softmax in Python) against the interpreter over 80
+    """softmax_s8 (TFLM's gemmlowp softmax in Python) against the interpreter over 80
     random input quantizations and betas, rows with ties, saturating maxima, one-hot rows."""
     rng = np.random.default_rng(11)
     for _ in range(80):
@@ -90,9 +92,9 @@ def test_softmax_twin_matches_interpreter():
         x = rng.integers(-128, 128, (24, 1, depth)).astype(np.int8)
         x[0], x[1, 0, 0], x[1, 0, 1:], x[2] = 127, 127, -128, x[2, 0, 0]
         # (no draw is refused: a ValueError here fails the test instead of skipping a case)
-        mult, shift, diff_min = qmath.softmax_params_s8(s, beta)
+        mult, shift, diff_min = softmax_params_s8(s, beta)
         ref = np.stack(tflm_run(_softmax_model("int8", [1, depth], (s, zp), beta), list(x)))
-        assert np.array_equal(ref, qmath.softmax_s8(x, mult, shift, diff_min)), (s, zp, beta, depth)
+        assert np.array_equal(ref, softmax_s8(x, mult, shift, diff_min)), (s, zp, beta, depth)
 
 
 @CHEAP
@@ -300,7 +302,7 @@ def test_add_mul(tmp_path, seed, shapes, op, act, const_b, swap):
 
 
 def test_add_params_twin_and_refusal(tmp_path):
-    (m1, s1), (m2, s2), (mo, so) = qmath.add_params_s8(0.5, 0.25, 0.1)
+    (m1, s1), (m2, s2), (mo, so) = add_params_s8(0.5, 0.25, 0.1)
     assert (m1, s1) == (1 << 30, 0) and (m2, s2) == (1 << 30, -1) and so <= 0
     # twice the larger input scale over 2^20 output steps: TFLM's multiplier would be >= 1
     m = op_model("ADD", [dict(shape=[1, 4], dtype="int8", q=(1.0, 0)), dict(shape=[1, 4], dtype="int8", q=(1.0, 0))],

@@ -68,8 +68,8 @@ class ConvCase:
 
 def pack_dw_extra(c: ConvCase) -> ConvCase:
     """Turn a DEPTHWISE_CONV_2D case (depth multiplier 1) into a DW_PACKED one: the generator's
-    own packing (converters/ops/conv.py: pack_dw_filter, dw_wide_shape, mm_table)."""
-    from quarl_edge.converters.ops.conv import dw_wide_shape, mm_table, pack_dw_filter
+    own packing (converters/ops/optimized/cortex_m_dsp/conv.py: pack_dw_filter, dw_wide_shape, mm_table)."""
+    from quarl_edge.converters.ops.optimized.cortex_m_dsp.conv import dw_wide_shape, mm_table, pack_dw_filter
     h = c.header
     assert h[16] == 1
     keys = ("batches", "in_h", "in_w", "in_c", "out_h", "out_w", "out_c", "k_h", "k_w",
@@ -86,8 +86,8 @@ def pack_dw_extra(c: ConvCase) -> ConvCase:
 
 def wide_extra(c: ConvCase) -> ConvCase:
     """Turn a CONV_2D case (dil_w 1) into a WIDE one: the generator's own layout
-    (converters/ops/conv.py: pack_wide_filter, wide_shape, mm_table)."""
-    from quarl_edge.converters.ops.conv import mm_table, pack_wide_filter, wide_shape
+    (converters/ops/optimized/cortex_m_dsp/conv.py: pack_wide_filter, wide_shape, mm_table)."""
+    from quarl_edge.converters.ops.optimized.cortex_m_dsp.conv import mm_table, pack_wide_filter, wide_shape
     h = c.header
     assert h[13] == 1
     keys = ("batches", "in_h", "in_w", "in_c", "out_h", "out_w", "out_c", "k_h", "k_w",
@@ -102,9 +102,9 @@ def wide_extra(c: ConvCase) -> ConvCase:
 
 
 def pack_extra(c: ConvCase) -> ConvCase:
-    """Turn a CONV_2D case into a PACKED one: the generator's own packing (converters/ops/conv.py:
+    """Turn a CONV_2D case into a PACKED one: the generator's own packing (converters/ops/optimized/cortex_m_dsp/conv.py:
     pack_conv_filter, mm_table) of its filter, bias and requantization."""
-    from quarl_edge.converters.ops.conv import mm_table, pack_conv_filter
+    from quarl_edge.converters.ops.optimized.cortex_m_dsp.conv import mm_table, pack_conv_filter
     h = c.header
     f = c.f.reshape(h[7], h[8], h[9], h[4])
     words, bias_p, d_pad = pack_conv_filter(f, c.bias, h[17])

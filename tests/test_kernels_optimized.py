@@ -27,10 +27,14 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from quarl_edge.converters import qmath
-from quarl_edge.converters.ops.fully_connected import (AVR_ROWS, PACKED_MAX_DEPTH, PAIRS_ROWS,
-                                                       avr_fc_stream, avr_output_stage,
-                                                       avr_output_stage_c, pack_fc_weights,
-                                                       pairs_fc_stream, saturation_bounds)
+from quarl_edge.converters.ops.optimized.avr.fully_connected import (AVR_ROWS, avr_fc_stream,
+                                                                     avr_output_stage,
+                                                                     avr_output_stage_c)
+from quarl_edge.converters.ops.optimized.common import PACKED_MAX_DEPTH
+from quarl_edge.converters.ops.optimized.cortex_m0.fully_connected import (PAIRS_ROWS,
+                                                                           pairs_fc_stream,
+                                                                           saturation_bounds)
+from quarl_edge.converters.ops.optimized.cortex_m_dsp.fully_connected import pack_fc_weights
 from quarl_edge.targets.boards import all_boards, get_board, load_board_file
 from quarl_edge.targets.build import (COMMON_CFLAGS, board_defines, expand_flag, firmware_sources,
                                       kernel_sources, port_dirs)

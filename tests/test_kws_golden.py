@@ -1,7 +1,7 @@
 """Keyword spotting (issue 26): TF Lite Micro's keyword benchmark models end in SOFTMAX int8 ->
 int16 and QUANTIZE int16 -> int32 after seven SVDF layers. Here:
 
-- SOFTMAX int8 -> int16 (output 1/65536, -32768): the Python twin (converters/qmath.py) against
+- SOFTMAX int8 -> int16 (output 1/65536, -32768): the Python twin (converters/ops/softmax.py) against
   the interpreter over many scales and betas; hand-built one-op models, the generated C
   against the tflite-micro interpreter by hypothesis (rows, depth, input scale, beta); the
   refusal of other output quantizations;
@@ -28,7 +28,8 @@ from hypothesis import strategies as st
 
 import quarl_edge as qe
 from helpers_models import compare_generated, op_model, schema, tflm_run
-from quarl_edge.converters import cgen, qmath
+from quarl_edge.converters import cgen
+from quarl_edge.converters.ops.softmax import softmax_params_s8, softmax_s8
 from quarl_edge.errors import UnsupportedOpError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,7 +58,7 @@ def _softmax_s16_model(shape, in_q, beta, out_q=(1 / 65536, -32768)):
 
 
 def test_softmax_int16_output_twin_matches_interpreter():
-    """qmath.softmax_s8(out_dtype="int16") (TFLM's arithmetic in Python) against the interpreter
+    """softmax_s8(out_dtype="int16") (TFLM's arithmetic in Python) against the interpreter
     over 60 random input quantizations and betas: rows with ties, one-hot rows, saturated ones."""
     rng = np.random.default_rng(26)
     for _ in range(60):
@@ -66,9 +67,9 @@ def test_softmax_int16_output_twin_matches_interpreter():
         depth = int(rng.integers(1, 24))
         x = rng.integers(-128, 128, (24, 1, depth)).astype(np.int8)
         x[0], x[1, 0, 0], x[1, 0, 1:], x[2] = 127, 127, -128, x[2, 0, 0]
-        mult, shift, diff_min = qmath.softmax_params_s8(s, beta)
+        mult, shift, diff_min = softmax_params_s8(s, beta)
         ref = np.stack(tflm_run(_softmax_s16_model([1, depth], (s, zp), beta), list(x)))
-        got = qmath.softmax_s8(x, mult, shift, diff_min, "int16")
+        got = softmax_s8(x, mult, shift, diff_min, "int16")
         assert ref.dtype == got.dtype == np.int16 and np.array_equal(ref, got), (s, zp, beta, depth)
 
 

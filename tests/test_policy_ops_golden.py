@@ -250,23 +250,23 @@ def test_leaky_relu_refusals(tmp_path):
 
 # ------------------------------------------------------------------------- HARD_SWISH
 def test_hard_swish_twin_matches_interpreter():
-    """qmath.hard_swish_s8 (TFLM's int16 fixed point, in Python) against the interpreter on
+    """hard_swish_s8 (TFLM's int16 fixed point, in Python) against the interpreter on
     every int8 input for 150 random quantizations: scales over four decades (reluish exponents
     of both signs, output exponents down to -20, where int16 RoundingDivideByPOT is odd)."""
-    from quarl_edge.converters import qmath
     from helpers_models import tflm_run_multi
+    from quarl_edge.converters.ops.hard_swish import hard_swish_params_s8, hard_swish_s8
     rng = np.random.default_rng(5)
     done = 0
     for _ in range(150):
         (si, zi), (so, zo) = _q(rng, -3, 1), _q(rng, -3, 1)
         try:
-            p = qmath.hard_swish_params_s8(si, so)
+            p = hard_swish_params_s8(si, so)
         except ValueError:
             continue
         m = op_model("HARD_SWISH", [dict(shape=[1, 256], dtype="int8", q=(si, zi))],
                      [dict(shape=[1, 256], dtype="int8", q=(so, zo))])
         ref = tflm_run_multi(m, [[ALL_INT8.reshape(1, 256)]])[0][0].ravel()
-        twin = [qmath.hard_swish_s8(v, zi, zo, *p) for v in range(-128, 128)]
+        twin = [hard_swish_s8(v, zi, zo, *p) for v in range(-128, 128)]
         assert ref.tolist() == twin, (si, zi, so, zo, p)
         done += 1
     assert done > 100

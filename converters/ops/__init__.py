@@ -5,7 +5,7 @@ To add an op FOO (one kernel file + one lowering file + its golden test):
 1. the kernel: firmware/core/kernels/foo.c and foo.h, bit-exact with TFLM's kernel;
 2. the lowering: converters/ops/foo.py with a docstring naming the TFLM kernel it matches and
    the op's limits, and
-       SUPPORTED = ("FOO int8 and float32",)    # for "not supported" messages
+       SUPPORTED = ("FOO int8 and float32",)    # the supported list, "not supported" messages
        KERNEL_HEADERS = ()                      # included by every model.c: () for a new op
        OP_HEADERS = ("foo.h",)                  # passed as Kernel(..., headers=OP_HEADERS):
                                                 # included only by models that use FOO, so
@@ -14,29 +14,29 @@ To add an op FOO (one kernel file + one lowering file + its golden test):
    which validates the op completely (ops/common.py: unsupported, per_tensor, ...) and returns
    the C to emit (ops/common.py: Kernel);
 3. one line in LOWERINGS below (with its import);
-4. a golden test against TF Lite Micro (tests/test_ops_golden.py, tests/test_cnn_ops_golden.py),
-   and the op in the supported list of converters/cgen.py's docstring.
+4. a golden test against TF Lite Micro (tests/test_ops_golden.py, tests/test_cnn_ops_golden.py);
+   the op's SUPPORTED is then in the supported list (supported_list below): paste that list
+   into docs/pipeline.md, where tests/test_cgen.py compares it.
 
 SUPPORTED and KERNEL_HEADERS here are collected from the lowering modules in table order.
 """
 from __future__ import annotations
 
 import sys
-from functools import partial
 
 from .activations import lower_activation
 from .arg_max import lower_arg_max
 from .binary import lower_binary
 from .common import Kernel
 from .concatenation import lower_concatenation
-from .conv import lower_conv, lower_conv_packed, lower_conv_pointwise_as_fc
-from .fully_connected import (lower_fully_connected, lower_fully_connected_avr,
-                              lower_fully_connected_packed, lower_fully_connected_pairs)
+from .conv import lower_conv
+from .fully_connected import lower_fully_connected
 from .hard_swish import lower_hard_swish
 from .leaky_relu import lower_leaky_relu
 from .lstm import lower_lstm
 from .maximum_minimum import lower_maximum_minimum
 from .mean import lower_mean
+from .optimized import UNPACKED_LOWERINGS, VARIANT_LOWERINGS
 from .pad import lower_pad
 from .pooling import lower_pool
 from .quantize import lower_quantize
@@ -83,41 +83,19 @@ LOWERINGS = {
     "SVDF": lower_svdf,
 }
 
-# On boards that build an optimized kernel variant (`[build] kernels` other than "reference";
-# cgen.generate's `kernels`), these lowerings replace the ones above, per variant: they map an op
-# onto a kernel the variant makes fast, or lay its weights out for it. Boards with the reference
-# kernels get exactly the C they always got.
-VARIANT_LOWERINGS = {
-    "cortex-m-dsp": {
-        # int8, padded depth <= 128: the packed filter (conv.h), four channels per SMLAD pass;
-        # deeper: 1x1, stride 1, no padding -> FULLY_CONNECTED
-        "CONV_2D": lower_conv_packed,
-        # int8, depth multiplier 1: the pre-widened filter on a widened, padded image (scratch)
-        "DEPTHWISE_CONV_2D": lower_conv_packed,
-        # int8 per tensor: packed weights, four rows per pass; fewer than four rows (a policy's
-        # 2-3 action head) run faster on the two-row kernel than padded to four, unless the
-        # packed kernel's 5-instruction output stage applies (dsp_mm_stage)
-        "FULLY_CONNECTED": partial(lower_fully_connected_packed, min_rows=4, min_rows_mm=1),
-    },
-    "cortex-m0": {
-        # int8 per tensor: chunked row pairs, one MULS for two rows' products (fully_connected.h)
-        "FULLY_CONNECTED": lower_fully_connected_pairs,
-    },
-    "avr": {
-        # int8 per tensor: the chunked stream of 16-bit-summable runs (fully_connected.h)
-        "FULLY_CONNECTED": lower_fully_connected_avr,
-    },
-}
-
-# What replaces a variant's lowerings that lay weights out when the build asks for the reference
-# layout (cgen.generate(pack_weights=False): the packed firmware would not fit the board's flash).
-UNPACKED_LOWERINGS = {
-    "cortex-m-dsp": {"CONV_2D": lower_conv_pointwise_as_fc, "DEPTHWISE_CONV_2D": lower_conv},
-}
-
+# VARIANT_LOWERINGS and UNPACKED_LOWERINGS, the optimized kernel variants' replacements for some
+# of these lowerings, are in converters/ops/optimized/.
 _MODULES = list(dict.fromkeys(sys.modules[f.__module__] for f in LOWERINGS.values()))
 SUPPORTED = tuple(s for m in _MODULES for s in m.SUPPORTED)
 KERNEL_HEADERS = tuple(sorted({h for m in _MODULES for h in m.KERNEL_HEADERS}))
 
+
+def supported_list() -> str:
+    """The supported ops as a Markdown list, one item per entry of the lowering modules'
+    SUPPORTED, in table order: the one list of what the generator runs (cgen's --help prints
+    it, docs/pipeline.md carries a copy that tests/test_cgen.py checks); each op's limits are in
+    its own module's docstring."""
+    return "\n".join(f"- {s}" for s in SUPPORTED)
+
 __all__ = ["KERNEL_HEADERS", "LOWERINGS", "SUPPORTED", "UNPACKED_LOWERINGS", "VARIANT_LOWERINGS",
-           "Kernel"]
+           "Kernel", "supported_list"]

@@ -5,7 +5,7 @@ One lowering for both: they share the operands, the broadcasting and the float32
 differ only in the int8 parameters.
 
 - int8 with TFLM's schemes: ADD rescales both inputs to twice the larger input scale after a
-  left shift of 20, then to the output (converters/qmath.py: add_params_s8); MUL rescales the
+  left shift of 20, then to the output (add_params_s8 below); MUL rescales the
   product by s1 * s2 / s_out;
 - int16 (the int16x8 scheme's activations, zero points 0): the same schemes on int16 values,
   ADD's left shift 15 (TFLM's add_common.cc; its int16 Eval takes the general path,
@@ -74,7 +74,7 @@ def lower_binary(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
     if op.opcode == "ADD":
         left_shift = 15 if s16 else 20
         try:
-            (m1, s1), (m2, s2), (mo, so) = qmath.add_params_s8(a.scale, b.scale, out.scale,
+            (m1, s1), (m2, s2), (mo, so) = add_params_s8(a.scale, b.scale, out.scale,
                                                                left_shift)
         except ValueError as exc:
             raise unsupported(op, model, str(exc)) from None
@@ -94,3 +94,19 @@ def lower_binary(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
     cb = sum(t.size * (2 if s16 else 1) for t in (a, b) if t.is_constant)
     return Kernel(op, call, params, consts, cb, f"{op.opcode} {a.dtype}: {shapes}",
                   inplace=inplace)
+
+
+def add_params_s8(s1: float, s2: float, s_out: float, left_shift: int = 20, op: str = "ADD"):
+    """TFLM int8 ADD Prepare: ((m1, shift1), (m2, shift2), (m_out, shift_out)), all shifts <= 0
+    (QuantizeMultiplierSmallerThanOneExp). Raises ValueError where TFLM's checks would fail.
+    int16 ADD and SUB use the same with left_shift 15 (add_common.cc, sub_common.cc)."""
+    s1, s2, s_out = (float(np.float32(v)) for v in (s1, s2, s_out))
+    twice_max = 2.0 * max(s1, s2)
+    reals = (s1 / twice_max, s2 / twice_max, twice_max / (float(1 << left_shift) * s_out))
+    res = []
+    for r in reals:
+        if not 0.0 < r < 1.0:
+            raise ValueError(f"{op} rescaling multiplier {r:g} is not in (0, 1): the output scale "
+                             f"{s_out:g} is too small for input scales {s1:g}, {s2:g}")
+        res.append(qmath.quantize_multiplier(r))
+    return res

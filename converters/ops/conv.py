@@ -15,8 +15,16 @@ One lowering for both: they differ only in the filter layout ([out_c][k_h][k_w][
   fused NONE/RELU/RELU6/RELU_N1_TO_1, optional bias; constant filter and bias;
 - CONV_2D without groups (the filter depth is the input depth); DEPTHWISE_CONV_2D with any depth
   multiplier (the option, when set, must agree with the shapes).
+
+The lowering goes in TFLM's steps: conv_operands (the shape checks and the window),
+int8_stage (the int8 Prepare: filter quantization, accumulator range, per-channel
+multipliers), then the kernel's constants and parameters. The cortex-m-dsp variant's filter
+layouts start from the same steps: converters/ops/optimized/cortex_m_dsp/conv.py.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -24,8 +32,7 @@ from quarl_edge.errors import ModelError
 
 from .. import qmath
 from ..emit import c_array, c_comment, c_float, c_float_limit, c_ident, c_int64
-from ..tflite_model import Operator, TFLiteModel
-from .fully_connected import dsp_mm_stage, pack_fc_weights
+from ..tflite_model import Operator, Tensor, TFLiteModel
 from .common import (Kernel, bias_array, opt, per_tensor, unsupported,
                      weight_quantization, weighted_operands, window, window_c)
 
@@ -34,29 +41,55 @@ SUPPORTED = ("CONV_2D/DEPTHWISE_CONV_2D int8 (per-channel or per-tensor symmetri
 KERNEL_HEADERS = ("conv.h", "depthwise_conv.h")
 
 
-def lower_conv_pointwise_as_fc(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
-    """lower_conv, with an int8 1x1 / stride 1 / unpadded CONV_2D as a per-channel
-    FULLY_CONNECTED (the module docstring); for the boards with an optimized kernel variant."""
-    return lower_conv(op, model, pname, pointwise_as_fc=True)
+@dataclass(frozen=True)
+class ConvOperands:
+    """A CONV_2D / DEPTHWISE_CONV_2D whose shapes conv_operands has checked."""
+    depthwise: bool
+    x: Tensor
+    w: Tensor
+    bias: Tensor | None
+    out: Tensor
+    act: str
+    g: dict         # the window (ops/common.py: window)
+    dm: int         # the depth multiplier (1 for CONV_2D)
+    qdim: int       # the filter's quantized dimension: its output channels
+    wname: str      # the filter's C name
+    comment: str    # the op, as the generated C's comment describes it
+
+    @property
+    def oc(self) -> int:
+        return self.g["out_c"]
+
+    @property
+    def taps(self) -> int:
+        """Products per output value."""
+        return self.g["k_h"] * self.g["k_w"] * (1 if self.depthwise else self.g["in_c"])
 
 
-def lower_conv_packed(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
-    """For the cortex-m-dsp variant: an int8 CONV_2D on a widened image (conv.h,
-    qe_conv_s8_wide_params_t) where its scratch fits WIDE_SCRATCH_MAX and a window row
-    WIDE_MAX_ROW_WORDS, except a 1x1 / stride 1 / unpadded one whose depth is a multiple of 4
-    (it needs no image: the pixel is its column); those, and the others whose padded depth is at
-    most PACKED_MAX_DEPTH, the packed filter (conv.h, qe_conv_s8_packed_params_t; faster than the
-    per-channel FULLY_CONNECTED the 1x1 one was routed to); an int8
-    DEPTHWISE_CONV_2D with depth multiplier 1 whose widened image fits DW_SCRATCH_MAX the
-    pre-widened filter (depthwise_conv.h, qe_dw_s8_packed_params_t); every other op
-    lower_conv_pointwise_as_fc."""
-    return lower_conv(op, model, pname, pointwise_as_fc=True, packed=True)
+class Int8Stage(NamedTuple):
+    """The int8 output stage of int8_stage: one multiplier and shift per output channel."""
+    n_ch: int       # filter scales: 1 (per tensor) or out_c (per channel)
+    mults: list
+    shifts: list
+    act_min: int
+    act_max: int
 
 
-def lower_conv(op: Operator, model: TFLiteModel, pname: str, pointwise_as_fc: bool = False,
-               packed: bool = False) -> Kernel:
+def lower_conv(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
     """CONV_2D and DEPTHWISE_CONV_2D: int8 (per-channel or per-tensor symmetric weights, int32
-    bias) as TFLM's ConvPerChannel / DepthwiseConvPerChannel, and float32."""
+    bias) as TFLM's ConvPerChannel / DepthwiseConvPerChannel, int16x8 CONV_2D, and float32."""
+    c = conv_operands(op, model)
+    if c.x.dtype == "float32":
+        return _lower_conv_f32(op, model, pname, c)
+    if c.x.dtype == "int16" and not c.depthwise:
+        return _lower_conv_s16(op, model, pname, c.x, c.w, c.bias, c.out, c.act, c.g, c.oc,
+                               c.comment, c.wname)
+    return conv_s8_kernel(op, pname, c, int8_stage(op, model, c))
+
+
+def conv_operands(op: Operator, model: TFLiteModel) -> ConvOperands:
+    """The shape checks of both ops (constant filter and bias, the filter's layout, the window,
+    the depth multiplier, no groups), refused by name; the checked operands."""
     depthwise = op.opcode == "DEPTHWISE_CONV_2D"
     x, w, bias, out, act = weighted_operands(op, model, "filter")
     if not w.is_constant or (bias is not None and not bias.is_constant):
@@ -94,76 +127,71 @@ def lower_conv(op: Operator, model: TFLiteModel, pname: str, pointwise_as_fc: bo
     if bias is not None and bias.size != oc:
         raise ModelError(f"op {op.index} {op.opcode}: bias has {bias.size} values, expected {oc}")
     kind = "DEPTHWISE_CONV_2D" if depthwise else "CONV_2D"
-    fn = "qe_depthwise_conv" if depthwise else "qe_conv"
-    wname = c_ident(w.name, f"w{w.index}_")
     comment = (f"{kind} {x.dtype}: {x.describe()} * {w.describe()}"
                + (f" + {bias.describe()}" if bias is not None else "")
                + f" -> {out.describe()}; {desc}" + (f", depth multiplier {dm}" if depthwise else "")
                + f", {act}")
+    return ConvOperands(depthwise, x, w, bias, out, act, g, dm, qdim,
+                        c_ident(w.name, f"w{w.index}_"), comment)
 
-    if x.dtype == "float32":
-        if w.dtype != "float32" or (bias is not None and bias.dtype != "float32"):
-            raise unsupported(op, model, f"float32 input with {w.dtype} filter")
-        lo, hi = qmath.activation_range_float(act)
-        consts = [f"/* {c_comment(w.describe())} */\n" + c_array("float", wname, w.data, 6, c_float)]
-        bname, bias_bytes = bias_array(bias, "float", c_float, 6, consts)
-        params = (f"static const qe_conv_f32_params_t {pname} = {{\n" + window_c(g)
-                  + f"    .activation_min = {c_float_limit(lo)},\n"
-                  f"    .activation_max = {c_float_limit(hi)},\n}};\n")
-        call = (f"{fn}_f32(&{pname}, (const float *)@T{x.index}@, {wname}, {bname}, "
-                f"(float *)@T{out.index}@);")
-        return Kernel(op, call, params, consts, 4 * w.size + bias_bytes, comment)
 
-    if x.dtype == "int16" and not depthwise:
-        return _lower_conv_s16(op, model, pname, x, w, bias, out, act, g, oc, comment, wname)
+def int8_stage(op: Operator, model: TFLiteModel, c: ConvOperands) -> Int8Stage:
+    """TFLM's int8 Prepare: int8 input, output and symmetric filter, int32 bias, an accumulator
+    that cannot overflow int32, QuantizeMultiplier per output channel, the fused activation's
+    range. Any other integer type is refused here."""
+    x, w, bias, out = c.x, c.w, c.bias, c.out
     if x.dtype != "int8":
+        kind = "DEPTHWISE_CONV_2D" if c.depthwise else "CONV_2D"
         raise unsupported(op, model, f"{x.dtype} {kind}; supported: int8 and float32"
-                                     + ("" if depthwise else ", int16x8"))
+                                     + ("" if c.depthwise else ", int16x8"))
     if w.dtype != "int8":
         raise unsupported(op, model, f"int8 input with {w.dtype} filter")
     for t, what in ((x, "input"), (out, "output")):
         per_tensor(t, op, model, what)
-    wq = weight_quantization(op, model, w, "filter", oc, qdim)
-    n_ch = len(wq.scale)
+    wq = weight_quantization(op, model, w, "filter", c.oc, c.qdim)
     if np.any(wq.zero_point != 0):
         raise unsupported(op, model, f"filter '{w.name}' is not symmetric (zero point "
                                      f"{int(wq.zero_point[0])}); TFLM's int8 kernels need 0")
     if bias is not None and bias.dtype != "int32":
         raise unsupported(op, model, f"bias '{bias.name}' is {bias.dtype}, expected int32")
-    taps = k_h * k_w * (1 if depthwise else g["in_c"])
-    worst = taps * 128 * (128 + abs(x.zero_point)) + (
+    worst = c.taps * 128 * (128 + abs(x.zero_point)) + (
         int(np.abs(bias.data.astype(np.int64)).max()) if bias is not None else 0)
     if worst > qmath.INT32_MAX:
-        raise unsupported(op, model, f"the int32 accumulator could overflow ({taps} taps)")
-    mults, shifts = _channel_multipliers(op, model, x, wq, out, oc, max_shift=30)
-    act_min, act_max = qmath.activation_range_quantized(act, out.scale, out.zero_point)
-    if packed and depthwise and dm == 1:
-        kernel = _packed_depthwise(op, pname, x, w, bias, out, g, comment, wname, n_ch, mults,
-                                   shifts, act_min, act_max)
-        if kernel is not None:
-            return kernel
-    if packed and not depthwise and not _direct_pointwise(g, taps):
-        kernel = _wide_conv(op, pname, x, w, bias, out, g, comment, wname, n_ch, mults, shifts,
-                            act_min, act_max)
-        if kernel is not None:
-            return kernel
-    if packed and not depthwise and -(-taps // 4) * 4 <= PACKED_MAX_DEPTH:
-        return _packed_conv(op, pname, x, w, bias, out, g, comment, wname, n_ch, mults, shifts,
-                            act_min, act_max)
-    rows = g["batches"] * g["out_h"] * g["out_w"]
-    if (pointwise_as_fc and not depthwise and k_h == k_w == 1 and g["stride_h"] == g["stride_w"] == 1
-            and g["pad_top"] == g["pad_left"] == 0 and rows <= 0xFFFF):
-        return _pointwise_fc(op, pname, x, w, bias, out, g, comment, wname, n_ch, mults, shifts,
-                             act_min, act_max, rows)
-    consts, bname, bias_bytes, params = _per_channel_conv(
-        pname, w, wname, n_ch, mults, shifts, bias, "int32_t", str, g, -x.zero_point,
-        out.zero_point, act_min, act_max)
-    call = (f"{fn}_s8(&{pname}, (const int8_t *)@T{x.index}@, {wname}, {bname}, "
-            f"(int8_t *)@T{out.index}@);")
-    return Kernel(op, call, params, consts, w.size + 5 * oc + bias_bytes, comment)
+        raise unsupported(op, model, f"the int32 accumulator could overflow ({c.taps} taps)")
+    mults, shifts = channel_multipliers(op, model, x, wq, out, c.oc, max_shift=30)
+    act_min, act_max = qmath.activation_range_quantized(c.act, out.scale, out.zero_point)
+    return Int8Stage(len(wq.scale), mults, shifts, act_min, act_max)
 
 
-def _channel_multipliers(op, model, x, wq, out, oc: int, max_shift: int):
+def conv_s8_kernel(op: Operator, pname: str, c: ConvOperands, s: Int8Stage) -> Kernel:
+    """The reference int8 kernel: qe_conv_s8 / qe_depthwise_conv_s8 on the TFLite filter."""
+    consts, bname, bias_bytes, params = per_channel_conv(
+        pname, c.w, c.wname, s.n_ch, s.mults, s.shifts, c.bias, "int32_t", str, c.g,
+        -c.x.zero_point, c.out.zero_point, s.act_min, s.act_max)
+    fn = "qe_depthwise_conv" if c.depthwise else "qe_conv"
+    call = (f"{fn}_s8(&{pname}, (const int8_t *)@T{c.x.index}@, {c.wname}, {bname}, "
+            f"(int8_t *)@T{c.out.index}@);")
+    return Kernel(op, call, params, consts, c.w.size + 5 * c.oc + bias_bytes, c.comment)
+
+
+def _lower_conv_f32(op: Operator, model: TFLiteModel, pname: str, c: ConvOperands) -> Kernel:
+    """float32: TFLM's reference_ops::Conv / DepthwiseConv."""
+    x, w, bias, out, wname = c.x, c.w, c.bias, c.out, c.wname
+    if w.dtype != "float32" or (bias is not None and bias.dtype != "float32"):
+        raise unsupported(op, model, f"float32 input with {w.dtype} filter")
+    lo, hi = qmath.activation_range_float(c.act)
+    consts = [f"/* {c_comment(w.describe())} */\n" + c_array("float", wname, w.data, 6, c_float)]
+    bname, bias_bytes = bias_array(bias, "float", c_float, 6, consts)
+    params = (f"static const qe_conv_f32_params_t {pname} = {{\n" + window_c(c.g)
+              + f"    .activation_min = {c_float_limit(lo)},\n"
+              f"    .activation_max = {c_float_limit(hi)},\n}};\n")
+    fn = "qe_depthwise_conv" if c.depthwise else "qe_conv"
+    call = (f"{fn}_f32(&{pname}, (const float *)@T{x.index}@, {wname}, {bname}, "
+            f"(float *)@T{out.index}@);")
+    return Kernel(op, call, params, consts, 4 * w.size + bias_bytes, c.comment)
+
+
+def channel_multipliers(op, model, x, wq, out, oc: int, max_shift: int):
     """QuantizeMultiplier of input scale x filter scale / output scale per output channel (one
     filter scale serves all for per-tensor filters); shifts beyond [-31, max_shift] refused."""
     n_ch = len(wq.scale)
@@ -178,7 +206,7 @@ def _channel_multipliers(op, model, x, wq, out, oc: int, max_shift: int):
     return mults, shifts
 
 
-def _per_channel_conv(pname, w, wname, n_ch, mults, shifts, bias, bias_ctype, bias_fmt, g,
+def per_channel_conv(pname, w, wname, n_ch, mults, shifts, bias, bias_ctype, bias_fmt, g,
                       input_offset, output_offset, act_min, act_max):
     """The constants (filter, multipliers, shifts, bias) and the qe_conv_s8_params_t of an
     integer CONV_2D / DEPTHWISE_CONV_2D: (consts, bias name, bias bytes, params)."""
@@ -215,222 +243,11 @@ def _lower_conv_s16(op, model, pname, x, w, bias, out, act, g, oc, comment, wnam
                                   if bias is not None else 0)
     if worst > (1 << 47) - 1:
         raise unsupported(op, model, f"the int64 accumulator could leave 48 bits ({taps} taps)")
-    mults, shifts = _channel_multipliers(op, model, x, wq, out, oc, max_shift=7)
+    mults, shifts = channel_multipliers(op, model, x, wq, out, oc, max_shift=7)
     act_min, act_max = qmath.activation_range_quantized(act, out.scale, 0, -32768, 32767)
-    consts, bname, bias_bytes, params = _per_channel_conv(
+    consts, bname, bias_bytes, params = per_channel_conv(
         pname, w, wname, n_ch, mults, shifts, bias, "int64_t", c_int64, g, 0, 0, act_min, act_max)
     call = (f"qe_conv_s16(&{pname}, (const int16_t *)@T{x.index}@, {wname}, {bname}, "
             f"(int16_t *)@T{out.index}@);")
     return Kernel(op, call, params, consts, w.size + 5 * oc + bias_bytes,
                   comment.replace("CONV_2D int16:", "CONV_2D int16x8:"))
-
-
-def _pointwise_fc(op, pname, x, w, bias, out, g, comment, wname, n_ch, mults, shifts, act_min,
-                  act_max, rows) -> Kernel:
-    """A 1x1 / stride 1 / unpadded int8 CONV_2D as qe_fully_connected_s8_pc: `rows` (batches x
-    out_h x out_w) pixels of in_c values against the [out_c][in_c] filter, one multiplier and
-    shift per output channel (the same ones the convolution would take)."""
-    oc = g["out_c"]
-    consts = [f"/* {c_comment(w.describe())}, {n_ch} scale(s) */\n"
-              + c_array("int8_t", wname, w.data, 16, lambda v: str(int(v))),
-              c_array("int32_t", f"{pname}_mult", mults, 6, str),
-              c_array("int8_t", f"{pname}_shift", shifts, 16, str)]
-    bname, bias_bytes = bias_array(bias, "int32_t", str, 6, consts)
-    params = (f"static const qe_fc_pc_params_t {pname} = {{\n"
-              f"    .input_offset = {-x.zero_point},\n    .output_offset = {out.zero_point},\n"
-              f"    .activation_min = {act_min},\n    .activation_max = {act_max},\n"
-              f"    .multipliers = {pname}_mult,\n    .shifts = {pname}_shift,\n"
-              f"    .channel_stride = 1u,\n"
-              f"    .batches = {rows}u,\n    .accum_depth = {g['in_c']}u,\n"
-              f"    .output_depth = {oc}u,\n}};\n")
-    call = (f"qe_fully_connected_s8_pc(&{pname}, (const int8_t *)@T{x.index}@, {wname}, {bname}, "
-            f"(int8_t *)@T{out.index}@);")
-    return Kernel(op, call, params, consts, w.size + 5 * oc + bias_bytes,
-                  comment + "; as a per-channel FULLY_CONNECTED (1x1, stride 1, no padding)")
-
-
-PACKED_ROWS = 4          # conv.h: QE_CONV_PACKED_ROWS
-PACKED_MAX_DEPTH = 128   # conv.h: QE_CONV_PACKED_MAX_DEPTH
-
-
-def mm_table(mults, shifts, output_offset: int, act_min: int, act_max: int,
-             padded: int) -> np.ndarray | None:
-    """conv.h's mm: per padded channel {multiplier, round, shift} of cortex-m-dsp's requant_mm_t
-    (dsp.h, requant_mm_init: round = 2^(e-1) + offset * 2^e, shift e = -shift), or None when a
-    channel misses its preconditions (dsp_mm_stage); padding channels repeat channel 0."""
-    if not all(dsp_mm_stage(int(m), int(s), act_min, act_max) for m, s in zip(mults, shifts)):
-        return None
-    rows = []
-    for c in range(padded):
-        m, s = (mults[c], shifts[c]) if c < len(mults) else (mults[0], shifts[0])
-        e = -int(s)
-        rows.append((int(m), (1 << (e - 1)) + output_offset * (1 << e), e))
-    return np.array(rows, np.int64).reshape(-1)
-
-
-def pack_conv_filter(w: np.ndarray, bias: np.ndarray | None, input_offset: int):
-    """conv.h's packed filter for an int8 [out_c][k_h][k_w][in_c] filter: (int32 words, bias'
-    per padded channel, padded depth): fully_connected.h's packed layout of the [out_c][depth]
-    matrix (w' = w: symmetric filters) and bias' = bias + input_offset * sum_d w (exact)."""
-    oc = w.shape[0]
-    return pack_fc_weights(w.reshape(oc, -1), bias, input_offset, 0)
-
-
-def _packed_conv(op, pname, x, w, bias, out, g, comment, wname, n_ch, mults, shifts, act_min,
-                 act_max) -> Kernel:
-    """An int8 CONV_2D as qe_conv_s8_packed (conv.h)."""
-    words, bias_p, d_pad = pack_conv_filter(w.data, None if bias is None else bias.data,
-                                            -x.zero_point)
-    return _layout_kernel(
-        op, pname, x, w, bias, out, g, mults, shifts, act_min, act_max, words, bias_p,
-        mm_table(mults, shifts, out.zero_point, act_min, act_max, bias_p.size), 0,
-        fn="qe_conv_s8_packed", struct="qe_conv_s8_packed_params_t", wname=wname + "_packed",
-        layout=(f"packed for the kernel variant (conv.h), {g['out_c']} channels in groups of "
-                f"{PACKED_ROWS}, depth {g['k_h'] * g['k_w'] * g['in_c']} padded to {d_pad}, "
-                f"two int16 per word"), n_ch=n_ch,
-        fields=f"    .padded_depth = {d_pad}u,\n",
-        comment=comment.replace("CONV_2D int8:", "CONV_2D int8 (packed):"),
-        bias_comment="bias + input_offset * sum(filter), per padded channel")
-
-
-DW_CH = 4                 # depthwise_conv.h: QE_DW_PACKED_CH
-DW_SCRATCH_MAX = 16384    # arena bytes for the widened, padded input image
-
-
-def dw_wide_shape(g: dict) -> tuple[int, int, int]:
-    """depthwise_conv.h's scratch image: (wide_h, wide_w, padded_c): the input padded by pad_top /
-    pad_left and far enough below / right for every window tap."""
-    wide_h = max(g["pad_top"] + g["in_h"],
-                 (g["out_h"] - 1) * g["stride_h"] + (g["k_h"] - 1) * g["dil_h"] + 1)
-    wide_w = max(g["pad_left"] + g["in_w"],
-                 (g["out_w"] - 1) * g["stride_w"] + (g["k_w"] - 1) * g["dil_w"] + 1)
-    return wide_h, wide_w, -(-g["in_c"] // DW_CH) * DW_CH
-
-
-def pack_dw_filter(w: np.ndarray, bias: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-    """depthwise_conv.h's pre-widened filter for an int8 [1][k_h][k_w][c] filter (depth
-    multiplier 1): (int32 words, bias per padded channel). Per group of four channels, per tap:
-    w[c0] | w[c2] << 16, w[c1] | w[c3] << 16 (two's complement halves), padding channels 0."""
-    _, k_h, k_w, c = w.shape
-    cp = -(-c // DW_CH) * DW_CH
-    f = np.zeros((k_h * k_w, cp), np.int64)
-    f[:, :c] = w.reshape(k_h * k_w, c)
-    f = f.reshape(k_h * k_w, cp // DW_CH, DW_CH).transpose(1, 0, 2)     # [group][tap][4]
-    lo, hi = f[..., [0, 1]], f[..., [2, 3]]
-    words = (hi * 65536 + (lo & 0xFFFF)).reshape(-1)
-    b = np.zeros(cp, np.int64)
-    if bias is not None:
-        b[:c] = bias
-    return words.astype(np.int32), b.astype(np.int32)
-
-
-def _packed_depthwise(op, pname, x, w, bias, out, g, comment, wname, n_ch, mults, shifts,
-                      act_min, act_max) -> Kernel | None:
-    """An int8 DEPTHWISE_CONV_2D (depth multiplier 1) as qe_depthwise_conv_s8_packed
-    (depthwise_conv.h), or None when its scratch image would exceed DW_SCRATCH_MAX."""
-    wide_h, wide_w, cp = dw_wide_shape(g)
-    scratch = wide_h * wide_w * cp * 2
-    if scratch > DW_SCRATCH_MAX:
-        return None
-    words, bias_p = pack_dw_filter(w.data, None if bias is None else bias.data)
-    return _layout_kernel(
-        op, pname, x, w, bias, out, g, mults, shifts, act_min, act_max, words, bias_p,
-        mm_table(mults, shifts, out.zero_point, act_min, act_max, cp), scratch,
-        fn="qe_depthwise_conv_s8_packed", struct="qe_dw_s8_packed_params_t",
-        wname=wname + "_packed",
-        layout=(f"pre-widened for the kernel variant (depthwise_conv.h), {g['out_c']} channels in "
-                f"groups of {DW_CH}, per tap two words"), n_ch=n_ch,
-        fields=f"    .padded_c = {cp}u,\n    .wide_h = {wide_h}u,\n    .wide_w = {wide_w}u,\n",
-        comment=comment.replace("DEPTHWISE_CONV_2D int8:", "DEPTHWISE_CONV_2D int8 (packed):"))
-
-
-def _layout_kernel(op, pname, x, w, bias, out, g, mults, shifts, act_min, act_max, words, bias_p,
-                   mm, scratch, *, fn, struct, wname, layout, n_ch, fields, comment,
-                   bias_comment="bias per padded channel") -> Kernel:
-    """The Kernel of a convolution on a layout of the cortex-m-dsp variant's own (the widened
-    image's qe_conv_s8_wide, the packed depthwise): its filter words, bias per padded channel,
-    the reference's per-channel multipliers and shifts, the output stage's table when it
-    applies (`mm`), the params (the window, offsets, bounds, then `fields`) and the call, with
-    what the layout costs in flash beyond the reference's."""
-    oc = g["out_c"]
-    consts = [f"/* {c_comment(w.describe())}, {n_ch} scale(s): {layout} */\n"
-              + c_array("int32_t", wname, words, 8, lambda v: str(int(v))),
-              f"/* {bias_comment} */\n"
-              + c_array("int32_t", f"{pname}_bias", bias_p, 8, lambda v: str(int(v))),
-              c_array("int32_t", f"{pname}_mult", mults, 6, str),
-              c_array("int8_t", f"{pname}_shift", shifts, 16, str)]
-    const_bytes = 4 * words.size + 4 * bias_p.size + 5 * oc
-    if mm is not None:
-        consts.append("/* the variant's output stage per padded channel: multiplier, round, "
-                      "shift (dsp.h, requant_mm_t) */\n"
-                      + c_array("int32_t", f"{pname}_mm", mm, 6, lambda v: str(int(v))))
-        const_bytes += 4 * mm.size
-    params = (f"static const {struct} {pname} = {{\n"
-              f"    .c = {{\n" + "".join("    " + ln + "\n" for ln in window_c(g).splitlines())
-              + f"        .input_offset = {-x.zero_point},\n"
-              f"        .output_offset = {out.zero_point},\n"
-              f"        .activation_min = {act_min},\n        .activation_max = {act_max},\n"
-              f"        .multipliers = {pname}_mult,\n        .shifts = {pname}_shift,\n    }},\n"
-              f"    .mm = {f'{pname}_mm' if mm is not None else 'QE_FLASH_NULL'},\n"
-              + fields + "};\n")
-    call = (f"{fn}(&{pname}, (const int8_t *)@T{x.index}@, {wname}, {pname}_bias, "
-            f"(int8_t *)@T{out.index}@" + (f", (int16_t *)@S{op.index}@" if scratch else "")
-            + ");")
-    ref_bytes = w.size + 5 * oc + (4 * bias.size if bias is not None else 0)
-    return Kernel(op, call, params, consts, const_bytes,
-                  comment + f"; layout {const_bytes} B of flash (reference layout {ref_bytes} B)"
-                  + (f", {scratch} B of scratch" if scratch else ""), scratch_bytes=scratch,
-                  layout_extra_bytes=const_bytes - ref_bytes)
-
-
-WIDE_ROWS = 4                 # conv.h: QE_CONV_WIDE_ROWS
-WIDE_MAX_ROW_WORDS = 64       # conv.h: QE_CONV_WIDE_MAX_ROW_WORDS
-WIDE_SCRATCH_MAX = 16384      # arena bytes for the widened, padded input image
-
-
-def _direct_pointwise(g: dict, taps: int) -> bool:
-    """A 1x1 / stride 1 / unpadded convolution whose depth is whole quads: qe_conv_s8_packed
-    widens each pixel in place (no gather, no image)."""
-    return (g["k_h"] == g["k_w"] == 1 and g["pad_top"] == g["pad_left"] == 0
-            and taps % 4 == 0 and taps <= PACKED_MAX_DEPTH)
-
-
-def wide_shape(g: dict) -> tuple[int, int, int]:
-    """conv.h's qe_conv_s8_wide scratch image: (wide_h, wide_w, in_cp)."""
-    wide_h, wide_w, _ = dw_wide_shape(g)
-    return wide_h, wide_w, g["in_c"] + g["in_c"] % 2
-
-
-def pack_wide_filter(w: np.ndarray, bias: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-    """conv.h's filter for qe_conv_s8_wide, from an int8 [out_c][k_h][k_w][in_c] filter: (int32
-    words, bias per padded channel): per group of four channels, per tap, per channel pair, per
-    channel of the group, w[2k] | w[2k + 1] << 16 (two's complement halves; zero padding)."""
-    oc, k_h, k_w, ic = w.shape
-    ocp, icp = -(-oc // WIDE_ROWS) * WIDE_ROWS, ic + ic % 2
-    f = np.zeros((ocp, k_h * k_w, icp), np.int64)
-    f[:oc, :, :ic] = w.reshape(oc, k_h * k_w, ic)
-    f = f.reshape(ocp // WIDE_ROWS, WIDE_ROWS, k_h * k_w, icp // 2, 2).transpose(0, 2, 3, 1, 4)
-    words = (f[..., 1] * 65536 + (f[..., 0] & 0xFFFF)).reshape(-1)
-    b = np.zeros(ocp, np.int64)
-    if bias is not None:
-        b[:oc] = bias
-    return words.astype(np.int32), b.astype(np.int32)
-
-
-def _wide_conv(op, pname, x, w, bias, out, g, comment, wname, n_ch, mults, shifts, act_min,
-               act_max) -> Kernel | None:
-    """An int8 CONV_2D as qe_conv_s8_wide (conv.h), or None when it does not apply (dilation
-    along x, a window row of more than WIDE_MAX_ROW_WORDS words, scratch > WIDE_SCRATCH_MAX)."""
-    wide_h, wide_w, icp = wide_shape(g)
-    scratch = wide_h * wide_w * icp * 2
-    if g["dil_w"] != 1 or g["k_w"] * icp // 2 > WIDE_MAX_ROW_WORDS or scratch > WIDE_SCRATCH_MAX:
-        return None
-    words, bias_p = pack_wide_filter(w.data, None if bias is None else bias.data)
-    return _layout_kernel(
-        op, pname, x, w, bias, out, g, mults, shifts, act_min, act_max, words, bias_p,
-        mm_table(mults, shifts, out.zero_point, act_min, act_max, bias_p.size), scratch,
-        fn="qe_conv_s8_wide", struct="qe_conv_s8_wide_params_t", wname=wname + "_wide",
-        layout=(f"laid out for the kernel variant (conv.h, qe_conv_s8_wide), {g['out_c']} "
-                f"channels in groups of {WIDE_ROWS}, two input channels per word"), n_ch=n_ch,
-        fields=f"    .in_cp = {icp}u,\n    .wide_h = {wide_h}u,\n    .wide_w = {wide_w}u,\n",
-        comment=comment.replace("CONV_2D int8:", "CONV_2D int8 (widened image):"))

@@ -57,6 +57,16 @@ def _get(op: Operator, k: int) -> int:
     return op.inputs[k] if k < len(op.inputs) else -1
 
 
+def _constant_operand(op: Operator, model: TFLiteModel, k: int):
+    """Operand k, a weight or a bias: present and constant."""
+    if _get(op, k) < 0:
+        raise unsupported(op, model, f"input {k} (a weight or bias) is missing")
+    w = model.tensors[op.inputs[k]]
+    if not w.is_constant:
+        raise unsupported(op, model, f"weight or bias '{w.name}' is not a constant")
+    return w
+
+
 def _states(op: Operator, model: TFLiteModel, h_dtype: str, c_dtype: str | None = None):
     """(hidden state, cell state): both present, variable tensors of the expected types."""
     t = model.tensors
@@ -141,11 +151,7 @@ def lower_lstm(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
                                      f"{': the 16x8 integer LSTM' if x.dtype == 'int16' else ''}) "
                                      f"is not supported; supported: float32, int8")
     for k in (*_INPUT_W, *_RECURRENT_W, *_BIAS):
-        if _get(op, k) < 0:
-            raise unsupported(op, model, f"input {k} (a weight or bias) is missing")
-        w = t[op.inputs[k]]
-        if not w.is_constant:
-            raise unsupported(op, model, f"weight or bias '{w.name}' is not a constant")
+        w = _constant_operand(op, model, k)
         if w.dtype != "float32":
             raise unsupported(op, model, f"weight or bias '{w.name}' is {w.dtype}: hybrid LSTMs "
                                          f"(float activations, quantized weights) are not "
@@ -192,77 +198,27 @@ def _multiplier(op, model, what: str, real: float) -> tuple[int, int]:
 
 
 def _lower_lstm_s8(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
+    """int8: TFLM's integer LSTM (the module docstring): the operands' checks, the cell state's
+    tanh scaling, each gate's weights and multipliers, the inter-gate products, the table."""
     t = model.tensors
     x, y = t[op.inputs[0]], t[op.outputs[0]]
-    for k in (*_INPUT_W, *_RECURRENT_W, *_BIAS):
-        if _get(op, k) < 0:
-            raise unsupported(op, model, f"input {k} (a weight or bias) is missing")
-        w = t[op.inputs[k]]
-        if not w.is_constant:
-            raise unsupported(op, model, f"weight or bias '{w.name}' is not a constant")
-        want = "int32" if k in _BIAS else "int8"
-        if w.dtype != want:
-            raise unsupported(op, model, f"{'bias' if k in _BIAS else 'weights'} '{w.name}' is "
-                                         f"{w.dtype}; the int8 LSTM takes int8 weights and int32 "
-                                         f"biases")
+    _check_s8_weights(op, model)
     h, c = _states(op, model, "int8", "int16")
     if y.dtype != "int8":
         raise unsupported(op, model, f"output '{y.name}' is {y.dtype}, expected int8")
     n_b, n_t, n_in, units, time_major = _geometry(op, model, x, y, h, c)
     for a, what in ((x, "input"), (h, "hidden state"), (c, "cell state")):
         per_tensor(a, op, model, what)
-    if c.zero_point != 0:
-        raise unsupported(op, model, f"cell state '{c.name}' has zero point {c.zero_point}; "
-                                     f"TFLM's integer LSTM takes a symmetric cell state")
-    mant, exp2 = math.frexp(float(np.float32(c.scale)))
-    power = exp2 - 1                           # scale = 2^power
-    if mant != 0.5:
-        raise unsupported(op, model, f"cell state '{c.name}' has scale {c.scale:g}, not a power "
-                                     f"of two (TFLM's integer tanh needs one)")
-    tanh_shift = 12 + power                    # TFLM's (15 + power) - 3
-    if not -30 <= tanh_shift <= 14:
-        raise unsupported(op, model, f"cell state scale 2^{power} is out of the range the int16 "
-                                     f"tanh can scale (2^-42 .. 2^2)")
-    tanh_m, tanh_s = (3 << tanh_shift, 0) if tanh_shift >= 0 else (3, -tanh_shift)
+    power, tanh_m, tanh_s = _cell_tanh_s8(op, model, c)
     x_s, h_s, c_s = (float(np.float32(v.scale)) for v in (x, h, c))
 
     consts: list[str] = []
     const_bytes = 0
     gates = []
     for g in range(4):
-        wx, wh, b = (t[op.inputs[_INPUT_W[g]]], t[op.inputs[_RECURRENT_W[g]]],
-                     t[op.inputs[_BIAS[g]]])
-        for w, depth in ((wx, n_in), (wh, units)):
-            wq = weight_quantization(op, model, w, "weights", units, 0)
-            if len(wq.scale) != 1:
-                raise unsupported(op, model, f"weights '{w.name}' are quantized per channel; "
-                                             f"TFLM's integer LSTM takes one scale per tensor")
-            bias_max = int(np.abs(b.data.astype(np.int64)).max(initial=0)) if w is wx else 0
-            if depth * 255 * 255 + bias_max > qmath.INT32_MAX:
-                raise unsupported(op, model, f"weights '{w.name}': a depth of {depth} could "
-                                             f"overflow the int32 accumulator")
-        m_x, s_x = _multiplier(op, model, f"gate {GATES[g]} input",
-                               qmath.effective_scale(x_s, wx.scale, GATE_SCALE))
-        m_h, s_h = _multiplier(op, model, f"gate {GATES[g]} recurrent",
-                               qmath.effective_scale(h_s, wh.scale, GATE_SCALE))
-        names = []
-        for w in (wx, wh):
-            name = c_ident(w.name, f"w{w.index}_")
-            consts.append(f"/* {c_comment(w.describe())} */\n"
-                          + c_array("int8_t", name, w.data, 16, str))
-            names.append(name)
-            const_bytes += w.nbytes
-        bname, nb = bias_array(b, "int32_t", str, 8, consts)
-        const_bytes += nb
-        gates.append(f"        {{ /* {GATES[g]} */\n"
-                     f"            .input_weights = {names[0]},\n"
-                     f"            .recurrent_weights = {names[1]},\n"
-                     f"            .bias = {bname},\n"
-                     f"            .input_weights_offset = {-wx.zero_point},\n"
-                     f"            .recurrent_weights_offset = {-wh.zero_point},\n"
-                     f"            .input_multiplier = {m_x},\n            .input_shift = {s_x},\n"
-                     f"            .recurrent_multiplier = {m_h},\n"
-                     f"            .recurrent_shift = {s_h},\n        }},\n")
+        gate, nbytes = _gate_s8(op, model, g, x_s, h_s, n_in, units, consts)
+        gates.append(gate)
+        const_bytes += nbytes
     # CreateInterGateMulParams: (double)in1 * (double)in2 / (double)out
     a_s = ACTIVATION_SCALE
     scales = {"forget_cell": a_s * c_s / c_s, "input_cell": a_s * a_s / c_s, "hidden": a_s * a_s / h_s}
@@ -292,3 +248,74 @@ def _lower_lstm_s8(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
             f"cell clip {cell_clip:g}: {x.describe()} -> {y.describe()}; state {h.name}, {c.name}")
     return Kernel(op, call, params, consts, const_bytes, what, headers=OP_HEADERS_S8,
                   scratch_bytes=4 * units * 2)
+
+
+def _check_s8_weights(op: Operator, model: TFLiteModel) -> None:
+    """Every gate's input and recurrent weights (constant int8) and bias (constant int32)."""
+    for k in (*_INPUT_W, *_RECURRENT_W, *_BIAS):
+        w = _constant_operand(op, model, k)
+        want = "int32" if k in _BIAS else "int8"
+        if w.dtype != want:
+            raise unsupported(op, model, f"{'bias' if k in _BIAS else 'weights'} '{w.name}' is "
+                                         f"{w.dtype}; the int8 LSTM takes int8 weights and int32 "
+                                         f"biases")
+
+
+def _cell_tanh_s8(op: Operator, model: TFLiteModel, c) -> tuple[int, int, int]:
+    """The symmetric, power-of-two cell state TFLM's integer tanh needs: (power: scale =
+    2^power, the int16 tanh's multiplier, its shift)."""
+    if c.zero_point != 0:
+        raise unsupported(op, model, f"cell state '{c.name}' has zero point {c.zero_point}; "
+                                     f"TFLM's integer LSTM takes a symmetric cell state")
+    mant, exp2 = math.frexp(float(np.float32(c.scale)))
+    power = exp2 - 1                           # scale = 2^power
+    if mant != 0.5:
+        raise unsupported(op, model, f"cell state '{c.name}' has scale {c.scale:g}, not a power "
+                                     f"of two (TFLM's integer tanh needs one)")
+    tanh_shift = 12 + power                    # TFLM's (15 + power) - 3
+    if not -30 <= tanh_shift <= 14:
+        raise unsupported(op, model, f"cell state scale 2^{power} is out of the range the int16 "
+                                     f"tanh can scale (2^-42 .. 2^2)")
+    tanh_m, tanh_s = (3 << tanh_shift, 0) if tanh_shift >= 0 else (3, -tanh_shift)
+    return power, tanh_m, tanh_s
+
+
+def _gate_s8(op: Operator, model: TFLiteModel, g: int, x_s: float, h_s: float, n_in: int,
+             units: int, consts: list[str]) -> tuple[str, int]:
+    """Gate g's weights and bias (appended to `consts`) and its input and recurrent multipliers
+    to the gates' Q3.12: (its initializer in qe_lstm_s8_params_t's .gate, its constant bytes)."""
+    t = model.tensors
+    wx, wh, b = (t[op.inputs[_INPUT_W[g]]], t[op.inputs[_RECURRENT_W[g]]],
+                 t[op.inputs[_BIAS[g]]])
+    for w, depth in ((wx, n_in), (wh, units)):
+        wq = weight_quantization(op, model, w, "weights", units, 0)
+        if len(wq.scale) != 1:
+            raise unsupported(op, model, f"weights '{w.name}' are quantized per channel; "
+                                         f"TFLM's integer LSTM takes one scale per tensor")
+        bias_max = int(np.abs(b.data.astype(np.int64)).max(initial=0)) if w is wx else 0
+        if depth * 255 * 255 + bias_max > qmath.INT32_MAX:
+            raise unsupported(op, model, f"weights '{w.name}': a depth of {depth} could "
+                                         f"overflow the int32 accumulator")
+    m_x, s_x = _multiplier(op, model, f"gate {GATES[g]} input",
+                           qmath.effective_scale(x_s, wx.scale, GATE_SCALE))
+    m_h, s_h = _multiplier(op, model, f"gate {GATES[g]} recurrent",
+                           qmath.effective_scale(h_s, wh.scale, GATE_SCALE))
+    names = []
+    const_bytes = 0
+    for w in (wx, wh):
+        name = c_ident(w.name, f"w{w.index}_")
+        consts.append(f"/* {c_comment(w.describe())} */\n"
+                      + c_array("int8_t", name, w.data, 16, str))
+        names.append(name)
+        const_bytes += w.nbytes
+    bname, nb = bias_array(b, "int32_t", str, 8, consts)
+    const_bytes += nb
+    return (f"        {{ /* {GATES[g]} */\n"
+            f"            .input_weights = {names[0]},\n"
+            f"            .recurrent_weights = {names[1]},\n"
+            f"            .bias = {bname},\n"
+            f"            .input_weights_offset = {-wx.zero_point},\n"
+            f"            .recurrent_weights_offset = {-wh.zero_point},\n"
+            f"            .input_multiplier = {m_x},\n            .input_shift = {s_x},\n"
+            f"            .recurrent_multiplier = {m_h},\n"
+            f"            .recurrent_shift = {s_h},\n        }},\n"), const_bytes

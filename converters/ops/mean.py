@@ -4,10 +4,12 @@ int8, reference_ops::Mean for float32).
 - over one contiguous run of axes (e.g. the spatial axes of NHWC), keep_dims or not; the axes
   are a constant int32/int64 input; the input is viewed as [outer][reduce][inner];
 - int8 -> int8: an int32 sum minus zero point x n, rescaled with 1/n folded into the Q31
-  multiplier as TFLM does (converters/qmath.py: mean_params_s8); the sum must not be able to
+  multiplier as TFLM does (mean_params_s8 below); the sum must not be able to
   overflow int32; float32 -> float32.
 """
 from __future__ import annotations
+
+import numpy as np
 
 from quarl_edge.errors import ModelError
 
@@ -43,7 +45,7 @@ def lower_mean(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
     if reduce * 255 > qmath.INT32_MAX:
         raise unsupported(op, model, f"MEAN over {reduce} values could overflow the int32 sum")
     try:
-        mult, shift = qmath.mean_params_s8(x.scale, out.scale, reduce)
+        mult, shift = mean_params_s8(x.scale, out.scale, reduce)
     except ValueError as exc:
         raise unsupported(op, model, str(exc)) from None
     params = (f"static const qe_mean_params_t {pname} = {{\n    .outer = {outer}u,\n"
@@ -53,3 +55,15 @@ def lower_mean(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
               f"    .output_zero_point = {out.zero_point},\n}};\n")
     call = f"qe_mean_s8(&{pname}, (const int8_t *)@T{x.index}@, (int8_t *)@T{out.index}@);"
     return Kernel(op, call, params, [], 0, what)
+
+
+def mean_params_s8(input_scale: float, output_scale: float, n: int) -> tuple[int, int]:
+    """TFLM int8 MEAN (reference_ops::QuantizedMeanOrSum): QuantizeMultiplier of
+    (double)input_scale / (double)output_scale, then 1/n folded in: k = min(floor(log2 n), 32,
+    31 + shift); multiplier * 2^k / n (int64, truncating), shift - k."""
+    real = float(np.float32(input_scale)) / float(np.float32(output_scale))
+    multiplier, shift = qmath.quantize_multiplier(real)
+    if not -31 <= shift <= 30:
+        raise ValueError(f"MEAN rescaling {real:g} is out of range")
+    k = min(int(n).bit_length() - 1, 32, 31 + shift)
+    return int((multiplier << k) // int(n)), shift - k

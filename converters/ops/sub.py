@@ -3,7 +3,7 @@ BroadcastQuantSubSlow for int8; SubWithActivation, BroadcastSubSlow for float32)
 
 - int8 with TFLM's scheme, ADD's with a difference: both inputs rescaled to twice the larger
   input scale after a left shift of 20, subtracted, rescaled to the output; the multipliers are
-  ADD's (converters/qmath.py: add_params_s8, scale ratios in double). The tflite-micro sources
+  ADD's (ops/binary.py: add_params_s8, scale ratios in double). The tflite-micro sources
   we read divide SUB's scales in float32, but the interpreter we test against divides in
   double: scale triples where the two differ are pinned in tests/test_policy_ops_golden.py;
 - float32;
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from .. import qmath
 from ..tflite_model import Operator, TFLiteModel
-from .binary import float_binary
+from .binary import add_params_s8, float_binary
 from .common import (Kernel, broadcast_c, elementwise_operands, fused_activation,
                      int16_zero_points, operand, per_tensor, unsupported)
 
@@ -47,7 +47,7 @@ def lower_sub(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
         int16_zero_points(op, model, (a, b, out))
     ctype, sfx, left_shift = ("int16_t", "s16", 15) if s16 else ("int8_t", "s8", 20)
     try:
-        (m1, s1), (m2, s2), (mo, so) = qmath.add_params_s8(a.scale, b.scale, out.scale,
+        (m1, s1), (m2, s2), (mo, so) = add_params_s8(a.scale, b.scale, out.scale,
                                                            left_shift, op="SUB")
     except ValueError as exc:
         raise unsupported(op, model, str(exc)) from None

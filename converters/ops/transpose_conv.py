@@ -33,7 +33,7 @@ from ..emit import c_array, c_comment, c_float, c_float_limit, c_ident, c_int64
 from ..tflite_model import Operator, TFLiteModel
 from .common import (Kernel, bias_array, fused_activation, opt, per_tensor, u16, unsupported,
                      weight_quantization, window_c)
-from .conv import _channel_multipliers, _per_channel_conv
+from .conv import channel_multipliers, per_channel_conv
 
 SUPPORTED = ("TRANSPOSE_CONV float32, int8 (per-channel or per-tensor symmetric weights) and "
              "int16x8",)
@@ -56,7 +56,24 @@ def _tflm_padding(padding: str, size: int, k: int, s: int) -> int:
 
 
 def lower_transpose_conv(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
-    """TRANSPOSE_CONV float32, int8 and int16x8 (the module docstring)."""
+    """TRANSPOSE_CONV float32, int8 and int16x8 (the module docstring), in TFLM's steps: the
+    operands, the geometry, then per type the parameters and the kernel."""
+    x, w, bias, out, act, shape_note = _operands(op, model)
+    g, padding = _geometry(op, model, x, w, bias, out)
+    comment = (f"TRANSPOSE_CONV {x.dtype}: {x.describe()} * {w.describe()}"
+               + (f" + {bias.describe()}" if bias is not None else "")
+               + f" -> {out.describe()}; {g['k_h']}x{g['k_w']} filter, stride "
+               f"{g['stride_h']}x{g['stride_w']}, {padding} (pad top {g['pad_top']}, left "
+               f"{g['pad_left']}), {act}; {shape_note}")
+    if x.dtype == "float32":
+        return _lower_f32(op, model, pname, x, w, bias, out, act, g, comment)
+    return _lower_integer(op, model, pname, x, w, bias, out, act, g, comment)
+
+
+def _operands(op: Operator, model: TFLiteModel):
+    """(input, filter, bias or None, output, fused activation, what the C's comment says of
+    the output-shape operand), checked: constant filter and bias, 4-D tensors, the output
+    shape a constant equal to the output's or a graph input (the module docstring)."""
     ins = list(op.inputs) + [-1] * (4 - len(op.inputs))
     if not 3 <= len(op.inputs) <= 4 or len(op.outputs) != 1 or min(ins[:3]) < 0:
         raise unsupported(op, model, "expected output shape, filter, input, optional bias and "
@@ -89,6 +106,12 @@ def lower_transpose_conv(op: Operator, model: TFLiteModel, pname: str) -> Kernel
     else:
         raise unsupported(op, model, f"output shape '{shape_t.name}' is computed by the graph; "
                                      "supported: a constant or a graph input (TFLM ignores it)")
+    return x, w, bias, out, act, shape_note
+
+
+def _geometry(op: Operator, model: TFLiteModel, x, w, bias, out) -> tuple[dict, str]:
+    """The window (ops/common.py: window_c's keys) with TFLM's padding, every field checked to
+    fit the kernel's uint16, and the padding's name."""
     padding = _PADDING.get(opt(op, "padding", 0))
     if padding is None:
         raise unsupported(op, model, f"padding type {op.options.get('padding')}")
@@ -117,31 +140,31 @@ def lower_transpose_conv(op: Operator, model: TFLiteModel, pname: str) -> Kernel
             u16(op, model, key, v)
     if n * oh * ow * oc >= 1 << 31:
         raise unsupported(op, model, f"output of {n * oh * ow * oc} values")
+    return g, padding
+
+
+def _lower_f32(op, model, pname, x, w, bias, out, act, g, comment) -> Kernel:
+    """float32: reference_ops::TransposeConv."""
+    if w.dtype != "float32" or (bias is not None and bias.dtype != "float32"):
+        raise unsupported(op, model, f"float32 input with {w.dtype} filter"
+                          + (" (a hybrid model; use full int8 or float32)"
+                             if w.dtype in ("int8", "uint8", "int4") else ""))
     wname = c_ident(w.name, f"w{w.index}_")
-    comment = (f"TRANSPOSE_CONV {x.dtype}: {x.describe()} * {w.describe()}"
-               + (f" + {bias.describe()}" if bias is not None else "")
-               + f" -> {out.describe()}; {k_h}x{k_w} filter, stride {sh}x{sw}, {padding} (pad "
-               f"top {pad_top}, left {pad_left}), {act}; {shape_note}")
-    # one output value receives at most ceil(k/s) taps per axis, of in_c products each
-    taps = -(-k_h // sh) * -(-k_w // sw) * ic
-    out_values = n * oh * ow * oc
+    lo, hi = qmath.activation_range_float(act)
+    consts = [f"/* {c_comment(w.describe())} */\n" + c_array("float", wname, w.data, 6, c_float)]
+    bname, bias_bytes = bias_array(bias, "float", c_float, 6, consts)
+    params = (f"static const qe_conv_f32_params_t {pname} = {{\n" + window_c(g)
+              + f"    .activation_min = {c_float_limit(lo)},\n"
+              f"    .activation_max = {c_float_limit(hi)},\n}};\n")
+    call = (f"qe_transpose_conv_f32(&{pname}, (const float *)@T{x.index}@, {wname}, {bname}, "
+            f"(float *)@T{out.index}@);")
+    return Kernel(op, call, params, consts, 4 * w.size + bias_bytes, comment,
+                  headers=OP_HEADERS)
 
-    if x.dtype == "float32":
-        if w.dtype != "float32" or (bias is not None and bias.dtype != "float32"):
-            raise unsupported(op, model, f"float32 input with {w.dtype} filter"
-                              + (" (a hybrid model; use full int8 or float32)"
-                                 if w.dtype in ("int8", "uint8", "int4") else ""))
-        lo, hi = qmath.activation_range_float(act)
-        consts = [f"/* {c_comment(w.describe())} */\n" + c_array("float", wname, w.data, 6, c_float)]
-        bname, bias_bytes = bias_array(bias, "float", c_float, 6, consts)
-        params = (f"static const qe_conv_f32_params_t {pname} = {{\n" + window_c(g)
-                  + f"    .activation_min = {c_float_limit(lo)},\n"
-                  f"    .activation_max = {c_float_limit(hi)},\n}};\n")
-        call = (f"qe_transpose_conv_f32(&{pname}, (const float *)@T{x.index}@, {wname}, {bname}, "
-                f"(float *)@T{out.index}@);")
-        return Kernel(op, call, params, consts, 4 * w.size + bias_bytes, comment,
-                      headers=OP_HEADERS)
 
+def _lower_integer(op, model, pname, x, w, bias, out, act, g, comment) -> Kernel:
+    """int8 and int16x8: reference_integer_ops::TransposeConv, accumulating in an int32 / int64
+    scratch of the output's size."""
     if x.dtype not in ("int8", "int16"):
         raise unsupported(op, model, f"{x.dtype} TRANSPOSE_CONV; supported: float32, int8, "
                                      "int16x8")
@@ -152,21 +175,26 @@ def lower_transpose_conv(op: Operator, model: TFLiteModel, pname: str) -> Kernel
         if x.dtype == "int16" and t.zero_point != 0:
             raise unsupported(op, model, f"int16 {what} '{t.name}' has zero point {t.zero_point}; "
                                          "TFLM's int16 kernels need 0")
+    oc = g["out_c"]
     wq = weight_quantization(op, model, w, "filter", oc, 0)
     n_ch = len(wq.scale)
     if np.any(wq.zero_point != 0):
         raise unsupported(op, model, f"filter '{w.name}' is not symmetric (zero point "
                                      f"{int(wq.zero_point[0])}); TFLM's integer kernels need 0")
+    # one output value receives at most ceil(k/s) taps per axis, of in_c products each
+    taps = -(-g["k_h"] // g["stride_h"]) * -(-g["k_w"] // g["stride_w"]) * g["in_c"]
+    out_values = g["batches"] * g["out_h"] * g["out_w"] * oc
     bias_max = int(np.abs(bias.data.astype(np.int64)).max()) if bias is not None else 0
+    wname = c_ident(w.name, f"w{w.index}_")
     if x.dtype == "int8":
         if bias is not None and bias.dtype != "int32":
             raise unsupported(op, model, f"int8 TRANSPOSE_CONV with {bias.dtype} bias "
                                          f"'{bias.name}'; supported: int32")
         if taps * 128 * (128 + abs(x.zero_point)) + bias_max > qmath.INT32_MAX:
             raise unsupported(op, model, f"the int32 accumulator could overflow ({taps} taps)")
-        mults, shifts = _channel_multipliers(op, model, x, wq, out, oc, max_shift=30)
+        mults, shifts = channel_multipliers(op, model, x, wq, out, oc, max_shift=30)
         act_min, act_max = qmath.activation_range_quantized(act, out.scale, out.zero_point)
-        consts, bname, bias_bytes, params = _per_channel_conv(
+        consts, bname, bias_bytes, params = per_channel_conv(
             pname, w, wname, n_ch, mults, shifts, bias, "int32_t", str, g, -x.zero_point,
             out.zero_point, act_min, act_max)
         scratch = 4 * out_values
@@ -179,9 +207,9 @@ def lower_transpose_conv(op: Operator, model: TFLiteModel, pname: str) -> Kernel
                                          "int16x8 bias)")
         if taps * 128 * 32768 + bias_max > (1 << 47) - 1:
             raise unsupported(op, model, f"the int64 accumulator could leave 48 bits ({taps} taps)")
-        mults, shifts = _channel_multipliers(op, model, x, wq, out, oc, max_shift=7)
+        mults, shifts = channel_multipliers(op, model, x, wq, out, oc, max_shift=7)
         act_min, act_max = qmath.activation_range_quantized(act, out.scale, 0, -32768, 32767)
-        consts, bname, bias_bytes, params = _per_channel_conv(
+        consts, bname, bias_bytes, params = per_channel_conv(
             pname, w, wname, n_ch, mults, shifts, bias, "int64_t", c_int64, g, 0, 0, act_min,
             act_max)
         scratch = 8 * out_values

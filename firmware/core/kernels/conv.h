@@ -20,8 +20,8 @@ void qe_conv_f32(const qe_conv_f32_params_t *p, const float *input, const QE_FLA
                  const QE_FLASH float *bias, float *output);
 
 /* int8 CONV_2D with the filter laid out by the generator for the cortex-m-dsp variant
- * (converters/ops/conv.py, lower_conv_packed): the same results as qe_conv_s8 on the original
- * filter, bit for bit. Boards with the reference kernels never get this layout; this file's
+ * (converters/ops/optimized/cortex_m_dsp/conv.py, lower_conv_packed): the same results as
+ * qe_conv_s8 on the original filter, bit for bit. Boards with the reference kernels never get this layout; this file's
  * portable implementation (conv.c) is the definition the variant's fast one is tested against.
  *
  * The filter [out_c][k_h][k_w][in_c] as a matrix [out_c][depth], depth = k_h * k_w * in_c, in
@@ -57,8 +57,8 @@ void qe_conv_s8_packed(const qe_conv_s8_packed_params_t *p, const int8_t *input,
                        int8_t *output);
 
 /* int8 CONV_2D on a widened input image, the filter laid out by the generator for the
- * cortex-m-dsp variant (converters/ops/conv.py, _wide_conv; dilation 1 along x): the same
- * results as qe_conv_s8 on the original filter, bit for bit; this file's portable
+ * cortex-m-dsp variant (converters/ops/optimized/cortex_m_dsp/conv.py, _wide_conv; dilation 1
+ * along x): the same results as qe_conv_s8 on the original filter, bit for bit; this file's portable
  * implementation is the definition the variant's is tested against.
  *
  * in_cp = in_c rounded up to even. Output channels in groups of QE_CONV_WIDE_ROWS (4, padded with

@@ -16,8 +16,8 @@ void qe_depthwise_conv_f32(const qe_conv_f32_params_t *p, const float *input,
                            const QE_FLASH float *filter, const QE_FLASH float *bias, float *output);
 
 /* int8 DEPTHWISE_CONV_2D with depth multiplier 1, the filter laid out by the generator for the
- * cortex-m-dsp variant (converters/ops/conv.py, _packed_depthwise): the same results as
- * qe_depthwise_conv_s8 on the original filter, bit for bit. Boards with the reference kernels
+ * cortex-m-dsp variant (converters/ops/optimized/cortex_m_dsp/conv.py, _packed_depthwise): the
+ * same results as qe_depthwise_conv_s8 on the original filter, bit for bit. Boards with the reference kernels
  * never get this layout; this file's portable implementation (depthwise_conv.c) is the
  * definition the variant's fast one is tested against.
  *

@@ -84,8 +84,8 @@ void qe_fully_connected_s8_acc_f32(const qe_fc_s8_acc_params_t *p, const int8_t 
                                    float *output);
 
 /* int8 per-tensor FULLY_CONNECTED with the weights laid out by the generator for the optimized
- * variants (converters/ops/fully_connected.py, pack_fc_weights): the same results as
- * qe_fully_connected_s8 on the original weights, bit for bit. Boards with the reference kernels
+ * variants (converters/ops/optimized/cortex_m_dsp/fully_connected.py, pack_fc_weights): the same
+ * results as qe_fully_connected_s8 on the original weights, bit for bit. Boards with the reference kernels
  * never get this layout; this file's portable implementation (fully_connected.c) is the
  * definition the variants' fast versions are tested against.
  *
@@ -171,7 +171,7 @@ void qe_fully_connected_s8_avr(const qe_fc_s8_avr_params_t *p, const int8_t *inp
                                int8_t *output);
 
 /* int8 per-tensor FULLY_CONNECTED in the chunked row-pair layout of the cortex-m0 variant
- * (converters/ops/fully_connected.py, pairs_fc_stream): the same results as
+ * (converters/ops/optimized/cortex_m0/fully_connected.py, pairs_fc_stream): the same results as
  * qe_fully_connected_s8 on the original weights, bit for bit. Both zero points folded in as for
  * the avr layout (w' = w + filter_offset in [-255, 255], bias' = bias + input_offset * sum w').
  * Rows in groups of QE_FC_PAIRS_ROWS (4, the last padded with zero rows); per group chunks of
@@ -189,8 +189,8 @@ typedef struct {
     int32_t output_shift;       /* TFLite convention: > 0 shifts left */
     int32_t activation_min;
     int32_t activation_max;
-    /* the generator's saturation bounds (converters/ops/fully_connected.py, avr_output_stage;
-     * the portable definition ignores them): accumulators <= sat_low give activation_min,
+    /* the generator's saturation bounds (converters/ops/optimized/cortex_m0/fully_connected.py,
+     * saturation_bounds; the portable definition ignores them): accumulators <= sat_low give activation_min,
      * accumulators > sat_above activation_max, with no requantization (INT32_MIN, INT32_MAX:
      * none; accumulators lie in [-INT32_MAX, INT32_MAX]) */
     int32_t sat_low;

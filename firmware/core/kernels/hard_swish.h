@@ -10,8 +10,8 @@
  * (x / 3 + 1) / 2 = relu6(x + 3) / 6 in [0, 1]. Their product (a truncating doubling high
  * multiply, which TFLM picked to cancel the rounding biases), shifted to the output scale, plus
  * the zero point (added in int16_t, as TFLM does), clamped to int8. The multipliers come from
- * TFLM's Prepare (converters/qmath.py: hard_swish_params_s8; the Python twin of this kernel is
- * qmath.hard_swish_s8). */
+ * TFLM's Prepare (converters/ops/hard_swish.py: hard_swish_params_s8; the Python twin of this
+ * kernel is hard_swish_s8 there). */
 #ifndef QE_HARD_SWISH_H
 #define QE_HARD_SWISH_H
 

@@ -1,5 +1,5 @@
 /* See softmax.h. gemmlowp fixed point on int32 ("raw" values with a fixed number of integer
- * bits); Python twin: converters/qmath.py softmax_s8. */
+ * bits); Python twin: converters/ops/softmax.py softmax_s8. */
 #include <stdint.h>
 
 #include "softmax.h"

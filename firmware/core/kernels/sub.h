@@ -5,7 +5,7 @@
  * int8: ADD's scheme with a difference: both inputs are offset, shifted left by 20, each
  * rescaled to twice the larger input scale (Q31 multiplier, shift <= 0), subtracted, then
  * rescaled to the output (double rounding), offset and clamped. The multipliers and the
- * parameter layout are ADD's (converters/qmath.py: add_params_s8).
+ * parameter layout are ADD's (converters/ops/binary.py: add_params_s8).
  *
  * int16: the same scheme with a left shift of 15 (sub_common.cc; sub.cc's int16 Eval calls
  * reference_ops::Sub / BroadcastQuantSubSlow, the general scheme, never TFLite's

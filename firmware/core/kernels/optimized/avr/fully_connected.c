@@ -116,8 +116,8 @@ __asm__(
     ".text\n");
 
 /* One batch, every row group, with the generator's output stage (params fast = 1; see
- * fully_connected.h and converters/ops/fully_connected.py, avr_output_stage): per group the dot
- * product above, its four 24-bit sums pushed on the stack, then per output: + bias' (LPM),
+ * fully_connected.h and converters/ops/optimized/avr/fully_connected.py, avr_output_stage): per
+ * group the dot product above, its four 24-bit sums pushed on the stack, then per output: + bias' (LPM),
  * compared with sat_low / sat_high (saturated: activation_min / max, no multiply), else the
  * accumulator (24 bits then) times m' (5 bytes): two rows of five MULs when it fits 16 bits,
  * three otherwise, each row's 48 bits built without carries out, the low byte never kept (only
