@@ -17,13 +17,19 @@ demo: setup
 demo-pretrained: setup
 	$(QE) demo --pretrained
 
+# The suites run on TEST_JOBS pytest-xdist workers (default: one per core), a test file per
+# worker at a time (--dist loadfile: a module's fixtures are built once), and print the 15
+# slowest tests. TEST_JOBS=0 runs them in this process.
+TEST_JOBS ?= auto
+XDIST = -n $(TEST_JOBS) --dist loadfile --durations=15
+
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(XDIST)
 
 # The core suite: everything but the tests that train with TF-Agents (marker `train`); what CI
 # runs on the second Python.
 test-core: setup
-	$(PY) -m pytest -q -m 'not slow and not sb3 and not userenv and not train'
+	$(PY) -m pytest -q $(XDIST) -m 'not slow and not sb3 and not userenv and not train'
 
 # Long runs: full training to the target return, long fuzzing (see docs/testing.md).
 test-slow: setup
