@@ -93,7 +93,8 @@ def test_same_seed_trains_the_same_network(tiny_run, tmp_path):
         np.testing.assert_array_equal(a, b)
 
 
-def test_staged_replay_leaves_the_buffer_as_add_batch_does():
+@pytest.mark.parametrize("batch", [1, 3])
+def test_staged_replay_leaves_the_buffer_as_add_batch_does(batch):
     """StagedReplay's one traced call per round leaves the same rows, ids and last id as
     add_batch called once per step, rounds of any length (an episode's end adds a step)."""
     import tensorflow as tf
@@ -109,18 +110,19 @@ def test_staged_replay_leaves_the_buffer_as_add_batch_does():
         ts.time_step_spec(obs_spec),
         policy_step.PolicyStep(tensor_spec.TensorSpec((), tf.int64), (), ()),
         ts.time_step_spec(obs_spec))
-    one = tf_uniform_replay_buffer.TFUniformReplayBuffer(spec, batch_size=1, max_length=7)
-    staged_buffer = tf_uniform_replay_buffer.TFUniformReplayBuffer(spec, batch_size=1,
+    one = tf_uniform_replay_buffer.TFUniformReplayBuffer(spec, batch_size=batch, max_length=7)
+    staged_buffer = tf_uniform_replay_buffer.TFUniformReplayBuffer(spec, batch_size=batch,
                                                                    max_length=7)
     staged = StagedReplay(staged_buffer)
     rng = np.random.default_rng(0)
-    for round_len in (3, 5, 1, 4):      # 13 steps through a 7-row ring
+    for round_len in (3, 5, 1, 9, 4):   # 22 steps through a 7-row ring, 9 in one flush
         for _ in range(round_len):
-            first, last = (ts.restart(rng.normal(size=3).astype(np.float32)) for _ in range(2))
+            first, last = (ts.restart(rng.normal(size=(batch, 3)).astype(np.float32),
+                                      batch_size=batch) for _ in range(2))
             traj = trajectory.from_transition(
-                first, policy_step.PolicyStep(np.int64(rng.integers(2)), (), ()),
-                ts.termination(last.observation, np.float32(rng.normal())))
-            item = tf.nest.map_structure(lambda x: np.asarray(x)[None], traj)
+                first, policy_step.PolicyStep(rng.integers(2, size=batch).astype(np.int64), (), ()),
+                ts.termination(last.observation, rng.normal(size=batch).astype(np.float32)))
+            item = tf.nest.map_structure(np.asarray, traj)
             one.add_batch(item)
             staged.add(item)
         staged.flush()
