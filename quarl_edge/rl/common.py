@@ -187,9 +187,9 @@ def _agent_env(env_id: str, seed: int, algo: str, continuous_only: bool):
 
 
 
-def common_function(fn):
+def common_function(fn, **kwargs):
     from tf_agents.utils import common
-    return common.function(fn)
+    return common.function(fn, **kwargs)
 
 
 

@@ -135,7 +135,12 @@ def train_ppo(env_id: str, seed: int, out: Path, config: PPOConfig, progress: bo
         train_step_counter=tf.Variable(0, dtype=tf.int64))
     agent.initialize()
     collect = common_function(agent.collect_policy.action)
-    agent_train = common_function(agent.train)
+    # An iteration's batch is [rows, T] with T = the steps each env took plus its episode
+    # boundaries: T changes from iteration to iteration, and a trace per shape was two thirds
+    # of PPO CartPole's time. One trace, with T unknown.
+    train_rows = cfg.num_envs // cfg.minibatches
+    agent_train = common_function(agent.train, input_signature=[tf.nest.map_structure(
+        lambda s: tf.TensorSpec([train_rows, None, *s.shape], s.dtype), agent.collect_data_spec)])
     per_env = -(-cfg.collect_steps // cfg.num_envs)
     replay = tf_uniform_replay_buffer.TFUniformReplayBuffer(
         agent.collect_data_spec, batch_size=cfg.num_envs, max_length=2 * per_env + 16)
