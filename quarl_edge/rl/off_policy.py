@@ -12,7 +12,7 @@ import numpy as np
 
 from ..errors import QuarlError
 from ..schema import int_sizes
-from .common import (StagedReplay, _agent_env, _batched_step, _save_actor_run, _validation_return,
+from .common import (StagedReplay, _agent_env, _save_actor_run, _validation_return,
                      actor_layers, common_function)
 
 
@@ -140,18 +140,17 @@ def train_off_policy(algo: str, env_id: str, seed: int, out: Path, config: OffPo
     bar = tqdm(range(1, cfg.steps + 1), desc=f"{algo} {env_id}", disable=not progress,
                mininterval=1.0, unit="step")
     for step in bar:
-        bts = _batched_step(time_step)
+        nts = _numpy_batch(time_step)   # numpy in: the traced collect converts it itself
         if step <= cfg.learning_starts:
             action = warmup.next().astype(np.float32)
-            pstep = policy_step.PolicyStep(tf.constant(action[None]), policy_state, ())
+            pstep = policy_step.PolicyStep(action[None], policy_state, ())
         else:
-            pstep = collect(bts, policy_state)
+            pstep = collect(nts, policy_state)
             policy_state = pstep.state
             action = pstep.action.numpy()[0]
         pstep = policy_step.PolicyStep(np.asarray(pstep.action), (), ())
         next_ts = env.step(action)
-        staged.add(trajectory.from_transition(_numpy_batch(time_step), pstep,
-                                              _numpy_batch(next_ts)))
+        staged.add(trajectory.from_transition(nts, pstep, _numpy_batch(next_ts)))
         episode_return += float(next_ts.reward)
         if next_ts.is_last():
             recent.append(episode_return)
