@@ -80,6 +80,91 @@ def test_keras_twin_equals_the_saved_agent_network(tiny_run):
     np.testing.assert_array_equal(actions[clear], q.argmax(axis=1)[clear])
 
 
+def test_same_seed_trains_the_same_network(tiny_run, tmp_path):
+    """DQN is deterministic for a fixed seed: a second run of the tiny config gives the same
+    train_curve.csv (losses and validation returns) and the same weights."""
+    out, info = tiny_run
+    again = train("CartPole-v1", "dqn", 300, 3, tmp_path, progress=False, judge=int8_judge,
+                  **TINY)
+    assert (tmp_path / "train_curve.csv").read_text() == (out / "train_curve.csv").read_text()
+    assert again["best_step"] == info["best_step"]
+    assert again["best_int8_validation_return"] == info["best_int8_validation_return"]
+    for a, b in zip(load_keras(tmp_path).get_weights(), load_keras(out).get_weights()):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_staged_replay_leaves_the_buffer_as_add_batch_does(batch):
+    """StagedReplay's one traced call per round leaves the same rows, ids and last id as
+    add_batch called once per step, rounds of any length (an episode's end adds a step)."""
+    import tensorflow as tf
+    from tf_agents.replay_buffers import tf_uniform_replay_buffer
+    from tf_agents.specs import tensor_spec
+    from tf_agents.trajectories import policy_step, trajectory
+    from tf_agents.trajectories import time_step as ts
+
+    from quarl_edge.rl.common import StagedReplay
+
+    obs_spec = tensor_spec.TensorSpec((3,), tf.float32)
+    spec = trajectory.from_transition(
+        ts.time_step_spec(obs_spec),
+        policy_step.PolicyStep(tensor_spec.TensorSpec((), tf.int64), (), ()),
+        ts.time_step_spec(obs_spec))
+    one = tf_uniform_replay_buffer.TFUniformReplayBuffer(spec, batch_size=batch, max_length=7)
+    staged_buffer = tf_uniform_replay_buffer.TFUniformReplayBuffer(spec, batch_size=batch,
+                                                                   max_length=7)
+    staged = StagedReplay(staged_buffer)
+    rng = np.random.default_rng(0)
+    for round_len in (3, 5, 1, 9, 4):   # 22 steps through a 7-row ring, 9 in one flush
+        for _ in range(round_len):
+            first, last = (ts.restart(rng.normal(size=(batch, 3)).astype(np.float32),
+                                      batch_size=batch) for _ in range(2))
+            traj = trajectory.from_transition(
+                first, policy_step.PolicyStep(rng.integers(2, size=batch).astype(np.int64), (), ()),
+                ts.termination(last.observation, rng.normal(size=batch).astype(np.float32)))
+            item = tf.nest.map_structure(np.asarray, traj)
+            one.add_batch(item)
+            staged.add(item)
+        staged.flush()
+        assert int(staged_buffer._get_last_id()) == int(one._get_last_id())
+        for a, b in zip(tf.nest.flatten(staged_buffer.gather_all()),
+                        tf.nest.flatten(one.gather_all())):
+            np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_batched_validation_and_judge_return_what_one_episode_at_a_time_does(tiny_run):
+    """Validation plays every seed in lockstep with one batched forward a step, the int8 judge
+    with one batched invoke: per seed, the returns of episodes played one at a time."""
+    from quarl_edge.measure.reference import tflite_runner
+    from quarl_edge.quant.calibration import rollout_observations
+    from quarl_edge.quant.schemes import convert_keras
+    from quarl_edge.rl.dqn import validation_return
+    from quarl_edge.rl.tf_env import make_env, run_episode
+    from quarl_edge.run import VALIDATION_SEED_BASE, keras_runner
+
+    out, _ = tiny_run
+    model = load_keras(out)
+    weights = model.get_weights()
+    env = make_env("CartPole-v1")
+    seeds = [VALIDATION_SEED_BASE + k for k in range(6)]
+
+    def one_at_a_time(act):
+        return [run_episode(env, lambda o: int(np.argmax(act(o))), s)[0] for s in seeds]
+
+    fp32 = one_at_a_time(lambda o: mlp_q_values(weights, o[None])[0])
+    assert validation_return("CartPole-v1", lambda x: mlp_q_values(weights, x), 6) == \
+        pytest.approx(np.mean(fp32), abs=1e-9)
+
+    path = out / "judge-check-int8.tflite"
+    path.write_bytes(convert_keras(model, "int8", rollout_observations(
+        "CartPole-v1", keras_runner(model), 2)))
+    int8 = one_at_a_time(tflite_runner(path))
+    assert int8_judge("CartPole-v1", env, model, 2, 6, out) == pytest.approx(np.mean(int8),
+                                                                             abs=1e-9)
+    path.unlink()
+    env.close()
+
+
 def test_unknown_algo_env_and_option():
     with pytest.raises(QuarlError, match="known: dqn"):
         train("CartPole-v1", "a3c", 10, 0, "/nonexistent/never-written")

@@ -231,3 +231,35 @@ def tflite_runner(model_path: Path) -> Callable[[np.ndarray], np.ndarray]:
 
     run.input_details, run.output_details = inp, outp
     return run
+
+
+def tflite_batch_runner(model_path: Path) -> Callable[[np.ndarray], np.ndarray]:
+    """`tflite_runner` for a batch: observations [k, *obs_shape] -> outputs [k, n_out], in one
+    invoke (the input resized to k rows when k changes). For a model whose batch axis is free
+    (a converted Keras model's is); each row is computed as it would be alone."""
+    interpreter = _interpreter(model_path)
+    inp = interpreter.get_input_details()[0]
+    outp = interpreter.get_output_details()[0]
+    in_dtype, out_dtype = np.dtype(inp["dtype"]), np.dtype(outp["dtype"])
+    in_scale, in_zero = inp["quantization"]
+    out_scale, out_zero = outp["quantization"]
+    row = tuple(int(d) for d in inp["shape"][1:])
+    rows = [int(inp["shape"][0])]
+
+    def run(obs: np.ndarray) -> np.ndarray:
+        x = np.asarray(obs, dtype=np.float32).reshape((-1, *row))
+        if len(x) != rows[0]:
+            interpreter.resize_tensor_input(inp["index"], [len(x), *row])
+            interpreter.allocate_tensors()
+            rows[0] = len(x)
+        if np.issubdtype(in_dtype, np.integer):
+            info = np.iinfo(in_dtype)
+            x = np.clip(np.round(x / in_scale) + in_zero, info.min, info.max).astype(in_dtype)
+        interpreter.set_tensor(inp["index"], x)
+        interpreter.invoke()
+        y = interpreter.get_tensor(outp["index"])
+        if np.issubdtype(out_dtype, np.integer):
+            y = (y.astype(np.float32) - out_zero) * out_scale
+        return y.astype(np.float32).reshape(len(x), -1)
+
+    return run

@@ -16,23 +16,24 @@ import numpy as np
 from ..quant.calibration import rollout_observations
 from ..quant.schemes import convert_keras
 from ..run import VALIDATION_SEED_BASE, keras_runner
-from .reference import tflite_runner
+from .reference import tflite_batch_runner
 
 
 def int8_judge(env_id: str, val_env, model, n_actions: int, episodes: int,
                workdir: Path) -> float:
     """Greedy validation return of `model` converted to full int8 as `quantize` would do it:
     mean over `episodes` episodes of `val_env` (a TF-Agents env of `env_id`) on the validation
-    seeds. The candidate .tflite is written to `workdir` and removed."""
-    from ..rl.tf_env import run_episode
+    seeds. The candidate .tflite is written to `workdir` and removed. The episodes play in
+    lockstep, one batched invoke a step (`val_env` is not stepped: each episode is a fresh env
+    of `env_id` reset with its seed, which is what one reset(seed) of `val_env` gave)."""
+    from ..rl.envs import play_batched
 
     calibration = rollout_observations(env_id, keras_runner(model), n_actions)
     path = Path(workdir) / "candidate-int8.tflite"
     path.write_bytes(convert_keras(model, "int8", calibration))
     try:
-        run = tflite_runner(path)
-        returns = [run_episode(val_env, lambda obs: int(np.argmax(run(obs))),
-                               VALIDATION_SEED_BASE + k)[0] for k in range(episodes)]
+        seeds = [VALIDATION_SEED_BASE + k for k in range(episodes)]
+        returns = play_batched(env_id, tflite_batch_runner(path), seeds, head="argmax")[0]
     finally:
         path.unlink(missing_ok=True)
     return float(np.mean(returns))

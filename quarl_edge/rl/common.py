@@ -187,9 +187,9 @@ def _agent_env(env_id: str, seed: int, algo: str, continuous_only: bool):
 
 
 
-def common_function(fn):
+def common_function(fn, **kwargs):
     from tf_agents.utils import common
-    return common.function(fn)
+    return common.function(fn, **kwargs)
 
 
 
@@ -223,3 +223,55 @@ def categorical_projection_net(sample_spec, logits_init_output_factor: float = 0
                 bias_initializer=tf.keras.initializers.Zeros(), name="logits")
 
     return CategoricalProjectionNetwork(sample_spec, logits_init_output_factor)
+
+
+class StagedReplay:
+    """A TFUniformReplayBuffer's add_batch calls, staged in numpy and made in one traced call.
+
+    Adding one env step with `replay.add_batch` is a Python -> TensorFlow call with a tensor per
+    field: on CartPole that was a third of DQN's training time. `add(traj)` keeps the step's
+    numpy arrays ([batch_size, ...] per field, the batch add_batch takes); `flush()` makes the
+    same add_batch calls, in the same order (one buffer id per step), inside one tf.function
+    whose input has a leading [steps] axis of any length (traced once). The buffer's contents
+    after a flush are what the calls one by one would have left, so sampling after a flush is
+    unchanged: flush before every sample.
+
+    The k calls are written as one: the last id advanced by k, and each step's ids and items
+    scattered to the rows add_batch computes for it (id mod max_length, plus each batch row's
+    offset), as TFUniformReplayBuffer's own add_batch writes them. Up to max_length steps a
+    call, so that no row is written twice in one scatter."""
+
+    def __init__(self, replay):
+        import tensorflow as tf
+        self.replay = replay
+        self._staged: list = []
+        batch = int(replay._batch_size)
+        self._max = int(replay._max_length)
+        signature = tf.nest.map_structure(
+            lambda s: tf.TensorSpec([None, batch, *s.shape], s.dtype), replay.data_spec)
+
+        @tf.function(input_signature=[signature])
+        def add_all(items):
+            n = tf.shape(tf.nest.flatten(items)[0])[0]
+            last = replay._increment_last_id(tf.cast(n, tf.int64))
+            ids = last - tf.cast(n, tf.int64) + 1 + tf.range(tf.cast(n, tf.int64))   # [k]
+            rows = tf.math.mod(ids, replay._max_length)[:, None] + replay._batch_offsets  # [k, B]
+            ids = tf.broadcast_to(ids[:, None], tf.shape(rows))
+            flat = tf.nest.map_structure(
+                lambda x: tf.reshape(x, tf.concat([[-1], tf.shape(x)[2:]], 0)), items)
+            replay._id_table.write(tf.reshape(rows, [-1]), tf.reshape(ids, [-1]))
+            replay._data_table.write(tf.reshape(rows, [-1]), flat)
+        self._add_all = add_all
+
+    def add(self, traj) -> None:
+        """Stage one add_batch call: `traj` a nest of numpy arrays, each [batch_size, ...]."""
+        self._staged.append(traj)
+
+    def flush(self) -> None:
+        import tensorflow as tf
+        if not self._staged:
+            return
+        staged, self._staged = self._staged, []
+        for start in range(0, len(staged), self._max):
+            part = staged[start:start + self._max]
+            self._add_all(tf.nest.map_structure(lambda *xs: np.stack(xs), *part))

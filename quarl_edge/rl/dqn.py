@@ -20,7 +20,7 @@ import numpy as np
 from ..errors import QuarlError
 from ..schema import int_sizes
 from ..run import VALIDATION_SEED_BASE, keras_runner, mlp_q_values, write_run
-from .common import run_record
+from .common import StagedReplay, run_record
 
 
 @dataclass
@@ -75,11 +75,13 @@ class DQNConfig:
 
 
 
-def greedy_return(env, q_values, seed: int) -> float:
-    """Undiscounted return of one greedy episode from reset(seed=seed); `q_values`: a batch of
-    observations -> their Q-values."""
-    from .tf_env import run_episode
-    return run_episode(env, lambda obs: int(np.argmax(q_values(obs[None])[0])), seed)[0]
+def validation_return(env_id: str, q_values, episodes: int) -> float:
+    """Mean greedy return on the validation seeds 10_000 + k, k < `episodes`: every episode in
+    lockstep, one batched `q_values` call a step (envs.play_batched), not one call per step of
+    each episode in turn; each episode still depends on its seed alone."""
+    from .envs import play_batched
+    seeds = [VALIDATION_SEED_BASE + k for k in range(episodes)]
+    return float(np.mean(play_batched(env_id, q_values, seeds, head="argmax")[0]))
 
 
 def keras_q_model(obs_shape: tuple[int, ...], hidden: tuple[int, ...], n_actions: int,
@@ -167,10 +169,7 @@ def train_dqn(env_id: str, seed: int, out: Path, config: DQNConfig, progress: bo
 
     replay = tf_uniform_replay_buffer.TFUniformReplayBuffer(
         agent.collect_data_spec, batch_size=1, max_length=cfg.buffer_size)
-
-    @tf.function
-    def add_batch(traj):
-        replay.add_batch(traj)
+    staged = StagedReplay(replay)   # each step's add_batch, made in one call per round
     samples = iter(replay.as_dataset(sample_batch_size=cfg.batch_size,
                                      num_steps=cfg.n_step + 1).prefetch(2))
 
@@ -212,7 +211,7 @@ def train_dqn(env_id: str, seed: int, out: Path, config: DQNConfig, progress: bo
         next_time_step = env.step(action)
         traj = trajectory.from_transition(time_step, policy_step.PolicyStep(action, (), empty_info),
                                           next_time_step)
-        add_batch(tf.nest.map_structure(lambda x: tf.convert_to_tensor(x)[None], traj))
+        staged.add(tf.nest.map_structure(lambda x: np.asarray(x)[None], traj))
         episode_return += float(next_time_step.reward)
         if next_time_step.is_last():
             recent_returns.append(episode_return)
@@ -221,10 +220,12 @@ def train_dqn(env_id: str, seed: int, out: Path, config: DQNConfig, progress: bo
             first = env.step(action)  # auto reset: the action is ignored
             traj = trajectory.from_transition(next_time_step,
                                               policy_step.PolicyStep(action, (), empty_info), first)
-            add_batch(tf.nest.map_structure(lambda x: tf.convert_to_tensor(x)[None], traj))
+            staged.add(tf.nest.map_structure(lambda x: np.asarray(x)[None], traj))
             next_time_step = first
         time_step = next_time_step
 
+        if step % cfg.train_every == 0:
+            staged.flush()   # the buffer as the steps so far left it, before any sample
         if step >= cfg.learning_starts and step % cfg.train_every == 0:
             for _ in range(cfg.updates_per_train):
                 experience, _ = next(samples)
@@ -234,8 +235,7 @@ def train_dqn(env_id: str, seed: int, out: Path, config: DQNConfig, progress: bo
 
         greedy = None
         if step % cfg.eval_every == 0 or step == cfg.steps:
-            greedy = float(np.mean([greedy_return(val_env, q_values, VALIDATION_SEED_BASE + k)
-                                    for k in range(cfg.eval_episodes)]))
+            greedy = validation_return(env_id, q_values, cfg.eval_episodes)
             if greedy >= best["return"]:  # ties: keep the later, longer-trained one
                 int8 = None
                 if cfg.select_int8:

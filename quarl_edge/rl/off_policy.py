@@ -12,7 +12,8 @@ import numpy as np
 
 from ..errors import QuarlError
 from ..schema import int_sizes
-from .common import _agent_env, _batched_step, _save_actor_run, _validation_return, actor_layers, common_function
+from .common import (StagedReplay, _agent_env, _save_actor_run, _validation_return,
+                     actor_layers, common_function)
 
 
 @dataclass
@@ -123,6 +124,7 @@ def train_off_policy(algo: str, env_id: str, seed: int, out: Path, config: OffPo
     replay = tf_uniform_replay_buffer.TFUniformReplayBuffer(
         agent.collect_data_spec, batch_size=1, max_length=cfg.buffer_size)
     samples = iter(replay.as_dataset(sample_batch_size=cfg.batch_size, num_steps=2).prefetch(2))
+    staged = StagedReplay(replay)   # each step's add_batch, made in one call per round
     space = env.gym_env.action_space
     warmup = WarmupNoise(cfg.warmup_noise, space.low, space.high, rng)
 
@@ -138,27 +140,29 @@ def train_off_policy(algo: str, env_id: str, seed: int, out: Path, config: OffPo
     bar = tqdm(range(1, cfg.steps + 1), desc=f"{algo} {env_id}", disable=not progress,
                mininterval=1.0, unit="step")
     for step in bar:
-        bts = _batched_step(time_step)
+        nts = _numpy_batch(time_step)   # numpy in: the traced collect converts it itself
         if step <= cfg.learning_starts:
             action = warmup.next().astype(np.float32)
-            pstep = policy_step.PolicyStep(tf.constant(action[None]), policy_state, ())
+            pstep = policy_step.PolicyStep(action[None], policy_state, ())
         else:
-            pstep = collect(bts, policy_state)
+            pstep = collect(nts, policy_state)
             policy_state = pstep.state
             action = pstep.action.numpy()[0]
-        pstep = policy_step.PolicyStep(pstep.action, (), ())
+        pstep = policy_step.PolicyStep(np.asarray(pstep.action), (), ())
         next_ts = env.step(action)
-        replay.add_batch(trajectory.from_transition(bts, pstep, _batched_step(next_ts)))
+        staged.add(trajectory.from_transition(nts, pstep, _numpy_batch(next_ts)))
         episode_return += float(next_ts.reward)
         if next_ts.is_last():
             recent.append(episode_return)
             episode_return = 0.0
             first = env.step(action)
-            replay.add_batch(trajectory.from_transition(_batched_step(next_ts), pstep,
-                                                        _batched_step(first)))
+            staged.add(trajectory.from_transition(_numpy_batch(next_ts), pstep,
+                                                  _numpy_batch(first)))
             next_ts = first
             policy_state = agent.collect_policy.get_initial_state(1)
         time_step = next_ts
+        if step % cfg.train_every == 0:
+            staged.flush()   # the buffer as the steps so far left it, before any sample
         if step >= cfg.learning_starts and step % cfg.train_every == 0:
             for _ in range(cfg.updates_per_train):
                 experience, _ = next(samples)
@@ -180,6 +184,12 @@ def train_off_policy(algo: str, env_id: str, seed: int, out: Path, config: OffPo
                            time.perf_counter() - t0, recent, {})
     env.close()
     return info
+
+
+def _numpy_batch(x):
+    """A nest of numpy arrays with a batch axis of 1 (what add_batch takes for one env)."""
+    import tensorflow as tf
+    return tf.nest.map_structure(lambda v: np.asarray(v)[None], x)
 
 
 class WarmupNoise:

@@ -20,7 +20,7 @@ import numpy as np
 from ..errors import QuarlError
 from ..schema import int_sizes
 from ..run import VALIDATION_SEED_BASE
-from .common import (_agent_env, _save_actor_run, _validation_return, actor_layers,
+from .common import (StagedReplay, _agent_env, _save_actor_run, _validation_return, actor_layers,
                      categorical_projection_net, common_function)
 from .recurrent import normalization_layer, observation_statistics, play_recurrent, rnn_actor_layers
 
@@ -135,10 +135,16 @@ def train_ppo(env_id: str, seed: int, out: Path, config: PPOConfig, progress: bo
         train_step_counter=tf.Variable(0, dtype=tf.int64))
     agent.initialize()
     collect = common_function(agent.collect_policy.action)
-    agent_train = common_function(agent.train)
+    # An iteration's batch is [rows, T] with T = the steps each env took plus its episode
+    # boundaries: T changes from iteration to iteration, and a trace per shape was two thirds
+    # of PPO CartPole's time. One trace, with T unknown.
+    train_rows = cfg.num_envs // cfg.minibatches
+    agent_train = common_function(agent.train, input_signature=[tf.nest.map_structure(
+        lambda s: tf.TensorSpec([train_rows, None, *s.shape], s.dtype), agent.collect_data_spec)])
     per_env = -(-cfg.collect_steps // cfg.num_envs)
     replay = tf_uniform_replay_buffer.TFUniformReplayBuffer(
         agent.collect_data_spec, batch_size=cfg.num_envs, max_length=2 * per_env + 16)
+    staged = StagedReplay(replay)   # the iteration's add_batch calls, made in one call
     rows = np.arange(cfg.num_envs)
     shuffle = np.random.default_rng(seed)
 
@@ -174,7 +180,8 @@ def train_ppo(env_id: str, seed: int, out: Path, config: PPOConfig, progress: bo
             pstep = collect(time_step, policy_state)
             policy_state = pstep.state
             next_ts = envs.step(pstep.action.numpy())
-            replay.add_batch(trajectory.from_transition(time_step, pstep, next_ts))
+            staged.add(trajectory.from_transition(
+                time_step, tf.nest.map_structure(np.asarray, pstep), next_ts))
             real = ~np.asarray(time_step.is_last())
             taken += int(real.sum())
             episode_return += np.where(real, next_ts.reward, 0.0)
@@ -184,6 +191,7 @@ def train_ppo(env_id: str, seed: int, out: Path, config: PPOConfig, progress: bo
             time_step = next_ts
         step += taken
         bar.update(taken)
+        staged.flush()
         loss = train_on(replay.gather_all())
         replay.clear()
         if recurrent:
