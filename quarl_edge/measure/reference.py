@@ -204,6 +204,25 @@ def model_tensors(model_path: Path) -> list[dict]:
     return _interpreter(model_path).get_tensor_details()
 
 
+def _quantized(x: np.ndarray, detail: dict) -> np.ndarray:
+    """float32 `x` as the interpreter tensor `detail` takes it: an integer tensor gets
+    round(x / scale) + zero point, saturated to its type."""
+    dtype = np.dtype(detail["dtype"])
+    if not np.issubdtype(dtype, np.integer):
+        return x
+    scale, zero = detail["quantization"]
+    info = np.iinfo(dtype)
+    return np.clip(np.round(x / scale) + zero, info.min, info.max).astype(dtype)
+
+
+def _dequantized(y: np.ndarray, detail: dict) -> np.ndarray:
+    """An interpreter output as float32: an integer tensor is (y - zero point) * scale."""
+    if np.issubdtype(np.dtype(detail["dtype"]), np.integer):
+        scale, zero = detail["quantization"]
+        y = (y.astype(np.float32) - zero) * scale
+    return y.astype(np.float32)
+
+
 def tflite_runner(model_path: Path) -> Callable[[np.ndarray], np.ndarray]:
     """A callable observation (float32 [*obs_shape]) -> model output (float32 [n_out]).
 
@@ -212,22 +231,13 @@ def tflite_runner(model_path: Path) -> Callable[[np.ndarray], np.ndarray]:
     interpreter = _interpreter(model_path)
     inp = interpreter.get_input_details()[0]
     outp = interpreter.get_output_details()[0]
-    in_dtype, out_dtype = np.dtype(inp["dtype"]), np.dtype(outp["dtype"])
-    in_scale, in_zero = inp["quantization"]
-    out_scale, out_zero = outp["quantization"]
     in_shape = tuple(inp["shape"])
 
     def run(obs: np.ndarray) -> np.ndarray:
         x = np.asarray(obs, dtype=np.float32).reshape(in_shape)
-        if np.issubdtype(in_dtype, np.integer):
-            info = np.iinfo(in_dtype)
-            x = np.clip(np.round(x / in_scale) + in_zero, info.min, info.max).astype(in_dtype)
-        interpreter.set_tensor(inp["index"], x)
+        interpreter.set_tensor(inp["index"], _quantized(x, inp))
         interpreter.invoke()
-        y = interpreter.get_tensor(outp["index"])[0]
-        if np.issubdtype(out_dtype, np.integer):
-            y = (y.astype(np.float32) - out_zero) * out_scale
-        return y.astype(np.float32)
+        return _dequantized(interpreter.get_tensor(outp["index"])[0], outp)
 
     run.input_details, run.output_details = inp, outp
     return run
@@ -240,9 +250,6 @@ def tflite_batch_runner(model_path: Path) -> Callable[[np.ndarray], np.ndarray]:
     interpreter = _interpreter(model_path)
     inp = interpreter.get_input_details()[0]
     outp = interpreter.get_output_details()[0]
-    in_dtype, out_dtype = np.dtype(inp["dtype"]), np.dtype(outp["dtype"])
-    in_scale, in_zero = inp["quantization"]
-    out_scale, out_zero = outp["quantization"]
     row = tuple(int(d) for d in inp["shape"][1:])
     rows = [int(inp["shape"][0])]
 
@@ -252,14 +259,8 @@ def tflite_batch_runner(model_path: Path) -> Callable[[np.ndarray], np.ndarray]:
             interpreter.resize_tensor_input(inp["index"], [len(x), *row])
             interpreter.allocate_tensors()
             rows[0] = len(x)
-        if np.issubdtype(in_dtype, np.integer):
-            info = np.iinfo(in_dtype)
-            x = np.clip(np.round(x / in_scale) + in_zero, info.min, info.max).astype(in_dtype)
-        interpreter.set_tensor(inp["index"], x)
+        interpreter.set_tensor(inp["index"], _quantized(x, inp))
         interpreter.invoke()
-        y = interpreter.get_tensor(outp["index"])
-        if np.issubdtype(out_dtype, np.integer):
-            y = (y.astype(np.float32) - out_zero) * out_scale
-        return y.astype(np.float32).reshape(len(x), -1)
+        return _dequantized(interpreter.get_tensor(outp["index"]), outp).reshape(len(x), -1)
 
     return run

@@ -78,6 +78,25 @@ static int32_t row_reciprocal(const qe_softmax_s8_params_t *p, const int8_t *in,
         (int32_t)(((uint32_t)sum << headroom_plus_one) - ((uint32_t)1 << 31)));
 }
 
+/* One output of a row: exp(x - max) / sum as a value of `out_bits` bits, offset by the
+ * output type's minimum (TFLM's output zero point, -128 or -32768) and saturated to it. An
+ * exp-table entry below TFLM's diff_min is 0: the output is then the minimum, TFLM's value
+ * for a skipped element. */
+static int32_t row_output(int32_t reciprocal, int32_t e, int32_t num_bits_over_unit,
+                          int out_bits)
+{
+    const int32_t lowest = -((int32_t)1 << (out_bits - 1));
+    int32_t v = qe_rounding_divide_by_pot(qe_saturating_rounding_doubling_high_mul(reciprocal, e),
+                                          num_bits_over_unit + 31 - out_bits) + lowest;
+    if (v < lowest) {
+        v = lowest;
+    }
+    if (v > -lowest - 1) {
+        v = -lowest - 1;
+    }
+    return v;
+}
+
 void qe_softmax_s8(const qe_softmax_s8_params_t *p, const int8_t *input, int8_t *output)
 {
     uint32_t row;
@@ -91,17 +110,8 @@ void qe_softmax_s8(const qe_softmax_s8_params_t *p, const int8_t *input, int8_t 
         const int32_t reciprocal = row_reciprocal(p, in, &max_in_row, &num_bits_over_unit);
 
         for (c = 0; c < p->depth; ++c) {
-            const int32_t e = p->exp_table[max_in_row - (int32_t)in[c]];
-            int32_t v = qe_rounding_divide_by_pot(
-                qe_saturating_rounding_doubling_high_mul(reciprocal, e),
-                num_bits_over_unit + 31 - 8) - 128;
-            if (v < -128) {
-                v = -128;
-            }
-            if (v > 127) {
-                v = 127;
-            }
-            out[c] = (int8_t)v;
+            out[c] = (int8_t)row_output(reciprocal, p->exp_table[max_in_row - (int32_t)in[c]],
+                                        num_bits_over_unit, 8);
         }
     }
 }
@@ -119,19 +129,8 @@ void qe_softmax_s8_s16(const qe_softmax_s8_params_t *p, const int8_t *input, int
         const int32_t reciprocal = row_reciprocal(p, in, &max_in_row, &num_bits_over_unit);
 
         for (c = 0; c < p->depth; ++c) {
-            /* an entry below TFLM's diff_min is 0: the output is then -32768, TFLM's value for
-             * a skipped element */
-            const int32_t e = p->exp_table[max_in_row - (int32_t)in[c]];
-            int32_t v = qe_rounding_divide_by_pot(
-                qe_saturating_rounding_doubling_high_mul(reciprocal, e),
-                num_bits_over_unit + 31 - 16) - 32768;
-            if (v < -32768) {
-                v = -32768;
-            }
-            if (v > 32767) {
-                v = 32767;
-            }
-            out[c] = (int16_t)v;
+            out[c] = (int16_t)row_output(reciprocal, p->exp_table[max_in_row - (int32_t)in[c]],
+                                         num_bits_over_unit, 16);
         }
     }
 }
