@@ -481,7 +481,8 @@ def bench(run: PathLike, boards: str | Iterable = "all-emulated", *, n: int = 10
     the board choosing every action) and whether it equals TF Lite Micro's on every seed.
     `run` may be a bare MODEL.tflite (one row per board; `env` for its episodes, whose
     agreement is then with the same model on TF Lite Micro)."""
-    from .measure.bench import BENCH_MAX_N, run_bench, select_boards
+    from .measure.bench import run_bench, select_boards
+    from .names import BENCH_MAX_N
     _count("n", n, 1, BENCH_MAX_N)
     _count("episodes", episodes, 0)
     spec = boards if isinstance(boards, str) else ",".join(

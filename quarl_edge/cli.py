@@ -28,6 +28,7 @@ from pathlib import Path
 
 from . import __version__
 from .errors import QuarlError, missing_extra
+from .names import ALGOS, BENCH_MAX_N, HEADS, IMPORT_KINDS, SCHEMES, SWEEP_MODES
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USER_ERROR, EXIT_BUG, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 EXIT_TERMINATED = 143        # 128 + SIGTERM, as a shell reports a process SIGTERM ended
@@ -41,11 +42,6 @@ def _terminate(signum, frame):
     signal.signal(signal.SIGTERM, signal.SIG_IGN)     # once: the cleanup is not interrupted
     raise Terminated()
 
-ALGOS = ("dqn", "ppo", "sac", "td3", "ddpg")       # quarl_edge.rl.train.ALGOS (tested equal)
-SCHEMES = ("fp32", "fp16", "int8", "dyn-int8", "int16x8", "qat-int8", "qat-distill-int8",
-           "int8-centred", "int8-acc", "int8-centred-acc")   # quant.schemes.SCHEMES (tested)
-SWEEP_MODES = ("weights+activations", "weights", "activations")
-HEADS = ("argmax", "identity", "scale")            # quarl_edge.rl.envs.HEADS (tested equal)
 DEMO_BOARD = "mps2-an386"
 
 
@@ -129,7 +125,6 @@ def _int_at_least(low: int, high: int | None = None):
 
 positive_int = _int_at_least(1)         # counts: episodes, steps, inputs, workers
 nonnegative_int = _int_at_least(0)      # seeds (Gymnasium's are >= 0)
-BENCH_MAX_N = 65535                     # BENCH's n is a u16 (docs/protocol.md)
 
 
 # ----------------------------------------------------------------------------- commands
@@ -568,7 +563,7 @@ def parser() -> argparse.ArgumentParser:
                    help="SB3: VecNormalize statistics to fold into the network (default: "
                         "NAME.vecnormalize.pkl or vecnormalize.pkl beside the zip)")
     s.add_argument("--kind", default=None,
-                   choices=("sb3", "rl-zoo", "onnx", "keras", "savedmodel"),
+                   choices=IMPORT_KINDS,
                    help="the source's format (default: from the file)")
     _json_option(s)
 

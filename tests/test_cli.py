@@ -9,10 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import quarl_edge
 from quarl_edge import cli
+from quarl_edge.errors import QuarlError
 from quarl_edge.resources import examples_dir
 
 EXAMPLE = "examples/cartpole_dqn"
@@ -45,12 +47,29 @@ def test_every_option_has_help_with_its_default_and_each_command_an_example(name
             assert all(c in action.help for c in action.choices), f"{name} {action.dest}"
 
 
-def test_the_choices_are_the_stages_own():
+def test_each_name_of_quarl_edge_names_has_its_stage_entry_and_no_other():
+    """The CLI offers quarl_edge.names; each stage's table holds exactly those names, and each
+    head and sweep mode is one that its stage runs (an unknown one is refused by name)."""
+    import gymnasium as gym
+    from quarl_edge import names
+    from quarl_edge.importers import import_policy
+    from quarl_edge.quant.nbit import nbit_sweep
     from quarl_edge.quant.schemes import SCHEMES
-    from quarl_edge.rl.envs import HEADS
+    from quarl_edge.rl.envs import outputs_to_actions
     from quarl_edge.rl.train import ALGOS
-    assert cli.ALGOS == tuple(ALGOS) and cli.SCHEMES == tuple(SCHEMES)
-    assert cli.HEADS == HEADS
+    assert tuple(ALGOS) == names.ALGOS and tuple(SCHEMES) == names.SCHEMES
+    assert cli.ALGOS is names.ALGOS and cli.SCHEMES is names.SCHEMES
+    box, discrete = gym.spaces.Box(-2.0, 2.0, (1,)), gym.spaces.Discrete(3)
+    for head in names.HEADS:
+        space = discrete if head == "argmax" else box
+        assert outputs_to_actions(np.zeros((1, space.n if head == "argmax" else 1)), space, head).shape[0] == 1
+    with pytest.raises(QuarlError, match="unknown action head 'softmax'; known: argmax, identity, scale"):
+        outputs_to_actions(np.zeros((1, 1)), box, "softmax")
+    with pytest.raises(QuarlError, match="unknown import kind 'pickle'; known: sb3, rl-zoo, onnx"):
+        import_policy("x.pkl", "out", kind="pickle")
+    with pytest.raises(QuarlError, match="unknown sweep mode 'bits'; known: weights\\+activations, "
+                                         "weights, activations"):
+        nbit_sweep(examples_dir() / "cartpole_dqn", modes=["weights", "bits"])
 
 
 def test_version():

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # importers is the other way into a run directory (a policy trained elsewhere); it uses the
 # calibration of quant, so it ranks with it.
 RANKS = {"quarl_edge.errors": 0, "quarl_edge.resources": 0, "quarl_edge.run": 0, "quarl_edge.noise": 0,
-         "quarl_edge.schema": 0, "quarl_edge.tflite_host": 0, "quarl_edge.tfcompat": 0, "quarl_edge.files": 0,
+         "quarl_edge.schema": 0, "quarl_edge.names": 0, "quarl_edge.tflite_host": 0, "quarl_edge.tfcompat": 0, "quarl_edge.files": 0,
          "quarl_edge.rl": 1, "quarl_edge.importers": 2, "quarl_edge.quant": 2,
          "quarl_edge.converters": 3,
          "quarl_edge.targets": 4, "quarl_edge.link": 5, "quarl_edge.measure": 6,
@@ -157,9 +157,16 @@ def test_the_cli_goes_through_the_python_api():
     """cli.py parses arguments and prints; the work is the API's (quarl_edge.api, reached as
     `import quarl_edge as qe`), so --json and the API return the same data."""
     assert GRAPH["quarl_edge.cli"] <= {"quarl_edge", "quarl_edge.errors", "quarl_edge.noise",
-                                       "quarl_edge.demo"}
+                                       "quarl_edge.demo", "quarl_edge.names"}
     init = (ROOT / "quarl_edge" / "__init__.py").read_text()     # its imports are lazy, by name
     assert GRAPH["quarl_edge"] == set() and 'import_module("quarl_edge.api")' in init
+
+
+def test_the_names_module_is_a_foundation_module():
+    """quarl_edge.names, which the CLI reads for its choices, imports nothing of the project (so
+    --help needs no TensorFlow and no stage)."""
+    assert GRAPH["quarl_edge.names"] == set()
+    assert "quarl_edge.names" in GRAPH["quarl_edge.cli"]
 
 
 def test_the_graph_reader_sees_the_imports_it_checks():

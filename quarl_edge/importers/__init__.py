@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..names import IMPORT_KINDS as KINDS
 from .common import PolicyImportError, fidelity, write_imported_run
 
-KINDS = ("sb3", "rl-zoo", "onnx", "keras", "savedmodel")
 
 
 def detect_kind(source: Path) -> str:

@@ -50,6 +50,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import QuarlError
+from ..names import BENCH_MAX_N
 from ..link.session import BoardSession
 from ..rl.envs import default_head, make_gym, output_to_action
 from ..run import load_keras, load_run, tflite_path
@@ -57,7 +58,6 @@ from ..targets.boards import Board, all_boards, get_board
 from ..files import locked, own, remove_stale, write_atomic
 
 PRECISIONS = ("fp32", "int8")
-BENCH_MAX_N = 65535        # BENCH's n is a u16 (docs/protocol.md)
 
 
 def select_boards(spec: str) -> list[Board]:

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import QuarlError
+from ..names import SWEEP_MODES
 from ..run import (ACTIVATIONS, KERNEL_LAYERS, keras_call, load_keras, load_run, mlp_forward,
                    mlp_layers)
 from .calibration import collect_calibration
@@ -138,6 +139,9 @@ def nbit_sweep(run_dir: Path, bits=range(2, 9), seeds=range(20), calib_size: int
     visits) on test `seeds` for each bit width and mode; the first row is fp32."""
     from ..rl.envs import compare_outputs, make_gym, play_batched
 
+    unknown = [m for m in modes if m not in SWEEP_MODES]
+    if unknown:     # before any episode is played
+        raise QuarlError(f"unknown sweep mode {unknown[0]!r}; known: {', '.join(SWEEP_MODES)}")
     run_dir = Path(run_dir)
     env_id = load_run(run_dir)["env"]
     space = make_gym(env_id).action_space
@@ -155,9 +159,6 @@ def nbit_sweep(run_dir: Path, bits=range(2, 9), seeds=range(20), calib_size: int
              "std_return": float(np.std(ref_returns)), "agreement": 1.0}]
     ref_out = ref(states)
     for mode in modes:
-        if mode not in ("weights+activations", "weights", "activations"):
-            raise QuarlError(f"unknown sweep mode {mode!r}; known: weights+activations, weights, "
-                             "activations")
         for n in bits:
             wb, ab = None if mode == "activations" else n, None if mode == "weights" else n
             f = (keras_fake_quant_forward(model, calibration, wb, ab, per_channel)

@@ -10,6 +10,7 @@ import gymnasium as gym
 import numpy as np
 
 from ..errors import QuarlError
+from ..names import HEADS
 from . import catch  # noqa: F401  (registers QuarlEdge/Catch-v0, a small pixel task)
 from . import masked  # noqa: F401  (registers QuarlEdge/CartPoleNoVel-v0, velocities masked)
 from . import minatar  # noqa: F401  (registers QuarlEdge/MinAtar-<Game>-v0; needs `minatar`)
@@ -72,7 +73,6 @@ def space_info(space: gym.Space) -> dict:
 
 
 # ----------------------------------------------------------------- policies as network outputs
-HEADS = ("argmax", "identity", "scale")
 
 
 def default_head(space: gym.Space) -> str:

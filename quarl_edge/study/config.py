@@ -51,6 +51,7 @@ from pathlib import Path
 import gymnasium as gym
 
 from ..errors import QuarlError
+from ..names import SWEEP_MODES
 from ..quant.remedies import RUNNERS as REMEDY_RUNNERS
 from ..quant.schemes import SCHEMES
 from ..rl.envs import KNOWN_ENVS, MUJOCO_ENVS, missing_dependency_error
@@ -59,7 +60,6 @@ from ..rl.train import ALGOS, DEFAULTS
 from ..schema import Key, check, check_value, unknown_keys
 from ..targets.boards import get_board
 
-SWEEP_MODES = ("weights+activations", "weights", "activations")
 
 # What each table of a study file may hold (quarl_edge/schema.py checks the types and ranges;
 # load_study checks the names: algorithms, environments, schemes).
