@@ -33,7 +33,7 @@ import numpy as np
 
 from ..errors import QuarlError
 from .board_section import board_blocks, board_cells, int8_vs_fp32
-from .claims import claims, remedy_table
+from .claims import BOOTSTRAP_TEXT, claims, remedy_table
 from .figures import (fig_model_size, fig_pareto, fig_return_vs_bits, fig_return_vs_precision,
                       fig_weight_histograms, pareto_name)
 from .plan import not_applicable, scope
@@ -78,10 +78,14 @@ def _claim_blocks(res: Results, tolerance: float) -> list:
     B = []
     B.append(("h", 2, "QuaRL's claims against these measurements"))
     found = claims(res, tolerance)
+    B.append(("p", "Each verdict is decided by a 95 % interval over training seeds, not by a "
+                   "count; the rule is stated under each claim. " + BOOTSTRAP_TEXT))
     B.append(("table", ["claim", "our data", "n", "the numbers"],
-              [[c["claim"], f"**{c['verdict']}**", str(c["n"]), c["summary"]] for c in found]))
+              [[c["claim"], f"**{c['verdict']}**", f"{c['n']} ({c['n_seeds']} seeds × "
+                f"{c['episodes_per_seed']} episodes)", c["summary"]] for c in found]))
     for i, c in enumerate(found, 1):
         B.append(("h", 3, f"{i}. {c['claim']}: {c['verdict']}"))
+        B.append(("p", f"Test: {c['test']}. Rule: {c['rule']}"))
         for t in c["tables"]:
             table = ("table", t["columns"], t["rows"])
             B.append(("details", t["title"], table) if t.get("collapsed") else ("p", f"{t['title']}:"))
