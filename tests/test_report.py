@@ -480,3 +480,20 @@ def test_interval_verdict_rule():
     assert interval_verdict(None, 0.05, "below") == "inconclusive"
     with pytest.raises(ValueError):
         interval_verdict([0, 1], 0.0, "sideways")
+
+
+def test_board_cells_carry_the_interval_over_seeds_the_pareto_bars_draw():
+    from quarl_edge.study.board_section import board_cells
+    rows = read_results(BOARDS_EXAMPLE)
+    one = [c for c in board_cells(Results(rows)) if c["fits"] and c["return"] is not None]
+    assert one and all(c["seeds"] == 1 and c["return_ci"] is None for c in one)
+    # the same study again as seed 1, every board return 10 higher: the 2-seed interval spans
+    # both seeds' returns (a resample of 2 seeds is one of them 1/4 of the time each)
+    again = [dict(r, seed=1, **({"mean_return": r["mean_return"] + 10.0}
+                                if r["kind"] == "board" and r.get("mean_return") is not None
+                                else {})) for r in rows]
+    two = [c for c in board_cells(Results(rows + again)) if c["fits"] and c["return"] is not None]
+    assert len(two) == len(one)
+    key = lambda c: (c["task"], c["board"], c["scheme"])   # noqa: E731
+    for c, c1 in zip(sorted(two, key=key), sorted(one, key=key)):
+        assert key(c) == key(c1) and c["seeds"] == 2 and c["return_ci"] == pytest.approx([c1["return"], c1["return"] + 10])
