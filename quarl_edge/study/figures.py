@@ -248,9 +248,9 @@ def fig_pareto(res: Results, board: str, cells: list[dict], path: Path) -> bool:
         ax.set_title(task_name(t), fontsize=10)
         ax.legend(fontsize=6, loc="best", markerscale=0.4)
     return _save(fig, path, axes, len(tasks),
-                 f"{board}: return vs cost per inference (marker area: flash; bars: 95 % "
-                 f"bootstrap interval over training seeds, none with one seed; n seeds in the "
-                 f"legend, {_episodes(res)} episodes per seed)")
+                 f"{board}: return vs cost per inference (marker area: flash)\nbars: 95 % "
+                 f"bootstrap interval over training seeds (none with one seed); n seeds in the "
+                 f"legend, {_episodes(res)} episodes per seed")
 
 
 def _episodes(res: Results) -> str:
