@@ -153,22 +153,19 @@ def claims(res: Results, tolerance: float) -> list[dict]:
 def _eight_bits(res: Results, tolerance: float) -> dict:
     """Claim 1: 6-8 bit policies lose no reward."""
     items = []   # (policy, setting, loss)
+    per_run = defaultdict(list)   # the effect per training seed: its policies' mean loss
     for r in res.ok_cells:
         if r["scheme"] in EIGHT_BIT and res.learned(r):
             items.append((f"{task_name(task_of(r))} seed {r['seed']} {r['scheme']}", r["scheme"],
                           res.loss(r)))
+            per_run[(r["algo"], r["env"], r["seed"])].append(res.loss(r))
     for r in res.sweep:
         if r["mode"] != "fp32" and 6 <= r["bits"] <= 8 and res.learned(r):
             items.append((f"{task_name(task_of(r))} seed {r['seed']} {r['bits']}-bit "
                           f"{r['mode']}", f"{r['bits']}-bit sweep", res.loss(r)))
-    keys = [(r["algo"], r["env"], r["seed"]) for r in res.ok_cells
-            if r["scheme"] in EIGHT_BIT and res.learned(r)]
-    keys += [(r["algo"], r["env"], r["seed"]) for r in res.sweep
-             if r["mode"] != "fp32" and 6 <= r["bits"] <= 8 and res.learned(r)]
-    per_run = defaultdict(list)   # the effect per training seed: its policies' mean loss
-    for key, it in zip(keys, items):
-        if it[2] is not None:
-            per_run[key].append(it[2])
+            per_run[(r["algo"], r["env"], r["seed"])].append(res.loss(r))
+    per_run = {k: [v for v in vs if v is not None] for k, vs in per_run.items()}
+    per_run = {k: vs for k, vs in per_run.items() if vs}
     items = [it for it in items if it[2] is not None]
     within = [v <= tolerance for _, _, v in items]
     st = _interval_stats({k: float(np.mean(v)) for k, v in per_run.items()}, tolerance, "below")
