@@ -213,6 +213,9 @@ def test_report_files_last_row_wins_and_self_contained_html(tmp_path):
     md = out["markdown"].read_text()
     assert "boom" not in md and "Skipped and failed" not in md
     assert "| DQN CartPole-v1 | int8 | 3 |" in md
+    # every table of means says n: seeds per row, episodes per seed in the header
+    assert "| task | scheme | seeds (n) | return (mean ± std over seeds; 3 episodes per seed) |" in md
+    assert "| seeds (n) | return (mean over seeds; 3 episodes per seed) |" in md
     # the synthetic runs return 200: below CartPole's 475, above Acrobot's -100
     below = next(line for line in md.splitlines() if line.startswith("Below Gymnasium"))
     assert "DQN CartPole-v1 seed 0 (200.0 < 475.0)" in below and "Acrobot" not in below
@@ -380,7 +383,7 @@ def test_board_tables_pareto_plots_and_the_int8_claim_from_real_rows(tmp_path):
     out = write_report(path, tmp_path / "rep")
     md = out["markdown"].read_text()
     section = md[md.index("## On the board"):]
-    header = ("| board | scheme | seeds | return (mean ± std) | normalised loss | agreement | "
+    header = ("| board | scheme | seeds (n) × episodes | return (mean ± std) | normalised loss | agreement | "
               "= tflite-runtime (ref. kernels) | = tflite-runtime (optimized) | "
               "= TF Lite Micro | bit-exact | cost / inference | "
               "µs / inference | flash (B) | "
@@ -388,7 +391,8 @@ def test_board_tables_pareto_plots_and_the_int8_claim_from_real_rows(tmp_path):
     assert "### DQN CartPole-v1: scheme × board" in section and header in section
     for r in boards:     # every board cell is a row of the table with its own numbers
         line = next(ln for ln in section.splitlines()
-                    if ln.startswith(f"| {r['board']} | {r['scheme']} | 1 |"))
+                    if ln.startswith(f"| {r['board']} | {r['scheme']} | 1"
+                                     + (f" × {r['episodes']}" if r.get("episodes") else "") + " |"))
         assert f"{r['mean_return']:,.1f} ± {r['std_return']:,.1f}" in line
         assert f"{r['cost_mean']:,.0f} {r['unit']}" in line and f"{r['flash_bytes']:,}" in line
         tflite = "yes" if r["matches_tflite"] else "NO"

@@ -229,7 +229,8 @@ def board_blocks(res: Results, figures: dict[str, bool] | None = None) -> list:
     for task in sorted({c["task"] for c in cells}):
         rows = [_board_row(c) for c in cells if c["task"] == task]
         B.append(("h", 3, f"{task_name(task)}: scheme × board"))
-        B.append(("table", ["board", "scheme", "seeds", "return (mean ± std)", "normalised loss",
+        B.append(("table", ["board", "scheme", "seeds (n) × episodes", "return (mean ± std)",
+                            "normalised loss",
                             "agreement", "= tflite-runtime (ref. kernels)",
                             "= tflite-runtime (optimized)", "= TF Lite Micro", "bit-exact",
                             "cost / inference",
@@ -266,7 +267,8 @@ def _board_row(c: dict) -> list[str]:
                 fmt_bytes(c.get("needs_ram")) + f" / {fmt_bytes(c.get('board_ram'))}",
                 fmt_bytes(c.get("arena")), "-"]
     yes = {True: "yes", False: "NO", None: "-"}
-    return [c["board"], c["scheme"], str(c["n"]),
+    per_seed = f" × {c['episodes'] // c['n']}" if c.get("episodes") else ""
+    return [c["board"], c["scheme"], f"{c['n']}{per_seed}",
             (f"{c['return']:,.1f} ± {c['return_std'] or 0:,.1f}"
              if c["return"] is not None else "-"),
             pct(c["loss"]), fmt(c["agreement"], 3),

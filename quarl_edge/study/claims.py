@@ -41,7 +41,7 @@ from collections import defaultdict
 import numpy as np
 
 from .render import fmt, pct
-from .results import Results, task_name, task_of
+from .results import Results, episodes_per_seed, task_name, task_of
 from .statistics import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, LEVEL, interval_verdict,
                          permutation_p, seed_bootstrap, spearman)
 
@@ -76,12 +76,6 @@ def _qat_evidence(scheme: str, pairs: list[tuple], tolerance: float, label: str)
 
 
 # --- how sure we are: per task and pooled, a bootstrap interval over training seeds ---------------
-
-def _episodes(res: Results) -> str:
-    """Evaluation episodes per seed (the greedy policy's fixed test seeds), e.g. "10"."""
-    n = sorted({len(r.get("eval_seeds") or []) for r in res.runs.values()})
-    return "/".join(map(str, n)) or "?"
-
 
 def _n_text(st: dict, episodes: str) -> str:
     per = sorted(set(st["seeds_per_task"]))
@@ -169,7 +163,7 @@ def _eight_bits(res: Results, tolerance: float) -> dict:
     items = [it for it in items if it[2] is not None]
     within = [v <= tolerance for _, _, v in items]
     st = _interval_stats({k: float(np.mean(v)) for k, v in per_run.items()}, tolerance, "below")
-    episodes = _episodes(res)
+    episodes = episodes_per_seed(res)
     rule = (f"Effect: the mean normalised loss of a training seed's 6-8 bit policies, averaged "
             f"over seeds. Agree when the upper bound of its 95 % interval is below the "
             f"{tolerance:.0%} tolerance, disagree when the lower bound is above it, otherwise "
@@ -223,7 +217,7 @@ def _qat_vs_ptq(res: Results, tolerance: float) -> dict:
         by_run[(r["algo"], r["env"], r["seed"])][r["scheme"]] = r
     pairs = {m: _qat_pairs(res, by_run, m) for m in QAT_METHODS}
     rl, dist = pairs["qat-int8"], pairs["qat-distill-int8"]
-    episodes = _episodes(res)
+    episodes = episodes_per_seed(res)
     stats = {m: _interval_stats({k: d for k, d, _ in p}, -tolerance, "above")
              for m, p in pairs.items()}
     ev = []
@@ -320,7 +314,7 @@ def _weight_range(res: Results) -> dict:
         if r["mode"] != "fp32" and res.learned(r) and res.loss(r) is not None:
             sweep_loss[(r["algo"], r["env"], r["seed"])].append(res.loss(r))
     sweeps = {k: float(np.mean(v)) for k, v in sweep_loss.items()}
-    episodes = _episodes(res)
+    episodes = episodes_per_seed(res)
 
     def rho_of(items):   # items: (weight range, loss) of the drawn runs
         return spearman([x for x, _ in items], [y for _, y in items])

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from .render import fmt_bytes
-from .results import Results, ordered_schemes, task_name, task_of
+from .results import Results, episodes_per_seed, ordered_schemes, task_name, task_of
 
 
 def _plt():
@@ -250,12 +250,7 @@ def fig_pareto(res: Results, board: str, cells: list[dict], path: Path) -> bool:
     return _save(fig, path, axes, len(tasks),
                  f"{board}: return vs cost per inference (marker area: flash)\nbars: 95 % "
                  f"bootstrap interval over training seeds (none with one seed); n seeds in the "
-                 f"legend, {_episodes(res)} episodes per seed")
-
-
-def _episodes(res: Results) -> str:
-    n = sorted({len(r.get("eval_seeds") or []) for r in res.runs.values()})
-    return "/".join(map(str, n)) or "?"
+                 f"legend, {episodes_per_seed(res)} episodes per seed")
 
 
 def pareto_name(board: str) -> str:

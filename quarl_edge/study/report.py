@@ -38,7 +38,8 @@ from .figures import (fig_model_size, fig_pareto, fig_return_vs_bits, fig_return
                       fig_weight_histograms, pareto_name)
 from .plan import not_applicable, scope
 from .render import fmt, pct, to_html, to_markdown
-from .results import Results, ordered_schemes, read_results, task_name, task_of
+from .results import (Results, episodes_per_seed, ordered_schemes, read_results, task_name,
+                      task_of)
 from .statistics import reward_threshold
 
 
@@ -153,7 +154,8 @@ def _precision_blocks(res: Results, figures: dict[str, bool]) -> list:
                          f"{np.mean(agree):.3f}" if agree else "-",
                          f"{np.mean(kl):.2e}" if kl else "-",
                          f"{int(np.mean([r['size_bytes'] for r in cs])):,}"])
-    B.append(("table", ["task", "scheme", "seeds", "return (mean ± std over seeds)",
+    B.append(("table", ["task", "scheme", "seeds (n)", f"return (mean ± std over seeds; "
+                        f"{episodes_per_seed(res)} episodes per seed)",
                         "normalised loss", "agreement", "KL(fp32‖q)", "size (B)"], rows))
     B.append(("p", "Agreement: share of the states visited by the fp32 policy where the model "
                    "picks the same action (continuous: 1 - mean |a - a_fp32| / action range). "
@@ -184,7 +186,8 @@ def _remedy_blocks(res: Results) -> list:
                              f"{v['mean_return']:,.1f} ± {v['std_return']:,.1f}",
                              pct(v["loss"]), f"{v['ties']:.3f}", f"{v['agreement']:.3f}",
                              item["winner"] if s == "int8" else ""])
-        B.append(("table", ["task", "scheme", "seeds", "return (mean ± std over seeds)",
+        B.append(("table", ["task", "scheme", "seeds", f"return (mean ± std over seeds; "
+                            f"{episodes_per_seed(res)} episodes per seed)",
                             "normalised loss", "ties", "agreement", "winner"], rows))
     return B
 
@@ -206,7 +209,8 @@ def _sweep_blocks(res: Results, figures: dict[str, bool]) -> list:
                                  fmt(float(np.mean([r["mean_return"] for r in rs]))),
                                  pct(float(np.mean(losses))) if losses else "-",
                                  f"{np.mean([r['agreement'] for r in rs]):.3f}"])
-        B.append(("table", ["task", "mode", "bits", "seeds", "return", "normalised loss",
+        B.append(("table", ["task", "mode", "bits", "seeds (n)", f"return (mean over seeds; "
+                            f"{episodes_per_seed(res)} episodes per seed)", "normalised loss",
                             "agreement"], rows))
     else:
         B.append(("p", "No sweep rows in the results."))
