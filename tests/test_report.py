@@ -76,8 +76,11 @@ def test_claims_agree():
     assert v == {C1: "agree", C2: "agree", C3: "agree"}
     cl = {c["claim"]: c for c in claims(Results(rows), 0.05)}
     assert cl[C1]["n"] == 6 * 2 + 6 * 3  # int8 + qat-int8 cells, 6/7/8-bit sweep points
-    assert "30 of 30 policies at 6-8 bits are within 5%" in cl[C1]["evidence"][0]
-    assert "6 of 6 runs" in cl[C2]["evidence"][0] and "strictly better in 6" in cl[C2]["evidence"][0]
+    assert cl[C1]["evidence"][0].startswith("Mean loss +0.5 %, 95 % CI [")
+    assert "n = 6 training seed(s) over 2 tasks (3 per task), 3 episodes per seed -> agree" \
+        in cl[C1]["evidence"][0]
+    assert "30 of 30 policies at 6-8 bits are within 5%" in cl[C1]["evidence"][1]
+    assert "6 of 6 runs" in cl[C2]["evidence"][1] and "strictly better in 6" in cl[C2]["evidence"][1]
     assert "Spearman rho = +1.00" in cl[C3]["evidence"][0] and "-> agree" in cl[C3]["evidence"][0]
 
 
@@ -90,11 +93,57 @@ def test_claims_disagree():
     assert "Spearman rho = -1.00" in cl[C3]["evidence"][0]
 
 
-def test_partly_and_tolerance():
+def test_verdicts_are_decided_by_the_interval_not_by_a_count():
+    # per seed, mean loss of int8, qat-int8 (= int8) and three sweep points (0):
+    # 2/5 of the int8 loss, CartPole 1.6 %, Acrobot 3.2 %: no seed-to-seed spread
     rows = _grid(lambda r: 0.04 if r < 4 else 0.08, qat_delta=0.0)
-    assert _verdicts(rows, 0.05)[C1] == "partly agree"  # int8 3 of 6, qat 3 of 6, sweep 18/18
-    assert _verdicts(rows, 0.10)[C1] == "agree"
-    assert _verdicts(rows)[C2] == "agree"  # equal counts as >= PTQ
+    c1 = {c["claim"]: c for c in claims(Results(rows), 0.05)}[C1]
+    assert c1["effect"] == pytest.approx(0.024) and c1["ci"] == pytest.approx([0.024, 0.024])
+    assert "3 of 6" not in c1["verdict"] and c1["verdict"] == "agree"  # 24 of 30 within 5 %
+    assert _verdicts(rows, 0.02)[C1] == "disagree"       # the whole interval above 2 %
+    assert _verdicts(rows)[C2] == "agree"                # equal counts as >= PTQ
+    # a seed-to-seed spread that straddles the tolerance: per seed CartPole 3/4/5 %,
+    # Acrobot 6/7/8 %: pooled 5.5 % with an interval across 5 %
+    rows = _grid(lambda r: 0.025 * (r - 1), qat_delta=0.0, sweep_loss=0.05)
+    c1 = {c["claim"]: c for c in claims(Results(rows), 0.05)}[C1]
+    assert c1["effect"] == pytest.approx(0.055)
+    assert c1["ci"][0] < 0.05 < c1["ci"][1] and c1["verdict"] == "inconclusive"
+    assert {t["task"]: t["verdict"] for t in c1["per_task"]} == {
+        "DQN Acrobot-v1": "disagree", "DQN CartPole-v1": "inconclusive"}
+    assert [t["n_seeds"] for t in c1["per_task"]] == [3, 3] and c1["n_seeds"] == 6
+
+
+def test_qat_verdict_each_outcome_from_constructed_rows():
+    def with_qat(deltas):   # qat-int8 = int8 + deltas[seed] (the gain is 200)
+        rows = _grid(lambda r: 0.01, qat_delta=0.0)
+        return [dict(r, mean_return=r["mean_return"] + deltas[r["seed"]])
+                if r.get("scheme") == "qat-int8" else r for r in rows]
+    assert _verdicts(with_qat([2.0, 4.0, 6.0]))[C2] == "agree"
+    assert _verdicts(with_qat([-30.0, -40.0, -50.0]))[C2] == "disagree"   # -15..-25 % of the gain
+    c2 = {c["claim"]: c for c in claims(Results(with_qat([0.0, -10.0, -20.0])), 0.05)}[C2]
+    assert c2["effect"] == pytest.approx(-0.05)                 # 0, -5, -10 %: mean on -5 %
+    assert c2["ci"][0] < -0.05 < c2["ci"][1] and c2["verdict"] == "inconclusive"
+    assert c2["test"] == "paired bootstrap of the mean difference over training seeds"
+
+
+def test_weight_range_verdict_inconclusive_when_the_interval_holds_zero():
+    loss = {1: 0.02, 2: 0.01, 3: 0.03, 4: 0.01, 5: 0.03, 6: 0.02}
+    c3 = {c["claim"]: c for c in claims(Results(_grid(lambda r: loss[r], 0.0)), 0.05)}[C3]
+    assert c3["ci"][0] < 0 < c3["ci"][1] and c3["verdict"] == "inconclusive"
+    assert c3["comparisons"][0]["comparison"] == "int8 loss"
+
+
+def test_one_seed_has_no_interval_and_is_inconclusive_by_rule(tmp_path):
+    rows = [r for r in _grid(lambda r: 0.004 * r, qat_delta=+1.0) if r["seed"] == 0]
+    found = {c["claim"]: c for c in claims(Results(rows), 0.05)}
+    for c in (found[C1], found[C2]):
+        assert c["ci"] is None and c["verdict"] == "inconclusive" and c["n_seeds"] == 2
+        assert c["ci_note"] == "one training seed in a task: no interval"
+    assert found[C3]["verdict"] == "insufficient data"   # 2 runs: fewer than 4
+    path = tmp_path / "results.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    md = write_report(path, tmp_path / "rep")["markdown"].read_text()
+    assert "no interval (one training seed in a task: no interval)" in md
 
 
 def test_insufficient_data_and_not_learned_runs():
@@ -122,21 +171,26 @@ def test_claim2_counts_rl_loop_and_distillation_qat_separately():
                      "reason": "qat-int8 fine-tunes in the RL loop of dqn only"})
     c2 = {c["claim"]: c for c in claims(Results(rows), 0.05)}[C2]
     assert c2["verdict"] == "agree" and c2["n"] == 6 and c2["method"] == "qat-int8"
-    assert c2["by_method"] == {"qat-int8": {"n": 6, "ok": 6, "verdict": "agree"},
-                               "qat-distill-int8": {"n": 9, "ok": 6, "verdict": "partly agree"}}
+    # distillation - int8: CartPole 0, Acrobot -20 %, Pendulum +0.5 % of the gain, equal over seeds
+    assert c2["by_method"] == {
+        "qat-int8": {"n": 6, "ok": 6, "verdict": "agree", "effect": pytest.approx(0.005),
+                     "ci": pytest.approx([0.005, 0.005])},
+        "qat-distill-int8": {"n": 9, "ok": 6, "verdict": "disagree",
+                             "effect": pytest.approx((0 - 0.20 + 5 / 1050) / 3),
+                             "ci": pytest.approx([(0 - 0.20 + 5 / 1050) / 3] * 2)}}
     ev = " ".join(c2["evidence"])
     assert "RL-loop QAT: qat-int8 is at least as good as int8 (within 5%) in 6 of 6 runs" in ev
     assert "counted separately: qat-distill-int8 is at least as good as int8 (within 5%) in 6 " \
            "of 9 runs; strictly better in 3" in ev
-    assert "Verdict on distillation QAT alone: partly agree; the claim's verdict is RL-loop " \
+    assert "Verdict on distillation QAT alone: disagree; the claim's verdict is RL-loop " \
            "QAT's." in ev
     assert "Where both methods ran (6 runs), qat-distill-int8 >= qat-int8 in 0." in ev
     # without RL-loop QAT cells the verdict is the distillation method's, and says so
     only = [r for r in rows if r.get("scheme") != "qat-int8" or r.get("status") == "skipped"]
     c2 = {c["claim"]: c for c in claims(Results(only), 0.05)}[C2]
-    assert c2["verdict"] == "partly agree" and c2["n"] == 9
+    assert c2["verdict"] == "disagree" and c2["n"] == 9 and c2["n_seeds"] == 9
     assert c2["method"] == "qat-distill-int8"
-    assert c2["evidence"][0].startswith("No learned run has both qat-int8 and int8 cells (3 "
+    assert c2["evidence"][1].startswith("No learned run has both qat-int8 and int8 cells (3 "
                                         "qat-int8 cells skipped")
     assert "with no RL-loop QAT pair, it is the claim's verdict" in " ".join(c2["evidence"])
 
@@ -159,6 +213,9 @@ def test_report_files_last_row_wins_and_self_contained_html(tmp_path):
     md = out["markdown"].read_text()
     assert "boom" not in md and "Skipped and failed" not in md
     assert "| DQN CartPole-v1 | int8 | 3 |" in md
+    # every table of means says n: seeds per row, episodes per seed in the header
+    assert "| task | scheme | seeds (n) | return (mean ± std over seeds; 3 episodes per seed) |" in md
+    assert "| seeds (n) | return (mean over seeds; 3 episodes per seed) |" in md
     # the synthetic runs return 200: below CartPole's 475, above Acrobot's -100
     below = next(line for line in md.splitlines() if line.startswith("Below Gymnasium"))
     assert "DQN CartPole-v1 seed 0 (200.0 < 475.0)" in below and "Acrobot" not in below
@@ -268,7 +325,9 @@ def test_classic_report_claims_are_a_table_of_their_numbers(classic):
     found = json.loads(out["claims"].read_text())
     assert "| claim | our data | n | the numbers |" in md
     for c in found:
-        assert f"| {c['claim']} | **{c['verdict']}** | {c['n']} | {c['summary']} |" in md
+        n = f"{c['n']} ({c['n_seeds']} seeds × {c['episodes_per_seed']} episodes)"
+        assert f"| {c['claim']} | **{c['verdict']}** | {n} | {c['summary']} |" in md
+        assert f"Rule: {c['rule']}" in md and f"Test: {c['test']}." in md
         assert c["tables"] and all(t["rows"] for t in c["tables"])
     assert " ".join(found[0]["evidence"]) not in md            # no wall of text
     # claim 2's method table: the counts of by_method, from the rows
@@ -276,7 +335,11 @@ def test_classic_report_claims_are_a_table_of_their_numbers(classic):
     rl = c2["by_method"]["qat-int8"]
     assert f"| qat-int8 (RL-loop QAT) | {rl['n']} | {rl['ok']} |" in md
     # claim 1's per-setting counts add up to n
-    assert sum(int(r[1]) for r in found[0]["tables"][0]["rows"]) == found[0]["n"]
+    assert sum(int(r[1]) for r in found[0]["tables"][1]["rows"]) == found[0]["n"]
+    # and its per-task interval table: a row per task, then the pooled row with n seeds
+    pooled = found[0]["tables"][0]["rows"][-1]
+    assert pooled[0] == "**pooled**" and pooled[1] == str(found[0]["n_seeds"])
+    assert "percentile bootstrap, 4000 resamples of the training seeds" in md
 
 
 def test_classic_report_lists_only_unexpected_skips(classic):
@@ -320,7 +383,7 @@ def test_board_tables_pareto_plots_and_the_int8_claim_from_real_rows(tmp_path):
     out = write_report(path, tmp_path / "rep")
     md = out["markdown"].read_text()
     section = md[md.index("## On the board"):]
-    header = ("| board | scheme | seeds | return (mean ± std) | normalised loss | agreement | "
+    header = ("| board | scheme | seeds (n) × episodes | return (mean ± std) | normalised loss | agreement | "
               "= tflite-runtime (ref. kernels) | = tflite-runtime (optimized) | "
               "= TF Lite Micro | bit-exact | cost / inference | "
               "µs / inference | flash (B) | "
@@ -328,7 +391,8 @@ def test_board_tables_pareto_plots_and_the_int8_claim_from_real_rows(tmp_path):
     assert "### DQN CartPole-v1: scheme × board" in section and header in section
     for r in boards:     # every board cell is a row of the table with its own numbers
         line = next(ln for ln in section.splitlines()
-                    if ln.startswith(f"| {r['board']} | {r['scheme']} | 1 |"))
+                    if ln.startswith(f"| {r['board']} | {r['scheme']} | 1"
+                                     + (f" × {r['episodes']}" if r.get("episodes") else "") + " |"))
         assert f"{r['mean_return']:,.1f} ± {r['std_return']:,.1f}" in line
         assert f"{r['cost_mean']:,.0f} {r['unit']}" in line and f"{r['flash_bytes']:,}" in line
         tflite = "yes" if r["matches_tflite"] else "NO"
@@ -375,3 +439,65 @@ def test_board_tables_pareto_plots_and_the_int8_claim_from_real_rows(tmp_path):
     # the not-deployable schemes are said once, not listed as failures
     assert "Not run on a board: dyn-int8 (dynamic-range" in section
     assert "## Skipped and failed" not in md          # nothing failed
+
+
+def test_seed_bootstrap_covers_the_mean_and_is_deterministic():
+    from quarl_edge.study.statistics import seed_bootstrap
+    rng = np.random.default_rng(1)
+    groups = [list(rng.normal(5.0, 1.0, 20)) for _ in range(3)]   # 3 tasks x 20 seeds
+    st = seed_bootstrap(groups)
+    assert st["effect"] == pytest.approx(np.mean(groups))
+    assert st["ci"][0] < 5.0 < st["ci"][1] and st["ci"][1] - st["ci"][0] < 1.0
+    assert st["n_seeds"] == 60 and st["seeds_per_task"] == [20, 20, 20]
+    assert seed_bootstrap(groups) == st                      # a fixed RNG seed: reproducible
+    assert seed_bootstrap(groups, seed=7)["ci"] != st["ci"]  # ... and it is the seed that fixes it
+    # coverage: over many synthetic studies, the 95 % interval holds the true mean most times
+    hits = 0
+    for _ in range(100):
+        data = [list(rng.normal(2.0, 3.0, 30))]
+        lo, hi = seed_bootstrap(data, n_boot=500)["ci"]
+        hits += lo <= 2.0 <= hi
+    assert 85 <= hits <= 100
+
+
+def test_seed_bootstrap_degenerate_cases():
+    from quarl_edge.study.statistics import seed_bootstrap
+    one = seed_bootstrap([[0.3]])
+    assert one["effect"] == 0.3 and one["ci"] is None and one["note"] == "one training seed: no interval"
+    some_one = seed_bootstrap([[0.1, 0.2], [0.3]])      # a task with one seed: no pooled interval
+    assert some_one["ci"] is None and some_one["n_seeds"] == 3
+    assert seed_bootstrap([[0.2, 0.2, 0.2]])["ci"] == [pytest.approx(0.2), pytest.approx(0.2)]
+    assert seed_bootstrap([])["effect"] is None and seed_bootstrap([])["note"] == "no data"
+    # a statistic undefined in most resamples (Spearman of 2 points often drawn equal)
+    rho = seed_bootstrap([[(1, 1), (2, 2)]], lambda it: spearman(*zip(*it)))
+    assert rho["effect"] == pytest.approx(1.0) and rho["ci"] is None
+
+
+def test_interval_verdict_rule():
+    from quarl_edge.study.statistics import interval_verdict
+    assert interval_verdict([0.01, 0.04], 0.05, "below") == "agree"
+    assert interval_verdict([0.06, 0.09], 0.05, "below") == "disagree"
+    assert interval_verdict([0.04, 0.06], 0.05, "below") == "inconclusive"
+    assert interval_verdict([0.1, 0.4], 0.0, "above") == "agree"
+    assert interval_verdict([-0.4, -0.1], 0.0, "above") == "disagree"
+    assert interval_verdict([-0.1, 0.4], 0.0, "above") == "inconclusive"
+    assert interval_verdict(None, 0.05, "below") == "inconclusive"
+    with pytest.raises(ValueError):
+        interval_verdict([0, 1], 0.0, "sideways")
+
+
+def test_board_cells_carry_the_interval_over_seeds_the_pareto_bars_draw():
+    from quarl_edge.study.board_section import board_cells
+    rows = read_results(BOARDS_EXAMPLE)
+    one = [c for c in board_cells(Results(rows)) if c["fits"] and c["return"] is not None]
+    assert one and all(c["seeds"] == 1 and c["return_ci"] is None for c in one)
+    # the same study again as seed 1, every board return 10 higher: the 2-seed interval spans
+    # both seeds' returns (a resample of 2 seeds is one of them 1/4 of the time each)
+    again = [dict(r, seed=1, **({"mean_return": r["mean_return"] + 10.0}
+                                if r["kind"] == "board" and r.get("mean_return") is not None
+                                else {})) for r in rows]
+    two = [c for c in board_cells(Results(rows + again)) if c["fits"] and c["return"] is not None]
+    assert len(two) == len(one)
+    key = lambda c: (c["task"], c["board"], c["scheme"])   # noqa: E731
+    for c, c1 in zip(sorted(two, key=key), sorted(one, key=key)):
+        assert key(c) == key(c1) and c["seeds"] == 2 and c["return_ci"] == pytest.approx([c1["return"], c1["return"] + 10])

@@ -204,7 +204,7 @@ def test_smoke_study_and_report_through_the_cli(tmp_path):
         assert f"]({png}.png)" in md
         assert (out / "report" / f"{png}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| 6-8 bit policies lose no reward |" in md
-    assert "| QAT >= PTQ (and often >= fp32) | **insufficient data** | 0 |" in md
+    assert "| QAT >= PTQ (and often >= fp32) | **insufficient data** | 0 (0 seeds × " in md
     assert "| wider weight distributions quantize worse | **insufficient data** |" in md
     assert f"{cells['int8']['mean_return']:,.1f}" in md  # numbers come from the results
     page = (out / "report" / "report.html").read_text()

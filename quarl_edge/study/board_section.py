@@ -23,7 +23,7 @@ from .analysis import random_policy_return
 from .figures import pareto_name
 from .render import fmt, fmt_bytes, pct
 from .results import SCHEME_ORDER, Results, ordered_schemes, task_name, us_per_inference
-from .statistics import normalised_loss
+from .statistics import normalised_loss, seed_bootstrap
 
 FLOAT_SCHEMES = ("fp32", "fp16", "dyn-int8")   # float activations: compared up to libm's ulps
 
@@ -95,6 +95,8 @@ def board_cells(res: Results) -> list[dict]:
             "cpu": rows[0].get("cpu"), "unit": rows[0].get("unit"),
             "episodes": sum(r.get("episodes") or 0 for r in rows),
             "return": float(np.mean(rets)) if rets else None,
+            "seeds": len(rets),   # the 95 % interval over seeds (None with one seed): Pareto bars
+            "return_ci": seed_bootstrap([rets])["ci"] if rets else None,
             "return_std": (float(np.std(rets)) if len(rets) > 1 else
                            (played[0].get("std_return") if played else None)),
             "fp32_return": mean_of("fp32_mean_return"),
@@ -227,7 +229,8 @@ def board_blocks(res: Results, figures: dict[str, bool] | None = None) -> list:
     for task in sorted({c["task"] for c in cells}):
         rows = [_board_row(c) for c in cells if c["task"] == task]
         B.append(("h", 3, f"{task_name(task)}: scheme × board"))
-        B.append(("table", ["board", "scheme", "seeds", "return (mean ± std)", "normalised loss",
+        B.append(("table", ["board", "scheme", "seeds (n) × episodes", "return (mean ± std)",
+                            "normalised loss",
                             "agreement", "= tflite-runtime (ref. kernels)",
                             "= tflite-runtime (optimized)", "= TF Lite Micro", "bit-exact",
                             "cost / inference",
@@ -264,7 +267,8 @@ def _board_row(c: dict) -> list[str]:
                 fmt_bytes(c.get("needs_ram")) + f" / {fmt_bytes(c.get('board_ram'))}",
                 fmt_bytes(c.get("arena")), "-"]
     yes = {True: "yes", False: "NO", None: "-"}
-    return [c["board"], c["scheme"], str(c["n"]),
+    per_seed = f" × {c['episodes'] // c['n']}" if c.get("episodes") else ""
+    return [c["board"], c["scheme"], f"{c['n']}{per_seed}",
             (f"{c['return']:,.1f} ± {c['return_std'] or 0:,.1f}"
              if c["return"] is not None else "-"),
             pct(c["loss"]), fmt(c["agreement"], 3),

@@ -10,22 +10,25 @@ negative returns (Pendulum) and for any reward scale. Runs whose fp32 return doe
 random policy are "not learned" and left out of the claims. A loss <= --tolerance counts as no
 loss.
 
-The claims (Krishnan et al., Quantized Reinforcement Learning):
+The claims (Krishnan et al., Quantized Reinforcement Learning). Each has an effect per training
+seed, its mean over seeds with a 95 % percentile-bootstrap interval (seeds resampled within
+each task, per task and pooled; statistics.seed_bootstrap), and a verdict decided by the
+interval (statistics.interval_verdict), never by a count; with one seed there is no interval and
+the verdict is inconclusive:
   1. 6-8 bit policies lose no reward: int8 / dyn-int8 / qat-int8 / qat-distill-int8 cells and
-     sweep points with 6..8 bits. Agree if >= 90 % of them are within the tolerance, disagree
-     if < 50 %.
-  2. QAT >= PTQ (and often >= fp32), for two QAT methods, each counted on its own: RL-loop QAT
+     sweep points with 6..8 bits; effect: a seed's mean loss over them. Agree if the interval's
+     upper bound is below the tolerance, disagree if its lower bound is above it.
+  2. QAT >= PTQ (and often >= fp32), for two QAT methods, each on its own: RL-loop QAT
      (qat-int8, DQN) and QAT by on-policy distillation from the fp32 network
-     (qat-distill-int8, every algorithm), each vs int8 of the same run. The verdict is the
-     RL-loop method's (QuaRL fine-tunes in the RL loop): agree if qat-int8 is within the
-     tolerance of int8 or better in >= 90 % of the runs, disagree if < 50 %; the evidence gives
-     the distillation method's counts and its own verdict. Without any RL-loop pair, the
-     verdict is the distillation method's, and the evidence says so.
-  3. Wider weight distributions quantize worse: Spearman rank correlation, over learned runs,
-     between the kernels' weight range and the loss (int8 cells; separately the mean loss over
-     the sweep's points), with a permutation p-value. Agree if rho > 0 with p < 0.05, disagree
-     if rho < 0 with p < 0.05, otherwise inconclusive; fewer than 4 runs, or no variation in
-     the loss, is insufficient data.
+     (qat-distill-int8, every algorithm), each paired with int8 of the same seed; effect: the
+     mean difference (share of the fp32-over-random gain). Agree if the lower bound is above
+     -tolerance, disagree if the upper bound is below it. The verdict is the RL-loop method's
+     (QuaRL fine-tunes in the RL loop); without any RL-loop pair, the distillation method's.
+  3. Wider weight distributions quantize worse: Spearman's rho, over learned runs, between the
+     kernels' weight range and the loss (int8 cells; separately the mean loss over the
+     sweep's points), with its bootstrap interval and a permutation p-value. Agree if the
+     lower bound is above 0, disagree if the upper bound is below 0; fewer than 4 runs, or no
+     variation in the loss, is insufficient data.
 
 Tie remedies (quarl_edge/quant/remedies.py) for argmax heads: per task, int8 against int8-centred,
 int8-acc and int8-i16head (mean return over seeds, ties, agreement); the winner is the highest
@@ -38,24 +41,13 @@ from collections import defaultdict
 import numpy as np
 
 from .render import fmt, pct
-from .results import Results, task_name, task_of
-from .statistics import permutation_p, spearman
+from .results import Results, episodes_per_seed, task_name, task_of
+from .statistics import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, LEVEL, interval_verdict,
+                         permutation_p, seed_bootstrap, spearman)
 
 REMEDIES = ("int8-centred", "int8-acc", "int8-centred-acc", "int8-i16head")   # quarl_edge/quant/remedies.py
 EIGHT_BIT = ("int8", "dyn-int8", "qat-int8", "qat-distill-int8")
 QAT_METHODS = {"qat-int8": "RL-loop QAT", "qat-distill-int8": "distillation QAT"}
-AGREE_SHARE, DISAGREE_SHARE = 0.9, 0.5
-
-
-def _share_verdict(ok: int, n: int) -> str:
-    if n == 0:
-        return "insufficient data"
-    share = ok / n
-    if share >= AGREE_SHARE:
-        return "agree"
-    if share < DISAGREE_SHARE:
-        return "disagree"
-    return "partly agree"
 
 
 def _qat_pairs(res: Results, by_run: dict, scheme: str) -> list[tuple]:
@@ -83,6 +75,67 @@ def _qat_evidence(scheme: str, pairs: list[tuple], tolerance: float, label: str)
                                              for k, d, _ in pairs) + "."]
 
 
+# --- how sure we are: per task and pooled, a bootstrap interval over training seeds ---------------
+
+def _n_text(st: dict, episodes: str) -> str:
+    per = sorted(set(st["seeds_per_task"]))
+    tasks = len(st["seeds_per_task"])
+    return (f"n = {st['n_seeds']} training seed(s)"
+            + (f" over {tasks} tasks ({'/'.join(map(str, per))} per task)" if tasks > 1 else "")
+            + f", {episodes} episodes per seed")
+
+
+def _ci_text(st: dict, show=pct) -> str:
+    if st["ci"] is None:
+        return f"no interval ({st['note']})"
+    return f"95 % CI [{show(st['ci'][0])}, {show(st['ci'][1])}]"
+
+
+def _interval_stats(by_run: dict, bound: float, agree: str, statistic=None) -> dict:
+    """`by_run`: {(algo, env, seed): item}. Per task and pooled: the effect, its bootstrap
+    interval over seeds, n and the verdict the interval gives."""
+    tasks = defaultdict(list)
+    for key in sorted(by_run, key=str):
+        tasks[key[:2]].append(by_run[key])
+    per_task = []
+    for t, items in sorted(tasks.items()):
+        st = seed_bootstrap([items], statistic)
+        per_task.append({"task": task_name(t), **st,
+                         "verdict": interval_verdict(st["ci"], bound, agree)})
+    pooled = seed_bootstrap(list(tasks.values()), statistic)
+    pooled["verdict"] = (interval_verdict(pooled["ci"], bound, agree) if by_run
+                         else "insufficient data")
+    return {**pooled, "per_task": per_task}
+
+
+def _stats_table(title: str, st: dict, episodes: str, show=pct) -> dict:
+    rows = [[t["task"], str(t["n_seeds"]), episodes, show(t["effect"]),
+             _ci_text(t, show).removeprefix("95 % CI "), t["verdict"]] for t in st["per_task"]]
+    rows.append(["**pooled**", str(st["n_seeds"]), episodes, show(st["effect"]),
+                 _ci_text(st, show).removeprefix("95 % CI "), f"**{st['verdict']}**"])
+    return {"title": title, "columns": ["task", "seeds (n)", "episodes per seed", "effect",
+                                         "95 % CI over seeds", "verdict by the rule"],
+            "rows": rows}
+
+
+def _claim_stats(st: dict, episodes: str, effect: str, test: str, rule: str) -> dict:
+    """What claims.json carries about how sure the verdict is."""
+    return {"effect_name": effect, "effect": st["effect"], "ci": st["ci"], "ci_note": st["note"],
+            "n_seeds": st["n_seeds"], "seeds_per_task": st["seeds_per_task"],
+            "episodes_per_seed": episodes, "test": test, "rule": rule,
+            "per_task": [{k: t[k] for k in ("task", "effect", "ci", "n_seeds", "verdict")}
+                         for t in st["per_task"]]}
+
+
+BOOTSTRAP_TEXT = (f"Intervals: percentile bootstrap, {BOOTSTRAP_RESAMPLES} resamples of the "
+                  f"training seeds within each task (episodes are not resampled; RNG seed "
+                  f"{BOOTSTRAP_SEED}, so the report reproduces), {LEVEL:.0%} level. A task with "
+                  "one seed has no interval, and a claim without an interval is inconclusive. With 2-3 "
+                  "seeds per task a bootstrap interval is too narrow (a resample of 2 seeds has "
+                  "3 distinct means): read it as the least the uncertainty can be. The tasks "
+                  "are held fixed: the interval is over seeds, not over which tasks were run.")
+
+
 def claims(res: Results, tolerance: float) -> list[dict]:
     """QuaRL's three claims, each {"claim", "verdict", "n", "evidence": [sentences], "summary":
     the key numbers in one line, "tables": [{"title", "columns", "rows" (display strings),
@@ -94,18 +147,31 @@ def claims(res: Results, tolerance: float) -> list[dict]:
 def _eight_bits(res: Results, tolerance: float) -> dict:
     """Claim 1: 6-8 bit policies lose no reward."""
     items = []   # (policy, setting, loss)
+    per_run = defaultdict(list)   # the effect per training seed: its policies' mean loss
     for r in res.ok_cells:
         if r["scheme"] in EIGHT_BIT and res.learned(r):
             items.append((f"{task_name(task_of(r))} seed {r['seed']} {r['scheme']}", r["scheme"],
                           res.loss(r)))
+            per_run[(r["algo"], r["env"], r["seed"])].append(res.loss(r))
     for r in res.sweep:
         if r["mode"] != "fp32" and 6 <= r["bits"] <= 8 and res.learned(r):
             items.append((f"{task_name(task_of(r))} seed {r['seed']} {r['bits']}-bit "
                           f"{r['mode']}", f"{r['bits']}-bit sweep", res.loss(r)))
+            per_run[(r["algo"], r["env"], r["seed"])].append(res.loss(r))
+    per_run = {k: [v for v in vs if v is not None] for k, vs in per_run.items()}
+    per_run = {k: vs for k, vs in per_run.items() if vs}
     items = [it for it in items if it[2] is not None]
     within = [v <= tolerance for _, _, v in items]
+    st = _interval_stats({k: float(np.mean(v)) for k, v in per_run.items()}, tolerance, "below")
+    episodes = episodes_per_seed(res)
+    rule = (f"Effect: the mean normalised loss of a training seed's 6-8 bit policies, averaged "
+            f"over seeds. Agree when the upper bound of its 95 % interval is below the "
+            f"{tolerance:.0%} tolerance, disagree when the lower bound is above it, otherwise "
+            "(or without an interval) inconclusive.")
     ev, summary, tables = [], "", []
     if items:
+        ev.append(f"Mean loss {pct(st['effect'])}, {_ci_text(st)}, {_n_text(st, episodes)} "
+                  f"-> {st['verdict']}.")
         losses = np.array([v for _, _, v in items])
         worst = max(items, key=lambda it: it[2])
         ev.append(f"{sum(within)} of {len(items)} policies at 6-8 bits are within "
@@ -117,24 +183,30 @@ def _eight_bits(res: Results, tolerance: float) -> dict:
         ev.append("Per setting (mean normalised loss): " + "; ".join(
             f"{k}: {pct(float(np.mean([v for _, _, v in its])))} over {len(its)}"
             for k, its in sorted(by_setting.items())) + ".")
-        summary = (f"{sum(within)} of {len(items)} within {tolerance:.0%}; median loss "
-                   f"{pct(np.median(losses))}, worst {pct(worst[2])} ({worst[0]})")
+        summary = (f"mean loss {pct(st['effect'])}, {_ci_text(st)} ({_n_text(st, episodes)}); "
+                   f"{sum(within)} of {len(items)} policies within {tolerance:.0%}, worst "
+                   f"{pct(worst[2])} ({worst[0]})")
+        tables.append(_stats_table("Mean normalised loss per training seed (6-8 bit policies), "
+                                   "per task and pooled", st, episodes))
         rows = []
         for k, its in sorted(by_setting.items()):
             w = max(its, key=lambda it: it[2])
             rows.append([k, str(len(its)), str(sum(v <= tolerance for _, _, v in its)),
                          pct(float(np.mean([v for _, _, v in its]))), pct(w[2]),
                          w[0].removesuffix(f" {k}")])
-        tables.append({"title": "Normalised loss per setting (learned runs)",
-                       "columns": ["setting", "policies", f"within {tolerance:.0%}",
+        tables.append({"title": f"Normalised loss per setting (learned runs; {episodes} "
+                                f"episodes per policy)",
+                       "columns": ["setting", "policies (n)", f"within {tolerance:.0%}",
                                    "mean loss", "worst loss", "worst policy"], "rows": rows})
     else:
         ev.append(f"No learned run has an 8-bit scheme ({', '.join(EIGHT_BIT)}) or a 6-8 bit "
                   "sweep point.")
         summary = ev[-1]
     return {"claim": "6-8 bit policies lose no reward", "n": len(items),
-            "verdict": _share_verdict(sum(within), len(items)), "evidence": ev,
-            "summary": summary, "tables": tables}
+            "verdict": st["verdict"] if items else "insufficient data",
+            **_claim_stats(st, episodes, "mean normalised loss of 6-8 bit policies per seed",
+                           "percentile bootstrap of the mean over training seeds", rule),
+            "evidence": ev, "summary": summary, "tables": tables}
 
 
 def _qat_vs_ptq(res: Results, tolerance: float) -> dict:
@@ -145,6 +217,9 @@ def _qat_vs_ptq(res: Results, tolerance: float) -> dict:
         by_run[(r["algo"], r["env"], r["seed"])][r["scheme"]] = r
     pairs = {m: _qat_pairs(res, by_run, m) for m in QAT_METHODS}
     rl, dist = pairs["qat-int8"], pairs["qat-distill-int8"]
+    episodes = episodes_per_seed(res)
+    stats = {m: _interval_stats({k: d for k, d, _ in p}, -tolerance, "above")
+             for m, p in pairs.items()}
     ev = []
     if rl:
         ev += _qat_evidence("qat-int8", rl, tolerance, "RL-loop QAT")
@@ -154,11 +229,10 @@ def _qat_vs_ptq(res: Results, tolerance: float) -> dict:
                   + (f" ({len(skipped)} qat-int8 cells skipped: {skipped[0].get('reason')})"
                      if skipped else "") + ".")
     if dist:
-        ok_d = sum(d >= -tolerance for _, d, _ in dist)
         text = _qat_evidence("qat-distill-int8", dist, tolerance,
                              "Distillation QAT (on-policy distillation from the fp32 network, "
                              "all algorithms), counted separately")
-        text.insert(1, f"Verdict on distillation QAT alone: {_share_verdict(ok_d, len(dist))}"
+        text.insert(1, f"Verdict on distillation QAT alone: {stats['qat-distill-int8']['verdict']}"
                        + ("; the claim's verdict is RL-loop QAT's." if rl else
                           "; with no RL-loop QAT pair, it is the claim's verdict."))
         both = {k: d for k, d, _ in dist}, {k: d for k, d, _ in rl}
@@ -172,7 +246,14 @@ def _qat_vs_ptq(res: Results, tolerance: float) -> dict:
     by_method = {}
     for m, p in pairs.items():
         n_ok = sum(d >= -tolerance for _, d, _ in p)
-        by_method[m] = {"n": len(p), "ok": n_ok, "verdict": _share_verdict(n_ok, len(p))}
+        by_method[m] = {"n": len(p), "ok": n_ok, "verdict": stats[m]["verdict"],
+                        "effect": stats[m]["effect"], "ci": stats[m]["ci"]}
+    for m, p in reversed(pairs.items()):
+        if p:
+            st = stats[m]
+            ev.insert(0, f"{m} − int8 (paired by training seed): mean {pct(st['effect'])} of the "
+                         f"fp32-over-random gain, {_ci_text(st)}, {_n_text(st, episodes)} -> "
+                         f"{st['verdict']}.")
     tables, parts = [], []
     method_rows = []
     for m, p in pairs.items():
@@ -183,13 +264,19 @@ def _qat_vs_ptq(res: Results, tolerance: float) -> dict:
         method_rows.append([f"{m} ({QAT_METHODS[m]})", str(len(p)), str(by_method[m]["ok"]),
                             str(int(np.sum(diffs > 0))), str(int(np.sum(diffs == 0))),
                             pct(float(diffs.mean())), str(ge_fp32), by_method[m]["verdict"]])
-        parts.append(f"{m} >= int8 in {by_method[m]['ok']} of {len(p)} runs")
+        parts.append(f"{m} − int8 {pct(stats[m]['effect'])}, {_ci_text(stats[m])} "
+                     f"({_n_text(stats[m], episodes)}; >= int8 in {by_method[m]['ok']} of "
+                     f"{len(p)})")
     if method_rows:
         tables.append({"title": "Each QAT method against int8 of the same run (differences in "
                                 "% of the fp32-over-random gain)",
-                       "columns": ["method", "runs", f"≥ int8 (within {tolerance:.0%})",
+                       "columns": ["method", "runs (n seeds)", f"≥ int8 (within {tolerance:.0%})",
                                    "better", "equal", "mean difference", "≥ fp32", "verdict"],
                        "rows": method_rows})
+        for m, p in pairs.items():
+            if p:
+                tables.append(_stats_table(f"{m} − int8 per task and pooled (mean difference "
+                                           "over seeds, % of the gain)", stats[m], episodes))
         per_run = defaultdict(dict)
         for m, p in pairs.items():
             for k, d, _ in p:
@@ -202,58 +289,79 @@ def _qat_vs_ptq(res: Results, tolerance: float) -> dict:
     summary = ("; ".join(parts) + (" (the verdict is RL-loop QAT's)" if rl and dist else
                                    " (no RL-loop QAT pair: the verdict is distillation's)"
                                    if dist else "")) if parts else ev[0]
+    method = "qat-distill-int8" if dist and not rl else "qat-int8"
+    rule = (f"Effect: {method} minus int8 of the same training seed, in units of the "
+            f"fp32-over-random gain, averaged over seeds. Agree when the lower bound of its 95 % "
+            f"interval is above -{tolerance:.0%} (QAT at least as good as PTQ within the "
+            f"tolerance), disagree when the upper bound is below -{tolerance:.0%}, otherwise (or "
+            "without an interval) inconclusive.")
     return {"claim": "QAT >= PTQ (and often >= fp32)", "n": len(main),
-            "verdict": _share_verdict(sum(d >= -tolerance for _, d, _ in main), len(main)),
-            "evidence": ev, "method": "qat-distill-int8" if dist and not rl else "qat-int8",
+            "verdict": stats[method]["verdict"] if main else "insufficient data",
+            **_claim_stats(stats[method], episodes, f"mean paired difference {method} − int8 "
+                           "(share of the fp32-over-random gain)",
+                           "paired bootstrap of the mean difference over training seeds", rule),
+            "evidence": ev, "method": method,
             "by_method": by_method, "summary": summary, "tables": tables}
 
 
 def _weight_range(res: Results) -> dict:
     """Claim 3: wider weight distributions quantize worse (a rank correlation)."""
-    ev, verdicts = [], []
-    int8 = [(res.runs[(r["algo"], r["env"], r["seed"])], res.loss(r)) for r in res.ok_cells
-            if r["scheme"] == "int8" and res.learned(r)]
+    ev, verdicts, stats = [], [], []
+    int8 = {(r["algo"], r["env"], r["seed"]): res.loss(r) for r in res.ok_cells
+            if r["scheme"] == "int8" and res.learned(r)}
     sweep_loss = defaultdict(list)
     for r in res.sweep:
         if r["mode"] != "fp32" and res.learned(r) and res.loss(r) is not None:
             sweep_loss[(r["algo"], r["env"], r["seed"])].append(res.loss(r))
-    sweeps = [(res.runs[k], float(np.mean(v))) for k, v in sweep_loss.items()]
+    sweeps = {k: float(np.mean(v)) for k, v in sweep_loss.items()}
+    episodes = episodes_per_seed(res)
+
+    def rho_of(items):   # items: (weight range, loss) of the drawn runs
+        return spearman([x for x, _ in items], [y for _, y in items])
     n_total = 0
     corr_rows, parts = [], []
-    for label, pts in (("int8 loss", int8), ("mean n-bit sweep loss", sweeps)):
-        pts = [(run, v) for run, v in pts if v is not None]
+    for label, losses in (("int8 loss", int8), ("mean n-bit sweep loss", sweeps)):
+        pts = {k: (res.runs[k]["weights"]["all"]["range"], v) for k, v in losses.items()
+               if v is not None}
         n_total = max(n_total, len(pts))
         if len(pts) < 4:
             ev.append(f"Weight range vs {label}: {len(pts)} learned run(s), fewer than 4: "
                       "insufficient data.")
             verdicts.append("insufficient data")
-            corr_rows.append([f"weight range vs {label}", str(len(pts)), "-", "-",
+            corr_rows.append([f"weight range vs {label}", str(len(pts)), "-", "-", "-",
                               "insufficient data (fewer than 4 runs)"])
             continue
-        x = [run["weights"]["all"]["range"] for run, _ in pts]
-        y = [v for _, v in pts]
+        x = [a for a, _ in pts.values()]
+        y = [b for _, b in pts.values()]
         rho = spearman(x, y)
         if rho is None:
             ev.append(f"Weight range vs {label} over {len(pts)} runs: no variation in "
                       f"{'the loss' if np.std(y) == 0 else 'the range'} (all "
                       f"{pct(y[0]) if np.std(y) == 0 else fmt(x[0], 3)}): insufficient data.")
             verdicts.append("insufficient data")
-            corr_rows.append([f"weight range vs {label}", str(len(pts)), "-", "-",
+            corr_rows.append([f"weight range vs {label}", str(len(pts)), "-", "-", "-",
                               "insufficient data (no variation)"])
             continue
+        st = _interval_stats(pts, 0.0, "above", rho_of)
+        st["comparison"] = label
+        stats.append(st)
         p = permutation_p(x, y, rho)
-        v = ("agree" if rho > 0 and p < 0.05 else "disagree" if rho < 0 and p < 0.05
-             else "inconclusive")
+        v = st["verdict"]
         verdicts.append(v)
-        ev.append(f"Weight range vs {label} over {len(pts)} learned runs: Spearman rho = "
-                  f"{rho:+.2f} (permutation p = {p:.3f}) -> {v}.")
-        corr_rows.append([f"weight range vs {label}", str(len(pts)), f"{rho:+.2f}", f"{p:.3f}", v])
-        parts.append(f"rho {rho:+.2f} (p {p:.3f}) vs {label} over {len(pts)} runs")
+        show = lambda r: f"{r:+.2f}"   # noqa: E731
+        ci = _ci_text(st, show)
+        ev.append(f"Weight range vs {label}: Spearman rho = {rho:+.2f}, {ci}, "
+                  f"{_n_text(st, episodes)} (permutation p = {p:.3f}) -> {v}.")
+        corr_rows.append([f"weight range vs {label}", str(len(pts)), f"{rho:+.2f}",
+                          ci.removeprefix("95 % CI "), f"{p:.3f}", v])
+        parts.append(f"rho {rho:+.2f}, {ci} vs {label} ({_n_text(st, episodes)})")
     per_algo = defaultdict(list)
     for run in res.runs.values():
         per_algo[run["algo"]].append(run["weights"]["all"])
-    tables = [{"title": "Spearman rank correlation over learned runs (permutation p-value)",
-               "columns": ["comparison", "runs", "rho", "p", "verdict"], "rows": corr_rows}]
+    tables = [{"title": "Spearman rank correlation over learned runs (bootstrap interval over "
+                        f"seeds; permutation p-value; {episodes} episodes per seed)",
+               "columns": ["comparison", "runs (n seeds)", "rho", "95 % CI", "p", "verdict"],
+               "rows": corr_rows}]
     if per_algo:
         ev.append("Weight range per algorithm (mean over runs): " + "; ".join(
             f"{a.upper()} {np.mean([s['range'] for s in v]):.2f} (kurtosis "
@@ -268,8 +376,23 @@ def _weight_range(res: Results) -> dict:
     decided = [v for v in verdicts if v != "insufficient data"]
     verdict = ("insufficient data" if not decided else decided[0] if len(set(decided)) == 1
                else "mixed: " + ", ".join(decided))
+    rule = ("Effect: Spearman's rho between a run's kernel weight range and its loss (int8; "
+            "separately the mean loss over the n-bit sweep). Agree when the lower bound of its "
+            "95 % interval is above 0, disagree when the upper bound is below 0, otherwise (or "
+            "without an interval) inconclusive; with two comparisons that differ, mixed. The "
+            "permutation p-value beside it treats every run as exchangeable (it also doubts "
+            "the tasks), so it can be larger than the interval suggests.")
+    main = stats[0] if stats else seed_bootstrap([])
+    main.setdefault("per_task", [])
     return {"claim": "wider weight distributions quantize worse", "n": n_total,
-            "verdict": verdict, "evidence": ev,
+            "verdict": verdict,
+            **_claim_stats(main, episodes, "Spearman rho, weight range vs "
+                           + main.get("comparison", "loss"),
+                           "Spearman rank correlation, percentile bootstrap over training seeds "
+                           "(and a permutation p-value)", rule),
+            "comparisons": [{k: st[k] for k in ("comparison", "effect", "ci", "n_seeds",
+                                                "verdict")} for st in stats],
+            "evidence": ev,
             "summary": "; ".join(parts) or "fewer than 4 learned runs, or no variation",
             "tables": tables}
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from .render import fmt_bytes
-from .results import Results, ordered_schemes, task_name, task_of
+from .results import Results, episodes_per_seed, ordered_schemes, task_name, task_of
 
 
 def _plt():
@@ -194,7 +194,9 @@ def fig_model_size(res: Results, path: Path) -> bool:
 def fig_pareto(res: Results, board: str, cells: list[dict], path: Path) -> bool:
     """One board: per task a panel of return against cost per inference (log axis when the
     costs span more than 10×), one point per scheme, its area the firmware's flash; the
-    Pareto front (no other scheme both cheaper and better) joined by a line."""
+    Pareto front (no other scheme both cheaper and better) joined by a line; each point's bar
+    is its 95 % bootstrap interval over training seeds (board_cells' return_ci), n in the
+    legend."""
     cells = [c for c in cells if c["board"] == board and c["fits"] and c["return"] is not None]
     tasks = sorted({c["task"] for c in cells})
     if not tasks:
@@ -211,9 +213,16 @@ def fig_pareto(res: Results, board: str, cells: list[dict], path: Path) -> bool:
         pts = [c for c in cells if c["task"] == t]
         for i, c in enumerate(sorted(pts, key=lambda c: (c["cost"], c["return"]))):
             size = 40 + 460 * (c["flash"] or 0) / big
-            ax.scatter([c["cost"]], [c["return"]], s=size, alpha=0.6,
-                       color=colours(schemes.index(c["scheme"]) % 10), edgecolors="black",
-                       linewidths=0.5, label=f"{c['scheme']} ({fmt_bytes(c['flash'])} B)")
+            colour = colours(schemes.index(c["scheme"]) % 10)
+            ci = c.get("return_ci")
+            if ci is not None:   # the 95 % interval over training seeds
+                ax.errorbar([c["cost"]], [c["return"]], yerr=[[c["return"] - ci[0]],
+                                                             [ci[1] - c["return"]]],
+                            color=colour, lw=1, capsize=3, zorder=1)
+            ax.scatter([c["cost"]], [c["return"]], s=size, alpha=0.6, color=colour,
+                       edgecolors="black", linewidths=0.5,
+                       label=f"{c['scheme']} ({fmt_bytes(c['flash'])} B, n={c.get('seeds', 1)} "
+                             f"seed{'s' if c.get('seeds', 1) != 1 else ''})")
             ax.annotate(c["scheme"], (c["cost"], c["return"]), fontsize=7,   # staggered:
                         xytext=(6, 6 - 10 * (i % 3)), textcoords="offset points")  # equal points
         front, best = [], -np.inf
@@ -227,7 +236,8 @@ def fig_pareto(res: Results, board: str, cells: list[dict], path: Path) -> bool:
         costs = [c["cost"] for c in pts]
         if min(costs) > 0 and max(costs) / min(costs) > 10:
             ax.set_xscale("log")
-        lo, hi = _data_limits([c["return"] for c in pts])
+        lo, hi = _data_limits([c["return"] for c in pts]
+                              + [b for c in pts for b in (c.get("return_ci") or [])])
         ax.set_ylim(lo, hi)
         # returns as they are: no "-1.065e2" offset over ticks reading -0.02 .. -0.07
         ax.ticklabel_format(axis="y", useOffset=False, style="plain")
@@ -238,7 +248,9 @@ def fig_pareto(res: Results, board: str, cells: list[dict], path: Path) -> bool:
         ax.set_title(task_name(t), fontsize=10)
         ax.legend(fontsize=6, loc="best", markerscale=0.4)
     return _save(fig, path, axes, len(tasks),
-                 f"{board}: return vs cost per inference (marker area: flash)")
+                 f"{board}: return vs cost per inference (marker area: flash)\nbars: 95 % "
+                 f"bootstrap interval over training seeds (none with one seed); n seeds in the "
+                 f"legend, {episodes_per_seed(res)} episodes per seed")
 
 
 def pareto_name(board: str) -> str:

@@ -33,12 +33,13 @@ import numpy as np
 
 from ..errors import QuarlError
 from .board_section import board_blocks, board_cells, int8_vs_fp32
-from .claims import claims, remedy_table
+from .claims import BOOTSTRAP_TEXT, claims, remedy_table
 from .figures import (fig_model_size, fig_pareto, fig_return_vs_bits, fig_return_vs_precision,
                       fig_weight_histograms, pareto_name)
 from .plan import not_applicable, scope
 from .render import fmt, pct, to_html, to_markdown
-from .results import Results, ordered_schemes, read_results, task_name, task_of
+from .results import (Results, episodes_per_seed, ordered_schemes, read_results, task_name,
+                      task_of)
 from .statistics import reward_threshold
 
 
@@ -78,10 +79,14 @@ def _claim_blocks(res: Results, tolerance: float) -> list:
     B = []
     B.append(("h", 2, "QuaRL's claims against these measurements"))
     found = claims(res, tolerance)
+    B.append(("p", "Each verdict is decided by a 95 % interval over training seeds, not by a "
+                   "count; the rule is stated under each claim. " + BOOTSTRAP_TEXT))
     B.append(("table", ["claim", "our data", "n", "the numbers"],
-              [[c["claim"], f"**{c['verdict']}**", str(c["n"]), c["summary"]] for c in found]))
+              [[c["claim"], f"**{c['verdict']}**", f"{c['n']} ({c['n_seeds']} seeds × "
+                f"{c['episodes_per_seed']} episodes)", c["summary"]] for c in found]))
     for i, c in enumerate(found, 1):
         B.append(("h", 3, f"{i}. {c['claim']}: {c['verdict']}"))
+        B.append(("p", f"Test: {c['test']}. Rule: {c['rule']}"))
         for t in c["tables"]:
             table = ("table", t["columns"], t["rows"])
             B.append(("details", t["title"], table) if t.get("collapsed") else ("p", f"{t['title']}:"))
@@ -149,7 +154,8 @@ def _precision_blocks(res: Results, figures: dict[str, bool]) -> list:
                          f"{np.mean(agree):.3f}" if agree else "-",
                          f"{np.mean(kl):.2e}" if kl else "-",
                          f"{int(np.mean([r['size_bytes'] for r in cs])):,}"])
-    B.append(("table", ["task", "scheme", "seeds", "return (mean ± std over seeds)",
+    B.append(("table", ["task", "scheme", "seeds (n)", f"return (mean ± std over seeds; "
+                        f"{episodes_per_seed(res)} episodes per seed)",
                         "normalised loss", "agreement", "KL(fp32‖q)", "size (B)"], rows))
     B.append(("p", "Agreement: share of the states visited by the fp32 policy where the model "
                    "picks the same action (continuous: 1 - mean |a - a_fp32| / action range). "
@@ -180,7 +186,8 @@ def _remedy_blocks(res: Results) -> list:
                              f"{v['mean_return']:,.1f} ± {v['std_return']:,.1f}",
                              pct(v["loss"]), f"{v['ties']:.3f}", f"{v['agreement']:.3f}",
                              item["winner"] if s == "int8" else ""])
-        B.append(("table", ["task", "scheme", "seeds", "return (mean ± std over seeds)",
+        B.append(("table", ["task", "scheme", "seeds", f"return (mean ± std over seeds; "
+                            f"{episodes_per_seed(res)} episodes per seed)",
                             "normalised loss", "ties", "agreement", "winner"], rows))
     return B
 
@@ -202,7 +209,8 @@ def _sweep_blocks(res: Results, figures: dict[str, bool]) -> list:
                                  fmt(float(np.mean([r["mean_return"] for r in rs]))),
                                  pct(float(np.mean(losses))) if losses else "-",
                                  f"{np.mean([r['agreement'] for r in rs]):.3f}"])
-        B.append(("table", ["task", "mode", "bits", "seeds", "return", "normalised loss",
+        B.append(("table", ["task", "mode", "bits", "seeds (n)", f"return (mean over seeds; "
+                            f"{episodes_per_seed(res)} episodes per seed)", "normalised loss",
                             "agreement"], rows))
     else:
         B.append(("p", "No sweep rows in the results."))

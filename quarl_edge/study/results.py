@@ -246,3 +246,10 @@ class Results:
         run = self.run_of(r)
         return bool(run and run.get("random_return") is not None
                     and run["fp32_return"] > run["random_return"])
+
+
+def episodes_per_seed(res: "Results") -> str:
+    """Evaluation episodes per training seed (the greedy policy's fixed test seeds), e.g. "20";
+    "20/10" when runs differ, "?" without runs."""
+    n = sorted({len(r.get("eval_seeds") or []) for r in res.runs.values()})
+    return "/".join(map(str, n)) or "?"

@@ -54,3 +54,68 @@ def permutation_p(x, y, rho: float, n: int = 10_000, seed: int = 0) -> float:
         r = np.corrcoef(rx, rng.permutation(ry))[0, 1]
         count += abs(r) >= abs(rho) - 1e-12
     return (count + 1) / (n + 1)
+
+
+# --- how sure we are: a bootstrap over training seeds, and the verdict an interval gives ----------
+
+BOOTSTRAP_RESAMPLES = 4000
+BOOTSTRAP_SEED = 0      # fixed: the same rows give the same intervals, so the report reproduces
+LEVEL = 0.95
+
+
+def seed_bootstrap(groups, statistic=None, n_boot: int = BOOTSTRAP_RESAMPLES,
+                   seed: int = BOOTSTRAP_SEED, level: float = LEVEL) -> dict:
+    """A percentile bootstrap interval over training seeds.
+
+    `groups`: one list per task of that task's per-seed items (a training seed is the unit
+    that is resampled, never an episode). Each resample draws, within every task, as many seeds
+    as it has, with replacement, and applies `statistic` to all drawn items (default: the mean
+    of numbers). Returns {"effect": the statistic of the data, "ci": [lo, hi] or None,
+    "n_seeds": items over all tasks, "seeds_per_task": [per task], "note": why no interval}.
+
+    No interval when a task has a single seed (its seed-to-seed spread is unknown, and the
+    interval would pretend it is zero) or the statistic is undefined in more than 5 % of the
+    resamples (e.g. Spearman's rho when the drawn seeds are all the same run)."""
+    statistic = statistic or (lambda items: float(np.mean(items)))
+    groups = [list(g) for g in groups if len(g)]
+    per_task = [len(g) for g in groups]
+    out = {"effect": None, "ci": None, "n_seeds": sum(per_task), "seeds_per_task": per_task,
+           "note": ""}
+    if not groups:
+        out["note"] = "no data"
+        return out
+    out["effect"] = statistic([x for g in groups for x in g])
+    if min(per_task) < 2:
+        out["note"] = "one training seed" + (" in a task" if len(groups) > 1 else "") + \
+                      ": no interval"
+        return out
+    rng = np.random.default_rng(seed)
+    values = []
+    for _ in range(n_boot):
+        drawn = [g[i] for g in groups for i in rng.integers(0, len(g), len(g))]
+        v = statistic(drawn)
+        if v is not None and np.isfinite(v):
+            values.append(v)
+    if len(values) < level * n_boot:   # dropping that many resamples would bias the interval
+        out["note"] = (f"the statistic is undefined in more than {1 - level:.0%} of the "
+                       "resamples: no interval")
+        return out
+    a = (1 - level) / 2
+    lo, hi = np.quantile(values, [a, 1 - a])
+    out["ci"] = [float(lo), float(hi)]
+    return out
+
+
+def interval_verdict(ci, bound: float, agree: str) -> str:
+    """The verdict an interval gives against `bound`: with agree="below", "agree" when the whole
+    interval is below the bound, "disagree" when it is wholly above; agree="above" the other way
+    round; "inconclusive" when the interval straddles the bound or there is no interval."""
+    if ci is None:
+        return "inconclusive"
+    lo, hi = ci
+    below, above = hi < bound, lo > bound
+    if agree == "below":
+        return "agree" if below else "disagree" if above else "inconclusive"
+    if agree == "above":
+        return "agree" if above else "disagree" if below else "inconclusive"
+    raise ValueError(f"agree must be 'below' or 'above', not {agree!r}")
