@@ -80,8 +80,9 @@ def test_bench_episodes_gives_the_boards_return_equal_to_tflite_runtime(tmp_path
     fp32 = rows[("mps2-an386", "fp32")]
     # the task's scheme x board table (issue 14's study board cells; bench rows join it)
     table = report[report.index("### DQN CartPole-v1: scheme × board"):]
-    assert (f"| mps2-an386 | int8 | 1 | {int8['mean_return']:,.1f} ± {int8['std_return']:,.1f} "
-            f"| +0.0 % |") in table
+    # n: one seed (the bench run) × its episodes
+    assert (f"| mps2-an386 | int8 | 1 × {len(int8['returns'])} | {int8['mean_return']:,.1f} ± "
+            f"{int8['std_return']:,.1f} | +0.0 % |") in table
     assert f"| {int8['cost_mean']:,.0f} instructions | ~{int8['cost_mean'] / int8['clock_hz'] * 1e6:,.1f} " \
            f"(estimate) | {int8['flash_bytes']:,} | {int8['ram_bytes']:,} |" in table
     assert (f"DQN CartPole-v1 on mps2-an386 (cortex-m4): int8 is "
