@@ -35,10 +35,11 @@ import os
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
+
+from revtree import tree_of
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -134,19 +135,6 @@ def measure(run: Path, board_id: str, episodes: int) -> dict:
                 "link": link.report()}
 
 
-def _tree_of(rev: str, into: Path) -> Path:
-    """The files of revision `rev` of this repository, extracted into `into`."""
-    tar = into / "rev.tar"
-    subprocess.run(["git", "-C", str(ROOT), "archive", "-o", str(tar), rev], check=True)
-    with tarfile.open(tar) as t:
-        t.extractall(into / "tree", filter="data")
-    tree = into / "tree"
-    link = tree / "quarl_edge" / "converters"   # the package's converters (a link in a checkout)
-    if not link.exists() and (tree / "converters").is_dir():
-        link.symlink_to("../converters")
-    return tree
-
-
 def _one(tree: Path, run: Path, board: str, episodes: int) -> dict:
     env = {**os.environ, "PYTHONPATH": str(tree)}
     out = subprocess.run([sys.executable, str(Path(__file__).resolve()), str(run), "--one", board,
@@ -234,7 +222,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         trees = {"this": ROOT}
         if a.vs:
-            trees[a.vs[:10]] = _tree_of(a.vs, Path(tmp))
+            trees[a.vs[:10]] = tree_of(a.vs, Path(tmp))
         for k in range(a.rounds):
             for board in a.boards.split(","):
                 for label, tree in trees.items():

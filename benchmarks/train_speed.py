@@ -25,10 +25,11 @@ import os
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
+
+from revtree import tree_of
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = "dqn:CartPole-v1:10000,ppo:CartPole-v1:8192,sac:Pendulum-v1:5000"
@@ -46,19 +47,6 @@ def measure(algo: str, env_id: str, steps: int, seed: int) -> dict:
         info = train(env_id, algo, steps, seed, Path(tmp) / "run", progress=False, judge=judge)
     return {"train_seconds": info["train_seconds"], "best": info["best_greedy_return"],
             "best_step": info["best_step"], "steps": steps}
-
-
-def _tree_of(rev: str, into: Path) -> Path:
-    """The files of revision `rev` of this repository, extracted into `into`."""
-    tar = into / "rev.tar"
-    subprocess.run(["git", "-C", str(ROOT), "archive", "-o", str(tar), rev], check=True)
-    with tarfile.open(tar) as t:
-        t.extractall(into / "tree", filter="data")
-    tree = into / "tree"
-    link = tree / "quarl_edge" / "converters"   # the package's converters (a link in a checkout)
-    if not link.exists() and (tree / "converters").is_dir():
-        link.symlink_to("../converters")
-    return tree
 
 
 def _one(tree: Path, task: str, seed: int) -> dict:
@@ -89,7 +77,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         trees = {"this": ROOT}
         if a.against:
-            trees[a.against[:10]] = _tree_of(a.against, Path(tmp))
+            trees[a.against[:10]] = tree_of(a.against, Path(tmp))
         results: dict[tuple[str, str], list[dict]] = {}
         for _ in range(a.rounds):
             for task in tasks:
