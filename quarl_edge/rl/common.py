@@ -275,3 +275,48 @@ class StagedReplay:
         for start in range(0, len(staged), self._max):
             part = staged[start:start + self._max]
             self._add_all(tf.nest.map_structure(lambda *xs: np.stack(xs), *part))
+
+
+class GradientRounds:
+    """A round of k gradient steps (`agent.train` on the next k batches of `samples`) in one
+    traced call, instead of k Python -> TensorFlow calls, each with its own dataset `next`.
+
+    Each call's Python side (the traced function's argument checks and cache lookup, and the
+    tf.data iterator's structure packing) cost DQN CartPole as much as the step itself. The
+    batches come from the same iterator in the same order and each step is the same
+    `agent.train`, so the weights after a round are those of k single calls (tests compare the
+    train_curve.csv). The very first step of a run goes through a plain traced `agent.train`:
+    the optimizers create their slot variables on their first step, which a graph loop cannot
+    do. `weights(experience)`, if given, gives each step's per-sample loss weights."""
+
+    def __init__(self, agent, samples, weights=None):
+        import tensorflow as tf  # heavy: only when training
+        self._first = True
+
+        def one(experience):
+            kw = {} if weights is None else {"weights": weights(experience)}
+            return agent.train(experience, **kw).loss
+
+        @tf.function
+        def single():
+            experience, _ = next(samples)
+            return one(experience)
+
+        @tf.function   # autograph: the for over tf.range is a graph loop
+        def loop(n):
+            loss = tf.constant(0.0)
+            for _ in tf.range(n):
+                experience, _ = next(samples)
+                loss = one(experience)
+            return loss
+        self._single, self._loop = single, loop
+
+    def __call__(self, k: int) -> float:
+        """Take k gradient steps; the last step's loss."""
+        import tensorflow as tf  # heavy: only when training
+        loss = None
+        if self._first:
+            loss, k, self._first = self._single(), k - 1, False
+        if k > 0:
+            loss = self._loop(tf.constant(k, tf.int64))
+        return float(loss)

@@ -20,7 +20,7 @@ import numpy as np
 from ..errors import QuarlError
 from ..schema import int_sizes
 from ..run import VALIDATION_SEED_BASE, keras_runner, mlp_q_values, write_run
-from .common import StagedReplay, run_record
+from .common import GradientRounds, StagedReplay, run_record
 
 
 @dataclass
@@ -165,13 +165,13 @@ def train_dqn(env_id: str, seed: int, out: Path, config: DQNConfig, progress: bo
         train_step_counter=tf.Variable(0, dtype=tf.int64),
     )
     agent.initialize()
-    agent_train = common.function(agent.train)
 
     replay = tf_uniform_replay_buffer.TFUniformReplayBuffer(
         agent.collect_data_spec, batch_size=1, max_length=cfg.buffer_size)
     staged = StagedReplay(replay)   # each step's add_batch, made in one call per round
     samples = iter(replay.as_dataset(sample_batch_size=cfg.batch_size,
                                      num_steps=cfg.n_step + 1).prefetch(2))
+    gradient_round = GradientRounds(agent, samples)   # a round's updates in one traced call
 
     def epsilon(step: int) -> float:
         frac = min(1.0, step / max(1, cfg.epsilon_decay_steps))
@@ -227,9 +227,7 @@ def train_dqn(env_id: str, seed: int, out: Path, config: DQNConfig, progress: bo
         if step % cfg.train_every == 0:
             staged.flush()   # the buffer as the steps so far left it, before any sample
         if step >= cfg.learning_starts and step % cfg.train_every == 0:
-            for _ in range(cfg.updates_per_train):
-                experience, _ = next(samples)
-                loss = float(agent_train(experience).loss)
+            loss = gradient_round(cfg.updates_per_train)
             weights = q_net.get_weights()
             q_values = q_function(weights)
 
