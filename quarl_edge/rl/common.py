@@ -277,6 +277,34 @@ class StagedReplay:
             self._add_all(tf.nest.map_structure(lambda *xs: np.stack(xs), *part))
 
 
+def build_optimizers(agent) -> None:
+    """Create the agent's optimizer variables (Adam's step count and moments) now, before the
+    first traced train step, for exactly the variables that step updates.
+
+    A tf.function whose first call creates variables is traced twice (once creating them, once
+    without); PPO's train step, its epochs unrolled, took several seconds to trace, and SAC's
+    three losses too. Building the optimizers first leaves one trace. The variables start at
+    the values the first step would have given them (zeros), so training is unchanged."""
+    nets = {"DqnAgent": [("_optimizer", ["_q_network"])],
+            "DdqnAgent": [("_optimizer", ["_q_network"])],
+            "PPOClipAgent": [("_optimizer", ["_actor_net", "_value_net"])],
+            "SacAgent": [("_critic_optimizer", ["_critic_network_1", "_critic_network_2"]),
+                         ("_actor_optimizer", ["_actor_network"]),
+                         ("_alpha_optimizer", [])],
+            "Td3Agent": [("_critic_optimizer", ["_critic_network_1", "_critic_network_2"]),
+                         ("_actor_optimizer", ["_actor_network"])],
+            "DdpgAgent": [("_critic_optimizer", ["_critic_network"]),
+                          ("_actor_optimizer", ["_actor_network"])]}[type(agent).__name__]
+    for opt_name, net_names in nets:
+        variables = [v for n in net_names for v in getattr(agent, n).trainable_variables]
+        if opt_name == "_alpha_optimizer":
+            variables = [agent._log_alpha]
+        optimizer = getattr(agent, opt_name)
+        # Keras' optimizers build(); the legacy ones (TF-Agents' agents get those) _create_all_weights()
+        build = getattr(optimizer, "build", None) or optimizer._create_all_weights
+        build(variables)
+
+
 class GradientRounds:
     """A round of k gradient steps (`agent.train` on the next k batches of `samples`) in one
     traced call, instead of k Python -> TensorFlow calls, each with its own dataset `next`.
@@ -285,38 +313,23 @@ class GradientRounds:
     tf.data iterator's structure packing) cost DQN CartPole as much as the step itself. The
     batches come from the same iterator in the same order and each step is the same
     `agent.train`, so the weights after a round are those of k single calls (tests compare the
-    train_curve.csv). The very first step of a run goes through a plain traced `agent.train`:
-    the optimizers create their slot variables on their first step, which a graph loop cannot
-    do. `weights(experience)`, if given, gives each step's per-sample loss weights."""
+    train_curve.csv). A graph loop cannot create variables: build_optimizers(agent) first.
+    Used by DQN only: SAC's and TD3's losses draw random numbers, whose op seeds change with
+    the graph around them, and there the loop cost more CPU than the calls it replaced."""
 
-    def __init__(self, agent, samples, weights=None):
+    def __init__(self, agent, samples):
         import tensorflow as tf  # heavy: only when training
-        self._first = True
-
-        def one(experience):
-            kw = {} if weights is None else {"weights": weights(experience)}
-            return agent.train(experience, **kw).loss
-
-        @tf.function
-        def single():
-            experience, _ = next(samples)
-            return one(experience)
 
         @tf.function   # autograph: the for over tf.range is a graph loop
         def loop(n):
             loss = tf.constant(0.0)
             for _ in tf.range(n):
                 experience, _ = next(samples)
-                loss = one(experience)
+                loss = agent.train(experience).loss
             return loss
-        self._single, self._loop = single, loop
+        self._loop = loop
 
     def __call__(self, k: int) -> float:
         """Take k gradient steps; the last step's loss."""
         import tensorflow as tf  # heavy: only when training
-        loss = None
-        if self._first:
-            loss, k, self._first = self._single(), k - 1, False
-        if k > 0:
-            loss = self._loop(tf.constant(k, tf.int64))
-        return float(loss)
+        return float(self._loop(tf.constant(k, tf.int64)))

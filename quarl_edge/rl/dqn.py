@@ -20,7 +20,7 @@ import numpy as np
 from ..errors import QuarlError
 from ..schema import int_sizes
 from ..run import VALIDATION_SEED_BASE, keras_runner, mlp_q_values, write_run
-from .common import GradientRounds, StagedReplay, run_record
+from .common import GradientRounds, StagedReplay, build_optimizers, run_record
 
 
 @dataclass
@@ -171,6 +171,7 @@ def train_dqn(env_id: str, seed: int, out: Path, config: DQNConfig, progress: bo
     staged = StagedReplay(replay)   # each step's add_batch, made in one call per round
     samples = iter(replay.as_dataset(sample_batch_size=cfg.batch_size,
                                      num_steps=cfg.n_step + 1).prefetch(2))
+    build_optimizers(agent)
     gradient_round = GradientRounds(agent, samples)   # a round's updates in one traced call
 
     def epsilon(step: int) -> float:

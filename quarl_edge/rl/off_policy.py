@@ -12,7 +12,7 @@ import numpy as np
 
 from ..errors import QuarlError
 from ..schema import int_sizes
-from .common import (StagedReplay, _agent_env, _save_actor_run, _validation_return,
+from .common import (StagedReplay, build_optimizers, _agent_env, _save_actor_run, _validation_return,
                      actor_layers, common_function)
 
 
@@ -119,6 +119,7 @@ def train_off_policy(algo: str, env_id: str, seed: int, out: Path, config: OffPo
             agent = ddpg_agent.DdpgAgent(ts_spec, act_spec, ou_stddev=cfg.exploration_noise,
                                          ou_damping=0.15, **common_kw)
     agent.initialize()
+    build_optimizers(agent)   # one trace of the train step, not two
     collect = common_function(agent.collect_policy.action)
     agent_train = common_function(agent.train)
     replay = tf_uniform_replay_buffer.TFUniformReplayBuffer(

@@ -20,7 +20,7 @@ import numpy as np
 from ..errors import QuarlError
 from ..schema import int_sizes
 from ..run import VALIDATION_SEED_BASE
-from .common import (StagedReplay, _agent_env, _save_actor_run, _validation_return, actor_layers,
+from .common import (StagedReplay, build_optimizers, _agent_env, _save_actor_run, _validation_return, actor_layers,
                      categorical_projection_net, common_function)
 from .recurrent import normalization_layer, observation_statistics, play_recurrent, rnn_actor_layers
 
@@ -134,6 +134,7 @@ def train_ppo(env_id: str, seed: int, out: Path, config: PPOConfig, progress: bo
         gradient_clipping=cfg.gradient_clipping,
         train_step_counter=tf.Variable(0, dtype=tf.int64))
     agent.initialize()
+    build_optimizers(agent)   # one trace of the train step, not two
     collect = common_function(agent.collect_policy.action)
     # An iteration's batch is [rows, T] with T = the steps each env took plus its episode
     # boundaries: T changes from iteration to iteration, and a trace per shape was two thirds
