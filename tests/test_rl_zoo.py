@@ -477,3 +477,25 @@ def test_an_expanded_tensor_is_not_copied_out_to_terabytes():
     from quarl_edge.importers.safe_pickle import _rebuild_tensor_v2
     with pytest.raises(UnsafePickle, match="more elements than its storage"):
         _rebuild_tensor_v2(np.zeros(1, np.float32), 0, (1 << 20, 1 << 20), (0, 0))
+
+
+def test_zoo_table_counts_a_seed_sb3_itself_plays_otherwise_in_float64(imported):
+    """rl-zoo.md's note on an agent whose fp32 return is not SB3's counts the seeds where SB3
+    in float64 plays another episode than SB3 in float32. a2c/LunarLanderContinuous-v2_1's
+    seed 4 is one (issue 23: 199.1 in float32, 200.8 in float64, 402 and 385 steps: the same
+    step-5 action 9.6 float32 ulps apart), though its two returns are within 1 %: the note
+    must not call the fp32 network's other episode there (94.4) unexplained. Every seed where
+    the fp32 return is not SB3's is one where SB3's float64 and float32 episodes differ."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import rl_zoo
+    exp = expected(CLIPPING)
+    ours, _ = play_batched(AGENTS[CLIPPING], keras_runner(load_keras(imported[CLIPPING])),
+                           exp["seeds"].tolist())
+    row = {"fp32_returns": list(ours), "sb3_returns": exp["returns"].tolist(),
+           "sb3_float64_returns": exp["returns_float64"].tolist(), "discrete": False}
+    differ = len(ours) - rl_zoo.within(row["fp32_returns"], row["sb3_returns"])
+    assert rl_zoo.also_differ(row) == differ, (ours, exp["returns"], exp["returns_float64"])
+    # the committed row (fp32 94.4 on seed 4, through hil's Keras call): its one seed counted
+    rows = {r["agent"]: r for r in map(json.loads, (ROOT / "results" / "import" /
+                                                     "rl-zoo.jsonl").read_text().splitlines())}
+    assert rl_zoo.also_differ(rows[CLIPPING]) == 1
