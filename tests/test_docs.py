@@ -3,7 +3,11 @@ link between them must point to an existing file and, for a #anchor, to a headin
 (GitHub's anchor rules). The README must stay short and keep CI's test command literal."""
 from __future__ import annotations
 
+import importlib.util
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -89,3 +93,55 @@ def test_readme_is_a_front_door():
     assert "make test" in text            # .ci/run runs the README's test command
     linked = set(re.findall(r"\]\(docs/([\w.-]+\.md)", text))
     assert {p.name for p in PAGES[1:]} <= linked, "a docs page the README does not link"
+
+
+# ------------------------------------------------------------------ the site (mkdocs, `make docs`)
+def mkdocs_build(root: Path, site: Path) -> subprocess.CompletedProcess:
+    """`mkdocs build --strict` of the checkout at `root` (its mkdocs.yml) into `site`."""
+    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir",
+                           str(site)], cwd=root, capture_output=True, text=True, timeout=300)
+
+
+needs_mkdocs = pytest.mark.skipif(
+    importlib.util.find_spec("mkdocs") is None,
+    reason="mkdocs is not installed (the `docs` extra; `make setup` installs it from the lock)")
+
+
+@needs_mkdocs
+def test_the_site_builds_strict_without_a_warning(tmp_path):
+    """`make docs`'s build: no warning (strict would stop on one, and none is printed), README.md
+    the home page with its docs/ links moved to the site's pages, and the pages' ../README.md
+    links to the home page."""
+    out = mkdocs_build(ROOT, tmp_path)
+    log = out.stdout + out.stderr
+    assert out.returncode == 0, log
+    assert "WARNING" not in log, log
+    home = (tmp_path / "index.html").read_text()
+    assert "Take a reinforcement-learning policy from training to a microcontroller" in home
+    for page in PAGES[1:]:
+        assert f'href="{page.stem}/"' in home, f"the home page does not link {page.name}"
+        assert (tmp_path / page.stem / "index.html").is_file()
+    assert 'href="results/bench/vs_tflm/"' in home       # a repository file, added to the site
+    assert (tmp_path / "results" / "bench" / "vs_tflm" / "index.html").is_file()
+    back = [p for p in PAGES[1:] if "[← README](../README.md)" in p.read_text()]
+    assert len(back) >= 9
+    for page in back:
+        assert '<a href="../">← README</a>' in (tmp_path / page.stem / "index.html").read_text()
+
+
+@needs_mkdocs
+def test_the_site_build_fails_on_a_broken_link_or_anchor(tmp_path):
+    """The strict build is a check: the same sources with one broken link, or one anchor that
+    is no heading, fail it."""
+    for broken, named in (("[gone](docs/nowhere.md)", "nowhere.md"),
+                          ("[bad](docs/pipeline.md#no-such-heading)", "no-such-heading")):
+        src = tmp_path / "src"
+        shutil.rmtree(src, ignore_errors=True)
+        shutil.copytree(ROOT / "docs", src / "docs")
+        for f in ("README.md", "mkdocs.yml", "scripts/mkdocs_hooks.py", "results/bench/vs_tflm.md"):
+            (src / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(ROOT / f, src / f)
+        (src / "README.md").write_text((ROOT / "README.md").read_text() + f"\n{broken}\n")
+        out = mkdocs_build(src, tmp_path / "site")
+        assert out.returncode != 0, broken
+        assert named in out.stdout + out.stderr
