@@ -6,7 +6,7 @@ export PYTHON VENV
 PY := $(VENV)/bin/python
 QE := $(VENV)/bin/quarl-edge
 
-.PHONY: setup demo demo-pretrained test test-core test-slow bench header wheel clean sb3-fixtures onnx-fixtures rl-zoo-table fuzz tflm-integration vs-tflm
+.PHONY: setup demo demo-pretrained test test-core test-slow bench docs header wheel clean sb3-fixtures onnx-fixtures rl-zoo-table fuzz tflm-integration vs-tflm
 
 setup:
 	./scripts/setup.sh
@@ -34,6 +34,11 @@ test-core: setup
 # Long runs: full training to the target return, long fuzzing (see docs/testing.md).
 test-slow: setup
 	$(PY) -m pytest -q -m slow
+
+# The documentation site (README.md as its home page, docs/*.md; mkdocs.yml) in build/site, built
+# with --strict: a broken link or anchor, or any other warning, fails it (tests/test_docs.py too).
+docs: setup
+	$(PY) -m mkdocs build --strict
 
 # The wheel `pip install .` builds (firmware/, boards/, the example run inside it as package data),
 # in build/dist/. build/lib goes first: setuptools would ship files an earlier build left there.
