@@ -23,8 +23,8 @@ RANKS = {"quarl_edge.errors": 0, "quarl_edge.resources": 0, "quarl_edge.run": 0,
          "quarl_edge.rl": 1, "quarl_edge.importers": 2, "quarl_edge.quant": 2,
          "quarl_edge.converters": 3,
          "quarl_edge.targets": 4, "quarl_edge.link": 5, "quarl_edge.measure": 6,
-         "quarl_edge.study": 7, "quarl_edge.api": 8, "quarl_edge.demo": 8, "quarl_edge.cli": 9,
-         "quarl_edge": 9}
+         "quarl_edge.study": 7, "quarl_edge.api": 8, "quarl_edge.api_results": 8,
+         "quarl_edge.demo": 8, "quarl_edge.cli": 9, "quarl_edge": 9}
 # What the rest of quarl-edge may import from the rl stage: its entry point, the environment
 # helpers, QAT, and the recurrent policy's network (rl/recurrent.py: its arrays, numpy stepping
 # and one-step conversion, what quantize and hil need of a recurrent run); the algorithm modules
