@@ -58,7 +58,8 @@ def test_each_name_of_quarl_edge_names_has_its_stage_entry_and_no_other():
     from quarl_edge.rl.envs import outputs_to_actions
     from quarl_edge.rl.train import ALGOS
     assert tuple(ALGOS) == names.ALGOS and tuple(SCHEMES) == names.SCHEMES
-    assert cli.ALGOS is names.ALGOS and cli.SCHEMES is names.SCHEMES
+    options = {a.dest: a for s in subcommands().values() for a in s._actions}
+    assert options["algo"].choices is names.ALGOS and options["scheme"].choices is names.SCHEMES
     box, discrete = gym.spaces.Box(-2.0, 2.0, (1,)), gym.spaces.Discrete(3)
     for head in names.HEADS:
         space = discrete if head == "argmax" else box

@@ -133,7 +133,7 @@ def test_train_then_quantize_through_the_cli(tmp_path):
 
 
 def test_set_options_parse_as_toml_values_and_unknown_ones_are_named(tmp_path):
-    from quarl_edge.cli import option_value
+    from quarl_edge.cli.runs import option_value
     assert option_value("gamma=0.9") == ("gamma", 0.9)
     assert option_value("hidden=[256,256]") == ("hidden", [256, 256])
     assert option_value("warmup_noise=ou") == ("warmup_noise", "ou")      # a bare word

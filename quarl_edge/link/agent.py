@@ -90,101 +90,116 @@ class Agent:
         self.interp.invoke()
         return min(time.monotonic_ns() - t0, 0xFFFFFFFF)
 
+    # the request handlers by command code (INFER_Z is INFER with zero-run coded inputs)
+    HANDLERS = {P.COMMANDS["HELLO"]: "_hello", P.COMMANDS["INFER"]: "_infer",
+                P.COMMANDS["INFER_Z"]: "_infer", P.COMMANDS["IN_CHUNK"]: "_in_chunk",
+                P.COMMANDS["OUT_CHUNK"]: "_out_chunk", P.COMMANDS["BENCH"]: "_bench",
+                P.COMMANDS["RESET"]: "_reset", P.COMMANDS["MEM"]: "_mem",
+                P.COMMANDS["ECHO"]: "_echo"}
+
     def handle(self, f: P.Frame) -> bytes:
         """One request frame -> the reply frame's bytes."""
-        def reply(payload: bytes) -> bytes:
-            return P.encode_frame(f.cmd | P.REPLY_BIT, payload, f.seq)
-
-        def error(code: int, msg: str) -> bytes:
-            return P.encode_frame(P.CMD_ERROR, bytes([code, f.cmd]) + msg.encode(), f.seq)
-
-        cmd, payload = f.cmd, f.payload
-        if (cmd, f.seq, payload) == self.last_request:
+        if (f.cmd, f.seq, f.payload) == self.last_request:
             return self.last_reply          # a retry: answered again, not run again
-        if cmd == P.COMMANDS["HELLO"]:
-            if len(payload) != 4:
-                return error(5, "HELLO takes a u32 nonce")
-            (nonce,) = struct.unpack("<I", payload)
-            self.boot_id = self.boot_id or nonce
-            self.last_request = None        # a new session: nothing to replay
-            return self.hello_reply(f.seq, nonce)
-        if cmd == P.COMMANDS["INFER_Z"]:            # INFER, the inputs zero-run coded
+        name = self.HANDLERS.get(f.cmd)
+        if name is None:
+            return _error(f, 3, f"unknown command 0x{f.cmd:02X}")
+        return getattr(self, name)(f)
+
+    def _hello(self, f: P.Frame) -> bytes:
+        if len(f.payload) != 4:
+            return _error(f, 5, "HELLO takes a u32 nonce")
+        (nonce,) = struct.unpack("<I", f.payload)
+        self.boot_id = self.boot_id or nonce
+        self.last_request = None        # a new session: nothing to replay
+        return self.hello_reply(f.seq, nonce)
+
+    def _infer(self, f: P.Frame) -> bytes:
+        """INFER (the inputs in its payload, or streamed before in IN_CHUNK frames) and INFER_Z
+        (its payload zero-run coded) -> the cost and the outputs (streamed: read with
+        OUT_CHUNK)."""
+        payload = f.payload
+        if f.cmd == P.COMMANDS["INFER_Z"]:
             try:
                 payload = P.zrun_decode(payload, self.in_bytes)
             except ValueError as e:
-                return error(5, f"INFER_Z: {e}")
+                return _error(f, 5, f"INFER_Z: {e}")
             if P.streamed(self.in_bytes, MAX_PAYLOAD):
                 self.stream.received = 0
-        elif cmd == P.COMMANDS["INFER"] and P.streamed(self.in_bytes, MAX_PAYLOAD):
+        elif P.streamed(self.in_bytes, MAX_PAYLOAD):
             payload = None                              # taken from the IN_CHUNK frames below
-        if cmd in (P.COMMANDS["INFER"], P.COMMANDS["INFER_Z"]):
-            specs = [self.spec(d) for d in self.inputs]
-            if payload is None:                         # the inputs came in IN_CHUNK frames
-                if f.payload:
-                    return error(5, "streamed inputs: INFER takes no payload")
-                if not self.stream.complete:
-                    return error(6, f"input chunks missing: {self.stream.received} of "
+        specs = [self.spec(d) for d in self.inputs]
+        if payload is None:                             # the inputs came in IN_CHUNK frames
+            if f.payload:
+                return _error(f, 5, "streamed inputs: INFER takes no payload")
+            if not self.stream.complete:
+                return _error(f, 6, f"input chunks missing: {self.stream.received} of "
                                     f"{self.in_bytes} B received")
-                payload = bytes(self.stream.buf)
-                self.stream.received = 0
-            if len(payload) != sum(s.nbytes for s in specs):
-                return error(5, "INFER payload does not match the inputs' size")
-            inputs, pos = [], 0
-            for s in specs:
-                inputs.append(np.frombuffer(payload, s.np_dtype, count=int(np.prod(s.shape)),
-                                            offset=pos).reshape(s.shape))
-                pos += s.nbytes
-            self.last_input = inputs
-            cost = self._invoke(inputs)
-            outs = b"".join(self.interp.get_tensor(d["index"]).tobytes() for d in self.outputs)
-            self.last_outputs = outs
-            if P.streamed(len(outs), MAX_PAYLOAD):
-                outs = b""                              # read with OUT_CHUNK
-            return self._remember(f, reply(struct.pack(P.COST_FMT, cost) + outs))
-        if cmd == P.COMMANDS["IN_CHUNK"]:
-            if len(payload) < 4:
-                return error(5, "IN_CHUNK takes a u32 offset and bytes")
-            (off,) = struct.unpack_from(P.IN_CHUNK_HEAD, payload)
-            try:
-                received = self.stream.write(off, payload[4:])
-            except ValueError as e:
-                return error(5, str(e))
-            self.last_outputs = None
-            return self._remember(f, reply(struct.pack(P.IN_CHUNK_HEAD, received)))
-        if cmd == P.COMMANDS["OUT_CHUNK"]:
-            if len(payload) != struct.calcsize(P.OUT_CHUNK_REQ):
-                return error(5, "OUT_CHUNK takes a u32 offset and a u16 length")
-            off, n = struct.unpack(P.OUT_CHUNK_REQ, payload)
-            if self.last_outputs is None:
-                return error(6, "no outputs since the last run")
-            if off + n > len(self.last_outputs):
-                return error(5, f"chunk [{off}, {off + n}) ends beyond the outputs' "
+            payload = bytes(self.stream.buf)
+            self.stream.received = 0
+        if len(payload) != sum(s.nbytes for s in specs):
+            return _error(f, 5, "INFER payload does not match the inputs' size")
+        inputs, pos = [], 0
+        for s in specs:
+            inputs.append(np.frombuffer(payload, s.np_dtype, count=int(np.prod(s.shape)),
+                                        offset=pos).reshape(s.shape))
+            pos += s.nbytes
+        self.last_input = inputs
+        cost = self._invoke(inputs)
+        outs = b"".join(self.interp.get_tensor(d["index"]).tobytes() for d in self.outputs)
+        self.last_outputs = outs
+        if P.streamed(len(outs), MAX_PAYLOAD):
+            outs = b""                                  # read with OUT_CHUNK
+        return self._remember(f, _reply(f, struct.pack(P.COST_FMT, cost) + outs))
+
+    def _in_chunk(self, f: P.Frame) -> bytes:
+        if len(f.payload) < 4:
+            return _error(f, 5, "IN_CHUNK takes a u32 offset and bytes")
+        (off,) = struct.unpack_from(P.IN_CHUNK_HEAD, f.payload)
+        try:
+            received = self.stream.write(off, f.payload[4:])
+        except ValueError as e:
+            return _error(f, 5, str(e))
+        self.last_outputs = None
+        return self._remember(f, _reply(f, struct.pack(P.IN_CHUNK_HEAD, received)))
+
+    def _out_chunk(self, f: P.Frame) -> bytes:
+        if len(f.payload) != struct.calcsize(P.OUT_CHUNK_REQ):
+            return _error(f, 5, "OUT_CHUNK takes a u32 offset and a u16 length")
+        off, n = struct.unpack(P.OUT_CHUNK_REQ, f.payload)
+        if self.last_outputs is None:
+            return _error(f, 6, "no outputs since the last run")
+        if off + n > len(self.last_outputs):
+            return _error(f, 5, f"chunk [{off}, {off + n}) ends beyond the outputs' "
                                 f"{len(self.last_outputs)} B")
-            return reply(struct.pack(P.IN_CHUNK_HEAD, off) + self.last_outputs[off:off + n])
-        if cmd == P.COMMANDS["BENCH"]:
-            if len(payload) != 2:
-                return error(5, "BENCH takes a u16 count")
-            (n,) = struct.unpack("<H", payload)
-            if n == 0:
-                return error(5, "BENCH needs n >= 1")
-            inputs = self.last_input or [np.zeros(d["shape"], d["dtype"]) for d in self.inputs]
-            costs = [self._invoke(inputs) for _ in range(n)]
-            self.last_outputs = None    # as on the firmware
-            return self._remember(f, reply(struct.pack(P.BENCH_REPLY, n, min(costs), max(costs),
+        return _reply(f, struct.pack(P.IN_CHUNK_HEAD, off) + self.last_outputs[off:off + n])
+
+    def _bench(self, f: P.Frame) -> bytes:
+        if len(f.payload) != 2:
+            return _error(f, 5, "BENCH takes a u16 count")
+        (n,) = struct.unpack("<H", f.payload)
+        if n == 0:
+            return _error(f, 5, "BENCH needs n >= 1")
+        inputs = self.last_input or [np.zeros(d["shape"], d["dtype"]) for d in self.inputs]
+        costs = [self._invoke(inputs) for _ in range(n)]
+        self.last_outputs = None    # as on the firmware
+        return self._remember(f, _reply(f, struct.pack(P.BENCH_REPLY, n, min(costs), max(costs),
                                                        sum(costs))))
-        if cmd == P.COMMANDS["RESET"]:
-            if payload:
-                return error(5, "RESET takes no payload")
-            self.interp.reset_all_variables()      # the model's state (an LSTM's), as the firmware
-            return reply(struct.pack(P.RESET_REPLY, self.boot_id))
-        if cmd == P.COMMANDS["MEM"]:
-            if payload:
-                return error(5, "MEM takes no payload")
-            rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-            return reply(struct.pack(P.MEM_REPLY, self.flash_bytes, min(rss, 0xFFFFFFFF), 0, 0, 0))
-        if cmd == P.COMMANDS["ECHO"]:
-            return reply(payload)
-        return error(3, f"unknown command 0x{cmd:02X}")
+
+    def _reset(self, f: P.Frame) -> bytes:
+        if f.payload:
+            return _error(f, 5, "RESET takes no payload")
+        self.interp.reset_all_variables()      # the model's state (an LSTM's), as the firmware
+        return _reply(f, struct.pack(P.RESET_REPLY, self.boot_id))
+
+    def _mem(self, f: P.Frame) -> bytes:
+        if f.payload:
+            return _error(f, 5, "MEM takes no payload")
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        return _reply(f, struct.pack(P.MEM_REPLY, self.flash_bytes, min(rss, 0xFFFFFFFF), 0, 0, 0))
+
+    def _echo(self, f: P.Frame) -> bytes:
+        return _reply(f, f.payload)
 
     def _remember(self, f: P.Frame, reply: bytes) -> bytes:
         self.last_request, self.last_reply = (f.cmd, f.seq, f.payload), reply
@@ -201,6 +216,16 @@ class Agent:
             out.append(P.encode_frame(P.CMD_ERROR, bytes([code, cmd]) + P.ERRORS[code][0].encode(), seq))
         self.decoder.errors.clear()
         return b"".join(out)
+
+
+def _reply(f: P.Frame, payload: bytes) -> bytes:
+    """The reply frame to request `f`."""
+    return P.encode_frame(f.cmd | P.REPLY_BIT, payload, f.seq)
+
+
+def _error(f: P.Frame, code: int, msg: str) -> bytes:
+    """The error frame answering request `f` (docs/protocol.md: the code, the command, why)."""
+    return P.encode_frame(P.CMD_ERROR, bytes([code, f.cmd]) + msg.encode(), f.seq)
 
 
 def restart_on_sigusr1() -> None:

@@ -229,27 +229,75 @@ def validate(model_path: Path, board: Board, out_dir: Path, inputs: Path | None 
     if save_outputs is not None:
         save_outputs = check_output_file(save_outputs, "--save-outputs")
     _refuse_fp16(model_path)
+    ref = _micro_reference(model_path)
+    in_names, out_names = tensor_names(model_path)
+    if save_outputs is not None and len(ref.outputs) > 1 and Path(save_outputs).suffix != ".npz":
+        raise QuarlError(f"the model has {len(ref.outputs)} outputs: save them to an .npz "
+                         f"(one array per output), not {save_outputs}")
+    shapes = [tuple(int(v) for v in d["shape"]) for d in ref.inputs]
+    xs = _input_rows(model_path, ref, in_names, shapes, inputs, random_n, seed, samples)
+    board_out, costs, memory, unit, link = _run_on_board(model_path, board, out_dir, xs, port,
+                                                         flasher, drive)
+
+    # Each differing row is classed (measure/compare.py): only `mismatch` is ours and fails. A
+    # row of several outputs takes the worst of their classes.
+    quantizes = [input_quantize(model_path, k) for k in range(len(shapes))]
+    libm = libm_ops(model_path)
+    counts, refs, max_diff, max_rel = _compare_rows(xs, board_out, ref, quantizes, libm)
+    metrics, per_output = _output_metrics(xs, board_out, refs, ref, out_names)
+    if save_outputs is not None:
+        _save_outputs(save_outputs, per_output, out_names)
+    return {
+        "board": board.id,
+        "model": str(model_path),
+        "n": int(len(xs)),
+        # bit-exact wherever TFLM is defined and the C libraries agree: no row is a `mismatch`
+        "bit_exact": not any(counts[c] for c in FAILING),
+        "mismatches": counts[MISMATCH],                 # rows that fail
+        "differing": sum(counts.values()),              # rows whose bits differ, for any reason
+        "classes": counts,                              # rows per class
+        "libm_ops": libm,
+        "max_abs_diff": max_diff,
+        # float outputs through libm (expf, tanhf) may differ by an ulp between the board's C
+        # library and the host's; integer outputs never may
+        "max_rel_diff": max_rel,
+        "outputs": metrics,                             # per output tensor (compare.output_metrics)
+        "latency": latency_summary(costs, unit),
+        "memory": {k: memory.get(k) for k in ("flash_bytes", "ram_bytes", "stack_bytes", "arena_bytes")},
+        "link": link,      # what the link survived: retries, resyncs, bad frames, resets
+    }
+
+
+def _micro_reference(model_path: Path):
+    """TF Lite Micro on the host, running the model (int8-acc: its head readout)."""
     try:
-        ref = host_reference(model_path, micro=True)   # TF Lite Micro (int8-acc: its head readout)
+        return host_reference(model_path, micro=True)
     except ModelError:
         # what TF Lite Micro cannot run, our firmware cannot either: say it as build says it
         # (every op named, e.g. a hybrid model's float-input FULLY_CONNECTED) when it does
         from ..converters.cgen import check
         check(model_path)
         raise
-    in_names, out_names = tensor_names(model_path)
-    if save_outputs is not None and len(ref.outputs) > 1 and Path(save_outputs).suffix != ".npz":
-        raise QuarlError(f"the model has {len(ref.outputs)} outputs: save them to an .npz "
-                         f"(one array per output), not {save_outputs}")
-    shapes = [tuple(int(v) for v in d["shape"]) for d in ref.inputs]
+
+
+def _input_rows(model_path: Path, ref, in_names: list[str], shapes: list[tuple[int, ...]],
+                inputs: Path | None, random_n: int | None, seed: int,
+                samples: bool) -> list[list[np.ndarray]]:
+    """The rows to run, each a list of one array per input in the input's full shape: from the
+    inputs file, else `random_n` (default 100) random rows."""
     if inputs is not None:
         columns = load_input_arrays(inputs, ref.inputs, in_names, samples)
     else:
         columns = [random_inputs(model_path, shape, d["dtype"], random_n or 100, seed, index=k)
                    for k, (shape, d) in enumerate(zip(shapes, ref.inputs))]
-    xs = [[c[i].reshape(shape) for c, shape in zip(columns, shapes)]
-          for i in range(len(columns[0]))]
+    return [[c[i].reshape(shape) for c, shape in zip(columns, shapes)]
+            for i in range(len(columns[0]))]
 
+
+def _run_on_board(model_path: Path, board: Board, out_dir: Path, xs: list, port: str | None,
+                  flasher: str | None, drive: str | None) -> tuple[list, list, dict, str, dict]:
+    """Every row through the board -> (outputs per row, cost per row, the board's memory, its
+    cost unit, the link's report)."""
     board_out, costs = [], []
     # A model with state (an LSTM's, variable tensors) sees the rows in order, as the reference
     # does from a zero state: the board is RESET first (it may have run before: --port), and a
@@ -275,30 +323,17 @@ def validate(model_path: Path, board: Board, out_dir: Path, inputs: Path | None 
             except BoardReset:
                 if restart == RESET_REPLAYS or not stateful:
                     raise
-        memory = s.memory()
-        unit = s.info.cost_unit
-        link = s.link.report()
+        return board_out, costs, s.memory(), s.info.cost_unit, s.link.report()
 
-    # Each differing row is classed (measure/compare.py): only `mismatch` is ours and fails. A
-    # row of several outputs takes the worst of their classes.
-    quantizes = [input_quantize(model_path, k) for k in range(len(shapes))]
-    libm = libm_ops(model_path)
+
+def _compare_rows(xs: list, board_out: list, ref, quantizes: list, libm: list
+                  ) -> tuple[dict, list, float, float]:
+    """The board's rows against the reference's -> (rows per class, the reference outputs each
+    row was compared with, the largest absolute and relative difference)."""
     counts = dict.fromkeys(CLASSES, 0)
     refs, max_diff, max_rel = [], 0.0, 0.0
     for x, ys in zip(xs, board_out):
-        rs = [r.reshape(y.shape) for r, y in zip(ref.run(x), ys)]
-        cls = worst_class(row_class(y, r, bool(libm)) for y, r in zip(ys, rs))
-        if cls == MISMATCH:
-            undefined = [None if q is None else undefined_inputs(xk, q)
-                         for xk, q in zip(x, quantizes)]
-            if any(u is not None and u.any() for u in undefined):
-                # what TFLM gives on the inputs the board quantized (saturated)
-                x_sat = [xk if u is None or not u.any() else saturated_inputs(xk, q, u)
-                         for xk, q, u in zip(x, quantizes, undefined)]
-                rs_sat = [r.reshape(y.shape) for r, y in zip(ref.run(x_sat), ys)]
-                if worst_class(row_class(y, r, bool(libm)) for y, r in zip(ys, rs_sat)) \
-                        != MISMATCH:
-                    cls, rs = REFERENCE_UNDEFINED, rs_sat   # compared with that from here on
+        cls, rs = _row_class(x, ys, ref, quantizes, libm)
         if cls is not None:
             counts[cls] += 1
         refs.append(rs)
@@ -309,6 +344,33 @@ def validate(model_path: Path, board: Board, out_dir: Path, inputs: Path | None 
             max_diff = max(max_diff, float(np.nanmax(diff)) if diff.size else 0.0)
             rel = np.where(same, 0.0, diff / np.maximum(np.abs(rf), np.finfo(np.float32).tiny))
             max_rel = max(max_rel, float(np.nanmax(rel)) if rel.size else 0.0)
+    return counts, refs, max_diff, max_rel
+
+
+def _row_class(x: list, ys: list, ref, quantizes: list, libm: list) -> tuple[str | None, list]:
+    """One row's class (None: its bits equal the reference's) and the reference outputs it is
+    compared with: TF Lite Micro's on `x`, or, for a row TFLM's QUANTIZE leaves undefined, on
+    the inputs the board quantized (saturated)."""
+    rs = [r.reshape(y.shape) for r, y in zip(ref.run(x), ys)]
+    cls = worst_class(row_class(y, r, bool(libm)) for y, r in zip(ys, rs))
+    if cls == MISMATCH:
+        undefined = [None if q is None else undefined_inputs(xk, q)
+                     for xk, q in zip(x, quantizes)]
+        if any(u is not None and u.any() for u in undefined):
+            # what TFLM gives on the inputs the board quantized (saturated)
+            x_sat = [xk if u is None or not u.any() else saturated_inputs(xk, q, u)
+                     for xk, q, u in zip(x, quantizes, undefined)]
+            rs_sat = [r.reshape(y.shape) for r, y in zip(ref.run(x_sat), ys)]
+            if worst_class(row_class(y, r, bool(libm)) for y, r in zip(ys, rs_sat)) \
+                    != MISMATCH:
+                cls, rs = REFERENCE_UNDEFINED, rs_sat   # compared with that from here on
+    return cls, rs
+
+
+def _output_metrics(xs: list, board_out: list, refs: list, ref, out_names: list[str]
+                    ) -> tuple[list[dict], list[np.ndarray]]:
+    """Per output tensor: its metrics against the reference (compare.output_metrics) and the
+    board's values of every row, stacked, in the output's dtype."""
     metrics, per_output = [], []
     for j, (d, name) in enumerate(zip(ref.outputs, out_names)):
         shape = board_out[0][j].shape            # the output tensor's; a row less its batch of 1
@@ -317,36 +379,21 @@ def validate(model_path: Path, board: Board, out_dir: Path, inputs: Path | None 
         metrics.append(output_metrics(ys_j, np.stack([rs[j] for rs in refs]).reshape(rows),
                                       d, name))
         per_output.append(ys_j.astype(d["dtype"]))
+    return metrics, per_output
 
-    if save_outputs is not None:   # through a temporary file: a failed write keeps the old one
-        tmp = own(save_outputs, "tmp")
-        try:
-            with tmp.open("wb") as f:
-                if len(per_output) == 1:
-                    np.save(f, per_output[0])
-                else:
-                    keys = [_short(n) for n in out_names]   # the full names where those repeat
-                    keys = keys if len(set(keys)) == len(keys) else out_names
-                    np.savez(f, **dict(zip(keys, per_output)))
-            tmp.replace(save_outputs)
-        finally:
-            tmp.unlink(missing_ok=True)
-    return {
-        "board": board.id,
-        "model": str(model_path),
-        "n": int(len(xs)),
-        # bit-exact wherever TFLM is defined and the C libraries agree: no row is a `mismatch`
-        "bit_exact": not any(counts[c] for c in FAILING),
-        "mismatches": counts[MISMATCH],                 # rows that fail
-        "differing": sum(counts.values()),              # rows whose bits differ, for any reason
-        "classes": counts,                              # rows per class
-        "libm_ops": libm,
-        "max_abs_diff": max_diff,
-        # float outputs through libm (expf, tanhf) may differ by an ulp between the board's C
-        # library and the host's; integer outputs never may
-        "max_rel_diff": max_rel,
-        "outputs": metrics,                             # per output tensor (compare.output_metrics)
-        "latency": latency_summary(costs, unit),
-        "memory": {k: memory.get(k) for k in ("flash_bytes", "ram_bytes", "stack_bytes", "arena_bytes")},
-        "link": link,      # what the link survived: retries, resyncs, bad frames, resets
-    }
+
+def _save_outputs(path: Path, per_output: list[np.ndarray], out_names: list[str]) -> None:
+    """The board's outputs to `path`: an .npy of the one output, else an .npz of one array per
+    output, written through a temporary file: a failed write keeps the old one."""
+    tmp = own(path, "tmp")
+    try:
+        with tmp.open("wb") as f:
+            if len(per_output) == 1:
+                np.save(f, per_output[0])
+            else:
+                keys = [_short(n) for n in out_names]   # the full names where those repeat
+                keys = keys if len(set(keys)) == len(keys) else out_names
+                np.savez(f, **dict(zip(keys, per_output)))
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -1,0 +1,137 @@
+"""The commands of a study and of the whole pipeline: study, farm-node, report and demo. Each
+command's options, then its handler: it calls the API (`qe`) and prints the result."""
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from .options import board_option, command, json_option, positive_int
+from .output import EXIT_MISMATCH, EXIT_OK, as_json, emit_json, note, table
+
+DEMO_BOARD = "mps2-an386"
+
+
+def add_commands(sub) -> None:
+    """study, farm-node, report and demo, in --help's order."""
+    _add_study(sub)
+    _add_farm_node(sub)
+    _add_report(sub)
+    _add_demo(sub)
+
+
+# --------------------------------------------------------------------------------- study
+def _add_study(sub) -> None:
+    """study: a grid of (algo, env, seed, scheme) cells from a TOML file."""
+    s = command(sub, "study", "run a grid of (algo, env, seed, scheme) cells from a TOML file",
+                "quarl-edge study studies/smoke.toml --workers 2 --out results/smoke", cmd_study)
+    s.add_argument("config", metavar="CONFIG.toml", help="the study (studies/*.toml)")
+    s.add_argument("--workers", type=positive_int, default=1, help="parallel processes (one run each)")
+    s.add_argument("--resume", action="store_true", help="continue OUT/results.jsonl")
+    s.add_argument("--redo", action="append", default=[], metavar="ALGO/ENV",
+                   help="with --resume: make this task's rows again (e.g. after the evaluation "
+                        "changed), reusing its trained runs; repeatable")
+    s.add_argument("--out", default=None, metavar="DIR",
+                   help="output directory (default: results/<study name>)")
+    s.add_argument("--ray", default=None, metavar="ADDRESS",
+                   help="run the grid on an existing Ray cluster (needs the ray extra); board "
+                        "cells go to the nodes that advertise their board (farm-node)")
+    s.add_argument("--json", action="store_true", help="print only the summary, as JSON")
+
+
+def cmd_study(a, qe):
+    """study: rows per status; exit 1 if any row failed."""
+    res = qe.study(a.config, out=a.out, workers=a.workers, resume=a.resume, redo=a.redo,
+                   ray=a.ray, progress=not a.json)
+    if a.json:
+        emit_json(as_json(res))
+    else:
+        counts = ", ".join(f"{n} {s}" for s, n in sorted(res.status.items()))
+        print(f"study {res.study}: {counts} of {res.rows} rows in {res.seconds} s")
+        note(f"wrote the results to {res.results}")
+    return EXIT_OK if res.complete else EXIT_MISMATCH
+
+
+# ----------------------------------------------------------------------------- farm node
+def _add_farm_node(sub) -> None:
+    """farm-node: this machine's Ray node of a board farm."""
+    s = command(sub, "farm-node", "start this machine's Ray node of a board farm, advertising the "
+                                  "boards it can serve (board:<id>) as Ray resources",
+                "quarl-edge farm-node --head   (then: quarl-edge farm-node --address HEAD:6379)",
+                cmd_farm_node)
+    g = s.add_mutually_exclusive_group(required=True)
+    g.add_argument("--head", action="store_true", help="start the cluster's head node")
+    g.add_argument("--address", default=None, metavar="HEAD:PORT",
+                   help="join the cluster whose head is at this address")
+    s.add_argument("--port", type=positive_int, default=6379, help="the head's port (--head)")
+    s.add_argument("--instances", type=positive_int, default=None, metavar="N",
+                   help="board cells per host/emulated board at once (default: CPU count)")
+    s.add_argument("--num-cpus", type=positive_int, default=None, metavar="N",
+                   help="CPUs this node gives Ray (default: Ray's, all of them)")
+    s.add_argument("--resources", default=None, metavar="JSON",
+                   help="more resources, or overrides, e.g. '{\"board:nucleo-f446re\": 1}'")
+    s.add_argument("--print", action="store_true",
+                   help="show the resources and the `ray start` command; start nothing")
+    s.add_argument("ray_args", nargs="*", metavar="RAY_ARG",
+                   help="more `ray start` arguments, after --")
+    json_option(s)
+
+
+def cmd_farm_node(a, qe):
+    """farm-node: the node started (exit 1 if `ray start` failed), or with --print what it would
+    run."""
+    res = qe.farm_node(head=a.head, address=a.address, port=a.port, instances=a.instances,
+                       num_cpus=a.num_cpus, resources=a.resources, dry_run=a.print,
+                       ray_args=a.ray_args)
+    if a.json:
+        return emit_json(res)
+    if a.print:
+        table(["resource", "count"], [[k, f"{v:g}"] for k, v in sorted(res["resources"].items())],
+              right=("count",))
+        print(shlex.join(res["command"]))
+        return None
+    return EXIT_OK if res["returncode"] == 0 else EXIT_MISMATCH
+
+
+# -------------------------------------------------------------------------------- report
+def _add_report(sub) -> None:
+    """report: Markdown and HTML from a study's results."""
+    s = command(sub, "report", "Markdown + HTML report with figures and QuaRL verdicts from a "
+                               "study's results",
+                "quarl-edge report results/smoke/results.jsonl", cmd_report)
+    s.add_argument("results", metavar="RESULTS.jsonl", help="a study's results file")
+    s.add_argument("--out", default=None, metavar="DIR",
+                   help="report directory (default: next to RESULTS)")
+    s.add_argument("--tolerance", type=float, default=0.05,
+                   help="relative return loss still counted as 'no loss'")
+    s.add_argument("--bench", action="append", default=[], metavar="BENCH.jsonl",
+                   help="rows of `quarl-edge bench RUN --episodes N` (its OUT/bench.jsonl) for "
+                        "the board section: reward, latency and memory per board and scheme; "
+                        "repeatable")
+
+
+def cmd_report(a, qe):
+    """report: where the Markdown and HTML went."""
+    res = qe.report(a.results, out=a.out, tolerance=a.tolerance, bench=a.bench)
+    print(f"report: {res.markdown}\n        {res.html}")
+
+
+# ---------------------------------------------------------------------------------- demo
+def _add_demo(sub) -> None:
+    """demo: the whole pipeline on CartPole."""
+    s = command(sub, "demo", "the whole pipeline on CartPole, one table at the end",
+                "quarl-edge demo --pretrained --board mps2-an386", cmd_demo)
+    s.add_argument("--pretrained", action="store_true",
+                   help="use the shipped run (examples/cartpole_dqn) instead of training")
+    board_option(s, DEMO_BOARD)
+    s.add_argument("--episodes", type=positive_int, default=20, help="HIL episodes per model")
+    s.add_argument("--steps", type=positive_int, default=None,
+                   help="training steps (default: DQN's CartPole default)")
+    s.add_argument("--workdir", default="runs", metavar="DIR",
+                   help="where the run directory is made")
+
+
+def cmd_demo(a, qe):
+    """demo: the pipeline, which prints its own table."""
+    from ..demo import demo     # lazy: it imports gymnasium and the stages (0.2 s), not --help's
+    demo(pretrained=a.pretrained, board_id=a.board, episodes=a.episodes, workdir=Path(a.workdir),
+         steps=a.steps, board_file=a.board_file)
