@@ -16,6 +16,7 @@ import tty
 from pathlib import Path
 
 from .boards import Board
+from .. import converters
 from ..errors import BoardError, QuarlError, ToolchainError
 from ..resources import simavr_bridge_source
 
@@ -453,11 +454,24 @@ def start(board: Board, elf: Path, port: str | None = None, flasher: str | None 
                      "flash it yourself and pass --port")
 
 
-# What the linux agent needs on the board, relative to the quarl_edge package: the agent and the
-# protocol it speaks (and the two package files that make them importable). quarl_edge's
-# __init__ imports nothing at import time, so these run with numpy, pyserial and tflite-runtime.
+# What the linux agent needs on the board, relative to the quarl_edge package: the agent, the
+# protocol it speaks and the tensor spec the protocol carries (quarl_edge.converters.tensor), and
+# the package files that make them importable. quarl_edge's __init__ imports nothing at import
+# time, nor does converters', so these run with numpy, pyserial and tflite-runtime.
 AGENT_FILES = ("__init__.py", "errors.py", "tflite_host.py", "link/__init__.py", "link/protocol.py",
-               "link/agent.py")
+               "link/agent.py", "converters/__init__.py", "converters/tensor.py")
+
+
+def agent_sources() -> dict[str, Path]:
+    """AGENT_FILES -> the file here that is copied: quarl_edge's own, and the converters' from the
+    imported quarl_edge.converters (a checkout keeps it at the top, as converters/)."""
+    homes = {"converters": Path(converters.__file__).resolve().parent}
+    pkg = Path(__file__).resolve().parents[1]
+    out = {}
+    for name in AGENT_FILES:
+        top, _, rest = name.partition("/")
+        out[name] = homes[top] / rest if top in homes else pkg / name
+    return out
 
 
 def parse_ssh_target(target: str) -> tuple[str, int | None]:
@@ -491,7 +505,6 @@ def ssh_deploy_commands(board: Board, model_path: Path, target: str,
     system-wide installs) and needs numpy, tflite-runtime and pyserial there."""
     import shlex
     dest, ssh_port = parse_ssh_target(target)
-    pkg = Path(__file__).resolve().parents[1]
     port = int(board.connect.get("tcp_port", 5555))
     python = str(board.connect.get("python", "python3"))
     remote_dir = _remote_dir(board)
@@ -508,11 +521,12 @@ def ssh_deploy_commands(board: Board, model_path: Path, target: str,
                  f"sleep 0.2; }}; nohup {shlex.quote(python)} -m quarl_edge.link.agent model.tflite "
                  f"--tcp 0.0.0.0:{port} --board-id {shlex.quote(board.id)} > agent.log 2>&1 "
                  f"< /dev/null & echo $! > agent.pid")
-    dirs = sorted({str(Path(f).parent) for f in AGENT_FILES})          # ".", "link"
+    sources = agent_sources()
+    dirs = sorted({str(Path(f).parent) for f in AGENT_FILES})       # ".", "converters", "link"
     cmds = [[*ssh, "mkdir -p " + " ".join(f"{remote_dir}/quarl_edge/{d}" for d in dirs)]]
     for d in dirs:
         files = [f for f in AGENT_FILES if str(Path(f).parent) == d]
-        cmds.append([*scp, *(str(pkg / f) for f in files), f"{dest}:{remote_dir}/quarl_edge/{d}/"])
+        cmds.append([*scp, *(str(sources[f]) for f in files), f"{dest}:{remote_dir}/quarl_edge/{d}/"])
     cmds += [[*scp, str(model_path), f"{dest}:{remote_dir}/model.tflite"], [*ssh, start_cmd]]
     host = dest.rsplit("@", 1)[-1]
     return cmds, f"socket://{host}:{port}"
