@@ -18,6 +18,9 @@ import time
 import tty
 from pathlib import Path
 
+from elftools.common.exceptions import ELFError
+from elftools.elf.elffile import ELFFile
+
 from .. import converters
 from ..errors import BoardError, QuarlError, ToolchainError
 from .flash import flash
@@ -130,8 +133,6 @@ def die_with_parent() -> None:
 def check_elf(elf: Path, machine: str, arch: str) -> None:
     """Refuse a file that is not a loadable firmware ELF for `machine` (an emulator would run any
     file as a raw image, silently)."""
-    from elftools.common.exceptions import ELFError
-    from elftools.elf.elffile import ELFFile
     try:
         with elf.open("rb") as f:
             e = ELFFile(f)
