@@ -16,7 +16,7 @@ This file is the driver: validate and lower every op, plan the arena, emit. The 
 converters/ops/__init__.py, the op table (how to add an op); converters/ops/<op>.py, one
 lowering per kernel family, with that op's limits; converters/ops/common.py, their shared
 checks; converters/head.py, the int8-acc head rewrite; converters/emit.py, the C and JSON
-writers; converters/spec.py, GeneratedModel and the graph I/O specs (IOTensor).
+writers; converters/spec.py, GeneratedModel; converters/tensor.py, the graph I/O specs (TensorSpec).
 
 Supported: what the lowerings' own SUPPORTED say (ops/__init__.py: supported_list, printed by
 `--help` below and copied into docs/pipeline.md); each op's limits are in the docstring of its
@@ -58,10 +58,11 @@ from .head import apply_head_readout
 from .ops import (KERNEL_HEADERS, LOWERINGS, SUPPORTED, UNPACKED_LOWERINGS, VARIANT_LOWERINGS, Kernel,
                   supported_list)
 from .ops.common import unsupported, zero_point_error
-from .spec import IO_DTYPES, QE_MAX_DIMS, GeneratedModel, IOTensor
+from .spec import IO_DTYPES, QE_MAX_DIMS, GeneratedModel
+from .tensor import TensorSpec
 from .tflite_model import Tensor, TFLiteModel, load
 
-__all__ = ["GeneratedModel", "IOTensor", "SUPPORTED", "generate", "main"]
+__all__ = ["GeneratedModel", "TensorSpec", "SUPPORTED", "generate", "main"]
 
 
 # ------------------------------------------------------------------------------ generate
@@ -73,7 +74,7 @@ def _model_name(name: str | None, path: Path) -> str:
     return s
 
 
-def _io_spec(t: Tensor, what: str) -> IOTensor:
+def _io_spec(t: Tensor, what: str) -> TensorSpec:
     if t.dtype not in IO_DTYPES:
         raise UnsupportedOpError(f"graph {what} '{t.name}' has type {t.dtype}; "
                                  f"supported: {', '.join(IO_DTYPES)}")
@@ -88,8 +89,8 @@ def _io_spec(t: Tensor, what: str) -> IOTensor:
         why = zero_point_error(t, t.quantization.zero_point, f"graph {what}")
         if why is not None:
             raise UnsupportedOpError(why)
-        return IOTensor(t.dtype, tuple(t.shape), float(t.scale), int(t.zero_point))
-    return IOTensor(t.dtype, tuple(t.shape), 0.0, 0)
+        return TensorSpec(t.dtype, tuple(t.shape), float(t.scale), int(t.zero_point))
+    return TensorSpec(t.dtype, tuple(t.shape), 0.0, 0)
 
 
 def _refusal(refused: list[UnsupportedOpError], n_ops: int) -> UnsupportedOpError:

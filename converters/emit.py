@@ -17,7 +17,8 @@ import numpy as np
 from quarl_edge.errors import ModelError
 
 from . import qmath
-from .spec import QE_MAX_DIMS, GeneratedModel, IOTensor, Kernel
+from .spec import QE_MAX_DIMS, GeneratedModel, Kernel
+from .tensor import TensorSpec
 from .tflite_model import Tensor, TFLiteModel
 
 
@@ -99,7 +100,7 @@ def _state_c(model: TFLiteModel, state: list[int], offset: dict[int, int]) -> st
     return "\n".join(L)
 
 
-def _spec_c(t: Tensor, spec: IOTensor, off: int) -> str:
+def _spec_c(t: Tensor, spec: TensorSpec, off: int) -> str:
     dims = list(spec.shape) + [0] * (QE_MAX_DIMS - len(spec.shape))
     return (f"    {{ QE_DTYPE_{spec.dtype.upper()}, {len(spec.shape)}u, "
             f"{{ {', '.join(str(d) + 'u' for d in dims)} }}, {c_float(spec.scale)}, "
@@ -185,7 +186,7 @@ def model_c(model: TFLiteModel, gm: GeneratedModel, kernels: list[Kernel], act_i
 # ------------------------------------------------------------------------------- model.json
 def model_json(gm: GeneratedModel, model: TFLiteModel, path: Path) -> str:
     """The text of model.json: name, hashes, memory, ops and the graph's input/output specs."""
-    def spec(s: IOTensor, name: str, off: int) -> dict:
+    def spec(s: TensorSpec, name: str, off: int) -> dict:
         d = asdict(s)
         d["shape"] = list(s.shape)
         d.update(name=name, arena_offset=off, bytes=s.nbytes)

@@ -1,48 +1,27 @@
-"""What the generator returns: `GeneratedModel` and the graph's input/output specs (`IOTensor`).
-
-The converters do not import quarl_edge.link.protocol: `IOTensor` has the fields of the protocol's
-TensorSpec, in the same order (model.json serialises it with dataclasses.asdict).
+"""What the generator returns: `GeneratedModel`, with the graph's input/output specs
+(`TensorSpec`, converters/tensor.py: the one the board reports in its HELLO too), and `Kernel`,
+one op's lowering.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .tensor import TensorSpec
 from .tflite_model import Operator
 
 QE_MAX_DIMS = 6     # dimensions of a graph input/output (qe_tensor_spec_t, firmware/core/qe_model.h)
 
-# dtype of a graph input/output -> (numpy dtype string, bytes per element), as on the wire
-_IO_TYPES = {"float32": ("<f4", 4), "int8": ("i1", 1), "int16": ("<i2", 2), "int32": ("<i4", 4)}
-IO_DTYPES = tuple(_IO_TYPES)
-
-
-@dataclass
-class IOTensor:
-    """A graph input or output as the board reports it: type, shape and (int8/int16) quantization."""
-    dtype: str
-    shape: tuple[int, ...]
-    scale: float = 0.0
-    zero_point: int = 0
-
-    @property
-    def np_dtype(self) -> str:
-        return _IO_TYPES[self.dtype][0]
-
-    @property
-    def nbytes(self) -> int:
-        n = _IO_TYPES[self.dtype][1]
-        for d in self.shape:
-            n *= d
-        return n
+# the dtypes a graph input/output may have (their layout: converters/tensor.py)
+IO_DTYPES = ("float32", "int8", "int16", "int32")
 
 
 @dataclass
 class GeneratedModel:
     name: str
     hash: bytes                         # first 8 bytes of the .tflite's SHA-256
-    inputs: list[IOTensor]
-    outputs: list[IOTensor]
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
     arena_bytes: int
     ops: list[str]
     weight_bytes: int                   # const data emitted (weights, biases)

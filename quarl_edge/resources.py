@@ -13,8 +13,8 @@ firmware/core/:
 3. the checkout the package is imported from (the directory above quarl_edge/: an editable
    install, or PYTHONPATH=checkout), where firmware/ and boards/ sit at the top.
 
-The simavr bridge source is Python-side code (launch.py speaks its exit codes), so it always comes
-with the imported package: quarl_edge/targets/simavr_bridge.c.
+The simavr bridge source is Python-side code (targets/simavr.py speaks its exit codes), so it
+always comes with the imported package: quarl_edge/targets/simavr_bridge.c.
 
 User board files (see targets/boards.py, which searches them before the shipped boards/):
 $QUARL_EDGE_BOARDS, directories separated by os.pathsep, then

@@ -142,17 +142,24 @@ def test_linux_board_validate_and_hil_through_the_cli(tmp_path):
 
 def test_ssh_deploy_commands_are_argument_lists_that_start_the_agent(tmp_path):
     from quarl_edge.targets.boards import get_board
+    import quarl_edge.converters
     from quarl_edge.targets.launch import AGENT_FILES, ssh_deploy_commands
     board = get_board("linux-tflite")
     cmds, url = ssh_deploy_commands(board, MODELS / "int8.tflite", "pi@raspberrypi.local")
     assert url == "socket://raspberrypi.local:5555"
     assert all(isinstance(c, list) and c[0] in ("ssh", "scp") for c in cmds)
-    pkg = Path(__file__).resolve().parents[1] / "quarl_edge"
-    copied = {str(Path(a).relative_to(pkg)): c[-1] for c in cmds if c[0] == "scp"
-              for a in c[2:-1] if Path(a).is_relative_to(pkg)}
-    assert set(copied) == set(AGENT_FILES)
+    # quarl_edge's files from its package, the tensor spec from quarl_edge.converters (in a
+    # checkout: converters/ at the top)
+    homes = {"": Path(quarl_edge.__file__).resolve().parent,
+             "converters/": Path(quarl_edge.converters.__file__).resolve().parent}
+    copied = {}
+    for c in (c for c in cmds if c[0] == "scp" and not c[-1].endswith("model.tflite")):
+        for a in c[2:-1]:
+            if not a.startswith("-") and Path(a).is_absolute():
+                home = max((h for h in homes if Path(a).is_relative_to(homes[h])), key=len)
+                copied[home + str(Path(a).relative_to(homes[home]))] = c[-1]
+    assert set(copied) == set(AGENT_FILES) >= {"link/protocol.py", "converters/tensor.py"}
     for name in AGENT_FILES:   # each file lands in its package directory on the board
-        assert (pkg / name).is_file()
         assert copied[name] == f"pi@raspberrypi.local:quarl-edge-agent/quarl_edge/{Path(name).parent}/"
     assert any(a.endswith("int8.tflite") for c in cmds if c[0] == "scp" for a in c)
     assert "python3 -m quarl_edge.link.agent model.tflite --tcp 0.0.0.0:5555" in cmds[-1][-1]

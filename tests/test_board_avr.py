@@ -14,12 +14,13 @@ import pytest
 from elftools.elf.elffile import ELFFile
 from helpers_models import cli_json
 
-from quarl_edge.targets import launch
+from quarl_edge.targets import simavr
 from quarl_edge.targets.boards import get_board, load_board_file
 from quarl_edge.targets.build import build
 from quarl_edge.errors import BoardError, QuarlError, ToolchainError
 from quarl_edge.link.session import BoardSession
-from quarl_edge.targets.launch import Simavr, start
+from quarl_edge.targets.launch import start
+from quarl_edge.targets.simavr import Simavr
 
 ROOT = Path(__file__).resolve().parents[1]
 BOARD = get_board("atmega328p")
@@ -176,10 +177,10 @@ def test_qe_flash_needs_gnu99_on_avr(tmp_path):
 
 
 def test_the_bridge_builds_warning_free(tmp_path):
-    inc = next(d for d in launch.SIMAVR_INCLUDE_DIRS if (d / "sim_avr.h").is_file())
+    inc = next(d for d in simavr.SIMAVR_INCLUDE_DIRS if (d / "sim_avr.h").is_file())
     subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", f"-I{inc}",
-                    str(launch.SIMAVR_BRIDGE_SOURCE), "-o", str(tmp_path / "bridge"),
-                    *launch.SIMAVR_LIBS], check=True)
+                    str(simavr.SIMAVR_BRIDGE_SOURCE), "-o", str(tmp_path / "bridge"),
+                    *simavr.SIMAVR_LIBS], check=True)
 
 
 def test_the_bridge_is_one_thread_and_survives_the_port_closed_and_reopened(int8_fw, tmp_path):
@@ -203,7 +204,7 @@ def test_the_bridge_is_one_thread_and_survives_the_port_closed_and_reopened(int8
 
 
 def test_missing_simavr_headers_say_how_to_install_them(monkeypatch, int8_fw, tmp_path):
-    monkeypatch.setattr(launch, "SIMAVR_INCLUDE_DIRS", (tmp_path / "no-such-include",))
+    monkeypatch.setattr(simavr, "SIMAVR_INCLUDE_DIRS", (tmp_path / "no-such-include",))
     elf = tmp_path / "firmware.elf"
     shutil.copy(int8_fw.elf, elf)                       # a fresh directory: no cached bridge
     with pytest.raises(ToolchainError, match="apt-get install --no-install-recommends simavr "

@@ -59,6 +59,37 @@ def test_invalid_files_are_refused_with_the_reason(tmp_path, edit, message):
     assert message in str(e.value) and "mine.toml" in str(e.value)
 
 
+def test_an_unknown_connect_method_is_refused_in_one_line_naming_the_known_ones(tmp_path):
+    from quarl_edge.targets.connect import METHODS
+    path = write(tmp_path, "mine", GOOD.format(id="mine").replace('method = "pty"',
+                                                                  'method = "carrier-pigeon"'))
+    with pytest.raises(BoardError) as e:
+        load_board_file(path)
+    assert str(e.value) == (f"{path} [connect]: 'method' is 'carrier-pigeon'; expected one of "
+                            "pty, qemu, simavr, serial, agent")
+    assert list(METHODS) == ["pty", "qemu", "simavr", "serial", "agent"]
+
+
+def test_each_board_asks_its_connect_method_class():
+    """The table's classes answer what differs per method: only QEMU adds build defines, only
+    a serial board is flashed and opened at its baud rate, only the agent builds no firmware."""
+    import dataclasses
+    boards = all_boards()
+    for b in boards.values():
+        assert b.method.name == b.connect_method, b.id
+        assert b.method.flashes == (b.connect_method == "serial") == (b.kind == "real"), b.id
+        assert b.method.builds_firmware == (b.kind != "linux"), b.id
+        assert (b.method.defines(b) != []) == (b.connect_method == "qemu"), b.id
+        assert b.method.link_options(b) == ({"baudrate": b.baud} if b.kind == "real" else {}), b.id
+    assert boards["mps2-an386"].method.defines(boards["mps2-an386"]) == \
+        ["-DQE_ICOUNT_SHIFT=7", "-DQE_SYSTICK_HZ=25000000u"]
+    assert boards["arduino-uno"].method.open_wait_s(boards["arduino-uno"]) == 2.5
+    odd = dataclasses.replace(boards["host"], connect={"method": "carrier-pigeon"})
+    with pytest.raises(BoardError, match="method 'carrier-pigeon' is not one of pty, qemu, "
+                                         "simavr, serial, agent"):
+        odd.method
+
+
 def test_unknown_board_lists_the_known_ones(tmp_path):
     write(tmp_path, "alpha", GOOD.format(id="alpha"))
     with pytest.raises(BoardError, match="unknown board 'beta'; known boards: alpha"):
@@ -66,7 +97,8 @@ def test_unknown_board_lists_the_known_ones(tmp_path):
 
 
 def test_usb_ids_recognise_boards(tmp_path):
-    from quarl_edge.targets.ports import list_ports, match_boards
+    from quarl_edge.targets.ports import list_ports
+    from quarl_edge.targets.usb import match_boards
     write(tmp_path, "nucleo", GOOD.format(id="nucleo").replace("[build]", 'usb = ["0483:374B", "0483:374e"]\n[build]'))
     boards = {"nucleo": load_board_file(tmp_path / "nucleo.toml")}
     assert boards["nucleo"].usb == ((0x0483, 0x374B), (0x0483, 0x374E))
@@ -114,7 +146,7 @@ def test_shipped_real_boards_say_how_they_are_flashed_and_reached():
         assert b.flashers and all(t in TOOLS for t in b.flashers), b.id
         assert b.connect_method == "serial" and b.baud > 0 and b.reset_on_open_ms >= 0, b.id
         if not b.usb:     # e.g. a USB-UART adapter of the user's choice: --port is needed
-            from quarl_edge.targets.ports import find_port
+            from quarl_edge.targets.usb import find_port
             with pytest.raises(BoardError, match="no USB ids .* pass --port"):
                 find_port(b)
         assert [s["tool"] for s in b.flasher_status()] == list(b.flashers)

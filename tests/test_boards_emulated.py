@@ -11,12 +11,13 @@ import numpy as np
 import pytest
 from helpers_models import cli_json
 
-from quarl_edge.targets import launch
+from quarl_edge.targets import qemu
 from quarl_edge.targets.boards import all_boards, load_board_file
 from quarl_edge.targets.build import build
 from quarl_edge.errors import BoardError, QuarlError, ToolchainError
 from quarl_edge.link.session import BoardSession
-from quarl_edge.targets.launch import Qemu, start
+from quarl_edge.targets.launch import start
+from quarl_edge.targets.qemu import Qemu
 from quarl_edge.link.runner import BoardLink
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -121,7 +122,7 @@ def test_an_emulator_that_exits_at_start_is_reported_with_its_output(run_copy, t
 
 def test_a_missing_emulator_says_how_to_install_it(monkeypatch, tmp_path):
     real_which = shutil.which
-    monkeypatch.setattr(launch.shutil, "which",
+    monkeypatch.setattr(qemu.shutil, "which",
                         lambda name: None if name.startswith("qemu") else real_which(name))
     with pytest.raises(ToolchainError, match="apt-get install --no-install-recommends qemu-system-arm"):
         Qemu(BOARDS["lm3s6965evb"], tmp_path / "firmware.elf")
@@ -164,7 +165,7 @@ def test_the_serial_port_is_a_unix_socket_that_echoes(run_copy, tmp_path):
     assert not q.alive()
 
 
-# QEMU's serial chardev is a mux (targets/launch.py, SERIAL_BUFFER), which would read its escape
+# QEMU's serial chardev is a mux (targets/qemu.py, SERIAL_BUFFER), which would read its escape
 # character (0x01 by default) out of the stream: "C-a x" quits the emulator, "C-a c" switches
 # to the monitor, "C-a C-a" sends one 0x01. With no escape character (NO_ESCAPE_CHAR) every byte
 # passes as it is.

@@ -1,7 +1,6 @@
 """converters/cgen.py and converters/tflite_model.py: generated C, model.json, errors."""
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import subprocess
@@ -18,8 +17,8 @@ from helpers_models import (CFLAGS, build_tflite, compile_driver, convert, fc_mo
 from quarl_edge.converters import cgen, tflite_model
 from quarl_edge.converters.ops import LOWERINGS, SUPPORTED, supported_list
 from quarl_edge.errors import ModelError, QuarlError, UnsupportedOpError
-from quarl_edge.converters.spec import IOTensor
-from quarl_edge.link.protocol import TensorSpec
+from quarl_edge.converters.tensor import TensorSpec
+from quarl_edge.link import protocol as P
 
 
 @pytest.fixture(scope="module")
@@ -44,11 +43,14 @@ def test_generated_model_info(int8_model, tmp_path):
     assert gm.name == "cartpole_dqn"
     assert gm.hash == hashlib.sha256(data).digest()[:8]
     assert gm.ops == ["QUANTIZE", "FULLY_CONNECTED", "FULLY_CONNECTED", "DEQUANTIZE"]
-    assert gm.inputs == [IOTensor("float32", (1, 6), 0.0, 0)]
-    assert gm.outputs == [IOTensor("float32", (1, 4), 0.0, 0)]
-    # the fields the board reports in HELLO, in the protocol's order (model.json has them)
-    assert [f.name for f in dataclasses.fields(IOTensor)] == \
-        [f.name for f in dataclasses.fields(TensorSpec)]
+    assert gm.inputs == [TensorSpec("float32", (1, 6), 0.0, 0)]
+    assert gm.outputs == [TensorSpec("float32", (1, 4), 0.0, 0)]
+    # the specs are what the board reports in HELLO: they cross the wire unchanged
+    hello = P.Hello(1, P.VERSION, "ns", 0, 256, "host", gm.name, gm.hash, gm.arena_bytes,
+                    gm.inputs, gm.outputs)
+    back = P.parse_hello(P.pack_hello(hello))
+    assert (back.inputs, back.outputs) == (gm.inputs, gm.outputs)
+    assert back.inputs[0].nbytes == 24 and back.inputs[0].np_dtype == "<f4"
     assert gm.weight_bytes == 6 * 16 + 16 * 4 + 4 * (16 + 4)
     assert gm.arena_bytes % 16 == 0 and gm.arena_bytes >= 24 + 16
 

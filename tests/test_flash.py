@@ -445,7 +445,7 @@ def fake_ports(monkeypatch, ports):
 
 
 def test_the_serial_port_is_found_by_usb_id(tmp_path, monkeypatch):
-    from quarl_edge.targets.ports import find_port
+    from quarl_edge.targets.usb import find_port
     b = real_board(tmp_path)
     fake_ports(monkeypatch, [FakePort("/dev/ttyS0"), FakePort("/dev/ttyACM3", 0x1234, 0x5678)])
     assert find_port(b) == "/dev/ttyACM3"
@@ -609,7 +609,7 @@ def test_a_board_without_usb_id_needs_port_before_it_is_flashed(tmp_path, monkey
     b = real_board(tmp_path, 'tools = ["teensy"]\n[flash.teensy]\nmcu = "TEENSY41"')
     b = type(b)(**{**b.__dict__, "usb": ()})
     calls = []
-    monkeypatch.setattr(F, "flash", lambda *a, **k: calls.append(a))
+    monkeypatch.setattr(launch, "flash", lambda *a, **k: calls.append(a))
     with pytest.raises(BoardError, match="no USB id in its board file .*; pass --port"):
         launch.start(b, tmp_path / "firmware.elf")
     assert calls == []

@@ -153,6 +153,20 @@ def test_header_cli_prints_the_same_header():
     assert out == P.c_header()
 
 
+def test_every_wire_dtype_is_a_tensor_spec_dtype():
+    """The protocol's dtype codes name the one tensor spec's dtypes (converters/tensor.py), and
+    a spec of each packs to code, dims, shape, scale and zero point and parses back."""
+    from quarl_edge.converters.tensor import DTYPE_LAYOUT, TensorSpec
+    assert sorted(P.DTYPES.values()) == sorted(DTYPE_LAYOUT)
+    for code, name in P.DTYPES.items():
+        t = TensorSpec(name, (2, 3), 0.5, -3)
+        assert P.pack_tensor(t) == struct.pack("<BBHHfi", code, 2, 2, 3, 0.5, -3)
+        r = P._Reader(P.pack_tensor(t), "test")
+        assert r.tensor() == t and t.nbytes == 6 * DTYPE_LAYOUT[name][1]
+        r.end()
+    assert P.TensorSpec is TensorSpec      # one class, not a copy with the same fields
+
+
 # ------------------------------------------------------------------------------------ CRC
 def test_crc_check_value(lib):
     # the catalogued check value of CRC-16/CCITT-FALSE

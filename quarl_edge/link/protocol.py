@@ -12,6 +12,7 @@ import struct
 import sys
 from dataclasses import dataclass, field
 
+from ..converters.tensor import TensorSpec
 from ..errors import ProtocolError
 
 # 2: HELLO's reply carries the board's boot id (a changed boot id means the board restarted),
@@ -73,14 +74,10 @@ ERRORS = {
                      "with no outputs since the last run"),
 }
 
-DTYPES = {  # code -> (name, numpy dtype string, size in bytes)
-    0: ("float32", "<f4", 4),
-    1: ("int8", "i1", 1),
-    2: ("int16", "<i2", 2),
-    3: ("int32", "<i4", 4),
-    4: ("uint8", "u1", 1),
-}
-DTYPE_CODES = {name: code for code, (name, _, _) in DTYPES.items()}
+# A tensor's dtype on the wire: code -> name (its layout in memory, numpy dtype and size, is the
+# tensor spec's: converters/tensor.py, DTYPE_LAYOUT).
+DTYPES = {0: "float32", 1: "int8", 2: "int16", 3: "int32", 4: "uint8"}
+DTYPE_CODES = {name: code for code, name in DTYPES.items()}
 
 COST_UNITS = {0: "ns", 1: "cycles", 2: "instructions"}
 COST_UNIT_CODES = {name: code for code, name in COST_UNITS.items()}
@@ -222,28 +219,12 @@ class FrameDecoder:
 
 
 # ----------------------------------------------------------------------------------- payloads
-@dataclass
-class TensorSpec:
-    dtype: str
-    shape: tuple[int, ...]
-    scale: float = 0.0
-    zero_point: int = 0
-
-    @property
-    def np_dtype(self) -> str:
-        return DTYPES[DTYPE_CODES[self.dtype]][1]
-
-    @property
-    def nbytes(self) -> int:
-        n = DTYPES[DTYPE_CODES[self.dtype]][2]
-        for d in self.shape:
-            n *= d
-        return n
-
-    def pack(self) -> bytes:
-        return (struct.pack("<BB", DTYPE_CODES[self.dtype], len(self.shape))
-                + struct.pack(f"<{len(self.shape)}H", *self.shape)
-                + struct.pack("<fi", self.scale, self.zero_point))
+def pack_tensor(t: TensorSpec) -> bytes:
+    """A tensor spec as HELLO's reply carries it: u8 dtype code, u8 dims, u16 per dim, f32
+    scale, i32 zero point."""
+    return (struct.pack("<BB", DTYPE_CODES[t.dtype], len(t.shape))
+            + struct.pack(f"<{len(t.shape)}H", *t.shape)
+            + struct.pack("<fi", t.scale, t.zero_point))
 
 
 @dataclass
@@ -298,7 +279,7 @@ class _Reader:
                                 f"does not define (known: {', '.join(map(str, DTYPES))})")
         dims = tuple(self.take("H") for _ in range(ndims))
         scale, zp = self.take("fi")
-        return TensorSpec(DTYPES[code][0], dims, scale, zp)
+        return TensorSpec(DTYPES[code], dims, scale, zp)
 
     def end(self) -> None:
         if self.pos != len(self.data):
@@ -340,8 +321,8 @@ def pack_hello(h: Hello) -> bytes:
                         h.clock_hz, h.max_payload)
             + s(h.board_id) + s(h.model_name) + h.model_hash[:8].ljust(8, b"\0")
             + struct.pack("<I", h.arena_bytes)
-            + struct.pack("<B", len(h.inputs)) + b"".join(t.pack() for t in h.inputs)
-            + struct.pack("<B", len(h.outputs)) + b"".join(t.pack() for t in h.outputs))
+            + struct.pack("<B", len(h.inputs)) + b"".join(map(pack_tensor, h.inputs))
+            + struct.pack("<B", len(h.outputs)) + b"".join(map(pack_tensor, h.outputs)))
 
 
 BENCH_REPLY = "<IIIQ"   # n, min, max, sum
@@ -451,7 +432,7 @@ def c_header() -> str:
     lines.append("")
     lines += [f"#define QE_ERR_{name} {code}  /* {text} */" for code, (name, text) in ERRORS.items()]
     lines.append("")
-    lines += [f"#define QE_DTYPE_{name.upper()} {code}" for code, (name, _, _) in DTYPES.items()]
+    lines += [f"#define QE_DTYPE_{name.upper()} {code}" for code, name in DTYPES.items()]
     lines.append("")
     lines += [f"#define QE_COST_{name.upper()} {code}" for code, name in COST_UNITS.items()]
     lines += ["", "#endif /* QE_PROTOCOL_H */", ""]

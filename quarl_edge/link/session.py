@@ -36,7 +36,7 @@ class BoardSession:
         self.model_path, self.board, self.out_dir, self.port = Path(model_path), board, out_dir, port
         self.trace = trace
         self.flasher, self.drive = flasher, drive
-        self.flash = flash and board.connect_method == "serial"
+        self.flash = flash and board.method.flashes
         self.firmware = None
         self.running: RunningBoard | None = None
         self.link = None
@@ -45,18 +45,18 @@ class BoardSession:
         try:
             if self.port and not self.flash:
                 self.running = ExternalPort(self.port)
-            elif self.board.connect_method == "agent":   # runs the .tflite itself: nothing to build
+            elif not self.board.method.builds_firmware:   # runs the .tflite itself (the agent)
                 self.running = start(self.board, self.model_path)
             else:
                 self.firmware = build(self.model_path, self.board, self.out_dir)
                 self.running = start(self.board, self.firmware.elf, port=self.port,
                                      flasher=self.flasher, drive=self.drive)
-            serial_port = self.board.connect_method == "serial"
+            method = self.board.method
             self.link = BoardLink(self.running.url, trace=self.trace, alive=self.running.alive,
-                                  **({"baudrate": self.board.baud} if serial_port else {}))
-            if serial_port and self.board.reset_on_open_ms:
-                # opening the port reset the board (DTR): its boot loader runs first
-                time.sleep(self.board.reset_on_open_ms / 1000)
+                                  **method.link_options(self.board))
+            wait_s = method.open_wait_s(self.board)
+            if wait_s:   # opening the port reset the board (DTR): its boot loader runs first
+                time.sleep(wait_s)
             try:
                 # An emulator's speed follows the host's load (simavr on a busy 2-core machine
                 # took > 10 s to answer): wait longer; a dead one is still seen at once (alive()).

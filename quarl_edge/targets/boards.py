@@ -1,7 +1,8 @@
 """The board registry: one TOML file per board, validated on load.
 
 A board is data (what it is, how to build for it, how to reach it); code per board *family*
-lives in firmware/ports/<family>/ (C) and quarl_edge/targets/launch.py (how to start or flash it).
+lives in firmware/ports/<family>/ (C), and code per connect method (how the host starts or
+flashes and reaches the board) in quarl_edge/targets/connect.py, which `Board.method` returns.
 
 Board files are looked for in these folders, first match wins (board_dirs()):
 1. folders added with add_board_dir() (the CLI's --boards-dir), the last added first;
@@ -21,11 +22,12 @@ from pathlib import Path
 from ..errors import BoardError
 from ..schema import Key, check
 from ..resources import BOARDS_ENV, boards_dir, env_boards_dirs, firmware_dir, user_boards_dirs
+from .connect import METHODS, ConnectMethod
 from .flash_tools import TOOLS, tool_status
 
 KINDS = ("host", "emulated", "real", "linux")
 COST_UNITS = ("ns", "cycles", "instructions")
-CONNECT_METHODS = ("pty", "qemu", "simavr", "serial", "agent")
+CONNECT_METHODS = tuple(METHODS)     # targets/connect.py: one class per method
 
 # What a board file may hold (quarl_edge/schema.py checks it; [flash] is _flash_section's).
 BOARD_KEYS = {
@@ -52,7 +54,7 @@ BUILD_KEYS = {
     "shared": Key(list, items=str),
     "kernels": Key(str),
 }
-CONNECT_KEYS = {     # each connect method reads its own few (targets/launch.py)
+CONNECT_KEYS = {     # each connect method reads its own few (targets/connect.py and its launchers)
     "method": Key(str, required=True, choices=CONNECT_METHODS),
     "install": Key(str),
     "baud": Key(int, min=1),                           # serial
@@ -96,6 +98,15 @@ class Board:
         return self.connect["method"]
 
     @property
+    def method(self) -> ConnectMethod:
+        """How the host reaches this board: its [connect] method's class (targets/connect.py)."""
+        try:
+            return METHODS[self.connect_method]
+        except KeyError:
+            raise BoardError(f"board {self.id}: [connect] method {self.connect_method!r} is not "
+                             f"one of {', '.join(METHODS)}") from None
+
+    @property
     def baud(self) -> int:
         """The serial port's baud rate ([connect] baud; only real serial ports use it)."""
         return self.connect.get("baud", 115200)
@@ -121,16 +132,12 @@ class Board:
         return missing
 
     def missing_build_tools(self) -> list[tuple[str, str]]:
-        """(what is missing, how to install it) for this board's compiler and emulator."""
+        """(what is missing, how to install it) for this board's compiler and what its connect
+        method needs (an emulator)."""
         missing = []
         if not self.toolchain_installed():
             missing.append((self.cc, self.install))
-        tool = {"qemu": "qemu-system-arm"}.get(self.connect_method)
-        if tool and shutil.which(tool) is None:
-            missing.append((tool, self.connect.get("install", "")))
-        if self.connect_method == "simavr" and not Path("/usr/include/simavr/sim_avr.h").is_file():
-            missing.append(("libsimavr-dev", self.connect.get("install", "")))
-        return missing
+        return missing + self.method.missing_tools(self)
 
     def flasher_status(self) -> list[dict]:
         """Per flash tool: 'ok', 'missing' (with its install command) or 'copy' (to a drive)."""

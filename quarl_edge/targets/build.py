@@ -203,15 +203,7 @@ def board_defines(board: Board) -> list[str]:
     defines = [f'-DQE_BOARD_ID="{board.id}"', f"-DQE_CLOCK_HZ={board.clock_hz}u",
                f"-DQE_COST_UNIT={COST_MACROS[board.cost_unit]}",
                f"-DQE_MAX_PAYLOAD={board.max_payload}u"]
-    if board.connect_method == "qemu":
-        # The port turns SysTick ticks into instructions: it needs QEMU's -icount shift and the
-        # SysTick clock of the emulated machine (boards/<id>.toml [connect]).
-        for key, macro in (("icount_shift", "QE_ICOUNT_SHIFT"), ("systick_hz", "QE_SYSTICK_HZ")):
-            val = board.connect.get(key)
-            if not isinstance(val, int) or isinstance(val, bool) or val <= 0:
-                raise QuarlError(f"board {board.id}: [connect] needs a positive integer '{key}'")
-            defines.append(f"-D{macro}={val}{'u' if key == 'systick_hz' else ''}")
-    return defines
+    return defines + board.method.defines(board)     # e.g. QEMU's instruction counting
 
 
 # What GNU ld says when a section does not fit its MEMORY region.

@@ -10,7 +10,8 @@ A missing tool is a ToolchainError naming it and the command that installs it; a
 fails is a BoardError with its exit code and the last lines it printed.
 
 The argument lists are built by one pure function per tool (`openocd_args`, ...), so what runs
-is testable without a board."""
+is testable without a board. `board` arguments are targets/boards.py's Board (not imported:
+boards.py asks connect.py, whose serial method flashes with this module)."""
 from __future__ import annotations
 
 import getpass
@@ -26,8 +27,7 @@ from pathlib import Path
 from ..errors import BoardError, ToolchainError
 from . import flash_tools
 from .flash_tools import COPY_TOOLS, DEFAULT_TIMEOUT_S, TOOLS, FlashTool  # noqa: F401  (the tool table)
-
-from .boards import Board
+from .usb import find_port
 
 
 # ------------------------------------------------------------------- argument lists (pure)
@@ -148,7 +148,7 @@ def uf2(segments: list[tuple[int, bytes]], family_id: int, base: int | None = No
     return b"".join(blocks)
 
 
-def write_image(board: Board, tool: str, elf: Path) -> Path:
+def write_image(board, tool: str, elf: Path) -> Path:
     """The file `tool` takes, written next to the ELF (firmware.hex / firmware.uf2)."""
     kind = TOOLS[tool].image
     elf = Path(elf)
@@ -277,7 +277,7 @@ class FlashResult:
     notes: list[str] = field(default_factory=list)
 
 
-def pick_tool(board: Board, flasher: str | None = None) -> str:
+def pick_tool(board, flasher: str | None = None) -> str:
     """The tool to use: `flasher` if given (one of the board's), else the first of the board's
     tools that is installed (a drive copy needs no program). ToolchainError if none is."""
     if not board.flashers:
@@ -306,7 +306,7 @@ def _tail(text: str, lines: int = 12) -> str:
     return "\n".join(kept[-lines:])
 
 
-def run_tool(board: Board, tool: str, args: list[str], timeout: float,
+def run_tool(board, tool: str, args: list[str], timeout: float,
              cwd: Path | None = None) -> str:
     """Run one flash command; its combined output, or a BoardError with the exit code and the
     output's last lines (or ToolchainError if the program vanished)."""
@@ -334,7 +334,7 @@ def run_tool(board: Board, tool: str, args: list[str], timeout: float,
     return out
 
 
-def flash(board: Board, elf: Path, port: str | None = None, flasher: str | None = None,
+def flash(board, elf: Path, port: str | None = None, flasher: str | None = None,
           drive: str | Path | None = None, timeout: float | None = None) -> FlashResult:
     """Flash `elf` onto `board` with its preferred installed tool (or `flasher`). `port` is the
     serial port for tools that flash through it (avrdude; default: found by the board's USB
@@ -368,7 +368,6 @@ def flash(board: Board, elf: Path, port: str | None = None, flasher: str | None 
         args = teensy_args(cfg, image, program)
     elif tool == "avrdude":
         if port is None:
-            from .ports import find_port
             port = find_port(board)
         args, cwd = avrdude_args(cfg, Path(image.name), port, program), image.parent
     else:   # a tool in TOOLS without a runner here is a bug

@@ -1,68 +1,13 @@
-"""Attached serial ports, and which of our boards each one is (by USB VID:PID from boards/*.toml)."""
+"""Attached serial ports, and which of our boards each one is (by USB VID:PID from the board
+files): `quarl-edge ports`. The enumeration and matching are usb.py's; here the registry's
+boards are the default."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from .boards import Board, all_boards
-from ..errors import BoardError
-
-
-@dataclass
-class PortInfo:
-    device: str
-    description: str
-    vid: int | None
-    pid: int | None
-    serial_number: str | None
-    boards: list[str]
-
-    @property
-    def usb_id(self) -> str:
-        return f"{self.vid:04x}:{self.pid:04x}" if self.vid is not None else "-"
-
-
-def match_boards(vid: int | None, pid: int | None, boards: dict[str, Board]) -> list[str]:
-    if vid is None:
-        return []
-    return [b.id for b in boards.values() if (vid, pid) in b.usb]
+from .usb import PortInfo, attached
 
 
 def list_ports(boards: dict[str, Board] | None = None) -> list[PortInfo]:
-    from serial.tools import list_ports as lp
-    boards = all_boards() if boards is None else boards
-    return [PortInfo(p.device, p.description or "", p.vid, p.pid, p.serial_number,
-                     match_boards(p.vid, p.pid, boards))
-            for p in sorted(lp.comports(), key=lambda p: p.device)]
-
-
-def _usb_ids(board: Board) -> str:
-    return " or ".join(f"{v:04x}:{p:04x}" for v, p in board.usb)
-
-
-def find_port(board: Board, wait_s: float = 0.0, poll_s: float = 0.25) -> str:
-    """The one attached serial port whose USB VID:PID is one of the board's (`usb` in its board
-    file), waiting up to `wait_s` for it to appear (a board re-enumerates after flashing).
-    None attached, or several: a BoardError saying so (and to pass --port)."""
-    import time
-    if not board.usb:
-        raise BoardError(f"board {board.id} has no USB ids ('usb' in {board.path}) to find its "
-                         "serial port by; pass --port")
-    deadline = time.monotonic() + wait_s
-    while True:
-        attached = list_ports({board.id: board})
-        matches = [p for p in attached if p.boards]
-        if len(matches) == 1:
-            return matches[0].device
-        if len(matches) > 1:
-            listed = ", ".join(f"{p.device} ({p.usb_id}"
-                               + (f", serial {p.serial_number}" if p.serial_number else "")
-                               + (f", {p.description}" if p.description else "") + ")"
-                               for p in matches)
-            raise BoardError(f"several serial ports have board {board.id}'s USB id "
-                             f"({_usb_ids(board)}): {listed}; pass --port")
-        if time.monotonic() >= deadline:
-            others = ", ".join(f"{p.device} ({p.usb_id})" for p in attached if p.vid is not None)
-            raise BoardError(f"no serial port with USB id {_usb_ids(board)} (board {board.id}) is "
-                             "attached" + (f" (USB serial ports: {others})" if others else "")
-                             + "; plug the board in, or pass --port")
-        time.sleep(poll_s)
+    """The attached serial ports, each with the ids of `boards` (default: every known board)
+    whose USB id it has."""
+    return attached(all_boards() if boards is None else boards)

@@ -2,9 +2,9 @@
  *
  *     simavr_bridge FIRMWARE.elf MCU FREQUENCY_HZ
  *
- * A host program (not firmware): quarl_edge/targets/launch.py (class Simavr) compiles it on demand with
+ * A host program (not firmware): quarl_edge/targets/simavr.py (class Simavr) compiles it on demand with
  * the host's gcc against libsimavr and caches the binary in the firmware's build directory. It
- * lives beside launch.py rather than in firmware/ports/avr/ because build.py compiles every .c
+ * lives beside simavr.py rather than in firmware/ports/avr/ because build.py compiles every .c
  * file of a port directory into the firmware.
  *
  * The `simavr` command-line tool only prints what the firmware sends; it cannot feed it bytes.

@@ -1,5 +1,5 @@
 """unix://PATH: a Unix-domain stream socket as a pyserial port (an emulated board's serial port:
-targets/launch.py's Qemu). pyserial's socket:// is TCP only; everything but opening is its
+targets/qemu.py's Qemu). pyserial's socket:// is TCP only; everything but opening is its
 socket port's (non-blocking socket, select() waits), so reads, writes and timeouts behave alike.
 
 A byte written to a loopback TCP socket goes through the whole TCP stack, acknowledgements
