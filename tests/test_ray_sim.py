@@ -78,31 +78,64 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _marked_pids(tag: str) -> list[int]:
-    """The pids of the processes whose environment holds MARKER=tag (this cluster's)."""
-    want = f"{MARKER}={tag}".encode()
-    pids = []
+def _procs() -> dict[int, tuple[int, str]]:
+    """pid -> (parent pid, start time) of every process but the zombies (exited, not yet
+    reaped by init)."""
+    out = {}
     for d in Path("/proc").iterdir():
-        if d.name.isdigit() and int(d.name) != os.getpid():
+        if d.name.isdigit():
             try:
-                if want in (d / "environ").read_bytes().split(b"\0"):
-                    pids.append(int(d.name))
+                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+                if fields[0] != "Z":
+                    out[int(d.name)] = (int(fields[1]), fields[19])
+            except (OSError, IndexError, ValueError):
+                pass
+    return out
+
+
+def _cluster_pids(tag: str) -> dict[int, str]:
+    """pid -> start time of the processes of this cluster: those whose environment holds
+    MARKER=tag, and their descendants (a Ray agent or worker that sets its process title
+    overwrites its environment's memory, so its marker is gone from /proc/PID/environ)."""
+    want = f"{MARKER}={tag}".encode()
+    procs = _procs()
+    found = set()
+    for pid in procs:
+        if pid != os.getpid():
+            try:
+                if want in (Path("/proc") / str(pid) / "environ").read_bytes().split(b"\0"):
+                    found.add(pid)
             except OSError:
                 pass
-    return pids
+    grew = True
+    while grew:
+        more = {pid for pid, (ppid, _) in procs.items() if ppid in found} - found
+        found |= more
+        grew = bool(more)
+    return {pid: procs[pid][1] for pid in found}
 
 
-def _stop(tag: str, grace_s: float = 15.0) -> None:
-    """SIGTERM every process of the cluster, then SIGKILL what is left after grace_s."""
+def _stop(tag: str, grace_s: float = 15.0) -> list[int]:
+    """SIGTERM every process of the cluster, then SIGKILL what is left after grace_s (a
+    process seen before keeps being ours while its pid has the same start time); returns the
+    pids still there."""
+    seen = _cluster_pids(tag)
+
+    def alive() -> dict[int, str]:
+        now = _procs()
+        seen.update(_cluster_pids(tag))
+        return {pid: t for pid, t in seen.items() if pid in now and now[pid][1] == t}
+
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in _marked_pids(tag):
+        for pid in alive():
             try:
                 os.kill(pid, sig)
             except ProcessLookupError:
                 pass
         deadline = time.time() + grace_s
-        while _marked_pids(tag) and time.time() < deadline:
+        while alive() and time.time() < deadline:
             time.sleep(0.5)
+    return sorted(alive())
 
 
 def _resources(boards: list[str]) -> str:
@@ -173,8 +206,7 @@ def sim_cluster(tmp_path_factory):
         yield {"address": address, "env": env, "nodes": nodes, "start_s": start_s,
                "temp": temp}
     finally:
-        _stop(tag)
-        left = _marked_pids(tag)
+        left = _stop(tag)
         subprocess.run(["rm", "-rf", str(temp)])
         assert not left, f"processes of the simulated cluster still running: {left}"
 
