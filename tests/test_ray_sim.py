@@ -14,7 +14,7 @@ the environment of the nodes and of the study). Every
 process of the cluster carries a marker in its environment and is stopped by its pid at the end,
 even when the test fails: `ray stop` would stop every Ray node of the machine, other users' too.
 
-`make ray-sim` runs it (marker `slow`: 231 s on a busy 2-core machine).
+`make ray-sim` runs it (marker `slow`: 224-231 s on a busy 2-core machine).
 """
 from __future__ import annotations
 
