@@ -6,7 +6,7 @@ export PYTHON VENV
 PY := $(VENV)/bin/python
 QE := $(VENV)/bin/quarl-edge
 
-.PHONY: setup demo demo-pretrained test test-core test-slow bench docs header wheel clean sb3-fixtures onnx-fixtures rl-zoo-table fuzz tflm-integration vs-tflm
+.PHONY: setup demo demo-pretrained test test-core test-slow ray-sim bench docs header wheel clean sb3-fixtures onnx-fixtures rl-zoo-table fuzz tflm-integration vs-tflm
 
 setup:
 	./scripts/setup.sh
@@ -39,6 +39,12 @@ test-slow: setup
 # with --strict: a broken link or anchor, or any other warning, fails it (tests/test_docs.py too).
 docs: setup
 	$(PY) -m mkdocs build --strict
+
+# A simulated 4-node Ray farm on this machine (tests/test_ray_sim.py, marker slow): a head and four
+# `quarl-edge farm-node` workers with fake CPU counts and board resources on some only, a small
+# study on it and on the local pool, the same rows (docs/boards.md: Board farm on Ray).
+ray-sim: setup
+	$(PY) -m pytest -q -s -m slow tests/test_ray_sim.py
 
 # The wheel `pip install .` builds (firmware/, boards/, the example run inside it as package data),
 # in build/dist/. build/lib goes first: setuptools would ship files an earlier build left there.

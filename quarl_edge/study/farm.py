@@ -120,6 +120,7 @@ def farm_node(head: bool = False, address: str | None = None, port: int = 6379,
                          "'.[ray]')")
     print(shlex.join(cmd), flush=True)
     code = subprocess.run(cmd).returncode
+    return {"resources": resources, "command": cmd, "returncode": code}
 
 
 # ------------------------------------------------------------------ the study's driver
