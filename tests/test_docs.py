@@ -526,6 +526,8 @@ PARSE_ONLY = [
     (r"^(\S+=\S+ )*make (setup|demo|demo-pretrained|test|test-core|test-slow|wheel|fuzz|docs)\b",
      "runs scripts/setup.sh (apt packages, the venv from the lock), then the demo, the suite, "
      "a wheel, fuzzing or the site (its build: test_the_site_builds_strict_without_a_warning)"),
+    (r"^make ray-sim$",
+     "starts five Ray nodes and runs a study twice: ~4 min (tests/test_ray_sim.py, marker slow)"),
     (r"^make (sb3-fixtures|onnx-fixtures|rl-zoo-table|tflm-integration|vs-tflm)\b",
      "makes side venvs with torch, or needs source checkouts (ZOO, TFLM, ...): tens of minutes"),
     (r"^make (header|clean)$",
