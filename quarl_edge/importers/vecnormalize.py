@@ -98,7 +98,9 @@ def clipped_count(norm: dict, obs: np.ndarray) -> int:
 
 
 def find_vecnormalize(path: Path, given: Path | None) -> Path | None:
-    """--vecnormalize, else NAME.vecnormalize.pkl or vecnormalize.pkl beside the zip."""
+    """--vecnormalize, else NAME.vecnormalize.pkl or vecnormalize.pkl beside the zip (the
+    RecurrentPPO import's search: unlike sb3.py's, a given path that is not a file falls back to
+    the files beside the zip)."""
     for candidate in (given, path.with_suffix(".vecnormalize.pkl"),
                       path.parent / "vecnormalize.pkl"):
         if candidate is not None and Path(candidate).is_file():
