@@ -79,9 +79,9 @@ def test_the_gsde_actor_clips_its_mean_and_its_dead_std_never_reaches_onnxruntim
     them, and the run quantizes."""
     import onnx
 
-    from quarl_edge.importers.onnx_policy import _graph_to_layers
+    from quarl_edge.importers.onnx_layers import graph_to_layers
     model = onnx.load(str(FIX / name))
-    layers, _, _, _, checked = _graph_to_layers(model, name)
+    layers, _, _, _, checked = graph_to_layers(model, name)
     assert [x.act for x in layers] == ["relu", "relu", "relu6", "tanh", "linear"]
     ops = {n.op_type for n in checked.graph.node}
     assert {"Exp", "Pow", "Sqrt"} <= {n.op_type for n in model.graph.node}
@@ -140,9 +140,9 @@ def test_folding_keeps_the_batch_a_symbol_and_maps_the_reshape_as_flatten():
     [batch, -1], its Reshape becomes a Flatten, and no shape op is left to map."""
     import onnx
 
-    from quarl_edge.importers.onnx_policy import _fold
+    from quarl_edge.importers.onnx_fold import fold
     model = onnx.load(str(FIX / "cleanrl_pendulum_actor.op20.onnx"))
-    nodes, consts, out, live = _fold(model, "t")
+    nodes, consts, out, live = fold(model, "t")
     assert live == list(range(len(model.graph.node)))   # every node is live here
     assert out == model.graph.output[0].name
     ops = [n.op_type for _, n in nodes]

@@ -151,7 +151,7 @@ def test_the_clip_layer_computes_vecnormalizes_clip_then_the_first_layer():
     """relu(z) - relu(-z) - relu(z - c) + relu(-z - c) = clip(z, -c, c): the clip layer and the
     first layer against SB3's normalise-clip-Linear in float64, on values inside and beyond
     the clip (where the plain fold is wrong, so the comparison can tell the two apart)."""
-    from quarl_edge.importers.sb3 import _fold, _fold_clipped
+    from quarl_edge.importers.vecnormalize import fold, fold_clipped
     from quarl_edge.run import ACTIVATIONS
     rng = np.random.default_rng(0)
     n, c = 5, 2.5
@@ -168,7 +168,7 @@ def test_the_clip_layer_computes_vecnormalizes_clip_then_the_first_layer():
         for k, b, act in ls:
             y = ACTIVATIONS[act](y @ np.asarray(k, np.float64) + np.asarray(b, np.float64))
         return y
-    clipped = _fold_clipped(layers, norm, list(range(n)))
+    clipped = fold_clipped(layers, norm, list(range(n)))
     assert [a for _, _, a in clipped] == ["relu", "tanh", "linear"]
     assert clipped[0][0].shape == (n, 4 * n) and clipped[1][0].shape == (4 * n, 7)
     np.testing.assert_allclose(run(clipped), want, rtol=0, atol=1e-4)   # float32 weights
@@ -176,18 +176,18 @@ def test_the_clip_layer_computes_vecnormalizes_clip_then_the_first_layer():
     z[:, [0, 2, 4]] = np.clip(z[:, [0, 2, 4]], -c, c)
     x = norm["mean"] + z * s
     want = np.tanh(np.clip(z, -c, c) @ layers[0][0] + layers[0][1]) @ layers[1][0] + layers[1][1]
-    some = _fold_clipped(layers, norm, [1, 3])
+    some = fold_clipped(layers, norm, [1, 3])
     assert some[0][0].shape == (n, 2 * n + 4)
     np.testing.assert_allclose(run(some), want, rtol=0, atol=1e-4)
     beyond = np.any(np.abs(z) > c, axis=1)
     assert beyond.sum() > 100
-    assert np.max(np.abs(run(_fold(layers, norm))[beyond] - want[beyond])) > 0.1
+    assert np.max(np.abs(run(fold(layers, norm))[beyond] - want[beyond])) > 0.1
     inside = ~beyond
-    np.testing.assert_allclose(run(_fold(layers, norm))[inside], want[inside], atol=1e-4)
+    np.testing.assert_allclose(run(fold(layers, norm))[inside], want[inside], atol=1e-4)
 
 
 def test_the_clip_layer_is_added_where_the_env_bounds_can_pass_clip_obs():
-    from quarl_edge.importers.sb3 import clip_reachable
+    from quarl_edge.importers.vecnormalize import clip_reachable
     norm = {"mean": np.zeros(3), "var": np.ones(3), "epsilon": 0.0, "clip_obs": 5.0}
     assert clip_reachable(norm, [-5, -1, -4], [5, 1, 4]) == []       # |z| <= 5: never clipped
     assert clip_reachable(norm, [-5, -1, -6], [5, 1, 4]) == [2]
@@ -222,8 +222,8 @@ def test_a_zoo_agent_reaching_the_clip_imports_with_a_clip_layer(imported):
 
 
 def _vn_attrs(folder):
-    from quarl_edge.importers.sb3 import _vecnormalize
-    return _vecnormalize(ZOO / folder / folder.split("/")[1].rsplit("_", 1)[0] /
+    from quarl_edge.importers.vecnormalize import read_vecnormalize
+    return read_vecnormalize(ZOO / folder / folder.split("/")[1].rsplit("_", 1)[0] /
                          "vecnormalize.pkl")
 
 
@@ -253,7 +253,7 @@ def test_the_rounding_bound_covers_float32_and_is_tight_enough_to_see_a_defect()
     1.1e-5), in both forms (plain fold, clip layer): the error is within the bound, and the
     bound is below a 1e-3 defect."""
     from quarl_edge.importers.common import rounding_bound
-    from quarl_edge.importers.sb3 import _fold, _fold_clipped
+    from quarl_edge.importers.vecnormalize import fold, fold_clipped
     rng = np.random.default_rng(1)
     n = 24
     norm = _norm(rng, n)
@@ -267,7 +267,7 @@ def test_the_rounding_bound_covers_float32_and_is_tight_enough_to_see_a_defect()
     z = np.clip((exact - norm["mean"]) / s, -10, 10)
     for k, b, act in layers:
         z = {"tanh": np.tanh, "linear": lambda v: v}[act](z @ k.astype(np.float64) + b)
-    for folded in (_fold(layers, norm), _fold_clipped(layers, norm, list(range(n)))):
+    for folded in (fold(layers, norm), fold_clipped(layers, norm, list(range(n)))):
         y = x
         for k, b, act in folded:
             y = (y @ k + b).astype(np.float32)

@@ -8,7 +8,8 @@ work on it unchanged.
     import_policy("policy.onnx", "runs/p", env="Pendulum-v1")
 
 An RL Baselines3 Zoo run folder (rl_zoo.py) is an SB3 zip with its VecNormalize statistics and
-config. Each importer (sb3.py, onnx_policy.py, keras_policy.py, savedmodel.py) reads its format without
+config. Each importer (sb3.py, onnx_policy.py, keras_policy.py, savedmodel.py; the first two put
+together from their parts, sb3_*.py and vecnormalize.py, onnx_*.py) reads its format without
 running code from the file, builds the network as a plain Keras model and says how the source
 framework itself computes the same outputs; `common.fidelity` then checks the two on 1,000
 observations from the env (exact argmax agreement for discrete actions, max abs error <= 1e-5

@@ -22,7 +22,7 @@ FIDELITY_OBSERVATIONS = 1000
 MAX_ABS_ERROR = 1e-5
 UNIT_ROUNDOFF = 2.0 ** -24      # float32's
 # how SB3's VecNormalize is in the network (run.json's source.vecnormalize.folded_into and the
-# fidelity record's "vecnormalize"), see importers/sb3.py
+# fidelity record's "vecnormalize"), see importers/vecnormalize.py
 VECNORM_PLAIN_FOLD = ("the first layer (the env's bounds keep every normalised value within "
                       "clip_obs)")
 VECNORM_CLIP_LAYER = ("a clip layer (relu) and the first layer (the env's bounds let a "

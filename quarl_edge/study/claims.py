@@ -212,14 +212,51 @@ def _eight_bits(res: Results, tolerance: float) -> dict:
 def _qat_vs_ptq(res: Results, tolerance: float) -> dict:
     """Claim 2: QAT >= PTQ (and often >= fp32): RL-loop QAT and distillation QAT, counted
     apart."""
-    by_run = defaultdict(dict)
-    for r in res.ok_cells:
-        by_run[(r["algo"], r["env"], r["seed"])][r["scheme"]] = r
-    pairs = {m: _qat_pairs(res, by_run, m) for m in QAT_METHODS}
+    pairs = _qat_method_pairs(res)
     rl, dist = pairs["qat-int8"], pairs["qat-distill-int8"]
     episodes = episodes_per_seed(res)
     stats = {m: _interval_stats({k: d for k, d, _ in p}, -tolerance, "above")
              for m, p in pairs.items()}
+    ev = [f"{m} − int8 (paired by training seed): mean {pct(stats[m]['effect'])} of the "
+          f"fp32-over-random gain, {_ci_text(stats[m])}, {_n_text(stats[m], episodes)} -> "
+          f"{stats[m]['verdict']}." for m, p in pairs.items() if p]
+    ev += _qat_method_evidence(res, rl, dist, stats, tolerance)
+    main = rl or dist
+    by_method = {}
+    for m, p in pairs.items():
+        n_ok = sum(d >= -tolerance for _, d, _ in p)
+        by_method[m] = {"n": len(p), "ok": n_ok, "verdict": stats[m]["verdict"],
+                        "effect": stats[m]["effect"], "ci": stats[m]["ci"]}
+    parts = [f"{m} − int8 {pct(stats[m]['effect'])}, {_ci_text(stats[m])} "
+             f"({_n_text(stats[m], episodes)}; >= int8 in {by_method[m]['ok']} of {len(p)})"
+             for m, p in pairs.items() if p]
+    summary = ("; ".join(parts) + (" (the verdict is RL-loop QAT's)" if rl and dist else
+                                   " (no RL-loop QAT pair: the verdict is distillation's)"
+                                   if dist else "")) if parts else ev[0]
+    method = "qat-distill-int8" if dist and not rl else "qat-int8"
+    return {"claim": "QAT >= PTQ (and often >= fp32)", "n": len(main),
+            "verdict": stats[method]["verdict"] if main else "insufficient data",
+            **_claim_stats(stats[method], episodes, f"mean paired difference {method} − int8 "
+                           "(share of the fp32-over-random gain)",
+                           "paired bootstrap of the mean difference over training seeds",
+                           _qat_rule(method, tolerance)),
+            "evidence": ev, "method": method,
+            "by_method": by_method, "summary": summary,
+            "tables": _qat_tables(pairs, stats, by_method, episodes, tolerance)}
+
+
+def _qat_method_pairs(res: Results) -> dict[str, list[tuple]]:
+    """Per QAT method, its pairs with int8 of the same run (see _qat_pairs)."""
+    by_run = defaultdict(dict)
+    for r in res.ok_cells:
+        by_run[(r["algo"], r["env"], r["seed"])][r["scheme"]] = r
+    return {m: _qat_pairs(res, by_run, m) for m in QAT_METHODS}
+
+
+def _qat_method_evidence(res: Results, rl: list, dist: list, stats: dict,
+                         tolerance: float) -> list[str]:
+    """The sentences on each method's runs: RL-loop QAT's (or why there are none), then
+    distillation QAT's, with its own verdict and how it fares where both methods ran."""
     ev = []
     if rl:
         ev += _qat_evidence("qat-int8", rl, tolerance, "RL-loop QAT")
@@ -242,19 +279,13 @@ def _qat_vs_ptq(res: Results, tolerance: float) -> dict:
             text.insert(2, f"Where both methods ran ({len(common)} runs), qat-distill-int8 >= "
                            f"qat-int8 in {wins}.")
         ev += text
-    main = rl or dist
-    by_method = {}
-    for m, p in pairs.items():
-        n_ok = sum(d >= -tolerance for _, d, _ in p)
-        by_method[m] = {"n": len(p), "ok": n_ok, "verdict": stats[m]["verdict"],
-                        "effect": stats[m]["effect"], "ci": stats[m]["ci"]}
-    for m, p in reversed(pairs.items()):
-        if p:
-            st = stats[m]
-            ev.insert(0, f"{m} − int8 (paired by training seed): mean {pct(st['effect'])} of the "
-                         f"fp32-over-random gain, {_ci_text(st)}, {_n_text(st, episodes)} -> "
-                         f"{st['verdict']}.")
-    tables, parts = [], []
+    return ev
+
+
+def _qat_tables(pairs: dict, stats: dict, by_method: dict, episodes: str,
+                tolerance: float) -> list[dict]:
+    """Claim 2's tables: each method against int8, each method's interval per task and pooled,
+    and the per-run differences (collapsed); none without a pair."""
     method_rows = []
     for m, p in pairs.items():
         if not p:
@@ -264,124 +295,67 @@ def _qat_vs_ptq(res: Results, tolerance: float) -> dict:
         method_rows.append([f"{m} ({QAT_METHODS[m]})", str(len(p)), str(by_method[m]["ok"]),
                             str(int(np.sum(diffs > 0))), str(int(np.sum(diffs == 0))),
                             pct(float(diffs.mean())), str(ge_fp32), by_method[m]["verdict"]])
-        parts.append(f"{m} − int8 {pct(stats[m]['effect'])}, {_ci_text(stats[m])} "
-                     f"({_n_text(stats[m], episodes)}; >= int8 in {by_method[m]['ok']} of "
-                     f"{len(p)})")
-    if method_rows:
-        tables.append({"title": "Each QAT method against int8 of the same run (differences in "
-                                "% of the fp32-over-random gain)",
-                       "columns": ["method", "runs (n seeds)", f"≥ int8 (within {tolerance:.0%})",
-                                   "better", "equal", "mean difference", "≥ fp32", "verdict"],
-                       "rows": method_rows})
-        for m, p in pairs.items():
-            if p:
-                tables.append(_stats_table(f"{m} − int8 per task and pooled (mean difference "
-                                           "over seeds, % of the gain)", stats[m], episodes))
-        per_run = defaultdict(dict)
-        for m, p in pairs.items():
-            for k, d, _ in p:
-                per_run[k][m] = d
-        tables.append({"title": "Per run: QAT minus int8", "collapsed": True,
-                       "columns": ["task", "seed", *(f"{m} − int8" for m in QAT_METHODS)],
-                       "rows": [[task_name(k[:2]), str(k[2]),
-                                 *(pct(per_run[k].get(m)) for m in QAT_METHODS)]
-                                for k in sorted(per_run)]})
-    summary = ("; ".join(parts) + (" (the verdict is RL-loop QAT's)" if rl and dist else
-                                   " (no RL-loop QAT pair: the verdict is distillation's)"
-                                   if dist else "")) if parts else ev[0]
-    method = "qat-distill-int8" if dist and not rl else "qat-int8"
-    rule = (f"Effect: {method} minus int8 of the same training seed, in units of the "
+    if not method_rows:
+        return []
+    tables = [{"title": "Each QAT method against int8 of the same run (differences in "
+                        "% of the fp32-over-random gain)",
+               "columns": ["method", "runs (n seeds)", f"≥ int8 (within {tolerance:.0%})",
+                           "better", "equal", "mean difference", "≥ fp32", "verdict"],
+               "rows": method_rows}]
+    for m, p in pairs.items():
+        if p:
+            tables.append(_stats_table(f"{m} − int8 per task and pooled (mean difference "
+                                       "over seeds, % of the gain)", stats[m], episodes))
+    per_run = defaultdict(dict)
+    for m, p in pairs.items():
+        for k, d, _ in p:
+            per_run[k][m] = d
+    tables.append({"title": "Per run: QAT minus int8", "collapsed": True,
+                   "columns": ["task", "seed", *(f"{m} − int8" for m in QAT_METHODS)],
+                   "rows": [[task_name(k[:2]), str(k[2]),
+                             *(pct(per_run[k].get(m)) for m in QAT_METHODS)]
+                            for k in sorted(per_run)]})
+    return tables
+
+
+def _qat_rule(method: str, tolerance: float) -> str:
+    """How claim 2's verdict is decided, in words."""
+    return (f"Effect: {method} minus int8 of the same training seed, in units of the "
             f"fp32-over-random gain, averaged over seeds. Agree when the lower bound of its 95 % "
             f"interval is above -{tolerance:.0%} (QAT at least as good as PTQ within the "
             f"tolerance), disagree when the upper bound is below -{tolerance:.0%}, otherwise (or "
             "without an interval) inconclusive.")
-    return {"claim": "QAT >= PTQ (and often >= fp32)", "n": len(main),
-            "verdict": stats[method]["verdict"] if main else "insufficient data",
-            **_claim_stats(stats[method], episodes, f"mean paired difference {method} − int8 "
-                           "(share of the fp32-over-random gain)",
-                           "paired bootstrap of the mean difference over training seeds", rule),
-            "evidence": ev, "method": method,
-            "by_method": by_method, "summary": summary, "tables": tables}
+
+
+WEIGHT_RULE = ("Effect: Spearman's rho between a run's kernel weight range and its loss (int8; "
+               "separately the mean loss over the n-bit sweep). Agree when the lower bound of its "
+               "95 % interval is above 0, disagree when the upper bound is below 0, otherwise (or "
+               "without an interval) inconclusive; with two comparisons that differ, mixed. The "
+               "permutation p-value beside it treats every run as exchangeable (it also doubts "
+               "the tasks), so it can be larger than the interval suggests.")
 
 
 def _weight_range(res: Results) -> dict:
     """Claim 3: wider weight distributions quantize worse (a rank correlation)."""
-    ev, verdicts, stats = [], [], []
-    int8 = {(r["algo"], r["env"], r["seed"]): res.loss(r) for r in res.ok_cells
-            if r["scheme"] == "int8" and res.learned(r)}
-    sweep_loss = defaultdict(list)
-    for r in res.sweep:
-        if r["mode"] != "fp32" and res.learned(r) and res.loss(r) is not None:
-            sweep_loss[(r["algo"], r["env"], r["seed"])].append(res.loss(r))
-    sweeps = {k: float(np.mean(v)) for k, v in sweep_loss.items()}
     episodes = episodes_per_seed(res)
-
-    def rho_of(items):   # items: (weight range, loss) of the drawn runs
-        return spearman([x for x, _ in items], [y for _, y in items])
-    n_total = 0
-    corr_rows, parts = [], []
-    for label, losses in (("int8 loss", int8), ("mean n-bit sweep loss", sweeps)):
-        pts = {k: (res.runs[k]["weights"]["all"]["range"], v) for k, v in losses.items()
-               if v is not None}
-        n_total = max(n_total, len(pts))
-        if len(pts) < 4:
-            ev.append(f"Weight range vs {label}: {len(pts)} learned run(s), fewer than 4: "
-                      "insufficient data.")
-            verdicts.append("insufficient data")
-            corr_rows.append([f"weight range vs {label}", str(len(pts)), "-", "-", "-",
-                              "insufficient data (fewer than 4 runs)"])
-            continue
-        x = [a for a, _ in pts.values()]
-        y = [b for _, b in pts.values()]
-        rho = spearman(x, y)
-        if rho is None:
-            ev.append(f"Weight range vs {label} over {len(pts)} runs: no variation in "
-                      f"{'the loss' if np.std(y) == 0 else 'the range'} (all "
-                      f"{pct(y[0]) if np.std(y) == 0 else fmt(x[0], 3)}): insufficient data.")
-            verdicts.append("insufficient data")
-            corr_rows.append([f"weight range vs {label}", str(len(pts)), "-", "-", "-",
-                              "insufficient data (no variation)"])
-            continue
-        st = _interval_stats(pts, 0.0, "above", rho_of)
-        st["comparison"] = label
-        stats.append(st)
-        p = permutation_p(x, y, rho)
-        v = st["verdict"]
-        verdicts.append(v)
-        show = lambda r: f"{r:+.2f}"   # noqa: E731
-        ci = _ci_text(st, show)
-        ev.append(f"Weight range vs {label}: Spearman rho = {rho:+.2f}, {ci}, "
-                  f"{_n_text(st, episodes)} (permutation p = {p:.3f}) -> {v}.")
-        corr_rows.append([f"weight range vs {label}", str(len(pts)), f"{rho:+.2f}",
-                          ci.removeprefix("95 % CI "), f"{p:.3f}", v])
-        parts.append(f"rho {rho:+.2f}, {ci} vs {label} ({_n_text(st, episodes)})")
-    per_algo = defaultdict(list)
-    for run in res.runs.values():
-        per_algo[run["algo"]].append(run["weights"]["all"])
+    comparisons = [_correlation(res, label, losses, episodes)
+                   for label, losses in (("int8 loss", _int8_losses(res)),
+                                         ("mean n-bit sweep loss", _sweep_losses(res)))]
+    ev = [c["evidence"] for c in comparisons]
+    stats = [c["stats"] for c in comparisons if c["stats"] is not None]
+    parts = [c["part"] for c in comparisons if c["part"] is not None]
+    n_total = max(c["n"] for c in comparisons)
     tables = [{"title": "Spearman rank correlation over learned runs (bootstrap interval over "
                         f"seeds; permutation p-value; {episodes} episodes per seed)",
                "columns": ["comparison", "runs (n seeds)", "rho", "95 % CI", "p", "verdict"],
-               "rows": corr_rows}]
-    if per_algo:
-        ev.append("Weight range per algorithm (mean over runs): " + "; ".join(
-            f"{a.upper()} {np.mean([s['range'] for s in v]):.2f} (kurtosis "
-            f"{np.mean([s['kurtosis'] for s in v]):.1f}, {len(v)} runs)"
-            for a, v in sorted(per_algo.items())) + ".")
-        tables.append({"title": "Kernel weights per algorithm (mean over runs)",
-                       "columns": ["algorithm", "runs", "weight range", "kurtosis"],
-                       "rows": [[a.upper(), str(len(v)),
-                                 f"{np.mean([s['range'] for s in v]):.2f}",
-                                 f"{np.mean([s['kurtosis'] for s in v]):.1f}"]
-                                for a, v in sorted(per_algo.items())]})
-    decided = [v for v in verdicts if v != "insufficient data"]
+               "rows": [c["row"] for c in comparisons]}]
+    ev_algo, table_algo = _weights_per_algorithm(res)
+    if table_algo is not None:
+        ev.append(ev_algo)
+        tables.append(table_algo)
+    decided = [c["verdict"] for c in comparisons if c["verdict"] != "insufficient data"]
     verdict = ("insufficient data" if not decided else decided[0] if len(set(decided)) == 1
                else "mixed: " + ", ".join(decided))
-    rule = ("Effect: Spearman's rho between a run's kernel weight range and its loss (int8; "
-            "separately the mean loss over the n-bit sweep). Agree when the lower bound of its "
-            "95 % interval is above 0, disagree when the upper bound is below 0, otherwise (or "
-            "without an interval) inconclusive; with two comparisons that differ, mixed. The "
-            "permutation p-value beside it treats every run as exchangeable (it also doubts "
-            "the tasks), so it can be larger than the interval suggests.")
     main = stats[0] if stats else seed_bootstrap([])
     main.setdefault("per_task", [])
     return {"claim": "wider weight distributions quantize worse", "n": n_total,
@@ -389,12 +363,89 @@ def _weight_range(res: Results) -> dict:
             **_claim_stats(main, episodes, "Spearman rho, weight range vs "
                            + main.get("comparison", "loss"),
                            "Spearman rank correlation, percentile bootstrap over training seeds "
-                           "(and a permutation p-value)", rule),
+                           "(and a permutation p-value)", WEIGHT_RULE),
             "comparisons": [{k: st[k] for k in ("comparison", "effect", "ci", "n_seeds",
                                                 "verdict")} for st in stats],
             "evidence": ev,
             "summary": "; ".join(parts) or "fewer than 4 learned runs, or no variation",
             "tables": tables}
+
+
+def _int8_losses(res: Results) -> dict:
+    """{(algo, env, seed): the int8 cell's loss} over learned runs."""
+    return {(r["algo"], r["env"], r["seed"]): res.loss(r) for r in res.ok_cells
+            if r["scheme"] == "int8" and res.learned(r)}
+
+
+def _sweep_losses(res: Results) -> dict:
+    """{(algo, env, seed): the mean loss over the run's n-bit sweep points} over learned
+    runs."""
+    sweep_loss = defaultdict(list)
+    for r in res.sweep:
+        if r["mode"] != "fp32" and res.learned(r) and res.loss(r) is not None:
+            sweep_loss[(r["algo"], r["env"], r["seed"])].append(res.loss(r))
+    return {k: float(np.mean(v)) for k, v in sweep_loss.items()}
+
+
+def _rho_of(items) -> float | None:
+    """Spearman's rho of drawn runs' (weight range, loss)."""
+    return spearman([x for x, _ in items], [y for _, y in items])
+
+
+def _correlation(res: Results, label: str, losses: dict, episodes: str) -> dict:
+    """One comparison of claim 3, weight range against `losses`: its evidence sentence,
+    verdict, table row, interval statistics (None without an interval) and summary part
+    (None when the data are insufficient); n is the runs compared."""
+    pts = {k: (res.runs[k]["weights"]["all"]["range"], v) for k, v in losses.items()
+           if v is not None}
+    out = {"n": len(pts), "verdict": "insufficient data", "stats": None, "part": None}
+    if len(pts) < 4:
+        return {**out, "evidence": f"Weight range vs {label}: {len(pts)} learned run(s), fewer "
+                                   "than 4: insufficient data.",
+                "row": [f"weight range vs {label}", str(len(pts)), "-", "-", "-",
+                        "insufficient data (fewer than 4 runs)"]}
+    x = [a for a, _ in pts.values()]
+    y = [b for _, b in pts.values()]
+    rho = spearman(x, y)
+    if rho is None:
+        return {**out, "evidence": f"Weight range vs {label} over {len(pts)} runs: no variation in "
+                                   f"{'the loss' if np.std(y) == 0 else 'the range'} (all "
+                                   f"{pct(y[0]) if np.std(y) == 0 else fmt(x[0], 3)}): "
+                                   "insufficient data.",
+                "row": [f"weight range vs {label}", str(len(pts)), "-", "-", "-",
+                        "insufficient data (no variation)"]}
+    st = _interval_stats(pts, 0.0, "above", _rho_of)
+    st["comparison"] = label
+    p = permutation_p(x, y, rho)
+    v = st["verdict"]
+    ci = _ci_text(st, lambda r: f"{r:+.2f}")
+    return {"n": len(pts), "verdict": v, "stats": st,
+            "evidence": f"Weight range vs {label}: Spearman rho = {rho:+.2f}, {ci}, "
+                        f"{_n_text(st, episodes)} (permutation p = {p:.3f}) -> {v}.",
+            "row": [f"weight range vs {label}", str(len(pts)), f"{rho:+.2f}",
+                    ci.removeprefix("95 % CI "), f"{p:.3f}", v],
+            "part": f"rho {rho:+.2f}, {ci} vs {label} ({_n_text(st, episodes)})"}
+
+
+def _weights_per_algorithm(res: Results) -> tuple[str | None, dict | None]:
+    """The kernel weights' range and kurtosis per algorithm (mean over runs), as a sentence and
+    a table; (None, None) without runs."""
+    per_algo = defaultdict(list)
+    for run in res.runs.values():
+        per_algo[run["algo"]].append(run["weights"]["all"])
+    if not per_algo:
+        return None, None
+    sentence = "Weight range per algorithm (mean over runs): " + "; ".join(
+        f"{a.upper()} {np.mean([s['range'] for s in v]):.2f} (kurtosis "
+        f"{np.mean([s['kurtosis'] for s in v]):.1f}, {len(v)} runs)"
+        for a, v in sorted(per_algo.items())) + "."
+    table = {"title": "Kernel weights per algorithm (mean over runs)",
+             "columns": ["algorithm", "runs", "weight range", "kurtosis"],
+             "rows": [[a.upper(), str(len(v)),
+                       f"{np.mean([s['range'] for s in v]):.2f}",
+                       f"{np.mean([s['kurtosis'] for s in v]):.1f}"]
+                      for a, v in sorted(per_algo.items())]}
+    return sentence, table
 
 
 def remedy_table(res: Results) -> list[dict]:
