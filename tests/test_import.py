@@ -10,6 +10,7 @@ import io
 import json
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -249,7 +250,8 @@ def test_the_torch_reader_equals_the_tensors_sb3_saved():
 
 @pytest.mark.parametrize("case", ["truncated", "not-sb3", "unknown-kind", "contrib", "lstm",
                                   "env-mismatch", "box-vs-discrete", "no-env", "vecnorm-evil",
-                                  "h5-named-keras", "onnx-ops"])
+                                  "vecnorm-missing", "rppo-vecnorm-missing", "h5-named-keras",
+                                  "onnx-ops"])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, case):
     marker = tmp_path / "pwned"
     env = ["--env", "CartPole-v1"]
@@ -289,6 +291,15 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, case):
         pkl.write_bytes(pickle.dumps(_Evil(marker)))
         src, env, words = FIX / "dqn_cartpole.zip", [*env, "--vecnormalize", pkl], \
             "not a VecNormalize file"
+    elif case in ("vecnorm-missing", "rppo-vecnorm-missing"):
+        # a --vecnormalize that names no file is an error, never replaced by a file beside the
+        # zip (the RecurrentPPO import fell back to one)
+        zip_name = "rppo_cartpole.zip" if case.startswith("rppo") else "dqn_cartpole.zip"
+        src = tmp_path / zip_name
+        shutil.copy(FIX / zip_name, src)
+        shutil.copy(FIX / "ppo_vecnorm_pendulum.vecnormalize.pkl", tmp_path / "vecnormalize.pkl")
+        env = [*env, "--vecnormalize", tmp_path / "nope.pkl"]
+        words = "nope.pkl: [Errno 2] No such file"
     elif case == "h5-named-keras":
         import tensorflow as tf
         m = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(2)])

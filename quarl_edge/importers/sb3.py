@@ -45,7 +45,8 @@ from .sb3_format import (activation_of, algo_of, ars_squashes, check_serialized_
 from .sb3_forward import keras_nature_cnn, numpy_reference
 from .sb3_networks import check_network_fits, dense_layers, nature_cnn, reference_layers
 from .sb3_recurrent import load_recurrent
-from .vecnormalize import clip_reachable, clipped_count, fold, fold_clipped, read_vecnormalize
+from .vecnormalize import (clip_reachable, clipped_count, fold, fold_clipped, read_vecnormalize,
+                           vecnormalize_file)
 
 
 def load(path: Path, env_id: str | None, vecnormalize: Path | None = None) -> Imported:
@@ -71,7 +72,7 @@ def load(path: Path, env_id: str | None, vecnormalize: Path | None = None) -> Im
                           squash=ars_squashes(data))
     if cnn is None:
         check_network_fits(layers, obs_space, action, env_id, path)
-    vecnormalize = _vecnormalize_file(path, vecnormalize)
+    vecnormalize = vecnormalize_file(path, vecnormalize)
     norm, reach = _normalization(vecnormalize, obs, obs_space, cnn)
     folded = layers if not norm else fold_clipped(layers, norm, reach) if reach else \
         fold(layers, norm)
@@ -130,16 +131,6 @@ def _features(sd: dict, algo: str, obs: dict, action: dict, env_id: str, spaces_
     if cnn is not None and tuple(obs_space.shape) != shape:
         raise PolicyImportError(f"{path}: channel-first images from the env are not supported")
     return cnn, shape, obs_space, act_space
-
-
-def _vecnormalize_file(path: Path, given: Path | None) -> Path | None:
-    """--vecnormalize, else NAME.vecnormalize.pkl, else vecnormalize.pkl beside the zip, else
-    None. (A given path is used as it is: a missing one is an error when it is read.)"""
-    if given is None and path.with_suffix(".vecnormalize.pkl").is_file():
-        given = path.with_suffix(".vecnormalize.pkl")
-    if given is None and (path.parent / "vecnormalize.pkl").is_file():
-        given = path.parent / "vecnormalize.pkl"
-    return given
 
 
 def _normalization(vecnormalize: Path | None, obs: dict, obs_space, cnn) -> tuple[dict, list]:

@@ -14,7 +14,7 @@ from .common import Imported, PolicyImportError, check_spaces, sha256
 from .sb3_format import activation_of
 from .sb3_forward import ACT
 from .sb3_networks import linear, sequential
-from .vecnormalize import find_vecnormalize, read_vecnormalize
+from .vecnormalize import read_vecnormalize, vecnormalize_file
 
 
 def recurrent_layers(sd: dict, act: str, path: Path):
@@ -110,7 +110,7 @@ def load_recurrent(path: Path, data: dict, sd: dict, version: str, obs: dict, ac
                            "policies are supported with Discrete actions (the argmax head)")
     check_spaces(env_id, tuple(obs["shape"]), action, str(path))
     layers = recurrent_layers(sd, activation_of(data, "recurrentppo", path), path)
-    vecnormalize = find_vecnormalize(path, vecnormalize)
+    vecnormalize = vecnormalize_file(path, vecnormalize)
     norm = read_vecnormalize(vecnormalize) if vecnormalize is not None else {}
     folded = layers if not norm else fold_normalization(
         layers, norm["mean"], np.sqrt(norm["var"] + norm["epsilon"]))

@@ -97,12 +97,12 @@ def clipped_count(norm: dict, obs: np.ndarray) -> int:
     return int(np.sum(np.any(np.abs(z) > norm["clip_obs"], axis=1)))
 
 
-def find_vecnormalize(path: Path, given: Path | None) -> Path | None:
-    """--vecnormalize, else NAME.vecnormalize.pkl or vecnormalize.pkl beside the zip (the
-    RecurrentPPO import's search: unlike sb3.py's, a given path that is not a file falls back to
-    the files beside the zip)."""
-    for candidate in (given, path.with_suffix(".vecnormalize.pkl"),
-                      path.parent / "vecnormalize.pkl"):
-        if candidate is not None and Path(candidate).is_file():
-            return Path(candidate)
+def vecnormalize_file(path: Path, given: Path | None) -> Path | None:
+    """--vecnormalize, else NAME.vecnormalize.pkl, else vecnormalize.pkl beside the zip, else
+    None: the one search of every SB3 import. A given path is used as it is: a missing one is
+    an error when it is read, never replaced by another file."""
+    if given is None and path.with_suffix(".vecnormalize.pkl").is_file():
+        given = path.with_suffix(".vecnormalize.pkl")
+    if given is None and (path.parent / "vecnormalize.pkl").is_file():
+        given = path.parent / "vecnormalize.pkl"
     return given
