@@ -53,7 +53,7 @@ def source_return(path: Path, env_id: str, episodes: int) -> float:
     # a SavedModel: play its own action signature
     import tensorflow as tf
     import tf_agents.policies  # noqa: F401
-    from quarl_edge.measure.hil import play
+    from quarl_edge.measure.episodes import play
     policy = tf.saved_model.load(str(path))
     act = policy.signatures["action"]
     spec = act.structured_input_signature[1]

@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 from quarl_edge.rl.recurrent import RecurrentLayers, play_recurrent, WEIGHTS_FILE
 from quarl_edge.quant.schemes import quantize
-from quarl_edge.measure.hil import play, run_hil
+from quarl_edge.measure.episodes import play
+from quarl_edge.measure.hil import run_hil
 from quarl_edge.measure.reference import TFLiteRuntime, TFLMReference
 from quarl_edge.rl.envs import output_to_action, make_gym
 from quarl_edge.targets.boards import get_board

@@ -196,7 +196,7 @@ def tflm_new_env_per_seed(run: Path, env_id: str, head: str, seeds: list[int]) -
     board's episodes (and play_batched the fp32 network's); hil plays TFLM's seeds one after
     another in one env, and Gymnasium's BipedalWalker keeps its Box2D world across reset, so
     there the two differ (an env's history, not the board)."""
-    from quarl_edge.measure.hil import play
+    from quarl_edge.measure.episodes import play
     from quarl_edge.measure.reference import micro_reference
     from quarl_edge.rl.envs import make_gym
     from quarl_edge.rl.envs import output_to_action as to_action

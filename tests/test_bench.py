@@ -38,7 +38,7 @@ def test_bench_host_and_an_emulated_board(tmp_path):
 
 def _tflite_returns(run, scheme, seeds):
     """The run's model on tflite-runtime, played here with the env's argmax head."""
-    from quarl_edge.measure.hil import play
+    from quarl_edge.measure.episodes import play
     from quarl_edge.measure.reference import host_reference
     ref = host_reference(run / "models" / f"{scheme}.tflite")
     returns, _, _ = play("CartPole-v1", lambda o: int(np.argmax(ref.run([o])[0])), seeds)

@@ -29,7 +29,8 @@ from typing import Callable
 import numpy as np
 
 from ..errors import QuarlError
-from ..measure.bench import Fp32Episodes, bench_cell
+from ..measure.bench import bench_cell
+from ..measure.episodes import Fp32Episodes
 from ..measure.reference import tflite_runner
 from ..measure.selection import int8_judge
 from ..measure.validate import validate
