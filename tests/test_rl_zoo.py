@@ -32,7 +32,8 @@ from quarl_edge.importers.rl_zoo import read_yaml
 from quarl_edge.importers.safe_pickle import LEGACY_MAGIC, LEGACY_PROTOCOL, UnsafePickle, \
     load_torch_archive
 from quarl_edge.rl.envs import make_gym, outputs_to_actions, play_batched
-from quarl_edge.run import keras_runner, load_keras, load_run, mlp_layers
+from quarl_edge.nets import keras_runner, mlp_layers
+from quarl_edge.run import load_keras, load_run
 
 ROOT = Path(__file__).resolve().parents[1]
 ZOO = ROOT / "tests" / "fixtures" / "rl-zoo"
@@ -152,7 +153,7 @@ def test_the_clip_layer_computes_vecnormalizes_clip_then_the_first_layer():
     first layer against SB3's normalise-clip-Linear in float64, on values inside and beyond
     the clip (where the plain fold is wrong, so the comparison can tell the two apart)."""
     from quarl_edge.importers.sb3 import _fold, _fold_clipped
-    from quarl_edge.run import ACTIVATIONS
+    from quarl_edge.nets import ACTIVATIONS
     rng = np.random.default_rng(0)
     n, c = 5, 2.5
     norm = _norm(rng, n, c)

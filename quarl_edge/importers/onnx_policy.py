@@ -665,7 +665,7 @@ def _keras_cnn(obs_shape, front, mlp, name: str):
 
 def load(path: Path, env_id: str | None) -> Imported:
     onnx, ort = _modules()
-    from ..run import keras_mlp
+    from ..nets import keras_mlp
     path = Path(path)
     if env_id is None:
         raise PolicyImportError(f"{path}: an ONNX model does not say its environment: give --env ID")

@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import QuarlError
-from ..run import keras_mlp
+from ..nets import keras_mlp
 from .common import (RETIRED_IDS, VECNORM_CLIP_LAYER, VECNORM_PLAIN_FOLD, Imported,
                      PolicyImportError, check_spaces, current_env_id, diagonal_scale, env_spaces,
                      sha256)

@@ -20,7 +20,8 @@ import numpy as np
 from ..errors import BoardReset, missing_extra
 from ..link.runner import RESET_REPLAYS
 from ..rl.envs import make_gym, output_to_action
-from ..run import keras_call, load_keras
+from ..nets import keras_call
+from ..run import load_keras
 from .reference import TFLiteRuntime, has_state, host_reference, micro_reference
 
 EpisodeHook = Callable[[int, float, int], None]    # (seed, return, steps) after each episode
