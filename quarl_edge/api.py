@@ -36,8 +36,9 @@ PathLike = str | os.PathLike
 
 __all__ = ["BenchRow", "BoardInfo", "BuildResult", "HilResult", "ImportResult", "Latency",
            "QuantizeResult", "ReportResult", "StudySummary", "SweepRow", "TrainResult",
-           "ValidateResult", "bench", "boards", "build", "farm_node", "hil", "import_policy", "ports",
-           "quantize", "report", "session", "study", "sweep", "train", "validate"]
+           "ValidateResult", "bench", "boards", "build", "farm_node", "hil", "import_policy",
+           "load_board", "models", "ports", "quantize", "report", "session", "study", "sweep",
+           "train", "validate"]
 
 
 # ------------------------------------------------------------------------------ results
@@ -360,6 +361,14 @@ def quantize(run: PathLike, schemes: str | Iterable[str] = ("fp32", "fp16", "int
     return out
 
 
+def models(run: PathLike, schemes: Iterable[str]) -> list[QuantizeResult]:
+    """The models the run directory already holds (RUN/models/<scheme>.tflite), as quantize
+    returns them, without converting anything: a QuarlError names a scheme it lacks."""
+    from .run import tflite_path
+    return [QuantizeResult(s, str(p), p.stat().st_size)
+            for s, p in ((s, tflite_path(Path(run), s)) for s in schemes)]
+
+
 def sweep(run: PathLike, *, bits: Iterable[int] = range(2, 9),
           modes: Iterable[str] = ("weights+activations", "weights"), per_channel: bool = False,
           seeds: Iterable[int] = range(20)) -> list[SweepRow]:
@@ -528,6 +537,12 @@ def report(results: PathLike, *, out: PathLike | None = None, tolerance: float =
     paths = write_report(Path(results), Path(out) if out else None, tolerance=tolerance,
                          bench=[Path(b) for b in bench])
     return ReportResult(str(paths["markdown"]), str(paths["html"]))
+
+
+def load_board(board: str = "host", *, board_file: PathLike | None = None):
+    """The board with the id `board`, or the board file `board_file`, loaded and checked (an
+    unknown id or a bad file is a QuarlError), to hand to build, session, validate or hil."""
+    return _board(board, board_file)
 
 
 def boards() -> list[BoardInfo]:

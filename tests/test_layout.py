@@ -175,6 +175,12 @@ def test_the_cli_goes_through_the_python_api():
     assert GRAPH["quarl_edge"] == set() and 'import_module("quarl_edge.api")' in init
 
 
+def test_the_demo_goes_through_the_python_api():
+    """demo.py runs the pipeline as a user's script would: through quarl_edge.api, no stage."""
+    assert GRAPH["quarl_edge.demo"] <= {"quarl_edge.api", "quarl_edge.resources"}
+    assert "quarl_edge.api" in GRAPH["quarl_edge.demo"]
+
+
 def test_the_names_module_is_a_foundation_module():
     """quarl_edge.names, which the CLI reads for its choices, imports nothing of the project (so
     --help needs no TensorFlow and no stage)."""
