@@ -79,7 +79,7 @@ def print_table(results: dict[str, api.HilResult], board_id: str) -> None:
     for scheme in BOARD_SCHEMES:
         r = results[scheme]
         host = r.host_interpreter.split()[0]          # tflite-runtime or LiteRT
-        rows.append((scheme, f"{host} (host)", r.host_mean_return, r.host_std_return,
+        rows.append((scheme, f"{host} (host)", r.tflite_mean_return, r.tflite_std_return,
                      None, None, None))
         rows.append((scheme, f"board '{board_id}'", r.mean_return, r.std_return,
                      r.agreement, r.latency, r.memory))

@@ -5,4 +5,6 @@ int8-acc head readout), validate.py compares a board's outputs with them bit for
 episodes.py plays Gymnasium episodes with the board (or a reference) choosing every action and
 computes the return checks and the agreement (for hil, bench and the study's board cells),
 hil.py is the HIL run with its result files, bench.py measures cost per inference and memory
-per board and precision, selection.py is the int8 checkpoint judge that training is handed."""
+per board and scheme, rows.py is the row schema they and the study's board cells share (and the
+migration of older rows' keys), selection.py is the int8 checkpoint judge that training is
+handed."""

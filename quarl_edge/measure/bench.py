@@ -1,6 +1,6 @@
-"""bench: cost per inference, flash, RAM and stack per board and precision, in one table.
+"""bench: cost per inference, flash, RAM and stack per board and scheme, in one table.
 
-Each (board, precision) cell builds the firmware, starts the board, sends one real observation
+Each (board, scheme) cell builds the firmware, starts the board, sends one real observation
 (from the run's calibration set) with INFER, then BENCH n repeats it on the board. Costs stay in
 each board's own unit (ns, cycles, instructions); the int8/fp32 speedup is a ratio within one
 board, so units never mix. Results are written per cell as they finish (JSON lines), then as
@@ -20,27 +20,10 @@ board's visited states where the fp32 network picks the same action; continuous 
 1 - mean |a - a_fp32| / action range).
 
 A row (one JSON line of OUT/bench.jsonl; `quarl-edge report RESULTS --bench BENCH.jsonl`
-reads them):
-
-    board, cpu, precision, kernels, run, env,     what ran where (run: the run directory)
-    algo
-    unit, cost_first, cost_mean, cost_min,        cost per inference (BENCH n), in the board's
-    cost_max, n, clock_hz                         unit (ns, cycles, instructions)
-    flash_bytes, ram_bytes, stack_bytes,          memory
-    arena_bytes
-    error                                         instead of the figures: why the cell did not run
-  with episodes > 0, also:
-    episodes, seeds, returns, mean_return,        the board's episodes
-    std_return, action_head
-    tflite_ref_returns, tflite_ref_mean_return,   the same model on tflite-runtime's reference
-    matches_tflite_ref                            kernels, same seeds; true when every seed's
-                                                  return is equal
-    tflite_returns, tflite_mean_return,           the same on tflite-runtime's optimized (default)
-    matches_tflite                                kernels
-    micro_returns, micro_mean_return,             the same on TF Lite Micro (None if it cannot
-    matches_reference                             run the model); true when every board return
-                                                  equals TFLM's (else tflite-runtime's)
-    fp32_returns, fp32_mean_return, agreement     the fp32 network, same seeds
+reads them) is measure/rows.py's BenchRow: board, cpu, scheme, kernels, the cost per inference
+in the board's unit (BENCH n), memory, or the error instead of the figures; with episodes > 0
+also the episode columns. Rows written before under older names (precision) are read with
+today's names (rows.migrate) when a bench merges its rows into the file.
 """
 from __future__ import annotations
 
@@ -57,8 +40,9 @@ from ..rl.envs import default_head, make_gym
 from ..run import load_run, tflite_path
 from ..targets.boards import Board, all_boards, get_board
 from .episodes import Fp32Episodes, board_episodes
+from .rows import migrate
 
-PRECISIONS = ("fp32", "int8")
+SCHEMES = ("fp32", "int8")      # what a run is benched with
 
 
 def select_boards(spec: str) -> list[Board]:
@@ -80,7 +64,7 @@ def select_boards(spec: str) -> list[Board]:
 def bench_cell(run_dir: Path, board: Board, scheme: str, n: int, obs: np.ndarray,
                flasher: str | None = None, drive: str | None = None,
                episodes: tuple[str, list[int], Fp32Episodes] | None = None) -> dict:
-    """One (board, precision) row: cost and memory; with `episodes` (env id, seeds, the fp32
+    """One (board, scheme) row: cost and memory; with `episodes` (env id, seeds, the fp32
     network's episodes), then the board's episodes (board_episodes). `run_dir` may be a bare
     MODEL.tflite (then `scheme` is its stem)."""
     bare = run_dir.suffix == ".tflite"
@@ -96,7 +80,7 @@ def bench_cell(run_dir: Path, board: Board, scheme: str, n: int, obs: np.ndarray
         _, first = s.link.infer([obs.reshape(spec.shape)])
         stats = s.link.bench(n)
         mem = s.memory()
-        row = {"board": board.id, "cpu": board.cpu, "precision": scheme, "kernels": board.kernels,
+        row = {"board": board.id, "cpu": board.cpu, "scheme": scheme, "kernels": board.kernels,
                "unit": s.info.cost_unit,
                "cost_first": first, "cost_mean": stats.mean, "cost_min": stats.min,
                "cost_max": stats.max, "n": stats.n, "clock_hz": board.clock_hz,
@@ -111,27 +95,27 @@ def run_bench(run_dir: Path, boards: list[Board], n: int = 100, out: Path | None
               progress: bool = False, flasher: str | None = None,
               drive: str | None = None, episodes: int = 0,
               env_id: str | None = None) -> list[dict]:
-    """Every (board, precision) cell: one row each, written as it finishes to
+    """Every (board, scheme) cell: one row each, written as it finishes to
     OUT/bench.jsonl.PID.partial (default OUT: RUN/results); when all cells are done they are
-    merged into OUT/bench.jsonl (replacing the rows of the same run, board, precision and
+    merged into OUT/bench.jsonl (replacing the rows of the same run, board, scheme and
     seeds, keeping the others: two benches at once keep both) and OUT/bench.md is made from it.
     A bench that fails keeps the previous results.
     `episodes` > 0: each row also gets the return of that many episodes on the board (seeds
     0..episodes-1; see the module docstring). `progress`: a bar over the cells on stderr.
 
-    `run_dir` may be a bare MODEL.tflite: one row per board, its precision the model's stem,
+    `run_dir` may be a bare MODEL.tflite: one row per board, its scheme the model's stem,
     results in MODEL's folder/results; `env_id` names its env (needed for episodes; its first
     observation is what BENCH repeats, else zeros), and the episodes' reference is the model
     on TF Lite Micro instead of an fp32 network."""
     _check_counts(n, episodes, boards)
     run_dir = Path(run_dir)
-    meta, precisions, home = _bench_target(run_dir, episodes, env_id)
+    meta, schemes, home = _bench_target(run_dir, episodes, env_id)
     play_spec = _play_spec(run_dir, meta, episodes) if episodes else None
     obs = _bench_observation(run_dir, meta, home)
     out = Path(out or home / "results")
     out.mkdir(parents=True, exist_ok=True)
     remove_stale(out)
-    rows = _bench_cells(run_dir, meta, boards, precisions, n, obs, out, progress, flasher, drive,
+    rows = _bench_cells(run_dir, meta, boards, schemes, n, obs, out, progress, flasher, drive,
                         play_spec)
     with locked(out):    # another bench may be merging its rows into the same files
         merged = merge_rows(out / "bench.jsonl", rows)
@@ -153,7 +137,7 @@ def _check_counts(n, episodes, boards) -> None:
 
 
 def _bench_target(run_dir: Path, episodes: int, env_id: str | None) -> tuple[dict, tuple, Path]:
-    """(what the rows say of the run: its env and algo, the precisions to bench, the folder of
+    """(what the rows say of the run: its env and algo, the schemes to bench, the folder of
     its builds and results) for a run directory or a bare MODEL.tflite."""
     if run_dir.suffix == ".tflite":
         if not run_dir.is_file():
@@ -170,7 +154,7 @@ def _bench_target(run_dir: Path, episodes: int, env_id: str | None) -> tuple[dic
     if episodes and (meta.get("network") or {}).get("recurrent"):
         raise QuarlError(f"{run_dir} is a recurrent policy: its episodes need the state reset "
                          "per episode; play them with `quarl-edge hil` (bench measures its cost)")
-    return meta, PRECISIONS, run_dir
+    return meta, SCHEMES, run_dir
 
 
 def _play_spec(run_dir: Path, meta: dict, episodes: int) -> tuple[str, list[int], Fp32Episodes]:
@@ -193,26 +177,26 @@ def _bench_observation(run_dir: Path, meta: dict, home: Path) -> np.ndarray:
     return obs if obs is not None else np.zeros(1, np.float32)
 
 
-def _bench_cells(run_dir: Path, meta: dict, boards: list[Board], precisions: tuple, n: int,
+def _bench_cells(run_dir: Path, meta: dict, boards: list[Board], schemes: tuple, n: int,
                  obs: np.ndarray, out: Path, progress: bool, flasher: str | None,
                  drive: str | None, play_spec) -> list[dict]:
-    """Every (board, precision) row, each written to OUT/bench.jsonl.PID.partial as it
+    """Every (board, scheme) row, each written to OUT/bench.jsonl.PID.partial as it
     finishes (removed at the end: a failed bench leaves the previous results)."""
     from tqdm import tqdm   # the progress bar: loaded only when a bench starts
     rows = []
-    bar = tqdm(total=len(boards) * len(precisions), desc="bench", unit="cell",
+    bar = tqdm(total=len(boards) * len(schemes), desc="bench", unit="cell",
                disable=not progress, leave=False)
     partial = own(out / "bench.jsonl", "partial")
     try:
         with partial.open("w") as log:
             for board in boards:
-                for scheme in precisions:
+                for scheme in schemes:
                     bar.set_postfix_str(f"{board.id} {scheme}")
                     try:
                         row = bench_cell(run_dir, board, scheme, n, obs, flasher, drive,
                                          play_spec)
                     except QuarlError as e:        # e.g. does not fit: a result too, not a crash
-                        row = {"board": board.id, "cpu": board.cpu, "precision": scheme,
+                        row = {"board": board.id, "cpu": board.cpu, "scheme": scheme,
                                "error": str(e)}
                     row = {**row, "run": str(run_dir), "env": meta["env"],
                            "algo": meta.get("algo")}
@@ -228,12 +212,13 @@ def _bench_cells(run_dir: Path, meta: dict, boards: list[Board], precisions: tup
 
 def row_key(row: dict) -> tuple:
     """Rows of the same cell: a later bench of it replaces the earlier row."""
-    return (row.get("run"), row.get("board"), row.get("precision"), tuple(row.get("seeds") or ()))
+    return (row.get("run"), row.get("board"), row.get("scheme"), tuple(row.get("seeds") or ()))
 
 
 def merge_rows(path: Path, rows: list[dict]) -> list:
-    """The rows already in `path` (a bench.jsonl; a line that is not a row is kept as it is),
-    those of the cells in `rows` replaced by them, and the new ones after them."""
+    """The rows already in `path` (a bench.jsonl; a line that is not a row is kept as it is;
+    an older row gets today's keys: rows.migrate), those of the cells in `rows` replaced by
+    them, and the new ones after them."""
     new = {row_key(r): r for r in rows}
     merged: list = []
     for line in (path.read_text().splitlines(True) if path.is_file() else []):
@@ -241,7 +226,9 @@ def merge_rows(path: Path, rows: list[dict]) -> list:
             old = json.loads(line)
         except ValueError:
             old = None
-        if not isinstance(old, dict) or not {"board", "cpu", "precision"} <= set(old):
+        if isinstance(old, dict):
+            old = migrate(old)
+        if not isinstance(old, dict) or not {"board", "cpu", "scheme"} <= set(old):
             merged.append(line if line.endswith("\n") else line + "\n")
         elif row_key(old) not in new:
             merged.append(old)
@@ -249,7 +236,7 @@ def merge_rows(path: Path, rows: list[dict]) -> list:
 
 
 def speedups(rows: list[dict]) -> dict[str, float]:
-    by = {(r["board"], r["precision"]): r for r in rows if "error" not in r}
+    by = {(r["board"], r["scheme"]): r for r in rows if "error" not in r}
     return {b: by[(b, "fp32")]["cost_mean"] / by[(b, "int8")]["cost_mean"]
             for (b, p) in by if p == "int8" and (b, "fp32") in by and by[(b, "int8")]["cost_mean"]}
 
@@ -267,21 +254,21 @@ def markdown(rows: list[dict]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(align) + "|"]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['board']} | {r['cpu']} | {r['precision']} | | refused: {r['error']} |"
+            lines.append(f"| {r['board']} | {r['cpu']} | {r['scheme']} | | refused: {r['error']} |"
                          + " |" * (len(head) - 5))
             continue
         est = ""
         if r["clock_hz"] and r["unit"] in ("cycles", "instructions"):
             us = r["cost_mean"] / r["clock_hz"] * 1e6
             est = f"~{us:,.0f} µs" + (" (1 instr/cycle, estimate)" if r["unit"] == "instructions" else "")
-        speed = f"{sp[r['board']]:.2f}x" if r["precision"] == "int8" and r["board"] in sp else ""
-        line = (f"| {r['board']} | {r['cpu']} | {r['precision']} | {r.get('kernels', '')} | "
+        speed = f"{sp[r['board']]:.2f}x" if r["scheme"] == "int8" and r["board"] in sp else ""
+        line = (f"| {r['board']} | {r['cpu']} | {r['scheme']} | {r.get('kernels', '')} | "
                 f"{r['cost_mean']:,.0f} | "
                 f"{r['unit']} | {est} | {r['flash_bytes'] or '-'} | {r['ram_bytes'] or '-'} | "
                 f"{r['stack_bytes']} | {r['arena_bytes']} | {speed} |")
         if played:
             line += (f" {r['mean_return']:,.1f} ± {r['std_return']:,.1f} | "
-                     f"{'yes' if r.get('matches_reference', r['matches_tflite']) else 'NO'} | "
+                     f"{'yes' if r['matches_reference'] else 'NO'} | "
                      f"{r['agreement']:.3f} |"
                      if "episodes" in r else " | | |")
         lines.append(line)

@@ -98,7 +98,7 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
             head: str | None = None) -> dict:
     """Play `episodes` episodes of the run's env on seeds seed.. with the board choosing every
     action, then the same seeds with the same model on tflite-runtime, on TF Lite Micro (the
-    reference the firmware is bit-exact with: board_equals_reference says whether the board's
+    reference the firmware is bit-exact with: matches_reference says whether the board's
     returns are its returns, episode by episode) and with the fp32 network. Writes results_dir
     (default RUN/results)/hil_<board>_<scheme>_seeds<first>-<last>.json and its per-episode log
     (.episodes.jsonl, named in the result) beside it, and copies both to
@@ -189,7 +189,7 @@ def _fp32_side(t: HilTarget, fp32: Fp32Policy | None, seeds: list[int],
 def _result(t: HilTarget, board: Board, scheme: str, seeds: list[int], on_board: dict,
             refs: dict, fp32_returns: list | None, fp32_actions: list, out_path: Path,
             log_path: Path) -> dict:
-    """The HIL result (api.HilResult's fields), in the order it is written."""
+    """The HIL result (rows.HilResult's fields: the row schema), in the order it is written."""
     returns, board_actions = on_board["returns"], on_board["actions"]
     host_returns, host_actions = refs["tflite"]
     micro_returns, micro_actions = refs["micro"] if refs["micro"] is not None else (None, None)
@@ -197,7 +197,7 @@ def _result(t: HilTarget, board: Board, scheme: str, seeds: list[int], on_board:
     wall = on_board["wall"]
     return {
         "board": board.id,
-        "model": scheme,
+        "scheme": scheme,
         "env": t.env_id,
         "episodes": len(seeds),
         "seeds": seeds,
@@ -205,12 +205,12 @@ def _result(t: HilTarget, board: Board, scheme: str, seeds: list[int], on_board:
         "mean_return": mean_std(returns)[0],
         "std_return": mean_std(returns)[1],
         "host_interpreter": tflite_host.runtime_version(),    # e.g. "litert 2.3.0"
-        "host_mean_return": mean_std(host_returns)[0],
-        "host_std_return": mean_std(host_returns)[1],
+        "tflite_mean_return": mean_std(host_returns)[0],
+        "tflite_std_return": mean_std(host_returns)[1],
         "micro_mean_return": mean_std(micro_returns)[0],
         "micro_std_return": mean_std(micro_returns)[1],
-        "board_equals_reference": same_returns(returns, micro_returns if micro_returns is not None
-                                               else host_returns),
+        "matches_reference": same_returns(returns, micro_returns if micro_returns is not None
+                                          else host_returns),
         # the same action at every step of every episode (the reference's: TFLM, else
         # tflite-runtime), not only the same returns
         "actions_equal_reference": actions_equal(board_actions, ref_actions),
