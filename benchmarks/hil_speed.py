@@ -13,8 +13,8 @@ the printed table is rendered into FILE between the two marker lines (RENDER_BEG
 the hand-written text around them is kept). --render renders FILE from its .jsonl alone.
 
 Per board and revision (medians over the rounds):
-  steps/s         environment steps per second of the HIL loop (measure/hil.py's board_act:
-                  INFER, dequantize, action, env.step), timed around the loop only
+  steps/s         environment steps per second of the HIL loop (measure/episodes.py's
+                  BoardPlayer.act: INFER, dequantize, action, env.step), timed around the loop only
   B/step          bytes on the wire per step, host -> board + board -> host (counted at the port)
   env             host time per step outside the link (action head, env.step)
   link            host time per step inside BoardLink.infer (the round trip), split into
@@ -59,7 +59,7 @@ def measure(run: Path, board_id: str, episodes: int) -> dict:
     import numpy as np
 
     from quarl_edge.link.session import BoardSession
-    from quarl_edge.measure.hil import dequantized
+    from quarl_edge.measure.episodes import dequantized
     from quarl_edge.rl.envs import output_to_action
     from quarl_edge.targets.boards import get_board
 

@@ -53,7 +53,7 @@ def source_return(path: Path, env_id: str, episodes: int) -> float:
     # a SavedModel: play its own action signature
     import tensorflow as tf
     import tf_agents.policies  # noqa: F401
-    from quarl_edge.measure.hil import play
+    from quarl_edge.measure.episodes import play
     policy = tf.saved_model.load(str(path))
     act = policy.signatures["action"]
     spec = act.structured_input_signature[1]
@@ -85,9 +85,9 @@ def main(argv=None) -> int:
             res = qe.hil(run, a.board, model="int8", episodes=a.episodes)
             fid = imp.fidelity
             rows.append([label, env_id, f"{source_return(src, env_id, a.episodes):.1f}",
-                         f"{res.fp32_mean_return:.1f}", f"{res.host_mean_return:.1f}",
+                         f"{res.fp32_mean_return:.1f}", f"{res.tflite_mean_return:.1f}",
                          f"{res.micro_mean_return:.1f}", f"{res.mean_return:.1f}",
-                         "yes" if res.board_equals_reference else "NO",
+                         "yes" if res.matches_reference else "NO",
                          f"{res.agreement:.3f}",
                          f"{fid.get('argmax_agreement', 1.0 - fid.get('max_abs_error_actions', 0)):.3f}"
                          if "argmax_agreement" in fid else f"{fid['max_abs_error_actions']:.1e}",

@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 from quarl_edge.rl.recurrent import RecurrentLayers, play_recurrent, WEIGHTS_FILE
 from quarl_edge.quant.schemes import quantize
-from quarl_edge.measure.hil import play, run_hil
+from quarl_edge.measure.episodes import play
+from quarl_edge.measure.hil import run_hil
 from quarl_edge.measure.reference import TFLiteRuntime, TFLMReference
 from quarl_edge.rl.envs import output_to_action, make_gym
 from quarl_edge.targets.boards import get_board
@@ -43,8 +44,8 @@ if "int8" in what:
 if "hil" in what:
     t = time.time()
     r = run_hil(run, "fp32", get_board("mps2-an386"), 20, seed=0)
-    out["hil"] = {k: r[k] for k in ["mean_return", "micro_mean_return", "host_mean_return",
-                  "fp32_mean_return", "board_equals_reference", "actions_equal_reference",
+    out["hil"] = {k: r[k] for k in ["mean_return", "micro_mean_return", "tflite_mean_return",
+                  "fp32_mean_return", "matches_reference", "actions_equal_reference",
                   "agreement", "latency", "memory", "link"]}
     print("hil", out["hil"], time.time() - t, flush=True)
 (run / "figures.json").write_text(json.dumps(out, indent=1))

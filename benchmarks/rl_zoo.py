@@ -211,7 +211,7 @@ def hil_figures(res) -> dict:
     return {"returns": per.get("board"), "mean": res.mean_return,
             "tflite_returns": per.get("tflite-runtime"), "tflm_returns": per.get("tflm"),
             "fp32_returns": per.get("fp32"),
-            "equals_tflm": bool(res.board_equals_reference),
+            "equals_tflm": bool(res.matches_reference),
             "actions_equal_tflm": bool(res.actions_equal_reference),
             "agreement": res.agreement, "instructions_median": res.latency.median,
             "latency": {"median": res.latency.median, "p99": res.latency.p99,
@@ -225,7 +225,7 @@ def tflm_new_env_per_seed(run: Path, env_id: str, head: str, seeds: list[int]) -
     board's episodes (and play_batched the fp32 network's); hil plays TFLM's seeds one after
     another in one env, and Gymnasium's BipedalWalker keeps its Box2D world across reset, so
     there the two differ (an env's history, not the board)."""
-    from quarl_edge.measure.hil import play
+    from quarl_edge.measure.episodes import play
     from quarl_edge.measure.reference import micro_reference
     from quarl_edge.rl.envs import make_gym
     from quarl_edge.rl.envs import output_to_action as to_action
@@ -296,7 +296,7 @@ def play_agent(folder: str, run_dir: Path, work: Path, a, sb3: dict | None) -> d
         return row
     board = hil_figures(res)
     row.update(fp32_returns=board.pop("fp32_returns"), fp32_mean=res.fp32_mean_return,
-               tflite_returns=board.pop("tflite_returns"), tflite_mean=res.host_mean_return,
+               tflite_returns=board.pop("tflite_returns"), tflite_mean=res.tflite_mean_return,
                tflm_returns=board.pop("tflm_returns"), tflm_mean=res.micro_mean_return,
                board=board)
     if not board["equals_tflm"]:

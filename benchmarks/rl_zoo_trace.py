@@ -96,7 +96,8 @@ def compare(a) -> None:
     from quarl_edge.importers.common import rounding_bound
     from quarl_edge.measure.hil import fp32_policy
     from quarl_edge.rl.envs import make_gym, outputs_to_actions, play_batched
-    from quarl_edge.run import keras_runner, load_keras, mlp_layers
+    from quarl_edge.nets import keras_runner, mlp_layers
+    from quarl_edge.run import load_keras
     s = np.load(a.out / "sb3.npz")
     run = a.out / "run"
     if not (run / "run.json").is_file():

@@ -27,10 +27,11 @@ import os
 from pathlib import Path
 from typing import Iterable
 
-from .api_results import (BenchRow, BoardInfo, BuildResult, HilResult, ImportResult, Latency,
-                          QuantizeResult, ReportResult, StudySummary, SweepRow, TrainResult,
-                          ValidateResult)
+from .api_results import (BoardInfo, BuildResult, ImportResult, QuantizeResult, ReportResult,
+                          StudySummary, SweepRow, TrainResult, ValidateResult)
 from .errors import QuarlError
+# the row schema of hil, bench and the study's board cells (dataclasses only: no stage's weight)
+from .measure.rows import BenchRow, HilResult, Latency
 
 # TensorFlow's C++ start-up lines (oneDNN, CPU features) are not the API's to print; a caller
 # who set the variable keeps theirs.
@@ -40,8 +41,9 @@ PathLike = str | os.PathLike
 
 __all__ = ["BenchRow", "BoardInfo", "BuildResult", "HilResult", "ImportResult", "Latency",
            "QuantizeResult", "ReportResult", "StudySummary", "SweepRow", "TrainResult",
-           "ValidateResult", "bench", "boards", "build", "farm_node", "hil", "import_policy", "ports",
-           "quantize", "report", "session", "study", "sweep", "train", "validate"]
+           "ValidateResult", "bench", "boards", "build", "farm_node", "hil", "import_policy",
+           "load_board", "models", "ports", "quantize", "report", "session", "study", "sweep",
+           "train", "validate"]
 
 
 # ------------------------------------------------------------------------------ results
@@ -158,6 +160,14 @@ def quantize(run: PathLike, schemes: str | Iterable[str] = ("fp32", "fp16", "int
                        distill={"steps": distill_steps} if distill_steps is not None else None)
         out.append(QuantizeResult(scheme, str(path), path.stat().st_size))
     return out
+
+
+def models(run: PathLike, schemes: Iterable[str]) -> list[QuantizeResult]:
+    """The models the run directory already holds (RUN/models/<scheme>.tflite), as quantize
+    returns them, without converting anything: a QuarlError names a scheme it lacks."""
+    from .run import tflite_path
+    return [QuantizeResult(s, str(p), p.stat().st_size)
+            for s, p in ((s, tflite_path(Path(run), s)) for s in schemes)]
 
 
 def sweep(run: PathLike, *, bits: Iterable[int] = range(2, 9),
@@ -328,6 +338,12 @@ def report(results: PathLike, *, out: PathLike | None = None, tolerance: float =
     paths = write_report(Path(results), Path(out) if out else None, tolerance=tolerance,
                          bench=[Path(b) for b in bench])
     return ReportResult(str(paths["markdown"]), str(paths["html"]))
+
+
+def load_board(board: str = "host", *, board_file: PathLike | None = None):
+    """The board with the id `board`, or the board file `board_file`, loaded and checked (an
+    unknown id or a bad file is a QuarlError), to hand to build, session, validate or hil."""
+    return _board(board, board_file)
 
 
 def boards() -> list[BoardInfo]:

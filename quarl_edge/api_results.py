@@ -1,19 +1,13 @@
 """What the Python API returns: one dataclass per function's result (quarl_edge.api re-exports
-them all: `qe.HilResult`, `qe.BenchRow`, ...). `dataclasses.asdict(result)` is what the CLI's
+them all, with measure/rows.py's HilResult and BenchRow: `qe.HilResult`, `qe.BenchRow`, ...). `dataclasses.asdict(result)` is what the CLI's
 `--json` prints."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-
-@dataclass
-class Latency:
-    """Cost of one inference measured on the board, in the board's own unit (ns on the host
-    board, cycles under simavr, instructions under QEMU): never mixed across units."""
-    unit: str
-    median: float | None
-    p99: float | None
-    n: int
+# hil's, bench's and the study's board rows are the row schema's (measure/rows.py), with the
+# latency summary that validate's result shares
+from .measure.rows import Latency
 
 
 @dataclass
@@ -92,82 +86,6 @@ class ValidateResult:
     classes: dict = field(default_factory=dict)
     libm_ops: list = field(default_factory=list)
     outputs: list = field(default_factory=list)
-
-
-@dataclass
-class HilResult:
-    board: str
-    model: str
-    env: str
-    episodes: int
-    seeds: list
-    returns: list
-    mean_return: float
-    std_return: float
-    host_mean_return: float           # the same model on the host interpreter, same seeds
-    host_std_return: float
-    micro_mean_return: float | None   # the same model on TF Lite Micro (None: it cannot run it)
-    micro_std_return: float | None
-    board_equals_reference: bool      # every board return equal to TF Lite Micro's (else to
-                                      # tflite-runtime's when TFLM cannot run the model)
-    actions_equal_reference: bool     # every action of every episode equal to that reference's
-    stateful: bool                    # the model keeps state (an LSTM's): RESET per episode
-    fp32_mean_return: float | None    # the fp32 network (TensorFlow), same seeds; None for a
-    fp32_std_return: float | None     # bare .tflite (no fp32 network to compare with)
-    agreement: float                  # share of board actions equal to the reference's on its
-    agreement_with: str               # states: "fp32", or "tflite-runtime" for a bare .tflite
-    action_head: str                  # argmax, identity or scale (envs.HEADS)
-    latency: Latency
-    steps_per_s: float | None
-    memory: dict
-    link: dict = field(default_factory=dict)   # retries, ..., resets, replayed_episodes
-    results: str = ""                 # the JSON file written
-    episodes_log: str = ""            # its per-episode log (JSON lines)
-    host_interpreter: str = "tflite-runtime"   # the host's TFLite interpreter and its version
-                                               # (quarl_edge/tflite_host.py: or LiteRT)
-
-
-@dataclass
-class BenchRow:
-    board: str
-    cpu: str
-    precision: str
-    kernels: str | None = None
-    unit: str | None = None
-    cost_first: int | None = None
-    cost_mean: float | None = None
-    cost_min: int | None = None
-    cost_max: int | None = None
-    n: int | None = None
-    clock_hz: int | None = None
-    flash_bytes: int | None = None
-    ram_bytes: int | None = None
-    stack_bytes: int | None = None
-    arena_bytes: int | None = None
-    error: str | None = None          # why this cell has no figures (e.g. does not fit)
-    run: str | None = None            # the run directory, its env and algorithm
-    env: str | None = None
-    algo: str | None = None
-    # bench(..., episodes=N): N episodes on the board, seeds 0..N-1 (None without episodes)
-    episodes: int | None = None
-    seeds: list | None = None
-    returns: list | None = None       # the board's return per seed
-    mean_return: float | None = None
-    std_return: float | None = None
-    action_head: str | None = None
-    tflite_ref_returns: list | None = None  # the same model on tflite-runtime's reference kernels
-    tflite_ref_mean_return: float | None = None
-    matches_tflite_ref: bool | None = None  # the board's return equals those on every seed
-    tflite_returns: list | None = None  # ... on tflite-runtime's optimized (default) kernels
-    tflite_mean_return: float | None = None
-    matches_tflite: bool | None = None  # the board's return equals tflite-runtime's on every seed
-    micro_returns: list | None = None   # TF Lite Micro's returns, same seeds (None: it cannot run)
-    micro_mean_return: float | None = None
-    matches_reference: bool | None = None  # ... equals TFLM's (else tflite-runtime's) every seed
-    fp32_returns: list | None = None  # the fp32 network, same seeds (None for a bare .tflite)
-    fp32_mean_return: float | None = None
-    agreement: float | None = None    # board actions equal to the fp32 network's on its states
-    agreement_with: str | None = None  # "fp32", or "tflm" / "tflite-runtime" for a bare .tflite
 
 
 @dataclass

@@ -137,7 +137,7 @@ def test_linux_board_validate_and_hil_through_the_cli(tmp_path):
     # tflite-runtime's int8 kernels vs TF Lite Micro's: the same reference arithmetic
     assert v["board"] == "linux-tflite" and v["bit_exact"] is True and v["latency"]["unit"] == "ns"
     h = cli("hil", run, "--model", "int8", "--board", "linux-tflite", "--episodes", "2", "--json")
-    assert h["mean_return"] == h["host_mean_return"]
+    assert h["mean_return"] == h["tflite_mean_return"]
 
 
 def test_ssh_deploy_commands_are_argument_lists_that_start_the_agent(tmp_path):

@@ -126,7 +126,7 @@ def test_ppo_collects_from_side_by_side_envs_and_trains_on_minibatches_of_rows(t
     assert -16.3 * 200 <= float(rows[1]["train_return"]) < 0   # Pendulum: -16.27 <= r <= 0
     assert np.isfinite(float(rows[1]["loss"]))
     # the policy's std, read back from policy/ the way the study does, is the one it trained
-    from quarl_edge.run import ppo_action_std
+    from quarl_edge.nets import ppo_action_std
     std = info["action_std"]
     assert len(std) == 1 and 0 < std[0] < 2
     np.testing.assert_allclose(ppo_action_std(tmp_path), std, rtol=1e-6)

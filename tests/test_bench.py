@@ -1,4 +1,4 @@
-"""quarl-edge bench: one table of cost per inference and memory, per board and precision."""
+"""quarl-edge bench: one table of cost per inference and memory, per board and scheme."""
 import json
 import subprocess
 import sys
@@ -19,7 +19,7 @@ def test_bench_host_and_an_emulated_board(tmp_path):
                        timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     rows = json.loads(p.stdout)
-    cells = {(r["board"], r["precision"]): r for r in rows}
+    cells = {(r["board"], r["scheme"]): r for r in rows}
     assert set(cells) == {(b, s) for b in ("host", "lm3s6965evb") for s in ("fp32", "int8")}
     assert cells[("host", "int8")]["unit"] == "ns"
     lm = cells[("lm3s6965evb", "int8")]
@@ -38,7 +38,7 @@ def test_bench_host_and_an_emulated_board(tmp_path):
 
 def _tflite_returns(run, scheme, seeds):
     """The run's model on tflite-runtime, played here with the env's argmax head."""
-    from quarl_edge.measure.hil import play
+    from quarl_edge.measure.episodes import play
     from quarl_edge.measure.reference import host_reference
     ref = host_reference(run / "models" / f"{scheme}.tflite")
     returns, _, _ = play("CartPole-v1", lambda o: int(np.argmax(ref.run([o])[0])), seeds)
@@ -51,7 +51,7 @@ def test_bench_episodes_gives_the_boards_return_equal_to_tflite_runtime(tmp_path
                         "host,mps2-an386", "-n", "5", "--episodes", "3", "--json"],
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
-    rows = {(r["board"], r["precision"]): r for r in json.loads(p.stdout)}
+    rows = {(r["board"], r["scheme"]): r for r in json.loads(p.stdout)}
     assert set(rows) == {(b, s) for b in ("host", "mps2-an386") for s in ("fp32", "int8")}
     for (board, scheme), r in rows.items():
         assert r["n"] == 5 and r["cost_mean"] > 0                      # bench as before

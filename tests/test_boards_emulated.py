@@ -64,7 +64,7 @@ def test_validate_bit_exact_on_the_emulator(run_copy, board, scheme):
 def test_hil_int8_on_the_emulator_equals_tflite_runtime(run_copy, board):
     res = cli_json("hil", run_copy, "--model", "int8", "--board", board, "--episodes", "2")
     assert res["board"] == board and res["episodes"] == 2
-    assert res["mean_return"] == res["host_mean_return"]
+    assert res["mean_return"] == res["tflite_mean_return"]
     assert res["latency"]["unit"] == "instructions" and res["latency"]["median"] > 1000
     assert res["memory"]["stack_bytes"] > 0
     assert res["memory"]["flash_bytes"] > res["memory"]["weights_bytes"] > 0

@@ -48,7 +48,7 @@ def test_two_hil_and_two_bench_at_once_keep_both_results(tmp_path):
     finish([start("bench", run, "--boards", "host", "-n", 10, "--episodes", k, "--json")
             for k in (1, 2)])
     rows = lines(results / "bench.jsonl")
-    assert sorted((r["precision"], r["episodes"]) for r in rows) == [
+    assert sorted((r["scheme"], r["episodes"]) for r in rows) == [
         ("fp32", 1), ("fp32", 2), ("int8", 1), ("int8", 2)]
     assert all(r["returns"] == r["micro_returns"] for r in rows)
     assert not [p.name for p in results.iterdir() if p.name.endswith((".partial", ".tmp"))]

@@ -19,11 +19,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_hil_int8_on_the_host_board_equals_tflite_runtime(run_copy):
     res = cli_json("hil", run_copy, "--model", "int8", "--board", "host", "--episodes", "4")
-    assert res["board"] == "host" and res["model"] == "int8" and res["episodes"] == 4
+    assert res["board"] == "host" and res["scheme"] == "int8" and res["episodes"] == 4
     assert len(res["returns"]) == 4
     # same seeds, bit-exact outputs -> the same actions -> the same returns
-    assert res["mean_return"] == res["host_mean_return"] == res["micro_mean_return"]
-    assert res["board_equals_reference"]
+    assert res["mean_return"] == res["tflite_mean_return"] == res["micro_mean_return"]
+    assert res["matches_reference"]
     assert 0.0 <= res["agreement"] <= 1.0
     assert res["latency"]["unit"] == "ns" and res["latency"]["median"] > 0
     assert res["latency"]["p99"] >= res["latency"]["median"]
@@ -37,7 +37,7 @@ def test_hil_int8_on_the_host_board_equals_tflite_runtime(run_copy):
 
 def test_hil_fp32_firmware_plays_like_the_float_network(run_copy):
     res = cli_json("hil", run_copy, "--model", "fp32", "--episodes", "2")
-    assert res["mean_return"] == res["host_mean_return"]
+    assert res["mean_return"] == res["tflite_mean_return"]
     assert res["agreement"] > 0.99
 
 

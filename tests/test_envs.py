@@ -143,7 +143,7 @@ def test_play_batched_is_play_in_lockstep_with_its_head_and_episode_log():
     """hil's fp32 replay (issue 13: one batched call a step instead of one call per step): the
     same returns and steps as playing each seed alone, every episode logged once."""
     import numpy as np
-    from quarl_edge.measure.hil import play
+    from quarl_edge.measure.episodes import play
     from quarl_edge.rl.envs import make_gym, output_to_action, play_batched
     w = np.random.default_rng(0).normal(size=(3, 1))          # a linear actor for Pendulum
     policy = lambda x: np.tanh(x @ w)                          # noqa: E731
@@ -165,7 +165,7 @@ def test_an_episode_depends_on_its_seed_alone():
     seed gets a new env, since Gymnasium's BipedalWalker keeps its Box2D world across
     reset(seed), so seed 1 after seed 0 in one env is another episode than seed 1 alone."""
     import numpy as np
-    from quarl_edge.measure.hil import play
+    from quarl_edge.measure.episodes import play
 
     def still(obs):          # no torque: measured, seed 2 after 0 and 1 returns -91.79 in
         return np.zeros(4, np.float32)    # one env and -91.85 in a new one

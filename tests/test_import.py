@@ -24,7 +24,8 @@ from quarl_edge.errors import QuarlError
 from quarl_edge.importers import import_policy
 from quarl_edge.importers.safe_pickle import UnsafePickle, load_symbolic, load_torch_archive
 from quarl_edge.rl.envs import make_gym, outputs_to_actions, play_batched
-from quarl_edge.run import keras_runner, load_keras, load_run
+from quarl_edge.nets import keras_runner
+from quarl_edge.run import load_keras, load_run
 
 ROOT = Path(__file__).resolve().parents[1]
 FIX = ROOT / "tests" / "fixtures" / "sb3"
@@ -123,7 +124,7 @@ def test_a_cnn_policy_takes_the_envs_images_and_quantizes(imported, tmp_path):
         # IN_CHUNKs (protocol v5; streaming dense inputs is tests/test_stream.py's)
         assert res.link["coded"] == 20 and res.link["chunks"] == 0 and res.latency.n == 20
     hil = api.hil(run, "host", episodes=3, out=tmp_path / "hil")
-    assert hil.board_equals_reference and hil.micro_mean_return == hil.mean_return, hil
+    assert hil.matches_reference and hil.micro_mean_return == hil.mean_return, hil
 
 
 def test_vecnormalize_is_folded_and_recorded(imported):
@@ -174,7 +175,7 @@ def test_sb3_pipeline_on_the_host_board(imported, name, episodes):
     p = cli("hil", run, "--model", "int8", "--board", "host", "--episodes", episodes, "--json")
     assert p.returncode == 0, p.stderr
     res = json.loads(p.stdout)
-    assert res["returns"] and res["board_equals_reference"]
+    assert res["returns"] and res["matches_reference"]
     assert res["mean_return"] == res["micro_mean_return"]
     assert res["fp32_mean_return"] == pytest.approx(float(np.mean(exp["returns"][:episodes])),
                                                     rel=1e-4)
@@ -187,8 +188,8 @@ def test_hil_of_a_bare_tflite(tmp_path):
     assert p.returncode == 0, p.stderr
     res = json.loads(p.stdout)
     assert res["agreement_with"] == "tflite-runtime" and res["agreement"] == 1.0
-    assert res["mean_return"] == res["host_mean_return"] == res["micro_mean_return"]
-    assert res["fp32_mean_return"] is None and res["board_equals_reference"]
+    assert res["mean_return"] == res["tflite_mean_return"] == res["micro_mean_return"]
+    assert res["fp32_mean_return"] is None and res["matches_reference"]
     assert (tmp_path / "results" / "hil_host_policy.json").is_file()
     for args, words in [((), "--env"), (("--env", "Pendulum-v1"), "shape (3,)"),
                         (("--env", "Acrobot-v1"), "shape (6,)")]:
@@ -392,7 +393,7 @@ def test_bench_of_a_bare_tflite(tmp_path):
             "-n", 10, "--json")
     assert p.returncode == 0, p.stderr
     (row,) = json.loads(p.stdout)
-    assert row["precision"] == "policy" and row["cost_mean"] > 0 and row["matches_reference"]
+    assert row["scheme"] == "policy" and row["cost_mean"] > 0 and row["matches_reference"]
     assert row["agreement_with"] == "tflm" and row["agreement"] == 1.0
     assert (tmp_path / "results" / "bench.jsonl").is_file()
     p = cli("bench", model, "--boards", "host", "--episodes", 2)
@@ -442,4 +443,4 @@ def test_recurrent_ppo_int8_on_mps2_an386_takes_tflms_actions(rppo_run, tmp_path
     res = run_hil(work, "int8", get_board("mps2-an386"), 3, seed=0,
                   results_dir=tmp_path / "res", build_dir=tmp_path / "fw")
     assert res["stateful"] is True and res["actions_equal_reference"] is True, res
-    assert res["board_equals_reference"] is True and res["micro_mean_return"] is not None
+    assert res["matches_reference"] is True and res["micro_mean_return"] is not None

@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # Foundation modules any stage may use, then the stages in pipeline order, then the top.
 # importers is the other way into a run directory (a policy trained elsewhere); it uses the
 # calibration of quant, so it ranks with it.
-RANKS = {"quarl_edge.errors": 0, "quarl_edge.resources": 0, "quarl_edge.run": 0, "quarl_edge.noise": 0,
+RANKS = {"quarl_edge.errors": 0, "quarl_edge.resources": 0, "quarl_edge.run": 0,
+         "quarl_edge.nets": 0, "quarl_edge.noise": 0,
          "quarl_edge.schema": 0, "quarl_edge.names": 0, "quarl_edge.tflite_host": 0, "quarl_edge.tfcompat": 0, "quarl_edge.files": 0,
          "quarl_edge.rl": 1, "quarl_edge.importers": 2, "quarl_edge.quant": 2,
          "quarl_edge.converters": 3,
@@ -145,6 +146,18 @@ def test_later_stages_know_training_only_through_the_run_contract():
     assert GRAPH["quarl_edge.run"] <= {"quarl_edge.errors", "quarl_edge.schema"}
 
 
+def test_the_run_contract_holds_no_network_code():
+    """run.py is the run directory (run.json, the network files it names, reading and writing
+    them); running those networks is nets.py's, which stands on the contract and the errors."""
+    assert GRAPH["quarl_edge.nets"] <= {"quarl_edge.errors", "quarl_edge.run"}
+    assert "quarl_edge.run" in GRAPH["quarl_edge.nets"]
+    tree = ast.parse((ROOT / "quarl_edge" / "run.py").read_text())
+    defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    assert not defined & {"mlp_layers", "mlp_forward", "mlp_q_values", "keras_runner",
+                          "keras_call", "keras_mlp", "weighted_layers", "ppo_action_std"}
+    assert {"load_run", "write_run", "load_keras", "tflite_path"} <= defined
+
+
 def test_the_converters_stand_on_their_own():
     """The generator needs nothing of the pipeline but the error classes (it is also a CLI,
     `python -m quarl_edge.converters.cgen`, and TF Lite Micro users' exporter)."""
@@ -171,6 +184,12 @@ def test_the_cli_goes_through_the_python_api():
     assert {"quarl_edge", "quarl_edge.demo"} <= outside     # the reader sees the package's
     init = (ROOT / "quarl_edge" / "__init__.py").read_text()     # its imports are lazy, by name
     assert GRAPH["quarl_edge"] == set() and 'import_module("quarl_edge.api")' in init
+
+
+def test_the_demo_goes_through_the_python_api():
+    """demo.py runs the pipeline as a user's script would: through quarl_edge.api, no stage."""
+    assert GRAPH["quarl_edge.demo"] <= {"quarl_edge.api", "quarl_edge.resources"}
+    assert "quarl_edge.api" in GRAPH["quarl_edge.demo"]
 
 
 def test_the_names_module_is_a_foundation_module():

@@ -91,7 +91,7 @@ def hil_through_faults(running, run, tmp_path, episodes, resets_at):
     # the same seeds, returns and episode lengths as TF Lite Micro's (a clean run), and the
     # same action at every step
     assert played["board"] == played["tflm"] and len(played["board"]) == episodes
-    assert res.actions_equal_reference and res.board_equals_reference
+    assert res.actions_equal_reference and res.matches_reference
     assert len({ret for _, ret, _ in played["board"]}) > 1      # returns that move
     assert res.latency.n == sum(steps for _, _, steps in played["board"])   # no step twice
 

@@ -13,7 +13,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from quarl_edge.quant import remedies  # noqa: E402
-from quarl_edge.run import keras_runner  # noqa: E402
+from quarl_edge.nets import keras_runner  # noqa: E402
 from quarl_edge.errors import QuarlError  # noqa: E402
 from quarl_edge.measure.reference import tflite_runner  # noqa: E402
 from quarl_edge.quant.schemes import quantize  # noqa: E402

@@ -32,7 +32,8 @@ from quarl_edge.importers.rl_zoo import read_yaml
 from quarl_edge.importers.safe_pickle import LEGACY_MAGIC, LEGACY_PROTOCOL, UnsafePickle, \
     load_torch_archive
 from quarl_edge.rl.envs import make_gym, outputs_to_actions, play_batched
-from quarl_edge.run import keras_runner, load_keras, load_run, mlp_layers
+from quarl_edge.nets import keras_runner, mlp_layers
+from quarl_edge.run import load_keras, load_run
 
 ROOT = Path(__file__).resolve().parents[1]
 ZOO = ROOT / "tests" / "fixtures" / "rl-zoo"
@@ -152,7 +153,7 @@ def test_the_clip_layer_computes_vecnormalizes_clip_then_the_first_layer():
     first layer against SB3's normalise-clip-Linear in float64, on values inside and beyond
     the clip (where the plain fold is wrong, so the comparison can tell the two apart)."""
     from quarl_edge.importers.vecnormalize import fold, fold_clipped
-    from quarl_edge.run import ACTIVATIONS
+    from quarl_edge.nets import ACTIVATIONS
     rng = np.random.default_rng(0)
     n, c = 5, 2.5
     norm = _norm(rng, n, c)
@@ -243,7 +244,7 @@ def test_the_clip_layer_plays_on_the_board_as_tflm(imported, tmp_path):
     shutil.copytree(imported[CLIPPING], run)
     qe.quantize(run, ["int8"])
     res = qe.hil(run, "mps2-an386", model="int8", episodes=1)
-    assert res.actions_equal_reference and res.board_equals_reference
+    assert res.actions_equal_reference and res.matches_reference
 
 
 # ------------------------------------------------------- the fidelity check's tolerance

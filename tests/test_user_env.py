@@ -188,14 +188,14 @@ def hil(userenv, run_dir: Path, board: str) -> dict:
             "--out", userenv["work"] / f"hil-{board}", "--json")
     res = json.loads(p.stdout)
     print(f"[userenv] hil {board}: returns {res['returns']} mean {res['mean_return']} "
-          f"TFLM {res['micro_mean_return']} tflite-runtime {res['host_mean_return']} "
+          f"TFLM {res['micro_mean_return']} tflite-runtime {res['tflite_mean_return']} "
           f"fp32 {res['fp32_mean_return']} agreement {res['agreement']}")
     return res
 
 
 def check_board_equals_tflm(res: dict) -> None:
     assert res["micro_mean_return"] is not None, "TF Lite Micro did not run the model"
-    assert res["board_equals_reference"] and res["actions_equal_reference"], res
+    assert res["matches_reference"] and res["actions_equal_reference"], res
     assert res["mean_return"] == res["micro_mean_return"], res
 
 

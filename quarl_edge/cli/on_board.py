@@ -225,19 +225,19 @@ def cmd_hil(a, qe):
                  action=a.action, board_file=a.board_file)
     # a board whose returns are not TF Lite Micro's (the reference it is bit-exact with) is a
     # measured failure; without TFLM (fp16, hybrid models) tflite-runtime is only compared
-    code = EXIT_OK if res.board_equals_reference or res.micro_mean_return is None \
+    code = EXIT_OK if res.matches_reference or res.micro_mean_return is None \
         else EXIT_MISMATCH
     if a.json:
         emit_json(as_json(res))
         return code
     lat = res.latency
-    print(f"{res.model} on '{res.board}', {res.episodes} episodes of {res.env} "
+    print(f"{res.scheme} on '{res.board}', {res.episodes} episodes of {res.env} "
           f"(seeds {res.seeds[0]}..{res.seeds[-1]}):")
     agree = f"agreement with {res.agreement_with}"
     rows = [[f"board '{res.board}'", f"{res.mean_return:.1f} ± {res.std_return:.1f}",
              f"{res.agreement:.3f}"],
             [f"{res.host_interpreter.split()[0]} (host)",
-             f"{res.host_mean_return:.1f} ± {res.host_std_return:.1f}",
+             f"{res.tflite_mean_return:.1f} ± {res.tflite_std_return:.1f}",
              "1.000" if res.agreement_with == "tflite-runtime" else "-"]]
     if res.micro_mean_return is not None:
         rows.append(["TF Lite Micro (host)",
@@ -247,7 +247,7 @@ def cmd_hil(a, qe):
                      f"{res.fp32_mean_return:.1f} ± {res.fp32_std_return:.1f}", "1.000"])
     table(["runs on", "return (mean ± std)", agree], rows, right=("return (mean ± std)", agree))
     ref = "TF Lite Micro's" if res.micro_mean_return is not None else "tflite-runtime's"
-    print(f"the board's returns equal {ref}, episode by episode" if res.board_equals_reference
+    print(f"the board's returns equal {ref}, episode by episode" if res.matches_reference
           else f"the board's returns DIFFER from {ref} on the same seeds")
     print(f"latency median {cost(lat.median, lat.unit)} (p99 {cost(lat.p99, lat.unit)}); "
           f"{res.steps_per_s:,.0f} steps/s")
@@ -287,7 +287,7 @@ def cmd_bench(a, qe):
     if a.json:
         return emit_json(as_json(rows))
     speed = {}
-    by = {(r.board, r.precision): r for r in rows if r.error is None}
+    by = {(r.board, r.scheme): r for r in rows if r.error is None}
     for (b, p), r in by.items():
         f32 = by.get((b, "fp32"))
         if p == "int8" and f32 is not None and r.cost_mean:
@@ -295,16 +295,16 @@ def cmd_bench(a, qe):
     out = []
     for r in rows:
         if r.error is not None:
-            out.append([r.board, r.cpu, r.precision, None, None, None, None, None, None,
+            out.append([r.board, r.cpu, r.scheme, None, None, None, None, None, None,
                         f"refused: {r.error}"] + [None] * (3 * bool(a.episodes)))
             continue
         est = None
         if r.clock_hz and r.unit in ("cycles", "instructions"):
             est = f"~{r.cost_mean / r.clock_hz * 1e6:,.0f} µs"
-        out.append([r.board, r.cpu, r.precision, cost(r.cost_mean, r.unit), est,
+        out.append([r.board, r.cpu, r.scheme, cost(r.cost_mean, r.unit), est,
                     kib(r.flash_bytes), kib(r.ram_bytes), kib(r.stack_bytes),
                     kib(r.arena_bytes),
-                    f"{speed[r.board]:.2f}x" if r.precision == "int8" and r.board in speed else ""])
+                    f"{speed[r.board]:.2f}x" if r.scheme == "int8" and r.board in speed else ""])
         if a.episodes:
             out[-1] += [f"{r.mean_return:,.1f} ± {r.std_return:,.1f}",
                         "yes" if r.matches_reference else "NO", f"{r.agreement:.3f}"]

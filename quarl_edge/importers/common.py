@@ -12,7 +12,8 @@ from typing import Callable
 import numpy as np
 
 from ..errors import QuarlError
-from ..run import keras_call, package_versions, write_run
+from ..nets import keras_call
+from ..run import package_versions, write_run
 
 # Fidelity at import: the imported network against the source on this many env observations.
 FIDELITY_OBSERVATIONS = 1000
@@ -193,7 +194,7 @@ def rounding_bound(layers, obs: np.ndarray, chunk: int = 100) -> np.ndarray | No
     error becomes a fresh one of its size (they are 1-Lipschitz); tanh its slope, plus a fresh
     error for its curvature (|tanh''| <= 0.77, so 0.385 r^2 for an error of size r) and 4 u
     for its own float32 evaluation. The bound is the sum of the magnitudes at the output."""
-    from ..run import ACTIVATIONS
+    from ..nets import ACTIVATIONS
     if any(act not in ("linear", "relu", "relu6", "tanh") for _, _, act in layers):
         return None
     obs = np.asarray(obs, np.float64).reshape(len(obs), -1)
@@ -290,7 +291,7 @@ def _tolerance(imp: Imported, obs: np.ndarray, shape) -> np.ndarray | float:
     against an exact reference (the action head clips to the bounds, which is 1-Lipschitz)."""
     if not imp.rounding_bound:
         return MAX_ABS_ERROR
-    from ..run import mlp_layers
+    from ..nets import mlp_layers
     try:
         layers = mlp_layers(imp.model)
     except QuarlError:

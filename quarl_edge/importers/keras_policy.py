@@ -8,7 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..run import keras_call, safe_load_keras
+from ..nets import keras_call
+from ..run import safe_load_keras
 from .common import Imported, PolicyImportError, check_outputs, check_spaces, env_action, sha256
 
 

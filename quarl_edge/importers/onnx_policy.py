@@ -48,7 +48,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..run import keras_mlp
+from ..nets import keras_mlp
 from .common import Imported, PolicyImportError, check_outputs, check_spaces, env_action, sha256
 
 

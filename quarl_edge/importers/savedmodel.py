@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import QuarlError
-from ..run import keras_mlp
+from ..nets import keras_mlp
 from .common import Imported, PolicyImportError, check_spaces, diagonal_scale, env_action, sha256
 
 

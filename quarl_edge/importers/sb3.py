@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..run import keras_mlp
+from ..nets import keras_mlp
 from .common import (VECNORM_CLIP_LAYER, VECNORM_PLAIN_FOLD, Imported, PolicyImportError,
                      check_spaces, current_env_id, env_spaces, sha256)
 from .sb3_format import (activation_of, algo_of, ars_squashes, check_serialized_spaces,

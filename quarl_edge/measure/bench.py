@@ -1,13 +1,13 @@
-"""bench: cost per inference, flash, RAM and stack per board and precision, in one table.
+"""bench: cost per inference, flash, RAM and stack per board and scheme, in one table.
 
-Each (board, precision) cell builds the firmware, starts the board, sends one real observation
+Each (board, scheme) cell builds the firmware, starts the board, sends one real observation
 (from the run's calibration set) with INFER, then BENCH n repeats it on the board. Costs stay in
 each board's own unit (ns, cycles, instructions); the int8/fp32 speedup is a ratio within one
 board, so units never mix. Results are written per cell as they finish (JSON lines), then as
 Markdown.
 
 With episodes=N (`bench --episodes N`), each cell also plays N episodes of the run's env on
-seeds 0..N-1 with the board choosing every action (hil.play, in the same board session, after
+seeds 0..N-1 with the board choosing every action (episodes.py, in the same board session, after
 the cost and memory measurement), then the same seeds with the same model on tflite-runtime
 (its reference kernels and its optimized ones) and on TF Lite Micro: the row gets the board's
 return and whether it equals each of theirs on every seed. The firmware is bit-exact with TF
@@ -20,27 +20,10 @@ board's visited states where the fp32 network picks the same action; continuous 
 1 - mean |a - a_fp32| / action range).
 
 A row (one JSON line of OUT/bench.jsonl; `quarl-edge report RESULTS --bench BENCH.jsonl`
-reads them):
-
-    board, cpu, precision, kernels, run, env,     what ran where (run: the run directory)
-    algo
-    unit, cost_first, cost_mean, cost_min,        cost per inference (BENCH n), in the board's
-    cost_max, n, clock_hz                         unit (ns, cycles, instructions)
-    flash_bytes, ram_bytes, stack_bytes,          memory
-    arena_bytes
-    error                                         instead of the figures: why the cell did not run
-  with episodes > 0, also:
-    episodes, seeds, returns, mean_return,        the board's episodes
-    std_return, action_head
-    tflite_ref_returns, tflite_ref_mean_return,   the same model on tflite-runtime's reference
-    matches_tflite_ref                            kernels, same seeds; true when every seed's
-                                                  return is equal
-    tflite_returns, tflite_mean_return,           the same on tflite-runtime's optimized (default)
-    matches_tflite                                kernels
-    micro_returns, micro_mean_return,             the same on TF Lite Micro (None if it cannot
-    matches_reference                             run the model); true when every board return
-                                                  equals TFLM's (else tflite-runtime's)
-    fp32_returns, fp32_mean_return, agreement     the fp32 network, same seeds
+reads them) is measure/rows.py's BenchRow: board, cpu, scheme, kernels, the cost per inference
+in the board's unit (BENCH n), memory, or the error instead of the figures; with episodes > 0
+also the episode columns. Rows written before under older names (precision) are read with
+today's names (rows.migrate) when a bench merges its rows into the file.
 """
 from __future__ import annotations
 
@@ -50,14 +33,16 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import QuarlError
-from ..names import BENCH_MAX_N
-from ..link.session import BoardSession
-from ..rl.envs import default_head, make_gym, output_to_action
-from ..run import load_keras, load_run, tflite_path
-from ..targets.boards import Board, all_boards, get_board
 from ..files import locked, own, remove_stale, write_atomic
+from ..link.session import BoardSession
+from ..names import BENCH_MAX_N
+from ..rl.envs import default_head, make_gym
+from ..run import load_run, tflite_path
+from ..targets.boards import Board, all_boards, get_board
+from .episodes import Fp32Episodes, board_episodes
+from .rows import migrate
 
-PRECISIONS = ("fp32", "int8")
+SCHEMES = ("fp32", "int8")      # what a run is benched with
 
 
 def select_boards(spec: str) -> list[Board]:
@@ -76,84 +61,10 @@ def select_boards(spec: str) -> list[Board]:
     return list({b.id: b for b in out}.values())
 
 
-class Fp32Episodes:
-    """The reference network on the bench's seeds, played once per bench: its returns, and its
-    actions on any states (for the agreement of a board's actions with it). For a run the
-    reference is its fp32 network; for a bare .tflite (no run) the same model on TF Lite Micro
-    (`for_model`)."""
-
-    def __init__(self, forward, env_id: str, head: str, seeds: list[int], name: str = "fp32"):
-        from .hil import play
-        self.space = make_gym(env_id).action_space
-        self.head, self.forward, self.name = head, forward, name
-        self.returns, _, _ = play(env_id, lambda o: self.action(self.forward(o[None])[0]), seeds)
-
-    @classmethod
-    def for_run(cls, run_dir: Path, env_id: str, head: str, seeds: list[int]):
-        from .hil import fp32_policy     # the Keras model, or fp32.tflite without TensorFlow
-        return cls(fp32_policy(run_dir).fn, env_id, head, seeds)
-
-    @classmethod
-    def for_model(cls, model: Path, env_id: str, head: str, seeds: list[int]):
-        from .reference import host_reference, micro_reference
-        ref = micro_reference(model) or host_reference(model)
-        name = "tflm" if micro_reference(model) is not None else "tflite-runtime"
-        return cls(lambda x: np.stack([np.asarray(ref.run([o])[0]).reshape(-1) for o in x]),
-                   env_id, head, seeds, name)
-
-    def action(self, output):
-        return output_to_action(output, self.space, self.head)
-
-    def agreement(self, states: np.ndarray, actions: list) -> float:
-        ref = [self.action(y) for y in self.forward(states)]
-        if hasattr(self.space, "n"):
-            return float(np.mean([a == b for a, b in zip(actions, ref)]))
-        span = np.asarray(self.space.high - self.space.low, dtype=np.float64)
-        return float(1.0 - (np.abs(np.asarray(actions) - np.asarray(ref)) / span).mean())
-
-
-def board_episodes(session: BoardSession, model: Path, env_id: str, seeds: list[int],
-                   fp32: Fp32Episodes) -> dict:
-    """The episodes of a bench row: the board choosing every action on `seeds`, then the same
-    model on tflite-runtime and on TF Lite Micro (the check: equal returns on every seed) and
-    the fp32 agreement."""
-    from .hil import dequantized, play
-    from .reference import host_reference, micro_reference
-    in_spec, out_spec = session.info.inputs[0], session.info.outputs[0]
-
-    def board_act(obs):
-        (y,), _ = session.link.infer([obs.reshape(in_spec.shape)])
-        return fp32.action(dequantized(y, out_spec))
-
-    returns, visited, actions = play(env_id, board_act, seeds)
-    host = host_reference(model)
-    host_returns, _, _ = play(env_id, lambda o: fp32.action(host.run([o])[0]), seeds)
-    ref = host_reference(model, kernels="reference")
-    ref_returns, _, _ = play(env_id, lambda o: fp32.action(ref.run([o])[0]), seeds)
-    micro, micro_returns = micro_reference(model), None
-    if micro is not None:
-        micro_returns, _, _ = play(env_id, lambda o: fp32.action(micro.run([o])[0]), seeds)
-    return {"episodes": len(seeds), "seeds": list(seeds), "returns": returns,
-            "mean_return": float(np.mean(returns)), "std_return": float(np.std(returns)),
-            "action_head": fp32.head,
-            "tflite_ref_returns": ref_returns,
-            "tflite_ref_mean_return": float(np.mean(ref_returns)),
-            "matches_tflite_ref": bool(returns == ref_returns),
-            "tflite_returns": host_returns, "tflite_mean_return": float(np.mean(host_returns)),
-            "matches_tflite": bool(returns == host_returns),
-            "micro_returns": micro_returns,
-            "micro_mean_return": None if micro_returns is None else float(np.mean(micro_returns)),
-            "matches_reference": bool(returns == (host_returns if micro_returns is None
-                                                  else micro_returns)),
-            "fp32_returns": fp32.returns if fp32.name == "fp32" else None,
-            "fp32_mean_return": float(np.mean(fp32.returns)) if fp32.name == "fp32" else None,
-            "agreement": fp32.agreement(visited, actions), "agreement_with": fp32.name}
-
-
 def bench_cell(run_dir: Path, board: Board, scheme: str, n: int, obs: np.ndarray,
                flasher: str | None = None, drive: str | None = None,
                episodes: tuple[str, list[int], Fp32Episodes] | None = None) -> dict:
-    """One (board, precision) row: cost and memory; with `episodes` (env id, seeds, the fp32
+    """One (board, scheme) row: cost and memory; with `episodes` (env id, seeds, the fp32
     network's episodes), then the board's episodes (board_episodes). `run_dir` may be a bare
     MODEL.tflite (then `scheme` is its stem)."""
     bare = run_dir.suffix == ".tflite"
@@ -169,7 +80,7 @@ def bench_cell(run_dir: Path, board: Board, scheme: str, n: int, obs: np.ndarray
         _, first = s.link.infer([obs.reshape(spec.shape)])
         stats = s.link.bench(n)
         mem = s.memory()
-        row = {"board": board.id, "cpu": board.cpu, "precision": scheme, "kernels": board.kernels,
+        row = {"board": board.id, "cpu": board.cpu, "scheme": scheme, "kernels": board.kernels,
                "unit": s.info.cost_unit,
                "cost_first": first, "cost_mean": stats.mean, "cost_min": stats.min,
                "cost_max": stats.max, "n": stats.n, "clock_hz": board.clock_hz,
@@ -184,81 +95,28 @@ def run_bench(run_dir: Path, boards: list[Board], n: int = 100, out: Path | None
               progress: bool = False, flasher: str | None = None,
               drive: str | None = None, episodes: int = 0,
               env_id: str | None = None) -> list[dict]:
-    """Every (board, precision) cell: one row each, written as it finishes to
+    """Every (board, scheme) cell: one row each, written as it finishes to
     OUT/bench.jsonl.PID.partial (default OUT: RUN/results); when all cells are done they are
-    merged into OUT/bench.jsonl (replacing the rows of the same run, board, precision and
+    merged into OUT/bench.jsonl (replacing the rows of the same run, board, scheme and
     seeds, keeping the others: two benches at once keep both) and OUT/bench.md is made from it.
     A bench that fails keeps the previous results.
     `episodes` > 0: each row also gets the return of that many episodes on the board (seeds
     0..episodes-1; see the module docstring). `progress`: a bar over the cells on stderr.
 
-    `run_dir` may be a bare MODEL.tflite: one row per board, its precision the model's stem,
+    `run_dir` may be a bare MODEL.tflite: one row per board, its scheme the model's stem,
     results in MODEL's folder/results; `env_id` names its env (needed for episodes; its first
     observation is what BENCH repeats, else zeros), and the episodes' reference is the model
     on TF Lite Micro instead of an fp32 network."""
-    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= BENCH_MAX_N:
-        raise QuarlError(f"n (inferences per BENCH) must be an integer in 1..{BENCH_MAX_N}, "
-                         f"got {n!r}")
-    if not isinstance(episodes, int) or isinstance(episodes, bool) or episodes < 0:
-        raise QuarlError(f"episodes must be an integer >= 0, got {episodes!r}")
-    if not boards:     # an empty result would replace nothing: a usage error
-        raise QuarlError("bench needs at least one board")
+    _check_counts(n, episodes, boards)
     run_dir = Path(run_dir)
-    bare = run_dir.suffix == ".tflite"
-    if bare:
-        if not run_dir.is_file():
-            raise QuarlError(f"no model at {run_dir}")
-        if episodes and env_id is None:
-            raise QuarlError(f"{run_dir} is a bare model: episodes need its env (--env ID)")
-        meta, precisions, home = {"env": env_id, "algo": None}, (run_dir.stem,), run_dir.parent
-        if env_id is not None:
-            from .reference import check_env_fits_model
-            check_env_fits_model(env_id, run_dir, run_dir)
-    else:
-        meta, precisions, home = load_run(run_dir), PRECISIONS, run_dir
-        if env_id is not None and env_id != meta["env"]:
-            raise QuarlError(f"{run_dir} was made for {meta['env']}, not {env_id}")
-    play_spec = None
-    if episodes and not bare and (meta.get("network") or {}).get("recurrent"):
-        raise QuarlError(f"{run_dir} is a recurrent policy: its episodes need the state reset "
-                         "per episode; play them with `quarl-edge hil` (bench measures its cost)")
-    if episodes:
-        seeds = list(range(episodes))
-        head = meta.get("action_head") or default_head(make_gym(meta["env"]).action_space)
-        ref = (Fp32Episodes.for_model(run_dir, meta["env"], head, seeds) if bare else
-               Fp32Episodes.for_run(run_dir, meta["env"], head, seeds))
-        play_spec = (meta["env"], seeds, ref)
-    calib = home / "calibration.npy"
-    obs = np.load(calib)[0] if calib.is_file() and not bare else None
-    if obs is None and meta["env"] is not None:
-        obs = np.asarray(make_gym(meta["env"]).reset(seed=0)[0], np.float32)
+    meta, schemes, home = _bench_target(run_dir, episodes, env_id)
+    play_spec = _play_spec(run_dir, meta, episodes) if episodes else None
+    obs = _bench_observation(run_dir, meta, home)
     out = Path(out or home / "results")
     out.mkdir(parents=True, exist_ok=True)
     remove_stale(out)
-    rows = []
-    from tqdm import tqdm
-    bar = tqdm(total=len(boards) * len(precisions), desc="bench", unit="cell",
-               disable=not progress, leave=False)
-    partial = own(out / "bench.jsonl", "partial")
-    try:
-        with partial.open("w") as log:
-            for board in boards:
-                for scheme in precisions:
-                    bar.set_postfix_str(f"{board.id} {scheme}")
-                    x = obs if obs is not None else np.zeros(1, np.float32)
-                    try:
-                        row = bench_cell(run_dir, board, scheme, n, x, flasher, drive, play_spec)
-                    except QuarlError as e:        # e.g. does not fit: a result too, not a crash
-                        row = {"board": board.id, "cpu": board.cpu, "precision": scheme,
-                               "error": str(e)}
-                    row = {**row, "run": str(run_dir), "env": meta["env"], "algo": meta.get("algo")}
-                    rows.append(row)
-                    log.write(json.dumps(row) + "\n")
-                    log.flush()
-                    bar.update(1)
-    finally:
-        bar.close()
-        partial.unlink(missing_ok=True)      # a failed bench leaves the previous results
+    rows = _bench_cells(run_dir, meta, boards, schemes, n, obs, out, progress, flasher, drive,
+                        play_spec)
     with locked(out):    # another bench may be merging its rows into the same files
         merged = merge_rows(out / "bench.jsonl", rows)
         write_atomic(out / "bench.jsonl", "".join(r if isinstance(r, str) else
@@ -267,14 +125,100 @@ def run_bench(run_dir: Path, boards: list[Board], n: int = 100, out: Path | None
     return rows
 
 
+def _check_counts(n, episodes, boards) -> None:
+    """n, episodes and the boards as a bench takes them, else a QuarlError naming the one."""
+    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= BENCH_MAX_N:
+        raise QuarlError(f"n (inferences per BENCH) must be an integer in 1..{BENCH_MAX_N}, "
+                         f"got {n!r}")
+    if not isinstance(episodes, int) or isinstance(episodes, bool) or episodes < 0:
+        raise QuarlError(f"episodes must be an integer >= 0, got {episodes!r}")
+    if not boards:     # an empty result would replace nothing: a usage error
+        raise QuarlError("bench needs at least one board")
+
+
+def _bench_target(run_dir: Path, episodes: int, env_id: str | None) -> tuple[dict, tuple, Path]:
+    """(what the rows say of the run: its env and algo, the schemes to bench, the folder of
+    its builds and results) for a run directory or a bare MODEL.tflite."""
+    if run_dir.suffix == ".tflite":
+        if not run_dir.is_file():
+            raise QuarlError(f"no model at {run_dir}")
+        if episodes and env_id is None:
+            raise QuarlError(f"{run_dir} is a bare model: episodes need its env (--env ID)")
+        if env_id is not None:
+            from .reference import check_env_fits_model
+            check_env_fits_model(env_id, run_dir, run_dir)
+        return {"env": env_id, "algo": None}, (run_dir.stem,), run_dir.parent
+    meta = load_run(run_dir)
+    if env_id is not None and env_id != meta["env"]:
+        raise QuarlError(f"{run_dir} was made for {meta['env']}, not {env_id}")
+    if episodes and (meta.get("network") or {}).get("recurrent"):
+        raise QuarlError(f"{run_dir} is a recurrent policy: its episodes need the state reset "
+                         "per episode; play them with `quarl-edge hil` (bench measures its cost)")
+    return meta, SCHEMES, run_dir
+
+
+def _play_spec(run_dir: Path, meta: dict, episodes: int) -> tuple[str, list[int], Fp32Episodes]:
+    """(env id, seeds 0..episodes-1, the reference's episodes on them) for bench_cell."""
+    seeds = list(range(episodes))
+    head = meta.get("action_head") or default_head(make_gym(meta["env"]).action_space)
+    ref = (Fp32Episodes.for_model(run_dir, meta["env"], head, seeds)
+           if run_dir.suffix == ".tflite" else
+           Fp32Episodes.for_run(run_dir, meta["env"], head, seeds))
+    return meta["env"], seeds, ref
+
+
+def _bench_observation(run_dir: Path, meta: dict, home: Path) -> np.ndarray:
+    """What BENCH repeats: the run's first calibration observation, else the env's first
+    observation, else a zero."""
+    calib = home / "calibration.npy"
+    obs = np.load(calib)[0] if calib.is_file() and run_dir.suffix != ".tflite" else None
+    if obs is None and meta["env"] is not None:
+        obs = np.asarray(make_gym(meta["env"]).reset(seed=0)[0], np.float32)
+    return obs if obs is not None else np.zeros(1, np.float32)
+
+
+def _bench_cells(run_dir: Path, meta: dict, boards: list[Board], schemes: tuple, n: int,
+                 obs: np.ndarray, out: Path, progress: bool, flasher: str | None,
+                 drive: str | None, play_spec) -> list[dict]:
+    """Every (board, scheme) row, each written to OUT/bench.jsonl.PID.partial as it
+    finishes (removed at the end: a failed bench leaves the previous results)."""
+    from tqdm import tqdm   # the progress bar: loaded only when a bench starts
+    rows = []
+    bar = tqdm(total=len(boards) * len(schemes), desc="bench", unit="cell",
+               disable=not progress, leave=False)
+    partial = own(out / "bench.jsonl", "partial")
+    try:
+        with partial.open("w") as log:
+            for board in boards:
+                for scheme in schemes:
+                    bar.set_postfix_str(f"{board.id} {scheme}")
+                    try:
+                        row = bench_cell(run_dir, board, scheme, n, obs, flasher, drive,
+                                         play_spec)
+                    except QuarlError as e:        # e.g. does not fit: a result too, not a crash
+                        row = {"board": board.id, "cpu": board.cpu, "scheme": scheme,
+                               "error": str(e)}
+                    row = {**row, "run": str(run_dir), "env": meta["env"],
+                           "algo": meta.get("algo")}
+                    rows.append(row)
+                    log.write(json.dumps(row) + "\n")
+                    log.flush()
+                    bar.update(1)
+    finally:
+        bar.close()
+        partial.unlink(missing_ok=True)
+    return rows
+
+
 def row_key(row: dict) -> tuple:
     """Rows of the same cell: a later bench of it replaces the earlier row."""
-    return (row.get("run"), row.get("board"), row.get("precision"), tuple(row.get("seeds") or ()))
+    return (row.get("run"), row.get("board"), row.get("scheme"), tuple(row.get("seeds") or ()))
 
 
 def merge_rows(path: Path, rows: list[dict]) -> list:
-    """The rows already in `path` (a bench.jsonl; a line that is not a row is kept as it is),
-    those of the cells in `rows` replaced by them, and the new ones after them."""
+    """The rows already in `path` (a bench.jsonl; a line that is not a row is kept as it is;
+    an older row gets today's keys: rows.migrate), those of the cells in `rows` replaced by
+    them, and the new ones after them."""
     new = {row_key(r): r for r in rows}
     merged: list = []
     for line in (path.read_text().splitlines(True) if path.is_file() else []):
@@ -282,7 +226,9 @@ def merge_rows(path: Path, rows: list[dict]) -> list:
             old = json.loads(line)
         except ValueError:
             old = None
-        if not isinstance(old, dict) or not {"board", "cpu", "precision"} <= set(old):
+        if isinstance(old, dict):
+            old = migrate(old)
+        if not isinstance(old, dict) or not {"board", "cpu", "scheme"} <= set(old):
             merged.append(line if line.endswith("\n") else line + "\n")
         elif row_key(old) not in new:
             merged.append(old)
@@ -290,7 +236,7 @@ def merge_rows(path: Path, rows: list[dict]) -> list:
 
 
 def speedups(rows: list[dict]) -> dict[str, float]:
-    by = {(r["board"], r["precision"]): r for r in rows if "error" not in r}
+    by = {(r["board"], r["scheme"]): r for r in rows if "error" not in r}
     return {b: by[(b, "fp32")]["cost_mean"] / by[(b, "int8")]["cost_mean"]
             for (b, p) in by if p == "int8" and (b, "fp32") in by and by[(b, "int8")]["cost_mean"]}
 
@@ -308,21 +254,21 @@ def markdown(rows: list[dict]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(align) + "|"]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['board']} | {r['cpu']} | {r['precision']} | | refused: {r['error']} |"
+            lines.append(f"| {r['board']} | {r['cpu']} | {r['scheme']} | | refused: {r['error']} |"
                          + " |" * (len(head) - 5))
             continue
         est = ""
         if r["clock_hz"] and r["unit"] in ("cycles", "instructions"):
             us = r["cost_mean"] / r["clock_hz"] * 1e6
             est = f"~{us:,.0f} µs" + (" (1 instr/cycle, estimate)" if r["unit"] == "instructions" else "")
-        speed = f"{sp[r['board']]:.2f}x" if r["precision"] == "int8" and r["board"] in sp else ""
-        line = (f"| {r['board']} | {r['cpu']} | {r['precision']} | {r.get('kernels', '')} | "
+        speed = f"{sp[r['board']]:.2f}x" if r["scheme"] == "int8" and r["board"] in sp else ""
+        line = (f"| {r['board']} | {r['cpu']} | {r['scheme']} | {r.get('kernels', '')} | "
                 f"{r['cost_mean']:,.0f} | "
                 f"{r['unit']} | {est} | {r['flash_bytes'] or '-'} | {r['ram_bytes'] or '-'} | "
                 f"{r['stack_bytes']} | {r['arena_bytes']} | {speed} |")
         if played:
             line += (f" {r['mean_return']:,.1f} ± {r['std_return']:,.1f} | "
-                     f"{'yes' if r.get('matches_reference', r['matches_tflite']) else 'NO'} | "
+                     f"{'yes' if r['matches_reference'] else 'NO'} | "
                      f"{r['agreement']:.3f} |"
                      if "episodes" in r else " | | |")
         lines.append(line)

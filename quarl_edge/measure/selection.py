@@ -15,7 +15,8 @@ import numpy as np
 
 from ..quant.calibration import rollout_observations
 from ..quant.schemes import convert_keras
-from ..run import VALIDATION_SEED_BASE, keras_runner
+from ..nets import keras_runner
+from ..run import VALIDATION_SEED_BASE
 from .reference import tflite_batch_runner
 
 

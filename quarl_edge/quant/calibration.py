@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import QuarlError
-from ..run import keras_runner, load_keras, load_run, mlp_q_values
+from ..nets import keras_runner, mlp_q_values
+from ..run import load_keras, load_run
 
 CALIBRATION_SEED_BASE = 20_000
 CALIBRATION_EPSILON = 0.05

@@ -15,8 +15,8 @@ import numpy as np
 
 from ..errors import QuarlError
 from ..names import SWEEP_MODES
-from ..run import (ACTIVATIONS, KERNEL_LAYERS, keras_call, load_keras, load_run, mlp_forward,
-                   mlp_layers)
+from ..nets import ACTIVATIONS, KERNEL_LAYERS, keras_call, mlp_forward, mlp_layers
+from ..run import load_keras, load_run
 from .calibration import collect_calibration
 
 

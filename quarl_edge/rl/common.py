@@ -11,8 +11,8 @@ import numpy as np
 
 from ..errors import QuarlError
 from .envs import space_info
-from ..run import (MODEL_FILES, VALIDATION_SEED_BASE, keras_mlp, mlp_forward,
-                   package_versions, write_run)
+from ..nets import keras_mlp, mlp_forward
+from ..run import MODEL_FILES, VALIDATION_SEED_BASE, package_versions, write_run
 
 
 # ------------------------------------------------------------------ actor networks (PPO, SAC, ...)

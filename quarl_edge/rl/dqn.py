@@ -19,7 +19,8 @@ import numpy as np
 
 from ..errors import QuarlError
 from ..schema import int_sizes
-from ..run import VALIDATION_SEED_BASE, keras_runner, mlp_q_values, write_run
+from ..nets import keras_runner, mlp_q_values
+from ..run import VALIDATION_SEED_BASE, write_run
 from .common import GradientRounds, StagedReplay, build_optimizers, run_record
 
 

@@ -97,7 +97,7 @@ def _activation_ranges(model, calibration: np.ndarray) -> dict[str, tuple[float,
     and "<name>/pre" for the pre-activation of a tanh layer (clipped, see TANH_PRE_RANGE).
     A network that is not a plain MLP (a CNN): per layer with a kernel or pooling, its output's
     range, TensorFlow computing them."""
-    from ..run import mlp_forward, mlp_layers
+    from ..nets import mlp_forward, mlp_layers
     x = np.asarray(calibration, np.float32).reshape(len(calibration), -1)
     ranges = {"input": (float(x.min()), float(x.max()))}
     try:
@@ -418,7 +418,8 @@ def distill(model, run: dict, calibration: np.ndarray, cfg: DistillConfig, seed:
     from tqdm import tqdm
 
     from .envs import make_gym, play_batched
-    from ..run import VALIDATION_SEED_BASE, keras_runner
+    from ..nets import keras_runner
+    from ..run import VALIDATION_SEED_BASE
 
     env_id = run["env"]
     gym_env = make_gym(env_id)

@@ -7,7 +7,7 @@ The network (what `ppo --net lstm` trains, TF-Agents' LSTMEncodingNetwork inside
     observation -> Dense(relu) ... -> LSTMCell -> Dense(relu) ... -> logits (Dense)
 
 `RecurrentLayers` holds it: `dense_in` and `dense_out` as (kernel, bias, activation) like
-run.mlp_layers, the LSTM as Keras's (kernel [in, 4u], recurrent_kernel [u, 4u], bias [4u]) with
+nets.mlp_layers, the LSTM as Keras's (kernel [in, 4u], recurrent_kernel [u, 4u], bias [4u]) with
 the gates in Keras order i, f, c, o, sigmoid gates and tanh cell. Its state is (h, c), zero at
 an episode's start: TF-Agents' dynamic unroll zeroes it at every FIRST step, the one-step model
 is reset (tflite: Interpreter.reset_all_variables, a board: RESET, qe_model_reset_state()).
@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import QuarlError
-from ..run import ACTIVATIONS
+from ..nets import ACTIVATIONS
 from ..tfcompat import configure_converter
 
 WEIGHTS_FILE = "recurrent.npz"   # RUN/recurrent.npz: the greedy actor's arrays (RecurrentLayers)

@@ -18,7 +18,8 @@ import numpy as np
 
 from ..measure.reference import tflite_runner
 from ..rl.envs import compare_outputs, make_gym, play_batched
-from ..run import keras_runner, load_keras, load_run
+from ..nets import keras_runner
+from ..run import load_keras, load_run
 
 TEST_SEEDS = tuple(range(20))
 

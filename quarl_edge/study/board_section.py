@@ -2,7 +2,7 @@
 
 On the board: a study's board cells (kind "board" rows: `boards = [...]` in its TOML) and the
 JSON lines of `quarl-edge bench RUN --episodes N` given with --bench (OUT/bench.jsonl; the row
-format is in quarl_edge/measure/bench.py) make a section "On the board": per task one table,
+format is quarl_edge/measure/rows.py's BenchRow) make a section "On the board": per task one table,
 rows scheme × board, with the board's return (mean ± std over seeds), its normalised loss
 against the fp32 network on those seeds, the agreement, whether TF Lite Micro returns the same,
 whether validate found the outputs bit-exact, the cost per inference, its µs (measured on the
@@ -77,7 +77,7 @@ def board_cells(res: Results) -> list[dict]:
     groups: dict[tuple, list] = defaultdict(list)
     for it in board_table(res):
         r = it["row"]
-        groups[((r.get("algo") or "?", r.get("env") or "?"), r["board"], r["precision"])].append(it)
+        groups[((r.get("algo") or "?", r.get("env") or "?"), r["board"], r["scheme"])].append(it)
     out = []
     for (task, board, scheme), items in groups.items():
         rows = [it["row"] for it in items]
@@ -102,8 +102,7 @@ def board_cells(res: Results) -> list[dict]:
             "fp32_return": mean_of("fp32_mean_return"),
             "loss": float(np.mean(losses)) if losses else None,
             "agreement": mean_of("agreement"),
-            "equals_tflm": (all(r.get("matches_reference", r.get("matches_tflite")) for r in played)
-                            if played else None),
+            "equals_tflm": all(r.get("matches_reference") for r in played) if played else None,
             "equals_tflite": _every_seed(played, "matches_tflite"),
             "equals_tflite_ref": _every_seed(played, "matches_tflite_ref"),
             "bit_exact": (all(r["bit_exact"] for r in rows if "bit_exact" in r)
@@ -241,7 +240,7 @@ def board_blocks(res: Results, figures: dict[str, bool] | None = None) -> list:
             B.append(("img", pareto_name(board), f"Pareto: return vs cost on {board}"))
     refused = [r for r in res.bench if "error" in r]
     if refused:
-        B.append(("p", "Refused: " + "; ".join(f"{r['board']} {r['precision']}: {r['error']}"
+        B.append(("p", "Refused: " + "; ".join(f"{r['board']} {r['scheme']}: {r['error']}"
                                                for r in refused) + "."))
     skipped = defaultdict(set)
     for r in res.board_skipped:

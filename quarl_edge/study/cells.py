@@ -29,7 +29,8 @@ from typing import Callable
 import numpy as np
 
 from ..errors import QuarlError
-from ..measure.bench import Fp32Episodes, bench_cell
+from ..measure.bench import bench_cell
+from ..measure.episodes import Fp32Episodes
 from ..measure.reference import tflite_runner
 from ..measure.selection import int8_judge
 from ..measure.validate import validate
@@ -39,8 +40,8 @@ from ..quant.nbit import nbit_sweep
 from ..quant.schemes import quantize
 from ..rl.envs import default_head, make_gym, play_batched
 from ..rl.train import config_changes, resolve_config, train
-from ..run import (keras_runner, load_keras, load_run, ppo_action_std, tflite_path,
-                   weighted_layers)
+from ..nets import keras_runner, ppo_action_std, weighted_layers
+from ..run import load_keras, load_run, tflite_path
 from ..targets.boards import get_board
 from .analysis import (batch_runner, evaluate_runner, gaussian_policy_kl, policy_kl,
                        random_policy_return, weight_quantiles, weight_stats)

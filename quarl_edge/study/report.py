@@ -291,16 +291,16 @@ def _merge_scopes(expected: dict) -> dict:
 
 
 def read_bench(path: Path) -> list[dict]:
-    """The rows of a `quarl-edge bench` JSON-lines file (quarl_edge/measure/bench.py documents
-    a row); each must name its board and precision."""
+    """The rows of a `quarl-edge bench` JSON-lines file (quarl_edge/measure/rows.py's BenchRow,
+    older rows migrated by read_results); each must name its board and scheme."""
     path = Path(path)
     if not path.is_file():
         raise QuarlError(f"no bench file {path}")
     rows = read_results(path)
-    bad = [r for r in rows if not {"board", "precision"} <= set(r)]
+    bad = [r for r in rows if not {"board", "scheme"} <= set(r)]
     if bad or not rows:
         raise QuarlError(f"{path}: not a bench file (each line is a row of `quarl-edge bench`, "
-                         "with board and precision)")
+                         "with board and scheme)")
     return rows
 
 

@@ -12,11 +12,15 @@ fsync'ed per row, with plain strings and numbers:
     {"kind": "sweep", ..., "mode": "weights+activations", "bits": 4, ...}
     {"kind": "board", ..., "scheme": "int8", "board": "mps2-an386",
                      "status": "ok" | "skipped" | "does-not-fit" | "error", ...}  a board cell
-                     (run_board_cell): measure/bench.py's row (cost_mean in the board's unit,
-                     flash/ram/arena/stack bytes, the HIL episodes' returns, matches_reference
-                     with TF Lite Micro, matches_tflite_ref with tflite-runtime's reference
-                     kernels, agreement with fp32), us_per_inference, bit_exact and
-                     validate (measure/validate.py's classes), and where it ran (node, host, pid)
+                     (run_board_cell): measure/rows.py's BoardCellRow, a bench row (cost_mean
+                     in the board's unit, flash/ram/arena/stack bytes, the HIL episodes'
+                     returns, matches_reference with TF Lite Micro, matches_tflite_ref with
+                     tflite-runtime's reference kernels, agreement with fp32), us_per_inference,
+                     bit_exact and validate (measure/validate.py's classes), and where it ran
+                     (node, host, pid)
+
+Rows are read with today's keys (measure/rows.py's migrate): a file written before under older
+names (a board row's "precision" beside its "scheme") reads as one written now.
 
 A row's key (row_key) is what `--resume` and the report deduplicate on: the report keeps the last
 row per key, `--resume` skips every key whose row's status is in STATUS_DONE.
@@ -32,6 +36,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import QuarlError
+from ..measure.rows import migrate
 from .plan import Group
 from .statistics import normalised_loss
 
@@ -53,7 +58,8 @@ def row_key(row: dict) -> tuple:
 
 
 def read_results(path: Path) -> list[dict]:
-    """Rows of a results file; a last line cut by a kill (no newline, not JSON) is ignored."""
+    """Rows of a results file, with today's keys (rows.migrate); a last line cut by a kill (no
+    newline, not JSON) is ignored."""
     path = Path(path)
     if not path.is_file():
         return []
@@ -63,11 +69,12 @@ def read_results(path: Path) -> list[dict]:
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
+            row = json.loads(line)
         except json.JSONDecodeError:
             if i == len(lines) - 1:  # the unterminated last line
                 continue
             raise QuarlError(f"{path}: line {i + 1} is not JSON") from None
+        rows.append(migrate(row) if isinstance(row, dict) else row)
     return rows
 
 
@@ -215,8 +222,7 @@ class Results:
         self.other = [r for r in self.all if r.get("status") not in ("ok",)
                       and not (r["kind"] == "board" and r.get("status") in ("skipped", "does-not-fit"))]
         boards = [r for r in self.all if r["kind"] == "board"]
-        self.board_ok = [{**r, "precision": r.get("precision", r["scheme"])} for r in boards
-                         if r.get("status") == "ok"]
+        self.board_ok = [r for r in boards if r.get("status") == "ok"]
         self.board_no_fit = [r for r in boards if r.get("status") == "does-not-fit"]
         self.board_skipped = [r for r in boards if r.get("status") == "skipped"]
         self.study = next((r.get("study") for r in self.all if r.get("study")), None)
