@@ -1,5 +1,6 @@
 """DQN (double DQN, n-step returns, target network) with TF-Agents, read top to bottom:
-the config, the agent, the loop, the export of the best checkpoint.
+the config, the training loop (`train_dqn`), then its steps in the order it takes them: the
+envs, the agent, the replay buffer, acting, a step, keeping the best checkpoint, the export.
 
 The greedy policy is evaluated every `eval_every` steps on the validation seeds (10_000 + k);
 the best checkpoint is kept. With `select_int8`, checkpoints tied on the best fp32 validation
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
 from ..errors import QuarlError
 from ..schema import int_sizes
@@ -109,24 +111,82 @@ def train_dqn(env_id: str, seed: int, out: Path, config: DQNConfig, progress: bo
 
     `judge(env_id, val_env, model, n_actions, episodes, workdir) -> float` scores a candidate
     checkpoint (a Keras Q-network) for `select_int8`; required when it is set."""
-    import tensorflow as tf
-    from tf_agents.agents.dqn import dqn_agent
-    from tf_agents.networks import q_network
-    from tf_agents.policies import policy_saver
-    from tf_agents.replay_buffers import tf_uniform_replay_buffer
-    from tf_agents.specs import tensor_spec
-    from tf_agents.trajectories import policy_step, trajectory
-    from tf_agents.utils import common
-    from tqdm import tqdm
-
-    from .tf_env import make_env
+    import tensorflow as tf  # heavy: only when training
 
     cfg = config
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     tf.keras.utils.set_random_seed(seed)  # python, numpy and TF seeds
     rng = np.random.default_rng(seed)
+    env, val_env, n_actions, obs_shape = _envs(env_id, seed, cfg, judge)
+    q_net, agent = _make_agent(env, cfg)
+    staged, gradient_round = _make_replay(agent, cfg)
 
+    # --- the loop
+    curve_file = (out / "train_curve.csv").open("w", newline="")
+    curve = csv.writer(curve_file)
+    curve.writerow(["step", "train_return", "greedy_return", "loss"])
+    recent_returns: deque[float] = deque(maxlen=20)
+    episode_return, loss = 0.0, float("nan")
+    best = {"return": -np.inf, "int8_return": None, "step": 0, "weights": q_net.get_weights()}
+    candidate = keras_q_model(obs_shape, cfg.hidden, n_actions, cfg.conv)   # what `judge` plays
+    q_function = _acting_q_function(obs_shape, cfg, n_actions)
+
+    t0 = time.perf_counter()
+    weights = q_net.get_weights()  # numpy copy used for acting; refreshed after each update round
+    q_values = q_function(weights)
+    time_step = env.reset()
+    bar = tqdm(range(1, cfg.steps + 1), desc=f"dqn {env_id}", disable=not progress,
+               mininterval=1.0, unit="step")
+    for step in bar:
+        if rng.random() < epsilon(cfg, step):
+            action = np.int64(rng.integers(n_actions))
+        else:
+            action = np.int64(np.argmax(q_values(time_step.observation[None])[0]))
+        time_step, reward, episode_end = _env_step(env, time_step, action, staged)
+        episode_return += reward
+        if episode_end:
+            recent_returns.append(episode_return)
+            episode_return = 0.0
+
+        if step % cfg.train_every == 0:
+            staged.flush()   # the buffer as the steps so far left it, before any sample
+        if step >= cfg.learning_starts and step % cfg.train_every == 0:
+            loss = gradient_round(cfg.updates_per_train)
+            weights = q_net.get_weights()
+            q_values = q_function(weights)
+
+        greedy = None
+        if step % cfg.eval_every == 0 or step == cfg.steps:
+            greedy = validation_return(env_id, q_values, cfg.eval_episodes)
+            best = _keep_best(best, greedy, step, weights, cfg, candidate,
+                              lambda model: judge(env_id, val_env, model, n_actions,
+                                                  cfg.eval_episodes, out))
+            bar.set_postfix(train=f"{np.mean(recent_returns) if recent_returns else 0:.0f}",
+                            greedy=f"{greedy:.0f}", best=f"{best['return']:.0f}")
+        if greedy is not None or step % cfg.log_every == 0:
+            train_ret = float(np.mean(recent_returns)) if recent_returns else ""
+            curve.writerow([step, train_ret, "" if greedy is None else greedy,
+                            "" if np.isnan(loss) else f"{loss:.5g}"])
+            curve_file.flush()
+    bar.close()
+    curve_file.close()
+    train_seconds = time.perf_counter() - t0
+
+    _export(out, agent, q_net, best["weights"], obs_shape, n_actions, cfg, seed)
+    info = run_record(env_id, "dqn", seed, cfg, best, train_seconds, recent_returns, obs_shape,
+                      env.gym_env.action_space, _network_info(cfg),
+                      best_int8_validation_return=best["int8_return"])
+    write_run(out, info)
+    env.close()
+    val_env.close()
+    return info
+
+
+def _envs(env_id: str, seed: int, cfg: DQNConfig, judge):
+    """The training env (seeded), the judge's validation env, the number of actions and the
+    observation shape; refuses what DQN cannot train."""
+    from .tf_env import make_env
     env = make_env(env_id, seed=seed)
     val_env = make_env(env_id)
     obs_spec, act_spec = env.observation_spec(), env.action_spec()
@@ -140,8 +200,18 @@ def train_dqn(env_id: str, seed: int, out: Path, config: DQNConfig, progress: bo
         raise QuarlError("dqn's select_int8 ranks tied checkpoints by their int8 return: pass "
                          "judge=quarl_edge.measure.selection.int8_judge, or set select_int8=False")
     obs_shape = tuple(int(d) for d in obs_spec.shape)
+    return env, val_env, n_actions, obs_shape
 
-    # --- agent: Q-network, target network, (double) DQN loss with n-step returns
+
+def _make_agent(env, cfg: DQNConfig):
+    """The agent: Q-network, target network, (double) DQN loss with n-step returns."""
+    import tensorflow as tf  # heavy: only when training
+    from tf_agents.agents.dqn import dqn_agent
+    from tf_agents.networks import q_network
+    from tf_agents.specs import tensor_spec
+    from tf_agents.utils import common
+
+    obs_spec, act_spec = env.observation_spec(), env.action_spec()
     q_net = q_network.QNetwork(tensor_spec.from_spec(obs_spec), tensor_spec.from_spec(act_spec),
                                conv_layer_params=cfg.conv or None, fc_layer_params=cfg.hidden)
     lr = cfg.learning_rate
@@ -156,7 +226,7 @@ def train_dqn(env_id: str, seed: int, out: Path, config: DQNConfig, progress: bo
         tensor_spec.from_spec(act_spec),
         q_network=q_net,
         optimizer=tf.keras.optimizers.Adam(learning_rate=lr),
-        epsilon_greedy=None,  # exploration is done in the loop below
+        epsilon_greedy=None,  # exploration is done in the training loop
         n_step_update=cfg.n_step,
         target_update_period=cfg.target_update_period,
         target_update_tau=cfg.target_update_tau,
@@ -166,6 +236,12 @@ def train_dqn(env_id: str, seed: int, out: Path, config: DQNConfig, progress: bo
         train_step_counter=tf.Variable(0, dtype=tf.int64),
     )
     agent.initialize()
+    return q_net, agent
+
+
+def _make_replay(agent, cfg: DQNConfig):
+    """The replay buffer, as (staged adds, a round of gradient steps on its samples)."""
+    from tf_agents.replay_buffers import tf_uniform_replay_buffer  # heavy: TF-Agents
 
     replay = tf_uniform_replay_buffer.TFUniformReplayBuffer(
         agent.collect_data_spec, batch_size=1, max_length=cfg.buffer_size)
@@ -174,20 +250,18 @@ def train_dqn(env_id: str, seed: int, out: Path, config: DQNConfig, progress: bo
                                      num_steps=cfg.n_step + 1).prefetch(2))
     build_optimizers(agent)
     gradient_round = GradientRounds(agent, samples)   # a round's updates in one traced call
+    return staged, gradient_round
 
-    def epsilon(step: int) -> float:
-        frac = min(1.0, step / max(1, cfg.epsilon_decay_steps))
-        return cfg.epsilon_start + frac * (cfg.epsilon_end - cfg.epsilon_start)
 
-    # --- the loop
-    curve_file = (out / "train_curve.csv").open("w", newline="")
-    curve = csv.writer(curve_file)
-    curve.writerow(["step", "train_return", "greedy_return", "loss"])
-    recent_returns: deque[float] = deque(maxlen=20)
-    episode_return, loss = 0.0, float("nan")
-    best = {"return": -np.inf, "int8_return": None, "step": 0, "weights": q_net.get_weights()}
-    candidate = keras_q_model(obs_shape, cfg.hidden, n_actions, cfg.conv)
-    # Acting: an MLP in numpy from its weights; a CNN through its Keras twin (one traced call)
+def epsilon(cfg: DQNConfig, step: int) -> float:
+    """The exploration rate at `step`: linear from epsilon_start to epsilon_end, then flat."""
+    frac = min(1.0, step / max(1, cfg.epsilon_decay_steps))
+    return cfg.epsilon_start + frac * (cfg.epsilon_end - cfg.epsilon_start)
+
+
+def _acting_q_function(obs_shape: tuple[int, ...], cfg: DQNConfig, n_actions: int):
+    """weights -> the Q-values function the loop acts with: an MLP in numpy from its weights,
+    a CNN through its Keras twin (one traced call)."""
     acting = keras_q_model(obs_shape, cfg.hidden, n_actions, cfg.conv) if cfg.conv else None
     acting_call = keras_runner(acting) if acting is not None else None
 
@@ -196,74 +270,61 @@ def train_dqn(env_id: str, seed: int, out: Path, config: DQNConfig, progress: bo
             return lambda x: mlp_q_values(w, x)
         acting.set_weights(w)
         return acting_call
-    empty_info = ()
+    return q_function
 
-    t0 = time.perf_counter()
-    weights = q_net.get_weights()  # numpy copy used for acting; refreshed after each update round
-    q_values = q_function(weights)
-    time_step = env.reset()
-    bar = tqdm(range(1, cfg.steps + 1), desc=f"dqn {env_id}", disable=not progress,
-               mininterval=1.0, unit="step")
-    for step in bar:
-        obs = time_step.observation
-        if rng.random() < epsilon(step):
-            action = np.int64(rng.integers(n_actions))
-        else:
-            action = np.int64(np.argmax(q_values(obs[None])[0]))
-        next_time_step = env.step(action)
-        traj = trajectory.from_transition(time_step, policy_step.PolicyStep(action, (), empty_info),
-                                          next_time_step)
+
+def _env_step(env, time_step, action, staged: StagedReplay):
+    """Step `env` with `action` and stage the transition; returns (the next time step, the
+    reward, whether the episode ended). At an episode's end the boundary LAST -> FIRST
+    trajectory is stored too (DQN masks it out of the loss) and the next time step is FIRST."""
+    import tensorflow as tf  # heavy: only when training
+    from tf_agents.trajectories import policy_step, trajectory
+
+    def stage(before, after):
+        traj = trajectory.from_transition(before, policy_step.PolicyStep(action, (), ()), after)
         staged.add(tf.nest.map_structure(lambda x: np.asarray(x)[None], traj))
-        episode_return += float(next_time_step.reward)
-        if next_time_step.is_last():
-            recent_returns.append(episode_return)
-            episode_return = 0.0
-            # the boundary LAST -> FIRST trajectory is stored too; DQN masks it out of the loss
-            first = env.step(action)  # auto reset: the action is ignored
-            traj = trajectory.from_transition(next_time_step,
-                                              policy_step.PolicyStep(action, (), empty_info), first)
-            staged.add(tf.nest.map_structure(lambda x: np.asarray(x)[None], traj))
-            next_time_step = first
-        time_step = next_time_step
 
-        if step % cfg.train_every == 0:
-            staged.flush()   # the buffer as the steps so far left it, before any sample
-        if step >= cfg.learning_starts and step % cfg.train_every == 0:
-            loss = gradient_round(cfg.updates_per_train)
-            weights = q_net.get_weights()
-            q_values = q_function(weights)
+    next_time_step = env.step(action)
+    stage(time_step, next_time_step)
+    reward, end = float(next_time_step.reward), bool(next_time_step.is_last())
+    if end:
+        first = env.step(action)  # auto reset: the action is ignored
+        stage(next_time_step, first)
+        next_time_step = first
+    return next_time_step, reward, end
 
-        greedy = None
-        if step % cfg.eval_every == 0 or step == cfg.steps:
-            greedy = validation_return(env_id, q_values, cfg.eval_episodes)
-            if greedy >= best["return"]:  # ties: keep the later, longer-trained one
-                int8 = None
-                if cfg.select_int8:
-                    candidate.set_weights(weights)
-                    int8 = judge(env_id, val_env, candidate, n_actions,
-                                                  cfg.eval_episodes, out)
-                if greedy > best["return"] or int8 is None or int8 >= (best["int8_return"] or 0):
-                    best = {"return": greedy, "int8_return": int8, "step": step, "weights": weights}
-            bar.set_postfix(train=f"{np.mean(recent_returns) if recent_returns else 0:.0f}",
-                            greedy=f"{greedy:.0f}", best=f"{best['return']:.0f}")
-        if greedy is not None or step % cfg.log_every == 0:
-            train_ret = float(np.mean(recent_returns)) if recent_returns else ""
-            curve.writerow([step, train_ret, "" if greedy is None else greedy,
-                            "" if np.isnan(loss) else f"{loss:.5g}"])
-            curve_file.flush()
-    bar.close()
-    curve_file.close()
-    train_seconds = time.perf_counter() - t0
 
-    # --- keep the best checkpoint: SavedModel policy and its plain Keras twin
-    q_net.set_weights(best["weights"])
+def _keep_best(best: dict, greedy: float, step: int, weights, cfg: DQNConfig, candidate,
+               score_int8) -> dict:
+    """The best checkpoint after a validation return of `greedy` at `step`: ties keep the later,
+    longer-trained one, and with select_int8 tied checkpoints are ranked by `score_int8(model)`
+    (the checkpoint's weights in `candidate`, a Keras Q-network)."""
+    if greedy < best["return"]:
+        return best
+    int8 = None
+    if cfg.select_int8:
+        candidate.set_weights(weights)
+        int8 = score_int8(candidate)
+    if greedy > best["return"] or int8 is None or int8 >= (best["int8_return"] or 0):
+        return {"return": greedy, "int8_return": int8, "step": step, "weights": weights}
+    return best
+
+
+def _export(out: Path, agent, q_net, weights, obs_shape, n_actions: int, cfg: DQNConfig,
+            seed: int) -> None:
+    """Keep the best checkpoint: policy/ (SavedModel) and its plain Keras twin qnet.keras,
+    checked against the agent's network on random observations."""
+    import tensorflow as tf  # heavy: only when training
+    from tf_agents.policies import policy_saver
+
+    q_net.set_weights(weights)
     policy_dir = out / "policy"
     if policy_dir.exists():
         shutil.rmtree(policy_dir)
     policy_saver.PolicySaver(agent.policy, batch_size=None).save(str(policy_dir))
 
     model = keras_q_model(obs_shape, cfg.hidden, n_actions, cfg.conv)
-    model.set_weights(best["weights"])
+    model.set_weights(weights)
     probe = np.random.default_rng(seed + 1).normal(size=(256, *obs_shape)).astype(np.float32)
     agent_q = q_net(tf.constant(probe), training=False)[0].numpy()
     keras_q = model(probe, training=False).numpy()
@@ -271,14 +332,10 @@ def train_dqn(env_id: str, seed: int, out: Path, config: DQNConfig, progress: bo
         raise RuntimeError("the Keras copy of the Q-network disagrees with the TF-Agents network")
     model.save(out / "qnet.keras")
 
-    info = run_record(env_id, "dqn", seed, cfg, best, train_seconds, recent_returns, obs_shape,
-                      env.gym_env.action_space,
-                      ({"type": "cnn", "conv": [list(c) for c in cfg.conv],
-                        "hidden": list(cfg.hidden), "activation": "relu"} if cfg.conv else
-                       {"type": "mlp", "hidden": list(cfg.hidden), "activation": "relu"}),
-                      best_int8_validation_return=best["int8_return"])
-    write_run(out, info)
-    env.close()
-    val_env.close()
-    return info
 
+def _network_info(cfg: DQNConfig) -> dict:
+    """run.json's "network": the Q-network's shape."""
+    if cfg.conv:
+        return {"type": "cnn", "conv": [list(c) for c in cfg.conv], "hidden": list(cfg.hidden),
+                "activation": "relu"}
+    return {"type": "mlp", "hidden": list(cfg.hidden), "activation": "relu"}

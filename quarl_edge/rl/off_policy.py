@@ -1,5 +1,6 @@
 """SAC, TD3 and DDPG (continuous actions) with TF-Agents: one replay-buffer loop for the three,
-read top to bottom: the config, the agent per algorithm, warm-up noise, the loop, the export."""
+read top to bottom: the config, the loop (`train_off_policy`), the agent per algorithm, an env
+step, warm-up noise; the export is common.py's."""
 from __future__ import annotations
 
 import csv
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
 from ..errors import QuarlError
 from ..schema import int_sizes
@@ -65,16 +67,10 @@ class OffPolicyConfig:
 
 def train_off_policy(algo: str, env_id: str, seed: int, out: Path, config: OffPolicyConfig,
                      progress: bool = True) -> dict:
-    import tensorflow as tf
-    from tf_agents.agents.ddpg import actor_network, critic_network, ddpg_agent
-    from tf_agents.agents.sac import sac_agent, tanh_normal_projection_network
-    from tf_agents.agents.td3 import td3_agent
-    from tf_agents.networks import actor_distribution_network
+    """Train `algo` ("sac", "td3" or "ddpg") on `env_id` into the run directory `out`; returns
+    run.json's contents."""
+    import tensorflow as tf  # heavy: only when training
     from tf_agents.replay_buffers import tf_uniform_replay_buffer
-    from tf_agents.specs import tensor_spec
-    from tf_agents.trajectories import policy_step, trajectory
-    from tf_agents.utils import common
-    from tqdm import tqdm
 
     cfg = config
     out = Path(out)
@@ -82,6 +78,71 @@ def train_off_policy(algo: str, env_id: str, seed: int, out: Path, config: OffPo
     tf.keras.utils.set_random_seed(seed)
     rng = np.random.default_rng(seed)
     env = _agent_env(env_id, seed, algo, continuous_only=True)
+    agent, actor_net = _make_agent(algo, env, cfg)
+    collect = common_function(agent.collect_policy.action)
+    agent_train = common_function(agent.train)
+    replay = tf_uniform_replay_buffer.TFUniformReplayBuffer(
+        agent.collect_data_spec, batch_size=1, max_length=cfg.buffer_size)
+    samples = iter(replay.as_dataset(sample_batch_size=cfg.batch_size, num_steps=2).prefetch(2))
+    staged = StagedReplay(replay)   # each step's add_batch, made in one call per round
+    space = env.gym_env.action_space
+    warmup = WarmupNoise(cfg.warmup_noise, space.low, space.high, rng)
+
+    curve_file = (out / "train_curve.csv").open("w", newline="")
+    curve = csv.writer(curve_file)
+    curve.writerow(["step", "train_return", "greedy_return", "loss"])
+    recent: deque[float] = deque(maxlen=20)
+    best = {"return": -np.inf, "step": 0, "net_weights": actor_net.get_weights()}
+    loss = float("nan")
+    t0 = time.perf_counter()
+    time_step, episode_return = env.reset(), 0.0
+    policy_state = agent.collect_policy.get_initial_state(1)
+    bar = tqdm(range(1, cfg.steps + 1), desc=f"{algo} {env_id}", disable=not progress,
+               mininterval=1.0, unit="step")
+    for step in bar:
+        time_step, policy_state, reward, episode_end = _env_step(
+            env, time_step, policy_state, staged,
+            warmup if step <= cfg.learning_starts else None, collect)
+        episode_return += reward
+        if episode_end:
+            recent.append(episode_return)
+            episode_return = 0.0
+            policy_state = agent.collect_policy.get_initial_state(1)
+        if step % cfg.train_every == 0:
+            staged.flush()   # the buffer as the steps so far left it, before any sample
+        if step >= cfg.learning_starts and step % cfg.train_every == 0:
+            for _ in range(cfg.updates_per_train):
+                experience, _ = next(samples)
+                weights = boundary_weights(experience) if cfg.mask_boundaries else None
+                loss = float(agent_train(experience, weights=weights).loss)
+        if step % cfg.eval_every == 0 or step == cfg.steps:
+            greedy = _validation_return(env_id, actor_layers(actor_net, env.action_spec()),
+                                        cfg.eval_episodes)
+            if greedy >= best["return"]:
+                best = {"return": greedy, "step": step, "net_weights": actor_net.get_weights()}
+            bar.set_postfix(greedy=f"{greedy:.0f}", best=f"{best['return']:.0f}")
+            curve.writerow([step, float(np.mean(recent)) if recent else "", greedy,
+                            "" if np.isnan(loss) else f"{loss:.5g}"])
+            curve_file.flush()
+    bar.close()
+    curve_file.close()
+    info = _save_actor_run(out, algo, env_id, seed, cfg, agent, actor_net, env, best,
+                           time.perf_counter() - t0, recent, {})
+    env.close()
+    return info
+
+
+def _make_agent(algo: str, env, cfg: OffPolicyConfig):
+    """(agent, actor network): SAC's tanh-Gaussian actor, or TD3's and DDPG's deterministic
+    one, with a Q critic of `critic_hidden`; its optimizers' variables built."""
+    import tensorflow as tf  # heavy: only when training
+    from tf_agents.agents.ddpg import actor_network, critic_network, ddpg_agent
+    from tf_agents.agents.sac import sac_agent, tanh_normal_projection_network
+    from tf_agents.agents.td3 import td3_agent
+    from tf_agents.networks import actor_distribution_network
+    from tf_agents.specs import tensor_spec
+    from tf_agents.utils import common
+
     obs_spec = tensor_spec.from_spec(env.observation_spec())
     act_spec = tensor_spec.from_spec(env.action_spec())
     ts_spec = tensor_spec.from_spec(env.time_step_spec())
@@ -120,71 +181,34 @@ def train_off_policy(algo: str, env_id: str, seed: int, out: Path, config: OffPo
                                          ou_damping=0.15, **common_kw)
     agent.initialize()
     build_optimizers(agent)   # one trace of the train step, not two
-    collect = common_function(agent.collect_policy.action)
-    agent_train = common_function(agent.train)
-    replay = tf_uniform_replay_buffer.TFUniformReplayBuffer(
-        agent.collect_data_spec, batch_size=1, max_length=cfg.buffer_size)
-    samples = iter(replay.as_dataset(sample_batch_size=cfg.batch_size, num_steps=2).prefetch(2))
-    staged = StagedReplay(replay)   # each step's add_batch, made in one call per round
-    space = env.gym_env.action_space
-    warmup = WarmupNoise(cfg.warmup_noise, space.low, space.high, rng)
+    return agent, actor_net
 
-    curve_file = (out / "train_curve.csv").open("w", newline="")
-    curve = csv.writer(curve_file)
-    curve.writerow(["step", "train_return", "greedy_return", "loss"])
-    recent: deque[float] = deque(maxlen=20)
-    best = {"return": -np.inf, "step": 0, "net_weights": actor_net.get_weights()}
-    loss = float("nan")
-    t0 = time.perf_counter()
-    time_step, episode_return = env.reset(), 0.0
-    policy_state = agent.collect_policy.get_initial_state(1)
-    bar = tqdm(range(1, cfg.steps + 1), desc=f"{algo} {env_id}", disable=not progress,
-               mininterval=1.0, unit="step")
-    for step in bar:
-        nts = _numpy_batch(time_step)   # numpy in: the traced collect converts it itself
-        if step <= cfg.learning_starts:
-            action = warmup.next().astype(np.float32)
-            pstep = policy_step.PolicyStep(action[None], policy_state, ())
-        else:
-            pstep = collect(nts, policy_state)
-            policy_state = pstep.state
-            action = pstep.action.numpy()[0]
-        pstep = policy_step.PolicyStep(np.asarray(pstep.action), (), ())
-        next_ts = env.step(action)
-        staged.add(trajectory.from_transition(nts, pstep, _numpy_batch(next_ts)))
-        episode_return += float(next_ts.reward)
-        if next_ts.is_last():
-            recent.append(episode_return)
-            episode_return = 0.0
-            first = env.step(action)
-            staged.add(trajectory.from_transition(_numpy_batch(next_ts), pstep,
-                                                  _numpy_batch(first)))
-            next_ts = first
-            policy_state = agent.collect_policy.get_initial_state(1)
-        time_step = next_ts
-        if step % cfg.train_every == 0:
-            staged.flush()   # the buffer as the steps so far left it, before any sample
-        if step >= cfg.learning_starts and step % cfg.train_every == 0:
-            for _ in range(cfg.updates_per_train):
-                experience, _ = next(samples)
-                weights = boundary_weights(experience) if cfg.mask_boundaries else None
-                loss = float(agent_train(experience, weights=weights).loss)
-        greedy = None
-        if step % cfg.eval_every == 0 or step == cfg.steps:
-            greedy = _validation_return(env_id, actor_layers(actor_net, env.action_spec()),
-                                        cfg.eval_episodes)
-            if greedy >= best["return"]:
-                best = {"return": greedy, "step": step, "net_weights": actor_net.get_weights()}
-            bar.set_postfix(greedy=f"{greedy:.0f}", best=f"{best['return']:.0f}")
-            curve.writerow([step, float(np.mean(recent)) if recent else "", greedy,
-                            "" if np.isnan(loss) else f"{loss:.5g}"])
-            curve_file.flush()
-    bar.close()
-    curve_file.close()
-    info = _save_actor_run(out, algo, env_id, seed, cfg, agent, actor_net, env, best,
-                           time.perf_counter() - t0, recent, {})
-    env.close()
-    return info
+
+def _env_step(env, time_step, policy_state, staged: StagedReplay, warmup, collect):
+    """One env step, its transition staged: a warm-up action from `warmup`, or (warmup None) the
+    traced `collect` policy's. Returns (the next time step, the policy state, the reward,
+    whether the episode ended); at an episode's end the LAST -> FIRST pair is staged too and the
+    next time step is FIRST (the caller resets the policy state)."""
+    from tf_agents.trajectories import policy_step, trajectory  # heavy: TF-Agents
+
+    nts = _numpy_batch(time_step)   # numpy in: the traced collect converts it itself
+    if warmup is not None:
+        action = warmup.next().astype(np.float32)
+        pstep = policy_step.PolicyStep(action[None], policy_state, ())
+    else:
+        pstep = collect(nts, policy_state)
+        policy_state = pstep.state
+        action = pstep.action.numpy()[0]
+    pstep = policy_step.PolicyStep(np.asarray(pstep.action), (), ())
+    next_ts = env.step(action)
+    staged.add(trajectory.from_transition(nts, pstep, _numpy_batch(next_ts)))
+    reward, end = float(next_ts.reward), bool(next_ts.is_last())
+    if end:
+        first = env.step(action)
+        staged.add(trajectory.from_transition(_numpy_batch(next_ts), pstep,
+                                              _numpy_batch(first)))
+        next_ts = first
+    return next_ts, policy_state, reward, end
 
 
 def _numpy_batch(x):

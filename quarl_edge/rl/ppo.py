@@ -1,5 +1,7 @@
 """PPO (TF-Agents' PPOClipAgent, GAE) on discrete or continuous actions, read top to bottom:
-the config, envs stepped side by side, the agent, the collect/train loop, the export.
+the config, the collect/train loop (`train_ppo`), then its steps in the order it takes them: the
+envs stepped side by side, the networks, the agent, the update, a round of collection, the
+validation, the export.
 
 `net="lstm"` trains a recurrent policy (ActorDistributionRnnNetwork and ValueRnnNetwork:
 `hidden` Dense layers, one LSTM of `lstm_units`, the head) for partially observed tasks such as
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
 from ..errors import QuarlError
 from ..schema import int_sizes
@@ -75,91 +78,27 @@ class PPOConfig:
 
 
 def train_ppo(env_id: str, seed: int, out: Path, config: PPOConfig, progress: bool = True) -> dict:
+    """Train PPO on `env_id` into the run directory `out`; returns run.json's contents.
+    `net="lstm"` with rnn_trainer "own" (the default) trains with rl/rppo.py instead."""
     if config.net == "lstm" and config.rnn_trainer == "own":
         from .rppo import train_recurrent_ppo
         return train_recurrent_ppo(env_id, seed, out, config, progress)
-    import tensorflow as tf
-    from tf_agents.agents.ppo import ppo_clip_agent
-    from tf_agents.environments import batched_py_environment
-    from tf_agents.networks import (actor_distribution_network, actor_distribution_rnn_network,
-                                    value_network, value_rnn_network)
+    import tensorflow as tf  # heavy: only when training
     from tf_agents.replay_buffers import tf_uniform_replay_buffer
-    from tf_agents.specs import tensor_spec
-    from tf_agents.trajectories import trajectory
-    from tqdm import tqdm
-
-    from .tf_env import make_env
 
     cfg = config
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     tf.keras.utils.set_random_seed(seed)
-    env = _agent_env(env_id, seed, "ppo", continuous_only=False)
-    # env k of the batch starts from seed + 1000 k (env 0 is `env` itself, seeded `seed`)
-    envs = batched_py_environment.BatchedPyEnvironment(
-        [env] + [make_env(env_id, seed=seed + 1000 * k) for k in range(1, cfg.num_envs)],
-        multithreading=False)
-    obs_spec = tensor_spec.from_spec(env.observation_spec())
-    act_spec = tensor_spec.from_spec(env.action_spec())
-    recurrent = cfg.net == "lstm"
-    if recurrent:
-        if not act_spec.dtype.is_integer:
-            raise QuarlError(f"ppo --net lstm needs a Discrete action space; {env_id} has "
-                             f"{env.gym_env.action_space}")
-        # inputs normalized by fixed statistics of random play (a preprocessing layer of both
-        # networks; the export folds it into the first layer)
-        norm = observation_statistics(env_id, seed)
-        actor_net = actor_distribution_rnn_network.ActorDistributionRnnNetwork(
-            obs_spec, act_spec, preprocessing_layers=normalization_layer(*norm),
-            input_fc_layer_params=cfg.hidden, lstm_size=(cfg.lstm_units,),
-            output_fc_layer_params=None, discrete_projection_net=categorical_projection_net)
-        value_net = value_rnn_network.ValueRnnNetwork(
-            obs_spec, preprocessing_layers=normalization_layer(*norm),
-            input_fc_layer_params=cfg.hidden, lstm_size=(cfg.lstm_units,),
-            output_fc_layer_params=None)
-    else:
-        actor_net = actor_distribution_network.ActorDistributionNetwork(
-            obs_spec, act_spec, fc_layer_params=cfg.hidden,
-            discrete_projection_net=categorical_projection_net)
-        value_net = value_network.ValueNetwork(obs_spec, fc_layer_params=cfg.hidden)
-    split = cfg.minibatches > 1
-    agent = ppo_clip_agent.PPOClipAgent(
-        tensor_spec.from_spec(env.time_step_spec()), act_spec,
-        optimizer=tf.keras.optimizers.Adam(learning_rate=cfg.learning_rate),
-        actor_net=actor_net, value_net=value_net,
-        importance_ratio_clipping=cfg.clip_ratio, lambda_value=cfg.gae_lambda,
-        discount_factor=cfg.gamma, entropy_regularization=cfg.entropy_regularization,
-        num_epochs=1 if split else cfg.epochs, use_gae=True, normalize_observations=False,
-        normalize_rewards=cfg.normalize_rewards, update_normalizers_in_train=not split,
-        gradient_clipping=cfg.gradient_clipping,
-        train_step_counter=tf.Variable(0, dtype=tf.int64))
-    agent.initialize()
-    build_optimizers(agent)   # one trace of the train step, not two
+    env, envs = _envs(env_id, seed, cfg)
+    actor_net, value_net, norm = _make_nets(env_id, seed, env, cfg)
+    agent = _make_agent(env, actor_net, value_net, cfg)
     collect = common_function(agent.collect_policy.action)
-    # An iteration's batch is [rows, T] with T = the steps each env took plus its episode
-    # boundaries: T changes from iteration to iteration, and a trace per shape was two thirds
-    # of PPO CartPole's time. One trace, with T unknown.
-    train_rows = cfg.num_envs // cfg.minibatches
-    agent_train = common_function(agent.train, input_signature=[tf.nest.map_structure(
-        lambda s: tf.TensorSpec([train_rows, None, *s.shape], s.dtype), agent.collect_data_spec)])
+    train_on = _trainer(agent, cfg, seed)
     per_env = -(-cfg.collect_steps // cfg.num_envs)
     replay = tf_uniform_replay_buffer.TFUniformReplayBuffer(
         agent.collect_data_spec, batch_size=cfg.num_envs, max_length=2 * per_env + 16)
     staged = StagedReplay(replay)   # the iteration's add_batch calls, made in one call
-    rows = np.arange(cfg.num_envs)
-    shuffle = np.random.default_rng(seed)
-
-    def train_on(experience) -> float:
-        """One iteration's updates: `epochs` passes, each over the shuffled minibatches of rows."""
-        if not split:
-            return float(agent_train(experience).loss)
-        agent.update_reward_normalizer(experience.reward)     # once per batch, not per pass
-        losses = []
-        for _ in range(cfg.epochs):
-            for part in np.array_split(shuffle.permutation(rows), cfg.minibatches):
-                sub = tf.nest.map_structure(lambda t: tf.gather(t, part), experience)
-                losses.append(float(agent_train(sub).loss))
-        return float(np.mean(losses))
 
     curve_file = (out / "train_curve.csv").open("w", newline="")
     curve = csv.writer(curve_file)
@@ -174,34 +113,15 @@ def train_ppo(env_id: str, seed: int, out: Path, config: PPOConfig, progress: bo
     bar = tqdm(total=cfg.steps, desc=f"ppo {env_id}", disable=not progress, mininterval=1.0,
                unit="step")
     while step < cfg.steps:
-        # Every env step is a transition, except the auto reset after an episode's last step:
-        # that one is stored as the LAST -> FIRST boundary (PPO masks it) and not counted.
-        want, taken = min(cfg.collect_steps, cfg.steps - step), 0
-        while taken < want:
-            pstep = collect(time_step, policy_state)
-            policy_state = pstep.state
-            next_ts = envs.step(pstep.action.numpy())
-            staged.add(trajectory.from_transition(
-                time_step, tf.nest.map_structure(np.asarray, pstep), next_ts))
-            real = ~np.asarray(time_step.is_last())
-            taken += int(real.sum())
-            episode_return += np.where(real, next_ts.reward, 0.0)
-            for k in np.flatnonzero(np.asarray(next_ts.is_last())):
-                recent.append(float(episode_return[k]))
-                episode_return[k] = 0.0
-            time_step = next_ts
+        time_step, policy_state, taken = _collect(
+            collect, envs, time_step, policy_state, episode_return, recent, staged,
+            want=min(cfg.collect_steps, cfg.steps - step))
         step += taken
         bar.update(taken)
         staged.flush()
         loss = train_on(replay.gather_all())
         replay.clear()
-        if recurrent:
-            layers = rnn_actor_layers(actor_net, *norm)
-            seeds = [VALIDATION_SEED_BASE + k for k in range(cfg.eval_episodes)]
-            greedy = float(np.mean(play_recurrent(env_id, layers, seeds)[0]))
-        else:
-            layers = actor_layers(actor_net, env.action_spec())
-            greedy = _validation_return(env_id, layers, cfg.eval_episodes)
+        greedy = _validation(env_id, actor_net, env, cfg, norm)
         if greedy >= best["return"]:
             best = {"return": greedy, "step": step, "net_weights": actor_net.get_weights()}
         curve.writerow([step, float(np.mean(recent)) if recent else "", greedy, f"{loss:.5g}"])
@@ -209,22 +129,158 @@ def train_ppo(env_id: str, seed: int, out: Path, config: PPOConfig, progress: bo
         bar.set_postfix(greedy=f"{greedy:.0f}", best=f"{best['return']:.0f}")
     bar.close()
     curve_file.close()
-    if recurrent:
+    info = _export(out, env_id, seed, cfg, agent, actor_net, env, best, time.perf_counter() - t0,
+                   recent, norm)
+    envs.close()
+    return info
+
+
+def _envs(env_id: str, seed: int, cfg: PPOConfig):
+    """The first env (seeded `seed`) and the batch of `num_envs` envs stepped side by side."""
+    from tf_agents.environments import batched_py_environment  # heavy: TF-Agents
+
+    from .tf_env import make_env
+    env = _agent_env(env_id, seed, "ppo", continuous_only=False)
+    # env k of the batch starts from seed + 1000 k (env 0 is `env` itself, seeded `seed`)
+    envs = batched_py_environment.BatchedPyEnvironment(
+        [env] + [make_env(env_id, seed=seed + 1000 * k) for k in range(1, cfg.num_envs)],
+        multithreading=False)
+    return env, envs
+
+
+def _make_nets(env_id: str, seed: int, env, cfg: PPOConfig):
+    """(actor network, value network, the observation normalization (net="lstm"; else None))."""
+    from tf_agents.specs import tensor_spec  # heavy: TF-Agents
+    from tf_agents.networks import (actor_distribution_network, actor_distribution_rnn_network,
+                                    value_network, value_rnn_network)
+
+    obs_spec = tensor_spec.from_spec(env.observation_spec())
+    act_spec = tensor_spec.from_spec(env.action_spec())
+    if cfg.net != "lstm":
+        actor_net = actor_distribution_network.ActorDistributionNetwork(
+            obs_spec, act_spec, fc_layer_params=cfg.hidden,
+            discrete_projection_net=categorical_projection_net)
+        value_net = value_network.ValueNetwork(obs_spec, fc_layer_params=cfg.hidden)
+        return actor_net, value_net, None
+    if not act_spec.dtype.is_integer:
+        raise QuarlError(f"ppo --net lstm needs a Discrete action space; {env_id} has "
+                         f"{env.gym_env.action_space}")
+    # inputs normalized by fixed statistics of random play (a preprocessing layer of both
+    # networks; the export folds it into the first layer)
+    norm = observation_statistics(env_id, seed)
+    actor_net = actor_distribution_rnn_network.ActorDistributionRnnNetwork(
+        obs_spec, act_spec, preprocessing_layers=normalization_layer(*norm),
+        input_fc_layer_params=cfg.hidden, lstm_size=(cfg.lstm_units,),
+        output_fc_layer_params=None, discrete_projection_net=categorical_projection_net)
+    value_net = value_rnn_network.ValueRnnNetwork(
+        obs_spec, preprocessing_layers=normalization_layer(*norm),
+        input_fc_layer_params=cfg.hidden, lstm_size=(cfg.lstm_units,),
+        output_fc_layer_params=None)
+    return actor_net, value_net, norm
+
+
+def _make_agent(env, actor_net, value_net, cfg: PPOConfig):
+    """TF-Agents' PPOClipAgent with GAE, its optimizer's variables built."""
+    import tensorflow as tf  # heavy: only when training
+    from tf_agents.agents.ppo import ppo_clip_agent
+    from tf_agents.specs import tensor_spec
+
+    split = cfg.minibatches > 1
+    agent = ppo_clip_agent.PPOClipAgent(
+        tensor_spec.from_spec(env.time_step_spec()), tensor_spec.from_spec(env.action_spec()),
+        optimizer=tf.keras.optimizers.Adam(learning_rate=cfg.learning_rate),
+        actor_net=actor_net, value_net=value_net,
+        importance_ratio_clipping=cfg.clip_ratio, lambda_value=cfg.gae_lambda,
+        discount_factor=cfg.gamma, entropy_regularization=cfg.entropy_regularization,
+        num_epochs=1 if split else cfg.epochs, use_gae=True, normalize_observations=False,
+        normalize_rewards=cfg.normalize_rewards, update_normalizers_in_train=not split,
+        gradient_clipping=cfg.gradient_clipping,
+        train_step_counter=tf.Variable(0, dtype=tf.int64))
+    agent.initialize()
+    build_optimizers(agent)   # one trace of the train step, not two
+    return agent
+
+
+def _trainer(agent, cfg: PPOConfig, seed: int):
+    """experience -> loss: one iteration's updates, `epochs` passes, each over the shuffled
+    minibatches of env rows (or, with one minibatch, PPOClipAgent's own epochs)."""
+    import tensorflow as tf  # heavy: only when training
+
+    # An iteration's batch is [rows, T] with T = the steps each env took plus its episode
+    # boundaries: T changes from iteration to iteration, and a trace per shape was two thirds
+    # of PPO CartPole's time. One trace, with T unknown.
+    train_rows = cfg.num_envs // cfg.minibatches
+    agent_train = common_function(agent.train, input_signature=[tf.nest.map_structure(
+        lambda s: tf.TensorSpec([train_rows, None, *s.shape], s.dtype), agent.collect_data_spec)])
+    rows = np.arange(cfg.num_envs)
+    shuffle = np.random.default_rng(seed)
+
+    def train_on(experience) -> float:
+        if cfg.minibatches == 1:
+            return float(agent_train(experience).loss)
+        agent.update_reward_normalizer(experience.reward)     # once per batch, not per pass
+        losses = []
+        for _ in range(cfg.epochs):
+            for part in np.array_split(shuffle.permutation(rows), cfg.minibatches):
+                sub = tf.nest.map_structure(lambda t: tf.gather(t, part), experience)
+                losses.append(float(agent_train(sub).loss))
+        return float(np.mean(losses))
+    return train_on
+
+
+def _collect(collect, envs, time_step, policy_state, episode_return: np.ndarray, recent,
+             staged: StagedReplay, want: int):
+    """Step the envs with the collect policy until `want` transitions are staged; returns the
+    time step and policy state to go on from and how many transitions were staged.
+    `episode_return` (per env) is updated in place; finished episodes' returns go to `recent`."""
+    import tensorflow as tf  # heavy: only when training
+    from tf_agents.trajectories import trajectory
+
+    # Every env step is a transition, except the auto reset after an episode's last step:
+    # that one is stored as the LAST -> FIRST boundary (PPO masks it) and not counted.
+    taken = 0
+    while taken < want:
+        pstep = collect(time_step, policy_state)
+        policy_state = pstep.state
+        next_ts = envs.step(pstep.action.numpy())
+        staged.add(trajectory.from_transition(
+            time_step, tf.nest.map_structure(np.asarray, pstep), next_ts))
+        real = ~np.asarray(time_step.is_last())
+        taken += int(real.sum())
+        episode_return += np.where(real, next_ts.reward, 0.0)
+        for k in np.flatnonzero(np.asarray(next_ts.is_last())):
+            recent.append(float(episode_return[k]))
+            episode_return[k] = 0.0
+        time_step = next_ts
+    return time_step, policy_state, taken
+
+
+def _validation(env_id: str, actor_net, env, cfg: PPOConfig, norm) -> float:
+    """The greedy actor's mean return on the validation seeds."""
+    if norm is not None:   # net="lstm"
+        layers = rnn_actor_layers(actor_net, *norm)
+        seeds = [VALIDATION_SEED_BASE + k for k in range(cfg.eval_episodes)]
+        return float(np.mean(play_recurrent(env_id, layers, seeds)[0]))
+    return _validation_return(env_id, actor_layers(actor_net, env.action_spec()),
+                              cfg.eval_episodes)
+
+
+def _export(out: Path, env_id: str, seed: int, cfg: PPOConfig, agent, actor_net, env, best: dict,
+            train_seconds: float, recent, norm) -> dict:
+    """Write the best actor's run directory (rl/recurrent_export.py's for net="lstm")."""
+    import tensorflow as tf  # heavy: only when training
+
+    if norm is not None:
         from .recurrent_export import save_recurrent_run
         actor_net.set_weights(best["net_weights"])
-        info = save_recurrent_run(out, env_id, seed, cfg, agent, actor_net, env, best,
-                                  time.perf_counter() - t0, recent, norm)
-        envs.close()
-        return info
+        return save_recurrent_run(out, env_id, seed, cfg, agent, actor_net, env, best,
+                                  train_seconds, recent, norm)
     extra = {}
     if not np.issubdtype(env.action_spec().dtype, np.integer):
         # the Gaussian's std, a bias of the actor: the exported network computes only the mean
         actor_net.set_weights(best["net_weights"])
-        dist, _ = actor_net(tf.zeros((1, *obs_spec.shape)), step_type=(), network_state=(),
-                            training=False)
+        dist, _ = actor_net(tf.zeros((1, *env.observation_spec().shape)), step_type=(),
+                            network_state=(), training=False)
         extra["action_std"] = dist.stddev().numpy().reshape(-1).tolist()
-    info = _save_actor_run(out, "ppo", env_id, seed, cfg, agent, actor_net, env, best,
-                           time.perf_counter() - t0, recent, extra)
-    envs.close()
-    return info
-
+    return _save_actor_run(out, "ppo", env_id, seed, cfg, agent, actor_net, env, best,
+                           train_seconds, recent, extra)

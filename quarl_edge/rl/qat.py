@@ -10,7 +10,8 @@ For DQN (the only algorithm supported so far): double DQN with the run's own n-s
 gamma, batch size and gradient clipping, Huber TD loss, on a replay buffer filled by the current
 fake-quantized policy (epsilon-greedy) during fine-tuning; a fake-quantized target network copied
 every `target_update_period` gradient steps. Gradients pass the fake quantizers straight
-through; activation ranges follow their moving averages.
+through; activation ranges follow their moving averages. The loop is `finetune_dqn`; its replay
+buffer, env step and gradient step are in rl/qat_dqn.py.
 
 Before fine-tuning, the fake quantizers' ranges are initialised from the float network instead of
 tfmot's default [-6, 6] (which would clip DQN Q-values of 30-100): activation ranges from the
@@ -64,6 +65,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import QuarlError
+from .qat_dqn import NStepReplay, dqn_steps, env_step
 
 QAT_SEED_BASE = 30_000
 
@@ -176,52 +178,6 @@ def qat_model(model, calibration: np.ndarray):
     return qmodel
 
 
-class NStepReplay:
-    """A numpy replay buffer of consecutive transitions with n-step returns at sampling time.
-
-    `terminated` stops the return without bootstrapping; `truncated` (time limit) stops it and
-    bootstraps from the cut-off observation."""
-
-    def __init__(self, capacity: int, obs_shape: tuple[int, ...], n_step: int, gamma: float):
-        self.obs = np.zeros((capacity, *obs_shape), np.float32)
-        self.next_obs = np.zeros((capacity, *obs_shape), np.float32)
-        self.act = np.zeros(capacity, np.int64)
-        self.rew = np.zeros(capacity, np.float32)
-        self.term = np.zeros(capacity, bool)
-        self.end = np.zeros(capacity, bool)  # terminated or truncated
-        self.n, self.gamma, self.size, self.capacity = n_step, gamma, 0, capacity
-
-    def add(self, obs, act, rew, next_obs, terminated, truncated):
-        if self.size == self.capacity:
-            raise QuarlError("QAT replay buffer full")
-        i = self.size
-        self.obs[i], self.act[i], self.rew[i], self.next_obs[i] = obs, act, rew, next_obs
-        self.term[i], self.end[i] = terminated, terminated or truncated
-        self.size += 1
-
-    def returns(self, idx: np.ndarray):
-        """(n-step discounted return, bootstrap observation, bootstrap discount) for each start."""
-        ret = np.zeros(len(idx), np.float32)
-        disc = np.ones(len(idx), np.float32)
-        boot = np.zeros(len(idx), np.int64)
-        open_ = np.ones(len(idx), bool)
-        for k in range(self.n):
-            j = np.minimum(idx + k, self.size - 1)
-            take = open_ & (idx + k < self.size)
-            ret[take] += disc[take] * self.rew[j[take]]
-            disc[take] *= self.gamma
-            boot[take] = j[take]
-            stop = take & self.end[j]
-            disc[stop & self.term[j]] = 0.0
-            open_ &= ~stop & take
-        return ret, self.next_obs[boot], disc
-
-    def sample(self, rng: np.random.Generator, batch: int):
-        idx = rng.integers(0, self.size, size=batch)
-        ret, boot_obs, disc = self.returns(idx)
-        return self.obs[idx], self.act[idx], ret, boot_obs, disc
-
-
 def qat_finetune(run_dir: Path, calibration: np.ndarray, seed: int = 0, progress: bool = False,
                  **options):
     """Fine-tune the run's network with fake quantization in the RL loop; returns the tfmot model
@@ -242,7 +198,10 @@ def qat_finetune(run_dir: Path, calibration: np.ndarray, seed: int = 0, progress
 
 def finetune_dqn(model, run: dict, calibration: np.ndarray, cfg: QATConfig, seed: int,
                  log_path: Path | None = None, progress: bool = False):
-    import tensorflow as tf
+    """Fine-tune the fake-quantized copy of the DQN Q-network `model` in the DQN loop, with the
+    run's hyperparameters (`run`: its run.json) and `cfg`'s budget; returns the copy with the
+    best validation return, the log written to `log_path`. See the module's docstring."""
+    import tensorflow as tf  # heavy: only when fine-tuning
     from tqdm import tqdm
 
     from .envs import make_gym, play_batched
@@ -262,36 +221,7 @@ def finetune_dqn(model, run: dict, calibration: np.ndarray, cfg: QATConfig, seed
     qmodel = qat_model(model, calibration)
     target = qat_model(model, calibration)
     target.set_weights(qmodel.get_weights())
-    optimizer = tf.keras.optimizers.Adam(learning_rate=cfg.learning_rate)
-
-    @tf.function(reduce_retracing=True)
-    def q_values(x):
-        return qmodel(x, training=False)
-
-    @tf.function
-    def train_step(obs, act, ret, boot_obs, disc):
-        with tf.GradientTape() as tape:
-            q = qmodel(obs, training=True)
-            q_a = tf.gather(q, act, batch_dims=1)
-            q_boot = target(boot_obs, training=False)
-            if double:
-                best = tf.argmax(qmodel(boot_obs, training=False), axis=1)
-                q_next = tf.gather(q_boot, best, batch_dims=1)
-            else:
-                q_next = tf.reduce_max(q_boot, axis=1)
-            y = tf.stop_gradient(ret + disc * q_next)
-            err = tf.abs(y - q_a)
-            loss = tf.reduce_mean(tf.where(err < 1.0, 0.5 * err ** 2, err - 0.5))  # Huber, delta 1
-        variables = qmodel.trainable_variables
-        grads = tape.gradient(loss, variables)
-        if clip:
-            grads, _ = tf.clip_by_global_norm(grads, float(clip))
-        optimizer.apply_gradients(zip(grads, variables))
-        return loss
-
-    def policy(x):
-        return q_values(tf.constant(x)).numpy()
-
+    policy, train_step = dqn_steps(qmodel, target, cfg.learning_rate, double, clip)
     val_seeds = [VALIDATION_SEED_BASE + k for k in range(cfg.eval_episodes)]
 
     def validate() -> float:
@@ -314,16 +244,10 @@ def finetune_dqn(model, run: dict, calibration: np.ndarray, cfg: QATConfig, seed
             action = int(rng.integers(n_actions))
         else:
             action = int(np.argmax(policy(obs[None])[0]))
-        nxt, r, terminated, truncated, _ = env.step(action)
-        nxt = np.asarray(nxt, np.float32)
-        replay.add(obs, action, r, nxt, terminated, truncated)
-        obs = nxt
-        if terminated or truncated:
-            obs = np.asarray(env.reset()[0], np.float32)
+        obs = env_step(env, obs, action, replay)
         if step % train_every == 0 and replay.size >= batch:
             for _ in range(updates):
-                o, a, ret, bo, d = replay.sample(rng, batch)
-                loss = float(train_step(o, a, ret, bo, d))
+                loss = float(train_step(*replay.sample(rng, batch)))
                 grad_steps += 1
                 if grad_steps % target_period == 0:
                     target.set_weights(qmodel.get_weights())
@@ -336,14 +260,17 @@ def finetune_dqn(model, run: dict, calibration: np.ndarray, cfg: QATConfig, seed
     bar.close()
     env.close()
     qmodel.set_weights(best["weights"])
-    if log_path is not None:
-        Path(log_path).write_text(json.dumps({
-            "config": asdict(cfg), "seed": seed, "gamma": gamma, "n_step": n_step,
-            "double": double, "gradient_steps": grad_steps,
-            "seconds": round(time.perf_counter() - t0, 2),
-            "best_step": best["step"], "best_validation_return": best["return"],
-            "curve": curve}, indent=2) + "\n")
+    _write_log(log_path, {
+        "config": asdict(cfg), "seed": seed, "gamma": gamma, "n_step": n_step,
+        "double": double, "gradient_steps": grad_steps,
+        "seconds": round(time.perf_counter() - t0, 2),
+        "best_step": best["step"], "best_validation_return": best["return"], "curve": curve})
     return qmodel
+
+
+def _write_log(log_path: Path | None, log: dict) -> None:
+    if log_path is not None:
+        Path(log_path).write_text(json.dumps(log, indent=2) + "\n")
 
 
 # ------------------------------------------------------------- QAT by on-policy distillation
@@ -414,7 +341,7 @@ def distill(model, run: dict, calibration: np.ndarray, cfg: DistillConfig, seed:
             log_path: Path | None = None, progress: bool = False):
     """DAgger-style distillation of the fake-quantized copy of `model` (the student) from
     `model` itself in fp32 (the teacher): see the module's docstring, section "qat-distill"."""
-    import tensorflow as tf
+    import tensorflow as tf  # heavy: only when fine-tuning
     from tqdm import tqdm
 
     from .envs import make_gym, play_batched
@@ -426,10 +353,7 @@ def distill(model, run: dict, calibration: np.ndarray, cfg: DistillConfig, seed:
     space, obs_shape = gym_env.action_space, tuple(gym_env.observation_space.shape)
     gym_env.close()
     kind = output_kind(run, space)
-    loss_kind = cfg.loss if cfg.loss != "auto" else ("kl" if kind == "logits" else "mse")
-    if loss_kind in ("centred", "kl") and kind == "action":
-        raise QuarlError(f"distill loss {loss_kind!r} is for argmax heads; {env_id} has "
-                         "continuous actions (use mse)")
+    loss_kind = _loss_kind(cfg, kind, env_id)
     teacher_net = keras_runner(model)   # an MLP in numpy, a CNN through TensorFlow
 
     def teacher(x):
@@ -438,6 +362,98 @@ def distill(model, run: dict, calibration: np.ndarray, cfg: DistillConfig, seed:
     tf.keras.utils.set_random_seed(seed)
     rng = np.random.default_rng(seed)
     student = qat_model(model, calibration)
+    policy, train_step = _distill_steps(student, cfg, loss_kind)
+    val_seeds = [VALIDATION_SEED_BASE + k for k in range(cfg.eval_episodes)]
+
+    def validate(fn) -> float:
+        return float(np.mean(play_batched(env_id, fn, val_seeds)[0]))
+
+    t0 = time.perf_counter()
+    states = np.asarray(calibration, np.float32).reshape(len(calibration), *obs_shape)
+    targets = teacher(states)
+    teacher_return = validate(teacher)
+    calib_states, calib_targets = states, targets
+
+    def calibration_mse() -> float:   # the fake-quantized student against the teacher
+        return float(np.mean((policy(calib_states) - calib_targets) ** 2))
+
+    curve = [{"round": 0, "env_steps": 0, "states": len(states), "greedy_return": validate(policy),
+              "loss": None, "calibration_mse": calibration_mse()}]
+    best = {"return": curve[0]["greedy_return"], "round": 0, "env_steps": 0,
+            "weights": student.get_weights()}
+    env_steps, rnd, episode, grad_steps, loss = 0, 0, 0, 0, None
+    bar = tqdm(total=cfg.steps, desc=f"qat-distill {env_id}", disable=not progress,
+               mininterval=1.0, unit="step")
+    while env_steps < cfg.steps and episode + cfg.episodes_per_round <= 1000:
+        rnd += 1
+        visited = _student_states(env_id, policy, seed, episode, cfg)    # DAgger: its own states
+        episode += cfg.episodes_per_round
+        env_steps += len(visited)
+        bar.update(len(visited))
+        states = np.concatenate([states, visited])
+        targets = np.concatenate([targets, teacher(visited)])             # the teacher's labels
+        loss = _fit(train_step, states, targets, rng, cfg)
+        grad_steps += cfg.updates_per_round
+        if rnd % cfg.eval_every == 0 or env_steps >= cfg.steps:
+            greedy = validate(policy)
+            curve.append({"round": rnd, "env_steps": env_steps, "states": len(states),
+                          "greedy_return": greedy, "loss": loss,
+                          "calibration_mse": calibration_mse()})
+            if greedy >= best["return"]:   # ties: the later
+                best = {"return": greedy, "round": rnd, "env_steps": env_steps,
+                        "weights": student.get_weights()}
+            bar.set_postfix(greedy=f"{greedy:.0f}", best=f"{best['return']:.0f}")
+    bar.close()
+    student.set_weights(best["weights"])
+    _write_log(log_path, {
+        "method": "on-policy distillation (DAgger) from the fp32 network",
+        "config": asdict(cfg), "seed": seed, "output": kind, "loss": loss_kind,
+        "rollout_seeds": [QAT_DISTILL_SEED_BASE + 1000 * seed,
+                          QAT_DISTILL_SEED_BASE + 1000 * seed + episode - 1] if episode else [],
+        "rounds": rnd, "env_steps": env_steps, "gradient_steps": grad_steps,
+        "states": len(states), "calibration_states": len(calibration),
+        "seconds": round(time.perf_counter() - t0, 2),
+        "teacher_validation_return": teacher_return,
+        "best_round": best["round"], "best_env_steps": best["env_steps"],
+        "best_validation_return": best["return"], "curve": curve})
+    return student
+
+
+def _loss_kind(cfg: DistillConfig, kind: str, env_id: str) -> str:
+    """The distillation loss for a network outputting `kind` (output_kind): cfg.loss, or for
+    "auto" KL on logits and MSE otherwise."""
+    loss_kind = cfg.loss if cfg.loss != "auto" else ("kl" if kind == "logits" else "mse")
+    if loss_kind in ("centred", "kl") and kind == "action":
+        raise QuarlError(f"distill loss {loss_kind!r} is for argmax heads; {env_id} has "
+                         "continuous actions (use mse)")
+    return loss_kind
+
+
+def _student_states(env_id: str, policy, seed: int, episode: int, cfg: DistillConfig):
+    """The states the student's greedy `policy` visits in a round's episodes (on seeds
+    QAT_DISTILL_SEED_BASE + 1000 seed + episode + i, i < episodes_per_round), in lockstep."""
+    from .envs import play_batched
+    seeds = [QAT_DISTILL_SEED_BASE + 1000 * seed + episode + i
+             for i in range(cfg.episodes_per_round)]
+    return play_batched(env_id, policy, seeds, record=True)[1]
+
+
+def _fit(train_step, states: np.ndarray, targets: np.ndarray, rng: np.random.Generator,
+         cfg: DistillConfig) -> float:
+    """A round's `updates_per_round` gradient steps on random minibatches of the aggregated
+    (states, teacher's outputs); the last step's loss."""
+    for _ in range(cfg.updates_per_round):
+        idx = rng.integers(0, len(states), size=cfg.batch_size)
+        loss = float(train_step(states[idx], targets[idx]))
+    return loss
+
+
+def _distill_steps(student, cfg: DistillConfig, loss_kind: str):
+    """(policy, gradient step) of the distillation: the fake-quantized `student`'s outputs
+    (numpy in and out, a traced call); one traced Adam step on a batch (states, the teacher's outputs) of the `loss_kind` loss
+    (the ranges follow their moving averages unless cfg.freeze_ranges)."""
+    import tensorflow as tf  # heavy: only when fine-tuning
+
     optimizer = tf.keras.optimizers.Adam(learning_rate=cfg.learning_rate)
 
     @tf.function(reduce_retracing=True)
@@ -464,64 +480,5 @@ def distill(model, run: dict, calibration: np.ndarray, cfg: DistillConfig, seed:
 
     def policy(x):
         return forward(tf.constant(np.asarray(x, np.float32))).numpy()
-
-    val_seeds = [VALIDATION_SEED_BASE + k for k in range(cfg.eval_episodes)]
-
-    def validate(fn) -> float:
-        return float(np.mean(play_batched(env_id, fn, val_seeds)[0]))
-
-    t0 = time.perf_counter()
-    states = np.asarray(calibration, np.float32).reshape(len(calibration), *obs_shape)
-    targets = teacher(states)
-    teacher_return = validate(teacher)
-    calib_states, calib_targets = states, targets
-
-    def calibration_mse() -> float:   # the fake-quantized student against the teacher
-        return float(np.mean((policy(calib_states) - calib_targets) ** 2))
-
-    curve = [{"round": 0, "env_steps": 0, "states": len(states), "greedy_return": validate(policy),
-              "loss": None, "calibration_mse": calibration_mse()}]
-    best = {"return": curve[0]["greedy_return"], "round": 0, "env_steps": 0,
-            "weights": student.get_weights()}
-    env_steps, rnd, episode, grad_steps, loss = 0, 0, 0, 0, None
-    bar = tqdm(total=cfg.steps, desc=f"qat-distill {env_id}", disable=not progress,
-               mininterval=1.0, unit="step")
-    while env_steps < cfg.steps and episode + cfg.episodes_per_round <= 1000:
-        rnd += 1
-        seeds = [QAT_DISTILL_SEED_BASE + 1000 * seed + episode + i
-                 for i in range(cfg.episodes_per_round)]
-        episode += cfg.episodes_per_round
-        _, visited = play_batched(env_id, policy, seeds, record=True)   # the student's states
-        env_steps += len(visited)
-        bar.update(len(visited))
-        states = np.concatenate([states, visited])
-        targets = np.concatenate([targets, teacher(visited)])             # the teacher's labels
-        for _ in range(cfg.updates_per_round):
-            idx = rng.integers(0, len(states), size=cfg.batch_size)
-            loss = float(train_step(states[idx], targets[idx]))
-            grad_steps += 1
-        if rnd % cfg.eval_every == 0 or env_steps >= cfg.steps:
-            greedy = validate(policy)
-            curve.append({"round": rnd, "env_steps": env_steps, "states": len(states),
-                          "greedy_return": greedy, "loss": loss,
-                          "calibration_mse": calibration_mse()})
-            if greedy >= best["return"]:   # ties: the later
-                best = {"return": greedy, "round": rnd, "env_steps": env_steps,
-                        "weights": student.get_weights()}
-            bar.set_postfix(greedy=f"{greedy:.0f}", best=f"{best['return']:.0f}")
-    bar.close()
-    student.set_weights(best["weights"])
-    if log_path is not None:
-        Path(log_path).write_text(json.dumps({
-            "method": "on-policy distillation (DAgger) from the fp32 network",
-            "config": asdict(cfg), "seed": seed, "output": kind, "loss": loss_kind,
-            "rollout_seeds": [QAT_DISTILL_SEED_BASE + 1000 * seed,
-                              QAT_DISTILL_SEED_BASE + 1000 * seed + episode - 1] if episode else [],
-            "rounds": rnd, "env_steps": env_steps, "gradient_steps": grad_steps,
-            "states": len(states), "calibration_states": len(calibration),
-            "seconds": round(time.perf_counter() - t0, 2),
-            "teacher_validation_return": teacher_return,
-            "best_round": best["round"], "best_env_steps": best["env_steps"],
-            "best_validation_return": best["return"], "curve": curve}, indent=2) + "\n")
-    return student
+    return policy, train_step
 

@@ -1,7 +1,8 @@
 """Recurrent PPO (an LSTM actor and an LSTM critic) in plain TensorFlow, read top to bottom: the
-config, the networks, the numpy rollout, GAE, the update, the export. `train --algo ppo --net
-lstm` runs it (ppo.py's `recurrent_loop = "own"`, the default; "tf-agents" runs TF-Agents'
-PPOClipAgent with ActorDistributionRnnNetwork instead).
+networks, the training loop (`train_recurrent_ppo`), then its steps in the order it takes them:
+the envs, the update step, the numpy rollout, GAE, the update's epochs (the export is
+recurrent_export's). `train --algo ppo --net lstm` runs it (ppo.py's `rnn_trainer = "own"`, the
+default; "tf-agents" runs TF-Agents' PPOClipAgent with ActorDistributionRnnNetwork instead).
 
 Why a loop of our own: TF-Agents' PPO unrolls every batch row from a zero LSTM state, whatever
 state the collect policy had there, so the first steps of each row are trained on a policy that
@@ -36,6 +37,7 @@ from collections import deque
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
 from ..errors import QuarlError
 from ..run import VALIDATION_SEED_BASE
@@ -96,32 +98,85 @@ def train_recurrent_ppo(env_id: str, seed: int, out: Path, cfg, progress: bool =
     ppo.PPOConfig with net="lstm" (its steps, hidden, lstm_units, learning_rate, collect_steps
     = num_envs x rollout, num_envs, minibatches, epochs, gamma, gae_lambda, clip_ratio,
     entropy_regularization, gradient_clipping, eval_episodes). Returns run.json's contents."""
-    import tensorflow as tf
-    from tqdm import tqdm
+    import tensorflow as tf  # heavy: only when training
 
-    from .envs import make_gym
     from .recurrent_export import save_recurrent_arrays
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     tf.keras.utils.set_random_seed(seed)
     rng = np.random.default_rng(seed)
+    envs, space, n_actions, obs_shape = _envs(env_id, cfg)
+    n_obs = int(np.prod(obs_shape))
+    mean, std = observation_statistics(env_id, seed)
+    mean, std = mean.reshape(-1), std.reshape(-1)
+    actor, critic = _nets(n_obs, cfg.hidden, cfg.lstm_units, n_actions)
+    T, N, u = -(-cfg.collect_steps // cfg.num_envs), cfg.num_envs, cfg.lstm_units
+    rounds = -(-cfg.steps // (T * N))   # rollouts, each followed by an update
+    update = _update_step(actor, critic, cfg, n_actions, rounds * cfg.epochs * cfg.minibatches)
+
+    curve_file = (out / "train_curve.csv").open("w", newline="")
+    curve = csv.writer(curve_file)
+    curve.writerow(["step", "train_return", "greedy_return", "loss"])
+    recent: deque[float] = deque(maxlen=20)
+    best = {"return": -np.inf, "step": 0, "layers": None}
+    seeds = [VALIDATION_SEED_BASE + k for k in range(cfg.eval_episodes)]
+    obs = np.stack([np.asarray(e.reset(seed=seed + 1000 * k)[0], np.float32).reshape(-1)
+                    for k, e in enumerate(envs)])
+    for k, e in enumerate(envs):
+        e.action_space.seed(seed + 1000 * k)
+    first = np.ones(N, np.float32)                       # the next step starts an episode
+    states = ((np.zeros((N, u), np.float32),) * 2, (np.zeros((N, u), np.float32),) * 2)
+    ep_return = np.zeros(N)
+    step, t0 = 0, time.perf_counter()
+    bar = tqdm(total=cfg.steps, desc=f"ppo-lstm {env_id}", disable=not progress, mininterval=1.0,
+               unit="step")
+    while step < cfg.steps:
+        start = states   # each row's actor and critic state before the rollout
+        batch, v_last, first, states = _rollout(envs, obs, first, states, (actor, critic), rng,
+                                                T, cfg, (mean, std), ep_return, recent)
+        adv, ret = _gae(batch, v_last, cfg)
+        loss = _update_epochs(update, batch, adv, ret, start, rng, cfg)
+        step += T * N
+        bar.update(T * N)
+        greedy_layers = fold_normalization(_layers(actor), mean, std)
+        greedy = float(np.mean(play_recurrent(env_id, greedy_layers, seeds)[0]))
+        if greedy >= best["return"]:
+            best = {"return": greedy, "step": step, "layers": greedy_layers}
+        curve.writerow([step, float(np.mean(recent)) if recent else "", greedy, f"{loss:.5g}"])
+        curve_file.flush()
+        bar.set_postfix(greedy=f"{greedy:.0f}", best=f"{best['return']:.0f}")
+    bar.close()
+    curve_file.close()
+    for e in envs:
+        e.close()
+    return save_recurrent_arrays(out, env_id, seed, cfg, best, time.perf_counter() - t0, recent,
+                                 (mean, std), obs_shape, space)
+
+
+def _envs(env_id: str, cfg):
+    """`num_envs` Gymnasium envs (unseeded yet), their action space, the number of actions and
+    the observation shape; refuses what is not a Discrete action space starting at 0."""
+    from .envs import make_gym
+
     envs = [make_gym(env_id) for _ in range(cfg.num_envs)]
     space = envs[0].action_space
     if not hasattr(space, "n") or int(space.start) != 0:
         raise QuarlError(f"ppo --net lstm needs a Discrete action space starting at 0; {env_id} "
                          f"has {space}")
-    n_actions, obs_shape = int(space.n), tuple(envs[0].observation_space.shape)
-    n_obs = int(np.prod(obs_shape))
-    mean, std = observation_statistics(env_id, seed)
-    mean, std = mean.reshape(-1), std.reshape(-1)
-    actor, critic = _nets(n_obs, cfg.hidden, cfg.lstm_units, n_actions)
+    return envs, space, int(space.n), tuple(envs[0].observation_space.shape)
+
+
+def _update_step(actor, critic, cfg, n_actions: int, updates: int):
+    """The traced gradient step on a minibatch of rows: both networks unrolled from the rows'
+    stored states, the clipped PPO loss, value MSE and entropy, Adam (the learning rate decaying
+    linearly over `updates` steps when learning_rate_end is set), global-norm clipping."""
+    import tensorflow as tf  # heavy: only when training
+
     variables = [v for net in (actor, critic) for part in (net[0] + [net[1], net[2]])
                  for v in part.trainable_variables]
-    T, N, u = -(-cfg.collect_steps // cfg.num_envs), cfg.num_envs, cfg.lstm_units
     lr = cfg.learning_rate
     if cfg.learning_rate_end is not None:   # linear, per gradient step, to the last update
-        updates = -(-cfg.steps // (T * N)) * cfg.epochs * cfg.minibatches
         lr = tf.keras.optimizers.schedules.PolynomialDecay(lr, updates, cfg.learning_rate_end)
     opt = tf.keras.optimizers.Adam(learning_rate=lr)
     clip_norm = cfg.gradient_clipping
@@ -145,92 +200,83 @@ def train_recurrent_ppo(env_id: str, seed: int, out: Path, cfg, progress: bool =
             grads, _ = tf.clip_by_global_norm(grads, clip_norm)
         opt.apply_gradients(zip(grads, variables))
         return loss
+    return update
 
-    def softmax(z):
-        z = z - z.max(1, keepdims=True)
-        e = np.exp(z)
-        return e / e.sum(1, keepdims=True)
 
-    curve_file = (out / "train_curve.csv").open("w", newline="")
-    curve = csv.writer(curve_file)
-    curve.writerow(["step", "train_return", "greedy_return", "loss"])
-    recent: deque[float] = deque(maxlen=20)
-    best = {"return": -np.inf, "step": 0, "layers": None}
-    seeds = [VALIDATION_SEED_BASE + k for k in range(cfg.eval_episodes)]
-    obs = np.stack([np.asarray(e.reset(seed=seed + 1000 * k)[0], np.float32).reshape(-1)
-                    for k, e in enumerate(envs)])
-    for k, e in enumerate(envs):
-        e.action_space.seed(seed + 1000 * k)
-    first = np.ones(N, np.float32)                       # the next step starts an episode
-    sa, sv = (np.zeros((N, u), np.float32),) * 2, (np.zeros((N, u), np.float32),) * 2
-    ep_return = np.zeros(N)
-    step, t0 = 0, time.perf_counter()
-    bar = tqdm(total=cfg.steps, desc=f"ppo-lstm {env_id}", disable=not progress, mininterval=1.0,
-               unit="step")
-    while step < cfg.steps:
-        la, lv = _layers(actor), _layers(critic)
-        start = (sa, sv)
-        X = np.zeros((T, N, n_obs), np.float32)
-        F, A, LP, V, R, D = (np.zeros((T, N), np.float32) for _ in range(6))
-        for t in range(T):
-            keep = (1.0 - first)[:, None]
-            sa = (sa[0] * keep, sa[1] * keep)
-            sv = (sv[0] * keep, sv[1] * keep)
-            xn = (obs - mean) / std
-            logits, sa = la.step(xn, sa)
-            value, sv = lv.step(xn, sv)
-            p = softmax(logits.astype(np.float64))
-            act = (p.cumsum(1) > rng.random((N, 1))).argmax(1)
-            X[t], F[t], A[t] = xn, first, act
-            LP[t] = np.log(p[np.arange(N), act] + 1e-12)
-            V[t] = value[:, 0]
-            for k, e in enumerate(envs):
-                o, r, terminated, truncated, _ = e.step(int(act[k]))
-                o = np.asarray(o, np.float32).reshape(-1)
-                ep_return[k] += r
-                if truncated and not terminated:   # bootstrap the cut-off episode's value
-                    v_final, _ = lv.step(((o - mean) / std)[None], (sv[0][k:k + 1], sv[1][k:k + 1]))
-                    r += cfg.gamma * float(v_final[0, 0])
-                R[t, k], D[t, k] = r, float(terminated or truncated)
-                if terminated or truncated:
-                    recent.append(float(ep_return[k]))
-                    ep_return[k] = 0.0
-                    o = np.asarray(e.reset()[0], np.float32).reshape(-1)
-                obs[k] = o
-            first = D[t].copy()
-        # GAE over each row, the value after the rollout from the critic's current state
+def _softmax(z):
+    z = z - z.max(1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(1, keepdims=True)
+
+
+def _rollout(envs, obs, first, states, nets, rng, T: int, cfg, norm, ep_return, recent):
+    """`T` steps of every env with the current actor (numpy, sampling its softmax): returns the
+    batch (X, F, A, LP, V, R, D: [T, N] normalized observations, episode-first flags, actions,
+    their log-probabilities, values, rewards, episode ends), the critic's value after it, and
+    the `first` flags and (actor, critic) LSTM states to go on from. `obs` and `ep_return` are
+    updated in place; finished episodes' returns go to `recent`."""
+    (mean, std), N = norm, len(envs)
+    la, lv = _layers(nets[0]), _layers(nets[1])
+    sa, sv = states
+    X = np.zeros((T, N, obs.shape[1]), np.float32)
+    F, A, LP, V, R, D = (np.zeros((T, N), np.float32) for _ in range(6))
+    for t in range(T):
         keep = (1.0 - first)[:, None]
-        v_last, _ = lv.step((obs - mean) / std, (sv[0] * keep, sv[1] * keep))
-        adv = np.zeros((T, N), np.float32)
-        gae = np.zeros(N, np.float32)
-        for t in reversed(range(T)):
-            v_next = v_last[:, 0] if t == T - 1 else V[t + 1]
-            nonterminal = 1.0 - D[t]
-            delta = R[t] + cfg.gamma * v_next * nonterminal - V[t]
-            gae = delta + cfg.gamma * cfg.gae_lambda * nonterminal * gae
-            adv[t] = gae
-        ret = adv + V
-        losses = []
-        rows = np.arange(N)
-        for _ in range(cfg.epochs):
-            for part in np.array_split(rng.permutation(rows), cfg.minibatches):
-                losses.append(float(update(
-                    X[:, part], F[:, part], A[:, part].astype(np.int32), LP[:, part], adv[:, part],
-                    ret[:, part], start[0][0][part], start[0][1][part], start[1][0][part],
-                    start[1][1][part])))
-        step += T * N
-        bar.update(T * N)
-        greedy_layers = fold_normalization(_layers(actor), mean, std)
-        greedy = float(np.mean(play_recurrent(env_id, greedy_layers, seeds)[0]))
-        if greedy >= best["return"]:
-            best = {"return": greedy, "step": step, "layers": greedy_layers}
-        curve.writerow([step, float(np.mean(recent)) if recent else "", greedy,
-                        f"{np.mean(losses):.5g}"])
-        curve_file.flush()
-        bar.set_postfix(greedy=f"{greedy:.0f}", best=f"{best['return']:.0f}")
-    bar.close()
-    curve_file.close()
-    for e in envs:
-        e.close()
-    return save_recurrent_arrays(out, env_id, seed, cfg, best, time.perf_counter() - t0, recent,
-                                 (mean, std), obs_shape, space)
+        sa = (sa[0] * keep, sa[1] * keep)
+        sv = (sv[0] * keep, sv[1] * keep)
+        xn = (obs - mean) / std
+        logits, sa = la.step(xn, sa)
+        value, sv = lv.step(xn, sv)
+        p = _softmax(logits.astype(np.float64))
+        act = (p.cumsum(1) > rng.random((N, 1))).argmax(1)
+        X[t], F[t], A[t] = xn, first, act
+        LP[t] = np.log(p[np.arange(N), act] + 1e-12)
+        V[t] = value[:, 0]
+        for k, e in enumerate(envs):
+            o, r, terminated, truncated, _ = e.step(int(act[k]))
+            o = np.asarray(o, np.float32).reshape(-1)
+            ep_return[k] += r
+            if truncated and not terminated:   # bootstrap the cut-off episode's value
+                v_final, _ = lv.step(((o - mean) / std)[None], (sv[0][k:k + 1], sv[1][k:k + 1]))
+                r += cfg.gamma * float(v_final[0, 0])
+            R[t, k], D[t, k] = r, float(terminated or truncated)
+            if terminated or truncated:
+                recent.append(float(ep_return[k]))
+                ep_return[k] = 0.0
+                o = np.asarray(e.reset()[0], np.float32).reshape(-1)
+            obs[k] = o
+        first = D[t].copy()
+    # the value after the rollout, from the critic's current state
+    keep = (1.0 - first)[:, None]
+    v_last, _ = lv.step((obs - mean) / std, (sv[0] * keep, sv[1] * keep))
+    return (X, F, A, LP, V, R, D), v_last, first, (sa, sv)
+
+
+def _gae(batch, v_last, cfg):
+    """GAE over each row of the batch: (advantages, returns), both [T, N]."""
+    _, _, _, _, V, R, D = batch
+    T, N = R.shape
+    adv = np.zeros((T, N), np.float32)
+    gae = np.zeros(N, np.float32)
+    for t in reversed(range(T)):
+        v_next = v_last[:, 0] if t == T - 1 else V[t + 1]
+        nonterminal = 1.0 - D[t]
+        delta = R[t] + cfg.gamma * v_next * nonterminal - V[t]
+        gae = delta + cfg.gamma * cfg.gae_lambda * nonterminal * gae
+        adv[t] = gae
+    return adv, adv + V
+
+
+def _update_epochs(update, batch, adv, ret, start, rng, cfg) -> float:
+    """`epochs` passes over `minibatches` random groups of env rows, each row unrolled from its
+    state at the rollout's start (`start`: the actor's and the critic's (h, c)); the mean loss."""
+    X, F, A, LP, _, _, _ = batch
+    (ha, ca), (hv, cv) = start
+    losses = []
+    rows = np.arange(X.shape[1])
+    for _ in range(cfg.epochs):
+        for part in np.array_split(rng.permutation(rows), cfg.minibatches):
+            losses.append(float(update(
+                X[:, part], F[:, part], A[:, part].astype(np.int32), LP[:, part], adv[:, part],
+                ret[:, part], ha[part], ca[part], hv[part], cv[part])))
+    return float(np.mean(losses))
