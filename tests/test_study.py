@@ -114,7 +114,8 @@ def test_the_shipped_configs_are_valid():
     minatar = load_study(ROOT / "studies" / "minatar.toml")
     assert {t.env for t in minatar.tasks} == {"QuarlEdge/MinAtar-Breakout-v0",
                                               "QuarlEdge/MinAtar-SpaceInvaders-v0"}
-    assert all(t.seeds == [0, 1, 2] and "mps2-an386" in t.boards for t in minatar.tasks)
+    assert all(t.seeds == [0, 1, 2, 3, 4] and "mps2-an386" in t.boards and t.board_episodes == 10
+               for t in minatar.tasks)   # issue 27: five seeds, 10 HIL episodes per board cell
 
 
 def test_unknown_config_fails_through_the_cli_before_anything_runs(tmp_path):
