@@ -17,7 +17,7 @@ from quarl_edge.targets import flash as F
 from quarl_edge.targets.boards import all_boards
 from quarl_edge.targets.build import build
 from quarl_edge.targets.flash_tools import describe_tools
-from test_flash import parse_uf2   # our own reader of the UF2 format, independent of the writer
+from helpers_flash import parse_uf2   # our own reader of the UF2 format, independent of the writer
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = ROOT / "examples" / "cartpole_dqn" / "models" / "int8.tflite"

@@ -24,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from test_kernels_optimized import SAN_ENV, run_board
+from helpers_fc_checker import SAN_ENV, run_board
 from quarl_edge.targets.boards import get_board
 from quarl_edge.targets.build import COMMON_CFLAGS, board_defines, expand_flag, port_dirs
 

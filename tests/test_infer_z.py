@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from quarl_edge.link import protocol as P
 from quarl_edge.link.runner import BoardLink
-from test_harness import SAN_ENV, SANITIZE, Board, assert_clean_exit, build, dequant
+from helpers_harness import SAN_ENV, SANITIZE, Board, assert_clean_exit, build, dequant
 
 INFER, INFER_Z = P.COMMANDS["INFER"], P.COMMANDS["INFER_Z"]
 N = 16                       # the identity model, this wide: int8 [1,N] in; float [1,N] + [1,1] out

@@ -138,7 +138,7 @@ def c_feed(L, data: bytes) -> list[tuple]:
 
 
 def flush_bytes() -> bytes:
-    """Enough zero bytes to complete any candidate frame started earlier (see test_harness)."""
+    """Enough zero bytes to complete any candidate frame started earlier (see helpers_harness.Board.flush)."""
     return bytes(P.HEADER_SIZE + MAX_PAYLOAD + P.CRC_SIZE)
 
 

@@ -33,7 +33,7 @@ from quarl_edge.targets.boards import all_boards
 from quarl_edge.targets.build import build as build_firmware
 from quarl_edge.targets.launch import start
 from helpers_models import convert, random_cnn
-from test_harness import Board, assert_clean_exit, build, dequant
+from helpers_harness import Board, assert_clean_exit, build, dequant
 
 N = 16            # the identity model, this wide: int8 [1,N] in; float [1,N] + float [1,1] out
 MAXP = 8          # IN_CHUNK: a u32 offset + 4 input bytes
@@ -46,7 +46,7 @@ IN_CHUNK, OUT_CHUNK = P.COMMANDS["IN_CHUNK"], P.COMMANDS["OUT_CHUNK"]
 def stream_builds(tmp_path_factory):
     d = tmp_path_factory.mktemp("stream-harness")
     flags = [f"-DQE_MAX_PAYLOAD={MAXP}u", "-DQE_INPUT_COPY_BYTES=0u", f"-DQE_IDENTITY_N={N}"]
-    from test_harness import SAN_ENV, SANITIZE
+    from helpers_harness import SAN_ENV, SANITIZE
     return {"plain": (build(d / "harness", flags), {}),
             "sanitized": (build(d / "harness_san", flags + SANITIZE), SAN_ENV),
             "one-frame": (build(d / "harness_1", ["-DQE_MAX_PAYLOAD=64u"]), {})}

@@ -1,7 +1,7 @@
 /* Compares the avr variant's qe_fully_connected_s8_avr (firmware/core/kernels/optimized/avr/
  * fully_connected.c: the MULS/LPM asm and the asm output stage) with the reference
  * qe_fully_connected_s8 on the original weights, on an ATmega328P under simavr. Used by
- * tests/test_kernels_optimized.py, which writes the cases into fc_avr_cases.h (all in flash, as
+ * tests/test_kernels_optimized_avr.py, which writes the cases into fc_avr_cases.h (all in flash, as
  * a model's constants are: 2 KiB of RAM): per case both kernels' params, the input, the original
  * weights and bias, and the generator's stream and bias' (avr_fc_stream).
  *

@@ -1,7 +1,7 @@
 /* Compares an optimized QUANTIZE variant (firmware/core/kernels/optimized/<v>/quantize.c) with
  * the reference, both in this one binary (the variant carries the reference renamed
- * qe_quantize_f32_s8_reference). Used by tests/test_kernels_optimized.py on the host and on an
- * emulated Cortex-M (files through semihosting, as fc_kernels_check.c).
+ * qe_quantize_f32_s8_reference). Used by tests/test_kernels_optimized_quantize.py on the host
+ * and on an emulated Cortex-M (files through semihosting, as fc_kernels_check.c).
  *
  * Input, repeated cases: int32 header[4] = n, zero_point, scale (float bits), 0; float x[n].
  * Output: per case the reference's n int8, then the variant's. Exit 0 when all matched, 1 when

@@ -14,9 +14,10 @@
  *    then SSAT #8 with ASR #1: three instructions for the rounding, the offset and the clamp.
  *  - QADD saturates only when |t2| > 2^31 - 258, i.e. |v| >= 2^30 - 129: then the int8 result
  *    is -128 / 127 either way, as in the reference (which saturates |v| >= 2^17).
- * tests/test_kernels_optimized.py compares both on the host and on QEMU mps2-an386 over edge
- * and random floats and scales (exact halves and their neighbours, random bit patterns, NaN,
- * infinities). The other QUANTIZE/DEQUANTIZE functions are the reference's, included below. */
+ * tests/test_kernels_optimized_quantize.py compares both on the host and on QEMU mps2-an386
+ * over edge and random floats and scales (exact halves and their neighbours, random bit
+ * patterns, NaN, infinities). The other QUANTIZE/DEQUANTIZE functions are the reference's,
+ * included below. */
 #include <stdint.h>
 
 #include "../../quantize.h"

@@ -15,9 +15,9 @@
  *    half away from zero is floor(|v| + 1/2) = (m + 2^(22 - e)) >> (23 - e) for e in [-1, 16],
  *    with v's sign. The reference's t = trunc(v), frac = v - t (exact), frac >= 1/2 ? t + 1 : t
  *    (and the negative mirror) is that same integer.
- * tests/test_kernels_optimized.py compares both on the host (ASan/UBSan) and on QEMU microbit
- * over edge and random floats and scales (exact halves and their neighbours, random bit
- * patterns). The other QUANTIZE/DEQUANTIZE functions are the reference's, included below. */
+ * tests/test_kernels_optimized_quantize.py compares both on the host (ASan/UBSan) and on QEMU
+ * microbit over edge and random floats and scales (exact halves and their neighbours, random
+ * bit patterns). The other QUANTIZE/DEQUANTIZE functions are the reference's, included below. */
 #include <stdint.h>
 #include <string.h>
 
