@@ -277,15 +277,15 @@ def test_zoo_table_counts_a_seed_sb3_itself_plays_otherwise_in_float64(imported)
     must not call the fp32 network's other episode there (94.4) unexplained. Every seed where
     the fp32 return is not SB3's is one where SB3's float64 and float32 episodes differ."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    import rl_zoo
+    import rl_zoo_table                 # benchmarks/rl_zoo.py's table
     exp = expected(CLIPPING)
     ours, _ = play_batched(AGENTS[CLIPPING], keras_runner(load_keras(imported[CLIPPING])),
                            exp["seeds"].tolist())
     row = {"fp32_returns": list(ours), "sb3_returns": exp["returns"].tolist(),
            "sb3_float64_returns": exp["returns_float64"].tolist(), "discrete": False}
-    differ = len(ours) - rl_zoo.within(row["fp32_returns"], row["sb3_returns"])
-    assert rl_zoo.also_differ(row) == differ, (ours, exp["returns"], exp["returns_float64"])
+    differ = len(ours) - rl_zoo_table.within(row["fp32_returns"], row["sb3_returns"])
+    assert rl_zoo_table.also_differ(row) == differ, (ours, exp["returns"], exp["returns_float64"])
     # the committed row (fp32 94.4 on seed 4, through hil's Keras call): its one seed counted
     rows = {r["agent"]: r for r in map(json.loads, (ROOT / "results" / "import" /
                                                      "rl-zoo.jsonl").read_text().splitlines())}
-    assert rl_zoo.also_differ(rows[CLIPPING]) == 1
+    assert rl_zoo_table.also_differ(rows[CLIPPING]) == 1
