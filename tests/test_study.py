@@ -159,14 +159,15 @@ def test_weight_stats_and_kl():
 
 
 # ----------------------------------------------------------------------- smoke through the CLI
-def test_smoke_study_and_report_through_the_cli(tmp_path):
-    out = tmp_path / "smoke"
-    p = subprocess.run(CLI + ["study", str(ROOT / "studies" / "smoke.toml"), "--out", str(out),
-                              "--json"], capture_output=True, text=True, env=ENV, cwd=ROOT,
-                       timeout=600)
-    assert p.returncode == 0, p.stderr[-3000:]
-    summary = json.loads(p.stdout)
-    assert summary["status"] == {"ok": 10} and summary["rows"] == 10
+def _smoke_study(out: Path, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
+    """`quarl-edge study studies/smoke.toml --out OUT ARGS...`"""
+    return subprocess.run(CLI + ["study", str(ROOT / "studies" / "smoke.toml"), "--out", str(out),
+                                 *args], capture_output=True, text=True, env=ENV, cwd=ROOT,
+                          timeout=timeout)
+
+
+def _check_smoke_rows(out: Path) -> dict:
+    """The smoke study's 10 rows: the run, its five cells, its sweep; returns the cells."""
     text = (out / "results.jsonl").read_text()
     assert '"algo": "dqn", "env": "CartPole-v1"' in text and '"scheme": "int8"' in text
     rows = read_results(out / "results.jsonl")
@@ -185,18 +186,11 @@ def test_smoke_study_and_report_through_the_cli(tmp_path):
     assert all(r["kl"] is None and r["eval_seeds"] == list(range(10)) for r in cells.values())
     sweep = [(r["mode"], r["bits"]) for r in rows if r["kind"] == "sweep"]
     assert sweep == [("fp32", 32)] + [("weights+activations", b) for b in (2, 4, 8)]
-    # the run is cached: resuming a finished study does nothing
-    p = subprocess.run(CLI + ["study", str(ROOT / "studies" / "smoke.toml"), "--out", str(out),
-                              "--resume"], capture_output=True, text=True, env=ENV, cwd=ROOT,
-                       timeout=120)
-    assert p.returncode == 0 and "10 done, 0 runs to do" in p.stdout
-    assert len(read_results(out / "results.jsonl")) == 10
-    # without --resume an existing results file is refused
-    p = subprocess.run(CLI + ["study", str(ROOT / "studies" / "smoke.toml"), "--out", str(out)],
-                       capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=120)
-    assert p.returncode == 2 and "--resume" in p.stderr
+    return cells
 
-    # the report on the smoke results
+
+def _check_smoke_report(out: Path, cells: dict) -> None:
+    """`quarl-edge report` on the smoke results: figures, claims, one self-contained page."""
     p = subprocess.run(CLI + ["report", str(out / "results.jsonl"), "--out", str(out / "report")],
                        capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=120)
     assert p.returncode == 0, p.stderr[-3000:]
@@ -214,17 +208,17 @@ def test_smoke_study_and_report_through_the_cli(tmp_path):
     assert 'src="return_vs_bits.png"' not in page
     assert "http://" not in page and "https://" not in page and "<script" not in page
 
-    # a run trained with other hyperparameters than the study would use now (the tuned
-    # defaults changed since): --resume retrains it and redoes all its rows
+
+def _check_retrained_when_hyperparameters_changed(out: Path) -> None:
+    """A run trained with other hyperparameters than the study would use now (the tuned
+    defaults changed since): --resume retrains it and redoes all its rows."""
     meta = out / "runs" / "dqn-CartPole-v1-s0" / "run.json"
     info = json.loads(meta.read_text())
     lr = info["hyperparameters"]["learning_rate"]
     info["hyperparameters"]["learning_rate"] = 0.5
     del info["hyperparameters"]["n_step"]   # a field the run predates counts as its default
     meta.write_text(json.dumps(info))
-    p = subprocess.run(CLI + ["study", str(ROOT / "studies" / "smoke.toml"), "--out", str(out),
-                              "--resume"], capture_output=True, text=True, env=ENV, cwd=ROOT,
-                       timeout=600)
+    p = _smoke_study(out, "--resume", timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     assert (f"dqn CartPole-v1 seed 0: trained with other hyperparameters (learning_rate 0.5 -> "
             f"{lr!r}): retrained, its rows redone") in p.stdout
@@ -234,19 +228,36 @@ def test_smoke_study_and_report_through_the_cli(tmp_path):
     assert json.loads(meta.read_text())["hyperparameters"]["learning_rate"] == lr
     assert rows[10]["hyperparameters"]["learning_rate"] == lr and rows[10]["cached"] is False
 
-    # --redo ALGO/ENV makes a task's rows again from its trained run (evaluation changed)
-    p = subprocess.run(CLI + ["study", str(ROOT / "studies" / "smoke.toml"), "--out", str(out),
-                              "--resume", "--redo", "dqn/CartPole-v1"], capture_output=True,
-                       text=True, env=ENV, cwd=ROOT, timeout=600)
+
+def _check_redo(out: Path) -> None:
+    """--redo ALGO/ENV makes a task's rows again from its trained run (evaluation changed)."""
+    p = _smoke_study(out, "--resume", "--redo", "dqn/CartPole-v1", timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "redo: the rows of dqn/CartPole-v1 are made again" in p.stdout
     rows = read_results(out / "results.jsonl")
     assert len(rows) == 30 and rows[20]["kind"] == "run" and rows[20]["cached"] is True
     assert rows[20]["fp32_return"] == rows[10]["fp32_return"]
-    p = subprocess.run(CLI + ["study", str(ROOT / "studies" / "smoke.toml"), "--out", str(out),
-                              "--resume", "--redo", "dqn/Pendulum-v1"], capture_output=True,
-                       text=True, env=ENV, cwd=ROOT, timeout=120)
+    p = _smoke_study(out, "--resume", "--redo", "dqn/Pendulum-v1")
     assert p.returncode == 2 and "--redo dqn/Pendulum-v1: not a task of smoke" in p.stderr
+
+
+def test_smoke_study_and_report_through_the_cli(tmp_path):
+    out = tmp_path / "smoke"
+    p = _smoke_study(out, "--json", timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    summary = json.loads(p.stdout)
+    assert summary["status"] == {"ok": 10} and summary["rows"] == 10
+    cells = _check_smoke_rows(out)
+    # the run is cached: resuming a finished study does nothing
+    p = _smoke_study(out, "--resume")
+    assert p.returncode == 0 and "10 done, 0 runs to do" in p.stdout
+    assert len(read_results(out / "results.jsonl")) == 10
+    # without --resume an existing results file is refused
+    p = _smoke_study(out)
+    assert p.returncode == 2 and "--resume" in p.stderr
+    _check_smoke_report(out, cells)
+    _check_retrained_when_hyperparameters_changed(out)
+    _check_redo(out)
 
 
 # ------------------------------------------------------------------- kill -9 mid-grid, resume
