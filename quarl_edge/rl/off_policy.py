@@ -14,8 +14,9 @@ from tqdm import tqdm
 
 from ..errors import QuarlError
 from ..schema import int_sizes
-from .common import (StagedReplay, build_optimizers, _agent_env, _save_actor_run, _validation_return,
-                     actor_layers, common_function)
+from .collect import SacSampler
+from .common import (GradientRounds, StagedReplay, build_optimizers, _agent_env, _save_actor_run,
+                     _validation_return, actor_layers, common_function)
 
 
 @dataclass
@@ -79,14 +80,15 @@ def train_off_policy(algo: str, env_id: str, seed: int, out: Path, config: OffPo
     rng = np.random.default_rng(seed)
     env = _agent_env(env_id, seed, algo, continuous_only=True)
     agent, actor_net = _make_agent(algo, env, cfg)
-    collect = common_function(agent.collect_policy.action)
-    agent_train = common_function(agent.train)
     replay = tf_uniform_replay_buffer.TFUniformReplayBuffer(
         agent.collect_data_spec, batch_size=1, max_length=cfg.buffer_size)
     samples = iter(replay.as_dataset(sample_batch_size=cfg.batch_size, num_steps=2).prefetch(2))
     staged = StagedReplay(replay)   # each step's add_batch, made in one call per round
+    gradient_round = GradientRounds(agent, samples,   # a round's updates in one traced call
+                                    boundary_weights if cfg.mask_boundaries else None)
     space = env.gym_env.action_space
     warmup = WarmupNoise(cfg.warmup_noise, space.low, space.high, rng)
+    policy = _collect_policy(algo, agent, actor_net, env.action_spec(), seed)
 
     curve_file = (out / "train_curve.csv").open("w", newline="")
     curve = csv.writer(curve_file)
@@ -96,25 +98,20 @@ def train_off_policy(algo: str, env_id: str, seed: int, out: Path, config: OffPo
     loss = float("nan")
     t0 = time.perf_counter()
     time_step, episode_return = env.reset(), 0.0
-    policy_state = agent.collect_policy.get_initial_state(1)
     bar = tqdm(range(1, cfg.steps + 1), desc=f"{algo} {env_id}", disable=not progress,
                mininterval=1.0, unit="step")
     for step in bar:
-        time_step, policy_state, reward, episode_end = _env_step(
-            env, time_step, policy_state, staged,
-            warmup if step <= cfg.learning_starts else None, collect)
+        act = (lambda _ts: warmup.next()) if step <= cfg.learning_starts else policy
+        time_step, reward, episode_end = _env_step(env, time_step, staged, act)
         episode_return += reward
         if episode_end:
             recent.append(episode_return)
             episode_return = 0.0
-            policy_state = agent.collect_policy.get_initial_state(1)
         if step % cfg.train_every == 0:
             staged.flush()   # the buffer as the steps so far left it, before any sample
         if step >= cfg.learning_starts and step % cfg.train_every == 0:
-            for _ in range(cfg.updates_per_train):
-                experience, _ = next(samples)
-                weights = boundary_weights(experience) if cfg.mask_boundaries else None
-                loss = float(agent_train(experience, weights=weights).loss)
+            loss = gradient_round(cfg.updates_per_train)
+            policy.refresh()   # the actor's new weights act from here on
         if step % cfg.eval_every == 0 or step == cfg.steps:
             greedy = _validation_return(env_id, actor_layers(actor_net, env.action_spec()),
                                         cfg.eval_episodes)
@@ -184,22 +181,30 @@ def _make_agent(algo: str, env, cfg: OffPolicyConfig):
     return agent, actor_net
 
 
-def _env_step(env, time_step, policy_state, staged: StagedReplay, warmup, collect):
-    """One env step, its transition staged: a warm-up action from `warmup`, or (warmup None) the
-    traced `collect` policy's. Returns (the next time step, the policy state, the reward,
-    whether the episode ended); at an episode's end the LAST -> FIRST pair is staged too and the
-    next time step is FIRST (the caller resets the policy state)."""
+def _collect_policy(algo: str, agent, actor_net, act_spec, seed: int):
+    """The exploring policy the loop acts with: numpy time step [1, ...] -> action. SAC's is
+    sampled in numpy (SacSampler); TD3's and DDPG's are TF-Agents' traced collect policies
+    (Gaussian and Ornstein-Uhlenbeck noise on the actor), which hold their noise in TF."""
+    if algo == "sac":
+        return SacSampler(actor_net, act_spec, np.random.default_rng([seed, 1]))
+    collect = common_function(agent.collect_policy.action)
+    initial_state = agent.collect_policy.get_initial_state(1)   # () : no recurrent state
+
+    def act(nts):
+        return collect(nts, initial_state).action.numpy()[0]
+    act.refresh = lambda: None   # the traced policy reads the variables itself
+    return act
+
+
+def _env_step(env, time_step, staged: StagedReplay, act):
+    """One env step with the action `act(time step)`, its transition staged. Returns (the next
+    time step, the reward, whether the episode ended); at an episode's end the LAST -> FIRST
+    pair is staged too and the next time step is FIRST."""
     from tf_agents.trajectories import policy_step, trajectory  # heavy: TF-Agents
 
     nts = _numpy_batch(time_step)   # numpy in: the traced collect converts it itself
-    if warmup is not None:
-        action = warmup.next().astype(np.float32)
-        pstep = policy_step.PolicyStep(action[None], policy_state, ())
-    else:
-        pstep = collect(nts, policy_state)
-        policy_state = pstep.state
-        action = pstep.action.numpy()[0]
-    pstep = policy_step.PolicyStep(np.asarray(pstep.action), (), ())
+    action = np.asarray(act(nts), np.float32)
+    pstep = policy_step.PolicyStep(action[None], (), ())
     next_ts = env.step(action)
     staged.add(trajectory.from_transition(nts, pstep, _numpy_batch(next_ts)))
     reward, end = float(next_ts.reward), bool(next_ts.is_last())
@@ -208,7 +213,7 @@ def _env_step(env, time_step, policy_state, staged: StagedReplay, warmup, collec
         staged.add(trajectory.from_transition(_numpy_batch(next_ts), pstep,
                                               _numpy_batch(first)))
         next_ts = first
-    return next_ts, policy_state, reward, end
+    return next_ts, reward, end
 
 
 def _numpy_batch(x):

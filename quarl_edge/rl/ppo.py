@@ -23,6 +23,7 @@ from tqdm import tqdm
 from ..errors import QuarlError
 from ..schema import int_sizes
 from ..run import VALIDATION_SEED_BASE
+from .collect import CategoricalSampler
 from .common import (StagedReplay, build_optimizers, _agent_env, _save_actor_run, _validation_return, actor_layers,
                      categorical_projection_net, common_function)
 from .recurrent import normalization_layer, observation_statistics, play_recurrent, rnn_actor_layers
@@ -93,7 +94,7 @@ def train_ppo(env_id: str, seed: int, out: Path, config: PPOConfig, progress: bo
     env, envs = _envs(env_id, seed, cfg)
     actor_net, value_net, norm = _make_nets(env_id, seed, env, cfg)
     agent = _make_agent(env, actor_net, value_net, cfg)
-    collect = common_function(agent.collect_policy.action)
+    collect = _collect_policy(agent, actor_net, env, cfg, seed)
     train_on = _trainer(agent, cfg, seed)
     per_env = -(-cfg.collect_steps // cfg.num_envs)
     replay = tf_uniform_replay_buffer.TFUniformReplayBuffer(
@@ -121,6 +122,7 @@ def train_ppo(env_id: str, seed: int, out: Path, config: PPOConfig, progress: bo
         staged.flush()
         loss = train_on(replay.gather_all())
         replay.clear()
+        collect.refresh()   # the next batch is collected with the updated actor
         greedy = _validation(env_id, actor_net, env, cfg, norm)
         if greedy >= best["return"]:
             best = {"return": greedy, "step": step, "net_weights": actor_net.get_weights()}
@@ -201,6 +203,18 @@ def _make_agent(env, actor_net, value_net, cfg: PPOConfig):
     return agent
 
 
+def _collect_policy(agent, actor_net, env, cfg: PPOConfig, seed: int):
+    """(time step, policy state) -> PolicyStep, the policy that collects a batch: for an MLP
+    actor over discrete actions PPOPolicy's sampling in numpy (rl/collect.py), else TF-Agents'
+    traced collect policy (an LSTM's state, a continuous head's Normal)."""
+    if cfg.net == "mlp" and np.issubdtype(env.action_spec().dtype, np.integer):
+        return CategoricalSampler(actor_net, np.random.default_rng([seed, 1]),
+                                  env.action_spec().dtype)
+    collect = common_function(agent.collect_policy.action)
+    collect.refresh = lambda: None   # the traced policy reads the variables itself
+    return collect
+
+
 def _trainer(agent, cfg: PPOConfig, seed: int):
     """experience -> loss: one iteration's updates, `epochs` passes, each over the shuffled
     minibatches of env rows (or, with one minibatch, PPOClipAgent's own epochs)."""
@@ -242,7 +256,7 @@ def _collect(collect, envs, time_step, policy_state, episode_return: np.ndarray,
     while taken < want:
         pstep = collect(time_step, policy_state)
         policy_state = pstep.state
-        next_ts = envs.step(pstep.action.numpy())
+        next_ts = envs.step(np.asarray(pstep.action))
         staged.add(trajectory.from_transition(
             time_step, tf.nest.map_structure(np.asarray, pstep), next_ts))
         real = ~np.asarray(time_step.is_last())
