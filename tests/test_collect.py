@@ -109,6 +109,37 @@ def test_sac_sampler_is_the_tanh_normal_of_sacs_actor():
     np.testing.assert_allclose(np.quantile(draws, q), np.quantile(theirs, q), atol=0.08)
 
 
+@pytest.mark.parametrize("algo", ["td3", "ddpg"])
+def test_noisy_actor_sampler_is_the_actor_plus_td3s_or_ddpgs_noise(algo):
+    import tensorflow as tf
+    from tf_agents.trajectories import time_step as ts
+    from quarl_edge.rl.collect import NoisyActorSampler
+    from quarl_edge.rl.common import _agent_env
+    from quarl_edge.rl.off_policy import DDPG_OU_DAMPING, OffPolicyConfig, _make_agent
+
+    tf.keras.utils.set_random_seed(0)
+    env = _agent_env("Pendulum-v1", 0, algo, continuous_only=True)
+    agent, actor_net = _make_agent(algo, env, OffPolicyConfig(hidden=(16, 16)))
+    obs = _observations(env, 6)
+    kind = "gaussian" if algo == "td3" else "ou"
+    sampler = NoisyActorSampler(actor_net, env.action_spec(), np.random.default_rng(0), kind,
+                                0.3, damping=DDPG_OU_DAMPING)
+    theirs = agent.policy.action(ts.restart(tf.constant(obs), batch_size=len(obs)), ()).action
+    np.testing.assert_allclose(sampler.greedy(obs), theirs.numpy(), atol=1e-5)
+
+    # the noise: a mid-range action (zero weights: the actor says 0), then the actions' series
+    actor_net.set_weights([np.zeros_like(w) for w in actor_net.get_weights()])
+    sampler.refresh()
+    one = ts.restart(obs[:1], batch_size=1)
+    noise = np.array([sampler(one)[0] for _ in range(20_000)], np.float64)
+    lag1 = np.corrcoef(noise[:-1], noise[1:])[0, 1]
+    if kind == "gaussian":
+        assert abs(noise.std() - 0.3) < 0.01 and abs(lag1) < 0.03
+    else:   # AR(1): correlation 1 - damping, stationary std 0.3 / sqrt(1 - (1 - damping)^2)
+        assert abs(lag1 - (1 - DDPG_OU_DAMPING)) < 0.02
+        assert abs(noise.std() - 0.3 / np.sqrt(1 - (1 - DDPG_OU_DAMPING) ** 2)) < 0.06
+
+
 @pytest.mark.parametrize("algo,env_id,tiny", [
     ("sac", "Pendulum-v1", dict(learning_starts=50, train_every=50, updates_per_train=5,
                                 batch_size=16, eval_every=100, eval_episodes=1, hidden=(8, 8),

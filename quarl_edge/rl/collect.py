@@ -1,6 +1,6 @@
 """Collect policies in numpy: TF-Agents' exploring policies of an MLP actor, computed from the
-actor's weights, for the loops whose policy is fixed between gradient rounds (SAC's 64 env steps
-per round, PPO's collection of a batch).
+actor's weights, for the loops whose policy is fixed between gradient rounds (64 env steps per
+round for SAC, TD3 and DDPG; PPO's collection of a batch).
 
 A traced TF-Agents policy call costs 0.6-0.7 ms of Python and TensorFlow dispatch per env step
 on this machine, more than the env step and the network together; these take tens of
@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..nets import mlp_forward
-from .common import _dense_layers
+from .common import _dense_layers, actor_layers
 
 
 def network_layers(net) -> list[tuple[np.ndarray, np.ndarray, str]]:
@@ -83,3 +83,40 @@ class SacSampler:
         mean, std = self.params(nts.observation)
         x = mean[0] + std[0] * self.rng.standard_normal(self.n).astype(np.float32)
         return np.clip(self.squash(x).reshape(self.shape), self.low, self.high).astype(np.float32)
+
+
+class NoisyActorSampler:
+    """TD3's and DDPG's collect policies in numpy: the deterministic actor (ActorNetwork: its
+    tanh layer scaled to the bounds, common.actor_layers) plus noise, clipped to the bounds.
+
+    - "gaussian" (TD3's GaussianPolicy): independent N(0, stddev) per step.
+    - "ou" (DDPG's OUNoisePolicy): x <- (1 - damping) x + N(0, stddev), x starting at 0 and
+      carried across episodes, as TF-Agents' OUProcess does."""
+
+    def __init__(self, actor_net, act_spec, rng: np.random.Generator, kind: str,
+                 stddev: float, damping: float = 0.15):
+        if kind not in ("gaussian", "ou"):
+            raise ValueError(f"noise kind must be 'gaussian' or 'ou', got {kind!r}")
+        self.net, self.spec, self.rng = actor_net, act_spec, rng
+        self.kind, self.stddev, self.damping = kind, np.float32(stddev), np.float32(damping)
+        self.low = np.broadcast_to(np.asarray(act_spec.minimum, np.float32), act_spec.shape)
+        self.high = np.broadcast_to(np.asarray(act_spec.maximum, np.float32), act_spec.shape)
+        self.shape = tuple(act_spec.shape)
+        self.x = np.zeros(self.shape, np.float32)
+        self.refresh()
+
+    def refresh(self) -> None:
+        self.layers = actor_layers(self.net, self.spec)
+
+    def greedy(self, obs: np.ndarray) -> np.ndarray:
+        """The actor's actions, per row of `obs` (TF-Agents' ActorPolicy, before any noise)."""
+        return mlp_forward(self.layers, obs).reshape(len(obs), *self.shape)
+
+    def __call__(self, nts) -> np.ndarray:
+        """One action for a time step of batch 1 (the loop's one env)."""
+        noise = self.stddev * self.rng.standard_normal(self.shape).astype(np.float32)
+        if self.kind == "ou":
+            self.x = (1 - self.damping) * self.x + noise
+            noise = self.x
+        a = self.greedy(nts.observation)[0] + noise
+        return np.clip(a, self.low, self.high).astype(np.float32)

@@ -14,9 +14,11 @@ from tqdm import tqdm
 
 from ..errors import QuarlError
 from ..schema import int_sizes
-from .collect import SacSampler
+from .collect import NoisyActorSampler, SacSampler
 from .common import (GradientRounds, StagedReplay, build_optimizers, _agent_env, _save_actor_run,
-                     _validation_return, actor_layers, common_function)
+                     _validation_return, actor_layers)
+
+DDPG_OU_DAMPING = 0.15   # DdpgAgent's ou_damping (the OU noise's pull back to 0 per step)
 
 
 @dataclass
@@ -88,7 +90,7 @@ def train_off_policy(algo: str, env_id: str, seed: int, out: Path, config: OffPo
                                     boundary_weights if cfg.mask_boundaries else None)
     space = env.gym_env.action_space
     warmup = WarmupNoise(cfg.warmup_noise, space.low, space.high, rng)
-    policy = _collect_policy(algo, agent, actor_net, env.action_spec(), seed)
+    policy = _collect_policy(algo, actor_net, env.action_spec(), cfg, seed)
 
     curve_file = (out / "train_curve.csv").open("w", newline="")
     curve = csv.writer(curve_file)
@@ -175,25 +177,21 @@ def _make_agent(algo: str, env, cfg: OffPolicyConfig):
                                        target_update_period=cfg.policy_delay, **common_kw)
         else:
             agent = ddpg_agent.DdpgAgent(ts_spec, act_spec, ou_stddev=cfg.exploration_noise,
-                                         ou_damping=0.15, **common_kw)
+                                         ou_damping=DDPG_OU_DAMPING, **common_kw)
     agent.initialize()
     build_optimizers(agent)   # one trace of the train step, not two
     return agent, actor_net
 
 
-def _collect_policy(algo: str, agent, actor_net, act_spec, seed: int):
-    """The exploring policy the loop acts with: numpy time step [1, ...] -> action. SAC's is
-    sampled in numpy (SacSampler); TD3's and DDPG's are TF-Agents' traced collect policies
-    (Gaussian and Ornstein-Uhlenbeck noise on the actor), which hold their noise in TF."""
+def _collect_policy(algo: str, actor_net, act_spec, cfg: OffPolicyConfig, seed: int):
+    """The exploring policy the loop acts with (numpy time step [1, ...] -> action), in numpy
+    (rl/collect.py): SAC's tanh-Gaussian sample; TD3's actor plus Gaussian noise (Td3Agent's
+    exploration_noise_std), DDPG's plus Ornstein-Uhlenbeck noise (ou_stddev, ou_damping 0.15)."""
+    rng = np.random.default_rng([seed, 1])
     if algo == "sac":
-        return SacSampler(actor_net, act_spec, np.random.default_rng([seed, 1]))
-    collect = common_function(agent.collect_policy.action)
-    initial_state = agent.collect_policy.get_initial_state(1)   # () : no recurrent state
-
-    def act(nts):
-        return collect(nts, initial_state).action.numpy()[0]
-    act.refresh = lambda: None   # the traced policy reads the variables itself
-    return act
+        return SacSampler(actor_net, act_spec, rng)
+    return NoisyActorSampler(actor_net, act_spec, rng, "gaussian" if algo == "td3" else "ou",
+                             cfg.exploration_noise, damping=DDPG_OU_DAMPING)
 
 
 def _env_step(env, time_step, staged: StagedReplay, act):
@@ -202,7 +200,7 @@ def _env_step(env, time_step, staged: StagedReplay, act):
     pair is staged too and the next time step is FIRST."""
     from tf_agents.trajectories import policy_step, trajectory  # heavy: TF-Agents
 
-    nts = _numpy_batch(time_step)   # numpy in: the traced collect converts it itself
+    nts = _numpy_batch(time_step)   # [1, ...]: the policy's input and the staged transition
     action = np.asarray(act(nts), np.float32)
     pstep = policy_step.PolicyStep(action[None], (), ())
     next_ts = env.step(action)
