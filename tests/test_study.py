@@ -110,7 +110,8 @@ def test_the_shipped_configs_are_valid():
     same = lambda t: (t.algo, t.env, t.steps, t.options)   # noqa: E731
     assert list(map(same, boards.tasks)) == list(map(same, classic.tasks))
     assert all(t.boards == ["host", "mps2-an386", "lm3s6965evb", "microbit", "atmega328p"]
-               for t in boards.tasks)
+               and t.seeds == [0, 1, 2, 3, 4] and t.board_episodes == 10
+               for t in boards.tasks)   # issue 27: five seeds, 10 HIL episodes per board cell
     minatar = load_study(ROOT / "studies" / "minatar.toml")
     assert {t.env for t in minatar.tasks} == {"QuarlEdge/MinAtar-Breakout-v0",
                                               "QuarlEdge/MinAtar-SpaceInvaders-v0"}
