@@ -210,9 +210,21 @@ def _collect_policy(agent, actor_net, env, cfg: PPOConfig, seed: int):
     if cfg.net == "mlp" and np.issubdtype(env.action_spec().dtype, np.integer):
         return CategoricalSampler(actor_net, np.random.default_rng([seed, 1]),
                                   env.action_spec().dtype)
-    collect = common_function(agent.collect_policy.action)
-    collect.refresh = lambda: None   # the traced policy reads the variables itself
-    return collect
+    return TracedCollect(agent.collect_policy)
+
+
+class TracedCollect:
+    """TF-Agents' collect policy as one traced call per step, with CategoricalSampler's
+    interface; `refresh()` has nothing to do, since the traced policy reads the variables."""
+
+    def __init__(self, policy):
+        self._action = common_function(policy.action)
+
+    def __call__(self, time_step, policy_state):
+        return self._action(time_step, policy_state)
+
+    def refresh(self) -> None:
+        pass
 
 
 def _trainer(agent, cfg: PPOConfig, seed: int):
