@@ -1,6 +1,6 @@
 """SAC, TD3 and DDPG (continuous actions) with TF-Agents: one replay-buffer loop for the three,
-read top to bottom: the config, the loop (`train_off_policy`), the agent per algorithm, an env
-step, warm-up noise; the export is common.py's."""
+read top to bottom: the config, the loop (`train_off_policy`), the agent per algorithm, the
+exploring policy (numpy, rl/collect.py), an env step, warm-up noise; the export is common.py's."""
 from __future__ import annotations
 
 import csv
