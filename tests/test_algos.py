@@ -174,3 +174,53 @@ def test_config_changes_treat_fields_a_run_predates_as_their_defaults():
     assert config_changes(old, PPOConfig(**{**vars(cfg), "num_envs": 1, "minibatches": 1})) == {}
     assert config_changes(old, cfg) == {"num_envs": (1, 16), "minibatches": (1, 8)}
     assert config_changes({**saved, "hidden": [64, 32]}, cfg) == {"hidden": ([64, 32], [64, 64])}
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_a_gradient_round_makes_the_updates_of_single_train_calls(masked):
+    """GradientRounds runs k `agent.train` steps in one graph loop: on DDPG, whose update draws
+    no random numbers, the weights after a round of 4 equal those after 4 single calls on the
+    same batches (with per-sample loss weights, if given)."""
+    import tensorflow as tf
+    from tf_agents.replay_buffers import tf_uniform_replay_buffer
+    from tf_agents.trajectories import policy_step, trajectory
+
+    from quarl_edge.rl.common import GradientRounds, _agent_env
+    from quarl_edge.rl.off_policy import OffPolicyConfig, _make_agent
+
+    cfg = OffPolicyConfig(hidden=(8, 8), critic_hidden=(8, 8), batch_size=16)
+    agents = []
+    for _ in range(2):
+        tf.keras.utils.set_random_seed(0)
+        env = _agent_env("Pendulum-v1", 0, "ddpg", continuous_only=True)
+        agents.append(_make_agent("ddpg", env, cfg)[0])
+    for a, b in zip(agents[0].trainable_variables, agents[1].trainable_variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+    replay = tf_uniform_replay_buffer.TFUniformReplayBuffer(
+        agents[0].collect_data_spec, batch_size=1, max_length=500)
+    rng = np.random.default_rng(0)
+    batch = lambda x: tf.nest.map_structure(lambda v: np.asarray(v)[None], x)  # noqa: E731
+    time_step = env.reset()
+    for _ in range(300):   # Pendulum's 200-step episodes: one boundary pair among them
+        action = rng.uniform(-2, 2, 1).astype(np.float32)
+        nxt = env.step(action)
+        replay.add_batch(trajectory.from_transition(
+            batch(time_step), policy_step.PolicyStep(action[None], (), ()), batch(nxt)))
+        time_step = nxt
+    batches = [replay.get_next(sample_batch_size=16, num_steps=2)[0] for _ in range(4)]
+    # per-sample loss weights, uneven so that dropping them would show (boundary_weights is
+    # such a function, but 64 samples may miss Pendulum's one boundary pair)
+    weights = (lambda _e: tf.linspace(0.0, 2.0, 16)) if masked else None   # noqa: E731
+
+    before = [v.numpy() for v in agents[0].trainable_variables]
+    samples = iter(tf.data.Dataset.from_tensor_slices(
+        (tf.nest.map_structure(lambda *x: tf.stack(x), *batches), tf.zeros(4))))
+    GradientRounds(agents[0], samples, weights)(4)
+    for experience in batches:
+        agents[1].train(experience, weights=None if weights is None else weights(experience))
+    for a, b in zip(agents[0].trainable_variables, agents[1].trainable_variables):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
+    # and they did train: the round moved the weights
+    assert any(not np.array_equal(v.numpy(), w)
+               for v, w in zip(agents[0].trainable_variables, before))
