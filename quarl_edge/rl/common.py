@@ -314,9 +314,10 @@ class GradientRounds:
     Pendulum 0.6 of its 1.65 ms a step. The batches come from the same iterator in the same
     order and each step is the same `agent.train` (with `weights(experience)` as its per-sample
     loss weights, if given), so where the update draws no random numbers (DQN, DDPG) the weights
-    after a round are those of k single calls (tests/test_algos.py compares them). SAC's and TD3's losses draw random numbers, and the op
-    seeds of those draws follow the graph around them: there the loop gives other draws than
-    the single calls did, from the same distribution, the same for the same seed.
+    after a round are those of k single calls (tests/test_algos.py compares them). SAC's and
+    TD3's losses draw random numbers, and the op seeds of those draws follow the graph around
+    them: there the loop gives other draws than the single calls did, from the same
+    distribution, the same for the same seed.
     A graph loop cannot create variables: build_optimizers(agent) first."""
 
     def __init__(self, agent, samples, weights=None):
