@@ -95,7 +95,8 @@ def test_sac_sampler_is_the_tanh_normal_of_sacs_actor():
     np.testing.assert_allclose(mean, normal.loc.numpy(), atol=1e-5)
     np.testing.assert_allclose(std, normal.stddev().numpy(), rtol=1e-5)
     x = np.linspace(-4, 4, 17, dtype=np.float32)[:, None]
-    np.testing.assert_allclose(sampler.squash(x), dist._squashed_distribution.bijector.forward(x).numpy(), atol=1e-5)
+    bijector = dist._squashed_distribution.bijector   # SquashToSpecNormal's tanh, then scale
+    np.testing.assert_allclose(sampler.squash(x), bijector.forward(x).numpy(), atol=1e-5)
 
     # samples: within the bounds, and the squashed draws of N(mean, std)
     one = np.repeat(obs[:1], 20_000, axis=0)
