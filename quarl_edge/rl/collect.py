@@ -13,13 +13,25 @@ from __future__ import annotations
 import numpy as np
 
 from ..nets import mlp_forward
-from .common import _dense_layers, actor_layers
+from .common import actor_layers, network_layers
 
 
-def network_layers(net) -> list[tuple[np.ndarray, np.ndarray, str]]:
-    """The Dense layers of a TF-Agents network as (kernel, bias, activation), in call order."""
-    return [(*(w.astype(np.float32) for w in d.get_weights()), d.get_config()["activation"])
-            for d in _dense_layers(net)]
+def softmax(z: np.ndarray) -> np.ndarray:
+    """Row-wise softmax of logits (in their dtype: pass float64 for sampling)."""
+    e = np.exp(z - z.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def sample_categorical(p: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """One index per row of the probabilities `p`: the first whose cumulative sum exceeds a
+    uniform draw (one draw per row)."""
+    return (p.cumsum(axis=1) > rng.random((len(p), 1))).argmax(axis=1)
+
+
+def _bounds(act_spec) -> tuple[np.ndarray, np.ndarray]:
+    """(low, high) of a bounded action spec, float32, in the spec's shape."""
+    return tuple(np.broadcast_to(np.asarray(b, np.float32), act_spec.shape)
+                 for b in (act_spec.minimum, act_spec.maximum))
 
 
 class CategoricalSampler:
@@ -38,11 +50,7 @@ class CategoricalSampler:
     def __call__(self, time_step, policy_state=()):
         from tf_agents.trajectories import policy_step  # heavy: TF-Agents
         logits = mlp_forward(self.layers, time_step.observation)
-        z = logits - logits.max(axis=1, keepdims=True)
-        p = np.exp(z.astype(np.float64))
-        p /= p.sum(axis=1, keepdims=True)
-        u = self.rng.random((len(p), 1))
-        action = np.minimum((p.cumsum(axis=1) < u).sum(axis=1), p.shape[1] - 1)
+        action = sample_categorical(softmax(logits.astype(np.float64)), self.rng)
         return policy_step.PolicyStep(action.astype(self.dtype), policy_state,
                                       {"dist_params": {"logits": logits}})
 
@@ -59,10 +67,9 @@ class SacSampler:
 
     def __init__(self, actor_net, act_spec, rng: np.random.Generator):
         self.net, self.rng = actor_net, rng
-        low = np.broadcast_to(np.asarray(act_spec.minimum, np.float32), act_spec.shape)
-        high = np.broadcast_to(np.asarray(act_spec.maximum, np.float32), act_spec.shape)
-        self.low, self.high, self.shape = low, high, tuple(act_spec.shape)
-        self.center, self.half = (high + low) / 2, (high - low) / 2
+        self.low, self.high = _bounds(act_spec)
+        self.shape = tuple(act_spec.shape)
+        self.center, self.half = (self.high + self.low) / 2, (self.high - self.low) / 2
         self.n = int(np.prod(act_spec.shape))
         self.refresh()
 
@@ -94,13 +101,12 @@ class NoisyActorSampler:
       carried across episodes, as TF-Agents' OUProcess does."""
 
     def __init__(self, actor_net, act_spec, rng: np.random.Generator, kind: str,
-                 stddev: float, damping: float = 0.15):
+                 stddev: float, damping: float):
         if kind not in ("gaussian", "ou"):
             raise ValueError(f"noise kind must be 'gaussian' or 'ou', got {kind!r}")
         self.net, self.spec, self.rng = actor_net, act_spec, rng
         self.kind, self.stddev, self.damping = kind, np.float32(stddev), np.float32(damping)
-        self.low = np.broadcast_to(np.asarray(act_spec.minimum, np.float32), act_spec.shape)
-        self.high = np.broadcast_to(np.asarray(act_spec.maximum, np.float32), act_spec.shape)
+        self.low, self.high = _bounds(act_spec)
         self.shape = tuple(act_spec.shape)
         self.x = np.zeros(self.shape, np.float32)
         self.refresh()

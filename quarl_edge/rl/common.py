@@ -31,6 +31,12 @@ def _dense_layers(net) -> list:
     return out
 
 
+def network_layers(net) -> list[tuple[np.ndarray, np.ndarray, str]]:
+    """The Dense layers of a TF-Agents network as (kernel, bias, activation), in call order."""
+    return [(*(w.astype(np.float32) for w in d.get_weights()), d.get_config()["activation"])
+            for d in _dense_layers(net)]
+
+
 def actor_layers(net, act_spec) -> list[tuple[np.ndarray, np.ndarray, str]]:
     """The deterministic (greedy) policy of a TF-Agents actor network as a plain MLP.
 
@@ -42,11 +48,7 @@ def actor_layers(net, act_spec) -> list[tuple[np.ndarray, np.ndarray, str]]:
     - ActorNetwork (DDPG, TD3): its tanh action layer, scaled (scale_to_spec).
     The bounds scaling (center + half_range * tanh) is a last Dense layer with a diagonal kernel
     ("output"), so the exported network is FULLY_CONNECTED/TANH ops only."""
-    dense = _dense_layers(net)
-    layers = []
-    for d in dense:
-        kernel, bias = (w.astype(np.float32) for w in d.get_weights())
-        layers.append([kernel, bias, d.get_config()["activation"]])
+    layers = [list(layer) for layer in network_layers(net)]
     kind = type(net).__name__
     projection = ""
     if kind == "ActorDistributionNetwork":

@@ -102,8 +102,9 @@ def train_off_policy(algo: str, env_id: str, seed: int, out: Path, config: OffPo
     time_step, episode_return = env.reset(), 0.0
     bar = tqdm(range(1, cfg.steps + 1), desc=f"{algo} {env_id}", disable=not progress,
                mininterval=1.0, unit="step")
+    warm = lambda _ts: warmup.next()   # noqa: E731 (the first steps' random actions)
     for step in bar:
-        act = (lambda _ts: warmup.next()) if step <= cfg.learning_starts else policy
+        act = warm if step <= cfg.learning_starts else policy
         time_step, reward, episode_end = _env_step(env, time_step, staged, act)
         episode_return += reward
         if episode_end:

@@ -41,6 +41,7 @@ from tqdm import tqdm
 
 from ..errors import QuarlError
 from ..run import VALIDATION_SEED_BASE
+from .collect import sample_categorical, softmax
 from .recurrent import (CELL_CLIP, RecurrentLayers, fold_normalization, observation_statistics,
                         play_recurrent)
 
@@ -203,12 +204,6 @@ def _update_step(actor, critic, cfg, n_actions: int, updates: int):
     return update
 
 
-def _softmax(z):
-    z = z - z.max(1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(1, keepdims=True)
-
-
 def _rollout(envs, obs, first, states, nets, rng, T: int, cfg, norm, ep_return, recent):
     """`T` steps of every env with the current actor (numpy, sampling its softmax): returns the
     batch (X, F, A, LP, V, R, D: [T, N] normalized observations, episode-first flags, actions,
@@ -227,8 +222,8 @@ def _rollout(envs, obs, first, states, nets, rng, T: int, cfg, norm, ep_return, 
         xn = (obs - mean) / std
         logits, sa = la.step(xn, sa)
         value, sv = lv.step(xn, sv)
-        p = _softmax(logits.astype(np.float64))
-        act = (p.cumsum(1) > rng.random((N, 1))).argmax(1)
+        p = softmax(logits.astype(np.float64))
+        act = sample_categorical(p, rng)
         X[t], F[t], A[t] = xn, first, act
         LP[t] = np.log(p[np.arange(N), act] + 1e-12)
         V[t] = value[:, 0]
