@@ -176,8 +176,8 @@ def test_config_changes_treat_fields_a_run_predates_as_their_defaults():
     assert config_changes({**saved, "hidden": [64, 32]}, cfg) == {"hidden": ([64, 32], [64, 64])}
 
 
-@pytest.mark.parametrize("masked", [False, True])
-def test_a_gradient_round_makes_the_updates_of_single_train_calls(masked):
+@pytest.mark.parametrize("weighted", [False, True])
+def test_a_gradient_round_makes_the_updates_of_single_train_calls(weighted):
     """GradientRounds runs k `agent.train` steps in one graph loop: on DDPG, whose update draws
     no random numbers, the weights after a round of 4 equal those after 4 single calls on the
     same batches (with per-sample loss weights, if given)."""
@@ -211,7 +211,7 @@ def test_a_gradient_round_makes_the_updates_of_single_train_calls(masked):
     batches = [replay.get_next(sample_batch_size=16, num_steps=2)[0] for _ in range(4)]
     # per-sample loss weights, uneven so that dropping them would show (boundary_weights is
     # such a function, but 64 samples may miss Pendulum's one boundary pair)
-    weights = (lambda _e: tf.linspace(0.0, 2.0, 16)) if masked else None   # noqa: E731
+    weights = (lambda _e: tf.linspace(0.0, 2.0, 16)) if weighted else None   # noqa: E731
 
     before = [v.numpy() for v in agents[0].trainable_variables]
     samples = iter(tf.data.Dataset.from_tensor_slices(
