@@ -4,11 +4,11 @@
     res = qe.validate("policy.tflite", "mps2-an386")     # bit-exact with TF Lite Micro?
     print(res.bit_exact, res.latency.median, res.latency.unit)
 
-The functions (train, import_policy, quantize, sweep, build, validate, hil, bench, study, report, boards,
-ports, session) and their result dataclasses are quarl_edge.api's; errors a user can cause are
-`qe.QuarlError` and its subclasses (quarl_edge.errors). Nothing is imported until it is used,
-so `import quarl_edge` is cheap and this package also runs on a board that has only the
-protocol (the linux agent, quarl_edge/link/agent.py).
+The functions (train, import_policy, quantize, sweep, build, validate, hil, bench, study,
+study_status, report, boards, ports, session) and their result dataclasses are quarl_edge.api's;
+errors a user can cause are `qe.QuarlError` and its subclasses (quarl_edge.errors). Nothing is
+imported until it is used, so `import quarl_edge` is cheap and this package also runs on a board
+that has only the protocol (the linux agent, quarl_edge/link/agent.py).
 """
 
 import os as _os

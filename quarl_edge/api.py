@@ -42,8 +42,8 @@ PathLike = str | os.PathLike
 __all__ = ["BenchRow", "BoardInfo", "BuildResult", "HilResult", "ImportResult", "Latency",
            "QuantizeResult", "ReportResult", "StudySummary", "SweepRow", "TrainResult",
            "ValidateResult", "bench", "boards", "build", "farm_node", "hil", "import_policy",
-           "load_board", "models", "ports", "quantize", "report", "session", "study", "sweep",
-           "train", "validate"]
+           "load_board", "models", "ports", "quantize", "report", "session", "study",
+           "study_status", "sweep", "train", "validate"]
 
 
 # ------------------------------------------------------------------------------ results
@@ -313,6 +313,16 @@ def study(config: PathLike, *, out: PathLike | None = None, workers: int = 1,
                     resume=resume, ray_address=ray, redo=list(redo),
                     echo=(lambda s: print(s, flush=True)) if progress else None)
     return _from(StudySummary, res)
+
+
+def study_status(config: PathLike, *, out: PathLike | None = None, workers: int = 1):
+    """How far the study in `config` has come in OUT (default results/<study name>), read from
+    OUT/results.jsonl while it runs or between `--resume` runs: a
+    quarl_edge.study.status.StudyStatus (rows and runs done per task, the worker time a finished
+    run took, and an estimate of the wall time left on `workers` processes)."""
+    from .study.status import study_status as status
+    _count("workers", workers)
+    return status(Path(config), out=Path(out) if out else None, workers=workers)
 
 
 def farm_node(*, head: bool = False, address: str | None = None, port: int = 6379,

@@ -1,6 +1,7 @@
 """The study runner: config checks before anything runs, the smoke study through the CLI (and the
-report on it), and a real subprocess killed with SIGKILL mid-grid then resumed: no row lost,
-none repeated, finished runs not retrained, no worker left behind."""
+report on it), --status on a results file of known seconds, and a real subprocess killed with
+SIGKILL mid-grid then resumed: no row lost, none repeated, finished runs not retrained, no worker
+left behind, and --status reading the grid while it runs."""
 from __future__ import annotations
 
 import json
@@ -19,6 +20,7 @@ from quarl_edge.errors import QuarlError
 from quarl_edge.study.config import load_study
 from quarl_edge.study.plan import plan
 from quarl_edge.study.results import read_results, row_key
+from quarl_edge.study.status import study_status
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "quarl_edge.cli"]
@@ -261,6 +263,59 @@ def test_smoke_study_and_report_through_the_cli(tmp_path):
     _check_redo(out)
 
 
+# ------------------------------------------------------------------------------ --status
+STATUS_STUDY = GOOD.replace("seeds = [0]", "seeds = [0, 1, 2]") + """
+[[task]]
+algo = "ppo"
+env = "CartPole-v1"
+steps = 100
+seeds = [0]
+"""
+
+
+def _row(kind, algo, seed, scheme=None, **cols):
+    row = {"kind": kind, "study": "t", "algo": algo, "env": "CartPole-v1", "seed": seed,
+           "status": "ok", **cols}
+    return {**row, "scheme": scheme} if scheme else row
+
+
+def test_status_counts_rows_and_runs_and_estimates_the_time_left(tmp_path):
+    """study --status on a results file of known seconds: DQN seed 0 finished in 100 + 30 + 50
+    worker seconds, seed 1 has its run and fp32 cell (130 s) done and an error, seed 2 nothing;
+    PPO nothing. Left for DQN on 2 workers: ((180 - 130) + 180) / 2 = 115 s; PPO has no figure."""
+    cfg = _write(tmp_path, STATUS_STUDY)
+    out = tmp_path / "out"
+    out.mkdir()
+    rows = [_row("run", "dqn", 0, wall_seconds=100.0), _row("cell", "dqn", 0, "fp32", seconds=30.0),
+            _row("cell", "dqn", 0, "int8", seconds=50.0),
+            _row("run", "dqn", 1, wall_seconds=120.0), _row("cell", "dqn", 1, "fp32", seconds=10.0),
+            _row("cell", "dqn", 1, "int8", status="error", reason="boom", seconds=7.0)]
+    (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    p = subprocess.run(CLI + ["study", str(cfg), "--out", str(out), "--status", "--workers", "2",
+                              "--json"], capture_output=True, text=True, env=ENV, cwd=ROOT,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    st = json.loads(p.stdout)
+    assert (st["rows"], st["rows_done"], st["runs"], st["runs_done"]) == (12, 5, 4, 1)
+    assert st["running"] is False and st["unknown"] == ["ppo CartPole-v1"]
+    dqn, ppo = st["tasks"]
+    assert (dqn["runs_done"], dqn["rows_done"], dqn["errors"]) == (1, 5, 1)
+    assert dqn["run_seconds"] == 180.0 and dqn["seconds_left"] == 50.0 + 180.0
+    assert ppo["run_seconds"] is None and ppo["seconds_left"] is None
+    assert st["seconds_left"] == 115.0
+    # the table: a line per task, then the totals; nothing was run or written
+    p = subprocess.run(CLI + ["study", str(cfg), "--out", str(out), "--status", "--workers", "2"],
+                       capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "dqn CartPole-v1" in p.stdout and "1/3" in p.stdout and "5/9" in p.stdout
+    assert "5 of 12 rows, 1 of 4 runs done" in p.stdout
+    assert "about 2 min" in p.stdout and "1 task(s) without a finished run" in p.stdout
+    assert len(read_results(out / "results.jsonl")) == len(rows) and not (out / "runs").exists()
+    p = subprocess.run(CLI + ["study", str(cfg), "--out", str(out), "--status", "--resume"],
+                       capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=120)
+    assert p.returncode == 2 and "--status runs nothing: drop --resume" in p.stderr
+
+
 # ------------------------------------------------------------------- kill -9 mid-grid, resume
 KILL_STUDY = """
 [study]
@@ -322,6 +377,9 @@ def test_sigkill_mid_grid_then_resume_loses_and_repeats_nothing(tmp_path):
             children |= _children(proc.pid)
             n = len(read_results(results)) if results.is_file() else 0
             if n >= 2:
+                # --status reads the grid while it runs, and sees the study's lock
+                st = study_status(cfg, out=out, workers=2)
+                assert st.running and st.rows == len(expected) and st.rows_done >= 2
                 break
             assert proc.poll() is None, "the study finished or failed before it could be killed"
             time.sleep(0.05)
@@ -342,6 +400,9 @@ def test_sigkill_mid_grid_then_resume_loses_and_repeats_nothing(tmp_path):
     # a write cut by the kill: an unterminated last line is dropped on resume
     with results.open("a") as f:
         f.write('{"kind": "cell", "study": "killme", "algo": "dq')
+    st = study_status(cfg, out=out, workers=2)
+    assert not st.running and st.rows_done == len({row_key(r) for r in rows_before})
+    assert st.runs_done < st.runs == 3
     finished_runs = {(r["algo"], r["env"], r["seed"]) for r in rows_before if r["kind"] == "run"}
     mtimes = {k: (out / "runs" / f"{k[0]}-{k[1]}-s{k[2]}" / "run.json").stat().st_mtime_ns
               for k in finished_runs}
@@ -351,6 +412,9 @@ def test_sigkill_mid_grid_then_resume_loses_and_repeats_nothing(tmp_path):
                        timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     assert json.loads(p.stdout)["status"] == {"ok": 11, "skipped": 1}
+    st = study_status(cfg, out=out)
+    assert (st.rows_done, st.runs_done, st.seconds_left, st.unknown) == (12, 3, 0, [])
+    assert all(t.run_seconds > 0 for t in st.tasks)
     text = results.read_text()
     assert text.startswith(before) and text.endswith("\n")
     rows = read_results(results)

@@ -35,11 +35,16 @@ def _add_study(sub) -> None:
     s.add_argument("--ray", default=None, metavar="ADDRESS",
                    help="run the grid on an existing Ray cluster (needs the ray extra); board "
                         "cells go to the nodes that advertise their board (farm-node)")
+    s.add_argument("--status", action="store_true",
+                   help="run nothing: how far OUT's grid has come per task, and an estimate of "
+                        "the time left on --workers processes (also while a study runs)")
     s.add_argument("--json", action="store_true", help="print only the summary, as JSON")
 
 
 def cmd_study(a, qe):
-    """study: rows per status; exit 1 if any row failed."""
+    """study: rows per status; exit 1 if any row failed. --status: the progress (exit 0)."""
+    if a.status:
+        return _study_status(a, qe)
     res = qe.study(a.config, out=a.out, workers=a.workers, resume=a.resume, redo=a.redo,
                    ray=a.ray, progress=not a.json)
     if a.json:
@@ -49,6 +54,40 @@ def cmd_study(a, qe):
         print(f"study {res.study}: {counts} of {res.rows} rows in {res.seconds} s")
         note(f"wrote the results to {res.results}")
     return EXIT_OK if res.complete else EXIT_MISMATCH
+
+
+def _study_status(a, qe):
+    """study --status: a line per task, then the rows done and the time left."""
+    mixed = [f for f, on in (("--resume", a.resume), ("--redo", a.redo), ("--ray", a.ray)) if on]
+    if mixed:
+        raise qe.QuarlError(f"--status runs nothing: drop {', '.join(mixed)}")
+    st = qe.study_status(a.config, out=a.out, workers=a.workers)
+    if a.json:
+        emit_json({**as_json(st), "seconds_left": st.seconds_left, "unknown": st.unknown})
+        return EXIT_OK
+    for why in st.redone:
+        note(why)
+    table(["task", "runs done", "rows done", "errors", "per run", "left"],
+          [[f"{t.algo} {t.env}", f"{t.runs_done}/{t.runs}", f"{t.rows_done}/{t.rows}",
+            t.errors, _minutes(t.run_seconds), _minutes(t.seconds_left)] for t in st.tasks],
+          right=("runs done", "rows done", "errors", "per run", "left"))
+    print(f"study {st.study}: {st.rows_done:,} of {st.rows:,} rows, {st.runs_done} of {st.runs} "
+          f"runs done{'; a study is running into it now' if st.running else ''}")
+    if st.rows_done < st.rows:
+        left = st.seconds_left
+        print(f"time left on {st.workers} worker(s): "
+              + (f"about {_minutes(left)}" if left is not None else "no figure yet")
+              + (f", and more for the {len(st.unknown)} task(s) without a finished run"
+                 if st.unknown and left is not None else ""))
+    note(f"read {st.results}")
+    return EXIT_OK
+
+
+def _minutes(seconds: float | None) -> str | None:
+    """Seconds as minutes below two hours, else hours."""
+    if seconds is None:
+        return None
+    return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
 # ----------------------------------------------------------------------------- farm node

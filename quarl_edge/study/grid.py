@@ -2,11 +2,13 @@
 parallel, resumable, one JSON line per finished cell.
 
     quarl-edge study CONFIG.toml [--workers N] [--resume] [--json] [--out DIR] [--ray ADDRESS]
+    quarl-edge study CONFIG.toml --status [--out DIR] [--workers N] [--json]
 
 run_study is the driver; each step is a module of this package:
 
     config.py    the TOML file, parsed and checked (its format is there): load_study
     plan.py      the groups of work, one per (algo, env, seed), and the rows each yields
+    status.py    --status: how far the grid has come, and an estimate of the time left
     results.py   OUT/results.jsonl: the row format, row keys, reading, appending (Writer)
     cells.py     a group's work in whichever process runs it: training, cells, sweep, boards
     pool.py      --workers N: spawned worker processes
@@ -93,7 +95,7 @@ def run_study(config: Path, out: Path | None = None, workers: int = 1, resume: b
         say = echo or (lambda s: None)
         if redo:
             say(f"redo: the rows of {', '.join(sorted(set(redo)))} are made again")
-        _forget_rows(groups, out, done, redo, say)
+        forget_rows(groups, out, done, redo, say)
         todo = [g for g in groups if any(tuple(k) not in done for k in g.keys)]
         keys = [tuple(k) for g in groups for k in g.keys]
         say(f"study {study.name}: {len(groups)} runs, {len(keys)} rows; "
@@ -157,7 +159,7 @@ def _summary(name: str, results: Path, groups: list[Group], t0: float) -> dict:
             "status": status, "seconds": round(time.perf_counter() - t0, 1)}
 
 
-def _forget_rows(groups: list[Group], out: Path, done: dict, redo, say: Callable[[str], None]
+def forget_rows(groups: list[Group], out: Path, done: dict, redo, say: Callable[[str], None]
                  ) -> None:
     """Drop from `done` the rows to make again: those of the tasks named in `redo`, and those
     of every run trained with other hyperparameters than its group would train now (the run is
