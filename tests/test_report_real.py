@@ -180,7 +180,7 @@ def test_board_tables_pareto_plots_and_the_int8_claim_from_real_rows(tmp_path):
 
 
 def test_board_cells_carry_the_interval_over_seeds_the_pareto_bars_draw():
-    from quarl_edge.study.board_section import board_cells
+    from quarl_edge.study.board_section import board_cells, int8_vs_fp32
     rows = read_results(BOARDS_EXAMPLE)
     one = [c for c in board_cells(Results(rows)) if c["fits"] and c["return"] is not None]
     assert one and all(c["seeds"] == 1 and c["return_ci"] is None for c in one)
@@ -194,3 +194,11 @@ def test_board_cells_carry_the_interval_over_seeds_the_pareto_bars_draw():
     key = lambda c: (c["task"], c["board"], c["scheme"])   # noqa: E731
     for c, c1 in zip(sorted(two, key=key), sorted(one, key=key)):
         assert key(c) == key(c1) and c["seeds"] == 2 and c["return_ci"] == pytest.approx([c1["return"], c1["return"] + 10])
+        assert c1["loss_ci"] is None
+        if c["loss"] is not None:   # the loss's interval spans the two seeds' losses too
+            lo, hi = sorted([c1["loss"], 2 * c["loss"] - c1["loss"]])
+            assert c["loss_ci"] == pytest.approx([lo, hi])
+    # and the int8-vs-fp32 line of each board states that interval, one seed's line none
+    lines = int8_vs_fp32(two)
+    assert lines and all(", 95 % CI over seeds [" in ln for ln in lines)
+    assert not any("CI" in ln for ln in int8_vs_fp32(one))

@@ -101,6 +101,7 @@ def board_cells(res: Results) -> list[dict]:
                            (played[0].get("std_return") if played else None)),
             "fp32_return": mean_of("fp32_mean_return"),
             "loss": float(np.mean(losses)) if losses else None,
+            "loss_ci": seed_bootstrap([losses])["ci"] if losses else None,
             "agreement": mean_of("agreement"),
             "equals_tflm": all(r.get("matches_reference") for r in played) if played else None,
             "equals_tflite": _every_seed(played, "matches_tflite"),
@@ -134,7 +135,8 @@ def _every_seed(played: list[dict], key: str) -> bool | None:
 
 def int8_vs_fp32(cells: list[dict]) -> list[str]:
     """Per task and board with both int8 and fp32: "int8 is N× faster and M× smaller than
-    fp32 on board B with a return loss of L %", from the rows' own numbers (means over seeds)."""
+    fp32 on board B with a return loss of L %", from the rows' own numbers (means over seeds;
+    the loss with its 95 % bootstrap interval over seeds when there are two or more)."""
     by = {(c["task"], c["board"], c["scheme"]): c for c in cells if c["fits"]}
     out = []
     for (task, board, scheme), q in by.items():
@@ -150,8 +152,10 @@ def int8_vs_fp32(cells: list[dict]) -> list[str]:
                      f"({q['flash']:,.0f} vs {f['flash']:,.0f} B)")
         text += " than fp32"
         if q["loss"] is not None:
-            text += (f", with a return loss of {pct(q['loss'])} (int8 {q['return']:,.1f} on "
-                     f"the board vs the fp32 network's {q['fp32_return']:,.1f}; "
+            ci = (f", 95 % CI over seeds [{pct(q['loss_ci'][0])}, {pct(q['loss_ci'][1])}]"
+                  if q.get("loss_ci") else "")
+            text += (f", with a return loss of {pct(q['loss'])}{ci} (int8 {q['return']:,.1f} "
+                     f"on the board vs the fp32 network's {q['fp32_return']:,.1f}; "
                      f"{q['episodes']} episodes over {q['n']} seed(s))")
         elif not q["episodes"]:
             text += " (return not measured: bench without --episodes)"
