@@ -198,8 +198,8 @@ def test_host_reference_kernels_requantize_the_fc_as_measured(runtime):
     - tflite-runtime 2.14 takes the multiplier from float32(input_scale * filter_scale) /
       output_scale (TFLM: the double product). So a board, which is bit-exact with TFLM,
       returns otherwise than it does where an accumulator lies that near a rounding boundary
-      (DQN Acrobot-v1's int8 policy in results/classic-boards: 9 of 500 calibration
-      observations in its first layer).
+      (DQN Acrobot-v1 seed 0's int8 policy in the 2-seed classic-boards grid: 9 of 500
+      calibration observations in its first layer).
     - LiteRT 2.3 has no fixed-point multiplier there at all: round(acc * double product),
       halves away from zero (LiteRT's "do requant in float" change of its reference kernel),
       so it parts from TFLM at every accumulator whose two roundings differ from one."""
