@@ -90,12 +90,11 @@ def run_study(config: Path, out: Path | None = None, workers: int = 1, resume: b
     try:
         if study.path.resolve() != (out / "study.toml").resolve():
             shutil.copy(study.path, out / "study.toml")  # what the results were made with
-        done = {k: r for k, r in latest_rows(prior).items() if r.get("status") in STATUS_DONE}
         groups = plan(study)
         say = echo or (lambda s: None)
         if redo:
             say(f"redo: the rows of {', '.join(sorted(set(redo)))} are made again")
-        forget_rows(groups, out, done, redo, say)
+        done = rows_done(latest_rows(prior), groups, out, redo, say)
         todo = [g for g in groups if any(tuple(k) not in done for k in g.keys)]
         keys = [tuple(k) for g in groups for k in g.keys]
         say(f"study {study.name}: {len(groups)} runs, {len(keys)} rows; "
@@ -159,8 +158,17 @@ def _summary(name: str, results: Path, groups: list[Group], t0: float) -> dict:
             "status": status, "seconds": round(time.perf_counter() - t0, 1)}
 
 
+def rows_done(rows: dict, groups: list[Group], out: Path, redo, say: Callable[[str], None]
+              ) -> dict:
+    """The rows (key -> latest row) a run of the study skips: status ok, skipped or
+    does-not-fit, less those forget_rows makes again. `study` and `study --status` both ask."""
+    done = {k: r for k, r in rows.items() if r.get("status") in STATUS_DONE}
+    forget_rows(groups, out, done, redo, say)
+    return done
+
+
 def forget_rows(groups: list[Group], out: Path, done: dict, redo, say: Callable[[str], None]
-                 ) -> None:
+                ) -> None:
     """Drop from `done` the rows to make again: those of the tasks named in `redo`, and those
     of every run trained with other hyperparameters than its group would train now (the run is
     then retrained)."""

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .config import load_study
-from .grid import forget_rows
+from .grid import rows_done
 from .plan import Group, plan
-from .results import STATUS_DONE, latest_rows, read_results
+from .results import latest_rows, read_results
 
 
 @dataclass
@@ -79,21 +79,19 @@ def study_status(config: Path, out: Path | None = None, workers: int = 1) -> Stu
     out = Path(out) if out else Path("results") / study.name
     results = out / "results.jsonl"
     rows = latest_rows(read_results(results))
-    done = {k: r for k, r in rows.items() if r.get("status") in STATUS_DONE}
     groups = plan(study)
     redone: list[str] = []
-    forget_rows(groups, out, done, (), redone.append)
+    done = rows_done(rows, groups, out, (), redone.append)
     tasks = []
     for t in study.tasks:
         mine = [g for g in groups if (g.algo, g.env) == (t.algo, t.env)]
         keys = [tuple(k) for g in mine for k in g.keys]
-        finished = [g for g in mine if all(tuple(k) in done for k in g.keys)]
-        unfinished = [g for g in mine if not any(g is f for f in finished)]
-        per_run = (sum(_worker_seconds(g, done) for g in finished) / len(finished)
-                   if finished else None)
-        left = None
-        if per_run is not None:
-            left = sum(max(per_run - _worker_seconds(g, done), 0.0) for g in unfinished)
+        # per run: (worker seconds of its done rows, whether all its rows are done)
+        spent = [(_worker_seconds(g, done), all(tuple(k) in done for k in g.keys)) for g in mine]
+        finished = [sec for sec, whole in spent if whole]
+        per_run = sum(finished) / len(finished) if finished else None
+        left = (None if per_run is None else
+                sum(max(per_run - sec, 0.0) for sec, whole in spent if not whole))
         tasks.append(TaskStatus(
             t.algo, t.env, len(mine), len(finished), len(keys), sum(k in done for k in keys),
             sum(rows.get(k, {}).get("status") == "error" for k in keys),
