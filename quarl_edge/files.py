@@ -6,9 +6,12 @@ whose process is gone (a killed run) is removed by the next run."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 from pathlib import Path
+
+from .errors import QuarlError
 
 
 def own(path: Path, suffix: str) -> Path:
@@ -23,6 +26,18 @@ def write_atomic(path: Path, text: str) -> None:
         tmp.replace(path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def loads_json(text: str | bytes, what: str, error: type[QuarlError] = QuarlError):
+    """json.loads for text from a file a user gave (or a board sent): malformed or nested past
+    Python's recursion limit, it is one line naming `what`, not a traceback. The caller checks
+    the types of what it reads."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise error(f"{what}: JSON nested too deeply to read") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise error(f"{what}: not valid JSON ({str(e)[:120]})") from None
 
 
 def _alive(pid: int) -> bool:
