@@ -106,8 +106,9 @@ def _model(target: PathLike, scheme: str | None = None) -> tuple[Path, Path | No
 def build_dir(model: Path, run_dir: Path | None, board_id: str, scheme: str | None = None) -> Path:
     """Where a build goes by default: RUN/build/<board>/<scheme> for a run's model, else
     ./build/<board>/<model name>."""
-    if run_dir is not None:
-        return run_dir / "build" / board_id / (scheme or model.stem)
+    if run_dir is not None:     # (a symlink there leading out of the run is refused)
+        from .files import subdir
+        return subdir(run_dir, "build", board_id, scheme or model.stem)
     return Path("build") / board_id / model.stem
 
 

@@ -1,31 +1,172 @@
-"""Files that several commands may write at once (two `hil` or `bench` on one run directory,
-and the firmware both build into one build folder): every temporary name is unique to its
-process (its pid), a file appears whole or not at all (written beside, then renamed), and what
-reads then rewrites a shared file holds the folder's lock. A `*.PID.partial` or `*.PID.tmp`
-whose process is gone (a killed run) is removed by the next run."""
+"""Writing into run, build and results folders: the one way every stage writes a file there.
+
+- A file appears whole or not at all: it is written to a temporary name beside it, unique to
+  its process (PATH.PID.tmp; own()), then renamed over PATH (write_atomic, atomic_open for a
+  writer that wants a file object, atomic_path for one that wants a path: a compiler's -o).
+  The rename replaces whatever stood at PATH, a symlink someone planted included: no write
+  follows a link quarl-edge did not make. Temporary and partial files are created with
+  O_CREAT|O_EXCL|O_NOFOLLOW (open_new), so a link planted at a temporary name is not
+  followed either.
+- A full or read-only disk (ENOSPC, EDQUOT, EFBIG, EROFS, EACCES) is one line naming the path
+  and the free space on its file system (DiskError, exit 2); the previous file is kept and
+  the temporary one removed.
+- What reads then rewrites a shared file holds the folder's lock (locked; two `hil` or
+  `bench` on one run directory, two builds into one build folder); the files quarl-edge reads
+  back from its own folders (read_own) and the lock file are refused when they are symlinks
+  that lead out of their folder.
+- A `*.PID.partial` or `*.PID.tmp` whose process is gone (a killed run) is removed by the next
+  run (remove_stale)."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
+import shutil
+import threading
 from pathlib import Path
 
 from .errors import QuarlError
 
-
-def own(path: Path, suffix: str) -> Path:
-    """PATH.PID.SUFFIX: this process's temporary name for `path`."""
-    return path.with_name(f"{path.name}.{os.getpid()}.{suffix}")
+# What a write may meet on a full, over-quota, too-small or read-only file system.
+DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM}
 
 
-def write_atomic(path: Path, text: str) -> None:
-    tmp = own(path, "tmp")
+class DiskError(QuarlError):
+    """A file could not be written: the disk is full or read-only (the previous file is kept)."""
+
+
+def own(path: Path, suffix: str, thread: bool = False) -> Path:
+    """PATH.PID.SUFFIX: this process's temporary name for `path` (PATH.TID.PID.SUFFIX with
+    `thread`, for writers in several threads of one process)."""
+    tid = f"{threading.get_ident()}." if thread else ""
+    return path.with_name(f"{path.name}.{tid}{os.getpid()}.{suffix}")
+
+
+def _free(path: Path) -> str:
+    """The free space of the file system holding `path` (or of its nearest existing folder)."""
+    p = Path(path).absolute()
+    while not p.exists() and p != p.parent:
+        p = p.parent
     try:
-        tmp.write_text(text)
-        tmp.replace(path)
+        free = shutil.disk_usage(p).free
+    except OSError:
+        return "free space unknown"
+    for unit, size in (("GB", 1 << 30), ("MB", 1 << 20), ("kB", 1 << 10)):
+        if free >= size:
+            return f"{free / size:.1f} {unit} free"
+    return f"{free} B free"
+
+
+def disk_error(path: Path, e: OSError) -> DiskError:
+    """The one line for an OSError of DISK_ERRNOS while writing `path`."""
+    why = e.strerror or os.strerror(e.errno or 0)
+    return DiskError(f"cannot write {path}: {why} ({_free(path)} on its file system); "
+                     "the previous file is kept")
+
+
+@contextlib.contextmanager
+def writing(path: Path):
+    """Turns an OSError of DISK_ERRNOS inside the block into DiskError naming `path`; a
+    symlink met where none may be (ELOOP) into a QuarlError."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno in DISK_ERRNOS:
+            raise disk_error(path, e) from None
+        if e.errno == errno.ELOOP:
+            raise QuarlError(f"{path}: a symlink where quarl-edge writes its own file: "
+                             "refused (remove it)") from None
+        raise
+
+
+def open_new(path: Path, mode: str = "w"):
+    """A new file at `path` for writing (mode "w" or "wb"), created by this call: a file or
+    link already there (a stale temporary, a planted symlink) is removed first, never
+    followed (O_EXCL|O_NOFOLLOW)."""
+    path = Path(path)
+    with writing(path):
+        path.unlink(missing_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+                     | getattr(os, "O_CLOEXEC", 0), 0o666)
+        return os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"}))
+
+
+def open_append(path: Path):
+    """`path` opened to append text (created if missing); a symlink there is refused."""
+    path = Path(path)
+    with writing(path):
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT
+                     | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), 0o666)
+        return os.fdopen(fd, "a", encoding="utf-8")
+
+
+@contextlib.contextmanager
+def atomic_path(path: Path, thread: bool = False):
+    """A temporary path beside `path` (nothing there) for a writer that takes a path; renamed
+    to `path` when the block ends without an error, removed in any case."""
+    path = Path(path)
+    tmp = own(path, "tmp", thread)
+    try:
+        with writing(path):
+            tmp.unlink(missing_ok=True)
+            yield tmp
+            os.replace(tmp, path)
     finally:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+
+
+@contextlib.contextmanager
+def atomic_open(path: Path, mode: str = "w"):
+    """A file object for writing `path` whole (np.save, savefig, a zip): it goes to a
+    temporary file, renamed to `path` when the block ends without an error."""
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        with writing(path), open_new(tmp, mode) as f:
+            yield f
+
+
+def write_atomic(path: Path, data: str | bytes) -> None:
+    """Write `data` to `path` whole (see the module's docstring)."""
+    with atomic_open(path, "wb" if isinstance(data, bytes) else "w") as f:
+        f.write(data)
+
+
+def check_inside(path: Path, folder: Path, what: str) -> Path:
+    """`path`, when it resolves (after symlinks) inside `folder`; else a QuarlError: a file a
+    run or a download names must not lead out of its folder."""
+    real, home = os.path.realpath(path), os.path.realpath(folder)
+    if os.path.commonpath([real, home]) != home:
+        raise QuarlError(f"{what}: {path} leads outside {folder} (to {real}): refused")
+    return Path(path)
+
+
+def subdir(home: Path, *parts: str) -> Path:
+    """HOME/PARTS..., made if missing: a folder quarl-edge writes in inside a run directory
+    (models/, build/..., results/), refused when a symlink there leads out of HOME."""
+    path = Path(home).joinpath(*parts)
+    with writing(path):
+        if not path.is_symlink():      # (a dangling link would make mkdir create its target)
+            path.mkdir(parents=True, exist_ok=True)
+    check_inside(path, home, "a folder quarl-edge writes in")
+    if not path.is_dir():
+        raise QuarlError(f"{path}: not a folder (quarl-edge writes its files there)")
+    return path
+
+
+def read_own(path: Path, binary: bool = False) -> str | bytes | None:
+    """The text (bytes) of a file quarl-edge wrote in its folder, None when there is none; a
+    symlink there that leads out of the folder is refused, not followed."""
+    path = Path(path)
+    if not os.path.lexists(path):
+        return None
+    if path.is_symlink():
+        check_inside(path, path.parent, "a file quarl-edge writes")
+    if not path.is_file():
+        return None
+    return path.read_bytes() if binary else path.read_text()
 
 
 def loads_json(text: str | bytes, what: str, error: type[QuarlError] = QuarlError):
@@ -62,10 +203,23 @@ def remove_stale(folder: Path) -> None:
             p.unlink(missing_ok=True)
 
 
+LOCK_NAME = ".quarl-edge.lock"
+
+
+def open_lock(path: Path):
+    """A lock file opened (created if missing) without following a symlink (one that stays in
+    its folder is followed; one that leads out is refused)."""
+    path = Path(path)
+    if path.is_symlink():
+        check_inside(path, path.parent, "a lock file")
+        return open_append(path.resolve())
+    return open_append(path)
+
+
 @contextlib.contextmanager
 def locked(folder: Path):
     """Hold FOLDER/.quarl-edge.lock (an advisory lock: other quarl-edge processes wait)."""
-    with open(Path(folder) / ".quarl-edge.lock", "a") as f:
+    with open_lock(Path(folder) / LOCK_NAME) as f:
         try:
             import fcntl
         except ImportError:         # Windows: no fcntl, no lock

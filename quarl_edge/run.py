@@ -26,12 +26,12 @@ What the network files hold, and how to run them (in numpy or TensorFlow), is qu
 from __future__ import annotations
 
 import json
-import os
 import platform
 from importlib import metadata
 from pathlib import Path
 
 from .errors import QuarlError
+from .files import check_inside, loads_json, write_atomic
 from .schema import Key, check
 
 VALIDATION_SEED_BASE = 10_000
@@ -75,10 +75,7 @@ def load_run(run_dir: Path) -> dict:
     if not meta.is_file():
         raise QuarlError(f"{run_dir} is not a run directory (no run.json); train one with "
                          "`quarl-edge train` or use examples/cartpole_dqn")
-    try:
-        info = json.loads(meta.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise QuarlError(f"{meta} is not valid JSON: {e}") from None
+    info = loads_json(meta.read_bytes(), str(meta))
     if not isinstance(info, dict):
         raise QuarlError(f"{meta}: must be a JSON object of keys (env, algo, obs_shape, ...), "
                          f"got {type(info).__name__}")
@@ -87,19 +84,17 @@ def load_run(run_dir: Path) -> dict:
 
 def write_run(run_dir: Path, info: dict) -> None:
     """Write RUN/run.json through a temporary file, so a crash never leaves half a file."""
-    path = Path(run_dir) / "run.json"
-    tmp = path.with_name(f".run.json.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(info, indent=2) + "\n")
-    os.replace(tmp, path)
+    write_atomic(Path(run_dir) / "run.json", json.dumps(info, indent=2) + "\n")
 
 
 def keras_path(run_dir: Path) -> Path:
-    """RUN/<model file>: run.json's "model_file" (qnet.keras for runs that predate it)."""
+    """RUN/<model file>: run.json's "model_file" (qnet.keras for runs that predate it), which
+    must stay in RUN (after symlinks): a run directory from elsewhere names no file outside."""
     meta = Path(run_dir) / "run.json"
     name = "qnet.keras"
     if meta.is_file():
         name = load_run(run_dir).get("model_file", name)
-    return Path(run_dir) / name
+    return check_inside(Path(run_dir) / name, run_dir, f"{meta}: model_file {name!r}")
 
 
 def load_keras(run_dir: Path):
@@ -145,9 +140,10 @@ def safe_load_keras(path: Path):
         import zipfile
         try:
             with zipfile.ZipFile(path) as z:
-                config = json.loads(z.read("config.json"))
-        except (zipfile.BadZipFile, KeyError, json.JSONDecodeError, UnicodeDecodeError) as e:
+                raw = z.read("config.json")
+        except (zipfile.BadZipFile, KeyError) as e:
             raise QuarlError(f"{path}: not a Keras model ({type(e).__name__}: {e})") from None
+        config = loads_json(raw, f"{path}: its config.json")
     elif suffix in (".h5", ".hdf5"):
         if head != HDF5_MAGIC:
             raise QuarlError(f"{path}: refused: named {suffix} but not an HDF5 file")
@@ -159,11 +155,10 @@ def safe_load_keras(path: Path):
             raise QuarlError(f"{path}: not a readable HDF5 file ({e})") from None
         if raw is None:
             raise QuarlError(f"{path}: an HDF5 file without a Keras model config (weights only?)")
-        try:
-            config = json.loads(raw.decode() if isinstance(raw, bytes) else raw)
-        except (ValueError, AttributeError) as e:    # JSONDecodeError, UnicodeDecodeError
+        if not isinstance(raw, (str, bytes)):
             raise QuarlError(f"{path}: its model_config is not a Keras model config "
-                             f"({type(e).__name__})") from None
+                             f"({type(raw).__name__})")
+        config = loads_json(raw, f"{path}: its model_config")
     else:
         raise QuarlError(f"{path}: a Keras model is a .keras (or .h5) file")
     unsafe = sorted(set(_unsafe_layers(config)))
@@ -183,24 +178,26 @@ def safe_load_keras(path: Path):
 KERAS_PACKAGES = ("keras", "tf_keras")
 
 
-def _unsafe_layers(node):
-    """Names of the things in a Keras model config that would run or import code."""
-    if isinstance(node, dict):
-        name = node.get("class_name")
-        if isinstance(name, str):
-            module = node.get("module")
-            registered = node.get("registered_name")
-            if name == "Lambda":
-                yield "a Lambda layer"
-            elif module is not None and str(module).split(".")[0] not in KERAS_PACKAGES:
-                yield f"class {name} from {module}"
-            elif registered and not str(registered).startswith((*KERAS_PACKAGES, name)):
-                yield f"the custom object {registered}"
-        for v in node.values():
-            yield from _unsafe_layers(v)
-    elif isinstance(node, list):
-        for v in node:
-            yield from _unsafe_layers(v)
+def _unsafe_layers(config):
+    """Names of the things in a Keras model config that would run or import code (walked
+    without recursion: a config nested thousands deep is read, not a RecursionError)."""
+    stack = [config]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            name = node.get("class_name")
+            if isinstance(name, str):
+                module = node.get("module")
+                registered = node.get("registered_name")
+                if name == "Lambda":
+                    yield "a Lambda layer"
+                elif module is not None and str(module).split(".")[0] not in KERAS_PACKAGES:
+                    yield f"class {name} from {str(module)[:80]}"
+                elif registered and not str(registered).startswith((*KERAS_PACKAGES, name)):
+                    yield f"the custom object {str(registered)[:80]}"
+            stack.extend(reversed(list(node.values())))
+        elif isinstance(node, list):
+            stack.extend(reversed(node))
 
 
 def tflite_path(run_dir: Path, scheme: str) -> Path:
@@ -209,4 +206,4 @@ def tflite_path(run_dir: Path, scheme: str) -> Path:
     if not path.is_file():
         raise QuarlError(f"no {scheme} model in {run_dir}/models; make it with "
                          f"`quarl-edge quantize {run_dir} --scheme {scheme}`")
-    return path
+    return check_inside(path, run_dir, f"the {scheme} model of {run_dir}")

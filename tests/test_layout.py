@@ -143,7 +143,8 @@ def test_later_stages_know_training_only_through_the_run_contract():
     reach = [f"{a} -> {b}" for a, deps in GRAPH.items() if stage(a) != "quarl_edge.rl"
              for b in sorted(deps) if stage(b) == "quarl_edge.rl" and b not in RL_PUBLIC]
     assert reach == [], "imports of rl's algorithm modules from outside rl:\n" + "\n".join(reach)
-    assert GRAPH["quarl_edge.run"] <= {"quarl_edge.errors", "quarl_edge.schema"}
+    assert GRAPH["quarl_edge.run"] <= {"quarl_edge.errors", "quarl_edge.schema",
+                                       "quarl_edge.files"}
 
 
 def test_the_run_contract_holds_no_network_code():
@@ -180,7 +181,8 @@ def test_the_cli_goes_through_the_python_api():
     demo's is the one lazy import, read as well."""
     outside = cli_imports()
     assert outside <= {"quarl_edge", "quarl_edge.errors", "quarl_edge.noise",
-                       "quarl_edge.demo", "quarl_edge.names"}
+                       "quarl_edge.demo", "quarl_edge.names",
+                       "quarl_edge.files"}   # (only to say a full disk in one line)
     assert {"quarl_edge", "quarl_edge.demo"} <= outside     # the reader sees the package's
     init = (ROOT / "quarl_edge" / "__init__.py").read_text()     # its imports are lazy, by name
     assert GRAPH["quarl_edge"] == set() and 'import_module("quarl_edge.api")' in init
@@ -213,6 +215,15 @@ def test_the_schema_checker_is_a_foundation_module():
     assert GRAPH["quarl_edge.schema"] <= {"quarl_edge.errors"}
     assert "quarl_edge.schema" in GRAPH["quarl_edge.targets.boards"]
     assert "quarl_edge.schema" in GRAPH["quarl_edge.study.config"]
+
+
+def test_the_file_writer_is_a_foundation_module():
+    """Every stage writes its files through quarl_edge.files (temporary name, rename, no
+    symlink followed, a full disk in one line): it stands on the errors alone."""
+    assert GRAPH["quarl_edge.files"] <= {"quarl_edge.errors"}
+    for user in ("quarl_edge.run", "quarl_edge.quant.schemes", "quarl_edge.targets.build",
+                 "quarl_edge.measure.bench", "quarl_edge.measure.hil", "quarl_edge.study.report"):
+        assert "quarl_edge.files" in GRAPH[user], user
 
 
 if __name__ == "__main__":

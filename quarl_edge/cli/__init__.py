@@ -35,6 +35,7 @@ import quarl_edge as qe
 
 from .. import __version__
 from ..errors import QuarlError, missing_extra
+from ..files import DISK_ERRNOS, disk_error
 from ..noise import quiet_third_party
 from . import inventory, on_board, runs, studies
 from .options import HelpFormatter, Parser
@@ -131,6 +132,8 @@ def main(argv=None) -> int:
     except Exception as e:
         _close_progress_bars()
         line = missing_extra(e, args.command)    # an optional package (an extra) not installed
+        if isinstance(e, OSError) and e.errno in DISK_ERRNOS:   # a full or read-only disk
+            line = f"{args.command}: {disk_error(Path(e.filename or '.'), e)}"
         if line is not None:
             if args.verbose:
                 traceback.print_exc()

@@ -33,7 +33,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import QuarlError
-from ..files import locked, own, remove_stale, write_atomic
+from ..files import (check_inside, locked, open_new, own, read_own, remove_stale, subdir,
+                     write_atomic)
 from ..link.session import BoardSession
 from ..names import BENCH_MAX_N
 from ..rl.envs import default_head, make_gym
@@ -70,7 +71,7 @@ def bench_cell(run_dir: Path, board: Board, scheme: str, n: int, obs: np.ndarray
     bare = run_dir.suffix == ".tflite"
     model = run_dir if bare else tflite_path(run_dir, scheme)
     home = run_dir.parent if bare else run_dir
-    with BoardSession(model, board, home / "build" / board.id / scheme,
+    with BoardSession(model, board, subdir(home, "build", board.id, scheme),
                       flasher=flasher, drive=drive) as s:
         spec = s.info.inputs[0]
         if spec.dtype != "float32":
@@ -112,7 +113,7 @@ def run_bench(run_dir: Path, boards: list[Board], n: int = 100, out: Path | None
     meta, schemes, home = _bench_target(run_dir, episodes, env_id)
     play_spec = _play_spec(run_dir, meta, episodes) if episodes else None
     obs = _bench_observation(run_dir, meta, home)
-    out = Path(out or home / "results")
+    out = Path(out) if out else subdir(home, "results")
     out.mkdir(parents=True, exist_ok=True)
     remove_stale(out)
     rows = _bench_cells(run_dir, meta, boards, schemes, n, obs, out, progress, flasher, drive,
@@ -171,7 +172,10 @@ def _bench_observation(run_dir: Path, meta: dict, home: Path) -> np.ndarray:
     """What BENCH repeats: the run's first calibration observation, else the env's first
     observation, else a zero."""
     calib = home / "calibration.npy"
-    obs = np.load(calib)[0] if calib.is_file() and run_dir.suffix != ".tflite" else None
+    obs = None
+    if calib.is_file() and run_dir.suffix != ".tflite":
+        check_inside(calib, home, "the run's calibration observations")
+        obs = np.load(calib)[0]
     if obs is None and meta["env"] is not None:
         obs = np.asarray(make_gym(meta["env"]).reset(seed=0)[0], np.float32)
     return obs if obs is not None else np.zeros(1, np.float32)
@@ -188,7 +192,7 @@ def _bench_cells(run_dir: Path, meta: dict, boards: list[Board], schemes: tuple,
                disable=not progress, leave=False)
     partial = own(out / "bench.jsonl", "partial")
     try:
-        with partial.open("w") as log:
+        with open_new(partial) as log:
             for board in boards:
                 for scheme in schemes:
                     bar.set_postfix_str(f"{board.id} {scheme}")
@@ -221,10 +225,10 @@ def merge_rows(path: Path, rows: list[dict]) -> list:
     them, and the new ones after them."""
     new = {row_key(r): r for r in rows}
     merged: list = []
-    for line in (path.read_text().splitlines(True) if path.is_file() else []):
+    for line in (read_own(path) or "").splitlines(True):
         try:
             old = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             old = None
         if isinstance(old, dict):
             old = migrate(old)

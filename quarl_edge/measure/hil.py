@@ -20,7 +20,7 @@ import numpy as np
 
 from .. import tflite_host
 from ..errors import QuarlError
-from ..files import locked, own, remove_stale, write_atomic
+from ..files import locked, open_new, own, remove_stale, subdir, write_atomic, writing
 from ..link.runner import latency_summary
 from ..link.session import BoardSession
 from ..rl.envs import default_head, make_gym, output_to_action, play_batched
@@ -72,7 +72,7 @@ class EpisodeLog:
 
     def __init__(self, path: Path, total: int, desc: str, progress: bool):
         from tqdm import tqdm    # the progress bar: loaded only when a HIL run starts
-        self.file = path.open("w")
+        self.file = open_new(path)
         self.bar = tqdm(total=total, desc=desc, unit="episode", disable=not progress,
                         leave=False)
 
@@ -115,7 +115,7 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
     seeds = list(range(seed, seed + episodes))
     # the run's fp32 network before any episode: a run whose Keras file is refused stops here
     fp32 = fp32_policy(run_dir) if t.meta is not None else None
-    results_dir = Path(results_dir) if results_dir is not None else t.home / "results"
+    results_dir = Path(results_dir) if results_dir is not None else subdir(t.home, "results")
     results_dir.mkdir(parents=True, exist_ok=True)
     remove_stale(results_dir)
     # one result per board, model and seeds (two runs at once keep both: files.py), and the
@@ -128,7 +128,7 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
     log = EpisodeLog(partial_log, 4 * episodes, f"hil {scheme} on {board.id}", progress)
     try:
         build_dir = Path(build_dir) if build_dir is not None else \
-            t.home / "build" / board.id / scheme
+            subdir(t.home, "build", board.id, scheme)
         on_board = _play_board(t, board, build_dir, seeds, log, port, flasher, drive)
         refs = reference_episodes(t.model, t.env_id, seeds, t.space, t.head,
                                   on_episode=log.hook)
@@ -234,10 +234,11 @@ def _write_results(results_dir: Path, board_id: str, scheme: str, result: dict, 
     """The result and its episode log under their seeds' names, then as the latest pair."""
     text = json.dumps(result, indent=2) + "\n"
     write_atomic(out_path, text)
-    partial_log.replace(log_path)
+    episodes = partial_log.read_text()
+    with writing(log_path):
+        partial_log.replace(log_path)
     with locked(results_dir):     # the latest pair (summary, log) comes from one run
-        write_atomic(results_dir / f"hil_{board_id}_{scheme}.episodes.jsonl",
-                     log_path.read_text())
+        write_atomic(results_dir / f"hil_{board_id}_{scheme}.episodes.jsonl", episodes)
         write_atomic(results_dir / f"hil_{board_id}_{scheme}.json", text)
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..files import write_atomic
 from ..quant.calibration import rollout_observations
 from ..quant.schemes import convert_keras
 from ..nets import keras_runner
@@ -31,7 +32,7 @@ def int8_judge(env_id: str, val_env, model, n_actions: int, episodes: int,
 
     calibration = rollout_observations(env_id, keras_runner(model), n_actions)
     path = Path(workdir) / "candidate-int8.tflite"
-    path.write_bytes(convert_keras(model, "int8", calibration))
+    write_atomic(path, convert_keras(model, "int8", calibration))
     try:
         seeds = [VALIDATION_SEED_BASE + k for k in range(episodes)]
         returns = play_batched(env_id, tflite_batch_runner(path), seeds, head="argmax")[0]

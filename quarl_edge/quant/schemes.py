@@ -43,7 +43,6 @@ which are distinct from the test seeds 0..N and the training validation seeds 10
 from __future__ import annotations
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -51,6 +50,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import ModelError, QuarlError
+from ..files import atomic_open, subdir, write_atomic
 from ..noise import captured_stderr, tail
 from ..run import load_keras, load_run
 from ..tfcompat import configure_converter
@@ -180,7 +180,7 @@ def quantize(run_dir: Path, scheme: str, calib_size: int = 1000, calib_episodes:
     calibration = None
     if spec.needs_calibration:
         calibration = collect_calibration(run_dir, calib_size, calib_episodes, seed)
-        np.save(run_dir / "calibration.npy", calibration)
+        _save_calibration(run_dir, calibration)
     if scheme == "qat-int8":
         from ..rl.qat import qat_finetune
         model = qat_finetune(run_dir, calibration, seed=seed, progress=progress, **(qat or {}))
@@ -192,11 +192,8 @@ def quantize(run_dir: Path, scheme: str, calib_size: int = 1000, calib_episodes:
     if spec.finish is not None:
         flatbuffer = spec.finish(flatbuffer)
 
-    out = run_dir / "models" / f"{scheme}.tflite"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(flatbuffer)
-    os.replace(tmp, out)
+    out = subdir(run_dir, "models") / f"{scheme}.tflite"
+    write_atomic(out, flatbuffer)
     return out
 
 
@@ -213,7 +210,7 @@ def _quantize_recurrent(run_dir: Path, model, scheme: str, calib_size: int, cali
     if SCHEMES[scheme].needs_calibration:
         calibration = recurrent_calibration(load_run(run_dir)["env"], layers_from_keras(model),
                                             calib_size, calib_episodes, seed, CALIBRATION_EPSILON)
-        np.save(run_dir / "calibration.npy", calibration)
+        _save_calibration(run_dir, calibration)
         calibration = calibration[:, None]            # one time step: x[None] is [1, 1, *obs]
     with captured_stderr() as log:
         try:
@@ -223,12 +220,15 @@ def _quantize_recurrent(run_dir: Path, model, scheme: str, calib_size: int, cali
             last = tail(log)
             raise ModelError(f"TFLite conversion ({scheme}) failed: {str(e).splitlines()[0]}"
                              + ("\n  " + "\n  ".join(last) if last else "")) from e
-    out = run_dir / "models" / f"{scheme}.tflite"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(flatbuffer)
-    os.replace(tmp, out)
+    out = subdir(run_dir, "models") / f"{scheme}.tflite"
+    write_atomic(out, flatbuffer)
     return out
+
+
+def _save_calibration(run_dir: Path, calibration: np.ndarray) -> None:
+    """RUN/calibration.npy, written whole (a full disk keeps the previous one)."""
+    with atomic_open(Path(run_dir) / "calibration.npy", "wb") as f:
+        np.save(f, calibration)
 
 
 def convert_keras(model, scheme: str, calibration: np.ndarray | None = None) -> bytes:

@@ -29,6 +29,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import QuarlError
+from ..files import atomic_open, write_atomic
 from ..measure.bench import bench_cell
 from ..measure.episodes import Fp32Episodes
 from ..measure.reference import tflite_runner
@@ -152,7 +153,7 @@ def _train_or_reuse(group: Group, run_dir: Path, log: Callable[[str], None]) -> 
             shutil.rmtree(run_dir)
         train(env_id, algo, group.task.steps, seed, run_dir, progress=False, judge=int8_judge,
               **group.task.options)
-        (run_dir / "study-train.json").write_text(json.dumps(_train_spec(group)) + "\n")
+        write_atomic(run_dir / "study-train.json", json.dumps(_train_spec(group)) + "\n")
     info = load_run(run_dir)
     train_wall = time.perf_counter() - t0
     model = load_keras(run_dir)
@@ -368,7 +369,8 @@ def _measure_board(run_dir: Path, build_dir: Path, board, scheme: str, group: Gr
     n_val = group.task.validate_n
     if calib is not None:
         inputs = build_dir / "validate_inputs.npy"
-        np.save(inputs, np.asarray(calib[:n_val], np.float32))
+        with atomic_open(inputs, "wb") as f:
+            np.save(f, np.asarray(calib[:n_val], np.float32))
         v = validate(model, board, build_dir / "validate", inputs=inputs)
     else:   # no calibration set (no integer scheme in the study): random inputs over the range
         v = validate(model, board, build_dir / "validate", random_n=n_val)

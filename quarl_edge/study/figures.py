@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..files import atomic_open
 from .render import fmt_bytes
 from .results import Results, episodes_per_seed, ordered_schemes, task_name, task_of
 
@@ -96,7 +97,8 @@ def _save(fig, path: Path, axes=None, used: int = 0, title: str | None = None) -
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
+    with atomic_open(path, "wb") as f:       # (a symlink there is replaced, not followed)
+        fig.savefig(f, dpi=DPI, format=Path(path).suffix[1:] or "png")
     _plt().close(fig)
     return True
 

@@ -21,7 +21,6 @@ non-empty results file is refused. The report (report.py) keeps the last row per
 """
 from __future__ import annotations
 
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -30,6 +29,7 @@ from typing import Callable
 from tqdm import tqdm
 
 from ..errors import QuarlError
+from ..files import check_inside, write_atomic
 from .cells import error_reason, quiet, run_group, stale_hyperparameters
 from .config import load_study
 from .farm import RAY_PIN, check_ray_address, run_ray
@@ -82,6 +82,8 @@ def run_study(config: Path, out: Path | None = None, workers: int = 1, resume: b
     ray = _import_ray(ray_address) if ray_address else None
     out.mkdir(parents=True, exist_ok=True)
     results = out / "results.jsonl"
+    if results.is_symlink():     # the study's own file: a link out of OUT is refused
+        check_inside(results, out, "a study's results file")
     prior = read_results(results)
     if prior and not resume:
         raise QuarlError(f"{results} already holds {len(prior)} rows: use --resume to continue "
@@ -89,7 +91,8 @@ def run_study(config: Path, out: Path | None = None, workers: int = 1, resume: b
     held = lock(out)
     try:
         if study.path.resolve() != (out / "study.toml").resolve():
-            shutil.copy(study.path, out / "study.toml")  # what the results were made with
+            # what the results were made with
+            write_atomic(out / "study.toml", study.path.read_bytes())
         groups = plan(study)
         say = echo or (lambda s: None)
         if redo:

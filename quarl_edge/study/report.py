@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import QuarlError
+from ..files import write_atomic
 from .board_section import board_blocks, board_cells, int8_vs_fp32
 from .claims import BOOTSTRAP_TEXT, claims, remedy_table
 from .figures import (fig_model_size, fig_pareto, fig_return_vs_bits, fig_return_vs_precision,
@@ -334,16 +335,16 @@ def write_report(results: Path, out: Path | None = None, tolerance: float = 0.05
     for board in sorted({c["board"] for c in cells}):
         name = pareto_name(board)
         figures[name] = fig_pareto(res, board, cells, out / name)
-    (out / "boards.json").write_text(json.dumps(
+    write_atomic(out / "boards.json", json.dumps(
         {"cells": [{**c, "task": list(c["task"])} for c in cells],
          "int8_vs_fp32": int8_vs_fp32(cells)}, indent=2) + "\n")
     blocks = _blocks(res, tolerance, figures, results, [Path(p) for p in bench])
     md = out / "report.md"
-    md.write_text(to_markdown(blocks))
+    write_atomic(md, to_markdown(blocks))
     page = out / "report.html"
-    page.write_text(to_html(blocks, blocks[0][2], out))
-    (out / "claims.json").write_text(json.dumps(claims(res, tolerance), indent=2) + "\n")
-    (out / "remedies.json").write_text(json.dumps(remedy_table(res), indent=2) + "\n")
+    write_atomic(page, to_html(blocks, blocks[0][2], out))
+    write_atomic(out / "claims.json", json.dumps(claims(res, tolerance), indent=2) + "\n")
+    write_atomic(out / "remedies.json", json.dumps(remedy_table(res), indent=2) + "\n")
     return {"markdown": md, "html": page, "claims": out / "claims.json",
             "remedies": out / "remedies.json",
             "boards": out / "boards.json",

@@ -36,6 +36,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import QuarlError
+from ..files import open_append, open_lock, read_own, writing
 from ..measure.rows import migrate
 from .plan import Group
 from .statistics import normalised_loss
@@ -88,14 +89,12 @@ def latest_rows(rows: list[dict]) -> dict[tuple, dict]:
 
 def _repair_tail(path: Path) -> None:
     """Cut an unterminated last line (a write interrupted by a kill) before appending."""
-    if not path.is_file() or path.stat().st_size == 0:
-        return
-    data = path.read_bytes()
-    if data.endswith(b"\n"):
+    data = read_own(path, binary=True)
+    if not data or data.endswith(b"\n"):
         return
     cut = data.rfind(b"\n") + 1
-    with path.open("r+b") as f:
-        f.truncate(cut)
+    with writing(path):
+        os.truncate(path, cut)
 
 
 def jsonable(x):
@@ -122,7 +121,7 @@ class Writer:
         self.finished = set(finished or ())
         self.dropped = 0
         _repair_tail(path)
-        self.f = path.open("a")
+        self.f = open_append(path)
 
     def write(self, row: dict) -> bool:
         """Append `row`; False (and nothing written) when its key is already finished."""
@@ -133,9 +132,10 @@ class Writer:
         if row.get("status") in STATUS_DONE:
             self.finished.add(key)
         row = jsonable({**row, "time": time.strftime("%Y-%m-%dT%H:%M:%S")})
-        self.f.write(json.dumps(row, separators=(", ", ": ")) + "\n")
-        self.f.flush()
-        os.fsync(self.f.fileno())
+        with writing(self.path):
+            self.f.write(json.dumps(row, separators=(", ", ": ")) + "\n")
+            self.f.flush()
+            os.fsync(self.f.fileno())
         self.done[row_key(row)] = row
         self.echo(row)
         self.on_row()
@@ -163,7 +163,7 @@ class Writer:
 def lock(out: Path):
     """Hold OUT/.study.lock (closed: released): one study at a time writes into OUT."""
     import fcntl   # POSIX only: imported where a study runs, not where a report is read
-    f = (out / ".study.lock").open("w")
+    f = open_lock(out / ".study.lock")
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

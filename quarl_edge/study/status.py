@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..files import open_lock
 from .config import load_study
 from .grid import rows_done
 from .plan import Group, plan
@@ -111,7 +112,7 @@ def _running(out: Path) -> bool:
     path = out / ".study.lock"
     if not path.is_file():
         return False
-    with path.open("a") as f:
+    with open_lock(path) as f:
         try:
             fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:

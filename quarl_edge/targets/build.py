@@ -18,7 +18,6 @@ import shlex
 import shutil
 import signal
 import subprocess
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -29,7 +28,7 @@ from elftools.elf.elffile import ELFFile
 from .boards import Board
 from .flash import intel_hex, loadable_segments
 from ..errors import QuarlError, ToolchainError
-from ..files import locked, own, write_atomic
+from ..files import atomic_path, locked, own, subdir, write_atomic, writing
 from ..resources import firmware_dir
 
 COMMON_CFLAGS = ("-std=c99", "-Wall", "-Wextra", "-Werror", "-ffp-contract=off")
@@ -137,9 +136,7 @@ def write_images(board: Board, elf: Path
     notes, bin_out, address, hex_out = [], None, None, None
     try:
         address, image = binary_image(segments)
-        tmp = own(bin_path, "tmp")
-        tmp.write_bytes(image)
-        os.replace(tmp, bin_path)
+        write_atomic(bin_path, image)
         bin_out = bin_path
     except QuarlError as e:
         notes.append(f"no firmware.bin: {e}")
@@ -309,12 +306,14 @@ def _compile_objects(cc: str, flags: list[str], sources: list[Path], cache: Path
 
     def compile_one(job: tuple[Path, Path]) -> subprocess.CompletedProcess:
         src, obj = job
-        tmp = obj.with_name(f"{obj.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        proc = subprocess.run([cc, *flags, *model_defines, "-c", str(src), "-o", str(tmp)],
-                              capture_output=True, text=True)
-        if proc.returncode == 0:
-            os.replace(tmp, obj)
-        else:
+        tmp = own(obj, "tmp", thread=True)
+        try:
+            proc = subprocess.run([cc, *flags, *model_defines, "-c", str(src), "-o", str(tmp)],
+                                  capture_output=True, text=True)
+            if proc.returncode == 0:
+                with writing(obj):
+                    os.replace(tmp, obj)
+        finally:
             tmp.unlink(missing_ok=True)
         return proc
 
@@ -345,26 +344,27 @@ def compile_firmware(board: Board, sources: list[Path], out_elf: Path, extra_fla
              *board_defines(board), *includes]
     ldflags = [expand_flag(board, f) for f in board.ldflags]
     cmd = [cc, *flags, *model_defines, *map(str, sources), "-o", str(out_elf), *ldflags]
-    (out_elf.parent / "build.cmd").write_text(shlex.join(cmd) + "\n")   # re-runnable in a shell
+    write_atomic(out_elf.parent / "build.cmd", shlex.join(cmd) + "\n")   # re-runnable in a shell
     objects = _compile_objects(cc, flags, sources, object_cache_dir(),
                                f"building firmware for {board.id} failed", tuple(model_defines))
     # the compile flags again when linking: they choose the multilib (-mcpu, -mfloat-abi)
     # linked beside, then renamed: a board started from the previous ELF keeps its file
-    tmp_elf = own(out_elf, "tmp")
-    proc = subprocess.run([cc, *flags, *map(str, objects), "-o", str(tmp_elf), *ldflags],
-                          capture_output=True, text=True)
-    if proc.returncode == 0:
-        os.replace(tmp_elf, out_elf)
-    else:
-        tmp_elf.unlink(missing_ok=True)
-    if proc.returncode != 0:
-        if any(s in proc.stderr for s in _LD_OVERFLOW):
-            lines = [ln for ln in proc.stderr.splitlines() if any(s in ln for s in _LD_OVERFLOW)]
-            raise QuarlError(f"firmware for {board.id} does not fit the board's memory "
-                             f"(linker: {'; '.join(ln.split(': ', 1)[-1] for ln in lines)})")
-        raise ToolchainError(f"building firmware for {board.id} failed: {_failure(cc, proc)}")
+    with atomic_path(out_elf) as tmp_elf:
+        proc = subprocess.run([cc, *flags, *map(str, objects), "-o", str(tmp_elf), *ldflags],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            _link_failed(board, cc, proc)
     # Warnings are errors when compiling (-Werror); the linker's warnings are kept here.
-    (out_elf.parent / "build.log").write_text(proc.stderr)
+    write_atomic(out_elf.parent / "build.log", proc.stderr)
+
+
+def _link_failed(board: Board, cc: str, proc: subprocess.CompletedProcess) -> None:
+    """Raise what a failed link means: the firmware does not fit, or the toolchain failed."""
+    if any(s in proc.stderr for s in _LD_OVERFLOW):
+        lines = [ln for ln in proc.stderr.splitlines() if any(s in ln for s in _LD_OVERFLOW)]
+        raise QuarlError(f"firmware for {board.id} does not fit the board's memory "
+                         f"(linker: {'; '.join(ln.split(': ', 1)[-1] for ln in lines)})")
+    raise ToolchainError(f"building firmware for {board.id} failed: {_failure(cc, proc)}")
 
 
 def build(model_path: Path, board: Board, out_dir: Path, extra_flags=(),
@@ -385,13 +385,32 @@ def build(model_path: Path, board: Board, out_dir: Path, extra_flags=(),
         return _build(model_path, board, out_dir, extra_flags, pack_weights)
 
 
+def _generate(model_path: Path, out_dir: Path, board: Board, pack_weights: bool) -> Path:
+    """The generator's model.c and model.json in OUT/gen: generated into a new folder of this
+    process, then each renamed into place (a symlink planted there is replaced, not written
+    through)."""
+    from ..converters.cgen import generate  # the generator pulls in the flatbuffer schema
+    gen_dir = subdir(out_dir, "gen")
+    tmp = own(gen_dir, "tmp")
+    with writing(tmp):
+        if tmp.is_symlink() or tmp.is_file():
+            tmp.unlink()
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+    try:
+        generate(model_path, tmp, name=model_path.stem, kernels=board.kernels,
+                 pack_weights=pack_weights)
+        for f in sorted(tmp.iterdir()):
+            with writing(gen_dir / f.name):
+                os.replace(f, gen_dir / f.name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return gen_dir
+
+
 def _build(model_path: Path, board: Board, out_dir: Path, extra_flags, pack_weights: bool
            ) -> Firmware:
-    from ..converters.cgen import generate  # the generator pulls in the flatbuffer schema
-
-    gen_dir = out_dir / "gen"
-    generate(model_path, gen_dir, name=model_path.stem, kernels=board.kernels,
-             pack_weights=pack_weights)
+    gen_dir = _generate(model_path, out_dir, board, pack_weights)
     info = json.loads((gen_dir / "model.json").read_text())
     elf = out_dir / "firmware.elf"
     # BENCH replays the last INFER input from a copy; size it to this model's inputs (AVR RAM).

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import BoardError, ToolchainError
+from ..files import write_atomic
 from . import flash_tools
 from .flash_tools import COPY_TOOLS, DEFAULT_TIMEOUT_S, TOOLS, FlashTool  # noqa: F401  (the tool table)
 from .usb import find_port
@@ -158,11 +159,11 @@ def write_image(board, tool: str, elf: Path) -> Path:
     segs = loadable_segments(elf)
     if kind == "hex":
         out = elf.with_suffix(".hex")
-        out.write_text(intel_hex(segs))
+        write_atomic(out, intel_hex(segs))
         return out
     cfg = board.flash_config[tool]
     out = elf.with_suffix(".uf2")
-    out.write_bytes(uf2(segs, cfg["family_id"], cfg.get("base"), board.flash_bytes or None))
+    write_atomic(out, uf2(segs, cfg["family_id"], cfg.get("base"), board.flash_bytes or None))
     return out
 
 

@@ -23,6 +23,7 @@ from elftools.elf.elffile import ELFFile
 
 from .. import converters
 from ..errors import BoardError, QuarlError, ToolchainError
+from ..files import open_new
 from .flash import flash
 from .usb import find_port
 
@@ -59,7 +60,7 @@ class ChildProcess(RunningBoard):
 
     def _open_log(self, path: Path) -> None:
         self._log_path = Path(path)
-        self._log = open(self._log_path, "wb")
+        self._log = open_new(self._log_path, "wb")   # (a symlink there is replaced)
 
     def alive(self) -> bool:
         return self.proc.poll() is None

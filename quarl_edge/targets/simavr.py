@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from ..errors import BoardError, ToolchainError
+from ..files import own, write_atomic
 from ..resources import simavr_bridge_source
 from .launch import ChildProcess, check_elf, die_with_parent
 
@@ -48,7 +49,7 @@ def simavr_bridge(cache_dir: Path, install: str = SIMAVR_INSTALL) -> Path:
     if exe.is_file() and stamp_path.is_file() and stamp_path.read_text().strip() == stamp:
         return exe
     exe.parent.mkdir(parents=True, exist_ok=True)
-    tmp = exe.with_name(f"{exe.name}.{os.getpid()}.tmp")
+    tmp = own(exe, "tmp")
     proc = subprocess.run([gcc, *flags, str(src), "-o", str(tmp), *libs],
                           capture_output=True, text=True)
     if proc.returncode != 0:
@@ -59,7 +60,7 @@ def simavr_bridge(cache_dir: Path, install: str = SIMAVR_INSTALL) -> Path:
                                  f"missing; install them with: {install}\n{err[-1000:]}")
         raise ToolchainError(f"building the simavr bridge ({src}) failed:\n{err[-3000:]}")
     os.replace(tmp, exe)
-    stamp_path.write_text(stamp + "\n")
+    write_atomic(stamp_path, stamp + "\n")
     return exe
 
 
