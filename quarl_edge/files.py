@@ -59,10 +59,12 @@ def _free(path: Path) -> str:
     return f"{free} B free"
 
 
-def disk_error(path: Path, e: OSError) -> DiskError:
-    """The one line for an OSError of DISK_ERRNOS while writing `path`."""
+def disk_error(path: Path | None, e: OSError) -> DiskError:
+    """The one line for an OSError of DISK_ERRNOS while writing `path` (None: unknown, then
+    the free space is the current folder's)."""
     why = e.strerror or os.strerror(e.errno or 0)
-    return DiskError(f"cannot write {path}: {why} ({_free(path)} on its file system); "
+    what = f"cannot write {path}" if path else "a write failed"
+    return DiskError(f"{what}: {why} ({_free(Path(path or '.'))} on its file system); "
                      "the previous file is kept")
 
 
@@ -134,6 +136,20 @@ def write_atomic(path: Path, data: str | bytes) -> None:
         f.write(data)
 
 
+def write_npy(path: Path, array=None, /, **arrays) -> None:
+    """numpy's .npy of `array` (or .npz of `arrays`) written whole: made in memory first, as
+    numpy's own file writer loses the error (errno) of a full disk."""
+    import io
+
+    import numpy as np
+    buf = io.BytesIO()
+    if array is not None:
+        np.save(buf, array)
+    else:
+        np.savez(buf, **arrays)
+    write_atomic(path, buf.getvalue())
+
+
 def check_inside(path: Path, folder: Path, what: str) -> Path:
     """`path`, when it resolves (after symlinks) inside `folder`; else a QuarlError: a file a
     run or a download names must not lead out of its folder."""
@@ -146,13 +162,16 @@ def check_inside(path: Path, folder: Path, what: str) -> Path:
 def subdir(home: Path, *parts: str) -> Path:
     """HOME/PARTS..., made if missing: a folder quarl-edge writes in inside a run directory
     (models/, build/..., results/), refused when a symlink there leads out of HOME."""
-    path = Path(home).joinpath(*parts)
-    with writing(path):
-        if not path.is_symlink():      # (a dangling link would make mkdir create its target)
-            path.mkdir(parents=True, exist_ok=True)
-    check_inside(path, home, "a folder quarl-edge writes in")
-    if not path.is_dir():
-        raise QuarlError(f"{path}: not a folder (quarl-edge writes its files there)")
+    path = Path(home)
+    for part in parts:      # one level at a time: a link is checked before anything is made
+        path = path / part
+        if path.is_symlink():
+            check_inside(path, home, "a folder quarl-edge writes in")
+        with writing(path):
+            if not path.is_symlink():      # (mkdir would create a dangling link's target)
+                path.mkdir(exist_ok=True)
+        if not path.is_dir():
+            raise QuarlError(f"{path}: not a folder (quarl-edge writes its files there)")
     return path
 
 

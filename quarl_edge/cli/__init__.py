@@ -133,7 +133,9 @@ def main(argv=None) -> int:
         _close_progress_bars()
         line = missing_extra(e, args.command)    # an optional package (an extra) not installed
         if isinstance(e, OSError) and e.errno in DISK_ERRNOS:   # a full or read-only disk
-            line = f"{args.command}: {disk_error(Path(e.filename or '.'), e)}"
+            print(f"quarl-edge: error: {args.command}: {disk_error(e.filename, e)}",
+                  file=sys.stderr)
+            return EXIT_USER_ERROR
         if line is not None:
             if args.verbose:
                 traceback.print_exc()

@@ -116,6 +116,7 @@ def run_bench(run_dir: Path, boards: list[Board], n: int = 100, out: Path | None
     out = Path(out) if out else subdir(home, "results")
     out.mkdir(parents=True, exist_ok=True)
     remove_stale(out)
+    read_own(out / "bench.jsonl", binary=True)   # a link out of OUT: refused before the cells
     rows = _bench_cells(run_dir, meta, boards, schemes, n, obs, out, progress, flasher, drive,
                         play_spec)
     with locked(out):    # another bench may be merging its rows into the same files

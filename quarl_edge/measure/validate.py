@@ -11,7 +11,7 @@ from ..link.session import BoardSession
 from ..targets.boards import Board
 from .compare import (CLASSES, FAILING, MISMATCH, REFERENCE_UNDEFINED, input_quantize, libm_ops,
                       output_metrics, row_class, saturated_inputs, undefined_inputs, worst_class)
-from ..files import atomic_open
+from ..files import write_npy
 from .reference import has_state, host_reference
 
 
@@ -385,10 +385,9 @@ def _output_metrics(xs: list, board_out: list, refs: list, ref, out_names: list[
 def _save_outputs(path: Path, per_output: list[np.ndarray], out_names: list[str]) -> None:
     """The board's outputs to `path`: an .npy of the one output, else an .npz of one array per
     output, written through a temporary file: a failed write keeps the old one."""
-    with atomic_open(path, "wb") as f:
-        if len(per_output) == 1:
-            np.save(f, per_output[0])
-        else:
-            keys = [_short(n) for n in out_names]   # the full names where those repeat
-            keys = keys if len(set(keys)) == len(keys) else out_names
-            np.savez(f, **dict(zip(keys, per_output)))
+    if len(per_output) == 1:
+        write_npy(path, per_output[0])
+    else:
+        keys = [_short(n) for n in out_names]   # the full names where those repeat
+        keys = keys if len(set(keys)) == len(keys) else out_names
+        write_npy(path, **dict(zip(keys, per_output)))

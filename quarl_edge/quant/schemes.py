@@ -50,7 +50,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import ModelError, QuarlError
-from ..files import atomic_open, subdir, write_atomic
+from ..files import subdir, write_atomic, write_npy
 from ..noise import captured_stderr, tail
 from ..run import load_keras, load_run
 from ..tfcompat import configure_converter
@@ -227,8 +227,7 @@ def _quantize_recurrent(run_dir: Path, model, scheme: str, calib_size: int, cali
 
 def _save_calibration(run_dir: Path, calibration: np.ndarray) -> None:
     """RUN/calibration.npy, written whole (a full disk keeps the previous one)."""
-    with atomic_open(Path(run_dir) / "calibration.npy", "wb") as f:
-        np.save(f, calibration)
+    write_npy(Path(run_dir) / "calibration.npy", calibration)
 
 
 def convert_keras(model, scheme: str, calibration: np.ndarray | None = None) -> bytes:

@@ -29,7 +29,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import QuarlError
-from ..files import atomic_open, write_atomic
+from ..files import write_atomic, write_npy
 from ..measure.bench import bench_cell
 from ..measure.episodes import Fp32Episodes
 from ..measure.reference import tflite_runner
@@ -369,8 +369,7 @@ def _measure_board(run_dir: Path, build_dir: Path, board, scheme: str, group: Gr
     n_val = group.task.validate_n
     if calib is not None:
         inputs = build_dir / "validate_inputs.npy"
-        with atomic_open(inputs, "wb") as f:
-            np.save(f, np.asarray(calib[:n_val], np.float32))
+        write_npy(inputs, np.asarray(calib[:n_val], np.float32))
         v = validate(model, board, build_dir / "validate", inputs=inputs)
     else:   # no calibration set (no integer scheme in the study): random inputs over the range
         v = validate(model, board, build_dir / "validate", random_n=n_val)

@@ -11,6 +11,7 @@ objcopy -O binary also places empty RAM sections, which makes a .bin of hundreds
 build is a program, so it gets neither."""
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -28,7 +29,7 @@ from elftools.elf.elffile import ELFFile
 from .boards import Board
 from .flash import intel_hex, loadable_segments
 from ..errors import QuarlError, ToolchainError
-from ..files import atomic_path, locked, own, subdir, write_atomic, writing
+from ..files import atomic_path, disk_error, locked, own, subdir, write_atomic, writing
 from ..resources import firmware_dir
 
 COMMON_CFLAGS = ("-std=c99", "-Wall", "-Wextra", "-Werror", "-ffp-contract=off")
@@ -353,13 +354,17 @@ def compile_firmware(board: Board, sources: list[Path], out_elf: Path, extra_fla
         proc = subprocess.run([cc, *flags, *map(str, objects), "-o", str(tmp_elf), *ldflags],
                               capture_output=True, text=True)
         if proc.returncode != 0:
-            _link_failed(board, cc, proc)
+            _link_failed(board, cc, proc, out_elf)
     # Warnings are errors when compiling (-Werror); the linker's warnings are kept here.
     write_atomic(out_elf.parent / "build.log", proc.stderr)
 
 
-def _link_failed(board: Board, cc: str, proc: subprocess.CompletedProcess) -> None:
-    """Raise what a failed link means: the firmware does not fit, or the toolchain failed."""
+def _link_failed(board: Board, cc: str, proc: subprocess.CompletedProcess, elf: Path) -> None:
+    """Raise what a failed link means: the firmware does not fit (the board or the disk), or
+    the toolchain failed."""
+    for code in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS):
+        if os.strerror(code) in proc.stderr:
+            raise disk_error(elf, OSError(code, os.strerror(code)))
     if any(s in proc.stderr for s in _LD_OVERFLOW):
         lines = [ln for ln in proc.stderr.splitlines() if any(s in ln for s in _LD_OVERFLOW)]
         raise QuarlError(f"firmware for {board.id} does not fit the board's memory "
@@ -398,8 +403,9 @@ def _generate(model_path: Path, out_dir: Path, board: Board, pack_weights: bool)
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
     try:
-        generate(model_path, tmp, name=model_path.stem, kernels=board.kernels,
-                 pack_weights=pack_weights)
+        with writing(gen_dir):
+            generate(model_path, tmp, name=model_path.stem, kernels=board.kernels,
+                     pack_weights=pack_weights)
         for f in sorted(tmp.iterdir()):
             with writing(gen_dir / f.name):
                 os.replace(f, gen_dir / f.name)
