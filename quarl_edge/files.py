@@ -215,6 +215,8 @@ def remove_stale(folder: Path) -> None:
     episode logs of quarl-edge versions before per-process names (a run killed then; no
     version writes that name now)."""
     for p in Path(folder).glob("*.*.*"):
+        if p.is_dir() and not p.is_symlink():
+            continue
         m = re.fullmatch(r".+\.(\d+)\.(partial|tmp)", p.name)
         if m and int(m.group(1)) != os.getpid() and not _alive(int(m.group(1))):
             p.unlink(missing_ok=True)

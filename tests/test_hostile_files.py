@@ -305,3 +305,39 @@ def test_write_atomic_keeps_the_old_file_and_no_temporary_on_a_full_disk(tmpfs):
         write_atomic(path, "x" * (128 << 10))
     assert path.read_text() == "old\n"
     assert os.listdir(tmpfs) == ["a.json"]
+
+
+def test_a_link_at_the_temporary_name_is_not_followed(tmp_path):
+    from quarl_edge.files import own, remove_stale, write_atomic
+    victim = tmp_path / "victim"
+    victim.write_text(VICTIM)
+    path = tmp_path / "out" / "claims.json"
+    path.parent.mkdir()
+    plant(own(path, "tmp"), victim)                  # this process's temporary name
+    write_atomic(path, "new\n")
+    assert victim.read_text() == VICTIM and path.read_text() == "new\n"
+    assert os.listdir(path.parent) == ["claims.json"]
+    (path.parent / "x.1.tmp").mkdir()                # a folder with a temporary's name stays
+    remove_stale(path.parent)
+    assert sorted(os.listdir(path.parent)) == ["claims.json", "x.1.tmp"]
+
+
+def test_a_file_size_limit_is_one_line_and_keeps_the_old_file(tmp_path):
+    """EFBIG: the file-size limit (RLIMIT_FSIZE, SIGXFSZ ignored) in a child process."""
+    import resource
+    import signal
+    import sys
+    path = tmp_path / "report.md"
+    path.write_text("old\n")
+
+    def limit():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+    code = ("import sys; from quarl_edge.files import write_atomic, DiskError\n"
+            "try:\n    write_atomic(__import__('pathlib').Path(sys.argv[1]), 'x' * 100000)\n"
+            "except DiskError as e:\n    print(e); sys.exit(2)\n")
+    p = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True,
+                       preexec_fn=limit, timeout=60)
+    assert p.returncode == 2, p.stderr
+    assert "File too large" in p.stdout and "report.md" in p.stdout
+    assert path.read_text() == "old\n" and os.listdir(tmp_path) == ["report.md"]

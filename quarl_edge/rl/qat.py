@@ -65,6 +65,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import QuarlError
+from ..files import write_atomic
 from .qat_dqn import NStepReplay, dqn_steps, env_step
 
 QAT_SEED_BASE = 30_000
@@ -270,7 +271,7 @@ def finetune_dqn(model, run: dict, calibration: np.ndarray, cfg: QATConfig, seed
 
 def _write_log(log_path: Path | None, log: dict) -> None:
     if log_path is not None:
-        Path(log_path).write_text(json.dumps(log, indent=2) + "\n")
+        write_atomic(Path(log_path), json.dumps(log, indent=2) + "\n")
 
 
 # ------------------------------------------------------------- QAT by on-policy distillation
