@@ -341,3 +341,15 @@ def test_a_file_size_limit_is_one_line_and_keeps_the_old_file(tmp_path):
     assert p.returncode == 2, p.stderr
     assert "File too large" in p.stdout and "report.md" in p.stdout
     assert path.read_text() == "old\n" and os.listdir(tmp_path) == ["report.md"]
+
+
+@pytest.mark.parametrize("case, text, words", [
+    ("files-results-deep", b"[" * 100_000 + b"]" * 100_000 + b"\n", "nested too deeply"),
+    ("files-results-latin1", b'{"kind": "caf\xe9"}\n', "not UTF-8"),
+])
+def test_a_hostile_results_file_is_one_line(tmp_path, case, text, words):
+    (tmp_path / "results.jsonl").write_bytes(text)
+    before = snapshot(tmp_path)
+    o = run_hostile(case, ["report", "results.jsonl", "--out", "rep"], tmp_path)
+    assert_refused(o, words)
+    assert_unchanged(before, snapshot(tmp_path), allowed=(tmp_path / "rep",))

@@ -65,7 +65,10 @@ def read_results(path: Path) -> list[dict]:
     if not path.is_file():
         return []
     rows = []
-    lines = path.read_text().split("\n")
+    try:
+        lines = path.read_text(encoding="utf-8").split("\n")
+    except UnicodeDecodeError as e:
+        raise QuarlError(f"{path}: not UTF-8 text (byte {e.start})") from None
     for i, line in enumerate(lines):
         if not line.strip():
             continue
@@ -75,6 +78,8 @@ def read_results(path: Path) -> list[dict]:
             if i == len(lines) - 1:  # the unterminated last line
                 continue
             raise QuarlError(f"{path}: line {i + 1} is not JSON") from None
+        except RecursionError:
+            raise QuarlError(f"{path}: line {i + 1}: JSON nested too deeply to read") from None
         rows.append(migrate(row) if isinstance(row, dict) else row)
     return rows
 
