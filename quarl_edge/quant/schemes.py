@@ -50,7 +50,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import ModelError, QuarlError
-from ..files import subdir, write_atomic, write_npy
+from ..files import check_inside, subdir, write_atomic, write_npy
 from ..noise import captured_stderr, tail
 from ..run import load_keras, load_run
 from ..tfcompat import configure_converter
@@ -164,6 +164,8 @@ def quantize(run_dir: Path, scheme: str, calib_size: int = 1000, calib_episodes:
     if scheme not in SCHEMES:
         raise QuarlError(f"unknown quantization scheme {scheme!r}; known: {', '.join(SCHEMES)}")
     run_dir = Path(run_dir)
+    if (run_dir / "models").is_symlink():      # said before the conversion, not after it
+        check_inside(run_dir / "models", run_dir, "a folder quarl-edge writes in")
     spec = SCHEMES[scheme]
     if spec.argmax_head_only:
         from .remedies import is_argmax_head
