@@ -353,3 +353,17 @@ def test_a_hostile_results_file_is_one_line(tmp_path, case, text, words):
     o = run_hostile(case, ["report", "results.jsonl", "--out", "rep"], tmp_path)
     assert_refused(o, words)
     assert_unchanged(before, snapshot(tmp_path), allowed=(tmp_path / "rep",))
+
+
+@pytest.mark.parametrize("link, args", [
+    ("results.jsonl", ["--status"]), (".study.lock", ["--status"]), ("results.jsonl", []),
+])
+def test_a_study_folder_with_links_leading_outside_is_refused(box, link, args):
+    smoke = Path(__file__).resolve().parents[1] / "studies" / "smoke.toml"
+    (box / "outside" / "victim").write_text('{"kind": "run"}\n')
+    plant(box / "st" / link, box / "outside" / "victim")
+    before = snapshot(box / "outside")
+    o = run_hostile(f"files-study{'-status' if args else ''}-{link.strip('.')}-link",
+                    ["study", str(smoke), "--out", "st", *args], box)
+    assert_refused(o, "leads outside")
+    assert_unchanged(before, snapshot(box / "outside"))

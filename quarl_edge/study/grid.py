@@ -29,13 +29,13 @@ from typing import Callable
 from tqdm import tqdm
 
 from ..errors import QuarlError
-from ..files import check_inside, write_atomic
+from ..files import write_atomic
 from .cells import error_reason, quiet, run_group, stale_hyperparameters
 from .config import load_study
 from .farm import RAY_PIN, check_ray_address, run_ray
 from .plan import Group, plan, run_dir_name
 from .pool import run_pool
-from .results import STATUS_DONE, Writer, latest_rows, lock, read_results
+from .results import STATUS_DONE, Writer, latest_rows, lock, read_results, results_file
 
 
 def _describe(row: dict) -> str:
@@ -81,9 +81,7 @@ def run_study(config: Path, out: Path | None = None, workers: int = 1, resume: b
         raise QuarlError(f"--workers must be >= 1, got {workers}")
     ray = _import_ray(ray_address) if ray_address else None
     out.mkdir(parents=True, exist_ok=True)
-    results = out / "results.jsonl"
-    if results.is_symlink():     # the study's own file: a link out of OUT is refused
-        check_inside(results, out, "a study's results file")
+    results = results_file(out)
     prior = read_results(results)
     if prior and not resume:
         raise QuarlError(f"{results} already holds {len(prior)} rows: use --resume to continue "

@@ -36,7 +36,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import QuarlError
-from ..files import open_append, open_lock, read_own, writing
+from ..files import check_inside, open_append, open_lock, read_own, writing
 from ..measure.rows import migrate
 from .plan import Group
 from .statistics import normalised_loss
@@ -56,6 +56,15 @@ def row_key(row: dict) -> tuple:
     if kind == "board":
         return base + (row.get("scheme"), row.get("board"))
     return base
+
+
+def results_file(out: Path) -> Path:
+    """OUT/results.jsonl, a study's own file: a symlink there leading out of OUT is refused
+    (a study appends to it; --status would show another file's rows)."""
+    path = Path(out) / "results.jsonl"
+    if path.is_symlink():
+        check_inside(path, out, "a study's results file")
+    return path
 
 
 def read_results(path: Path) -> list[dict]:

@@ -20,7 +20,7 @@ from ..files import open_lock
 from .config import load_study
 from .grid import rows_done
 from .plan import Group, plan
-from .results import latest_rows, read_results
+from .results import latest_rows, read_results, results_file
 
 
 @dataclass
@@ -78,7 +78,7 @@ def study_status(config: Path, out: Path | None = None, workers: int = 1) -> Stu
     """The progress of the study in `config` in `out` (default results/<study name>)."""
     study = load_study(config)
     out = Path(out) if out else Path("results") / study.name
-    results = out / "results.jsonl"
+    results = results_file(out)
     rows = latest_rows(read_results(results))
     groups = plan(study)
     redone: list[str] = []
