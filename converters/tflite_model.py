@@ -14,6 +14,8 @@ import numpy as np
 
 from quarl_edge.errors import ModelError
 
+from .safe_text import safe_text
+
 try:
     from tflite_micro.tensorflow.lite.micro.python import schema_py_generated as schema
 except ImportError as exc:  # pragma: no cover - the package is a pinned dependency
@@ -167,11 +169,10 @@ def parse(data: bytes, path: str = "<bytes>") -> TFLiteModel:
 
 
 def _name(x) -> str:
-    if x is None:
-        return ""
-    if isinstance(x, (bytes, bytearray)):
-        return x.decode("utf-8", "replace")
-    return str(x)
+    """A string of the flatbuffer (a name, the description) as safe_text: every byte outside
+    the characters names are made of written as %XX, so it can reach a C comment, model.json
+    and a one-line error message as it is."""
+    return safe_text(x if isinstance(x, (bytes, bytearray, str)) or x is None else str(x))
 
 
 def _ints(x) -> list[int]:
