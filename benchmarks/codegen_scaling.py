@@ -81,7 +81,7 @@ def main(argv=None) -> int:
     ap.add_argument("--compile", action="store_true", help="also time gcc -O2 -c of model.c")
     args = ap.parse_args(argv)
     from quarl_edge.converters import tflite_model
-    tflite_model.MAX_OPS = max([*args.n, args.profile or 0, tflite_model.MAX_OPS])
+    tflite_model.MAX_OPS = max([*args.n, args.profile or 0, getattr(tflite_model, "MAX_OPS", 0)])
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         if args.profile:
