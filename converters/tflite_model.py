@@ -198,6 +198,7 @@ class _Reader:
         self.data, self.path = data, path
         self.budget = BUDGET_PER_BYTE * len(data) + BUDGET_BASE
         self.buffer_cache: dict[int, bytes | None] = {}
+        self.options_cache: dict[tuple[int, int], dict] = {}
 
     def take(self, n: int, what: str) -> None:
         self.budget -= n
@@ -273,11 +274,16 @@ class _Reader:
                              f"the model has {len(opcodes)}")
         opname, version = opcodes[k]
         options = {}
-        built = schema.BuiltinOptionsCreator(op.BuiltinOptionsType(), op.BuiltinOptions())
-        if built is not None:
-            options = dict(vars(built))
-            self.take(OBJECT_COST + sum(len(v) for v in options.values() if hasattr(v, "__len__")),
-                      f"operator {i}'s options")
+        table, kind = op.BuiltinOptions(), op.BuiltinOptionsType()
+        if table is not None:
+            key = (kind, table.Pos)          # ops may share one options table: unpacked once
+            if key not in self.options_cache:
+                built = schema.BuiltinOptionsCreator(kind, table)
+                found = dict(vars(built)) if built is not None else {}
+                self.take(OBJECT_COST + sum(len(v) for v in found.values() if hasattr(v, "__len__")),
+                          f"operator {i}'s options")
+                self.options_cache[key] = found
+            options = dict(self.options_cache[key])
         what = f"operator {i} ({opname})"
         return Operator(i, opname, version,
                         self.indices(self.ints(op, "Inputs"), what, n_tensors, True),

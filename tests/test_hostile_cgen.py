@@ -311,6 +311,9 @@ MALFORMED = {
     "tflite-cycle": (lambda: relu_chain([([2], [1]), ([1], [2])]), "before anything writes it"),
     "tflite-shared-offsets": (lambda: shared_offsets(90_000, 200_000, 1), "malformed"),
     "tflite-ops-past-limit": (lambda: shared_offsets(1, 1, 100_000), "at most 5,000"),
+    "tflite-custom-op-name": (lambda: edited(lambda m: _set(
+        m.operatorCodes[0], builtinCode=32, deprecatedBuiltinCode=32,
+        customCode=b"x*/\n\\\n??/\x00\xff")), "CUSTOM:x%2A/%0A%5C%0A%3F%3F/%00%FF"),
     "tflite-5001-op-chain": (lambda: long_chain(5001), "the model has 5001 ops; at most 5,000"),
 }
 
