@@ -9,7 +9,8 @@ process's, steadier on a shared machine), the CPU seconds per 1,000 ops and mode
 `gcc -std=c99 -O2 -c` of each model.c (the build step of `validate --board host`).
 
 The reader refuses models past tflite_model.MAX_OPS (gcc's time, not the generator's, is what
-that limit bounds); this script lifts it to its largest N to measure the generator beyond it.
+that limit bounds); this script lifts it (and MAX_TENSORS) to its largest N to measure the
+generator beyond it.
 """
 from __future__ import annotations
 
@@ -81,7 +82,9 @@ def main(argv=None) -> int:
     ap.add_argument("--compile", action="store_true", help="also time gcc -O2 -c of model.c")
     args = ap.parse_args(argv)
     from quarl_edge.converters import tflite_model
-    tflite_model.MAX_OPS = max([*args.n, args.profile or 0, getattr(tflite_model, "MAX_OPS", 0)])
+    most = max([*args.n, args.profile or 0])
+    tflite_model.MAX_OPS = max(most, getattr(tflite_model, "MAX_OPS", 0))
+    tflite_model.MAX_TENSORS = max(2 * most + 2, getattr(tflite_model, "MAX_TENSORS", 0))
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         if args.profile:
