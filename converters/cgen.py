@@ -195,6 +195,7 @@ def _lifetimes(model: TFLiteModel, path: Path) -> tuple[dict[int, int], dict[int
         last[i] = -1
     state = sorted({i for op in model.operators for i in op.inputs
                     if i >= 0 and model.tensors[i].is_variable and not model.tensors[i].is_constant})
+    is_state = set(state)
     for i in state:
         first[i] = -1
         last[i] = n_ops
@@ -204,7 +205,7 @@ def _lifetimes(model: TFLiteModel, path: Path) -> tuple[dict[int, int], dict[int
                 if i not in first:
                     raise ModelError(f"{path}: op {op.index} {op.opcode} reads tensor "
                                      f"'{model.tensors[i].name}' before anything writes it")
-                last[i] = max(last[i], op.index) if i not in state else n_ops
+                last[i] = max(last[i], op.index) if i not in is_state else n_ops
         for i in op.outputs:
             if i in first or model.tensors[i].is_variable:
                 raise ModelError(f"{path}: tensor '{model.tensors[i].name}' is written twice")
@@ -223,10 +224,13 @@ def _plan_arena(model: TFLiteModel, kernels: list[Kernel], first: dict[int, int]
     arena offsets, the scratch offsets per op index, the arena's size)."""
     act_ids = sorted(first)
     root = _alias_roots(model, kernels, first, last, set(state))
-    roots = sorted(set(root.values()))
+    groups: dict[int, list[int]] = {}
+    for i in act_ids:
+        groups.setdefault(root[i], []).append(i)
+    roots = sorted(groups)
     bufs = []
     for r in roots:
-        group = [i for i in act_ids if root[i] == r]
+        group = groups[r]
         bufs.append(planner.Buffer(max(model.tensors[i].nbytes for i in group),
                                    min(first[i] for i in group), max(last[i] for i in group)))
     scratch_ops = [k.op.index for k in kernels if k.scratch_bytes]
@@ -253,17 +257,21 @@ def _alias_roots(model: TFLiteModel, kernels: list[Kernel], first: dict[int, int
     invocations)."""
     root = {i: i for i in first}
     io = set(model.inputs) | set(model.outputs) | set(state)
+    # per buffer (by its root): the last use of any tensor in it, and whether one is in `io`
+    group_last = dict(last)
+    group_io = {i: i in io for i in first}
     for k in kernels:
         if not (k.alias or k.inplace):
             continue
         src, dst = k.op.inputs[0], k.op.outputs[0]
         r = root[src]
         if k.inplace:
-            group = [t for t in root if root[t] == r]
-            if (any(last[t] > k.op.index for t in group) or any(t in io for t in group + [dst])
+            if (group_last[r] > k.op.index or group_io[r] or dst in io
                     or model.tensors[dst].nbytes != model.tensors[src].nbytes):
                 continue
         root[dst] = r
+        group_last[r] = max(group_last[r], last[dst])
+        group_io[r] = group_io[r] or dst in io
     return root
 
 

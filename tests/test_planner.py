@@ -94,3 +94,52 @@ def test_check_catches_a_bad_plan():
     bufs = [Buffer(16, 0, 1), Buffer(16, 1, 2)]
     with pytest.raises(AssertionError):
         check(bufs, Plan([0, 0], 16))
+
+
+def brute_force_plan(bufs, alignment):
+    """The greedy plan as first written: every placed buffer scanned for each new one (B^2)."""
+    order = sorted(range(len(bufs)), key=lambda i: (-bufs[i].size, bufs[i].first_use, i))
+    offsets, placed = [0] * len(bufs), []
+    for i in order:
+        b = bufs[i]
+        if b.size == 0:
+            continue
+        live = sorted((j for j in placed if bufs[j].overlaps_in_time(b)), key=lambda j: offsets[j])
+        candidate = 0
+        for j in live:
+            if candidate + b.size <= offsets[j]:
+                break
+            candidate = max(candidate, -(-(offsets[j] + bufs[j].size) // alignment) * alignment)
+        offsets[i] = candidate
+        placed.append(i)
+    return offsets
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 64), st.integers(-1, 40), st.integers(0, 45))
+                .map(lambda t: Buffer(t[0], t[1], t[1] + t[2])), max_size=40),
+       st.sampled_from([1, 16]))
+def test_the_indexed_planner_places_exactly_as_the_scan(bufs, alignment):
+    """plan() finds the live buffers through its lifetime index (issue 36: near-linear in ops);
+    the offsets are those of the plain scan over every placed buffer."""
+    assert plan(bufs, alignment=alignment).offsets == brute_force_plan(bufs, alignment)
+
+
+@settings(max_examples=200, deadline=None)
+@given(buffers, st.lists(st.integers(0, 20), min_size=14, max_size=14))
+def test_check_finds_every_overlap_the_pairwise_scan_finds(bufs, slots):
+    """check() on arbitrary (mostly wrong) offsets fails exactly when some pair of buffers live
+    together shares bytes."""
+    from quarl_edge.converters.planner import Plan
+    offsets = [16 * s for s in slots[:len(bufs)]]
+    result = Plan(offsets, 16 * 21 + 320)
+    clash = any(a.size and b.size and a.overlaps_in_time(b)
+                and not (oa + a.size <= ob or ob + b.size <= oa)
+                for i, (a, oa) in enumerate(zip(bufs, offsets))
+                for b, ob in zip(bufs[i + 1:], offsets[i + 1:]))
+    try:
+        check(bufs, result)
+        found = False
+    except AssertionError:
+        found = True
+    assert found == clash
