@@ -1,10 +1,12 @@
 """A hostile board for issue 36: the linux agent (quarl_edge/link/agent.py, an honest board that
 runs the .tflite with tflite-runtime) on a pty of its own, lying in one way (`MODES`).
 
-    python tests/hostile_board.py MODEL.tflite MODE
+    python tests/hostile_board.py MODEL.tflite MODE            # on a pty of its own
+    python tests/hostile_board.py MODEL.tflite MODE --stdio    # on its stdin/stdout
 
 prints the pty's device (the board's serial port, for `--port`) on its first line of stdout,
-then serves until the host closes the port. Its MEM answers what a 16 KiB board would (the
+then serves until the host closes the port; with --stdio it serves on its stdin and stdout (a
+`pty` board's program: the host runs it behind a pty, as the host firmware). Its MEM answers what a 16 KiB board would (the
 agent's own would be its process's RSS): see tests/test_hostile_board.py's board file.
 """
 from __future__ import annotations
@@ -125,6 +127,11 @@ def flood(fd: int, mode: str) -> None:
 
 def main() -> None:
     model, mode = Path(sys.argv[1]), sys.argv[2]
+    if sys.argv[3:] == ["--stdio"]:
+        if os.isatty(0):
+            tty.setraw(0)
+        serve(Hostile(model, mode), 0, 1)
+        return
     master, slave = os.openpty()
     tty.setraw(slave)
     tty.setraw(master)
@@ -135,14 +142,20 @@ def main() -> None:
         return
     board = Hostile(model, mode)
     print(os.ttyname(slave), flush=True)
+    serve(board, master, master)
+
+
+def serve(board: Hostile, rfd: int, wfd: int) -> None:
     while True:
         try:
-            data = os.read(master, 4096)
+            data = os.read(rfd, 4096)
         except OSError:
+            return
+        if not data:
             return
         out = board.feed(data)
         if out:
-            os.write(master, out)
+            os.write(wfd, out)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ same kind validates and plays. Text from the board (names, error messages) reach
 terminal with its control characters escaped."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -207,3 +208,68 @@ def test_a_model_whose_tensor_names_hold_escapes(boards_dir, hostile_run, tmp_pa
     assert ("q\\x1b[2J\\x1b]0;owned\\x07\\r\\x08\\u202eevil\\u2066\\x9b31m" in o.stdout), o.stdout
     for c in "\x1b\r\b\x07\u202e\u2066\x9b":
         assert c not in o.stdout + o.stderr, repr(o.stdout)
+
+
+# ------------------------------------------------------------------------------ bench
+# bench builds and starts its boards itself (no --port): the hostile board is then a `pty`
+# board whose compiler (its board file names it) links a program that runs the hostile board
+# on its stdin/stdout, as the host firmware runs behind its pty.
+STUB_CC = """#!/bin/sh
+out=""; compile=0; prev=""
+for a in "$@"; do
+  [ "$prev" = "-o" ] && out="$a"; [ "$a" = "-c" ] && compile=1; prev="$a"
+done
+[ "$1" = "--version" ] && { echo hostile-cc 1; exit 0; }
+if [ $compile = 1 ]; then printf '' | gcc -x c -c - -o "$out"; exit $?; fi
+printf '%s\\n' '#include <unistd.h>' \\
+  'int main(void) { execl("{py}", "{py}", "{board}", "{model}", "{mode}", "--stdio", (char *)0); return 127; }' \\
+  | gcc -x c - -o "$out"
+"""
+
+
+def pty_board(tmp_path: Path, model: Path, mode: str) -> Path:
+    """A boards folder with `hostile-pty`: the hostile board in MODE, built by STUB_CC."""
+    d = tmp_path / f"boards-{mode}"
+    d.mkdir()
+    cc = d / "hostile-cc"
+    cc.write_text(STUB_CC.replace("{py}", sys.executable).replace("{board}", str(HOSTILE))
+                  .replace("{model}", str(model)).replace("{mode}", mode))
+    cc.chmod(0o755)
+    toml = BOARD_TOML.replace('id = "hostile"', 'id = "hostile-pty"').replace(
+        'kind = "real"', 'kind = "host"').replace('cc = "gcc"', f'cc = "{cc}"')
+    toml = toml[:toml.index("[connect]")] + '[connect]\nmethod = "pty"\n'
+    (d / "hostile-pty.toml").write_text(toml)
+    return d
+
+
+def bench(case: str, mode: str, tmp_path: Path, model: Path):
+    return run_hostile(case, ["--boards-dir", str(pty_board(tmp_path, model, mode)), "bench",
+                              str(model), "--boards", "hostile-pty", "-n", "20", "--out",
+                              str(tmp_path / f"out-{mode}")], tmp_path)
+
+
+def test_bench_on_an_honest_pty_board_measures(hostile_run, tmp_path):
+    model = hostile_run / "models" / "int8.tflite"
+    o = bench("board-honest-bench", "honest", tmp_path, model)
+    assert o.exit == 0, o.stderr[-2000:]
+    (row,) = [json.loads(x) for x in (tmp_path / "out-honest" / "bench.jsonl").open()]
+    assert "error" not in row and row["n"] == 20 and row["unit"] == "ns", row
+    assert row["cost_min"] <= row["cost_mean"] <= row["cost_max"] and row["stack_bytes"] == 800
+
+
+@pytest.mark.parametrize("mode,words", [
+    ("bench-n", "BENCH reports 19 inferences; 20 were asked for"),
+    ("bench-sum", "BENCH reports min"),
+    ("bench-cost", "BENCH's sum of 20 costs is"),
+    ("mem-stack", "MEM reports 4,294,901,760 B of stack"),
+])
+def test_bench_refuses_a_board_that_lies(mode, words, hostile_run, tmp_path):
+    """bench keeps going over its cells, a failed one a row of its error (exit 0): the lie is
+    that row's error, and no cost or memory figure of the board is in it."""
+    model = hostile_run / "models" / "int8.tflite"
+    o = bench(f"board-bench-{mode}", mode, tmp_path, model)
+    assert o.exit == 0, o.stderr[-2000:]
+    assert_bounded(o)
+    (row,) = [json.loads(x) for x in (tmp_path / f"out-{mode}" / "bench.jsonl").open()]
+    assert IMPOSSIBLE in row["error"] and words in row["error"], row
+    assert not {"cost_mean", "cost_min", "stack_bytes", "flash_bytes"} & set(row), row
