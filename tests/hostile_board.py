@@ -31,6 +31,7 @@ class Hostile(Agent):
     def __init__(self, model: Path, mode: str):
         super().__init__(model, board_id="hostile")
         self.mode = mode
+        self.flooding: str | None = None    # a flood mode, once it started
 
     # -------------------------------------------------------------------- HELLO lies
     def hello_reply(self, seq: int, nonce: int) -> bytes:
@@ -57,8 +58,6 @@ class Hostile(Agent):
             h.arena_bytes = 1 << 30
         elif m == "hello-hash":
             h.model_hash, h.model_name = b"\x13" * 8, f"evil{ESC}model"
-        elif m == "hello-name":
-            h.board_id, h.model_name = f"b{ESC}", f"m{ESC}"
         elif m == "hello-changes" and self.boot_id and nonce != self.boot_id:
             outs[0].shape = (1, 3)      # the second handshake: another output, same boot id
         return P.encode_frame(P.COMMANDS["HELLO"] | P.REPLY_BIT, P.pack_hello(h), seq)
@@ -79,6 +78,9 @@ class Hostile(Agent):
     def _infer(self, f: P.Frame) -> bytes:
         reply = super()._infer(f)
         m = self.mode
+        if m.endswith("-after-hello"):      # the session is up: from now on, no end of bytes
+            self.flooding = m[:-len("-after-hello")]
+            return b""
         if m == "infer-cost":
             frame = P.FrameDecoder().feed(reply)[0]
             return _reply(f, struct.pack(P.COST_FMT, 0xFFFFFFF0) + frame.payload[4:])
@@ -156,6 +158,10 @@ def serve(board: Hostile, rfd: int, wfd: int) -> None:
         out = board.feed(data)
         if out:
             os.write(wfd, out)
+        if board.flooding:
+            os.set_blocking(wfd, False)
+            flood(wfd, board.flooding)
+            return
 
 
 if __name__ == "__main__":

@@ -163,6 +163,9 @@ def test_a_board_that_changes_its_specs_mid_session(boards_dir, hostile_run, tmp
     ("flood", "no HELLO answer"),
     ("endless-frame", "no HELLO answer"),
     ("huge-length", "no HELLO answer"),
+    ("flood-after-hello", "INFER"),
+    ("endless-frame-after-hello", "INFER"),
+    ("huge-length-after-hello", "INFER"),
 ])
 def test_a_board_that_never_stops_sending(mode, words, boards_dir, hostile_run, tmp_path):
     """Random bytes, a frame that never ends, headers with huge lengths: bounded time and
