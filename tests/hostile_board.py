@@ -87,6 +87,8 @@ class Hostile(Agent):
         if m == "infer-short":
             frame = P.FrameDecoder().feed(reply)[0]
             return _reply(f, frame.payload[:-1])
+        if m == "boot-storm":             # every INFER answered with a boot announcement
+            return self.announcement()
         if m == "infer-error":
             return _error(f, 3, f"no such thing{ESC}")
         if m == "infer-changes":

@@ -163,6 +163,7 @@ def test_a_board_that_changes_its_specs_mid_session(boards_dir, hostile_run, tmp
     ("flood", "no HELLO answer"),
     ("endless-frame", "no HELLO answer"),
     ("huge-length", "no HELLO answer"),
+    ("boot-storm", "answers HELLO but not INFER"),
     ("flood-after-hello", "INFER"),
     ("endless-frame-after-hello", "INFER"),
     ("huge-length-after-hello", "INFER"),

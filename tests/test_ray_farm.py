@@ -226,6 +226,17 @@ def test_a_farm_head_asks_for_its_token(tmp_path):
                                     timeout=120)
         assert with_token.returncode == 0, with_token.stderr[-3000:]
         assert "connected 1.0" in with_token.stdout
+        cfg = tmp_path / "s.toml"
+        cfg.write_text('[study]\nname = "t"\nepisodes = 2\n[[task]]\nalgo = "dqn"\n'
+                       'env = "CartPole-v1"\nsteps = 100\n')
+        study = subprocess.run([sys.executable, "-m", "quarl_edge.cli", "study", str(cfg),
+                                "--out", str(tmp_path / "out"), "--ray", f"{LOOPBACK}:{port}"],
+                               capture_output=True, text=True, cwd=ROOT, timeout=300,
+                               env={**env, "HOME": str(tmp_path / "elsewhere")})
+        assert study.returncode == 2, study.stderr[-3000:]
+        assert study.stderr.strip().splitlines()[-1].startswith(
+            f"quarl-edge: error: the Ray cluster at {LOOPBACK}:{port} refuses this study: its "
+            "token is missing or wrong (RAY_AUTH_MODE is not set); export RAY_AUTH_MODE=token")
     finally:
         left = _stop(temp.name)
         subprocess.run(["rm", "-rf", str(temp)])

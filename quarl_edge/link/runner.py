@@ -392,7 +392,10 @@ class BoardLink(FramedPort):
             if received == off + n:
                 off = received
                 continue
-            if received > off + n or resumes == RETRIES:
+            if received > off + n:
+                raise impossible(self.url, f"it has {received} B of the inputs after a chunk "
+                                           f"[{off}, {off + n})")
+            if resumes == RETRIES:
                 raise ProtocolError(f"the board has {received} B of the inputs after a chunk "
                                     f"[{off}, {off + n}) ({resumes} resumed streams)")
             resumes += 1
@@ -406,9 +409,10 @@ class BoardLink(FramedPort):
             reply = self.command("OUT_CHUNK", struct.pack(P.OUT_CHUNK_REQ, off, n))
             self.stats["chunks"] += 1
             head = struct.calcsize(P.IN_CHUNK_HEAD)
-            if len(reply) != head + n or struct.unpack_from("<I", reply)[0] != off:
-                raise ProtocolError(f"OUT_CHUNK reply for [{off}, {off + n}) has {len(reply)} "
-                                    f"bytes at offset {struct.unpack_from('<I', reply)[0] if len(reply) >= 4 else '?'}")
+            at = struct.unpack_from("<I", reply)[0] if len(reply) >= head else None
+            if len(reply) != head + n or at != off:
+                raise impossible(self.url, f"its OUT_CHUNK reply for [{off}, {off + n}) has "
+                                           f"{len(reply)} bytes at offset {at}")
             data += reply[head:]
         return bytes(data)
 

@@ -212,12 +212,35 @@ def run_ray(ray, address: str, todo: list[Group], out: Path, done: set, writer: 
 
     writer.echo = echo_out
     with contextlib.redirect_stdout(sys.stderr):
-        ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
+        _connect(ray, address)
         try:
             _drive_ray(ray, todo, out, done, writer, say_out)
         finally:
             ray.shutdown()
             writer.echo = echo
+
+
+def _connect(ray, address: str) -> None:
+    """ray.init on the cluster at `address`; a cluster that wants the token we do not send
+    (or another one) is one line that says how to pass it."""
+    try:
+        ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
+    except ConnectionError as e:
+        # Ray's own AuthenticationError is inside: as a cause, or as text (the GCS client's
+        # last error, a traceback, is the message of the RuntimeError behind the
+        # ConnectionError)
+        cause, auth = e, False
+        while cause is not None and not auth:
+            auth = (type(cause).__name__ == "AuthenticationError"
+                    or "InvalidAuthToken" in str(cause))
+            cause = cause.__cause__ or cause.__context__
+        if not auth:
+            raise QuarlError(f"cannot connect to the Ray cluster at {address}: {e}") from None
+        mode = os.environ.get(AUTH_MODE_ENV) or "not set"
+        raise QuarlError(f"the Ray cluster at {address} refuses this study: its token is "
+                         f"missing or wrong (RAY_AUTH_MODE is {mode}); export "
+                         f"RAY_AUTH_MODE=token with the head's token in {token_path()} or "
+                         f"${TOKEN_ENV} (docs/boards.md: Board farm on Ray)") from None
 
 
 def _drive_ray(ray, todo, out, done, writer, say) -> None:
