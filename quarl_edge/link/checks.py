@@ -56,6 +56,11 @@ def _describe(s: TensorSpec) -> str:
     return f"{s.dtype} {list(s.shape)}{q}"
 
 
+def describe(specs: list[TensorSpec]) -> str:
+    """Tensor specs as a message names them: 'float32 [1, 4], int8 [1, 2] scale 0.1 ...'."""
+    return ", ".join(map(_describe, specs)) or "none"
+
+
 def check_hello(url: str, info: P.Hello, board, model_path: Path) -> None:
     """The HELLO of a board that runs `model_path` (its hash already checked): the tensor specs
     equal to the model's, the cost unit the board file's, max_payload and the arena within the

@@ -20,7 +20,7 @@ import numpy as np
 
 from . import protocol as P
 from ..errors import BoardError, BoardReset, ProtocolError
-from .checks import check_bench, check_cost, impossible
+from .checks import check_bench, check_cost, describe, impossible
 from .framing import FramedPort
 
 HELLO_TIMEOUT_S = 0.25     # per HELLO attempt (a pty answers in < 1 ms; QEMU's pty can take ~1 s)
@@ -306,18 +306,22 @@ class BoardLink(FramedPort):
             return info
         # A board that handshakes again (restarted or not) still runs what it ran: another
         # model is to be flashed again, another max_payload or cost unit cannot be.
+        restarted = info.boot_id != old.boot_id
         for what, a, b in (("model hash", old.model_hash.hex(), info.model_hash.hex()),
-                           ("inputs", old.inputs, info.inputs),
-                           ("outputs", old.outputs, info.outputs)):
-            if a != b:
+                           ("inputs", describe(old.inputs), describe(info.inputs)),
+                           ("outputs", describe(old.outputs), describe(info.outputs))):
+            if a != b and restarted:
                 raise BoardError(f"the board on {self.url} restarted and now runs another model "
                                  f"({what} {b} instead of {a}); flash it again")
+            if a != b:
+                raise impossible(self.url, f"a second HELLO, without a restart, names other "
+                                           f"{what}: {b} instead of {a}")
         for what, a, b in (("max_payload", old.max_payload, info.max_payload),
                            ("cost unit", old.cost_unit, info.cost_unit),
                            ("arena", old.arena_bytes, info.arena_bytes)):
             if a != b:
                 raise impossible(self.url, f"its HELLO changed its {what} from {a} to {b}")
-        if info.boot_id == old.boot_id:
+        if not restarted:
             return info
         self.stats["resets"] += 1
         raise BoardReset(f"the board on {self.url} restarted (boot id {old.boot_id:08x} -> "
