@@ -161,3 +161,83 @@ def test_study_ray_address_that_does_not_answer_is_one_line(tmp_path):
         assert p.returncode == 2 and msg in p.stderr, p.stderr
         assert len(p.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_farm_node_auth_says_where_the_token_is_and_makes_it_once(tmp_path, monkeypatch):
+    """The head makes its token file (owner only, 256 random bits) when there is none and
+    keeps it; a joining node without the head's token is refused, naming where it looked;
+    --print makes nothing; RAY_AUTH_MODE=disabled is the user's explicit choice."""
+    from quarl_edge.errors import QuarlError
+    from quarl_edge.study.farm import ray_auth
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        monkeypatch.delenv(k, raising=False)
+    token = tmp_path / ".ray" / "auth_token"
+    assert ray_auth(head=True, dry_run=True) == ({"RAY_AUTH_MODE": "token"},
+                                                 {"mode": "token", "token": str(token)})
+    assert not token.exists()
+    with pytest.raises(QuarlError, match=f"no Ray token at {token}: copy the head's"):
+        ray_auth(head=False)
+    env, auth = ray_auth(head=True)
+    assert env == {"RAY_AUTH_MODE": "token"} and auth["token"] == str(token)
+    first = token.read_text()
+    assert len(bytes.fromhex(first)) == 32 and token.stat().st_mode & 0o777 == 0o600
+    ray_auth(head=True)
+    assert token.read_text() == first                        # kept, not made again
+    assert ray_auth(head=False)[1]["token"] == str(token)    # a node on the same machine
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "x" * 64)
+    assert ray_auth(head=False)[1] == {"mode": "token", "token": "$RAY_AUTH_TOKEN"}
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    assert ray_auth(head=True) == ({}, {"mode": "disabled", "token": None})
+
+
+def test_a_farm_head_asks_for_its_token(tmp_path):
+    """`farm-node --head` with no token anywhere: it makes one, says where (never the token
+    itself), and the head it starts refuses a driver without the token and takes one with
+    it. The node's processes are stopped by their marker (not `ray stop`: other users' too)."""
+    from test_ray_sim import LOOPBACK, MARKER, _free_port, _stop
+    import tempfile
+    home = tmp_path / "home"
+    temp = Path(tempfile.mkdtemp(prefix="qe-ray-", dir="/tmp"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    env.update({"HOME": str(home), MARKER: temp.name, "PYTHONPATH": str(ROOT)})
+    env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
+    port = _free_port()
+    head = [sys.executable, "-m", "quarl_edge.cli", "farm-node", "--head", "--port", str(port),
+            "--num-cpus", "1", "--", f"--temp-dir={temp}", "--disable-usage-stats",
+            f"--node-ip-address={LOOPBACK}", f"--object-store-memory={80 * 1024 ** 2}",
+            "--dashboard-agent-listen-port=0", "--min-worker-port=0", "--max-worker-port=0",
+            "--include-dashboard=false", f"--ray-client-server-port={_free_port()}"]
+    probe = ("import ray; ray.init(address=%r, log_to_driver=False); "
+             "print('connected', ray.cluster_resources().get('CPU'))" % f"{LOOPBACK}:{port}")
+    try:
+        p = subprocess.run(head, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+        assert p.returncode == 0, p.stderr[-3000:]
+        token = home / ".ray" / "auth_token"
+        assert f"Ray token authentication: the token is in {token}" in p.stderr
+        assert token.read_text() not in p.stdout + p.stderr
+        without = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                                 env={**env, "HOME": str(tmp_path / "elsewhere")}, cwd=ROOT,
+                                 timeout=120)
+        assert without.returncode != 0 and "connected" not in without.stdout, without.stdout
+        assert "authentication" in without.stderr.lower(), without.stderr[-2000:]
+        with_token = subprocess.run([sys.executable, "-c", probe], capture_output=True,
+                                    text=True, env={**env, "RAY_AUTH_MODE": "token"}, cwd=ROOT,
+                                    timeout=120)
+        assert with_token.returncode == 0, with_token.stderr[-3000:]
+        assert "connected 1.0" in with_token.stdout
+        cfg = tmp_path / "s.toml"
+        cfg.write_text('[study]\nname = "t"\nepisodes = 2\n[[task]]\nalgo = "dqn"\n'
+                       'env = "CartPole-v1"\nsteps = 100\n')
+        study = subprocess.run([sys.executable, "-m", "quarl_edge.cli", "study", str(cfg),
+                                "--out", str(tmp_path / "out"), "--ray", f"{LOOPBACK}:{port}"],
+                               capture_output=True, text=True, cwd=ROOT, timeout=300,
+                               env={**env, "HOME": str(tmp_path / "elsewhere")})
+        assert study.returncode == 2, study.stderr[-3000:]
+        assert study.stderr.strip().splitlines()[-1].startswith(
+            f"quarl-edge: error: the Ray cluster at {LOOPBACK}:{port} refuses this study: its "
+            "token is missing or wrong (RAY_AUTH_MODE is not set); export RAY_AUTH_MODE=token")
+    finally:
+        left = _stop(temp.name)
+        subprocess.run(["rm", "-rf", str(temp)])
+        assert not left, f"processes of the head still running: {left}"

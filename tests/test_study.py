@@ -65,7 +65,7 @@ steps = 100
     (('steps = 100', 'steps = 100\n[task.options]\nlearning_rat = 1.0'), r"unknown dqn option\(s\) learning_rat"),
     (('algo = "dqn"', 'algo = "sac"'), r"sac needs a Box"),
     (('episodes = 3', 'episodez = 3'), r"\[study\]: unknown key\(s\) episodez"),
-    (('steps = 100', 'steps = 0'), r"steps must be positive"),
+    (('steps = 100', 'steps = 0'), r"'steps' must be in 1\.\.1000000000, got 0"),
 ])
 def test_config_errors_name_the_bad_entry(tmp_path, edit, match):
     with pytest.raises(QuarlError, match=match):

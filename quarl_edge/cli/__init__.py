@@ -40,7 +40,7 @@ from ..noise import quiet_third_party
 from . import inventory, on_board, runs, studies
 from .options import HelpFormatter, Parser
 from .output import (EXIT_BUG, EXIT_INTERRUPTED, EXIT_MISMATCH, EXIT_OK, EXIT_TERMINATED,
-                     EXIT_USER_ERROR)
+                     EXIT_USER_ERROR, printable)
 
 __all__ = ["main", "parser", "EXIT_OK", "EXIT_MISMATCH", "EXIT_USER_ERROR", "EXIT_BUG",
            "EXIT_INTERRUPTED", "EXIT_TERMINATED", "HelpFormatter"]
@@ -120,7 +120,7 @@ def main(argv=None) -> int:
         _close_progress_bars()
         if args.verbose:
             traceback.print_exc()
-        print(f"quarl-edge: error: {e}", file=sys.stderr)
+        print(f"quarl-edge: error: {printable(e)}", file=sys.stderr)   # one line, escaped
         return EXIT_USER_ERROR
     except KeyboardInterrupt as e:
         _close_progress_bars()
@@ -139,7 +139,7 @@ def main(argv=None) -> int:
         if line is not None:
             if args.verbose:
                 traceback.print_exc()
-            print(f"quarl-edge: error: {args.command} {line}", file=sys.stderr)
+            print(f"quarl-edge: error: {args.command} {printable(line)}", file=sys.stderr)
             return EXIT_USER_ERROR
         traceback.print_exc()
         print(f"quarl-edge {__version__}: this is a bug in quarl-edge, not in your input; "

@@ -8,8 +8,8 @@ from pathlib import Path
 from ..names import BENCH_MAX_N, HEADS, SCHEMES
 from .options import (board_option, command, flash_options, int_in, json_option,
                       nonnegative_int, port_option, positive_int)
-from .output import (EXIT_MISMATCH, EXIT_OK, as_json, cost, emit_json, kib, note, share,
-                     table)
+from .output import (EXIT_MISMATCH, EXIT_OK, as_json, cost, emit_json, kib, note, printable,
+                     share, table)
 
 
 def add_commands(sub) -> None:
@@ -90,7 +90,7 @@ def cmd_flash(a, qe):
             for n in flashed.notes:
                 note(f"note: {n}")
         found = " (found by its USB id)" if getattr(s.running, "found_by_usb", False) else ""
-        print(f"board '{board.id}' runs {s.info.model_name} on {s.running.url}{found} "
+        print(f"board '{board.id}' runs {printable(s.info.model_name)} on {s.running.url}{found} "
               f"({s.info.cost_unit} cost unit)" + ("; Ctrl-C stops it" if started_here else ""),
               flush=True)
         if s.firmware is not None:

@@ -4,13 +4,36 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import sys
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USER_ERROR, EXIT_BUG, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 EXIT_TERMINATED = 143        # 128 + SIGTERM, as a shell reports a process SIGTERM ended
+
+
+# What must not reach a terminal raw from a board's or a model's text: C0 controls (ESC starts
+# the sequences that clear the screen, set the title or move the cursor; CR and BS overwrite
+# what was printed), DEL, C1 controls (CSI 0x9b), the bidi overrides and isolates that reorder
+# what follows, and line and paragraph separators.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e"
+                          "\u2060-\u206f\ufeff\ufff9-\ufffb\ud800-\udfff]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape(m: re.Match) -> str:
+    c = m.group()
+    return _NAMED.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
+
+
+def printable(text) -> str:
+    """`text` with every control character escaped as Python writes it (\\x1b, \\r, \\u202e):
+    what a board, a model or any input file says is printed as one line that cannot clear the
+    screen, move the cursor or reorder what follows."""
+    return _UNPRINTABLE.sub(_escape, str(text))
 
 
 def _console():
@@ -27,13 +50,13 @@ def table(columns: list[str], rows: list[list], right: tuple[str, ...] = ()) -> 
     for c in columns:
         t.add_column(c, justify="right" if c in right else "left", no_wrap=True)
     for r in rows:
-        t.add_row(*("-" if v is None else str(v) for v in r))
+        t.add_row(*(Text("-" if v is None else printable(v)) for v in r))   # (no markup)
     _console().print(t)
 
 
 def note(text: str) -> None:
     """A line for the user on stderr (where files went, what was skipped)."""
-    print(text, file=sys.stderr, flush=True)
+    print("\n".join(map(printable, str(text).split("\n"))), file=sys.stderr, flush=True)
 
 
 def kib(n) -> str:

@@ -127,8 +127,28 @@ def cmd_farm_node(a, qe):
         table(["resource", "count"], [[k, f"{v:g}"] for k, v in sorted(res["resources"].items())],
               right=("count",))
         print(shlex.join(res["command"]))
+    note(_auth_note(res["auth"], a.head))
+    if a.print:
         return None
     return EXIT_OK if res["returncode"] == 0 else EXIT_MISMATCH
+
+
+def _auth_note(auth: dict, head: bool) -> str:
+    """Who may use the node: the token (where it is, never its value) and how the others pass
+    it, or that the user turned authentication off."""
+    if auth["mode"] != "token":
+        return (f"RAY_AUTH_MODE={auth['mode']}: no authentication; anyone who reaches this "
+                "node's Ray ports can run code on it (docs/boards.md: Board farm on Ray)")
+    where = auth["token"]
+    if where.startswith("$"):
+        return (f"Ray token authentication with the token in {where}: every node and the study "
+                f"need the same {where[1:]} and RAY_AUTH_MODE=token")
+    if not head:
+        return f"Ray token authentication with the head's token, read from {where}"
+    return (f"Ray token authentication: the token is in {where} (readable by you only). Copy "
+            "that file to the same path on every other machine of the farm (or export "
+            f"RAY_AUTH_TOKEN=\"$(cat {where})\" there); farm-node --address passes it to its "
+            "node, and `quarl-edge study --ray HEAD:PORT` needs RAY_AUTH_MODE=token exported")
 
 
 # -------------------------------------------------------------------------------- report

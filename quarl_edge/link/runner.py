@@ -20,6 +20,7 @@ import numpy as np
 
 from . import protocol as P
 from ..errors import BoardError, BoardReset, ProtocolError
+from .checks import check_bench, check_cost, describe, impossible
 from .framing import FramedPort
 
 HELLO_TIMEOUT_S = 0.25     # per HELLO attempt (a pty answers in < 1 ms; QEMU's pty can take ~1 s)
@@ -79,6 +80,9 @@ class BoardLink(FramedPort):
         self._rtt: dict[int, collections.deque] = {}
         self._late: dict[int, collections.deque] = {}     # round trips of late replies
         self._maybe_late: tuple | None = None    # (cmd, seq, round trip) of a re-sent request
+        # cost units per wall-clock second the board cannot exceed (link/checks.py, cost_rate;
+        # set by the session that knows the board file), None: no such bound
+        self.cost_rate: float | None = None
 
     def _reply_limits(self) -> dict[int, int]:
         """Once HELLO is known, every reply's exact size (else FramedPort's HELLO and errors)."""
@@ -298,15 +302,28 @@ class BoardLink(FramedPort):
         old, self.info = self.info, info
         self._absorb_decoder_counts()
         self.decoder = self._new_decoder()     # now with the exact reply sizes
-        if old is None or info.boot_id == old.boot_id:
+        if old is None:
             return info
-        self.stats["resets"] += 1
-        for what, a, b in (("model hash", old.model_hash, info.model_hash),
-                           ("inputs", old.inputs, info.inputs),
-                           ("outputs", old.outputs, info.outputs)):
-            if a != b:
+        # A board that handshakes again (restarted or not) still runs what it ran: another
+        # model is to be flashed again, another max_payload or cost unit cannot be.
+        restarted = info.boot_id != old.boot_id
+        for what, a, b in (("model hash", old.model_hash.hex(), info.model_hash.hex()),
+                           ("inputs", describe(old.inputs), describe(info.inputs)),
+                           ("outputs", describe(old.outputs), describe(info.outputs))):
+            if a != b and restarted:
                 raise BoardError(f"the board on {self.url} restarted and now runs another model "
                                  f"({what} {b} instead of {a}); flash it again")
+            if a != b:
+                raise impossible(self.url, f"a second HELLO, without a restart, names other "
+                                           f"{what}: {b} instead of {a}")
+        for what, a, b in (("max_payload", old.max_payload, info.max_payload),
+                           ("cost unit", old.cost_unit, info.cost_unit),
+                           ("arena", old.arena_bytes, info.arena_bytes)):
+            if a != b:
+                raise impossible(self.url, f"its HELLO changed its {what} from {a} to {b}")
+        if not restarted:
+            return info
+        self.stats["resets"] += 1
         raise BoardReset(f"the board on {self.url} restarted (boot id {old.boot_id:08x} -> "
                          f"{info.boot_id:08x}); it runs the same model again, but what was in "
                          "progress is lost")
@@ -338,13 +355,17 @@ class BoardLink(FramedPort):
             try:
                 if stream_in:
                     self._stream_inputs(payload)
+                t0 = time.monotonic()
                 reply = (self.command("INFER_Z", code) if coded else
                          self.command("INFER", b"" if stream_in else payload))
+                elapsed = time.monotonic() - t0
                 pos = struct.calcsize(P.COST_FMT)
                 want = pos + (0 if stream_out else out_bytes)
                 if len(reply) != want:
-                    raise ProtocolError(f"INFER reply has {len(reply)} bytes, expected {want}")
+                    raise impossible(self.url, f"its INFER reply has {len(reply)} bytes; the "
+                                               f"model's outputs make {want}")
                 (cost,) = struct.unpack_from(P.COST_FMT, reply)
+                check_cost(self.url, "an INFER's cost", cost, self.cost_rate, elapsed)
                 data = self._stream_outputs(out_bytes) if stream_out else reply[pos:]
                 break
             except ProtocolError as e:
@@ -375,7 +396,10 @@ class BoardLink(FramedPort):
             if received == off + n:
                 off = received
                 continue
-            if received > off + n or resumes == RETRIES:
+            if received > off + n:
+                raise impossible(self.url, f"it has {received} B of the inputs after a chunk "
+                                           f"[{off}, {off + n})")
+            if resumes == RETRIES:
                 raise ProtocolError(f"the board has {received} B of the inputs after a chunk "
                                     f"[{off}, {off + n}) ({resumes} resumed streams)")
             resumes += 1
@@ -389,9 +413,10 @@ class BoardLink(FramedPort):
             reply = self.command("OUT_CHUNK", struct.pack(P.OUT_CHUNK_REQ, off, n))
             self.stats["chunks"] += 1
             head = struct.calcsize(P.IN_CHUNK_HEAD)
-            if len(reply) != head + n or struct.unpack_from("<I", reply)[0] != off:
-                raise ProtocolError(f"OUT_CHUNK reply for [{off}, {off + n}) has {len(reply)} "
-                                    f"bytes at offset {struct.unpack_from('<I', reply)[0] if len(reply) >= 4 else '?'}")
+            at = struct.unpack_from("<I", reply)[0] if len(reply) >= head else None
+            if len(reply) != head + n or at != off:
+                raise impossible(self.url, f"its OUT_CHUNK reply for [{off}, {off + n}) has "
+                                           f"{len(reply)} bytes at offset {at}")
             data += reply[head:]
         return bytes(data)
 
@@ -408,8 +433,12 @@ class BoardLink(FramedPort):
                                 f"handshake says {self.info.boot_id:08x}")
 
     def bench(self, n: int) -> BenchStats:
+        t0 = time.monotonic()
         reply = self.command("BENCH", struct.pack("<H", n), timeout=REPLY_TIMEOUT_S + n * 0.05)
+        elapsed = time.monotonic() - t0
         cnt, lo, hi, total = P.unpack_reply(P.BENCH_REPLY, reply, "BENCH")
+        check_bench(self.url, n, cnt, lo, hi, total)
+        check_cost(self.url, f"BENCH's sum of {n} costs", total, self.cost_rate, elapsed)
         return BenchStats(cnt, lo, hi, total / max(cnt, 1))
 
     def mem(self) -> MemStats:

@@ -10,6 +10,7 @@ from ..errors import BoardError
 from ..targets.boards import Board
 from ..targets.build import build
 from ..targets.launch import ExternalPort, RunningBoard, start
+from .checks import check_hello, check_mem, cost_rate
 from .runner import HANDSHAKE_S, BoardLink
 
 
@@ -70,6 +71,9 @@ class BoardSession:
                 raise BoardError(f"the board on {self.running.url} runs model '{self.info.model_name}' "
                                  f"(hash {self.info.model_hash.hex()}), not {self.model_path.name} "
                                  f"(hash {expected.hex()}); flash it first")
+            # what else it says must be the model's and within the board file's limits
+            check_hello(self.running.url, self.info, self.board, self.model_path)
+            self.link.cost_rate = cost_rate(self.board, self.info.cost_unit)
         except BaseException:
             self.__exit__(None, None, None)
             raise
@@ -98,6 +102,7 @@ class BoardSession:
     def memory(self) -> dict:
         """Flash/RAM from the ELF (when we built it) or the board, stack high-water from the board."""
         m = self.link.mem()
+        check_mem(self.link.url, m, self.board, self.link.info)
         out = {"flash_bytes": m.flash_bytes or None, "ram_bytes": m.ram_bytes or None,
                "stack_bytes": m.stack_used, "arena_bytes": m.arena_bytes}
         if self.firmware is not None:

@@ -61,26 +61,45 @@ from ..schema import Key, check, check_value, unknown_keys
 from ..targets.boards import get_board
 
 
+# Limits, checked when the file is read, before anything is allocated or planned (a study file
+# is input: `episodes = 1000000000` must not build a billion seeds). Far above any real study
+# (the shipped ones: 5 seeds, 20 episodes, 1,000 calibration observations, 500,000 steps).
+MAX_SEEDS = 1_000          # training seeds of a task, evaluation seeds
+MAX_SEED = 2**32 - 1       # a seed numpy and Gymnasium take
+MAX_EPISODES = 10_000      # evaluation episodes, HIL episodes per board cell
+MAX_CALIB = 1_000_000      # calibration observations
+MAX_VALIDATE = 100_000     # validate_n (validate's own --random limit)
+MAX_STEPS = 10**9          # training, QAT and distillation env steps
+MAX_TASKS = 1_000          # [[task]] and [[sweep]] tables
+MAX_ROWS = 100_000         # rows of the whole grid (runs, cells, board cells, sweep points)
+
 # What each table of a study file may hold (quarl_edge/schema.py checks the types and ranges;
 # load_study checks the names: algorithms, environments, schemes).
 CONFIG_KEYS = {"study": Key(dict), "task": Key(list, items=dict), "sweep": Key(list, items=dict)}
-_SEEDS = Key(list, items=int, min=0, nonempty=True)
-_EVALUATION = {"seeds": _SEEDS, "episodes": Key(int), "eval_seeds": _SEEDS,
-               "calib_size": Key(int, min=1)}
-_SCHEMES = {"schemes": Key(list, items=str, nonempty=True), "qat_steps": Key(int, min=1),
-            "distill_steps": Key(int, min=1)}
+_SEEDS = Key(list, items=int, min=0, max=MAX_SEED, nonempty=True)
+_EVALUATION = {"seeds": _SEEDS, "episodes": Key(int, min=1, max=MAX_EPISODES),
+               "eval_seeds": _SEEDS, "calib_size": Key(int, min=1, max=MAX_CALIB)}
+_SCHEMES = {"schemes": Key(list, items=str, nonempty=True),
+            "qat_steps": Key(int, min=1, max=MAX_STEPS),
+            "distill_steps": Key(int, min=1, max=MAX_STEPS)}
 # Board cells (run_board_cell): the boards, BENCH's repeats, the calibration observations
 # validated, the HIL episodes (the first N of the evaluation seeds; default all of them).
 _BOARDS = {"boards": Key(list, items=str), "bench_n": Key(int, min=1, max=65535),
-           "validate_n": Key(int, min=1), "board_episodes": Key(int, min=1)}
+           "validate_n": Key(int, min=1, max=MAX_VALIDATE),
+           "board_episodes": Key(int, min=1, max=MAX_EPISODES)}
 STUDY_KEYS = {"name": Key(str, nonempty=True), "description": Key(str), **_EVALUATION,
               **_SCHEMES, **_BOARDS, "sweep_modes": Key(list, items=str, nonempty=True)}
-TASK_KEYS = {"algo": Key(str, required=True), "env": Key(str, required=True), "steps": Key(int),
+TASK_KEYS = {"algo": Key(str, required=True), "env": Key(str, required=True),
+             "steps": Key(int, min=1, max=MAX_STEPS),
              **_EVALUATION, **_SCHEMES, **_BOARDS, "options": Key(dict), "qat": Key(dict),
              "distill": Key(dict), "note": Key(str)}
 SWEEP_KEYS = {"algo": Key(str, required=True), "env": Key(str, required=True),
               "bits": Key(list, items=int, nonempty=True),
               "modes": Key(list, items=str, nonempty=True), **_EVALUATION}
+# The most items a list may hold (each item is checked by the keys above; a list longer than
+# the choices it draws from repeats one, which the loaders refuse by name).
+LIST_LIMITS = {"seeds": MAX_SEEDS, "eval_seeds": MAX_SEEDS, "schemes": 100, "boards": 100,
+               "sweep_modes": 10, "modes": 10, "bits": 15}
 
 
 # ------------------------------------------------------------------------------------ config
@@ -123,16 +142,24 @@ class Study:
     path: Path | None = None
 
 
+def _checked(table, keys: dict, where: str) -> dict:
+    """schema.check, and no list longer than LIST_LIMITS says (before its items are read)."""
+    if isinstance(table, dict):
+        for key, limit in LIST_LIMITS.items():
+            value = table.get(key)
+            if key in keys and isinstance(value, list) and len(value) > limit:
+                raise QuarlError(f"{where}: '{key}' holds {len(value):,} items; at most "
+                                 f"{limit:,}")
+    return check(table, keys, where)
+
+
 def _eval_seeds(d: dict, default: list[int], where: str) -> list[int]:
     if "eval_seeds" in d and "episodes" in d:
         raise QuarlError(f"{where}: give either episodes or eval_seeds, not both")
     if "eval_seeds" in d:
         seeds = [int(s) for s in d["eval_seeds"]]
     elif "episodes" in d:
-        n = int(d["episodes"])
-        if n <= 0:
-            raise QuarlError(f"{where}: episodes must be positive, got {n}")
-        seeds = list(range(n))
+        seeds = list(range(d["episodes"]))    # (1..MAX_EPISODES: the keys' check)
     else:
         seeds = list(default)
     if not seeds:
@@ -191,7 +218,11 @@ def load_study(path: Path) -> Study:
     path = Path(path)
     raw = _read_toml(path)
     check(raw, CONFIG_KEYS, str(path))
-    top = check(raw.get("study", {}), STUDY_KEYS, f"{path} [study]")
+    for table in ("task", "sweep"):
+        if len(raw.get(table, [])) > MAX_TASKS:
+            raise QuarlError(f"{path}: {len(raw[table]):,} [[{table}]] tables; at most "
+                             f"{MAX_TASKS:,}")
+    top = _checked(raw.get("study", {}), STUDY_KEYS, f"{path} [study]")
     name = str(top.get("name", path.stem))
     defaults = _study_defaults(top, f"{path} [study]")
     tasks: list[Task] = []
@@ -203,7 +234,18 @@ def load_study(path: Path) -> Study:
     by_task = {(t.algo, t.env): t for t in tasks}
     sweeps = [_load_sweep(s, by_task, defaults["sweep_modes"], f"{path} [[sweep]] #{i + 1}")
               for i, s in enumerate(raw.get("sweep", []))]
+    _check_size(tasks, sweeps, path)
     return Study(name, tasks, sweeps, path)
+
+
+def _check_size(tasks: list[Task], sweeps: list[Sweep], path: Path) -> None:
+    """The grid's rows (as study/plan.py lays them out), counted without listing them: at most
+    MAX_ROWS."""
+    rows = sum(len(t.seeds) * (1 + len(t.schemes) * (1 + len(t.boards))) for t in tasks)
+    rows += sum(len(s.seeds) * len(s.modes) * len(s.bits) for s in sweeps)
+    if rows > MAX_ROWS:
+        raise QuarlError(f"{path}: the grid has {rows:,} rows (tasks x seeds x schemes x "
+                         f"boards, and sweeps); at most {MAX_ROWS:,}")
 
 
 def _read_toml(path: Path) -> dict:
@@ -234,7 +276,7 @@ def _study_defaults(top: dict, where: str) -> dict:
 
 def _load_task(t: dict, defaults: dict, seen: set, where: str) -> Task:
     """One [[task]] table, checked; `seen`: the (algo, env) pairs of the tasks before it."""
-    check(t, TASK_KEYS, where)
+    _checked(t, TASK_KEYS, where)
     algo, env_id = str(t["algo"]), str(t["env"])
     where = f"{where} ({algo}, {env_id})"
     if algo not in ALGOS:
@@ -254,8 +296,6 @@ def _load_task(t: dict, defaults: dict, seen: set, where: str) -> Task:
     except (QuarlError, TypeError, ValueError) as e:
         raise QuarlError(f"{where}: invalid distill options: {e}") from None
     steps = t.get("steps")
-    if steps is not None and int(steps) <= 0:
-        raise QuarlError(f"{where}: steps must be positive, got {steps}")
     _check_env(algo, env_id, where)
     boards = _board_ids(t["boards"], where) if "boards" in t else defaults["boards"]
     b_episodes = t.get("board_episodes", defaults["board_episodes"])
@@ -291,7 +331,7 @@ def _schemes(schemes: list[str], where: str) -> list[str]:
 
 def _load_sweep(s: dict, by_task: dict, default_modes: list[str], where: str) -> Sweep:
     """One [[sweep]] table, checked against the task it sweeps (`by_task`: (algo, env) -> Task)."""
-    check(s, SWEEP_KEYS, where)
+    _checked(s, SWEEP_KEYS, where)
     key = (str(s.get("algo")), str(s.get("env")))
     if key not in by_task:
         raise QuarlError(f"{where}: ({key[0]}, {key[1]}) is not a [[task]] of this study")

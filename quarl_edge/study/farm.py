@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import QuarlError
+from ..files import loads_json
 from ..targets.boards import all_boards
 from ..targets.ports import list_ports
 from .cells import error_reason, limit_threads, quiet, run_board_cell, run_group, where_row
@@ -98,14 +99,12 @@ def farm_node(head: bool = False, address: str | None = None, port: int = 6379,
               resources_json: str | None = None, dry_run: bool = False,
               extra: list[str] = ()) -> dict:
     """Compute this machine's board resources and start (or, `dry_run`, only show) its Ray
-    node; returns {"resources": ..., "command": [...], "returncode": int | None}."""
+    node with token authentication (ray_auth); returns {"resources": ..., "command": [...],
+    "returncode": int | None, "auth": {"mode", "token"}}."""
     resources = farm_resources(instances)
     if resources_json:
-        try:
-            more = json.loads(resources_json)
-        except json.JSONDecodeError as e:
-            raise QuarlError(f"--resources must be a JSON object, e.g. "
-                             f"'{{\"board:nucleo-f446re\": 1}}': {e}") from None
+        more = loads_json(resources_json, "--resources must be a JSON object, e.g. "
+                                          "'{\"board:nucleo-f446re\": 1}'")
         if not isinstance(more, dict) or not all(
                 isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
                 for v in more.values()):
@@ -114,13 +113,61 @@ def farm_node(head: bool = False, address: str | None = None, port: int = 6379,
         resources.update(more)
     cmd = ray_start_command(resources, head, address, port, num_cpus, extra)
     if dry_run:
-        return {"resources": resources, "command": cmd, "returncode": None}
+        return {"resources": resources, "command": cmd, "returncode": None,
+                "auth": ray_auth(head, dry_run=True)[1]}
     if not os.path.exists(cmd[0]):
         raise QuarlError(f"ray is not installed: pip install {RAY_PIN} (or pip install -e "
                          "'.[ray]')")
+    env, auth = ray_auth(head)
     print(shlex.join(cmd), flush=True)
-    code = subprocess.run(cmd).returncode
-    return {"resources": resources, "command": cmd, "returncode": code}
+    code = subprocess.run(cmd, env={**os.environ, **env}).returncode
+    return {"resources": resources, "command": cmd, "returncode": code, "auth": auth}
+
+
+# ------------------------------------------------------------------ who may use the farm
+# A Ray node runs whatever code a client sends it: a head open to the network without
+# authentication lets anyone who reaches its ports run code here. farm-node therefore starts
+# every node with Ray's token authentication (Ray >= 2.52; RAY_PIN): RAY_AUTH_MODE=token, the
+# token from $RAY_AUTH_TOKEN, else the file $RAY_AUTH_TOKEN_PATH or Ray's default
+# ~/.ray/auth_token, which the head makes (256 random bits, readable by its owner only) when
+# it has none. Only an explicit RAY_AUTH_MODE other than "token" turns it off.
+AUTH_MODE_ENV, TOKEN_ENV, TOKEN_PATH_ENV = "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"
+
+
+def token_path() -> Path:
+    """Where Ray reads its token from when $RAY_AUTH_TOKEN is not set."""
+    return Path(os.environ.get(TOKEN_PATH_ENV) or Path.home() / ".ray" / "auth_token")
+
+
+def ray_auth(head: bool, dry_run: bool = False) -> tuple[dict, dict]:
+    """(the environment `ray start` gets, {"mode", "token": where it is}). The head makes the
+    token file if there is none; a node that joins needs the head's token. `dry_run`: only
+    say where it is (or would be)."""
+    mode = os.environ.get(AUTH_MODE_ENV) or None      # (set but empty: Ray's default)
+    if mode is not None and mode.lower() != "token":
+        return {}, {"mode": mode, "token": None}      # the user's explicit choice
+    if os.environ.get(TOKEN_ENV):
+        return {AUTH_MODE_ENV: "token"}, {"mode": "token", "token": f"${TOKEN_ENV}"}
+    path = token_path()
+    if not path.is_file() and not dry_run:
+        if not head:
+            raise QuarlError(f"no Ray token at {path}: copy the head's token file there (or "
+                             f"set {TOKEN_ENV} to its content); the farm's nodes authenticate "
+                             "with the head's token (docs/boards.md: Board farm on Ray)")
+        _new_token(path)
+    return {AUTH_MODE_ENV: "token"}, {"mode": "token", "token": str(path)}
+
+
+def _new_token(path: Path) -> None:
+    """A new token file, readable and writable by its owner only; never through a link."""
+    import secrets
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except OSError as e:
+        raise QuarlError(f"cannot make the Ray token file {path}: {e.strerror or e}") from None
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(32))
 
 
 # ------------------------------------------------------------------ the study's driver
@@ -165,12 +212,35 @@ def run_ray(ray, address: str, todo: list[Group], out: Path, done: set, writer: 
 
     writer.echo = echo_out
     with contextlib.redirect_stdout(sys.stderr):
-        ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
+        _connect(ray, address)
         try:
             _drive_ray(ray, todo, out, done, writer, say_out)
         finally:
             ray.shutdown()
             writer.echo = echo
+
+
+def _connect(ray, address: str) -> None:
+    """ray.init on the cluster at `address`; a cluster that wants the token we do not send
+    (or another one) is one line that says how to pass it."""
+    try:
+        ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
+    except ConnectionError as e:
+        # Ray's own AuthenticationError is inside: as a cause, or as text (the GCS client's
+        # last error, a traceback, is the message of the RuntimeError behind the
+        # ConnectionError)
+        cause, auth = e, False
+        while cause is not None and not auth:
+            auth = (type(cause).__name__ == "AuthenticationError"
+                    or "InvalidAuthToken" in str(cause))
+            cause = cause.__cause__ or cause.__context__
+        if not auth:
+            raise QuarlError(f"cannot connect to the Ray cluster at {address}: {e}") from None
+        mode = os.environ.get(AUTH_MODE_ENV) or "not set"
+        raise QuarlError(f"the Ray cluster at {address} refuses this study: its token is "
+                         f"missing or wrong (RAY_AUTH_MODE is {mode}); export "
+                         f"RAY_AUTH_MODE=token with the head's token in {token_path()} or "
+                         f"${TOKEN_ENV} (docs/boards.md: Board farm on Ray)") from None
 
 
 def _drive_ray(ray, todo, out, done, writer, say) -> None:

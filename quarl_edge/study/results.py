@@ -36,7 +36,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import QuarlError
-from ..files import check_inside, open_append, open_lock, read_own, writing
+from ..files import check_inside, loads_json, open_append, open_lock, read_own, writing
 from ..measure.rows import migrate
 from .plan import Group
 from .statistics import normalised_loss
@@ -67,30 +67,56 @@ def results_file(out: Path) -> Path:
     return path
 
 
+# A results row is a few kB (a board cell's, with its link counts); a line longer than this is
+# not one of ours, and is refused before it is parsed.
+MAX_LINE = 1 << 20
+# The fields a row's key and the study's status read: plain values (a list or an object there
+# would be no key), the seconds numbers.
+KEY_FIELDS = ("kind", "algo", "env", "seed", "scheme", "mode", "bits", "board", "status")
+SECONDS_FIELDS = ("seconds", "wall_seconds")
+
+
 def read_results(path: Path) -> list[dict]:
     """Rows of a results file, with today's keys (rows.migrate); a last line cut by a kill (no
-    newline, not JSON) is ignored."""
+    newline, not JSON) is ignored. A line that is not a row (malformed or deep JSON, no object,
+    a key field that is not a plain value, longer than MAX_LINE) is one QuarlError naming the
+    file and the line."""
     path = Path(path)
     if not path.is_file():
         return []
     rows = []
-    try:
-        lines = path.read_text(encoding="utf-8").split("\n")
-    except UnicodeDecodeError as e:
-        raise QuarlError(f"{path}: not UTF-8 text (byte {e.start})") from None
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            if i == len(lines) - 1:  # the unterminated last line
+    with path.open("rb") as f:
+        for i, raw in enumerate(iter(lambda: f.readline(MAX_LINE + 1), b""), 1):
+            where = f"{path}: line {i}"
+            if len(raw) > MAX_LINE:
+                raise QuarlError(f"{where} is longer than {MAX_LINE:,} bytes: not a results row")
+            if not raw.strip():
                 continue
-            raise QuarlError(f"{path}: line {i + 1} is not JSON") from None
-        except RecursionError:
-            raise QuarlError(f"{path}: line {i + 1}: JSON nested too deeply to read") from None
-        rows.append(migrate(row) if isinstance(row, dict) else row)
+            try:
+                row = loads_json(raw, where)
+            except QuarlError:
+                if not raw.endswith(b"\n"):     # the unterminated last line
+                    continue
+                raise
+            rows.append(_checked_row(row, where))
     return rows
+
+
+def _checked_row(row, where: str) -> dict:
+    """`row` with today's keys (rows.migrate), its key fields and seconds of their types."""
+    if not isinstance(row, dict):
+        raise QuarlError(f"{where} is not a results row (a JSON object), but "
+                         f"{type(row).__name__}")
+    row = migrate(row)
+    for k in KEY_FIELDS:
+        v = row.get(k)
+        if v is not None and not isinstance(v, (str, int, float)):
+            raise QuarlError(f"{where}: '{k}' must be a plain value, not {type(v).__name__}")
+    for k in SECONDS_FIELDS:
+        v = row.get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            raise QuarlError(f"{where}: '{k}' must be a number, not {type(v).__name__}")
+    return row
 
 
 def latest_rows(rows: list[dict]) -> dict[tuple, dict]:
