@@ -99,7 +99,7 @@ def read_file(path, limit: int, what: str, error: type[QuarlError] = QuarlError)
         with open(path, "rb") as f:
             raw = f.read(limit + 1)
     except OSError as e:
-        raise error(f"cannot read {path}: {e.strerror or e}") from None
+        raise error(f"cannot read {path}: {e}") from None
     if len(raw) > limit:
         raise error(f"{path}: refused: {what} larger than the limit of {limit:,} bytes")
     return raw
@@ -141,8 +141,10 @@ def short(x, n: int = 60) -> str:
         return f"a {type(x).__name__} of {len(x)} items"
     if isinstance(x, np.ndarray):
         return f"an array of shape {x.shape[:8]}"
-    name = getattr(type(x), "__name__", "object")
-    return f"a {name[:40]}"
+    kind = getattr(x, "type_name", None)        # an object a pickle built (pickle_inert.Obj)
+    if isinstance(kind, str):
+        return f"a {text(kind, n)} object"
+    return f"a {getattr(type(x), '__name__', 'object')[:40]}"
 
 
 def text(x, n: int = 80) -> str:

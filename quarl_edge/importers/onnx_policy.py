@@ -49,7 +49,7 @@ from pathlib import Path
 import numpy as np
 
 from ..nets import keras_mlp
-from .bounded import MAX_WEIGHTS_BYTES, read_file, short
+from .bounded import MAX_WEIGHTS_BYTES, read_file, short, text
 from .common import Imported, PolicyImportError, check_outputs, check_spaces, env_action, sha256
 
 
@@ -161,8 +161,9 @@ def load(path: Path, env_id: str | None) -> Imported:
                     algo="onnx",
                     source={"kind": "onnx", "file": path.name, "sha256": sha256(path),
                             "opset": max((o.version for o in model.opset_import), default=None),
-                            "producer": f"{model.producer_name} {model.producer_version}".strip(),
-                            "output": out_name},
+                            "producer": text(f"{model.producer_name} "
+                                             f"{model.producer_version}".strip()),
+                            "output": text(out_name)},
                     reference=reference, reference_name=f"onnxruntime {ort.__version__}",
                     network={"type": "mlp" if front is None else "cnn",
                              "hidden": [int(x.kernel.shape[1]) for x in layers[:-1]],

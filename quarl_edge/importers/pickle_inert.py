@@ -12,7 +12,7 @@ import pickle
 import numpy as np
 
 from ..errors import QuarlError
-from .bounded import UnsafePickle, check_pickle, pickle_error, short
+from .bounded import UnsafePickle, check_pickle, pickle_error, short, text
 
 
 class Symbol:
@@ -29,7 +29,7 @@ class Symbol:
         return Obj(self, args)
 
     def __repr__(self):
-        return f"<{self.qualname}>"
+        return f"<{text(self.qualname, 100)}>"
 
 
 class Obj:
@@ -66,7 +66,7 @@ class Obj:
         return state if isinstance(state, dict) else {}
 
     def __repr__(self):
-        return f"<{self.type_name} object>"
+        return f"<{text(self.type_name, 100)} object>"
 
 
 class _NewObjMeta(type):

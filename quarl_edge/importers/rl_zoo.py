@@ -55,7 +55,7 @@ def read_yaml(path: Path) -> dict:
     raw = read_file(path, MAX_YAML_BYTES, "a YAML file", PolicyImportError)
     try:
         text = raw.decode()
-        check_yaml(text, path)
+        check_yaml(text)
         data = yaml.load(text, Loader=_loader())   # noqa: S506 (safe loader)
     except PolicyImportError as e:
         raise PolicyImportError(f"{path}: {e}") from None
@@ -69,7 +69,7 @@ def read_yaml(path: Path) -> dict:
     return data
 
 
-def check_yaml(text: str, path: Path) -> None:
+def check_yaml(text: str) -> None:
     """Refuse YAML nested deeper than MAX_NESTING, with more than MAX_YAML_NODES nodes counting
     what each alias stands for as a copy (the size a reader that expands them would walk: a
     "billion laughs" file asks for 10^9 in a few hundred bytes), or with an alias to a node
@@ -78,7 +78,7 @@ def check_yaml(text: str, path: Path) -> None:
     import yaml
     sizes: dict[str, int] = {}                # anchor -> its node's size, aliases expanded
     open_: list[list] = [[None, 0]]           # the enclosing collections: [anchor, size]
-    where = f"{path}: refused"
+    where = "refused"                         # read_yaml names the file
     for event in yaml.parse(text, Loader=yaml.SafeLoader):
         if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
             open_.append([event.anchor, 1])
