@@ -127,6 +127,20 @@ def mean_bomb(levels: int = 60) -> bytes:
     return shared_lists(levels)[2:-1]
 
 
+def tensors_viewing_one_storage(count: int, numel: int) -> bytes:
+    """policy.pth's data.pkl: an OrderedDict of `count` float tensors, each viewing all of
+    storage "0" of `numel` elements (torch's _rebuild_tensor_v2 and a persistent id per
+    tensor, as torch.save writes them)."""
+    def int4(v: int) -> bytes:
+        return b"J" + struct.pack("<i", v)
+    pid = b"(" + _unicode("storage") + b"ctorch\nFloatStorage\n" + _unicode("0") + \
+        _unicode("cpu") + int4(numel) + b"tQ"
+    args = pid + b"K\x00" + int4(numel) + b"\x85K\x01\x85\x89ccollections\nOrderedDict\n)R"
+    items = b"".join(_unicode(f"t{k}") + b"ctorch._utils\n_rebuild_tensor_v2\n(" + args + b"tR"
+                     for k in range(count))
+    return b"\x80\x02ccollections\nOrderedDict\n)R(" + items + b"u."
+
+
 def torch_archive(files: dict) -> bytes:
     """policy.pth as torch writes it: archive/data.pkl, archive/data/KEY, ..."""
     return write_zip(None, {f"archive/{k}": v for k, v in files.items()})

@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 from helpers_hostile import assert_bounded, assert_refused, assert_unchanged, run_hostile, \
     snapshot
-from helpers_hostile_import import (SB3, billion_laughs, bomb, deep_json, deflate_bomb,
-                                    mean_bomb, members,
+from helpers_hostile_import import (SB3, Raw, billion_laughs, bomb, deep_json, deflate_bomb,
+                                    mean_bomb, members, tensors_viewing_one_storage,
                                     sb3_zip, shared_lists, shared_tuples, torch_archive,
                                     vecnormalize_pickle, write_zip)
 from helpers_rl_zoo import ZOO
@@ -131,6 +131,42 @@ def test_shared_tuples_as_policy_pth(tmp_path):
             "--env", "CartPole-v1")
 
 
+def test_a_pickle_of_too_many_opcodes(tmp_path):
+    pkl = tmp_path / "vn.pkl"
+    pkl.write_bytes(b"\x80\x04" + b"N0" * 2_000_001 + b"N.")
+    refused("pickle-too-many-ops", tmp_path, SB3 / "dqn_cartpole.zip",
+            "a pickle of more than 2,000,000 opcodes", "--env", "CartPole-v1",
+            "--vecnormalize", pkl)
+
+
+def test_tensors_viewing_one_storage_are_within_the_budget(tmp_path):
+    """Ten tensors each a copy of one 32 MB storage (a 32 KB deflated member): 352 MB of
+    copies, refused when the storage and the copies pass 128 MiB."""
+    import zlib
+    numel = 8 << 20
+    comp = zlib.compressobj(9, zlib.DEFLATED, -15)
+    raw = comp.compress(bytes(4 * numel)) + comp.flush()
+    storage = Raw(raw, 4 * numel, zlib.crc32(bytes(4 * numel)), zipfile.ZIP_DEFLATED)
+    pth = torch_archive({"data.pkl": tensors_viewing_one_storage(10, numel),
+                         "byteorder": b"little", "data/0": storage})
+    refused("sb3-pth-shared-storage", tmp_path, sb3_zip(tmp_path / "s.zip", policy_pth=pth),
+            "a tensor of size (8388608,) takes the tensors past the limit of 134,217,728",
+            "--env", "CartPole-v1")
+
+
+def test_in_process_the_inert_reader_keeps_sharing_and_cycles():
+    """What load_symbolic returns: a shared array rebuilt once and shared, a cycle kept."""
+    import pickle
+    from quarl_edge.importers.safe_pickle import load_symbolic
+    a = np.arange(3.0)
+    loop: list = [a]
+    loop.append(loop)
+    got = load_symbolic(pickle.dumps(((a, a), loop)), "x")
+    (first, second), back = got
+    assert first is second and isinstance(first, np.ndarray) and list(first) == [0, 1, 2]
+    assert back[1] is back and back[0] is first
+
+
 def _zoo_run(tmp_path: Path, config: str | None = None, args: str | None = None) -> Path:
     run = tmp_path / "CartPole-v1_1"
     shutil.copytree(ZOO / "ppo" / "CartPole-v1_1", run)
@@ -150,12 +186,29 @@ def test_yaml_alias_bomb_in_a_zoo_run(tmp_path, where):
             "aliases expand to more than 100,000 nodes")
 
 
-def test_deep_and_recursive_yaml(tmp_path):
+def test_deep_large_and_recursive_yaml(tmp_path):
     run = _zoo_run(tmp_path, config="[" * 50_000 + "]" * 50_000 + "\n")
     refused("yaml-deep-config", tmp_path, run, "YAML nested deeper than 100 levels")
     shutil.rmtree(run)
     run = _zoo_run(tmp_path, config="env_wrapper: &a [*a]\n")
     refused("yaml-recursive-config", tmp_path, run, "inside the node it names (a cycle)")
+    shutil.rmtree(run)
+    run = _zoo_run(tmp_path, config="# " + "x" * (1 << 20) + "\n")
+    refused("yaml-too-large", tmp_path, run, "a YAML file larger than the limit of 1,048,576")
+
+
+def test_an_h5_dataset_that_inflates_past_the_limit(tmp_path):
+    """A 4 GiB dataset, none of it written (HDF5 keeps its fill value): refused by its
+    declared shape before Keras would read it."""
+    import h5py
+    src = tmp_path / "big.h5"
+    with h5py.File(src, "w") as f:
+        f.attrs["model_config"] = json.dumps({"class_name": "Sequential", "config": {}})
+        f.create_dataset("model_weights/dense/kernel", shape=(1 << 30,), dtype="f4",
+                         chunks=(1 << 20,), compression="gzip")
+    assert src.stat().st_size < 100_000
+    refused("keras-h5-dataset-bomb", tmp_path, src, "refused: datasets of 4,294,967,296 bytes",
+            "--env", "CartPole-v1")
 
 
 # ------------------------------------------------------------------------- 3. ONNX
