@@ -35,7 +35,8 @@ def detect_kind(source: Path) -> str:
                            "nor an RL Zoo run (an SB3 zip beside ENV/config.yml)")
     if not source.is_file():
         raise PolicyImportError(f"{source}: no such file")
-    head = source.read_bytes()[:8]
+    with open(source, "rb") as f:
+        head = f.read(8)
     suffix = source.suffix.lower()
     if suffix == ".zip":
         return "sb3"
@@ -80,4 +81,8 @@ def import_policy(source, out, env: str | None = None, vecnormalize=None,
         raise PolicyImportError(f"unknown import kind {kind!r}; known: {', '.join(KINDS)}")
     if vecnormalize and kind not in ("sb3", "rl-zoo"):
         raise PolicyImportError("--vecnormalize applies to Stable-Baselines3 zips only")
+    from .bounded import check_finite
+    for w in imp.model.weights:    # every importer checks its source's tensors; this, ours
+        check_finite(getattr(w, "path", None) or w.name, w.numpy(), str(source),
+                     PolicyImportError)
     return write_imported_run(imp, Path(out), imp.checked or fidelity(imp))

@@ -70,7 +70,9 @@ def sha256(path: Path) -> str:
     p = Path(path)
     files = sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else [p]
     for f in files:
-        h.update(f.read_bytes())
+        with open(f, "rb") as stream:
+            for chunk in iter(lambda: stream.read(1 << 20), b""):
+                h.update(chunk)
     return h.hexdigest()
 
 

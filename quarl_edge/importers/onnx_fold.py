@@ -12,7 +12,9 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from .bounded import text
 from .common import PolicyImportError
+from .onnx_graph import check_fold_size
 from .onnx_shapes import Dim, all_known, shapes_and_types
 
 SUPPORTED = ("Gemm", "MatMul", "Add", "Sub", "Mul", "Div", "Relu", "Tanh", "Sigmoid", "Softmax",
@@ -112,6 +114,33 @@ def _evaluate(node, ins, consts, shapes):
     return None
 
 
+def _initializers(g, where: str) -> dict:
+    """The graph's initializers as numpy (each within MAX_WEIGHTS_BYTES by its declared
+    shape, the file's size having bounded the data)."""
+    consts = {}
+    for t in g.initializer:
+        try:
+            consts[t.name] = numpy_helper.to_array(t)
+        except (ValueError, TypeError) as e:   # dims that the data does not fill, ...
+            raise PolicyImportError(f"{where}: initializer {text(t.name)} is malformed "
+                                    f"({type(e).__name__})") from None
+    return consts
+
+
+def _fold(i: int, node, ins, consts, shapes, where: str):
+    """_evaluate, after check_fold_size; None where the inputs do not fit the op (refused
+    then as a node that does not fold)."""
+    attrs = {a.name: a for a in node.attribute}
+    vals = [consts.get(x) if x else None for x in ins]
+    try:
+        if node.op_type in ("ConstantOfShape", "Expand", "Concat", "Gather") and \
+                all(v is not None for v in vals):
+            check_fold_size(node.op_type, vals, attrs, i, where)
+        return _evaluate(node, ins, consts, shapes)
+    except (ValueError, IndexError, TypeError, np.AxisError):
+        return None
+
+
 def _flattens(want, shape) -> bool:
     """Whether a Reshape to `want` (the folded shape) of a tensor of static `shape` is a
     Flatten to [batch, values per observation]."""
@@ -140,7 +169,7 @@ def fold(model, where: str):
     mapped nor folded is named in one error, so only listed ops ever reach onnxruntime."""
     g = model.graph
     shapes, types = shapes_and_types(model)
-    consts = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    consts = _initializers(g, where)
     alias: dict[str, str] = {}            # a folded no-op's output -> the tensor it passes on
     nodes, bad = [], []
     live = _live(g, shapes)
@@ -161,7 +190,7 @@ def fold(model, where: str):
             continue
         known = all(not x or x in consts for x in ins)
         if op in FOLDED or op == "Identity" or (op == "Reshape" and known):
-            value = _evaluate(n, ins, consts, shapes) if known or op == "Shape" else None
+            value = _fold(i, n, ins, consts, shapes, where) if known or op == "Shape" else None
             if value is not None:
                 consts[n.output[0]] = _array(value)
             elif op == "Expand" and ins[1] in consts and \

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .bounded import MAX_LAYERS, MAX_WEIGHTS_BYTES, check_finite
 from .common import PolicyImportError
 from .onnx_fold import checked_model, fold
 
@@ -25,6 +26,10 @@ def graph_to_layers(model, where: str) -> tuple[list[Layer], int, str, dict | No
     run)."""
     g = model.graph
     nodes, raw, out_name, live = fold(model, where)
+    for _, n in nodes:          # the weights the network is made of: finite
+        for x in n.input:
+            if x in raw and raw[x].dtype != object:
+                check_finite(x, raw[x], where, PolicyImportError)
     consts = {}
     for name, value in raw.items():   # the numeric constants, as the mapping uses them
         if value.dtype != object:
@@ -34,7 +39,7 @@ def graph_to_layers(model, where: str) -> tuple[list[Layer], int, str, dict | No
     front = None
     if any(n.op_type == "Conv" for _, n in nodes):
         front, nodes, cur, size = _conv_front(nodes, consts, cur, dims, where)
-    chain = _Chain(size, uses)
+    chain = _Chain(size, uses, where)
     for i, n in nodes:
         cur = chain.map(i, n, cur, consts, where)
     if cur != out_name:
@@ -79,16 +84,27 @@ class _Chain:
     along it, and `last_output_of` says which layer last wrote a tensor (the layer an op after
     it may fold into)."""
 
-    def __init__(self, width: int, uses: dict[str, int]):
+    def __init__(self, width: int, uses: dict[str, int], where: str):
         self.layers: list[Layer] = []
-        self.width, self.uses = width, uses
+        self.width, self.uses, self.where = width, uses, where
         self.last_output_of: dict[str, Layer] = {}
 
     def fresh(self) -> Layer:
         """A new identity layer of the chain's width, appended."""
+        self.count()
+        if self.width * self.width * 8 > MAX_WEIGHTS_BYTES:
+            raise PolicyImportError(f"{self.where}: refused: a layer of {self.width:,} x "
+                                    f"{self.width:,} "
+                                    "weights (past the limit on a policy's weights)")
         layer = Layer(np.eye(self.width), np.zeros(self.width))
         self.layers.append(layer)
         return layer
+
+    def count(self) -> None:
+        """Refuse a chain of more than MAX_LAYERS Dense layers before it grows one more."""
+        if len(self.layers) >= MAX_LAYERS:
+            raise PolicyImportError(f"{self.where}: refused: a network of more than "
+                                    f"{MAX_LAYERS} Dense layers")
 
     def linear_layer(self, cur: str) -> Layer:
         """The linear layer that wrote `cur` when only this node reads it (an op folds into
@@ -150,6 +166,7 @@ class _Chain:
         if self.width and w.shape[0] != self.width:
             raise PolicyImportError(f"{where}: node #{i} {n.op_type} takes {w.shape[0]} values, "
                                f"gets {self.width}")
+        self.count()
         new = Layer(w, b)
         self.layers.append(new)
         self.width = w.shape[1]

@@ -49,6 +49,7 @@ from pathlib import Path
 import numpy as np
 
 from ..nets import keras_mlp
+from .bounded import MAX_WEIGHTS_BYTES, read_file, short, text
 from .common import Imported, PolicyImportError, check_outputs, check_spaces, env_action, sha256
 
 
@@ -89,6 +90,27 @@ def _keras_cnn(obs_shape, front, mlp, name: str):
     return tf.keras.Model(inp, x, name=name)
 
 
+def read_model(path: Path):
+    """The model, read within MAX_WEIGHTS_BYTES (with its external data), checked as ONNX and
+    for its ops' domains, before anything evaluates any of it (onnx_graph.py)."""
+    import onnx
+    from .onnx_graph import check_domains, load_external_data
+    raw = read_file(path, MAX_WEIGHTS_BYTES, "an ONNX file", PolicyImportError)
+    try:
+        model = onnx.load_model_from_string(raw)
+    except Exception as e:  # noqa: BLE001 (protobuf's DecodeError and the like)
+        raise PolicyImportError(f"{path}: not a valid ONNX model ({type(e).__name__})") from None
+    check_domains(model, str(path))
+    load_external_data(model, path)
+    try:
+        onnx.checker.check_model(model)
+    except Exception as e:  # onnx raises ValidationError, ...: all "not valid"
+        raise PolicyImportError(f"{path}: not a valid ONNX model ({type(e).__name__}: "
+                                f"{short(str(e).splitlines()[0] if str(e) else '', 160)})") \
+            from None
+    return model
+
+
 def load(path: Path, env_id: str | None) -> Imported:
     """An ONNX policy as an imported policy: its nodes mapped onto Keras layers, checked
     against onnxruntime running the graph's live nodes."""
@@ -97,12 +119,7 @@ def load(path: Path, env_id: str | None) -> Imported:
     path = Path(path)
     if env_id is None:
         raise PolicyImportError(f"{path}: an ONNX model does not say its environment: give --env ID")
-    try:
-        model = onnx.load(str(path))
-        onnx.checker.check_model(model)
-    except Exception as e:  # onnx raises DecodeError, ValidationError, ...: all "not valid"
-        raise PolicyImportError(f"{path}: not a valid ONNX model ({type(e).__name__}: "
-                           f"{str(e).splitlines()[0] if str(e) else ''})") from None
+    model = read_model(path)
     out_type = model.graph.output[0].type.tensor_type.elem_type
     if out_type != onnx.TensorProto.FLOAT:
         raise PolicyImportError(f"{path}: the output {model.graph.output[0].name} is "
@@ -144,8 +161,9 @@ def load(path: Path, env_id: str | None) -> Imported:
                     algo="onnx",
                     source={"kind": "onnx", "file": path.name, "sha256": sha256(path),
                             "opset": max((o.version for o in model.opset_import), default=None),
-                            "producer": f"{model.producer_name} {model.producer_version}".strip(),
-                            "output": out_name},
+                            "producer": text(f"{model.producer_name} "
+                                             f"{model.producer_version}".strip()),
+                            "output": text(out_name)},
                     reference=reference, reference_name=f"onnxruntime {ort.__version__}",
                     network={"type": "mlp" if front is None else "cnn",
                              "hidden": [int(x.kernel.shape[1]) for x in layers[:-1]],

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .bounded import MAX_NESTING, MAX_YAML_BYTES, MAX_YAML_NODES, read_file, short, text
 from .common import PolicyImportError
 
 ORDERED_DICT_TAG = "tag:yaml.org,2002:python/object/apply:collections.OrderedDict"
@@ -47,20 +48,60 @@ def _loader():
 
 
 def read_yaml(path: Path) -> dict:
-    """A zoo YAML file (config.yml, args.yml) as a plain dict, read safely (see above)."""
+    """A zoo YAML file (config.yml, args.yml) as a plain dict, read safely (see above): within
+    MAX_YAML_BYTES, and its events counted first (check_yaml) so that neither its nesting nor
+    its aliases can make the loader or a reader of the result do unbounded work."""
     import yaml
+    raw = read_file(path, MAX_YAML_BYTES, "a YAML file", PolicyImportError)
     try:
-        data = yaml.load(Path(path).read_text(), Loader=_loader())   # noqa: S506 (safe loader)
+        text = raw.decode()
+        check_yaml(text)
+        data = yaml.load(text, Loader=_loader())   # noqa: S506 (safe loader)
     except PolicyImportError as e:
         raise PolicyImportError(f"{path}: {e}") from None
-    except (yaml.YAMLError, OSError, UnicodeDecodeError) as e:
-        raise PolicyImportError(f"{path}: not a readable YAML file "
-                           f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        why = short(str(e).splitlines()[0], 100) if str(e) else type(e).__name__
+        raise PolicyImportError(f"{path}: not a readable YAML file ({why})") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise PolicyImportError(f"{path}: a YAML {type(data).__name__}, not a mapping")
     return data
+
+
+def check_yaml(text: str) -> None:
+    """Refuse YAML nested deeper than MAX_NESTING, with more than MAX_YAML_NODES nodes counting
+    what each alias stands for as a copy (the size a reader that expands them would walk: a
+    "billion laughs" file asks for 10^9 in a few hundred bytes), or with an alias to a node
+    that encloses it (a cycle). Read from the parser's events, without building anything and
+    without recursion (PyYAML's composer and constructor recurse)."""
+    import yaml
+    sizes: dict[str, int] = {}                # anchor -> its node's size, aliases expanded
+    open_: list[list] = [[None, 0]]           # the enclosing collections: [anchor, size]
+    where = "refused"                         # read_yaml names the file
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            open_.append([event.anchor, 1])
+            if len(open_) > MAX_NESTING:
+                raise PolicyImportError(f"{where}: YAML nested deeper than {MAX_NESTING} levels")
+            continue
+        if isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            anchor, size = open_.pop()
+        elif isinstance(event, yaml.ScalarEvent):
+            anchor, size = event.anchor, 1
+        elif isinstance(event, yaml.AliasEvent):
+            if event.anchor not in sizes:
+                raise PolicyImportError(f"{where}: a YAML alias *{short(event.anchor)[1:-1]} "
+                                        "inside the node it names (a cycle)")
+            anchor, size = None, sizes[event.anchor]
+        else:
+            continue
+        if anchor is not None:
+            sizes[anchor] = size
+        open_[-1][1] += size
+        if open_[-1][1] > MAX_YAML_NODES:
+            raise PolicyImportError(f"{where}: YAML whose aliases expand to more than "
+                                    f"{MAX_YAML_NODES:,} nodes (an alias bomb?)")
 
 
 def _env_dir(folder: Path) -> Path | None:
@@ -97,7 +138,7 @@ def _find_zip(folder: Path, env_dir: Path) -> Path:
 def _wrapper_names(value) -> list[str]:
     """The zoo's env_wrapper: a class path, a list of them, or of {class path: kwargs}."""
     items = value if isinstance(value, list) else [value]
-    return [next(iter(i)) if isinstance(i, dict) and i else str(i) for i in items]
+    return [text(next(iter(i)) if isinstance(i, dict) and i else i) for i in items[:5]]
 
 
 def _normalizes(value) -> bool:
@@ -115,12 +156,19 @@ def check_config(config: dict, args: dict, where: Path) -> None:
                            "modelled on the board (the policy acts on the wrapped env's "
                            "observations); not supported")
     if config.get("frame_stack"):
-        raise PolicyImportError(f"{where}: frame_stack {config['frame_stack']} (VecFrameStack) is "
+        raise PolicyImportError(f"{where}: frame_stack {short(config['frame_stack'])} "
+                                "(VecFrameStack) is "
                            "not reproduced on the board; not supported")
     for source, key in ((args, "env_kwargs"), (config, "env_kwargs")):
         if source.get(key):
-            raise PolicyImportError(f"{where}: env_kwargs {source[key]!r:.80} (a non-default env) "
+            raise PolicyImportError(f"{where}: env_kwargs {short(source[key])} (a non-default env) "
                                "are not supported")
+
+
+def _plain(value):
+    """A value of the zoo's YAML for run.json: a scalar as it is, anything else described."""
+    return value if isinstance(value, (str, int, float, bool, type(None))) and \
+        len(str(value)) <= 200 else short(value)
 
 
 def load(folder: Path, env_id: str | None, vecnormalize: Path | None = None,
@@ -143,14 +191,16 @@ def load(folder: Path, env_id: str | None, vecnormalize: Path | None = None,
         vecnormalize = pkl
     if vecnormalize is None and _normalizes(config.get("normalize")):
         raise PolicyImportError(f"{env_dir / 'config.yml'}: normalize is "
-                           f"{config['normalize']!r} but {pkl} is missing (the policy needs "
+                           f"{short(config['normalize'])} but {pkl} is missing (the policy needs "
                            "its observation statistics)")
-    zoo_env = str(args.get("env") or env_dir.name)
+    zoo_env = args.get("env") or env_dir.name
+    if not isinstance(zoo_env, str):
+        raise PolicyImportError(f"{env_dir / 'args.yml'}: env is {short(zoo_env)}, not an id")
     imp = sb3.load(zip_path, env_id or zoo_env, vecnormalize)
     imp.source["rl_zoo"] = {
-        "run": folder.name, "env": zoo_env, "algo": args.get("algo"),
+        "run": folder.name, "env": zoo_env, "algo": _plain(args.get("algo")),
         "files": [p.relative_to(folder).as_posix() for p in
                   (zip_path, env_dir / "config.yml", env_dir / "args.yml", pkl)
                   if p.is_file() and folder in p.parents],
-        "normalize": config.get("normalize"), "policy": config.get("policy")}
+        "normalize": _plain(config.get("normalize")), "policy": _plain(config.get("policy"))}
     return imp

@@ -38,6 +38,7 @@ import numpy as np
 
 from ..errors import QuarlError
 from ..nets import keras_mlp
+from .bounded import MAX_WEIGHTS_BYTES, check_finite, read_file
 from .common import Imported, PolicyImportError, check_spaces, diagonal_scale, env_action, sha256
 
 
@@ -74,7 +75,8 @@ def check_ops(path: Path) -> None:
     from tensorflow.core.protobuf import saved_model_pb2
     sm = saved_model_pb2.SavedModel()
     try:
-        sm.ParseFromString((path / "saved_model.pb").read_bytes())
+        sm.ParseFromString(read_file(path / "saved_model.pb", MAX_WEIGHTS_BYTES,
+                                     "a saved_model.pb", PolicyImportError))
     except (DecodeError, OSError) as e:
         raise PolicyImportError(f"{path}: saved_model.pb is not a SavedModel ({e})") from None
     bad: dict[str, set[str]] = {}
@@ -150,6 +152,7 @@ def _layers(variables, where: str) -> tuple[str, list[tuple[str, np.ndarray, np.
             raise PolicyImportError(f"{where}: variable {v.name} is not a dense layer's kernel or bias "
                                "(only TF-Agents' MLP networks are supported)")
         by_layer.setdefault(m.group(1), {})[m.group(2)] = v.numpy()
+        check_finite(v.name, by_layer[m.group(1)][m.group(2)], where, PolicyImportError)
     layers = []
     for name, kb in by_layer.items():
         if "kernel" not in kb or kb["kernel"].ndim != 2:

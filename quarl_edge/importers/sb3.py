@@ -38,12 +38,14 @@ from pathlib import Path
 import numpy as np
 
 from ..nets import keras_mlp
+from .bounded import short
 from .common import (VECNORM_CLIP_LAYER, VECNORM_PLAIN_FOLD, Imported, PolicyImportError,
                      check_spaces, current_env_id, env_spaces, sha256)
 from .sb3_format import (activation_of, algo_of, ars_squashes, check_serialized_spaces,
-                         guess_env, policy_kwargs, read_zip, space_of)
+                         clip_mean_of, guess_env, policy_kwargs, read_zip, space_of)
 from .sb3_forward import keras_nature_cnn, numpy_reference
-from .sb3_networks import check_network_fits, dense_layers, nature_cnn, reference_layers
+from .sb3_networks import (check_chain, check_network_fits, dense_layers, nature_cnn,
+                           reference_layers)
 from .sb3_recurrent import load_recurrent
 from .vecnormalize import (clip_reachable, clipped_count, fold, fold_clipped, read_vecnormalize,
                            vecnormalize_file)
@@ -67,9 +69,10 @@ def load(path: Path, env_id: str | None, vecnormalize: Path | None = None) -> Im
     act = activation_of(data, algo, path)
     low = getattr(act_space, "low", None)
     high = getattr(act_space, "high", None)
-    clip_mean = float(kwargs.get("clip_mean", 2.0))
+    clip_mean = clip_mean_of(kwargs, path)
     layers = dense_layers(sd, algo, act, action, low, high, path, clip_mean,
                           squash=ars_squashes(data))
+    check_chain(layers, cnn, path)
     if cnn is None:
         check_network_fits(layers, obs_space, action, env_id, path)
     vecnormalize = vecnormalize_file(path, vecnormalize)
@@ -80,10 +83,14 @@ def load(path: Path, env_id: str | None, vecnormalize: Path | None = None) -> Im
     # ("identity": the output clipped), so the network itself, and the reference, end at the
     # mean.
     scale_images = bool(kwargs.get("normalize_images", True))
-    if cnn is None:
-        model = keras_mlp(obs["shape"], folded, name=f"sb3_{algo}")
-    else:
-        model = keras_nature_cnn(shape, cnn, folded, scale_images, name=f"sb3_{algo}_cnn")
+    try:
+        if cnn is None:
+            model = keras_mlp(obs["shape"], folded, name=f"sb3_{algo}")
+        else:
+            model = keras_nature_cnn(shape, cnn, folded, scale_images, name=f"sb3_{algo}_cnn")
+    except (ValueError, IndexError) as e:   # a CNN's kernels that do not fit its images
+        raise PolicyImportError(f"{path}:policy.pth: its tensors do not make a network on "
+                                f"observations of shape {shape} ({short(str(e), 100)})") from None
     source = _source(path, data, version, algo, cnn, spaces_from, renamed, vecnormalize, norm,
                      reach)
     ref_layers = reference_layers(layers, sd, algo, clip_mean)
@@ -153,7 +160,8 @@ def _source(path: Path, data: dict, version: str, algo: str, cnn, spaces_from: s
     source = {"kind": "stable-baselines3", "file": path.name, "sha256": sha256(path),
               "version": version, "algo": algo.upper(),
               "policy": "MlpPolicy" if cnn is None else "CnnPolicy",
-              "num_timesteps": data.get("num_timesteps"), "spaces_from": spaces_from}
+              "num_timesteps": steps if isinstance(steps := data.get("num_timesteps"), int)
+              else None, "spaces_from": spaces_from}
     if data.get("use_sde"):
         source["gsde"] = "the deterministic action is the mean; log_std and SDE parameters unused"
     if renamed:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import re
 import zipfile
 from pathlib import Path
@@ -15,6 +14,9 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import QuarlError
+from ..files import loads_json
+from .bounded import (MAX_JSON_BYTES, MAX_WEIGHTS_BYTES, check_finite, check_members, check_tree,
+                      read_member, short, text)
 from .common import RETIRED_IDS, PolicyImportError
 from .safe_pickle import UnsafePickle, load_symbolic, load_torch_archive
 
@@ -28,24 +30,35 @@ TORCH_ACTIVATIONS = {"ReLU": "relu", "Tanh": "tanh"}
 
 def read_zip(path: Path) -> tuple[dict, dict[str, np.ndarray], str]:
     """The zip's `data` JSON, policy.pth's tensors by name and SB3's version ("unknown" when the
-    zip does not say)."""
+    zip does not say); each member read within its limit (bounded.py) and the tensors checked
+    to be finite."""
     try:
         z = zipfile.ZipFile(path)
         names = set(z.namelist())
         if "data" not in names or "policy.pth" not in names:
             raise PolicyImportError(f"{path}: a zip, but not a Stable-Baselines3 model (no data and "
                                "policy.pth in it)")
-        data = json.loads(z.read("data"))
-        policy = z.read("policy.pth")
-        version = z.read("_stable_baselines3_version").decode().strip() \
-            if "_stable_baselines3_version" in names else "unknown"
+        check_members(z, 1 << 62, str(path), PolicyImportError)   # their number
+        raw = read_member(z, "data", MAX_JSON_BYTES, str(path), PolicyImportError)
+        policy = read_member(z, "policy.pth", MAX_WEIGHTS_BYTES, str(path), PolicyImportError)
+        version = read_member(z, "_stable_baselines3_version", 64, str(path),
+                              PolicyImportError) if "_stable_baselines3_version" in names else b""
     except (zipfile.BadZipFile, EOFError, OSError) as e:
-        raise PolicyImportError(f"{path}: not a readable zip ({e}); truncated download?") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise PolicyImportError(f"{path}: SB3's data entry is not JSON ({e})") from None
-    except zipfile.error as e:   # CRC errors of a corrupted member
-        raise PolicyImportError(f"{path}: a corrupted zip ({e})") from None
-    return data, load_torch_archive(policy, f"{path}:policy.pth"), version
+        raise PolicyImportError(f"{path}: not a readable zip ({short(str(e), 100)}); truncated "
+                                "download?") from None
+    data = check_tree(loads_json(raw, f"{path}: SB3's data entry", PolicyImportError),
+                      f"{path}: SB3's data entry", error=PolicyImportError)
+    if not isinstance(data, dict):
+        raise PolicyImportError(f"{path}: SB3's data entry is {short(data)}, not a JSON object")
+    for key in ("policy_class", "observation_space", "action_space"):
+        if key in data and not isinstance(data[key], dict):
+            raise PolicyImportError(f"{path}: SB3's data entry has {key} = {short(data[key])}, "
+                                    "not an object")
+    sd = load_torch_archive(policy, f"{path}:policy.pth")
+    for name, tensor in sd.items():
+        check_finite(name, tensor, f"{path}:policy.pth", PolicyImportError)
+    version = re.sub(r"[^0-9A-Za-z.+_-]", "", version.decode("ascii", "replace")) or "unknown"
+    return data, sd, version
 
 
 def algo_of(data: dict, sd: dict, path: Path) -> str:
@@ -53,6 +66,7 @@ def algo_of(data: dict, sd: dict, path: Path) -> str:
     TD3, QR-DQN, TQC and ARS; PPO, A2C and TRPO share ActorCriticPolicy (and compute the same
     greedy action), told apart by their hyperparameters in the data."""
     module = (data.get("policy_class") or {}).get("__module__", "")
+    module = module if isinstance(module, str) else ""
     m = re.fullmatch(r"stable_baselines3\.(dqn|sac|td3)\.policies", module) or \
         re.fullmatch(rf"sb3_contrib\.({'|'.join(CONTRIB)})\.policies", module)
     if m:
@@ -67,9 +81,10 @@ def algo_of(data: dict, sd: dict, path: Path) -> str:
     if "maskable" in module:    # MaskablePPO: argmax over the actions the env allows now
         hint = (" (MaskablePPO: its greedy action is the argmax over the actions the env's mask "
                 "allows at each step, which the board is not given)")
-    raise PolicyImportError(f"{path}: a policy from {module or 'an unknown module'} is not "
-                       f"supported{hint}; supported: Stable-Baselines3 "
-                       f"{', '.join(a.upper() for a in ALGOS)} with MlpPolicy")
+    raise PolicyImportError(f"{path}: a policy from "
+                            f"{text(module) if module else 'an unknown module'} is not "
+                            f"supported{hint}; supported: Stable-Baselines3 "
+                            f"{', '.join(a.upper() for a in ALGOS)} with MlpPolicy")
 
 
 def space_of(entry, what: str, path: Path) -> dict | None:
@@ -78,23 +93,40 @@ def space_of(entry, what: str, path: Path) -> dict | None:
     unpickled): the env's space is used then, as SB3's `custom_objects` does."""
     if not isinstance(entry, dict) or not entry.get(":type:"):
         return None
-    kind = str(entry[":type:"])
+    kind = entry[":type:"]
+    if not isinstance(kind, str):
+        raise PolicyImportError(f"{path}: {what} of :type: {short(kind)}")
     raw = entry.get("_shape", entry.get("shape"))
-    try:
-        shape = tuple(json.loads(raw)) if isinstance(raw, str) else \
-            None if raw is None else tuple(int(d) for d in raw)
-    except (json.JSONDecodeError, TypeError, ValueError):
-        shape = None
+    if isinstance(raw, str):
+        raw = loads_json(raw[:1000], f"{path}: {what}'s shape", PolicyImportError) \
+            if raw.strip() else None
+    if raw is not None and not (isinstance(raw, list) and len(raw) <= 8 and all(
+            isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 1 << 31 for d in raw)):
+        raise PolicyImportError(f"{path}: {what} of shape {short(raw)}, not a list of sizes")
+    shape = None if raw is None else tuple(raw)
     if kind.endswith("discrete.Discrete'>"):
         if "n" not in entry:
             return None
-        return {"type": "discrete", "n": int(entry["n"]), "start": int(entry.get("start", 0))}
+        return {"type": "discrete", "n": _count(entry["n"], f"{what}'s n", 1, path),
+                "start": _count(entry.get("start", 0), f"{what}'s start", -(1 << 31), path)}
     if kind.endswith("box.Box'>"):
         if shape is None:
             return None
-        return {"type": "box", "shape": shape, "dtype": entry.get("dtype", "float32")}
-    raise PolicyImportError(f"{path}: {what} {kind} is not supported (Box observations; "
-                       "Discrete or Box actions)")
+        dtype = entry.get("dtype", "float32")
+        return {"type": "box", "shape": shape,
+                "dtype": dtype if isinstance(dtype, str) else short(dtype)}
+    raise PolicyImportError(f"{path}: {what} {short(kind, 80)} is not supported (Box "
+                            "observations; Discrete or Box actions)")
+
+
+def _count(value, what: str, least: int, path: Path) -> int:
+    """An integer field of a space (Discrete's n, start: SB3 writes numpy's integers as
+    strings, "2"), within [least, 2^31)."""
+    if isinstance(value, str) and re.fullmatch(r"-?\d{1,10}", value.strip()):
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or not least <= value < 1 << 31:
+        raise PolicyImportError(f"{path}: {what} is {short(value)}, not an integer >= {least}")
+    return value
 
 
 # What a serialized (cloudpickle) space of SB3 1.x/2.x names: gym's or gymnasium's space
@@ -136,9 +168,10 @@ def activation_of(data: dict, algo: str, path: Path) -> str:
     fn = kwargs.get("activation_fn") if isinstance(kwargs, dict) else None
     if fn is None:
         return DEFAULT_ACTIVATION[algo]
-    m = re.search(r"torch\.nn\.modules\.activation\.(\w+)", str(fn))
+    m = re.search(r"torch\.nn\.modules\.activation\.(\w+)", fn) if isinstance(fn, str) else None
     if not m or m.group(1) not in TORCH_ACTIVATIONS:
-        raise PolicyImportError(f"{path}: activation {fn} is not supported (ReLU, Tanh)")
+        raise PolicyImportError(f"{path}: activation {short(fn, 80)} is not supported (ReLU, "
+                                "Tanh)")
     return TORCH_ACTIVATIONS[m.group(1)]
 
 
@@ -148,6 +181,16 @@ def policy_kwargs(data: dict) -> dict:
     return kwargs if isinstance(kwargs, dict) else {}
 
 
+def clip_mean_of(kwargs: dict, path: Path) -> float:
+    """policy_kwargs' clip_mean (SAC's gSDE clip of the mean), default 2: a finite number > 0."""
+    value = kwargs.get("clip_mean", 2.0)
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or \
+            not np.isfinite(value) or value <= 0:
+        raise PolicyImportError(f"{path}: policy_kwargs' clip_mean is {short(value)}, not a "
+                                "finite number > 0")
+    return float(value)
+
+
 def ars_squashes(data: dict) -> bool:
     """Whether an ARS policy squashes Box actions with tanh: its squash_output argument, else
     the class's default (ARSPolicy True, ARSLinearPolicy False). The class is told by the name
@@ -155,7 +198,8 @@ def ars_squashes(data: dict) -> bool:
     kwargs = data.get("policy_kwargs") if isinstance(data.get("policy_kwargs"), dict) else {}
     if "squash_output" in kwargs:
         return bool(kwargs["squash_output"])
-    return "ARSLinearPolicy" not in str((data.get("policy_class") or {}).get("__init__", ""))
+    init = (data.get("policy_class") or {}).get("__init__", "")
+    return "ARSLinearPolicy" not in (init if isinstance(init, str) else "")
 
 
 def guess_env(path: Path) -> str:

@@ -109,6 +109,9 @@ def dense_layers(sd: dict, algo: str, act: str, action: dict, low, high, path: P
     except KeyError as e:
         raise PolicyImportError(f"{path}: tensor {e} missing for an SB3 {algo.upper()} policy") \
             from None
+    except (IndexError, ValueError):    # a 1-D weight, a head that does not split, ...
+        raise PolicyImportError(f"{path}:policy.pth: the tensors' shapes do not make an SB3 "
+                                f"{algo.upper()} network") from None
     raise AssertionError(algo)
 
 
@@ -152,6 +155,37 @@ def _ars_layers(sd: dict, act: str, action: dict, low, high, squash: bool, path:
     if action["type"] == "box" and squash:
         return hidden + [(*body[-1], "tanh"), diagonal_scale(low, high)]
     return hidden + [(*body[-1], "linear")]
+
+
+def check_chain(layers, cnn, path: Path) -> None:
+    """The tensors fit together as the network they are read as: 2-D kernels [in, out], each
+    layer's input the previous one's output, biases of the layer's width (and a CNN's
+    convolutions 4-D, each taking the previous one's channels); a policy.pth whose shapes do
+    not is refused naming the layer, before any network is built."""
+    where = f"{path}:policy.pth"
+    prev = None
+    for i, (kernel, bias, _act) in enumerate(layers):
+        k, b = np.shape(kernel), np.shape(bias)
+        if len(k) != 2 or b != (k[1],) or (prev is not None and k[0] != prev):
+            raise PolicyImportError(f"{where}: dense layer {i} has a kernel of shape {k} and a "
+                                    f"bias of shape {b}"
+                                    + (f" after a layer of {prev} outputs" if prev else "")
+                                    + ": the tensors do not make one network")
+        prev = k[1]
+    if cnn is not None:
+        channels = None
+        for i, (w, b, _stride) in enumerate(cnn[0]):
+            shape = np.shape(w)
+            if len(shape) != 4 or np.shape(b) != shape[:1] or \
+                    (channels is not None and shape[1] != channels):
+                raise PolicyImportError(f"{where}: convolution {i} has weights of shape {shape} "
+                                        f"and a bias of shape {np.shape(b)}: the tensors do not "
+                                        "make one network")
+            channels = shape[0]
+        k, b = np.shape(cnn[1][0]), np.shape(cnn[1][1])
+        if len(k) != 2 or b != (k[1],) or k[1] != np.shape(layers[0][0])[0]:
+            raise PolicyImportError(f"{where}: NatureCNN's linear layer has a kernel of shape "
+                                    f"{k}: the tensors do not make one network")
 
 
 def check_network_fits(layers, obs_space, action: dict, env_id: str, path: Path) -> None:

@@ -13,7 +13,7 @@ from ..rl.recurrent import (CELL_CLIP, RecurrentLayers, fold_normalization,
 from .common import Imported, PolicyImportError, check_spaces, sha256
 from .sb3_format import activation_of
 from .sb3_forward import ACT
-from .sb3_networks import linear, sequential
+from .sb3_networks import check_chain, linear, sequential
 from .vecnormalize import read_vecnormalize, vecnormalize_file
 
 
@@ -32,9 +32,18 @@ def recurrent_layers(sd: dict, act: str, path: Path):
                 (sd["lstm_actor.bias_ih_l0"].astype(np.float64)
                  + sd["lstm_actor.bias_hh_l0"]).astype(np.float32))
         hidden = [(w, b, act) for w, b in sequential(sd, "mlp_extractor.policy_net")]
-        return RecurrentLayers([], lstm, hidden + [(*linear(sd, "action_net"), "linear")])
+        dense = hidden + [(*linear(sd, "action_net"), "linear")]
     except KeyError as e:
         raise PolicyImportError(f"{path}: tensor {e} missing for a RecurrentPPO policy") from None
+    except ValueError:    # the two biases of different shapes
+        raise PolicyImportError(f"{path}:policy.pth: the LSTM's biases do not fit") from None
+    units = lstm[1].shape[0] if lstm[1].ndim == 2 else -1
+    if lstm[0].ndim != 2 or lstm[1].shape != (units, 4 * units) or \
+            lstm[0].shape[1] != 4 * units or lstm[2].shape != (4 * units,):
+        raise PolicyImportError(f"{path}:policy.pth: the LSTM's tensors of shapes "
+                                f"{[a.shape for a in lstm]} do not make one LSTM")
+    check_chain([(np.zeros((1, units)), np.zeros(units), "linear"), *dense], None, path)
+    return RecurrentLayers([], lstm, dense)
 
 
 def _lstm_reference(layers, norm: dict):
@@ -110,6 +119,9 @@ def load_recurrent(path: Path, data: dict, sd: dict, version: str, obs: dict, ac
                            "policies are supported with Discrete actions (the argmax head)")
     check_spaces(env_id, tuple(obs["shape"]), action, str(path))
     layers = recurrent_layers(sd, activation_of(data, "recurrentppo", path), path)
+    if layers.lstm[0].shape[0] != int(np.prod(obs["shape"])):
+        raise PolicyImportError(f"{path}:policy.pth: the LSTM takes {layers.lstm[0].shape[0]} "
+                                f"inputs, the observations have shape {tuple(obs['shape'])}")
     vecnormalize = vecnormalize_file(path, vecnormalize)
     norm = read_vecnormalize(vecnormalize) if vecnormalize is not None else {}
     folded = layers if not norm else fold_normalization(
@@ -118,7 +130,8 @@ def load_recurrent(path: Path, data: dict, sd: dict, version: str, obs: dict, ac
     model = one_step_keras(tuple(obs["shape"]), folded, name="sb3_recurrentppo")
     source = {"kind": "stable-baselines3", "file": path.name, "sha256": sha256(path),
               "version": version, "algo": "RecurrentPPO", "policy": "MlpLstmPolicy",
-              "num_timesteps": data.get("num_timesteps")}
+              "num_timesteps": steps if isinstance(steps := data.get("num_timesteps"), int)
+              else None}
     if norm:
         source["vecnormalize"] = {"file": Path(vecnormalize).name,
                                   "sha256": sha256(vecnormalize), "clip_obs": norm["clip_obs"],

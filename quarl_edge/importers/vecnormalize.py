@@ -8,19 +8,19 @@ from pathlib import Path
 
 import numpy as np
 
+from .bounded import MAX_WEIGHTS_BYTES, check_finite, read_file, short
 from .common import PolicyImportError
 from .safe_pickle import load_symbolic
 
 
 def read_vecnormalize(path: Path) -> dict:
-    """mean, var, epsilon, clip_obs of a VecNormalize pickle, read as inert data."""
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as e:
-        raise PolicyImportError(f"cannot read {path}: {e}") from None
+    """mean, var, epsilon, clip_obs of a VecNormalize pickle, read as inert data; each checked
+    for its type and range (statistics of finite numbers, var >= 0, epsilon and clip_obs > 0)
+    before any is used."""
+    raw = read_file(path, MAX_WEIGHTS_BYTES, "a VecNormalize file", PolicyImportError)
     obj = load_symbolic(raw, str(path))
     if not hasattr(obj, "attrs") or not obj.type_name.endswith("VecNormalize"):
-        raise PolicyImportError(f"{path}: not a VecNormalize file (it holds {obj!r:.60})")
+        raise PolicyImportError(f"{path}: not a VecNormalize file (it holds {short(obj)})")
     a = obj.attrs()
     if not a.get("norm_obs", True):
         return {}
@@ -28,13 +28,41 @@ def read_vecnormalize(path: Path) -> dict:
         raise PolicyImportError(f"{path}: VecNormalize of dict observations is not supported")
     rms = a.get("obs_rms")
     r = rms.attrs() if hasattr(rms, "attrs") else {}
-    try:
-        mean, var = np.asarray(r["mean"], np.float64), np.asarray(r["var"], np.float64)
-        eps, clip = float(a["epsilon"]), float(a["clip_obs"])
-    except (KeyError, TypeError, ValueError):
+    if "mean" not in r or "var" not in r or "epsilon" not in a or "clip_obs" not in a:
         raise PolicyImportError(f"{path}: VecNormalize without obs_rms mean/var, epsilon and "
-                           "clip_obs") from None
-    return {"mean": mean, "var": var, "epsilon": eps, "clip_obs": clip}
+                                "clip_obs")
+    out = {"mean": _array(r["mean"], "obs_rms.mean", path),
+           "var": _array(r["var"], "obs_rms.var", path),
+           "epsilon": _number(a["epsilon"], "epsilon", path, 0.0),
+           "clip_obs": _number(a["clip_obs"], "clip_obs", path)}
+    if out["mean"].shape != out["var"].shape or np.any(out["var"] + out["epsilon"] <= 0):
+        raise PolicyImportError(f"{path}: VecNormalize's obs_rms.var (shape {out['var'].shape})"
+                                f" must be > 0 with epsilon, of obs_rms.mean's shape "
+                                f"{out['mean'].shape}")
+    return out
+
+
+def _array(value, name: str, path: Path) -> np.ndarray:
+    """A statistic: an array of finite numbers (or one number), nothing else (a list is not
+    walked: a pickle can share one list along 2^60 paths)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = np.asarray(value, np.float64)
+    if not isinstance(value, np.ndarray) or value.dtype.kind not in "biuf" or value.size > 1 << 20:
+        raise PolicyImportError(f"{path}: VecNormalize's {name} is {short(value)}, not an "
+                                "array of numbers")
+    check_finite(name, value, str(path), PolicyImportError)
+    return value.astype(np.float64)
+
+
+def _number(value, name: str, path: Path, least: float | None = None) -> float:
+    """epsilon or clip_obs: a finite number > 0 (or >= `least`)."""
+    if isinstance(value, np.ndarray) and value.size == 1:
+        value = value.reshape(-1)[0].item()
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or \
+            not np.isfinite(value) or (value <= 0 if least is None else value < least):
+        raise PolicyImportError(f"{path}: VecNormalize's {name} is {short(value)}, not a "
+                                f"finite number {'> 0' if least is None else f'>= {least:g}'}")
+    return float(value)
 
 
 def fold(layers, norm: dict):
