@@ -171,11 +171,37 @@ FLASH_H = """/* QE_FLASH: the qualifier of the model's constant arrays (firmware
 """
 
 
+MODEL_H = """/* The generated model inside the library (firmware/core/qe_model.h without the harness's
+ * tensor specs): its arena, its schedule and, for a model with state, the state's reset. */
+#ifndef QE_MODEL_H
+#define QE_MODEL_H
+
+#include <stdint.h>
+
+#include "qe_flash.h"
+
+#if defined(__GNUC__)
+#define QE_ALIGNED(n) __attribute__((aligned(n)))
+#else
+#define QE_ALIGNED(n)
+#endif
+
+extern uint8_t qe_arena[];
+void qe_model_invoke(void);
+void qe_model_reset_state(void);
+
+#endif /* QE_MODEL_H */
+"""
+
+
 def _model_file(model_c: str, kept_headers: set[str]) -> str:
     """model.c for the library: without the harness's info tables and protocol header, and
     including only the kernel headers of the kernels it keeps."""
     cut = model_c.find("/* ------------------------------------------------------------------- info */")
     text = model_c[:cut] if cut >= 0 else model_c
+    for helper in re.findall(r"^static inline float (qe_libm_\w+)\(", text, flags=re.M):
+        if text.count(helper) == 1:        # unused here: clang warns of an unused static
+            text = re.sub(rf"^static inline float {helper}\(.*\n", "", text, flags=re.M)
 
     def drop(inc: str) -> bool:
         return inc == "qe_protocol.h" or (inc.startswith("kernels/")
@@ -199,8 +225,8 @@ def library_sources(model_c: str, units: list[Path], core: Path, name: str) -> d
     for f in [*files, None]:
         src_text = model if f is None else f.read_text()
         src_path = (core / "model.c") if f is None else f
-        if f is not None and f.name == "qe_flash.h":
-            src_text = FLASH_H
+        if f is not None and f.name in ("qe_flash.h", "qe_model.h"):
+            src_text = FLASH_H if f.name == "qe_flash.h" else MODEL_H
 
         def inc(m: re.Match, src_path=src_path) -> str:
             target = tree.resolve(src_path, m.group(2))
