@@ -1,9 +1,10 @@
 """`quarl-edge export` (issue 37), used as a user uses the folder: with CMake and gcc on the host,
 with clang, arm-none-eabi-gcc, avr-gcc and g++; the library's actions against the host's
 mapping of TF Lite Micro's outputs (measure/reference.py + rl/envs.outputs_to_actions) for the
-same observations, a discrete (CartPole DQN, int8 and fp32) and a continuous policy (the SB3 SAC
-Pendulum actor of tests/fixtures/onnx-export, imported and quantized here; its head as recorded,
-identity, and rewritten to scale), all four linked into one program."""
+same observations, a discrete (CartPole DQN, int8 and fp32), a continuous (the SB3 SAC Pendulum
+actor of tests/fixtures/onnx-export, imported and quantized here; its head as recorded,
+identity, and rewritten to scale) and a recurrent policy (SB3 RecurrentPPO on CartPole, int8),
+all five linked into one program."""
 from __future__ import annotations
 
 import json
@@ -19,6 +20,7 @@ from helpers_hostile import assert_refused, assert_unchanged, run_hostile, snaps
 
 ROOT = Path(__file__).resolve().parents[1]
 CARTPOLE = ROOT / "examples" / "cartpole_dqn"
+RPPO = ROOT / "tests" / "fixtures" / "sb3" / "rppo_cartpole.zip"
 PENDULUM_ONNX = ROOT / "tests" / "fixtures" / "onnx-export" / "sac_pendulum_actor.op13.onnx"
 STRICT = ["-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror"]
 MPS2 = ["-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv4-sp-d16", "-O2"]
@@ -39,8 +41,10 @@ def export(run, name, out, board="host", scheme="int8"):
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """The Pendulum run (imported, int8), and a copy whose head is scale."""
+    """The Pendulum run (imported, int8), a copy whose head is scale, the recurrent run."""
     d = tmp_path_factory.mktemp("runs")
+    cli("import", RPPO, "--env", "CartPole-v1", "--out", d / "rnn")
+    cli("quantize", d / "rnn", "--scheme", "int8")
     cli("import", PENDULUM_ONNX, "--env", "Pendulum-v1", "--out", d / "pendulum")
     cli("quantize", d / "pendulum", "--scheme", "int8")
     shutil.copytree(d / "pendulum", d / "pendulum_scale")
@@ -48,7 +52,8 @@ def runs(tmp_path_factory):
     meta["action_head"] = "scale"
     (d / "pendulum_scale" / "run.json").write_text(json.dumps(meta))
     return {"cp8": (CARTPOLE, "int8"), "cp32": (CARTPOLE, "fp32"),
-            "pend": (d / "pendulum", "int8"), "pends": (d / "pendulum_scale", "int8")}
+            "pend": (d / "pendulum", "int8"), "pends": (d / "pendulum_scale", "int8"),
+            "rnn": (d / "rnn", "int8")}
 
 
 @pytest.fixture(scope="module")
@@ -62,13 +67,14 @@ DRIVER = """#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 @INCLUDES@
-/* stdin: lines "NAME x0 x1 ..." (hex floats); stdout: "rc a0 a1 ..." (hex floats) */
+/* stdin: lines "NAME x0 x1 ..." (hex floats) or "reset_NAME"; stdout: "rc a0 a1 ..." */
 #define RUN(N) if (strcmp(which, #N) == 0) { \\
         float obs[N##_OBS_SIZE], act[N##_ACTION_SIZE]; int i, rc; \\
         for (i = 0; i < N##_OBS_SIZE; ++i) { if (scanf("%a", &obs[i]) != 1) return 2; } \\
         rc = N##_act(obs, act); printf("%d", rc); \\
         for (i = 0; i < N##_ACTION_SIZE; ++i) { printf(" %a", (double)act[i]); } \\
-        printf("\\n"); continue; }
+        printf("\\n"); continue; } \\
+    if (strcmp(which, "reset_" #N) == 0) { N##_reset(); continue; }
 int main(void)
 {
     char which[64];
@@ -128,7 +134,7 @@ def host_actions(run: Path, scheme: str, obs: np.ndarray) -> np.ndarray:
     from quarl_edge.measure.reference import _dequantized, _quantized, host_reference
     from quarl_edge.rl.envs import outputs_to_actions
     t = hil_target(run, scheme, None, None)
-    ref = host_reference(t.model, micro=True)
+    ref = host_reference(t.model, micro=True)      # a recurrent model: from a zero state
     din, dout = ref.inputs[0], ref.outputs[0]
     outs = []
     for o in obs:
@@ -155,7 +161,7 @@ def test_every_selftest_passes_in_one_program(program, libs):
     assert out == [f"selftest {n} 0" for n in sorted(libs)]
 
 
-@pytest.mark.parametrize("name", ["cp8", "cp32", "pend", "pends"])
+@pytest.mark.parametrize("name", ["cp8", "cp32", "pend", "pends", "rnn"])
 def test_the_library_acts_as_the_host_maps_tflm(program, runs, libs, name):
     run, scheme = runs[name]
     facts = libs[name][1]
@@ -171,6 +177,20 @@ def test_the_library_acts_as_the_host_maps_tflm(program, runs, libs, name):
         np.argwhere(ours != want)[:5]
     # the actions are not all one value: the comparison covers the mapping, not a constant
     assert len(np.unique(want)) > 1
+
+
+def test_the_recurrent_state_carries_over_and_reset_zeroes_it(program, runs, libs):
+    obs = observations("CartPole-v1", 40)[:40]
+    lines = ["rnn " + " ".join(float(v).hex() for v in o) for o in obs]
+    out = run_program(program, lines + ["reset_rnn"] + lines)[len(libs):]
+    first, again = out[:40], out[40:]
+    assert first == again                       # reset: the same actions from a zero state
+    want = host_actions(*runs["rnn"], obs)
+    ours = np.array([[float.fromhex(v) for v in ln.split()[1:]] for ln in first], np.float32)
+    assert np.array_equal(ours, want)
+    # without the state (a reset before every step) the actions differ somewhere
+    fresh = run_program(program, [x for ln in lines for x in ("reset_rnn", ln)])[len(libs):]
+    assert fresh != first and libs["rnn"][1]["recurrent"]
 
 
 def test_a_nan_observation_is_an_error_not_an_action(program, libs):
