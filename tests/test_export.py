@@ -10,33 +10,18 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from helpers_export import (CARTPOLE, RPPO, cli, export, host_actions, observations,
+                            pendulum_run)
 from helpers_hostile import assert_refused, assert_unchanged, run_hostile, snapshot
 
-ROOT = Path(__file__).resolve().parents[1]
-CARTPOLE = ROOT / "examples" / "cartpole_dqn"
-RPPO = ROOT / "tests" / "fixtures" / "sb3" / "rppo_cartpole.zip"
-PENDULUM_ONNX = ROOT / "tests" / "fixtures" / "onnx-export" / "sac_pendulum_actor.op13.onnx"
 STRICT = ["-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror"]
 MPS2 = ["-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard", "-mfpu=fpv4-sp-d16", "-O2"]
 AVR = ["-mmcu=atmega328p", "-Os"]
-
-
-def cli(*args, cwd=ROOT):
-    p = subprocess.run([sys.executable, "-m", "quarl_edge.cli", *map(str, args)], cwd=cwd,
-                       capture_output=True, text=True, timeout=900)
-    assert p.returncode == 0, p.stderr[-3000:]
-    return p
-
-
-def export(run, name, out, board="host", scheme="int8"):
-    cli("export", run, "--model", scheme, "--board", board, "--name", name, "--out", out)
-    return json.loads((Path(out) / "quarl-edge-export.json").read_text())
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +30,7 @@ def runs(tmp_path_factory):
     d = tmp_path_factory.mktemp("runs")
     cli("import", RPPO, "--env", "CartPole-v1", "--out", d / "rnn")
     cli("quantize", d / "rnn", "--scheme", "int8")
-    cli("import", PENDULUM_ONNX, "--env", "Pendulum-v1", "--out", d / "pendulum")
-    cli("quantize", d / "pendulum", "--scheme", "int8")
+    pendulum_run(d)
     shutil.copytree(d / "pendulum", d / "pendulum_scale")
     meta = json.loads((d / "pendulum_scale" / "run.json").read_text())
     meta["action_head"] = "scale"
@@ -108,40 +92,6 @@ def build_program(tmp: Path, folders: dict[str, Path]) -> Path:
         p = subprocess.run(list(map(str, cmd)), capture_output=True, text=True, timeout=600)
         assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     return tmp / "build" / "app"
-
-
-def observations(env_id: str, n: int = 60) -> np.ndarray:
-    """Observations of episodes with random actions, and as many drawn around them."""
-    from quarl_edge.rl.envs import make_gym
-    env = make_gym(env_id)
-    env.action_space.seed(1)
-    obs, _ = env.reset(seed=1)
-    seen = []
-    for _ in range(n):
-        seen.append(np.asarray(obs, np.float32).reshape(-1))
-        obs, _, term, trunc, _ = env.step(env.action_space.sample())
-        if term or trunc:
-            obs, _ = env.reset()
-    seen = np.stack(seen)
-    rng = np.random.default_rng(0)
-    spread = rng.normal(0.0, 1.5, seen.shape).astype(np.float32) * (np.abs(seen) + 0.1)
-    return np.concatenate([seen, seen + spread]).astype(np.float32)
-
-
-def host_actions(run: Path, scheme: str, obs: np.ndarray) -> np.ndarray:
-    """The host's mapping of TF Lite Micro's outputs: what hil compares a board with."""
-    from quarl_edge.measure.hil import hil_target
-    from quarl_edge.measure.reference import _dequantized, _quantized, host_reference
-    from quarl_edge.rl.envs import outputs_to_actions
-    t = hil_target(run, scheme, None, None)
-    ref = host_reference(t.model, micro=True)      # a recurrent model: from a zero state
-    din, dout = ref.inputs[0], ref.outputs[0]
-    outs = []
-    for o in obs:
-        x = _quantized(o.reshape(tuple(din["shape"])), din)
-        outs.append(_dequantized(ref.run([x])[0], dout).reshape(-1))
-    acts = outputs_to_actions(np.stack(outs), t.space, t.head)
-    return np.asarray(acts, np.float32).reshape(len(obs), -1)
 
 
 @pytest.fixture(scope="module")

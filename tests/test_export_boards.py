@@ -1,0 +1,158 @@
+"""The exported library in bare-metal firmware, as a user writes it (issue 37): a main() of
+their own on mps2-an386 (Cortex-M4F) in QEMU, with a startup file and linker script of their
+own, linking two exported policies (CartPole DQN int8, the Pendulum SAC actor int8) as CMake
+targets and printing the self-tests and the actions over the UART; the actions equal the host's
+mapping of TF Lite Micro's outputs (what `hil` compares a board with)."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from helpers_export import CARTPOLE, export, host_actions, observations, pendulum_run
+
+pytestmark = pytest.mark.skipif(
+    not (shutil.which("arm-none-eabi-gcc") and shutil.which("qemu-system-arm")
+         and shutil.which("cmake")),
+    reason="arm-none-eabi-gcc, qemu-system-arm or cmake is not installed (scripts/setup.sh)")
+
+TOOLCHAIN = """set(CMAKE_SYSTEM_NAME Generic)
+set(CMAKE_SYSTEM_PROCESSOR arm)
+set(CMAKE_C_COMPILER arm-none-eabi-gcc)
+set(CMAKE_TRY_COMPILE_TARGET_TYPE STATIC_LIBRARY)
+set(CMAKE_C_FLAGS_INIT "-mcpu=cortex-m4 -mthumb -mfloat-abi=hard -mfpu=fpv4-sp-d16 -O2 -ffunction-sections -fdata-sections")
+set(CMAKE_EXE_LINKER_FLAGS_INIT "-T${CMAKE_CURRENT_LIST_DIR}/app.ld -nostartfiles --specs=nano.specs --specs=nosys.specs -Wl,--gc-sections")
+"""
+
+LINKER = """MEMORY
+{
+    FLASH (rx) : ORIGIN = 0x00000000, LENGTH = 4M
+    RAM (rwx)  : ORIGIN = 0x20000000, LENGTH = 4M
+}
+ENTRY(Reset_Handler)
+SECTIONS
+{
+    .text : { KEEP(*(.vectors)) *(.text*) *(.rodata*) } > FLASH
+    .ARM.exidx : { *(.ARM.exidx*) } > FLASH
+    _sidata = LOADADDR(.data);
+    .data : { _sdata = .; *(.data*) _edata = .; } > RAM AT > FLASH
+    .bss (NOLOAD) : { _sbss = .; *(.bss*) *(COMMON) _ebss = .; } > RAM
+    _estack = ORIGIN(RAM) + LENGTH(RAM);
+}
+"""
+
+STARTUP = """#include <stdint.h>
+extern uint32_t _sidata, _sdata, _edata, _sbss, _ebss, _estack;
+int main(void);
+void Reset_Handler(void);
+static void Hang(void) { for (;;) { } }
+__attribute__((section(".vectors"), used))
+const uintptr_t vectors[16] = { (uintptr_t)&_estack, (uintptr_t)Reset_Handler,
+    (uintptr_t)Hang, (uintptr_t)Hang, (uintptr_t)Hang, (uintptr_t)Hang, (uintptr_t)Hang };
+void Reset_Handler(void)
+{
+    uint32_t *s = &_sidata, *d = &_sdata;
+    while (d < &_edata) { *d++ = *s++; }
+    for (d = &_sbss; d < &_ebss; ) { *d++ = 0u; }
+    *(volatile uint32_t *)0xE000ED88u |= 0xFu << 20;      /* CPACR: the FPU on */
+    __asm volatile ("dsb\\n\\tisb");
+    (void)main();
+    {   /* semihosting SYS_EXIT, ADP_Stopped_ApplicationExit: QEMU ends */
+        register uint32_t r0 __asm("r0") = 0x18u;
+        register uint32_t r1 __asm("r1") = 0x20026u;
+        __asm volatile ("bkpt 0xab" : : "r"(r0), "r"(r1) : "memory");
+    }
+    Hang();
+}
+"""
+
+MAIN = """/* The user's firmware: self-tests, then each observation's action, over the CMSDK UART. */
+#include <stdint.h>
+#include "cp8.h"
+#include "pend.h"
+
+#define UART_DATA (*(volatile uint32_t *)0x40004000u)
+#define UART_STATE (*(volatile uint32_t *)0x40004004u)
+#define UART_CTRL (*(volatile uint32_t *)0x40004008u)
+#define UART_BAUDDIV (*(volatile uint32_t *)0x40004010u)
+
+static void put(char c) { while (UART_STATE & 1u) { } UART_DATA = (uint32_t)c; }
+static void puts_(const char *s) { while (*s) { put(*s++); } }
+static void hex(uint32_t v) { int i; for (i = 28; i >= 0; i -= 4) { put("0123456789abcdef"[(v >> i) & 15u]); } }
+static void bits(float f) { union { float f; uint32_t u; } x; x.f = f; hex(x.u); }
+
+@OBS@
+
+int main(void)
+{
+    unsigned i, k;
+    float a[1];
+    UART_BAUDDIV = 16u;
+    UART_CTRL = 1u;
+    puts_("selftest cp8 "); hex((uint32_t)cp8_selftest()); put('\\n');
+    puts_("selftest pend "); hex((uint32_t)pend_selftest()); put('\\n');
+    for (i = 0u; i < sizeof cp8_obs / sizeof cp8_obs[0]; ++i) {
+        k = (unsigned)cp8_act(cp8_obs[i], a);
+        puts_("cp8 "); hex(k); put(' '); bits(a[0]); put('\\n');
+    }
+    for (i = 0u; i < sizeof pend_obs / sizeof pend_obs[0]; ++i) {
+        k = (unsigned)pend_act(pend_obs[i], a);
+        puts_("pend "); hex(k); put(' '); bits(a[0]); put('\\n');
+    }
+    puts_("done\\n");
+    return 0;
+}
+"""
+
+
+def c_rows(name: str, obs: np.ndarray) -> str:
+    rows = ",\n".join("    { " + ", ".join(f"{float(v).hex()}f" for v in o) + " }" for o in obs)
+    return f"static const float {name}_obs[{len(obs)}][{obs.shape[1]}] = {{\n{rows}\n}};"
+
+
+@pytest.fixture(scope="module")
+def firmware(tmp_path_factory):
+    d = tmp_path_factory.mktemp("mps2")
+    pend = pendulum_run(d)
+    libs = {"cp8": export(CARTPOLE, "cp8", d / "cp8", board="mps2-an386"),
+            "pend": export(pend, "pend", d / "pend", board="mps2-an386")}
+    obs = {"cp8": observations("CartPole-v1", 30), "pend": observations("Pendulum-v1", 30)}
+    app = d / "app"
+    app.mkdir()
+    (app / "toolchain.cmake").write_text(TOOLCHAIN)
+    (app / "app.ld").write_text(LINKER)
+    (app / "startup.c").write_text(STARTUP)
+    (app / "main.c").write_text(MAIN.replace("@OBS@", "\n".join(c_rows(n, o)
+                                                                 for n, o in obs.items())))
+    (app / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.13)\nproject(app C)\n"
+        f"add_subdirectory({d / 'cp8'} cp8)\nadd_subdirectory({d / 'pend'} pend)\n"
+        "add_executable(app.elf main.c startup.c)\n"
+        "target_link_libraries(app.elf PRIVATE cp8 pend m)\n")
+    for cmd in (["cmake", "-S", app, "-B", d / "build",
+                 f"-DCMAKE_TOOLCHAIN_FILE={app / 'toolchain.cmake'}"],
+                ["cmake", "--build", d / "build"]):
+        p = subprocess.run(list(map(str, cmd)), capture_output=True, text=True, timeout=600)
+        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    return d / "build" / "app.elf", {"cp8": CARTPOLE, "pend": pend}, obs
+
+
+def test_bare_metal_firmware_on_mps2_acts_as_the_host_maps_tflm(firmware):
+    elf, runs, obs = firmware
+    p = subprocess.run(["qemu-system-arm", "-machine", "mps2-an386", "-kernel", str(elf),
+                        "-nographic", "-monitor", "none", "-serial", "stdio",
+                        "-semihosting-config", "enable=on,target=native"],
+                       capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    lines = p.stdout.replace("\r", "").splitlines()
+    assert p.returncode == 0 and lines[-1:] == ["done"], p.stdout[-2000:] + p.stderr[-2000:]
+    assert lines[:2] == ["selftest cp8 00000000", "selftest pend 00000000"]
+    for name in ("cp8", "pend"):
+        got = [ln.split()[1:] for ln in lines if ln.startswith(name + " ")]
+        assert [rc for rc, _ in got] == ["00000000"] * len(obs[name])
+        ours = np.array([int(b, 16) for _, b in got], np.uint32).view(np.float32)
+        want = host_actions(runs[name], "int8", obs[name]).reshape(-1)
+        assert np.array_equal(ours, want), (name, np.argwhere(ours != want)[:5])
+        assert len(np.unique(want)) > 1
