@@ -156,3 +156,153 @@ def test_bare_metal_firmware_on_mps2_acts_as_the_host_maps_tflm(firmware):
         want = host_actions(runs[name], "int8", obs[name]).reshape(-1)
         assert np.array_equal(ours, want), (name, np.argwhere(ours != want)[:5])
         assert len(np.unique(want)) > 1
+
+
+# ------------------------------------------------------------------------ Arduino on simavr
+ARDUINO = Path("/usr/share/arduino/hardware/arduino/avr")
+AVR_FLAGS = ["-mmcu=atmega328p", "-DF_CPU=16000000L", "-DARDUINO=10807", "-DARDUINO_AVR_UNO",
+             "-DARDUINO_ARCH_AVR", "-Os", "-ffunction-sections", "-fdata-sections",
+             f"-I{ARDUINO / 'cores' / 'arduino'}", f"-I{ARDUINO / 'variants' / 'standard'}"]
+# platform.txt's flags, without -flto (Debian's avr-gcc 5.4 has no LTO plugin for avr-ar)
+CFLAGS = ["-std=gnu11", "-Wall", "-Wextra"]
+CXXFLAGS = ["-std=gnu++11", "-fpermissive", "-fno-exceptions", "-fno-threadsafe-statics"]
+
+SKETCH = """// A user's sketch: both policies, their self-tests, then each observation's action bits.
+#include <cp8.h>
+#include <pend.h>
+#include <avr/pgmspace.h>
+#include <string.h>
+
+@OBS@
+
+static void show(const char *who, int rc, float a) {
+  uint32_t u;
+  memcpy(&u, &a, 4);
+  Serial.print(who); Serial.print(' '); Serial.print(rc); Serial.print(' ');
+  Serial.println(u, HEX);
+}
+
+void setup() {
+  Serial.begin(9600);
+  Serial.print("selftest cp8 "); Serial.println(cp8_selftest());
+  Serial.print("selftest pend "); Serial.println(pend_selftest());
+  float obs[4], a[1];
+  for (unsigned i = 0; i < sizeof cp8_obs / sizeof cp8_obs[0]; ++i) {
+    memcpy_P(obs, cp8_obs[i], sizeof cp8_obs[i]);
+    int rc = cp8_act(obs, a);
+    show("cp8", rc, a[0]);
+  }
+  for (unsigned i = 0; i < sizeof pend_obs / sizeof pend_obs[0]; ++i) {
+    memcpy_P(obs, pend_obs[i], sizeof pend_obs[i]);
+    int rc = pend_act(obs, a);
+    show("pend", rc, a[0]);
+  }
+  Serial.println("done");
+}
+
+void loop() {}
+"""
+
+
+def _run(cmd: list) -> None:
+    p = subprocess.run(list(map(str, cmd)), capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, f"{cmd[0]}: {p.stderr[-3000:]}"
+
+
+def arduino_elf(d: Path, sketch: str, libs: list[Path]) -> Path:
+    """The sketch built as the Arduino IDE builds it: the core (Debian's arduino-core-avr; its
+    WString.cpp, which does not compile with Debian's avr-g++ 5.4 and which no sketch here
+    uses, left out), each library's src/*.c with avr-gcc, the .ino as C++ with Arduino.h."""
+    objs = []
+    core = ARDUINO / "cores" / "arduino"
+    for src in sorted(core.glob("*.c")) + sorted(core.glob("*.cpp")) + sorted(core.glob("*.S")):
+        if src.name == "WString.cpp":
+            continue
+        o = d / f"core_{src.name}.o"
+        extra = CXXFLAGS if src.suffix == ".cpp" else CFLAGS if src.suffix == ".c" else \
+            ["-x", "assembler-with-cpp"]
+        _run(["avr-gcc" if src.suffix != ".cpp" else "avr-g++", *AVR_FLAGS, *extra, "-c", src,
+              "-o", o])
+        objs.append(o)
+    includes = [f"-I{lib / 'src'}" for lib in libs]
+    for lib in libs:
+        for src in sorted((lib / "src").glob("*.c")):
+            o = d / f"lib_{src.name}.o"
+            _run(["avr-gcc", *AVR_FLAGS, *CFLAGS, "-Werror", *includes, "-c", src, "-o", o])
+            objs.append(o)
+    cpp = d / "sketch.cpp"
+    cpp.write_text("#include <Arduino.h>\n" + sketch)
+    _run(["avr-g++", *AVR_FLAGS, *CXXFLAGS, "-Wall", "-Wextra", "-Werror", *includes, "-c", cpp,
+          "-o", d / "sketch.o"])
+    elf = d / "sketch.elf"
+    _run(["avr-gcc", "-mmcu=atmega328p", "-Os", "-Wl,--gc-sections", d / "sketch.o", *objs,
+          "-lm", "-o", elf])
+    return elf
+
+
+def simavr_uart(elf: Path, seconds: float = 20.0, until: str = "done") -> list[str]:
+    """What the sketch prints on USART0 under simavr's ATmega328P (simavr's own UART log)."""
+    proc = subprocess.Popen(["simavr", "-m", "atmega328p", "-f", "16000000", str(elf)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    try:
+        import select
+        import time
+        end = time.monotonic() + seconds
+        buf = ""
+        while time.monotonic() < end and until not in lines:
+            r, _, _ = select.select([proc.stdout], [], [], 0.5)
+            if r:
+                chunk = proc.stdout.readline()
+                if not chunk:
+                    break
+                buf += chunk
+                lines = [ln.replace("\x1b[32m", "").replace("\x1b[0m", "").rstrip(".")
+                         for ln in buf.splitlines()]
+    finally:
+        proc.kill()
+        proc.wait()
+    return [ln for ln in lines if ln and not ln.startswith(("Loaded", "signal"))]
+
+
+needs_avr = pytest.mark.skipif(
+    not (shutil.which("avr-g++") and shutil.which("simavr") and ARDUINO.is_dir()),
+    reason="avr-g++, simavr or arduino-core-avr is not installed (scripts/setup.sh)")
+
+
+@pytest.fixture(scope="module")
+def avr_libs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("avr")
+    pend = pendulum_run(d)
+    export(CARTPOLE, "cp8", d / "cp8", board="atmega328p")
+    export(pend, "pend", d / "pend", board="atmega328p")
+    return d, {"cp8": CARTPOLE, "pend": pend}
+
+
+@needs_avr
+def test_the_arduino_example_runs_on_the_atmega328p(avr_libs, tmp_path):
+    d, runs = avr_libs
+    ino = (d / "cp8" / "examples" / "cp8_basic" / "cp8_basic.ino").read_text()
+    lines = simavr_uart(arduino_elf(tmp_path, ino, [d / "cp8"]), until="action: 1.000000")
+    want = host_actions(CARTPOLE, "int8", np.zeros((1, 4), np.float32))[0, 0]
+    assert lines[:2] == ["cp8_selftest: 0", f"action: {want:.6f}"], lines[:5]
+
+
+def p_rows(name: str, obs: np.ndarray) -> str:
+    return c_rows(name, obs).replace("static const float", "static const float PROGMEM")
+
+
+@needs_avr
+def test_two_policies_in_one_sketch_act_as_the_host_maps_tflm(avr_libs, tmp_path):
+    d, runs = avr_libs
+    obs = {"cp8": observations("CartPole-v1", 8), "pend": observations("Pendulum-v1", 8)}
+    sketch = SKETCH.replace("@OBS@", "\n".join(p_rows(n, o) for n, o in obs.items()))
+    lines = simavr_uart(arduino_elf(tmp_path, sketch, [d / "cp8", d / "pend"]), seconds=60)
+    assert lines[:2] == ["selftest cp8 0", "selftest pend 0"] and lines[-1] == "done", lines
+    for name in ("cp8", "pend"):
+        got = [ln.split()[1:] for ln in lines if ln.startswith(name + " ")]
+        assert [rc for rc, _ in got] == ["0"] * len(obs[name])
+        ours = np.array([int(b, 16) for _, b in got], np.uint32).view(np.float32)
+        want = host_actions(runs[name], "int8", obs[name]).reshape(-1)
+        # AVR's double is 32-bit: the identity head clips in float, exactly as in double
+        assert np.array_equal(ours, want), (name, ours, want)
