@@ -214,13 +214,13 @@ def cmd_export(a, qe):
     res = qe.export(a.run, a.board, model=a.model, name=a.name, out=a.out, env=a.env,
                     force=a.force, board_file=a.board_file, command=command_line)
     if a.json:
-        emit_json(res)
+        emit_json(as_json(res))
         return 0
-    fp = res["footprint"]
+    fp = res.footprint
     size = (f"{fp['text'] + fp['data']} B flash, {fp['data'] + fp['bss']} B static RAM on "
             f"{fp['board']}" if fp else f"footprint not measured ({a.board}'s compiler is not "
             "installed)")
-    print(f"{a.out}: {res['name']}_act for {res['env']} ({res['head']}, {res['obs_size']} "
-          f"observations -> {res['action_size']} action values), {size}; "
-          f"{res['name']}_selftest() runs {res['test_vectors']} test vectors")
+    print(f"{res.out}: {res.name}_act for {res.env} ({res.head}, {res.obs_size} observations "
+          f"-> {res.action_size} action values), {size}; {res.name}_selftest() runs "
+          f"{res.test_vectors} test vectors")
     return 0
