@@ -1,10 +1,10 @@
 """`quarl-edge export` (issue 37), used as a user uses the folder: with CMake and gcc on the host,
 with clang, arm-none-eabi-gcc, avr-gcc and g++; the library's actions against the host's
 mapping of TF Lite Micro's outputs (measure/reference.py + rl/envs.outputs_to_actions) for the
-same observations, a discrete (CartPole DQN, int8 and fp32), a continuous (the SB3 SAC Pendulum
-actor of tests/fixtures/onnx-export, imported and quantized here; its head as recorded,
-identity, and rewritten to scale) and a recurrent policy (SB3 RecurrentPPO on CartPole, int8),
-all five linked into one program."""
+same observations, for a discrete policy (CartPole DQN at int8, int16x8 and fp32), a continuous
+one (the SB3 SAC Pendulum actor of tests/fixtures/onnx-export, imported and quantized here; its
+head as recorded, identity, and rewritten to scale) and a recurrent one (SB3 RecurrentPPO on
+CartPole, int8), all six linked into one program."""
 from __future__ import annotations
 
 import json
@@ -26,16 +26,20 @@ AVR = ["-mmcu=atmega328p", "-Os"]
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """The Pendulum run (imported, int8), a copy whose head is scale, the recurrent run."""
+    """CartPole's int16x8 model (a copy of the example run), the Pendulum run (imported, int8),
+    a copy whose head is scale, the recurrent run."""
     d = tmp_path_factory.mktemp("runs")
     cli("import", RPPO, "--env", "CartPole-v1", "--out", d / "rnn")
     cli("quantize", d / "rnn", "--scheme", "int8")
+    shutil.copytree(CARTPOLE, d / "cartpole", ignore=shutil.ignore_patterns("build", "results"))
+    cli("quantize", d / "cartpole", "--scheme", "int16x8")
     pendulum_run(d)
     shutil.copytree(d / "pendulum", d / "pendulum_scale")
     meta = json.loads((d / "pendulum_scale" / "run.json").read_text())
     meta["action_head"] = "scale"
     (d / "pendulum_scale" / "run.json").write_text(json.dumps(meta))
     return {"cp8": (CARTPOLE, "int8"), "cp32": (CARTPOLE, "fp32"),
+            "cp16": (d / "cartpole", "int16x8"),
             "pend": (d / "pendulum", "int8"), "pends": (d / "pendulum_scale", "int8"),
             "rnn": (d / "rnn", "int8")}
 
@@ -111,7 +115,7 @@ def test_every_selftest_passes_in_one_program(program, libs):
     assert out == [f"selftest {n} 0" for n in sorted(libs)]
 
 
-@pytest.mark.parametrize("name", ["cp8", "cp32", "pend", "pends", "rnn"])
+@pytest.mark.parametrize("name", ["cp8", "cp32", "cp16", "pend", "pends", "rnn"])
 def test_the_library_acts_as_the_host_maps_tflm(program, runs, libs, name):
     run, scheme = runs[name]
     facts = libs[name][1]
@@ -224,6 +228,29 @@ def test_the_folder_is_a_library_for_each_build_system(libs):
     readme = (folder / "README.md").read_text()
     assert "pend_act" in readme and "quarl-edge export" in readme
     assert facts["head"] == "identity" and facts["low"] == [-2.0] and facts["high"] == [2.0]
+
+
+def test_a_bare_tflite_with_its_env_exports_what_its_run_does(libs, tmp_path):
+    cli("export", CARTPOLE / "models" / "int8.tflite", "--env", "CartPole-v1", "--name", "cp8",
+        "--out", tmp_path / "bare")
+    run_src = libs["cp8"][0] / "src"
+    assert sorted(p.name for p in (tmp_path / "bare" / "src").iterdir()) == \
+        sorted(p.name for p in run_src.iterdir())
+    for p in run_src.iterdir():
+        assert (tmp_path / "bare" / "src" / p.name).read_text() == p.read_text(), p.name
+
+
+def test_a_run_that_does_not_say_how_outputs_become_box_actions_is_refused(runs, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(runs["pend"][0], run)
+    meta = json.loads((run / "run.json").read_text())
+    del meta["action_head"], meta["action_space"]
+    (run / "run.json").write_text(json.dumps(meta))
+    before = snapshot(tmp_path)
+    o = run_hostile("export-no-action-head", ["export", str(run), "--name", "p", "--out",
+                                              str(tmp_path / "lib")], tmp_path)
+    assert_refused(o, "neither action_head nor action_space")
+    assert_unchanged(before, snapshot(tmp_path))
 
 
 def test_a_second_export_replaces_an_earlier_one(libs, runs):
