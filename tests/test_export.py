@@ -4,7 +4,7 @@ mapping of TF Lite Micro's outputs (measure/reference.py + rl/envs.outputs_to_ac
 same observations, for a discrete policy (CartPole DQN at int8, int16x8 and fp32), a continuous
 one (the SB3 SAC Pendulum actor of tests/fixtures/onnx-export, imported and quantized here; its
 head as recorded, identity, and rewritten to scale) and a recurrent one (SB3 RecurrentPPO on
-CartPole, int8), all six linked into one program."""
+CartPole, int8), all linked into one program; int8-acc's accumulator head too."""
 from __future__ import annotations
 
 import json
@@ -26,20 +26,20 @@ AVR = ["-mmcu=atmega328p", "-Os"]
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """CartPole's int16x8 model (a copy of the example run), the Pendulum run (imported, int8),
-    a copy whose head is scale, the recurrent run."""
+    """CartPole's int16x8 and int8-acc (accumulator head) models (a copy of the example run),
+    the Pendulum run (imported, int8), a copy whose head is scale, the recurrent run."""
     d = tmp_path_factory.mktemp("runs")
     cli("import", RPPO, "--env", "CartPole-v1", "--out", d / "rnn")
     cli("quantize", d / "rnn", "--scheme", "int8")
     shutil.copytree(CARTPOLE, d / "cartpole", ignore=shutil.ignore_patterns("build", "results"))
-    cli("quantize", d / "cartpole", "--scheme", "int16x8")
+    cli("quantize", d / "cartpole", "--scheme", "int16x8", "int8-acc", "dyn-int8")
     pendulum_run(d)
     shutil.copytree(d / "pendulum", d / "pendulum_scale")
     meta = json.loads((d / "pendulum_scale" / "run.json").read_text())
     meta["action_head"] = "scale"
     (d / "pendulum_scale" / "run.json").write_text(json.dumps(meta))
     return {"cp8": (CARTPOLE, "int8"), "cp32": (CARTPOLE, "fp32"),
-            "cp16": (d / "cartpole", "int16x8"),
+            "cp16": (d / "cartpole", "int16x8"), "cpacc": (d / "cartpole", "int8-acc"),
             "pend": (d / "pendulum", "int8"), "pends": (d / "pendulum_scale", "int8"),
             "rnn": (d / "rnn", "int8")}
 
@@ -115,7 +115,7 @@ def test_every_selftest_passes_in_one_program(program, libs):
     assert out == [f"selftest {n} 0" for n in sorted(libs)]
 
 
-@pytest.mark.parametrize("name", ["cp8", "cp32", "cp16", "pend", "pends", "rnn"])
+@pytest.mark.parametrize("name", ["cp8", "cp32", "cp16", "cpacc", "pend", "pends", "rnn"])
 def test_the_library_acts_as_the_host_maps_tflm(program, runs, libs, name):
     run, scheme = runs[name]
     facts = libs[name][1]
@@ -247,6 +247,9 @@ def test_a_run_that_does_not_say_how_outputs_become_box_actions_is_refused(runs,
     del meta["action_head"], meta["action_space"]
     (run / "run.json").write_text(json.dumps(meta))
     before = snapshot(tmp_path)
+    o = run_hostile("export-dyn-int8", ["export", str(runs["cp16"][0]), "--model", "dyn-int8",
+                                        "--name", "p", "--out", str(tmp_path / "lib")], tmp_path)
+    assert_refused(o, "dynamic-range")
     o = run_hostile("export-no-action-head", ["export", str(run), "--name", "p", "--out",
                                               str(tmp_path / "lib")], tmp_path)
     assert_refused(o, "neither action_head nor action_space")
