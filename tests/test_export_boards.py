@@ -86,12 +86,31 @@ static void bits(float f) { union { float f; uint32_t u; } x; x.f = f; hex(x.u);
 
 @OBS@
 
+/* The stack a policy's calls take: the 16 KiB below main's frame painted, the calls made,
+ * then the lowest word they changed (inline: a function would paint its own frame). */
+#define PAINT(sp) do { __asm volatile ("mov %0, sp" : "=r"(sp)); \\
+        for (p = (sp) - 4096; p < (sp) - 8; ++p) { *p = 0xC0FFEE11u; } } while (0)
+static uint32_t *p;
+
 int main(void)
 {
     unsigned i, k;
     float a[1];
+    uint32_t *sp;
     UART_BAUDDIV = 16u;
     UART_CTRL = 1u;
+    PAINT(sp);
+    k = (unsigned)cp8_selftest();
+    for (i = 0u; i < sizeof cp8_obs / sizeof cp8_obs[0]; ++i) { (void)cp8_act(cp8_obs[i], a); }
+    for (p = sp - 4096; p < sp && *p == 0xC0FFEE11u; ++p) { }
+    puts_("stack cp8 "); hex((uint32_t)((uint8_t *)sp - (uint8_t *)p)); put('\\n');
+    PAINT(sp);
+    k += (unsigned)pend_selftest();
+    for (i = 0u; i < sizeof pend_obs / sizeof pend_obs[0]; ++i) { (void)pend_act(pend_obs[i], a); }
+    for (p = sp - 4096; p < sp && *p == 0xC0FFEE11u; ++p) { }
+    puts_("stack pend "); hex((uint32_t)((uint8_t *)sp - (uint8_t *)p)); put('\\n');
+    cp8_reset();
+    pend_reset();
     puts_("selftest cp8 "); hex((uint32_t)cp8_selftest()); put('\\n');
     puts_("selftest pend "); hex((uint32_t)pend_selftest()); put('\\n');
     for (i = 0u; i < sizeof cp8_obs / sizeof cp8_obs[0]; ++i) {
@@ -148,7 +167,10 @@ def test_bare_metal_firmware_on_mps2_acts_as_the_host_maps_tflm(firmware):
                        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     lines = p.stdout.replace("\r", "").splitlines()
     assert p.returncode == 0 and lines[-1:] == ["done"], p.stdout[-2000:] + p.stderr[-2000:]
-    assert lines[:2] == ["selftest cp8 00000000", "selftest pend 00000000"]
+    assert lines[2:4] == ["selftest cp8 00000000", "selftest pend 00000000"]
+    stack = {ln.split()[1]: int(ln.split()[2], 16) for ln in lines[:2]}
+    print(f"stack high-water of the policies' calls (selftest, act) on mps2-an386: {stack}")
+    assert set(stack) == {"cp8", "pend"} and all(0 < v < 4096 for v in stack.values()), stack
     for name in ("cp8", "pend"):
         got = [ln.split()[1:] for ln in lines if ln.startswith(name + " ")]
         assert [rc for rc, _ in got] == ["00000000"] * len(obs[name])
