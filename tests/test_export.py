@@ -281,7 +281,7 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, case, args, words):
     target = [str(CARTPOLE / "models" / "int8.tflite")] if "@tflite" in args else [str(CARTPOLE)]
     args = [a for a in args if a != "@tflite"]
     if "--out" not in args:
-        args += ["--out", str(tmp_path / "lib")]
+        args += ["--out", str(tmp_path / "new" / "lib")]     # its parent not made either
     before = snapshot(tmp_path)
     o = run_hostile(case, ["export", *target, *args], tmp_path)
     assert_refused(o, words)

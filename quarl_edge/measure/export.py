@@ -188,12 +188,10 @@ def export_library(target: Path, scheme: str, board: Board, name: str, out: Path
     out = Path(out)
     check_out(out, force)
     t = hil_target(Path(target), scheme, env_id, None)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
-    try:
-        with tempfile.TemporaryDirectory() as work:
-            src, facts = _library_files(t, board, name, Path(work))
-        lib = tmp / "lib"
+    with tempfile.TemporaryDirectory() as work:
+        # made whole in a temporary folder: nothing at --out (not even its parents) on an error
+        src, facts = _library_files(t, board, name, Path(work))
+        lib = Path(work) / "lib"
         (lib / "src").mkdir(parents=True)
         for fname, text in src.items():
             (lib / "src" / fname).write_text(text)
@@ -203,9 +201,13 @@ def export_library(target: Path, scheme: str, board: Board, name: str, out: Path
             (lib / rel).parent.mkdir(parents=True, exist_ok=True)
             (lib / rel).write_text(text)
         (lib / MARKER).write_text(json.dumps(facts, indent=2) + "\n")
-        _replace(lib, out, tmp)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+        try:           # copied beside --out (the same file system), then renamed into place
+            shutil.copytree(lib, tmp / "lib")
+            _replace(tmp / "lib", out, tmp)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     return facts
 
 
