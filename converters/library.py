@@ -194,11 +194,18 @@ void qe_model_reset_state(void);
 """
 
 
+# where emit.model_c's harness-only part starts (qe_model_info and the tensor specs)
+INFO_MARK = "/* " + "-" * 67 + " info */"
+
+
 def _model_file(model_c: str, kept_headers: set[str]) -> str:
     """model.c for the library: without the harness's info tables and protocol header, and
     including only the kernel headers of the kernels it keeps."""
-    cut = model_c.find("/* ------------------------------------------------------------------- info */")
-    text = model_c[:cut] if cut >= 0 else model_c
+    cut = model_c.find(INFO_MARK)
+    if cut < 0:
+        raise QuarlError("the generated model.c has no info section to leave out (emit.py's "
+                         "model_c changed: update converters/library.py's INFO_MARK)")
+    text = model_c[:cut]
     for helper in re.findall(r"^static inline float (qe_libm_\w+)\(", text, flags=re.M):
         if text.count(helper) == 1:        # unused here: clang warns of an unused static
             text = re.sub(rf"^static inline float {helper}\(.*\n", "", text, flags=re.M)

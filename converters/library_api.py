@@ -152,8 +152,8 @@ def _action_c(policy: Policy, n_out: int) -> str:
     clip = ("        action[i] = (float)(v < (double)qe_low[i] ? (double)qe_low[i]\n"
             "                            : (v > (double)qe_high[i] ? (double)qe_high[i] : v));\n")
     if policy.head == "identity":
-        return (f"    for (i = 0u; i < {n_out}u; ++i) {{\n        const double v = (double)qe_output(i);\n"
-                + clip + "    }\n")
+        return (f"    for (i = 0u; i < {n_out}u; ++i) {{\n"
+                "        const double v = (double)qe_output(i);\n" + clip + "    }\n")
     return (f"    for (i = 0u; i < {n_out}u; ++i) {{\n        double t = (double)qe_output(i);\n"
             "        double v;\n        t = t < -1.0 ? -1.0 : (t > 1.0 ? 1.0 : t);\n"
             "        v = (double)qe_low[i] + 0.5 * (t + 1.0) * (double)qe_span[i];\n"

@@ -50,7 +50,8 @@ endif()
 
 
 def _zephyr(name: str, sources: list[str]) -> dict[str, str]:
-    srcs = "\n".join(f"  ${{CMAKE_CURRENT_LIST_DIR}}/../src/{s}" for s in sources if s.endswith(".c"))
+    srcs = "\n".join(f"  ${{CMAKE_CURRENT_LIST_DIR}}/../src/{s}" for s in sources
+                     if s.endswith(".c"))
     return {
         "zephyr/module.yml": f"name: {name}\nbuild:\n  cmake: zephyr\n",
         "zephyr/CMakeLists.txt": (
@@ -117,8 +118,14 @@ def readme(facts: dict, sources: list[str]) -> str:
     i, o = facts["input"], facts["output"]
     foot = ("not measured (the board's compiler or size tool is not installed)" if not fp else
             f"{fp['text']} B text, {fp['data']} B data, {fp['bss']} B bss ({fp['compiler']}, "
-            f"the board's flags, linked alone with --gc-sections from the API): flash {fp['text'] + fp['data']}"
-            f" B, static RAM {fp['data'] + fp['bss']} B (the arena is {facts['arena_bytes']} B)")
+            "the board's flags, linked alone with --gc-sections from the API): flash "
+            f"{fp['text'] + fp['data']} B, static RAM {fp['data'] + fp['bss']} B (the arena is "
+            f"{facts['arena_bytes']} B), the stack not measured here")
+    in_q, out_q = (f", scale {t['scale']}, zero point {t['zero_point']}"
+                   if t["dtype"] != "float32" else "" for t in (i, o))
+    n_c = len([s for s in sources if s.endswith(".c")])
+    rec = (f"yes: the state is kept between calls; call {name}_reset() when an episode starts"
+           if facts["recurrent"] else "no")
     return f"""# {name}
 
 The policy of `{facts['model']}` (sha256 {facts['sha256']}...) for **{facts['env']}**, exported
@@ -138,10 +145,11 @@ int  {name}_selftest(void);  /* test vectors: outputs not bit-exact with TF Lite
 
 - observation: {facts['obs_size']} floats, exactly as `env.step` returns them (VecNormalize and
   its clip, if the run had them, are folded into the network). Model input: {i['dtype']}
-  {i['shape']}{f", scale {i['scale']}, zero point {i['zero_point']}" if i['dtype'] != 'float32' else ''}.
-- action: {_action_text(facts)}. Model output: {o['dtype']} {o['shape']}{f", scale {o['scale']}, zero point {o['zero_point']}" if o['dtype'] != 'float32' else ''}.
-- recurrent: {'yes: the state is kept between calls; call ' + name + '_reset() when an episode starts' if facts['recurrent'] else 'no'}.
-- ops: {', '.join(facts['ops'])}; {facts['weight_bytes']} B of weights, {facts['arena_bytes']} B arena.
+  {i['shape']}{in_q}.
+- action: {_action_text(facts)}. Model output: {o['dtype']} {o['shape']}{out_q}.
+- recurrent: {rec}.
+- ops: {', '.join(facts['ops'])}; {facts['weight_bytes']} B of weights, {facts['arena_bytes']} B
+  arena.
 - `{name}_selftest()` runs {facts['test_vectors']} embedded observations of a {facts['env']}
   episode (seed 0) and compares the outputs with TF Lite Micro's, bit for bit; it resets the
   state before and after.
@@ -159,7 +167,7 @@ Lite Micro's order, and a fused multiply-add would change the last bits.
   On AVR the weights stay in flash (`__flash`) in the GNU C modes (Arduino's default).
 - PlatformIO: `lib_deps = file://path/to/{name}` (library.json).
 - Zephyr: `-DZEPHYR_EXTRA_MODULES=path/to/{name}` (zephyr/module.yml).
-- Anything else: compile `src/*.c` ({len([s for s in sources if s.endswith('.c')])} files) with `src/` on the include path.
+- Anything else: compile `src/*.c` ({n_c} files) with `src/` on the include path.
 
 ## Made by
 
