@@ -27,8 +27,8 @@ import os
 from pathlib import Path
 from typing import Iterable
 
-from .api_results import (BoardInfo, BuildResult, ImportResult, QuantizeResult, ReportResult,
-                          StudySummary, SweepRow, TrainResult, ValidateResult)
+from .api_results import (BoardInfo, BuildResult, ExportResult, ImportResult, QuantizeResult,
+                          ReportResult, StudySummary, SweepRow, TrainResult, ValidateResult)
 from .errors import QuarlError
 # the row schema of hil, bench and the study's board cells (dataclasses only: no stage's weight)
 from .measure.rows import BenchRow, HilResult, Latency
@@ -39,9 +39,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 PathLike = str | os.PathLike
 
-__all__ = ["BenchRow", "BoardInfo", "BuildResult", "HilResult", "ImportResult", "Latency",
-           "QuantizeResult", "ReportResult", "StudySummary", "SweepRow", "TrainResult",
-           "ValidateResult", "bench", "boards", "build", "farm_node", "hil", "import_policy",
+__all__ = ["BenchRow", "BoardInfo", "BuildResult", "ExportResult", "HilResult", "ImportResult",
+           "Latency", "QuantizeResult", "ReportResult", "StudySummary", "SweepRow", "TrainResult",
+           "ValidateResult", "bench", "boards", "build", "export", "farm_node", "hil",
+           "import_policy",
            "load_board", "models", "ports", "quantize", "report", "session", "study",
            "study_status", "sweep", "train", "validate"]
 
@@ -280,6 +281,20 @@ def hil(run: PathLike, board="host", *, model: str = "int8", episodes: int = 20,
                   seed=seed, port=port, progress=progress, flasher=flasher, drive=drive,
                   results_dir=Path(out) if out is not None else None, env_id=env, head=action)
     return _from(HilResult, res, latency=Latency(**res["latency"]))
+
+
+def export(run: PathLike, board="host", *, model: str = "int8", name: str, out: PathLike,
+           env: str | None = None, force: bool = False, board_file: PathLike | None = None,
+           command: str = "") -> ExportResult:
+    """The policy of `run` (a run directory and its `model` scheme, or a bare MODEL.tflite with
+    `env`) as a C library folder `out` for `board`: src/NAME.h (NAME_act, NAME_reset,
+    NAME_selftest) and the kernels it needs, every symbol prefixed with `name`; also an Arduino,
+    PlatformIO, CMake / ESP-IDF and Zephyr library. `out` must be new or an earlier export
+    (unless `force`). The result holds what out/quarl-edge-export.json records."""
+    from .measure.export import export_library
+    facts = export_library(Path(run), model, _board(board, board_file), name, Path(out),
+                           env_id=env, force=force, command=command)
+    return _from(ExportResult, facts, out=str(out))
 
 
 def bench(run: PathLike, boards: str | Iterable = "all-emulated", *, n: int = 100,

@@ -40,6 +40,34 @@ class QuantizeResult:
 
 
 @dataclass
+class ExportResult:
+    """`export`: the library folder and what was exported (its quarl-edge-export.json)."""
+    out: str
+    name: str
+    model: str
+    sha256: str                       # first 8 bytes of the .tflite's SHA-256, hex
+    env: str
+    board: str
+    kernels: str
+    head: str                         # argmax | identity | scale
+    obs_size: int
+    action_size: int
+    recurrent: bool
+    arena_bytes: int
+    weight_bytes: int
+    input: dict                       # the model's input spec: dtype, shape, scale, zero point
+    output: dict
+    ops: list
+    test_vectors: int
+    low: list                         # Box bounds (identity, scale)
+    high: list
+    start: int                        # Discrete start (argmax)
+    n_actions: int
+    footprint: dict | None            # text, data, bss of the library alone on the board
+    command: str = ""
+
+
+@dataclass
 class SweepRow:
     mode: str                         # "fp32", "weights+activations", "weights", "activations"
     bits: int

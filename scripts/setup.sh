@@ -12,7 +12,8 @@ APT_PACKAGES=(gcc libc6-dev make
               simavr gcc-avr avr-libc libsimavr-dev libsimavrparts1        # boards/atmega328p
               openocd avrdude teensy-loader-cli    # flash tools for the real boards (quarl_edge/targets/flash.py)
               openssh-client openssh-server        # linux boards' SSH deploy (tests: a local sshd)
-              clang-19 libclang-rt-19-dev)         # the firmware's libFuzzer target (make fuzz, tests/test_fuzz.py)
+              clang-19 libclang-rt-19-dev          # the firmware's libFuzzer target (make fuzz, tests/test_fuzz.py)
+              cmake g++ arduino-core-avr)          # `export`'s library as users build it (tests/test_export.py)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

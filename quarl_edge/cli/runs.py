@@ -1,4 +1,5 @@
-"""The commands that make a run directory and its models: train, import, quantize and sweep.
+"""The commands that make a run directory and its models: train, import, quantize and sweep;
+and export, which makes the C library of a run's model.
 Each command's options, then its handler: it calls the API (`qe`) and prints the result."""
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 from ..errors import QuarlError
 from ..names import ALGOS, IMPORT_KINDS, SCHEMES, SWEEP_MODES
-from .options import command, int_in, json_option, nonnegative_int, positive_int
+from .options import board_option, command, int_in, json_option, nonnegative_int, positive_int
 from .output import as_json, emit_json, kib, note, table
 
 
@@ -17,6 +18,7 @@ def add_commands(sub) -> None:
     _add_import(sub)
     _add_quantize(sub)
     _add_sweep(sub)
+    _add_export(sub)
 
 
 # --------------------------------------------------------------------------------- train
@@ -177,3 +179,48 @@ def cmd_sweep(a, qe):
           [[r.mode, r.bits, f"{r.mean_return:.1f} ± {r.std_return:.1f}", f"{r.agreement:.3f}",
             "-" if r.ties is None else f"{r.ties:.3f}"] for r in rows],
           right=("bits", "return (mean ± std)", "agreement", "ties"))
+
+
+# -------------------------------------------------------------------------------- export
+def _add_export(sub) -> None:
+    """export: the policy as a C library folder for the user's firmware."""
+    s = command(sub, "export", "the policy as a C library for your firmware (plain C99, "
+                               "Arduino, PlatformIO, CMake/ESP-IDF, Zephyr)",
+                "quarl-edge export runs/cartpole --model int8 --board mps2-an386 --name "
+                "cartpole --out lib/cartpole", cmd_export)
+    s.add_argument("run", metavar="RUN", help="a run directory with RUN/models/SCHEME.tflite, "
+                                               "or a bare MODEL.tflite with --env")
+    s.add_argument("--model", "--scheme", dest="model", default="int8", choices=SCHEMES,
+                   metavar="SCHEME", help=f"the scheme of the run's model, of: "
+                                          f"{', '.join(SCHEMES)}")
+    s.add_argument("--env", default=None, metavar="ID",
+                   help="the Gymnasium id a bare MODEL.tflite plays (a run knows its env)")
+    board_option(s)
+    s.add_argument("--name", required=True,
+                   help="the C prefix of every symbol (NAME_act, NAME_OBS_SIZE, ...) and the "
+                        "library's name: a C identifier, not a keyword")
+    s.add_argument("--out", required=True, metavar="DIR",
+                   help="the folder to write (written beside, then renamed into place)")
+    s.add_argument("--force", action="store_true",
+                   help="replace --out even when it is not an earlier export")
+    json_option(s)
+
+
+def cmd_export(a, qe):
+    """export: the folder and what the library takes."""
+    import shlex
+    import sys
+    command_line = shlex.join(["quarl-edge", *sys.argv[1:]]) if sys.argv[1:] else ""
+    res = qe.export(a.run, a.board, model=a.model, name=a.name, out=a.out, env=a.env,
+                    force=a.force, board_file=a.board_file, command=command_line)
+    if a.json:
+        emit_json(as_json(res))
+        return 0
+    fp = res.footprint
+    size = (f"{fp['text'] + fp['data']} B flash, {fp['data'] + fp['bss']} B static RAM on "
+            f"{fp['board']}" if fp else f"footprint not measured ({a.board}'s compiler is not "
+            "installed)")
+    print(f"{res.out}: {res.name}_act for {res.env} ({res.head}, {res.obs_size} observations "
+          f"-> {res.action_size} action values), {size}; {res.name}_selftest() runs "
+          f"{res.test_vectors} test vectors")
+    return 0

@@ -1,0 +1,75 @@
+"""What tests/test_export.py and tests/test_export_boards.py share: exporting through the CLI,
+observations to feed a policy, and the host's mapping of TF Lite Micro's outputs to actions (what
+`hil` compares a board with)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+CARTPOLE = ROOT / "examples" / "cartpole_dqn"
+RPPO = ROOT / "tests" / "fixtures" / "sb3" / "rppo_cartpole.zip"
+PENDULUM_ONNX = ROOT / "tests" / "fixtures" / "onnx-export" / "sac_pendulum_actor.op13.onnx"
+
+
+def cli(*args, cwd=ROOT):
+    p = subprocess.run([sys.executable, "-m", "quarl_edge.cli", *map(str, args)], cwd=cwd,
+                       capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return p
+
+
+def export(run, name, out, board="host", scheme="int8"):
+    cli("export", run, "--model", scheme, "--board", board, "--name", name, "--out", out)
+    return json.loads((Path(out) / "quarl-edge-export.json").read_text())
+
+
+def observations(env_id: str, n: int = 60) -> np.ndarray:
+    """Observations of episodes with random actions, and as many drawn around them."""
+    from quarl_edge.rl.envs import make_gym
+    env = make_gym(env_id)
+    env.action_space.seed(1)
+    obs, _ = env.reset(seed=1)
+    seen = []
+    for _ in range(n):
+        seen.append(np.asarray(obs, np.float32).reshape(-1))
+        obs, _, term, trunc, _ = env.step(env.action_space.sample())
+        if term or trunc:
+            obs, _ = env.reset()
+    seen = np.stack(seen)
+    rng = np.random.default_rng(0)
+    spread = rng.normal(0.0, 1.5, seen.shape).astype(np.float32) * (np.abs(seen) + 0.1)
+    return np.concatenate([seen, seen + spread]).astype(np.float32)
+
+
+def host_actions(run: Path, scheme: str, obs: np.ndarray) -> np.ndarray:
+    """The host's mapping of TF Lite Micro's outputs: what hil compares a board with."""
+    from quarl_edge.measure.hil import hil_target
+    from quarl_edge.measure.reference import _dequantized, _quantized, host_reference
+    from quarl_edge.rl.envs import outputs_to_actions
+    t = hil_target(run, scheme, None, None)
+    ref = host_reference(t.model, micro=True)      # a recurrent model: from a zero state
+    din, dout = ref.inputs[0], ref.outputs[0]
+    outs = []
+    for o in obs:
+        x = _quantized(o.reshape(tuple(din["shape"])), din)
+        outs.append(_dequantized(ref.run([x])[0], dout).reshape(-1))
+    acts = outputs_to_actions(np.stack(outs), t.space, t.head)
+    return np.asarray(acts, np.float32).reshape(len(obs), -1)
+
+
+
+
+def pendulum_run(d: Path) -> Path:
+    """The SB3 SAC Pendulum actor (ONNX), imported and quantized to int8 in `d`/pendulum."""
+    cli("import", PENDULUM_ONNX, "--env", "Pendulum-v1", "--out", d / "pendulum")
+    cli("quantize", d / "pendulum", "--scheme", "int8")
+    return d / "pendulum"
+
+
+def hex_line(name: str, obs: np.ndarray) -> str:
+    return f"{name} " + " ".join(float(v).hex() for v in obs)
