@@ -75,9 +75,7 @@ def _add_emulate(sub) -> None:
 
 def cmd_emulate(a, qe):
     """emulate: print the port, keep the emulator up until Ctrl-C / SIGTERM, stop it."""
-    from ..targets.emulate import emulate
-    board = qe.load_board(a.board)
-    with emulate(board) as em:
+    with qe.emulate(a.board) as em:
         for line in em.lines:
             print(line, flush=True)
         for n in em.notes:
@@ -87,5 +85,4 @@ def cmd_emulate(a, qe):
                 time.sleep(0.2)
         except KeyboardInterrupt:        # Ctrl-C and SIGTERM (cli.main's handler): a clean stop
             return
-        from ..errors import BoardError
-        raise BoardError(f"the emulation of {board.id} stopped: {em.describe_exit()}")
+        raise qe.BoardError(f"the emulation of {a.board} stopped: {em.describe_exit()}")
