@@ -41,7 +41,7 @@ PathLike = str | os.PathLike
 
 __all__ = ["BenchRow", "BoardInfo", "BuildResult", "ExportResult", "HilResult", "ImportResult",
            "Latency", "QuantizeResult", "ReportResult", "StudySummary", "SweepRow", "TrainResult",
-           "ValidateResult", "bench", "boards", "build", "export", "farm_node", "hil",
+           "ValidateResult", "bench", "boards", "build", "emulate", "export", "farm_node", "hil",
            "import_policy",
            "load_board", "models", "ports", "quantize", "report", "session", "study",
            "study_status", "sweep", "train", "validate"]
@@ -370,6 +370,14 @@ def load_board(board: str = "host", *, board_file: PathLike | None = None):
     """The board with the id `board`, or the board file `board_file`, loaded and checked (an
     unknown id or a bad file is a QuarlError), to hand to build, session, validate or hil."""
     return _board(board, board_file)
+
+
+def emulate(board: str, *, board_file: PathLike | None = None):
+    """Start the emulation of a real board as it comes (quarl_edge/targets/emulate.py): a
+    running board with `url` (its port), `lines` (what `quarl-edge emulate` prints) and
+    `notes`; a context manager that stops it."""
+    from .targets.emulate import emulate as start_emulation
+    return start_emulation(_board(board, board_file))
 
 
 def boards() -> list[BoardInfo]:

@@ -11,6 +11,7 @@ APT_PACKAGES=(gcc libc6-dev make
               gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm    # boards/mps2-*, lm3s6965evb
               simavr gcc-avr avr-libc libsimavr-dev libsimavrparts1        # boards/atmega328p
               openocd avrdude teensy-loader-cli    # flash tools for the real boards (quarl_edge/targets/flash.py)
+              arduino-core-avr gdb-multiarch       # quarl-edge emulate: Optiboot's source, the gdb flasher
               openssh-client openssh-server        # linux boards' SSH deploy (tests: a local sshd)
               clang-19 libclang-rt-19-dev          # the firmware's libFuzzer target (make fuzz, tests/test_fuzz.py)
               cmake g++ arduino-core-avr)          # `export`'s library as users build it (tests/test_export.py)

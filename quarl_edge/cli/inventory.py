@@ -1,15 +1,19 @@
-"""The commands that list what is here: boards (with their tools) and serial ports. Each
-command's options, then its handler: it calls the API (`qe`) and prints the result."""
+"""The commands that list what is here: boards (with their tools) and serial ports, and the
+emulation of a real board. Each command's options, then its handler: it calls the API (`qe`)
+and prints the result."""
 from __future__ import annotations
 
+import time
+
 from .options import command, json_option
-from .output import as_json, emit_json, kib, mhz, table
+from .output import as_json, emit_json, kib, mhz, note, table
 
 
 def add_commands(sub) -> None:
-    """boards and ports, in --help's order."""
+    """boards, ports and emulate, in --help's order."""
     _add_boards(sub)
     _add_ports(sub)
+    _add_emulate(sub)
 
 
 # -------------------------------------------------------------------------------- boards
@@ -56,3 +60,29 @@ def cmd_ports(a, qe):
         return
     table(["device", "usb", "board", "description"],
           [[p.device, p.usb_id, ", ".join(p.boards) or "?", p.description] for p in ports])
+
+
+# ------------------------------------------------------------------------------- emulate
+def _add_emulate(sub) -> None:
+    """emulate: a real board in an emulator, reached by --port as the real one."""
+    s = command(sub, "emulate", "emulate a real board as it comes (its boot loader waiting, or "
+                                "its debug probe's GDB server) until Ctrl-C; the first line "
+                                "printed is its port",
+                "quarl-edge emulate arduino-uno", cmd_emulate)
+    s.add_argument("board", metavar="BOARD",
+                   help="arduino-uno, or a QEMU board (netduinoplus2, mps2-an386, ...)")
+
+
+def cmd_emulate(a, qe):
+    """emulate: print the port, keep the emulator up until Ctrl-C / SIGTERM, stop it."""
+    with qe.emulate(a.board) as em:
+        for line in em.lines:
+            print(line, flush=True)
+        for n in em.notes:
+            note(n)
+        try:
+            while em.alive():
+                time.sleep(0.2)
+        except KeyboardInterrupt:        # Ctrl-C and SIGTERM (cli.main's handler): a clean stop
+            return
+        raise qe.BoardError(f"the emulation of {a.board} stopped: {em.describe_exit()}")

@@ -61,10 +61,15 @@ class PtyMethod(ConnectMethod):
 
 
 class QemuMethod(ConnectMethod):
-    """An emulated Cortex-M board: qemu-system-arm, counting instructions (qemu.py)."""
+    """An emulated Cortex-M board: qemu-system-arm, counting instructions (qemu.py). With a port
+    (`quarl-edge flash --port`), one that `quarl-edge emulate` runs: flashed through its GDB
+    server (`--flasher gdb=HOST:PORT`) and reached on that serial port, as a real board."""
     name = "qemu"
+    flashes = True
 
     def start(self, board, elf, port=None, flasher=None, drive=None):
+        if port is not None:
+            return FlashedBoard(board, elf, port, flasher, drive)
         return Qemu(board, elf)
 
     def missing_tools(self, board):

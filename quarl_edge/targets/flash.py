@@ -17,9 +17,11 @@ from __future__ import annotations
 import getpass
 import itertools
 import os
+import re
 import shlex
 import struct
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,6 +63,21 @@ def avrdude_args(cfg: dict, hex_path: Path, port: str, program: str = "avrdude")
     if "baud" in cfg:
         args += ["-b", str(cfg["baud"])]
     return args + ["-D", "-U", f"flash:w:{hex_path}:i"]
+
+
+def gdb_args(cfg: dict, elf: Path, server: str, program: str = "gdb-multiarch") -> list[str]:
+    """Load through a GDB server: connect, load, compare-sections (verify), reset, detach (the
+    target then runs)."""
+    if not server:
+        raise BoardError("the gdb flasher needs its GDB server: --flasher gdb=HOST:PORT (or a "
+                         "probe's device), or `server` in the board file's [flash.gdb]")
+    reset = cfg.get("reset")
+    if reset is None:       # a reset by hand: the initial SP and PC from the vector table
+        vt = loadable_segments(elf)[0][0]
+        reset = [f"set $sp = *(unsigned int *)0x{vt:x}", f"set $pc = *(unsigned int *)0x{vt + 4:x}"]
+    cmds = ["set confirm off", "set pagination off", f"target extended-remote {server}",
+            *cfg.get("commands", []), "load", "compare-sections", *reset, "detach"]
+    return [program, "-nx", "-q", "-batch", *(a for c in cmds for a in ("-ex", c)), str(elf)]
 
 
 def picotool_args(cfg: dict, image: Path, program: str = "picotool") -> list[str]:
@@ -278,6 +295,15 @@ class FlashResult:
     notes: list[str] = field(default_factory=list)
 
 
+def check_fits(board, elf: Path) -> None:
+    """Refuse an image larger than the board's flash before any tool runs."""
+    size = sum(len(d) for _, d in loadable_segments(elf))
+    if board.flash_bytes and size > board.flash_bytes:
+        raise BoardError(f"the firmware image {Path(elf).name} is {size:,} B and board "
+                         f"{board.id}'s flash holds {board.flash_bytes:,} B (flash_bytes in "
+                         f"{board.path}): it does not fit; nothing was flashed")
+
+
 def pick_tool(board, flasher: str | None = None) -> str:
     """The tool to use: `flasher` if given (one of the board's), else the first of the board's
     tools that is installed (a drive copy needs no program). ToolchainError if none is."""
@@ -307,23 +333,86 @@ def _tail(text: str, lines: int = 12) -> str:
     return "\n".join(kept[-lines:])
 
 
+def _diagnose(board, tool: str, out: str, port: str | None, log: Path | None) -> str | None:
+    """One line for a failure the tool's output names (a boot loader that does not answer, a
+    flash that does not verify), or None."""
+    where = f"; {tool}'s whole output: {log}" if log else ""
+    if tool == "avrdude" and ("not in sync" in out or "not responding" in out):
+        baud = board.flash_config.get("avrdude", {}).get("baud")
+        return (f"avrdude got no answer from the boot loader on {port} (not in sync): the wrong "
+                f"port, a board that was not reset into its boot loader (it listens for about a "
+                f"second after a reset; opening the port resets an Uno), or the wrong baud rate "
+                f"({baud or 'avrdude default'}){where}")
+    if tool == "gdb":
+        if re.search(r"Connection refused|Connection timed out|could not connect|No route to host|"
+                     r"Remote communication error", out):
+            return (f"the GDB server at {port} refused the connection: is the probe's GDB server "
+                    f"running there (st-util, pyocd gdbserver, JLinkGDBServer; a Black Magic "
+                    f"Probe's first port)?{where}")
+        if "MIS-MATCHED" in out:
+            bad = re.findall(r"Section (\S+), range (0x[0-9a-f]+ -- 0x[0-9a-f]+): MIS-MATCHED", out)
+            return (f"gdb loaded board {board.id}'s flash but it does not verify (compare-sections:"
+                    f" {', '.join(f'{n} {r}' for n, r in bad) or 'mismatch'}){where}")
+    m = re.search(r"device 0x([0-9a-fA-F]+) != input 0x([0-9a-fA-F]+) at addr 0x([0-9a-fA-F]+)", out)
+    if m or "verification error" in out or "verification mismatch" in out:
+        first = (f": first at byte 0x{m.group(3)} (the board has 0x{m.group(1)}, the image "
+                 f"0x{m.group(2)})") if m else ""
+        return (f"{tool} wrote board {board.id}'s flash but it does not verify{first}; flash "
+                f"again, and if it persists the flash or the boot loader is faulty{where}")
+    return None
+
+
+def _gone(port: str | None) -> bool:
+    return port is not None and port.startswith("/dev/") and not os.path.exists(port)
+
+
 def run_tool(board, tool: str, args: list[str], timeout: float,
-             cwd: Path | None = None) -> str:
-    """Run one flash command; its combined output, or a BoardError with the exit code and the
-    output's last lines (or ToolchainError if the program vanished)."""
+             cwd: Path | None = None, port: str | None = None, log: Path | None = None) -> str:
+    """Run one flash command; its combined output (also written to `log`), or a BoardError:
+    one line for a failure recognised in the output or the `port` device vanishing while the
+    tool runs (the tool is stopped), else the exit code and the output's last lines (or
+    ToolchainError if the program vanished)."""
     command = shlex.join(args) + (f"  (in {cwd})" if cwd else "")
+    out_file = tempfile.TemporaryFile()
     try:
-        proc = subprocess.run(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, timeout=timeout, cwd=cwd, check=False)
+        proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=out_file,
+                                stderr=subprocess.STDOUT, cwd=cwd)
     except FileNotFoundError:
+        out_file.close()
         raise ToolchainError(f"'{args[0]}' (flash tool '{tool}' for board {board.id}) is not "
                              f"installed; install it with: {TOOLS[tool].install}") from None
-    except subprocess.TimeoutExpired as e:
-        out = (e.output or b"").decode(errors="replace")
+    deadline, vanished, timed_out = time.monotonic() + timeout, False, False
+    had_port = port is not None and os.path.exists(port)
+    try:
+        while proc.poll() is None:
+            vanished = had_port and _gone(port)
+            timed_out = time.monotonic() > deadline
+            if vanished or timed_out:
+                proc.kill()
+                proc.wait()
+                break
+            time.sleep(0.1)
+    finally:
+        if proc.poll() is None:     # interrupted: stop the tool
+            proc.kill()
+            proc.wait()
+        out_file.seek(0)
+        out = out_file.read().decode(errors="replace").replace("\r", "\n")
+        out_file.close()
+    if log is not None:
+        write_atomic(log, f"$ {command}\n{out}")
+    if vanished:
+        raise BoardError(f"the port {port} vanished while {tool} was flashing board {board.id} "
+                         "(unplugged, or the board or its emulator stopped); the flash is "
+                         f"incomplete: flash again{f'; its output: {log}' if log else ''}")
+    if timed_out or proc.returncode != 0:
+        line = _diagnose(board, tool, out, port, log)
+        if line is not None:
+            raise BoardError(line)
+    if timed_out:
         raise BoardError(f"{tool} did not finish flashing board {board.id} within {timeout:.0f} s"
                          + (f"; its last output:\n{_tail(out)}" if out.strip() else "")
-                         + f"\ncommand: {command}") from None
-    out = proc.stdout.decode(errors="replace")
+                         + f"\ncommand: {command}")
     if proc.returncode != 0:
         hint = ""
         if tool == "pyocd" and "not recognized" in out:   # a target pyocd does not build in
@@ -340,10 +429,12 @@ def flash(board, elf: Path, port: str | None = None, flasher: str | None = None,
     """Flash `elf` onto `board` with its preferred installed tool (or `flasher`). `port` is the
     serial port for tools that flash through it (avrdude; default: found by the board's USB
     VID:PID), `drive` the mounted USB drive for drive-copy tools (default: found by its label)."""
-    tool = pick_tool(board, flasher)
+    flasher, _, server = (flasher or "").partition("=")
+    tool = pick_tool(board, flasher or None)
     elf = Path(elf).resolve()       # the tools may run elsewhere (cwd); their messages name it
     cfg = board.flash_config.get(tool, {})
     timeout = timeout or board.flash_timeout_s or DEFAULT_TIMEOUT_S
+    check_fits(board, elf)
     image = write_image(board, tool, elf)
     t = TOOLS[tool]
     if t.program is None:
@@ -371,7 +462,13 @@ def flash(board, elf: Path, port: str | None = None, flasher: str | None = None,
         if port is None:
             port = find_port(board)
         args, cwd = avrdude_args(cfg, Path(image.name), port, program), image.parent
+    elif tool == "gdb":
+        server = server or cfg.get("server", "")
+        args = gdb_args(cfg, image, server, program)
+        out = run_tool(board, tool, args, timeout, port=server, log=elf.with_suffix(".gdb.log"))
+        return FlashResult(tool, image, command=args, output=out)
     else:   # a tool in TOOLS without a runner here is a bug
         raise AssertionError(tool)
-    out = run_tool(board, tool, args, timeout, cwd)
+    out = run_tool(board, tool, args, timeout, cwd, port=port if t.needs_port else None,
+                   log=elf.with_suffix(f".{tool}.log"))
     return FlashResult(tool, image, command=args, port=port if t.needs_port else None, output=out)

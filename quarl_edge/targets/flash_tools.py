@@ -35,6 +35,12 @@ TOOLS: dict[str, FlashTool] = {t.name: t for t in (
               "elf", {}),
     FlashTool("teensy", "teensy_loader_cli",
               "apt-get install --no-install-recommends teensy-loader-cli", "hex", {"mcu": str}),
+    # any GDB server: a Black Magic Probe's port, st-util, pyocd gdbserver, J-Link's, QEMU's
+    # stub; `server` (HOST:PORT or a device), else --flasher gdb=SERVER; `commands` after
+    # connecting (a BMP: "monitor swdp_scan", "attach 1"), `reset` after the load (default:
+    # SP and PC from the vector table at the image's lowest address)
+    FlashTool("gdb", "gdb-multiarch", "apt-get install --no-install-recommends gdb-multiarch",
+              "elf", {}, {"server": str, "commands": list, "reset": list}),
 )}
 COPY_TOOLS = tuple(n for n, t in TOOLS.items() if t.program is None)
 DEFAULT_TIMEOUT_S = 180.0     # teensy_loader_cli -w waits for the button press; avrdude retries

@@ -62,7 +62,9 @@ class Qemu(ChildProcess):
 
     START_TIMEOUT_S = 10.0
 
-    def __init__(self, board, elf: Path):
+    def __init__(self, board, elf: Path | None, gdb_port: int | None = None):
+        """`elf` None: no program (an empty flash); `gdb_port`: QEMU's GDB stub on that
+        localhost port and the board left halted for a debugger (emulate.py)."""
         exe = board.connect.get("qemu", "qemu-system-arm")
         qemu = shutil.which(exe)
         if qemu is None:
@@ -73,16 +75,20 @@ class Qemu(ChildProcess):
             raise BoardError(f"board {board.id}: [connect] needs 'machine' (a QEMU machine name) "
                              "and 'icount_shift' (an integer)")
         self.board = board
-        self.elf = Path(elf)
-        check_elf(self.elf, "EM_ARM", "ARM")   # QEMU would run any other file as a raw image, silently
+        kernel = []
+        if elf is not None:
+            self.elf = Path(elf)
+            check_elf(self.elf, "EM_ARM", "ARM")   # QEMU would run any other file as a raw image
+            kernel = ["-kernel", str(self.elf)]
         self._dir = Path(tempfile.mkdtemp(prefix="qe-qemu-"))   # short path: AF_UNIX limit
         self._control_path = self._dir / "control.sock"   # our monitor; monitor.sock is others'
         self._serial_path = self._dir / "serial.sock"
         self._monitor_path = self._dir / "monitor.sock"
         self.reset_handle = f"qemu-monitor:{self._monitor_path}"
         self._control: socket.socket | None = None
-        self._open_log(self.elf.with_suffix(".qemu.log"))
-        self.cmd = [qemu, "-machine", machine, "-kernel", str(self.elf), "-display", "none",
+        self._open_log(self.elf.with_suffix(".qemu.log") if elf is not None
+                       else self._dir / "qemu.log")
+        self.cmd = [qemu, "-machine", machine, *kernel, "-display", "none",
                     "-monitor", f"unix:{self._monitor_path},server=on,wait=off", "-nodefaults",
                     "-chardev", f"socket,id=control,path={self._control_path},server=on,wait=off",
                     "-mon", "chardev=control,mode=readline",
@@ -92,13 +98,15 @@ class Qemu(ChildProcess):
                                 f"wait=off,{SERIAL_BUFFER}",
                     "-echr", str(NO_ESCAPE_CHAR),
                     "-serial", f"chardev:{SERIAL_ID}", "-S",
+                    *(["-gdb", f"tcp:127.0.0.1:{gdb_port}"] if gdb_port else []),
                     *board.connect.get("extra_args", [])]
         self.proc = subprocess.Popen(self.cmd, stdin=subprocess.DEVNULL, stdout=self._log,
                                      stderr=subprocess.STDOUT, close_fds=True,
                                      preexec_fn=die_with_parent if sys.platform == "linux" else None)
         try:
             self._control_connect()
-            self._command("cont")
+            if gdb_port is None:      # else halted until the debugger runs it
+                self._command("cont")
             self.url = f"unix://{self._serial_path}"
         except BaseException:
             self.stop()
