@@ -59,10 +59,13 @@ def _free(path: Path) -> str:
     return f"{free} B free"
 
 
-def disk_error(path: Path | None, e: OSError) -> DiskError:
+def disk_error(path: Path | None, e: OSError, writing: bool = True) -> DiskError:
     """The one line for an OSError of DISK_ERRNOS while writing `path` (None: unknown, then
-    the free space is the current folder's)."""
+    the free space is the current folder's; `writing` False: it may have been a read too)."""
     why = e.strerror or os.strerror(e.errno or 0)
+    if not writing:
+        return DiskError(f"{path or 'a file'}: {why} ({_free(Path(path or '.'))} on its file "
+                         "system)")
     what = f"cannot write {path}" if path else "a write failed"
     return DiskError(f"{what}: {why} ({_free(Path(path or '.'))} on its file system); "
                      "the previous file is kept")

@@ -133,8 +133,8 @@ def main(argv=None) -> int:
         _close_progress_bars()
         line = missing_extra(e, args.command)    # an optional package (an extra) not installed
         if isinstance(e, OSError) and e.errno in DISK_ERRNOS:   # a full or read-only disk
-            print(f"quarl-edge: error: {args.command}: {disk_error(e.filename, e)}",
-                  file=sys.stderr)
+            said = disk_error(e.filename, e, writing=False)
+            print(f"quarl-edge: error: {args.command}: {said}", file=sys.stderr)
             return EXIT_USER_ERROR
         if line is not None:
             if args.verbose:
