@@ -5,8 +5,9 @@
 For each N (default 2000 10000 20000) it builds a chain of N float32 ops, FULLY_CONNECTED and
 RELU in turn (one shared 4x4 weight tensor, so the file grows with the ops only), times
 `quarl_edge.converters.cgen.generate` on it and prints the wall and CPU seconds (CPU: this
-process's, steadier on a shared machine), the CPU seconds per 1,000 ops and model.c's size. --profile N prints cProfile's top functions for one N; --compile also times
-`gcc -std=c99 -O2 -c` of each model.c (the build step of `validate --board host`).
+process's, steadier on a shared machine), the CPU seconds per 1,000 ops and model.c's size.
+--profile N prints cProfile's top functions for one N; --compile also times `gcc -std=c99 -O2
+-c` of each model.c (the build step of `validate --board host`).
 
 The reader refuses models past tflite_model.MAX_OPS (gcc's time, not the generator's, is what
 that limit bounds); this script lifts it (and MAX_TENSORS) to its largest N to measure the

@@ -32,7 +32,7 @@ INT8 = ROOT / "examples" / "cartpole_dqn" / "models" / "int8.tflite"
 def asm_payload(marker: Path) -> bytes:
     """C that, once out of its comment, runs `touch marker` when the program starts."""
     return (b'__asm__(".pushsection .init_array,\\"aw\\"\\n.quad 1f\\n.popsection\\n'
-            b'.pushsection .text\\n1: push %rbp\\nlea 2f(%rip), %rdi\\ncall system@PLT\\n'
+            b'.pushsection .text.qe,\\"ax\\"\\n1: push %rbp\\nlea 2f(%rip), %rdi\\ncall system@PLT\\n'
             b'pop %rbp\\nret\\n2: .asciz \\"touch ' + str(marker).encode() + b'\\"\\n.popsection");')
 
 
