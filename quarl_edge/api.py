@@ -292,6 +292,13 @@ def export(run: PathLike, board="host", *, model: str = "int8", name: str, out: 
     PlatformIO, CMake / ESP-IDF and Zephyr library. `out` must be new or an earlier export
     (unless `force`). The result holds what out/quarl-edge-export.json records."""
     from .measure.export import export_library
+    if not command:          # the README's "Made by": the command that does the same
+        import shlex
+        b = (f"--board-file {board_file}" if board_file is not None
+             else f"--board {getattr(board, 'id', board)}")
+        command = (f"quarl-edge export {shlex.quote(str(run))} --model {model} {b} --name "
+                   f"{name} --out {shlex.quote(str(out))}"
+                   + (f" --env {shlex.quote(env)}" if env else ""))
     facts = export_library(Path(run), model, _board(board, board_file), name, Path(out),
                            env_id=env, force=force, command=command)
     return _from(ExportResult, facts, out=str(out))

@@ -46,14 +46,19 @@ def observations(env_id: str, n: int = 60) -> np.ndarray:
     return np.concatenate([seen, seen + spread]).astype(np.float32)
 
 
-def host_actions(run: Path, scheme: str, obs: np.ndarray) -> np.ndarray:
-    """The host's mapping of TF Lite Micro's outputs: what hil compares a board with."""
+def host_actions(run: Path, scheme: str | None, obs: np.ndarray,
+                 env_id: str | None = None) -> np.ndarray:
+    """The host's mapping of TF Lite Micro's outputs: the observation quantized and the output
+    dequantized as measure/reference.py does (with tflite-runtime's tensor details), TFLM's
+    outputs, then rl/envs.outputs_to_actions with the run's head: what hil compares with."""
     from quarl_edge.measure.hil import hil_target
-    from quarl_edge.measure.reference import _dequantized, _quantized, host_reference
+    from quarl_edge.measure.reference import (_dequantized, _quantized, host_reference,
+                                              tflite_runtime_interpreter)
     from quarl_edge.rl.envs import outputs_to_actions
-    t = hil_target(run, scheme, None, None)
+    t = hil_target(run, scheme, env_id, None)
     ref = host_reference(t.model, micro=True)      # a recurrent model: from a zero state
-    din, dout = ref.inputs[0], ref.outputs[0]
+    interp = tflite_runtime_interpreter(t.model)
+    din, dout = interp.get_input_details()[0], interp.get_output_details()[0]
     outs = []
     for o in obs:
         x = _quantized(o.reshape(tuple(din["shape"])), din)
@@ -70,6 +75,3 @@ def pendulum_run(d: Path) -> Path:
     cli("quantize", d / "pendulum", "--scheme", "int8")
     return d / "pendulum"
 
-
-def hex_line(name: str, obs: np.ndarray) -> str:
-    return f"{name} " + " ".join(float(v).hex() for v in obs)

@@ -286,3 +286,34 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, case, args, words):
     o = run_hostile(case, ["export", *target, *args], tmp_path)
     assert_refused(o, words)
     assert_unchanged(before, snapshot(tmp_path))
+
+
+def test_an_int8_io_model_quantizes_the_observation_as_the_host_does(tmp_path):
+    """A model with int8 input and output (a bare .tflite; quarl-edge's own schemes keep float
+    I/O): NAME_act quantizes the observation as measure/reference.py's _quantized (round half
+    to even of x / scale, plus the zero point, saturated) and dequantizes the output."""
+    import tensorflow as tf
+
+    from quarl_edge.run import load_keras
+    calibration = np.load(CARTPOLE / "calibration.npy").astype(np.float32)
+    conv = tf.lite.TFLiteConverter.from_keras_model(load_keras(CARTPOLE))
+    conv.optimizations = [tf.lite.Optimize.DEFAULT]
+    conv.representative_dataset = lambda: ([x[None]] for x in calibration[:200])
+    conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    conv.inference_input_type = conv.inference_output_type = tf.int8
+    model = tmp_path / "io8.tflite"
+    model.write_bytes(conv.convert())
+    cli("export", model, "--env", "CartPole-v1", "--name", "io8", "--out", tmp_path / "io8")
+    facts = json.loads((tmp_path / "io8" / "quarl-edge-export.json").read_text())
+    assert facts["input"]["dtype"] == facts["output"]["dtype"] == "int8"
+    exe = build_program(tmp_path, {"io8": tmp_path / "io8"})
+    obs = observations("CartPole-v1")
+    s = facts["input"]["scale"]
+    # values on the rounding ties (k + 0.5) * scale, either parity, and beyond saturation
+    ties = np.array([[(k + 0.5) * s, -(k + 0.5) * s, 300 * s, -300 * s] for k in range(6)],
+                    np.float32)
+    obs = np.concatenate([obs, ties])
+    out = run_program(exe, ["io8 " + " ".join(float(v).hex() for v in o) for o in obs])[1:]
+    ours = np.array([float.fromhex(ln.split()[1]) for ln in out], np.float32)
+    want = host_actions(model, None, obs, env_id="CartPole-v1").reshape(-1)
+    assert np.array_equal(ours, want), np.argwhere(ours != want)[:5]

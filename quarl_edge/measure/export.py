@@ -31,7 +31,7 @@ from ..rl.envs import make_gym, outputs_to_actions
 from ..targets.boards import Board
 from ..targets.build import expand_flag, kernel_sources
 from .hil import hil_target
-from .reference import _dequantized, _quantized, host_reference
+from .reference import host_reference
 
 MARKER = "quarl-edge-export.json"
 N_VECTORS = 8
@@ -65,25 +65,42 @@ def _policy(t, n_out: int):
     return Policy(t.head, n_out, low=low.tolist(), high=high.tolist())
 
 
-def test_vectors(t, n: int = N_VECTORS) -> list[tuple[bytes, bytes]]:
+def quantized(x: np.ndarray, spec) -> np.ndarray:
+    """An observation as the model's input `spec` (TensorSpec) takes it: measure/reference.py's
+    _quantized (round half to even of x / scale, plus the zero point, saturated) for an integer
+    input, what NAME_act computes in C."""
+    x = np.asarray(x, np.float32).reshape(spec.shape)
+    if spec.dtype == "float32":
+        return x
+    info = np.iinfo(np.dtype(spec.np_dtype))
+    return np.clip(np.round(x / spec.scale) + spec.zero_point, info.min,
+                   info.max).astype(spec.np_dtype)
+
+
+def dequantized(y: np.ndarray, spec) -> np.ndarray:
+    """A model output as float32: (q - zero point) * scale for an integer one."""
+    if spec.dtype == "float32":
+        return np.asarray(y, np.float32)
+    return (np.asarray(y).astype(np.float32) - spec.zero_point) * spec.scale
+
+
+def test_vectors(t, ins, outs, n: int = N_VECTORS) -> list[tuple[bytes, bytes]]:
     """(input bytes, TFLM's output bytes) for the first `n` observations of an episode (seed 0)
     that TF Lite Micro plays with hil's mapping; a recurrent model's state carries over, as
-    NAME_selftest runs them in order from a reset."""
+    NAME_selftest runs them in order from a reset. `ins`, `outs`: the generated model's input
+    and output specs."""
     ref = host_reference(t.model, micro=True)
-    din, dout = ref.inputs[0], ref.outputs[0]
     if hasattr(ref, "reset"):
         ref.reset()
     env = make_gym(t.env_id)
     obs, _ = env.reset(seed=0)
-    env.action_space.seed(0)
     out = []
     try:
         for _ in range(n):
-            x = _quantized(np.asarray(obs, np.float32).reshape(tuple(din["shape"])), din)
-            x = np.asarray(x, dtype=din["dtype"])
-            y = np.asarray(ref.run([x])[0], dtype=dout["dtype"])
+            x = quantized(obs, ins)
+            y = np.asarray(ref.run([x])[0], dtype=outs.np_dtype)
             out.append((x.tobytes(), y.tobytes()))
-            a = outputs_to_actions(_dequantized(y.reshape(1, -1), dout), t.space, t.head)[0]
+            a = outputs_to_actions(dequantized(y, outs).reshape(1, -1), t.space, t.head)[0]
             obs, _, term, trunc, _ = env.step(a.item() if np.ndim(a) == 0 else a)
             if term or trunc:
                 obs, _ = env.reset()
@@ -138,7 +155,7 @@ def _library_files(t, board: Board, name: str, tmp: Path) -> tuple[dict[str, str
                          "int8 or int16 observations")
     n_out = int(np.prod(gm.outputs[0].shape))
     policy = _policy(t, n_out)
-    vectors = test_vectors(t)
+    vectors = test_vectors(t, gm.inputs[0], gm.outputs[0])
     if any(len(x) != gm.inputs[0].nbytes or len(y) != gm.outputs[0].nbytes for x, y in vectors):
         raise QuarlError(f"{t.model}: TF Lite Micro's tensors differ from the generated model's")
     fw = firmware_dir()
