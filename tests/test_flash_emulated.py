@@ -71,13 +71,17 @@ class Emulation:
         self.stop()
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "quarl_edge.cli", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+def cli(capsys, *args: str) -> subprocess.CompletedProcess:
+    """The command line in this process (TensorFlow is imported once for the file)."""
+    from quarl_edge.cli import main
+    capsys.readouterr()
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(args, code, out, err)
 
 
-def check_hil(port: str, board: str, out: Path) -> dict:
-    p = cli("hil", str(RUN), "--board", board, "--port", port, "--episodes", "3",
+def check_hil(capsys, port: str, board: str, out: Path) -> dict:
+    p = cli(capsys, "hil", str(RUN), "--board", board, "--port", port, "--episodes", "3",
             "--out", str(out), "--json")
     assert p.returncode == 0, p.stderr[-3000:]
     res = json.loads(p.stdout)
@@ -86,10 +90,10 @@ def check_hil(port: str, board: str, out: Path) -> dict:
     return res
 
 
-def test_avrdude_flashes_through_optiboot_and_hil_plays_on_the_uno(tmp_path):
+def test_avrdude_flashes_through_optiboot_and_hil_plays_on_the_uno(tmp_path, capsys):
     with Emulation("arduino-uno") as em:
         assert em.port.startswith("/dev/pts/")
-        p = cli("flash", str(RUN), "--board", "arduino-uno", "--port", em.port,
+        p = cli(capsys, "flash", str(RUN), "--board", "arduino-uno", "--port", em.port,
                 "--out", str(tmp_path / "build"))
         assert p.returncode == 0, p.stderr[-3000:]
         assert "flashed firmware.hex with avrdude" in p.stdout
@@ -98,16 +102,16 @@ def test_avrdude_flashes_through_optiboot_and_hil_plays_on_the_uno(tmp_path):
         assert "-c arduino" in log and "-b 115200" in log
         assert "device signature = 0x1e950f" in log
         assert re.search(r"\d+ bytes of flash verified", log), log
-        res = check_hil(em.port, "arduino-uno", tmp_path / "hil")
+        res = check_hil(capsys, em.port, "arduino-uno", tmp_path / "hil")
         assert res["latency"]["unit"] == "cycles" and res["latency"]["median"] > 10_000
         assert em.stop() == 0
 
 
-def test_gdb_loads_through_qemus_gdb_stub_and_hil_plays(tmp_path):
+def test_gdb_loads_through_qemus_gdb_stub_and_hil_plays(tmp_path, capsys):
     with Emulation("netduinoplus2") as em:
         gdb_server, serial = em.lines[0], em.lines[1].removeprefix("serial ")
         assert gdb_server.startswith("localhost:") and serial.startswith("unix://")
-        p = cli("flash", str(RUN), "--board", "netduinoplus2", "--flasher", f"gdb={gdb_server}",
+        p = cli(capsys, "flash", str(RUN), "--board", "netduinoplus2", "--flasher", f"gdb={gdb_server}",
                 "--port", serial, "--out", str(tmp_path / "build"))
         assert p.returncode == 0, p.stderr[-3000:]
         assert "flashed firmware.elf with gdb" in p.stdout
@@ -115,7 +119,7 @@ def test_gdb_loads_through_qemus_gdb_stub_and_hil_plays(tmp_path):
         assert f"target extended-remote {gdb_server}" in log
         assert "Loading section .text" in log and "MIS-MATCHED" not in log
         assert re.search(r"Section \.text, range 0x8000000 -- 0x[0-9a-f]+: matched", log), log
-        check_hil(serial, "netduinoplus2", tmp_path / "hil")
+        check_hil(capsys, serial, "netduinoplus2", tmp_path / "hil")
         assert em.stop() == 0
 
 
