@@ -164,6 +164,10 @@ def test_the_port_vanishing_mid_flash_is_one_line(tmp_path):
         flash_refused("flash-port-vanishes", em.port, f"the port {em.port} vanished while "
                       "avrdude was flashing", tmp_path)
         assert em.proc.wait(timeout=20) == 2    # its bridge is gone: the emulation says so
+        err = em.proc.stderr.read().strip().splitlines()
+        assert err[-1].startswith("quarl-edge: error: the emulation of arduino-uno stopped: "
+                                  "exited with code 5"), err
+        assert not any(ln.startswith("quarl-edge: error:") for ln in err[:-1]), err
 
 
 def test_a_gdb_server_that_refuses_the_connection(tmp_path):
