@@ -10,7 +10,6 @@ emulator stopped, no temporary folder left."""
 from __future__ import annotations
 
 import dataclasses
-import glob
 import json
 import os
 import re
@@ -18,7 +17,7 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -37,20 +36,15 @@ pytestmark = pytest.mark.skipif(
            "qemu-system-arm (scripts/setup.sh installs them)")
 
 
-def temp_dirs() -> set[str]:
-    import tempfile
-    t = tempfile.gettempdir()
-    return set(glob.glob(f"{t}/qe-emulate-*")) | set(glob.glob(f"{t}/qe-qemu-*"))
-
-
 class Emulation:
-    """`quarl-edge emulate BOARD` as a user runs it: its first stdout line is the port."""
+    """`quarl-edge emulate BOARD` as a user runs it: its first stdout line is the port. Its
+    TMPDIR is a folder of its own, which must be empty once it stopped."""
 
     def __init__(self, board: str, env: dict | None = None):
-        self.before = temp_dirs()
+        self.tmp = tempfile.mkdtemp(prefix="qe-t-")     # short: QEMU's AF_UNIX socket paths
         self.proc = subprocess.Popen([sys.executable, "-m", "quarl_edge.cli", "emulate", board],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     cwd=ROOT, env={**os.environ, **(env or {})})
+                                     cwd=ROOT, env={**os.environ, **(env or {}), "TMPDIR": self.tmp})
         self.lines = [self.proc.stdout.readline().strip()]
         assert self.lines[0], self.proc.stderr.read()
         if not self.lines[0].startswith("/dev/"):
@@ -61,7 +55,10 @@ class Emulation:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
         code = self.proc.wait(timeout=20)
-        assert temp_dirs() <= self.before, "a temporary folder of the emulation was left"
+        if os.path.isdir(self.tmp):         # the first stop() checks
+            left = os.listdir(self.tmp)
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            assert left == [], f"the emulation left {left} in its temporary folder"
         return code
 
     def __enter__(self):
