@@ -10,7 +10,6 @@ emulator stopped, no temporary folder left."""
 from __future__ import annotations
 
 import dataclasses
-import glob
 import json
 import os
 import re
@@ -18,7 +17,7 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -37,20 +36,15 @@ pytestmark = pytest.mark.skipif(
            "qemu-system-arm (scripts/setup.sh installs them)")
 
 
-def temp_dirs() -> set[str]:
-    import tempfile
-    t = tempfile.gettempdir()
-    return set(glob.glob(f"{t}/qe-emulate-*")) | set(glob.glob(f"{t}/qe-qemu-*"))
-
-
 class Emulation:
-    """`quarl-edge emulate BOARD` as a user runs it: its first stdout line is the port."""
+    """`quarl-edge emulate BOARD` as a user runs it: its first stdout line is the port. Its
+    TMPDIR is a folder of its own, which must be empty once it stopped."""
 
     def __init__(self, board: str, env: dict | None = None):
-        self.before = temp_dirs()
+        self.tmp = tempfile.mkdtemp(prefix="qe-t-")     # short: QEMU's AF_UNIX socket paths
         self.proc = subprocess.Popen([sys.executable, "-m", "quarl_edge.cli", "emulate", board],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     cwd=ROOT, env={**os.environ, **(env or {})})
+                                     cwd=ROOT, env={**os.environ, **(env or {}), "TMPDIR": self.tmp})
         self.lines = [self.proc.stdout.readline().strip()]
         assert self.lines[0], self.proc.stderr.read()
         if not self.lines[0].startswith("/dev/"):
@@ -61,7 +55,10 @@ class Emulation:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
         code = self.proc.wait(timeout=20)
-        assert temp_dirs() <= self.before, "a temporary folder of the emulation was left"
+        if os.path.isdir(self.tmp):         # the first stop() checks
+            left = os.listdir(self.tmp)
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            assert left == [], f"the emulation left {left} in its temporary folder"
         return code
 
     def __enter__(self):
@@ -71,13 +68,17 @@ class Emulation:
         self.stop()
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "quarl_edge.cli", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+def cli(capsys, *args: str) -> subprocess.CompletedProcess:
+    """The command line in this process (TensorFlow is imported once for the file)."""
+    from quarl_edge.cli import main
+    capsys.readouterr()
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(args, code, out, err)
 
 
-def check_hil(port: str, board: str, out: Path) -> dict:
-    p = cli("hil", str(RUN), "--board", board, "--port", port, "--episodes", "3",
+def check_hil(capsys, port: str, board: str, out: Path) -> dict:
+    p = cli(capsys, "hil", str(RUN), "--board", board, "--port", port, "--episodes", "3",
             "--out", str(out), "--json")
     assert p.returncode == 0, p.stderr[-3000:]
     res = json.loads(p.stdout)
@@ -86,10 +87,10 @@ def check_hil(port: str, board: str, out: Path) -> dict:
     return res
 
 
-def test_avrdude_flashes_through_optiboot_and_hil_plays_on_the_uno(tmp_path):
+def test_avrdude_flashes_through_optiboot_and_hil_plays_on_the_uno(tmp_path, capsys):
     with Emulation("arduino-uno") as em:
         assert em.port.startswith("/dev/pts/")
-        p = cli("flash", str(RUN), "--board", "arduino-uno", "--port", em.port,
+        p = cli(capsys, "flash", str(RUN), "--board", "arduino-uno", "--port", em.port,
                 "--out", str(tmp_path / "build"))
         assert p.returncode == 0, p.stderr[-3000:]
         assert "flashed firmware.hex with avrdude" in p.stdout
@@ -98,16 +99,16 @@ def test_avrdude_flashes_through_optiboot_and_hil_plays_on_the_uno(tmp_path):
         assert "-c arduino" in log and "-b 115200" in log
         assert "device signature = 0x1e950f" in log
         assert re.search(r"\d+ bytes of flash verified", log), log
-        res = check_hil(em.port, "arduino-uno", tmp_path / "hil")
+        res = check_hil(capsys, em.port, "arduino-uno", tmp_path / "hil")
         assert res["latency"]["unit"] == "cycles" and res["latency"]["median"] > 10_000
         assert em.stop() == 0
 
 
-def test_gdb_loads_through_qemus_gdb_stub_and_hil_plays(tmp_path):
+def test_gdb_loads_through_qemus_gdb_stub_and_hil_plays(tmp_path, capsys):
     with Emulation("netduinoplus2") as em:
         gdb_server, serial = em.lines[0], em.lines[1].removeprefix("serial ")
         assert gdb_server.startswith("localhost:") and serial.startswith("unix://")
-        p = cli("flash", str(RUN), "--board", "netduinoplus2", "--flasher", f"gdb={gdb_server}",
+        p = cli(capsys, "flash", str(RUN), "--board", "netduinoplus2", "--flasher", f"gdb={gdb_server}",
                 "--port", serial, "--out", str(tmp_path / "build"))
         assert p.returncode == 0, p.stderr[-3000:]
         assert "flashed firmware.elf with gdb" in p.stdout
@@ -115,7 +116,7 @@ def test_gdb_loads_through_qemus_gdb_stub_and_hil_plays(tmp_path):
         assert f"target extended-remote {gdb_server}" in log
         assert "Loading section .text" in log and "MIS-MATCHED" not in log
         assert re.search(r"Section \.text, range 0x8000000 -- 0x[0-9a-f]+: matched", log), log
-        check_hil(serial, "netduinoplus2", tmp_path / "hil")
+        check_hil(capsys, serial, "netduinoplus2", tmp_path / "hil")
         assert em.stop() == 0
 
 
@@ -160,6 +161,10 @@ def test_the_port_vanishing_mid_flash_is_one_line(tmp_path):
         flash_refused("flash-port-vanishes", em.port, f"the port {em.port} vanished while "
                       "avrdude was flashing", tmp_path)
         assert em.proc.wait(timeout=20) == 2    # its bridge is gone: the emulation says so
+        err = em.proc.stderr.read().strip().splitlines()
+        assert err[-1].startswith("quarl-edge: error: the emulation of arduino-uno stopped: "
+                                  "exited with code 5"), err
+        assert not any(ln.startswith("quarl-edge: error:") for ln in err[:-1]), err
 
 
 def test_a_gdb_server_that_refuses_the_connection(tmp_path):

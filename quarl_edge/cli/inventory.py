@@ -85,4 +85,5 @@ def cmd_emulate(a, qe):
                 time.sleep(0.2)
         except KeyboardInterrupt:        # Ctrl-C and SIGTERM (cli.main's handler): a clean stop
             return
-        raise qe.BoardError(f"the emulation of {a.board} stopped: {em.describe_exit()}")
+        why = "; ".join(ln.strip() for ln in em.describe_exit().splitlines() if ln.strip())
+        raise qe.BoardError(f"the emulation of {a.board} stopped: {why}")
