@@ -11,7 +11,7 @@ import struct
 from pathlib import Path
 
 from ..converters.tensor import TensorSpec
-from ..errors import BoardError
+from ..errors import ProtocolError
 from . import protocol as P
 
 # The smallest max_payload a board may announce (the board files' own minimum): below it the
@@ -24,9 +24,10 @@ CLOCK_SLACK_S = 0.002
 QUANTIZED = ("int8", "int16", "uint8")
 
 
-def impossible(url: str, what: str) -> BoardError:
-    """The one error for a reply that cannot be true."""
-    return BoardError(f"the board on {url} sent something impossible, not a measurement: "
+def impossible(url: str, what: str) -> ProtocolError:
+    """The one error for a reply that cannot be true (a ProtocolError: a BoardError that is
+    not a valid reply)."""
+    return ProtocolError(f"the board on {url} sent something impossible, not a measurement: "
                       f"{what} (a damaged or foreign firmware, or another device on this port?)")
 
 
