@@ -106,6 +106,8 @@ class Hostile(Agent):
             n -= 1
         elif self.mode == "bench-sum":
             total = n * hi + 1
+        elif self.mode == "bench-zeros":    # as before any INFER, but one has run
+            n = lo = hi = total = 0
         elif self.mode == "bench-cost":
             lo, hi, total = 0xFFFFFF00, 0xFFFFFF00, 0xFFFFFF00 * n
         return _reply(f, struct.pack(P.BENCH_REPLY, n, lo, hi, total))

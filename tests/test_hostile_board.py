@@ -265,6 +265,7 @@ def test_bench_on_an_honest_pty_board_measures(hostile_run, tmp_path):
 @pytest.mark.parametrize("mode,words", [
     ("bench-n", "BENCH reports 19 inferences; 20 were asked for"),
     ("bench-sum", "BENCH reports min"),
+    ("bench-zeros", "BENCH reports 0 inferences; 20 were asked for"),
     ("bench-cost", "BENCH's sum of 20 costs is"),
     ("mem-stack", "MEM reports 4,294,901,760 B of stack"),
 ])

@@ -128,7 +128,7 @@ def _spec_with_dtype_9(nonce: int) -> bytes:
     (lambda n: _hello_payload(n)[:12], None, None, "HELLO reply is cut short"),
     (lambda n: _hello_payload(n) + b"xx", None, None, "HELLO reply has 2 bytes more"),
     (_spec_with_dtype_9, None, None, "dtype 9, which the protocol does not define"),
-    (_hello_payload, "INFER", struct.pack("<I", 1) + b"\0" * 4, "INFER reply has 8 bytes, expected 12"),
+    (_hello_payload, "INFER", struct.pack("<I", 1) + b"\0" * 4, "its INFER reply has 8 bytes; the model's outputs make 12"),
     (_hello_payload, "MEM", b"\0" * 12, "MEM reply has 12 bytes, expected 20"),
     (_hello_payload, "BENCH", b"\0" * 4, "BENCH reply has 4 bytes, expected 20"),
     (_hello_payload, "RESET", b"\0" * 2, "RESET reply has 2 bytes, expected 4"),

@@ -11,7 +11,7 @@ import struct
 from pathlib import Path
 
 from ..converters.tensor import TensorSpec
-from ..errors import BoardError
+from ..errors import ProtocolError
 from . import protocol as P
 
 # The smallest max_payload a board may announce (the board files' own minimum): below it the
@@ -24,9 +24,10 @@ CLOCK_SLACK_S = 0.002
 QUANTIZED = ("int8", "int16", "uint8")
 
 
-def impossible(url: str, what: str) -> BoardError:
-    """The one error for a reply that cannot be true."""
-    return BoardError(f"the board on {url} sent something impossible, not a measurement: "
+def impossible(url: str, what: str) -> ProtocolError:
+    """The one error for a reply that cannot be true (a ProtocolError: a BoardError that is
+    not a valid reply)."""
+    return ProtocolError(f"the board on {url} sent something impossible, not a measurement: "
                       f"{what} (a damaged or foreign firmware, or another device on this port?)")
 
 
@@ -124,9 +125,13 @@ def check_cost(url: str, what: str, cost: float, rate: float | None, elapsed_s: 
                               f"the exchange took allow ({bound:,.0f})")
 
 
-def check_bench(url: str, n: int, cnt: int, lo: int, hi: int, total: int) -> None:
+def check_bench(url: str, n: int, cnt: int, lo: int, hi: int, total: int,
+                inferred: bool = True) -> None:
     """BENCH's n, min, max and sum: n as asked, min <= max, and a sum between n x min and
-    n x max."""
+    n x max; or, before the first INFER (`inferred` False), all zeros (the protocol's answer
+    then)."""
+    if not inferred and (cnt, lo, hi, total) == (0, 0, 0, 0):
+        return
     if cnt != n:
         raise impossible(url, f"BENCH reports {cnt} inferences; {n} were asked for")
     if lo > hi or not n * lo <= total <= n * hi:

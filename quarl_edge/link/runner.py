@@ -83,6 +83,7 @@ class BoardLink(FramedPort):
         # cost units per wall-clock second the board cannot exceed (link/checks.py, cost_rate;
         # set by the session that knows the board file), None: no such bound
         self.cost_rate: float | None = None
+        self.inferred = False      # an INFER ran in this session (BENCH has an input then)
 
     def _reply_limits(self) -> dict[int, int]:
         """Once HELLO is known, every reply's exact size (else FramedPort's HELLO and errors)."""
@@ -366,6 +367,7 @@ class BoardLink(FramedPort):
                                                f"model's outputs make {want}")
                 (cost,) = struct.unpack_from(P.COST_FMT, reply)
                 check_cost(self.url, "an INFER's cost", cost, self.cost_rate, elapsed)
+                self.inferred = True
                 data = self._stream_outputs(out_bytes) if stream_out else reply[pos:]
                 break
             except ProtocolError as e:
@@ -437,7 +439,7 @@ class BoardLink(FramedPort):
         reply = self.command("BENCH", struct.pack("<H", n), timeout=REPLY_TIMEOUT_S + n * 0.05)
         elapsed = time.monotonic() - t0
         cnt, lo, hi, total = P.unpack_reply(P.BENCH_REPLY, reply, "BENCH")
-        check_bench(self.url, n, cnt, lo, hi, total)
+        check_bench(self.url, n, cnt, lo, hi, total, self.inferred)
         check_cost(self.url, f"BENCH's sum of {n} costs", total, self.cost_rate, elapsed)
         return BenchStats(cnt, lo, hi, total / max(cnt, 1))
 
