@@ -2,6 +2,7 @@
 command's options, then its handler: it calls the API (`qe`) and prints the result."""
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
@@ -221,7 +222,8 @@ def _add_hil(sub) -> None:
 def cmd_hil(a, qe):
     """hil: the board's returns beside the host's; exit 1 if they differ from the reference."""
     res = qe.hil(a.run, a.board, model=a.model, episodes=a.episodes, seed=a.seed, port=a.port,
-                 out=a.out, flasher=a.flasher, drive=a.drive, progress=True, env=a.env,
+                 out=a.out, flasher=a.flasher, drive=a.drive, env=a.env,
+                 progress=sys.stderr.isatty(),     # a bar on a terminal; errors stay one line
                  action=a.action, board_file=a.board_file)
     # a board whose returns are not TF Lite Micro's (the reference it is bit-exact with) is a
     # measured failure; without TFLM (fp16, hybrid models) tflite-runtime is only compared
