@@ -131,6 +131,23 @@ def test_shared_tuples_as_policy_pth(tmp_path):
             "--env", "CartPole-v1")
 
 
+def test_a_pickle_whose_dict_key_is_2_to_the_40_shared_tuples(tmp_path):
+    """86 bytes that CPython's unpickler alone would take hours on: it hashes each dict key
+    it sets, and a tuple's hash walks every path through what it shares."""
+    key_bomb = b"\x80\x02}N" + b"2\x86" * 40 + b"Ns."
+    assert len(key_bomb) < 100
+    pkl = tmp_path / "vn.pkl"
+    pkl.write_bytes(key_bomb)
+    refused("pickle-hash-bomb-vecnorm", tmp_path, SB3 / "dqn_cartpole.zip",
+            "dict keys or set items are tuples of more than 1,000,000 elements",
+            "--env", "CartPole-v1", "--vecnormalize", pkl)
+    src = sb3_zip(tmp_path / "h.zip", policy_pth=torch_archive(
+        {"data.pkl": key_bomb, "byteorder": b"little"}))
+    refused("pickle-hash-bomb-pth", tmp_path, src,
+            "dict keys or set items are tuples of more than 1,000,000 elements",
+            "--env", "CartPole-v1")
+
+
 def test_a_pickle_of_too_many_opcodes(tmp_path):
     pkl = tmp_path / "vn.pkl"
     pkl.write_bytes(b"\x80\x04" + b"N0" * 2_000_001 + b"N.")

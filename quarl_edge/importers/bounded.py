@@ -35,6 +35,8 @@ MAX_JSON_VALUES = 1_000_000
 MAX_YAML_NODES = 100_000
 # opcodes of a pickle (each builds at most one object); real policy.pth: a few thousand
 MAX_PICKLE_OPS = 2_000_000
+# tuple elements the unpickler may hash as dict keys or set items, counted along every path
+MAX_HASHED = 1_000_000
 # members of a zip (SB3's: 5; a .keras file's: 3)
 MAX_ZIP_MEMBERS = 10_000
 # ONNX: the elements a folded shape-arithmetic node may make (ConstantOfShape, Expand, Concat,
@@ -178,26 +180,82 @@ MAX_MEMO_INDEX = 1 << 20
 
 
 def check_pickle(f: io.BytesIO, where: str) -> None:
-    """Refuse a pickle (the one at f's position) whose memo indices exceed MAX_MEMO_INDEX, or
-    of more than MAX_PICKLE_OPS opcodes (each builds at most one object: this bounds what the
-    unpickler makes), read opcode by opcode without building anything; f is left where it
-    was. A malformed pickle passes here: the unpickler then says what is wrong with it."""
-    start = f.tell()
+    """Refuse a pickle (the one at f's position) whose memo indices exceed MAX_MEMO_INDEX, of
+    more than MAX_PICKLE_OPS opcodes (each builds at most one object: this bounds what the
+    unpickler makes), or that would make the unpickler hash more than MAX_HASHED tuple
+    elements (see _Stack), read opcode by opcode without building anything; f is left where
+    it was. A malformed pickle passes here: the unpickler then says what is wrong with it."""
+    start, stack = f.tell(), _Stack()
+    prefix = f"{where}: " if where else ""
     try:
         for count, (op, arg, _pos) in enumerate(pickletools.genops(f)):
             if op.name in ("PUT", "BINPUT", "LONG_BINPUT") and int(arg) > MAX_MEMO_INDEX:
-                raise UnsafePickle(f"{where + ': ' if where else ''}refused: a pickle memo "
-                                   f"index of {int(arg):,} "
+                raise UnsafePickle(f"{prefix}refused: a pickle memo index of {int(arg):,} "
                                    "(it would make the reader allocate gigabytes)")
             if count >= MAX_PICKLE_OPS:
-                raise UnsafePickle(f"{where + ': ' if where else ''}refused: a pickle of more "
-                                   f"than {MAX_PICKLE_OPS:,} opcodes")
+                raise UnsafePickle(f"{prefix}refused: a pickle of more than "
+                                   f"{MAX_PICKLE_OPS:,} opcodes")
+            stack.step(op, arg)
+            if stack.hashed > MAX_HASHED:
+                raise UnsafePickle(f"{prefix}refused: a pickle whose dict keys or set items are "
+                                   f"tuples of more than {MAX_HASHED:,} elements in all, "
+                                   "counted along every path (shared tuples hash once per "
+                                   "path: 40 levels of pairs are 2^40)")
     except UnsafePickle:
         raise
-    except Exception:
+    except Exception:   # noqa: BLE001 (malformed: left to the unpickler)
         pass
     finally:
         f.seek(start)
+
+
+class _Stack:
+    """The unpickler's stack and memo as the sizes of what they hold: a tuple's size counts
+    its elements along every path (a tuple can hold one tuple twice, 40 levels of which take
+    80 bytes), anything else is 1. Hashing a tuple (a dict key, a set item) walks every path,
+    and CPython's unpickler hashes keys as it builds dicts: `hashed` adds up what they cost."""
+    MARK = None
+
+    def __init__(self):
+        self.items: list = []
+        self.memo: dict = {}
+        self.hashed = 0
+
+    def to_mark(self) -> list:
+        k = len(self.items) - 1 - self.items[::-1].index(self.MARK)
+        out, self.items = self.items[k + 1:], self.items[:k]
+        return out
+
+    def step(self, op, arg) -> None:
+        name, items = op.name, self.items
+        if name == "MARK":
+            items.append(self.MARK)
+        elif name == "DUP":
+            items.append(items[-1])
+        elif name in ("PUT", "BINPUT", "LONG_BINPUT"):
+            self.memo[arg] = items[-1]
+        elif name == "MEMOIZE":
+            self.memo[len(self.memo)] = items[-1]
+        elif name in ("GET", "BINGET", "LONG_BINGET"):
+            items.append(self.memo.get(arg, 1))
+        elif name in ("TUPLE", "TUPLE1", "TUPLE2", "TUPLE3"):
+            n = int(name[-1]) if name != "TUPLE" else None
+            parts = self.to_mark() if n is None else [items.pop() for _ in range(n)]
+            items.append(min(1 + sum(parts), MAX_HASHED + 1))
+        elif name in ("SETITEM", "SETITEMS"):
+            parts = self.to_mark() if name == "SETITEMS" else [items.pop(), items.pop()][::-1]
+            self.hashed += sum(parts[0::2])
+        elif name in ("ADDITEMS", "FROZENSET"):
+            self.hashed += sum(self.to_mark())
+            if name == "FROZENSET":
+                items.append(1)
+        else:                           # any other opcode: its documented stack effect
+            for kind in reversed(op.stack_before):
+                if kind is pickletools.markobject:
+                    self.to_mark()
+                elif kind is not pickletools.stackslice:
+                    items.pop()
+            items.extend(1 for _ in op.stack_after)
 
 
 def pickle_error(e: Exception) -> str:

@@ -197,7 +197,7 @@ class _SymbolicUnpickler(pickle.Unpickler):
     def find_class(self, module, name):
         qualname = f"{module}.{name}"
         if self.allowed is not None and not qualname.startswith(self.allowed):
-            raise UnsafePickle(f"refused: the pickle asks for {short(qualname, 100)[1:-1]}, "
+            raise UnsafePickle(f"refused: the pickle asks for {text(qualname, 100)}, "
                                "which is not "
                                "part of what it should hold (it could run code)")
         if (module, name) in _NUMPY:

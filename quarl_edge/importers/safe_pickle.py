@@ -32,7 +32,7 @@ import numpy as np
 
 from ..errors import QuarlError
 from .bounded import (MAX_WEIGHTS_BYTES, UnsafePickle, check_members, check_pickle, pickle_error,
-                      read_member, short)
+                      read_member, short, text)
 from .pickle_inert import Obj, Symbol, load_symbolic  # noqa: F401  (re-exported: the readers)
 
 # torch's storage classes (the typed names torch.save still writes) -> numpy dtypes
@@ -115,7 +115,7 @@ class _TorchUnpickler(pickle.Unpickler):
     def find_class(self, module, name):
         if (module, name) not in TORCH_GLOBALS:
             raise UnsafePickle(f"{self.where}: refused: the pickle asks for "
-                               f"{short(module, 60)[1:-1]}.{short(name, 60)[1:-1]}, "
+                               f"{text(module, 60)}.{text(name, 60)}, "
                                "not only tensors and plain containers (it could run code)")
         found = TORCH_GLOBALS[(module, name)]
         if found is _rebuild_tensor_v2:
@@ -201,7 +201,8 @@ class _PlainUnpickler(pickle.Unpickler):
         self.where = where
 
     def find_class(self, module, name):
-        raise UnsafePickle(f"{self.where}: refused: the pickle asks for {module}.{name}, "
+        raise UnsafePickle(f"{self.where}: refused: the pickle asks for "
+                           f"{text(module, 60)}.{text(name, 60)}, "
                            "not only tensors and plain containers (it could run code)")
 
     def persistent_load(self, pid):
