@@ -52,6 +52,7 @@ import sys
 from pathlib import Path
 
 from quarl_edge.errors import ModelError, QuarlError, UnsupportedOpError
+from quarl_edge.files import write_atomic
 
 from . import emit, planner
 from .head import apply_head_readout
@@ -175,10 +176,10 @@ def generate(tflite_path, out_dir, name: str | None = None,
     # every model.c includes KERNEL_HEADERS; an op's own extra headers (Kernel.headers) only
     # when the model uses it, so that models without those ops keep their exact bytes
     extra = sorted({h for k in kernels for h in k.headers} - set(KERNEL_HEADERS))
-    gm.c_path.write_text(emit.model_c(model, gm, kernels, act_ids, offset, path,
-                                      KERNEL_HEADERS + tuple(extra), state=state,
-                                      scratch=scratch))
-    gm.json_path.write_text(emit.model_json(gm, model, path))
+    write_atomic(gm.c_path, emit.model_c(model, gm, kernels, act_ids, offset, path,
+                                         KERNEL_HEADERS + tuple(extra), state=state,
+                                         scratch=scratch))
+    write_atomic(gm.json_path, emit.model_json(gm, model, path))
     return gm
 
 

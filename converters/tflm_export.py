@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 from quarl_edge.errors import ModelError
+from quarl_edge.files import write_atomic
 
 from .safe_text import check_c, safe_text
 
@@ -79,8 +80,8 @@ def export(tflite_path, out_stem, name: str = "g_model") -> tuple[Path, Path]:
                          "may hold letters, digits and _ . - only")
     source = c_source(data, name, src.name).replace(f'#include "{_ident(name)}.h"',
                                                     f'#include "{h_path.name}"')
-    c_path.write_text(source)
-    h_path.write_text(c_header(name))
+    write_atomic(c_path, source)
+    write_atomic(h_path, c_header(name))
     return c_path, h_path
 
 

@@ -98,6 +98,20 @@ def open_new(path: Path, mode: str = "w"):
         return os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"}))
 
 
+def clear(path: Path) -> Path:
+    """`path` made free for a writer that creates it by name (Keras's save, TF's SavedModel
+    writer): a file or a symlink there is removed (a link planted there is not written
+    through), a folder there with what is in it. Returns `path`."""
+    import shutil
+    path = Path(path)
+    with writing(path):
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+        elif path.is_dir():
+            shutil.rmtree(path)
+    return path
+
+
 def open_append(path: Path):
     """`path` opened to append text (created if missing); a symlink there is refused."""
     path = Path(path)
@@ -199,6 +213,8 @@ def loads_json(text: str | bytes, what: str, error: type[QuarlError] = QuarlErro
         return json.loads(text)
     except RecursionError:
         raise error(f"{what}: JSON nested too deeply to read") from None
+    except UnicodeDecodeError as e:
+        raise error(f"{what}: not UTF-8 text (byte {e.start})") from None
     except (ValueError, UnicodeDecodeError) as e:
         raise error(f"{what}: not valid JSON ({str(e)[:120]})") from None
 

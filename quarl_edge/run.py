@@ -119,6 +119,31 @@ def load_keras(run_dir: Path):
 ZIP_MAGIC, HDF5_MAGIC = b"PK\x03\x04", b"\x89HDF\r\n\x1a\n"
 
 
+# A .keras file's config.json is a few kB; the importers' limit for it (docs/import.md), kept here
+# too since a run folder's own model file is read without going through an importer.
+CONFIG_LIMIT = 16 << 20
+
+
+def _read_config_member(z, path: Path) -> bytes:
+    """config.json of a .keras zip, refused past CONFIG_LIMIT before and while it inflates (the
+    declared size may lie), and when compressed other than stored or deflated (zipfile inflates
+    a bzip2 or lzma member whole whatever is asked of it)."""
+    import zipfile
+    info = z.getinfo("config.json")
+    if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+        raise QuarlError(f"{path}: refused: config.json is compressed other than stored or "
+                         "deflated")
+    if info.file_size > CONFIG_LIMIT:
+        raise QuarlError(f"{path}: refused: config.json inflates to {info.file_size:,} bytes, "
+                         f"more than the limit of {CONFIG_LIMIT:,}")
+    with z.open(info) as f:
+        raw = f.read(CONFIG_LIMIT + 1)
+    if len(raw) > CONFIG_LIMIT:
+        raise QuarlError(f"{path}: refused: config.json inflates past the limit of "
+                         f"{CONFIG_LIMIT:,} bytes")
+    return raw
+
+
 def safe_load_keras(path: Path):
     """A Keras model file that may come from anywhere, loaded without running code from it.
 
@@ -130,7 +155,8 @@ def safe_load_keras(path: Path):
     safe_mode for .keras files."""
     import tensorflow as tf
     path = Path(path)
-    head = path.read_bytes()[:8]
+    with open(path, "rb") as f:
+        head = f.read(8)
     suffix = path.suffix.lower()
     if suffix == ".keras":
         if not head.startswith(ZIP_MAGIC):
@@ -140,7 +166,7 @@ def safe_load_keras(path: Path):
         import zipfile
         try:
             with zipfile.ZipFile(path) as z:
-                raw = z.read("config.json")
+                raw = _read_config_member(z, path)
         except (zipfile.BadZipFile, KeyError) as e:
             raise QuarlError(f"{path}: not a Keras model ({type(e).__name__}: {e})") from None
         config = loads_json(raw, f"{path}: its config.json")

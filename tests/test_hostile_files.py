@@ -367,3 +367,45 @@ def test_a_study_folder_with_links_leading_outside_is_refused(box, link, args):
                     ["study", str(smoke), "--out", "st", *args], box)
     assert_refused(o, "leads outside")
     assert_unchanged(before, snapshot(box / "outside"))
+
+
+# ------------------------------------------------------- import, train and a run's own model
+def test_import_refuses_an_out_that_is_a_link(box):
+    """The imported run is renamed into place at --out: a link there would put it elsewhere."""
+    plant(box / "linked", box / "outside" / "adir")
+    before = snapshot(box / "outside")
+    o = run_hostile("files-import-out-link", ["import", "run/qnet.keras", "--env", "CartPole-v1",
+                                              "--out", "linked"], box)
+    assert_refused(o, "is a symlink")
+    assert_unchanged(before, snapshot(box / "outside"))
+    assert not [p for p in box.iterdir() if ".import-" in p.name]
+
+
+def test_train_replaces_links_at_its_outputs(box):
+    """A training into a folder holding links at train_curve.csv, qnet.keras and policy/."""
+    out = box / "t"
+    links = [out / "train_curve.csv", out / "qnet.keras"]
+    for p in links:
+        plant(p, box / "outside" / "victim")
+    plant(out / "policy", box / "outside" / "adir")
+    before = snapshot(box / "outside")
+    o = run_hostile("files-train-links", ["train", "--env", "CartPole-v1", "--steps", "300",
+                                          "--out", "t"], box, timeout=120)
+    assert o.exit == 0, o.stderr[-2000:]
+    check_replaced(box, before, links)
+    assert (out / "policy").is_dir() and not (out / "policy").is_symlink()
+
+
+def test_a_runs_own_keras_file_with_a_config_bomb_is_refused(box):
+    """RUN/qnet.keras is read without an importer's checks: its config.json still has a limit
+    before it inflates (a deflated member of 32 MiB of spaces: 32 kB on disk)."""
+    import zipfile
+    bomb = box / "run" / "qnet.keras"
+    bomb.unlink()
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as z:
+        with z.open("config.json", "w", force_zip64=True) as f:
+            chunk = b" " * (1 << 24)
+            for _ in range(2):                       # 32 MiB: past the 16 MiB limit
+                f.write(chunk)
+    o = run_hostile("files-run-keras-config-bomb", ["quantize", "run", "--scheme", "fp32"], box)
+    assert_refused(o, "config.json inflates")

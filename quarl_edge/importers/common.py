@@ -12,6 +12,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import QuarlError
+from ..files import write_npy, writing
 from ..nets import keras_call
 from ..run import package_versions, write_run
 
@@ -310,12 +311,17 @@ def write_imported_run(imp: Imported, out: Path, fid: dict, extra: dict | None =
     from ..rl.envs import make_gym, space_info
 
     out = Path(out)
+    if out.is_symlink():        # the run is renamed into place: it must not land elsewhere
+        raise PolicyImportError(f"{out} is a symlink; choose a plain folder for --out")
     if out.exists() and any(out.iterdir()):
         raise PolicyImportError(f"{out} exists and is not empty; choose another --out")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.import-{os.getpid()}")
+    if tmp.is_symlink():        # a link planted at the temporary name is removed, not followed
+        tmp.unlink()
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    with writing(tmp):
+        tmp.mkdir()
     try:
         imp.model.save(tmp / "policy.keras")
         env = make_gym(imp.env_id)
@@ -343,7 +349,7 @@ def write_imported_run(imp: Imported, out: Path, fid: dict, extra: dict | None =
                                                 CALIBRATION_EPSILON)
         else:
             calibration = collect_calibration(tmp)
-        np.save(tmp / "calibration.npy", calibration)
+        write_npy(tmp / "calibration.npy", calibration)
         if out.exists():
             out.rmdir()
         os.replace(tmp, out)

@@ -10,7 +10,6 @@ same validation seeds); this module itself knows nothing of quantization."""
 from __future__ import annotations
 
 import csv
-import shutil
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ..errors import QuarlError
+from ..files import clear, open_new
 from ..schema import int_sizes
 from ..nets import keras_runner, mlp_q_values
 from ..run import VALIDATION_SEED_BASE, write_run
@@ -123,7 +123,7 @@ def train_dqn(env_id: str, seed: int, out: Path, config: DQNConfig, progress: bo
     staged, gradient_round = _make_replay(agent, cfg)
 
     # --- the loop
-    curve_file = (out / "train_curve.csv").open("w", newline="")
+    curve_file = open_new(out / "train_curve.csv")     # a link there is not followed
     curve = csv.writer(curve_file)
     curve.writerow(["step", "train_return", "greedy_return", "loss"])
     recent_returns: deque[float] = deque(maxlen=20)
@@ -319,9 +319,7 @@ def _export(out: Path, agent, q_net, weights, obs_shape, n_actions: int, cfg: DQ
 
     q_net.set_weights(weights)
     policy_dir = out / "policy"
-    if policy_dir.exists():
-        shutil.rmtree(policy_dir)
-    policy_saver.PolicySaver(agent.policy, batch_size=None).save(str(policy_dir))
+    policy_saver.PolicySaver(agent.policy, batch_size=None).save(str(clear(policy_dir)))
 
     model = keras_q_model(obs_shape, cfg.hidden, n_actions, cfg.conv)
     model.set_weights(weights)
@@ -330,7 +328,7 @@ def _export(out: Path, agent, q_net, weights, obs_shape, n_actions: int, cfg: DQ
     keras_q = model(probe, training=False).numpy()
     if not np.allclose(agent_q, keras_q, rtol=1e-5, atol=1e-5):
         raise RuntimeError("the Keras copy of the Q-network disagrees with the TF-Agents network")
-    model.save(out / "qnet.keras")
+    model.save(clear(out / "qnet.keras"))
 
 
 def _network_info(cfg: DQNConfig) -> dict:

@@ -21,6 +21,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ..errors import QuarlError
+from ..files import open_new
 from ..schema import int_sizes
 from ..run import VALIDATION_SEED_BASE
 from .collect import CategoricalSampler
@@ -101,7 +102,7 @@ def train_ppo(env_id: str, seed: int, out: Path, config: PPOConfig, progress: bo
         agent.collect_data_spec, batch_size=cfg.num_envs, max_length=2 * per_env + 16)
     staged = StagedReplay(replay)   # the iteration's add_batch calls, made in one call
 
-    curve_file = (out / "train_curve.csv").open("w", newline="")
+    curve_file = open_new(out / "train_curve.csv")     # a link there is not followed
     curve = csv.writer(curve_file)
     curve.writerow(["step", "train_return", "greedy_return", "loss"])
     recent: deque[float] = deque(maxlen=20)

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import QuarlError
+from ..files import write_npy
 from ..nets import ACTIVATIONS
 from ..tfcompat import configure_converter
 
@@ -78,7 +79,7 @@ class RecurrentLayers:
                 arrays[f"{name}{k}_kernel"], arrays[f"{name}{k}_bias"] = kernel, bias
                 arrays[f"{name}{k}_act"] = np.array(act)
         arrays["lstm_kernel"], arrays["lstm_recurrent"], arrays["lstm_bias"] = self.lstm
-        np.savez(path, **arrays)
+        write_npy(path, **arrays)
 
     @classmethod
     def load(cls, path: Path) -> "RecurrentLayers":

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..files import clear
 from .common import run_record
 from .recurrent import CELL_CLIP, WEIGHTS_FILE, one_step_keras, rnn_actor_layers
 
@@ -18,7 +19,6 @@ def save_recurrent_run(out: Path, env_id: str, seed: int, cfg, agent, actor_net,
     policy/ (the greedy PolicySaver, with its policy state), RUN/policy.keras (the one-step
     model, checked against the agent's greedy policy stepped over probe episodes with its
     state) and run.json; returns run.json's contents."""
-    import shutil
 
     import tensorflow as tf
     from tf_agents.policies import greedy_policy, policy_saver
@@ -31,9 +31,7 @@ def save_recurrent_run(out: Path, env_id: str, seed: int, cfg, agent, actor_net,
     layers.save(out / WEIGHTS_FILE)
     policy = greedy_policy.GreedyPolicy(agent.policy)
     policy_dir = out / "policy"
-    if policy_dir.exists():
-        shutil.rmtree(policy_dir)
-    policy_saver.PolicySaver(policy, batch_size=None).save(str(policy_dir))
+    policy_saver.PolicySaver(policy, batch_size=None).save(str(clear(policy_dir)))
 
     obs_spec = env.observation_spec()
     obs_shape = tuple(int(d) for d in obs_spec.shape)
@@ -66,7 +64,7 @@ def save_recurrent_run(out: Path, env_id: str, seed: int, cfg, agent, actor_net,
     if diff > 1e-4:
         raise RuntimeError(f"the one-step Keras model differs from the recurrent actor by {diff}")
     model.reset_states()
-    model.save(out / MODEL_FILES["ppo"])
+    model.save(clear(out / MODEL_FILES["ppo"]))
 
     return _write_run_json(out, env_id, seed, cfg, best, train_seconds, recent_returns,
                            normalization, obs_shape, env.gym_env.action_space)
@@ -114,6 +112,6 @@ def save_recurrent_arrays(out: Path, env_id: str, seed: int, cfg, best: dict, tr
     if diff > 1e-4:
         raise RuntimeError(f"the one-step Keras model differs from the recurrent actor by {diff}")
     model.reset_states()
-    model.save(out / MODEL_FILES["ppo"])
+    model.save(clear(out / MODEL_FILES["ppo"]))
     return _write_run_json(out, env_id, seed, cfg, best, train_seconds, recent_returns,
                            normalization, obs_shape, space)

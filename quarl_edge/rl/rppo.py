@@ -40,6 +40,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ..errors import QuarlError
+from ..files import open_new
 from ..run import VALIDATION_SEED_BASE
 from .collect import sample_categorical, softmax
 from .recurrent import (CELL_CLIP, RecurrentLayers, fold_normalization, observation_statistics,
@@ -116,7 +117,7 @@ def train_recurrent_ppo(env_id: str, seed: int, out: Path, cfg, progress: bool =
     rounds = -(-cfg.steps // (T * N))   # rollouts, each followed by an update
     update = _update_step(actor, critic, cfg, n_actions, rounds * cfg.epochs * cfg.minibatches)
 
-    curve_file = (out / "train_curve.csv").open("w", newline="")
+    curve_file = open_new(out / "train_curve.csv")     # a link there is not followed
     curve = csv.writer(curve_file)
     curve.writerow(["step", "train_return", "greedy_return", "loss"])
     recent: deque[float] = deque(maxlen=20)
