@@ -12,9 +12,9 @@
  *  - QE_COST_INSTRUCTIONS (QEMU with -icount shift=N): minstret advances 2^N per executed
  *    instruction (QEMU returns its virtual clock in ns), so instructions = delta >> N, exact.
  *  - QE_COST_CYCLES (silicon): mcycle, or the family's counter (-DQE_RISCV_FAMILY_COST).
- * Both 64-bit counters are read low word only: a measurement of 2^32 or more wraps (4.3 s at
- * 1 GHz virtual time per instruction with N = 0 is 2^32 instructions). The count includes the
- * few instructions of reading the counter (a constant).
+ * Both are 64-bit counters read as their low word: a measurement of 2^32 counts or more is
+ * reported modulo 2^32 (2^(32-N) instructions; 13 s at 320 MHz in cycles). The count includes
+ * the few instructions of reading the counter (a constant).
  *
  * Memory: flash and static RAM (including the stack section) from linker symbols; the stack
  * high-water mark by counting the words below the stack that still hold the reset-time paint. */
