@@ -40,6 +40,11 @@ def test_each_tool_gets_an_argument_list():
     assert F.picotool_args({}, elf) == ["picotool", "load", "-x", "/b/fw.elf"]
     assert F.teensy_args({"mcu": "TEENSY41"}, hexf) == ["teensy_loader_cli", "--mcu=TEENSY41", "-w",
                                                         "-v", "/b/fw.hex"]
+    assert F.esptool_args({"chip": "esp32c3", "chip_id": 5}, Path("/b/fw.esp.bin"),
+                          "/dev/ttyACM0") == [
+        "esptool.py", "--chip", "esp32c3", "--port", "/dev/ttyACM0", "--baud", "460800",
+        "--after", "hard_reset", "write_flash", "--flash_mode", "keep", "--flash_size", "keep",
+        "0x0", "/b/fw.esp.bin"]
 
 
 # ---------------------------------------------------------------------------- Intel HEX

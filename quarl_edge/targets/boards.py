@@ -231,7 +231,7 @@ def _flash_section(data: dict, where: str) -> tuple[tuple[str, ...], dict, float
                 raise BoardError(f"{sub}: '{k}' must be a list of strings")
         if t == "openocd" and not cfg["config"]:
             raise BoardError(f"{sub}: 'config' must name at least one OpenOCD .cfg file")
-        for k in ("baud", "family_id", "base"):
+        for k in ("baud", "family_id", "base", "chip_id", "offset"):
             if k in cfg and cfg[k] < 0:
                 raise BoardError(f"{sub}: '{k}' must be >= 0")
         config[t] = cfg

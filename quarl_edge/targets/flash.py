@@ -4,7 +4,7 @@ board's USB drive.
 A board file names its flash tools in order of preference (`[flash] tools`), each with its own
 sub-table (`[flash.openocd]`, `[flash.avrdude]`, ...; the keys are in TOOLS below). `flash()`
 picks the first tool that is installed (or the one `--flasher` names), writes the image that
-tool takes (ELF, Intel HEX or UF2, all written here from the ELF's loadable segments at their
+tool takes (ELF, Intel HEX, UF2 or an ESP image, all written here from the ELF's loadable segments at their
 load addresses), and runs the tool with an argument list (never a shell string) and a timeout.
 A missing tool is a ToolchainError naming it and the command that installs it; a tool that
 fails is a BoardError with its exit code and the last lines it printed.
@@ -15,6 +15,7 @@ boards.py asks connect.py, whose serial method flashes with this module)."""
 from __future__ import annotations
 
 import getpass
+import hashlib
 import itertools
 import os
 import shlex
@@ -68,6 +69,14 @@ def picotool_args(cfg: dict, image: Path, program: str = "picotool") -> list[str
 
 def teensy_args(cfg: dict, hex_path: Path, program: str = "teensy_loader_cli") -> list[str]:
     return [program, f"--mcu={cfg['mcu']}", "-w", "-v", str(hex_path)]
+
+
+def esptool_args(cfg: dict, image: Path, port: str, program: str = "esptool.py") -> list[str]:
+    """esptool's write_flash of our ESP image at `offset`; the header's flash settings are kept
+    (esp_image wrote them), the chip reset into our firmware afterwards."""
+    return [program, "--chip", cfg["chip"], "--port", port, "--baud", str(cfg.get("baud", 460800)),
+            "--after", "hard_reset", "write_flash", "--flash_mode", "keep", "--flash_size", "keep",
+            hex(cfg.get("offset", 0)), str(image)]
 
 
 # ------------------------------------------------------------------------------- images
@@ -148,8 +157,40 @@ def uf2(segments: list[tuple[int, bytes]], family_id: int, base: int | None = No
     return b"".join(blocks)
 
 
+ESP_MAGIC, ESP_CHECKSUM_SEED, ESP_WP_PIN_DISABLED = 0xE9, 0xEF, 0xEE
+ESP_FLASH_DIO_40M_4MB = (2, 0x20)   # header bytes 2, 3: DIO mode; 40 MHz (low nibble 0), 4 MiB (2)
+
+
+def esp_image(segments: list[tuple[int, bytes]], entry: int, chip_id: int) -> bytes:
+    """An image in Espressif's boot format (what `esptool elf2image` writes, documented in
+    esptool's "Firmware Image Format"), for a boot ROM that loads it into RAM: the 8-byte header
+    (magic 0xE9, segment count, flash mode/frequency/size, entry address), the 16-byte extended
+    header (WP pin disabled, chip id, any chip revision, SHA-256 appended), each segment as
+    (load address, length, bytes padded to 4), zero padding so that the checksum byte (0xEF
+    XOR every segment byte) ends a 16-byte block, then the SHA-256 of everything before it."""
+    if len(segments) > 16:
+        raise BoardError(f"an ESP image holds at most 16 segments; the ELF has {len(segments)}")
+    out = bytearray(struct.pack("<BBBBI", ESP_MAGIC, len(segments), *ESP_FLASH_DIO_40M_4MB, entry))
+    out += struct.pack("<B3sHBHH4sB", ESP_WP_PIN_DISABLED, b"\0\0\0", chip_id, 0, 0, 0xFFFF,
+                       b"\0" * 4, 1)
+    checksum = ESP_CHECKSUM_SEED
+    for addr, data in segments:
+        data = data + b"\0" * (-len(data) % 4)
+        out += struct.pack("<II", addr, len(data)) + data
+        for byte in data:
+            checksum ^= byte
+    out += b"\0" * (15 - len(out) % 16) + bytes([checksum])
+    return bytes(out) + hashlib.sha256(out).digest()
+
+
+def _elf_entry(elf: Path) -> int:
+    from elftools.elf.elffile import ELFFile
+    with Path(elf).open("rb") as f:
+        return ELFFile(f)["e_entry"]
+
+
 def write_image(board, tool: str, elf: Path) -> Path:
-    """The file `tool` takes, written next to the ELF (firmware.hex / firmware.uf2)."""
+    """The file `tool` takes, written next to the ELF (firmware.hex / .uf2 / .esp.bin)."""
     kind = TOOLS[tool].image
     elf = Path(elf)
     if kind == "elf":
@@ -161,6 +202,10 @@ def write_image(board, tool: str, elf: Path) -> Path:
         out.write_text(intel_hex(segs))
         return out
     cfg = board.flash_config[tool]
+    if kind == "esp":
+        out = elf.with_suffix(".esp.bin")
+        out.write_bytes(esp_image(segs, _elf_entry(elf), cfg["chip_id"]))
+        return out
     out = elf.with_suffix(".uf2")
     out.write_bytes(uf2(segs, cfg["family_id"], cfg.get("base"), board.flash_bytes or None))
     return out
@@ -370,6 +415,10 @@ def flash(board, elf: Path, port: str | None = None, flasher: str | None = None,
         if port is None:
             port = find_port(board)
         args, cwd = avrdude_args(cfg, Path(image.name), port, program), image.parent
+    elif tool == "esptool":
+        if port is None:
+            port = find_port(board)
+        args = esptool_args(cfg, image, port, program)
     else:   # a tool in TOOLS without a runner here is a bug
         raise AssertionError(tool)
     out = run_tool(board, tool, args, timeout, cwd)
