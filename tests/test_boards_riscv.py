@@ -1,16 +1,21 @@
 """The RISC-V board hifive1 (QEMU sifive_e, firmware/ports/riscv + fe310) beyond what every
 emulated board gets in test_boards_emulated.py and test_models_on_boards.py: issue 41's `hil`
-command with returns equal to TF Lite Micro's, ELFs of the wrong machine refused, and the
-start-up's own exits (a trap, a return from main) ending QEMU through semihosting."""
+command with returns equal to TF Lite Micro's, ELFs of the wrong machine refused, an idle board
+that does not spin the emulator, and the start-up's own exits (a trap, a return from main)
+ending QEMU through semihosting."""
+import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from helpers_models import cli
 
 from quarl_edge.errors import BoardError
+from quarl_edge.link.session import BoardSession
 from quarl_edge.resources import firmware_dir
 from quarl_edge.targets.boards import get_board
 from quarl_edge.targets.launch import start
@@ -32,6 +37,24 @@ def test_hil_int8_on_hifive1_plays_tflm_returns_episode_by_episode(run_copy):
         start(get_board("mps2-an386"), elf)
     with pytest.raises(BoardError, match="not a RISC-V firmware ELF"):
         start(BOARD, Path(sys.executable).resolve())
+
+
+@needs_riscv
+def test_an_idle_board_sleeps_instead_of_spinning_qemu(run_copy, tmp_path):
+    """While it waits for a byte the firmware sleeps in WFI on the UART's PLIC interrupt: after
+    an exchange (which leaves the interrupt claimed or not), QEMU takes next to no CPU time."""
+    with BoardSession(run_copy / "models" / "int8.tflite", BOARD, tmp_path) as s:
+        s.link.infer([np.zeros((1, 4), np.float32)])
+        stat = f"/proc/{s.running.proc.pid}/stat"
+
+        def cpu_s():
+            fields = open(stat).read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        before = cpu_s()
+        time.sleep(2.0)
+        idle = cpu_s() - before
+        assert idle < 0.5, f"QEMU used {idle:.2f} s of CPU in 2 s while the board waited"
+        assert s.link.infer([np.zeros((1, 4), np.float32)])[1] > 1000   # and still answers
 
 
 # A firmware of the shared start-up alone: main() traps on an illegal instruction, or returns.

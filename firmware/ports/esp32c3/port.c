@@ -66,6 +66,10 @@ void qe_uart_init(void)
 {
 }
 
+void qe_uart_irq_clear(void)
+{
+}
+
 int qe_uart_rx_ready(void)
 {
     return (USJ_EP1_CONF & EP1_OUT_DATA_AVAIL) != 0u;

@@ -27,6 +27,7 @@
 #define PLIC_PRIORITY(src) QE_REG(PLIC_BASE + 4u * (src))
 #define PLIC_ENABLE(word) QE_REG(PLIC_BASE + 0x2000u + 4u * (word))
 #define PLIC_THRESHOLD QE_REG(PLIC_BASE + 0x200000u)
+#define PLIC_CLAIM QE_REG(PLIC_BASE + 0x200004u)   /* read: claim the highest pending; write: complete */
 #define UART0_IRQ 3u
 
 const int qe_uart_wakes = 1;
@@ -44,6 +45,15 @@ void qe_uart_init(void)
     PLIC_PRIORITY(UART0_IRQ) = 1u;
     PLIC_THRESHOLD = 0u;
     PLIC_ENABLE(UART0_IRQ / 32u) |= 1u << (UART0_IRQ % 32u);
+}
+
+/* Claim and complete once (only the UART's source is enabled): on a level-triggered PLIC a
+ * line still high pends again at once, which the caller's check of the UART then sees. */
+void qe_uart_irq_clear(void)
+{
+    const uint32_t source = PLIC_CLAIM;
+    if (source != 0u)
+        PLIC_CLAIM = source;
 }
 
 int qe_uart_rx_ready(void)

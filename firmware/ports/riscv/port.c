@@ -5,8 +5,10 @@
  * family routes the UART's receive interrupt to the machine external interrupt (qe_uart_wakes),
  * so an idle board does not spin the emulator's CPU; it never returns -1. WFI wakes on a
  * pending interrupt enabled in mie even with mstatus.MIE = 0, and no trap is taken: mie.MEIE is
- * set only around WFI, and a byte arriving between the last check and WFI keeps MEIP pending,
- * so WFI returns at once: no byte is missed.
+ * set only around WFI. The interrupt controller keeps an interrupt pending until it is claimed
+ * (QEMU 7.2's PLIC even after the UART lowers its line), so stale state (bytes that were read
+ * without sleeping) is cleared before the last check; a byte arriving between that check and WFI
+ * leaves the interrupt pending, so WFI returns at once: no byte is missed.
  *
  * Cost:
  *  - QE_COST_INSTRUCTIONS (QEMU with -icount shift=N): minstret advances 2^N per executed
@@ -57,6 +59,7 @@ int qe_port_read_byte(void)
     while (!qe_uart_rx_ready()) {
         if (!qe_uart_wakes)
             continue;   /* no interrupt routed: poll */
+        qe_uart_irq_clear();
         QE_CSR_SET(mie, QE_MIE_MEIE);
         if (!qe_uart_rx_ready())
             __asm volatile("wfi" ::: "memory");

@@ -46,6 +46,9 @@ void qe_uart_tx(uint8_t byte);          /* blocking while the transmitter is ful
  * (mip.MEIP, through the family's interrupt controller), which stays pending while a byte
  * waits, so the port may sleep in WFI; 0: the port polls. */
 extern const int qe_uart_wakes;
+/* Clear the receive interrupt's pending state in the family's interrupt controller (e.g. claim
+ * and complete it at the PLIC), so that WFI waits for the next byte; empty without qe_uart_wakes. */
+void qe_uart_irq_clear(void);
 
 /* The rest of the family port's set-up, run first thing after reset (before .data/.bss are
  * initialised: it must not use static variables; may be empty). */
