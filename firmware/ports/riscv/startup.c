@@ -18,7 +18,12 @@ extern uint32_t __stack_bottom[], __stack_top[];
 
 int main(void);
 void qe_reset(void) __attribute__((noreturn, used));
-void qe_trap(void) __attribute__((noreturn, used, aligned(4)));
+/* mtvec's base: 4-byte aligned in direct mode; a core that only has the vectored mode (the
+ * ESP32-C3's) keeps the low 8 bits for itself: its board sets -DQE_RISCV_TRAP_ALIGN=256. */
+#ifndef QE_RISCV_TRAP_ALIGN
+#define QE_RISCV_TRAP_ALIGN 4
+#endif
+void qe_trap(void) __attribute__((noreturn, used, aligned(QE_RISCV_TRAP_ALIGN)));
 
 __asm__(
     "    .section .text.qe_entry, \"ax\"\n"
