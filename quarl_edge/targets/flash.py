@@ -4,8 +4,9 @@ board's USB drive.
 A board file names its flash tools in order of preference (`[flash] tools`), each with its own
 sub-table (`[flash.openocd]`, `[flash.avrdude]`, ...; the keys are in TOOLS below). `flash()`
 picks the first tool that is installed (or the one `--flasher` names), writes the image that
-tool takes (ELF, Intel HEX, UF2 or an ESP image, all written here from the ELF's loadable segments at their
-load addresses), and runs the tool with an argument list (never a shell string) and a timeout.
+tool takes (ELF, Intel HEX, UF2 or an ESP image, all written here from the ELF's loadable
+segments at their load addresses), and runs the tool with an argument list (never a shell
+string) and a timeout.
 A missing tool is a ToolchainError naming it and the command that installs it; a tool that
 fails is a BoardError with its exit code and the last lines it printed.
 
