@@ -6,10 +6,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# gcc builds the host board; the ARM/AVR toolchains and emulators serve the emulated boards.
+# gcc builds the host board; the ARM/AVR/RISC-V toolchains and emulators serve the emulated boards.
 APT_PACKAGES=(gcc libc6-dev make
               gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm    # boards/mps2-*, lm3s6965evb
               simavr gcc-avr avr-libc libsimavr-dev libsimavrparts1        # boards/atmega328p
+              gcc-riscv64-unknown-elf picolibc-riscv64-unknown-elf qemu-system-misc   # boards/hifive1
               openocd avrdude teensy-loader-cli    # flash tools for the real boards (quarl_edge/targets/flash.py)
               arduino-core-avr gdb-multiarch       # quarl-edge emulate: Optiboot's source, the gdb flasher
               openssh-client openssh-server        # linux boards' SSH deploy (tests: a local sshd)

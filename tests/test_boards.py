@@ -139,6 +139,20 @@ def test_a_missing_emulator_is_named_with_its_install_command(tmp_path):
     assert "no-such-cc" in dict(nocc.missing_tools())
 
 
+def test_a_missing_c_library_is_named_beside_an_installed_compiler(tmp_path):
+    """A cross compiler's C library is its own package (picolibc-riscv64-unknown-elf,
+    libnewlib-arm-none-eabi): `--specs=` files the compiler cannot find are missing tools."""
+    text = GOOD.format(id="mine").replace(
+        "cflags = []", 'cflags = ["--specs=no-such-libc.specs"]\ninstall = "apt-get install libc-x"')
+    b = load_board_file(write(tmp_path, "mine", text))
+    assert b.missing_build_tools() == [("no-such-libc.specs (gcc's C library)", "apt-get install libc-x")]
+    hifive1 = get_board("hifive1")
+    assert hifive1.spec_files() == ["picolibc.specs"]
+    import shutil as sh
+    if sh.which(hifive1.cc):     # scripts/setup.sh installs picolibc with the compiler
+        assert hifive1.missing_build_tools() == []
+
+
 def test_shipped_real_boards_say_how_they_are_flashed_and_reached():
     from quarl_edge.targets.flash import TOOLS
     for b in all_boards().values():

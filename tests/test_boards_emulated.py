@@ -1,5 +1,5 @@
 """Every emulated board (boards/*.toml with [connect] method = "qemu"), end to end as a user runs it:
-build warning-free, start qemu-system-arm, talk the protocol over its serial port (a socket),
+build warning-free, start QEMU (qemu-system-arm, qemu-system-riscv32), talk the protocol over its serial port (a socket),
 bit-exact against TF Lite Micro, HIL equal to tflite-runtime, costs in instructions that repeat
 exactly across emulator launches; and the clear errors (dead emulator, bad ELF, does not fit)."""
 import dataclasses
@@ -30,7 +30,7 @@ BOARDS = all_boards()
 
 
 def test_there_are_emulated_boards():
-    assert {"mps2-an386", "mps2-an500", "mps2-an505", "lm3s6965evb"} <= set(QEMU_BOARDS)
+    assert {"mps2-an386", "mps2-an500", "mps2-an505", "lm3s6965evb", "hifive1"} <= set(QEMU_BOARDS)
     for bid in QEMU_BOARDS:
         b = BOARDS[bid]
         assert b.kind == "emulated" and b.cost_unit == "instructions"

@@ -4,6 +4,7 @@ Intel HEX equal to binutils' objcopy output, UF2 blocks covering every loadable 
 family id set (and, on the RP2040, a boot stage 2 whose CRC the boot ROM accepts), OpenOCD
 configurations that the installed OpenOCD finds, addresses teensy_loader_cli accepts. No
 hardware is touched: this is compile-only. And `quarl-edge boards` lists every board."""
+import hashlib
 import json
 import shutil
 import struct
@@ -52,6 +53,44 @@ def crc32_mpeg2(data: bytes) -> int:
 
 def image_bytes_at(image: dict, addr: int, n: int) -> bytes:
     return bytes(image.get(addr + i, 0) for i in range(n))
+
+
+def parse_esp_image(raw: bytes) -> tuple[dict, list[tuple[int, bytes]]]:
+    """Our own reader of Espressif's boot image (esptool's "Firmware Image Format"): the header
+    fields and the segments, checking the checksum byte and the appended SHA-256."""
+    magic, count, mode, speed_size, entry = struct.unpack_from("<BBBBI", raw, 0)
+    wp, chip_id, hash_appended = raw[8], struct.unpack_from("<H", raw, 12)[0], raw[23]
+    pos, segs, checksum = 24, [], 0xEF
+    for _ in range(count):
+        addr, n = struct.unpack_from("<II", raw, pos)
+        data = raw[pos + 8:pos + 8 + n]
+        assert len(data) == n and n % 4 == 0
+        segs.append((addr, data))
+        for byte in data:
+            checksum ^= byte
+        pos += 8 + n
+    pos += 15 - pos % 16                  # the checksum byte ends a 16-byte block
+    assert raw[pos] == checksum, "bad ESP image checksum: the boot ROM would refuse it"
+    assert hash_appended == 1 and raw[pos + 1:] == hashlib.sha256(raw[:pos + 1]).digest()
+    return {"magic": magic, "mode": mode, "speed_size": speed_size, "entry": entry, "wp": wp,
+            "chip_id": chip_id}, segs
+
+
+def check_esp_image(image: Path, cfg: dict, elf: Path, loadable: dict) -> None:
+    from elftools.elf.elffile import ELFFile
+    head, segs = parse_esp_image(image.read_bytes())
+    with elf.open("rb") as f:
+        entry = ELFFile(f)["e_entry"]
+    assert head == {"magic": 0xE9, "mode": 2, "speed_size": 0x20, "entry": entry, "wp": 0xEE,
+                    "chip_id": cfg["chip_id"]}
+    image_bytes = {a + i: v for a, d in segs for i, v in enumerate(d)}
+    assert all(image_bytes.get(a) == v for a, v in loadable.items())
+    # the ROM loads RAM segments only: SRAM through the data bus (DRAM) or the instruction bus
+    assert all(0x3FC80000 <= a < 0x3FCDC710 or 0x40380000 <= a < 0x403E0000 for a, _ in segs)
+    if shutil.which("esptool.py"):     # Espressif's own reader, when it is installed
+        p = subprocess.run(["esptool.py", "--chip", cfg["chip"], "image_info", str(image)],
+                           capture_output=True, text=True, timeout=60, check=False)
+        assert p.returncode == 0, p.stdout + p.stderr
 
 
 @pytest.fixture(scope="module")
@@ -105,6 +144,8 @@ def test_real_board_images_for_each_flash_tool(firmware, board_id, tmp_path):
                 ref = tmp_path / f"{tool}.objcopy.hex"
                 subprocess.run([objcopy, "-O", "ihex", str(elf), str(ref)], check=True)
                 assert parse_ihex(ref.read_text()) == ours, f"{tool}: differs from {objcopy}'s HEX"
+        elif kind == "esp":
+            check_esp_image(image, b.flash_config[tool], elf, loadable)
         else:
             cfg = b.flash_config[tool]
             blocks = parse_uf2(image.read_bytes())

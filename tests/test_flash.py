@@ -40,6 +40,27 @@ def test_each_tool_gets_an_argument_list():
     assert F.picotool_args({}, elf) == ["picotool", "load", "-x", "/b/fw.elf"]
     assert F.teensy_args({"mcu": "TEENSY41"}, hexf) == ["teensy_loader_cli", "--mcu=TEENSY41", "-w",
                                                         "-v", "/b/fw.hex"]
+    assert F.esptool_args({"chip": "esp32c3", "chip_id": 5}, Path("/b/fw.esp.bin"),
+                          "/dev/ttyACM0") == [
+        "esptool.py", "--chip", "esp32c3", "--port", "/dev/ttyACM0", "--baud", "460800",
+        "--after", "hard_reset", "write_flash", "--flash_mode", "keep", "--flash_size", "keep",
+        "0x0", "/b/fw.esp.bin"]
+
+
+def test_an_esp_image_reads_back_with_its_checksum_and_hash():
+    from test_boards_real_build import parse_esp_image   # our reader, not the writer
+    segs = [(0x3FCB0000, b"\x01\x02\x03"), (0x40380000, bytes(range(40)))]
+    raw = F.esp_image(segs, 0x40380000, 5)
+    head, back = parse_esp_image(raw)
+    assert head == {"magic": 0xE9, "mode": 2, "speed_size": 0x20, "entry": 0x40380000,
+                    "wp": 0xEE, "chip_id": 5}
+    assert back == [(0x3FCB0000, b"\x01\x02\x03\x00"), (0x40380000, bytes(range(40)))]
+    broken = bytearray(raw)
+    broken[33] ^= 1                       # a flipped bit in the first segment's data
+    with pytest.raises(AssertionError, match="checksum"):
+        parse_esp_image(bytes(broken))
+    with pytest.raises(BoardError, match="at most 16 segments"):
+        F.esp_image([(4 * i, b"abcd") for i in range(17)], 0, 5)
 
 
 # ---------------------------------------------------------------------------- Intel HEX

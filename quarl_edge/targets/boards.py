@@ -14,7 +14,9 @@ replaces that board. A file's `id` must match its file name; `[build] family` na
 shipped firmware/ports/ directories."""
 from __future__ import annotations
 
+import functools
 import shutil
+import subprocess
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -137,11 +139,32 @@ class Board:
         missing = []
         if not self.toolchain_installed():
             missing.append((self.cc, self.install))
+        else:
+            missing += [(f"{name} ({self.cc}'s C library)", self.install)
+                        for name in self.spec_files() if not _compiler_has_file(self.cc, name)]
         return missing + self.method.missing_tools(self)
+
+    def spec_files(self) -> list[str]:
+        """The GCC spec files the board's flags name (--specs=nano.specs, picolibc.specs): each
+        comes with the C library's package, not with the compiler's."""
+        flags = (*self.cflags, *self.ldflags)
+        return list(dict.fromkeys(f.split("=", 1)[1] for f in flags if f.startswith("--specs=")))
 
     def flasher_status(self) -> list[dict]:
         """Per flash tool: 'ok', 'missing' (with its install command) or 'copy' (to a drive)."""
         return tool_status(self)
+
+
+@functools.lru_cache(maxsize=None)
+def _compiler_has_file(cc: str, name: str) -> bool:
+    """Whether the compiler finds `name` in its own directories (`-print-file-name` prints the
+    name alone when it does not)."""
+    try:
+        out = subprocess.run([cc, f"-print-file-name={name}"], capture_output=True, text=True,
+                             timeout=30).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return out != name and Path(out).is_file()
 
 
 def _require(data: dict, key: str, typ, where: str):
@@ -208,7 +231,7 @@ def _flash_section(data: dict, where: str) -> tuple[tuple[str, ...], dict, float
                 raise BoardError(f"{sub}: '{k}' must be a list of strings")
         if t == "openocd" and not cfg["config"]:
             raise BoardError(f"{sub}: 'config' must name at least one OpenOCD .cfg file")
-        for k in ("baud", "family_id", "base"):
+        for k in ("baud", "family_id", "base", "chip_id", "offset"):
             if k in cfg and cfg[k] < 0:
                 raise BoardError(f"{sub}: '{k}' must be >= 0")
         config[t] = cfg

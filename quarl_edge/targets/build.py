@@ -28,6 +28,7 @@ from elftools.elf.elffile import ELFFile
 
 from .boards import Board
 from .flash import intel_hex, loadable_segments
+from .flash_tools import TOOLS
 from ..errors import QuarlError, ToolchainError
 from ..files import atomic_path, disk_error, locked, own, subdir, write_atomic, writing
 from ..resources import firmware_dir
@@ -136,6 +137,9 @@ def write_images(board: Board, elf: Path
         return None, None, None, (f"no firmware.bin/.hex: {e}",)
     notes, bin_out, address, hex_out = [], None, None, None
     try:
+        if any(TOOLS[tool].image == "esp" for tool in board.flashers):
+            raise QuarlError("the board's boot ROM loads an ESP image (firmware.esp.bin, written "
+                             "when flashing), segment by segment into its RAM")
         address, image = binary_image(segments)
         write_atomic(bin_path, image)
         bin_out = bin_path

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..errors import QuarlError
 from .launch import FlashedBoard, HostPty, RunningBoard
-from .qemu import Qemu
+from .qemu import QEMU_DEFAULT, Qemu
 from .simavr import Simavr
 
 
@@ -61,9 +61,10 @@ class PtyMethod(ConnectMethod):
 
 
 class QemuMethod(ConnectMethod):
-    """An emulated Cortex-M board: qemu-system-arm, counting instructions (qemu.py). With a port
-    (`quarl-edge flash --port`), one that `quarl-edge emulate` runs: flashed through its GDB
-    server (`--flasher gdb=HOST:PORT`) and reached on that serial port, as a real board."""
+    """An emulated board: QEMU (qemu-system-arm, qemu-system-riscv32), counting instructions
+    (qemu.py). With a port (`quarl-edge flash --port`), one that `quarl-edge emulate` runs:
+    flashed through its GDB server (`--flasher gdb=HOST:PORT`) and reached on that serial port,
+    as a real board."""
     name = "qemu"
     flashes = True
 
@@ -73,18 +74,25 @@ class QemuMethod(ConnectMethod):
         return Qemu(board, elf)
 
     def missing_tools(self, board):
-        if shutil.which("qemu-system-arm") is None:
-            return [("qemu-system-arm", board.connect.get("install", ""))]
+        exe = board.connect.get("qemu", QEMU_DEFAULT)
+        if shutil.which(exe) is None:
+            return [(exe, board.connect.get("install", ""))]
         return []
 
     def defines(self, board):
-        """The port turns SysTick ticks into instructions: it needs QEMU's -icount shift and the
-        SysTick clock of the emulated machine (boards/<id>.toml [connect])."""
+        """The port turns its counter into instructions: it needs QEMU's -icount shift and, on
+        Cortex-M, the SysTick clock of the emulated machine (boards/<id>.toml [connect];
+        RISC-V's minstret needs no clock)."""
         defines = []
-        for key, macro in (("icount_shift", "QE_ICOUNT_SHIFT"), ("systick_hz", "QE_SYSTICK_HZ")):
+        keys = [("icount_shift", "QE_ICOUNT_SHIFT")]
+        if "riscv" not in board.shared:
+            keys.append(("systick_hz", "QE_SYSTICK_HZ"))
+        for key, macro in keys:
             val = board.connect.get(key)
-            if not isinstance(val, int) or isinstance(val, bool) or val <= 0:
-                raise QuarlError(f"board {board.id}: [connect] needs a positive integer '{key}'")
+            low = 0 if key == "icount_shift" else 1
+            if not isinstance(val, int) or isinstance(val, bool) or val < low:
+                what = "a non-negative" if low == 0 else "a positive"
+                raise QuarlError(f"board {board.id}: [connect] needs {what} integer '{key}'")
             defines.append(f"-D{macro}={val}{'u' if key == 'systick_hz' else ''}")
         return defines
 

@@ -4,8 +4,9 @@ board's USB drive.
 A board file names its flash tools in order of preference (`[flash] tools`), each with its own
 sub-table (`[flash.openocd]`, `[flash.avrdude]`, ...; the keys are in TOOLS below). `flash()`
 picks the first tool that is installed (or the one `--flasher` names), writes the image that
-tool takes (ELF, Intel HEX or UF2, all written here from the ELF's loadable segments at their
-load addresses), and runs the tool with an argument list (never a shell string) and a timeout.
+tool takes (ELF, Intel HEX, UF2 or an ESP image, all written here from the ELF's loadable
+segments at their load addresses), and runs the tool with an argument list (never a shell
+string) and a timeout.
 A missing tool is a ToolchainError naming it and the command that installs it; a tool that
 fails is a BoardError with its exit code and the last lines it printed.
 
@@ -15,11 +16,9 @@ boards.py asks connect.py, whose serial method flashes with this module)."""
 from __future__ import annotations
 
 import getpass
-import itertools
 import os
 import re
 import shlex
-import struct
 import subprocess
 import tempfile
 import time
@@ -29,6 +28,7 @@ from pathlib import Path
 from ..errors import BoardError, ToolchainError
 from ..files import write_atomic
 from . import flash_tools
+from .images import _elf_entry, esp_image, intel_hex, loadable_segments, uf2  # noqa: F401
 from .flash_tools import COPY_TOOLS, DEFAULT_TIMEOUT_S, TOOLS, FlashTool  # noqa: F401  (the tool table)
 from .usb import find_port
 
@@ -88,86 +88,17 @@ def teensy_args(cfg: dict, hex_path: Path, program: str = "teensy_loader_cli") -
     return [program, f"--mcu={cfg['mcu']}", "-w", "-v", str(hex_path)]
 
 
+def esptool_args(cfg: dict, image: Path, port: str, program: str = "esptool.py") -> list[str]:
+    """esptool's write_flash of our ESP image at `offset`; the header's flash settings are kept
+    (esp_image wrote them), the chip reset into our firmware afterwards."""
+    return [program, "--chip", cfg["chip"], "--port", port, "--baud", str(cfg.get("baud", 460800)),
+            "--after", "hard_reset", "write_flash", "--flash_mode", "keep", "--flash_size", "keep",
+            hex(cfg.get("offset", 0)), str(image)]
+
+
 # ------------------------------------------------------------------------------- images
-def loadable_segments(elf: Path) -> list[tuple[int, bytes]]:
-    """(load address, bytes) of every PT_LOAD segment with file contents, by address. The load
-    address is the physical address (LMA): initialised data is stored in flash after the code."""
-    from elftools.common.exceptions import ELFError
-    from elftools.elf.elffile import ELFFile
-    try:
-        with Path(elf).open("rb") as f:
-            segs = [(s["p_paddr"], s.data()[:s["p_filesz"]]) for s in ELFFile(f).iter_segments()
-                    if s["p_type"] == "PT_LOAD" and s["p_filesz"] > 0]
-    except (OSError, ELFError) as e:
-        raise BoardError(f"{elf} is not a firmware ELF: {e}") from None
-    if not segs:
-        raise BoardError(f"{elf} has no loadable contents")
-    segs.sort()
-    for (a0, d0), (a1, _) in itertools.pairwise(segs):
-        if a0 + len(d0) > a1:
-            raise BoardError(f"{elf}: loadable segments overlap at 0x{a1:08x}")
-    return segs
-
-
-def _ihex_record(rtype: int, addr: int, data: bytes = b"") -> str:
-    body = bytes([len(data), (addr >> 8) & 0xFF, addr & 0xFF, rtype]) + data
-    return ":" + (body + bytes([(-sum(body)) & 0xFF])).hex().upper()
-
-
-def intel_hex(segments: list[tuple[int, bytes]], record_bytes: int = 16) -> str:
-    """Intel HEX (data, extended linear address and end-of-file records) of the segments."""
-    lines, upper = [], None
-    for base, data in segments:
-        if base + len(data) > 1 << 32:
-            raise BoardError(f"segment at 0x{base:x} does not fit 32-bit Intel HEX")
-        off = 0
-        while off < len(data):
-            addr = base + off
-            if addr >> 16 != upper:
-                upper = addr >> 16
-                lines.append(_ihex_record(4, 0, struct.pack(">H", upper)))
-            n = min(record_bytes, len(data) - off, 0x10000 - (addr & 0xFFFF))  # not across 64 KiB
-            lines.append(_ihex_record(0, addr & 0xFFFF, data[off:off + n]))
-            off += n
-    lines.append(_ihex_record(1, 0))
-    return "\n".join(lines) + "\n"
-
-
-UF2_MAGIC_START0, UF2_MAGIC_START1, UF2_MAGIC_END = 0x0A324655, 0x9E5D5157, 0x0AB16F30
-UF2_FLAG_FAMILY_ID = 0x00002000
-UF2_PAYLOAD = 256      # bytes per block (what the RP2040 boot ROM requires), 256-byte aligned
-
-
-def uf2(segments: list[tuple[int, bytes]], family_id: int, base: int | None = None,
-        size: int | None = None) -> bytes:
-    """A UF2 file (github.com/microsoft/uf2's format): one 512-byte block per 256-byte page the
-    segments touch, page-aligned, zero-filled around the segments, with the family id set.
-    With `base` (and `size`), every byte must lie in [base, base + size): the flash."""
-    pages: dict[int, bytearray] = {}
-    for addr, data in segments:
-        if base is not None and (addr < base or (size and addr + len(data) > base + size)):
-            end = f"0x{base + size:08x}" if size else "the end"
-            raise BoardError(f"a loadable segment at 0x{addr:08x}..0x{addr + len(data):08x} lies "
-                             f"outside the flash (0x{base:08x}..{end}): a UF2 cannot write it")
-        pos = 0
-        while pos < len(data):
-            a = addr + pos
-            page, at = a - a % UF2_PAYLOAD, a % UF2_PAYLOAD
-            n = min(UF2_PAYLOAD - at, len(data) - pos)
-            pages.setdefault(page, bytearray(UF2_PAYLOAD))[at:at + n] = data[pos:pos + n]
-            pos += n
-    order = sorted(pages)
-    blocks = []
-    for i, page in enumerate(order):
-        head = struct.pack("<8I", UF2_MAGIC_START0, UF2_MAGIC_START1, UF2_FLAG_FAMILY_ID, page,
-                           UF2_PAYLOAD, i, len(order), family_id)
-        payload = bytes(pages[page]).ljust(476, b"\0")
-        blocks.append(head + payload + struct.pack("<I", UF2_MAGIC_END))
-    return b"".join(blocks)
-
-
 def write_image(board, tool: str, elf: Path) -> Path:
-    """The file `tool` takes, written next to the ELF (firmware.hex / firmware.uf2)."""
+    """The file `tool` takes, written next to the ELF (firmware.hex / .uf2 / .esp.bin)."""
     kind = TOOLS[tool].image
     elf = Path(elf)
     if kind == "elf":
@@ -179,6 +110,10 @@ def write_image(board, tool: str, elf: Path) -> Path:
         write_atomic(out, intel_hex(segs))
         return out
     cfg = board.flash_config[tool]
+    if kind == "esp":
+        out = elf.with_suffix(".esp.bin")
+        write_atomic(out, esp_image(segs, _elf_entry(elf), cfg["chip_id"]))
+        return out
     out = elf.with_suffix(".uf2")
     write_atomic(out, uf2(segs, cfg["family_id"], cfg.get("base"), board.flash_bytes or None))
     return out
@@ -467,6 +402,10 @@ def flash(board, elf: Path, port: str | None = None, flasher: str | None = None,
         args = gdb_args(cfg, image, server, program)
         out = run_tool(board, tool, args, timeout, port=server, log=elf.with_suffix(".gdb.log"))
         return FlashResult(tool, image, command=args, output=out)
+    elif tool == "esptool":
+        if port is None:
+            port = find_port(board)
+        args = esptool_args(cfg, image, port, program)
     else:   # a tool in TOOLS without a runner here is a bug
         raise AssertionError(tool)
     out = run_tool(board, tool, args, timeout, cwd, port=port if t.needs_port else None,

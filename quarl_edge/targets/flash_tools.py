@@ -16,7 +16,7 @@ class FlashTool:
     name: str
     program: str | None          # the executable; None: the image is copied to a USB drive
     install: str                 # how to install the program
-    image: str                   # what the tool takes: "elf", "hex" or "uf2"
+    image: str                   # what the tool takes: "elf", "hex", "uf2" or "esp"
     required: dict               # key -> type in [flash.<name>]
     optional: dict = field(default_factory=dict)
     needs_port: bool = False     # flashes through the board's serial port (a bootloader)
@@ -33,6 +33,10 @@ TOOLS: dict[str, FlashTool] = {t.name: t for t in (
     FlashTool("picotool", "picotool",
               "apt-get install --no-install-recommends picotool (Debian 13+, Ubuntu 24.04+)",
               "elf", {}),
+    # esptool (PyPI, not a dependency: like pyocd, a program the user installs) writes the ESP
+    # image we make (flash.esp_image) through the chip's ROM download mode.
+    FlashTool("esptool", "esptool.py", "pip install esptool", "esp", {"chip": str, "chip_id": int},
+              {"offset": int, "baud": int}, needs_port=True),
     FlashTool("teensy", "teensy_loader_cli",
               "apt-get install --no-install-recommends teensy-loader-cli", "hex", {"mcu": str}),
     # any GDB server: a Black Magic Probe's port, st-util, pyocd gdbserver, J-Link's, QEMU's

@@ -141,7 +141,8 @@ def check_elf(elf: Path, machine: str, arch: str) -> None:
     except (OSError, ELFError) as err:
         raise BoardError(f"{elf} is not a firmware ELF: {err}") from None
     if not ok:
-        raise BoardError(f"{elf} is not an {arch} firmware ELF (machine {e['e_machine']})")
+        article = "an" if arch[:1] in "AEIOU" else "a"
+        raise BoardError(f"{elf} is not {article} {arch} firmware ELF (machine {e['e_machine']})")
 
 
 class ExternalPort(RunningBoard):

@@ -1,4 +1,5 @@
-"""An emulated Cortex-M board: qemu-system-arm runs the firmware ELF (the `qemu` connect method,
+"""An emulated board: QEMU (qemu-system-arm for Cortex-M, qemu-system-riscv32 for RISC-V: the
+board file's [connect] `qemu`) runs the firmware ELF (the `qemu` connect method,
 targets/connect.py), with its serial port on a Unix-domain socket and a monitor for our control."""
 from __future__ import annotations
 
@@ -14,6 +15,12 @@ from ..errors import BoardError, ToolchainError
 from .launch import ChildProcess, check_elf, die_with_parent
 
 QEMU_INSTALL = "apt-get install --no-install-recommends qemu-system-arm"
+QEMU_DEFAULT = "qemu-system-arm"     # a board file's [connect] `qemu`, when it names none
+
+# The ELF machine each emulator runs (e_machine, what to call it): any other file QEMU would run
+# as a raw image, silently.
+QEMU_ELF_MACHINES = {"qemu-system-arm": ("EM_ARM", "ARM"),
+                     "qemu-system-riscv32": ("EM_RISCV", "RISC-V")}
 
 HMP_PROMPT = b"(qemu) "
 
@@ -47,8 +54,8 @@ ICOUNT_IDLE = "sleep=off"
 
 
 class Qemu(ChildProcess):
-    """An emulated Cortex-M board: qemu-system-arm runs the firmware ELF with instruction counting
-    (-icount shift=N, so SysTick counts instructions exactly and repeatably), its serial port 0 on
+    """An emulated board: QEMU runs the firmware ELF with instruction counting (-icount
+    shift=N, so SysTick or minstret counts instructions exactly and repeatably), its serial port 0 on
     a Unix-domain socket (unix://PATH, link/urlhandler/protocol_unix.py), a human monitor socket
     for our control (`cont`, `quit`) and another one (`reset_handle`: others may reset the board
     through it, e.g. `socat - UNIX-CONNECT:PATH` then `system_reset`, or the fault:// link's
@@ -65,7 +72,7 @@ class Qemu(ChildProcess):
     def __init__(self, board, elf: Path | None, gdb_port: int | None = None):
         """`elf` None: no program (an empty flash); `gdb_port`: QEMU's GDB stub on that
         localhost port and the board left halted for a debugger (emulate.py)."""
-        exe = board.connect.get("qemu", "qemu-system-arm")
+        exe = board.connect.get("qemu", QEMU_DEFAULT)
         qemu = shutil.which(exe)
         if qemu is None:
             raise ToolchainError(f"'{exe}' (the emulator for board {board.id}) is not installed; "
@@ -78,7 +85,8 @@ class Qemu(ChildProcess):
         kernel = []
         if elf is not None:
             self.elf = Path(elf)
-            check_elf(self.elf, "EM_ARM", "ARM")   # QEMU would run any other file as a raw image
+            check_elf(self.elf, *QEMU_ELF_MACHINES.get(Path(exe).name,
+                                                     QEMU_ELF_MACHINES[QEMU_DEFAULT]))
             kernel = ["-kernel", str(self.elf)]
         self._dir = Path(tempfile.mkdtemp(prefix="qe-qemu-"))   # short path: AF_UNIX limit
         self._control_path = self._dir / "control.sock"   # our monitor; monitor.sock is others'
