@@ -2,6 +2,7 @@
 command's options, then its handler: it calls the API (`qe`) and prints the result."""
 from __future__ import annotations
 
+import argparse
 import time
 from pathlib import Path
 
@@ -211,6 +212,7 @@ def _add_hil(sub) -> None:
     s.add_argument("--episodes", type=positive_int, default=20,
                    help="episodes, on seeds SEED..SEED+N-1")
     s.add_argument("--seed", type=nonnegative_int, default=0, help="the first episode's seed")
+    control_hz_option(s)
     port_option(s)
     flash_options(s)
     s.add_argument("--out", default=None, metavar="DIR",
@@ -218,11 +220,44 @@ def _add_hil(sub) -> None:
     json_option(s)
 
 
+def control_hz_option(s) -> None:
+    """--control-hz HZ (hil, bench): the control loop's rate to hold the worst case against."""
+    def hz(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not 0 < value <= 1e6:
+            raise argparse.ArgumentTypeError(f"must be a rate in Hz, > 0 and <= 1e6, got {text!r}")
+        return value
+    hz.__name__ = "rate in Hz"
+    s.add_argument("--control-hz", type=hz, default=None, metavar="HZ",
+                   help="the control loop's rate: say per board and scheme whether the worst "
+                        "time per action at the board's clock meets the period 1/HZ, with the "
+                        "margin and the jitter (max - min, p99)")
+
+
+def deadline_table(items) -> None:
+    """The deadline answers of hil or bench: (board, scheme, deadline dict) each."""
+    rows = [[b, sch, f"{d['control_hz']:g} Hz", f"{d['period_us']:,.1f} µs",
+             f"{d['worst_us']:,.1f} µs", f"{d['margin_us']:,.1f} µs ({d['margin_pct']:.1f} %)",
+             d["verdict"], f"{d['jitter_us']:,.2f} µs", f"{d['p99_us']:,.1f} µs"]
+            for b, sch, d in items if d]
+    if not rows:
+        return
+    table(["board", "precision", "control rate", "period", "worst", "margin", "deadline",
+           "jitter (max-min)", "p99"], rows,
+          right=("period", "worst", "margin", "jitter (max-min)", "p99"))
+    for basis in dict.fromkeys(d["time_basis"] for _, _, d in items if d):
+        boards = ", ".join(dict.fromkeys(b for b, _, d in items if d and d["time_basis"] == basis))
+        note(f"time on {boards}: {basis}")
+
+
 def cmd_hil(a, qe):
     """hil: the board's returns beside the host's; exit 1 if they differ from the reference."""
     res = qe.hil(a.run, a.board, model=a.model, episodes=a.episodes, seed=a.seed, port=a.port,
                  out=a.out, flasher=a.flasher, drive=a.drive, progress=True, env=a.env,
-                 action=a.action, board_file=a.board_file)
+                 action=a.action, board_file=a.board_file, control_hz=a.control_hz)
     # a board whose returns are not TF Lite Micro's (the reference it is bit-exact with) is a
     # measured failure; without TFLM (fp16, hybrid models) tflite-runtime is only compared
     code = EXIT_OK if res.matches_reference or res.micro_mean_return is None \
@@ -251,6 +286,7 @@ def cmd_hil(a, qe):
           else f"the board's returns DIFFER from {ref} on the same seeds")
     print(f"latency median {cost(lat.median, lat.unit)} (p99 {cost(lat.p99, lat.unit)}); "
           f"{res.steps_per_s:,.0f} steps/s")
+    deadline_table([(res.board, res.scheme, res.deadline)])
     note(f"wrote the results to {res.results} (and the episode log beside it)")
     return code
 
@@ -274,6 +310,7 @@ def _add_bench(sub) -> None:
                    help="also play N episodes per board and precision (seeds 0..N-1, the board "
                         "choosing every action) for a return column, checked against "
                         "tflite-runtime on the same seeds (0: no return column)")
+    control_hz_option(s)
     s.add_argument("--out", default=None, metavar="DIR",
                    help="results directory (default: RUN/results)")
     flash_options(s)
@@ -283,7 +320,7 @@ def _add_bench(sub) -> None:
 def cmd_bench(a, qe):
     """bench: one row per board and precision, with the int8 speed-up."""
     rows = qe.bench(a.run, a.boards, n=a.n, out=a.out, progress=not a.json, episodes=a.episodes,
-                    env=a.env)
+                    env=a.env, control_hz=a.control_hz)
     if a.json:
         return emit_json(as_json(rows))
     speed = {}
@@ -316,6 +353,7 @@ def cmd_bench(a, qe):
         head += ["return", "= TF Lite Micro", "agreement"]
         right += ("return", "agreement")
     table(head, out, right=right)
+    deadline_table([(r.board, r.scheme, r.deadline) for r in rows])
     if a.episodes:
         ref = "the fp32 network's" if Path(a.run).suffix != ".tflite" else \
             "the same model's on TF Lite Micro"

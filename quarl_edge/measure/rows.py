@@ -100,6 +100,8 @@ class HilResult:
     episodes_log: str = ""            # its per-episode log (JSON lines)
     host_interpreter: str = "tflite-runtime"   # the host's TFLite interpreter and its version
                                                # (quarl_edge/tflite_host.py: or LiteRT)
+    deadline: dict | None = None      # hil --control-hz: every step's cost against the period
+                                      # (measure/deadline.py: worst_us, margin_us, verdict, ...)
 
 
 @dataclass
@@ -122,6 +124,8 @@ class BenchRow:
     stack_bytes: int | None = None
     arena_bytes: int | None = None
     error: str | None = None          # why this cell has no figures (e.g. does not fit)
+    deadline: dict | None = None      # bench --control-hz: n single BENCHes against the period
+                                      # (measure/deadline.py: worst_us, margin_us, verdict, ...)
     run: str | None = None            # the run directory, its env and algorithm
     env: str | None = None
     algo: str | None = None
