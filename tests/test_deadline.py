@@ -62,7 +62,12 @@ def test_bench_control_hz_on_host_and_the_avr(tmp_path):
     host = rows[("host", "int8")]["deadline"]
     assert host["time_basis"] == "measured wall time" and host["verdict"] == "meets"
     assert host["worst_us"] >= rows[("host", "int8")]["cost_max"] / 1e3
+    # the energy estimate beside it (tests/test_energy.py: the arithmetic)
+    e = rows[("atmega328p", "int8")]["energy"]
+    assert e["uj"] == pytest.approx(rows[("atmega328p", "int8")]["cost_mean"] * 5 * 650 / 1e6)
+    assert rows[("host", "int8")]["energy"]["uj"] is None
     md = (run / "results" / "bench.md").read_text()
+    assert "| atmega328p | int8 | 216.0 µJ | Atmel" in md
     assert "| atmega328p | int8 | 500 Hz | 2,000.0 | 4,154.7 | -2,154.7 | -107.7 % | misses |" in md
     p = subprocess.run([sys.executable, "-m", "quarl_edge.cli", "bench", str(run), "--boards",
                         "atmega328p", "-n", "3", "--control-hz", "200"],
@@ -70,6 +75,7 @@ def test_bench_control_hz_on_host_and_the_avr(tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     line = next(x for x in p.stdout.splitlines() if x.startswith("atmega328p  int8"))
     assert "5,000.0 µs" in line and "845.3 µs (16.9 %)" in line and "meets" in line
+    assert any(x.split() == ["atmega328p", "int8", "216.0", "µJ"] for x in p.stdout.splitlines())
 
 
 def test_hil_control_hz_holds_every_step_against_the_period(tmp_path):
@@ -83,6 +89,7 @@ def test_hil_control_hz_holds_every_step_against_the_period(tmp_path):
     assert d["n"] == res["latency"]["n"] > 2 and d["period_us"] == 1000
     assert d["p99_us"] == pytest.approx(res["latency"]["p99"] / 25)     # instructions at 25 MHz
     assert d["verdict"] == "meets" and "estimate" in d["time_basis"]
+    assert res["energy"]["uj"] is None and "FPGA" in res["energy"]["none"]
 
 
 @pytest.mark.parametrize("rate", ["0", "-5", "nan", "fast"])

@@ -253,6 +253,21 @@ def deadline_table(items) -> None:
         note(f"time on {boards}: {basis}")
 
 
+def energy_table(items) -> None:
+    """Energy per inference (bench): (board, scheme, energy dict) each; the estimate's
+    figures and source once per board, or why it has none."""
+    items = [(b, sch, e) for b, sch, e in items if e]
+    if not items:
+        return
+    head = "energy / inference (estimate)"
+    table(["board", "precision", head],
+          [[b, sch, "no energy figures" if e["uj"] is None else f"{e['uj']:,.1f} µJ"]
+           for b, sch, e in items], right=(head,))
+    for b, _, e in {b: (b, s, e) for b, s, e in items}.values():
+        note(f"energy on {b}: " + (f"no energy figures ({e['none']})" if e["uj"] is None else
+                                  f"an estimate, {e['basis']}; from {e['source']}"))
+
+
 def cmd_hil(a, qe):
     """hil: the board's returns beside the host's; exit 1 if they differ from the reference."""
     res = qe.hil(a.run, a.board, model=a.model, episodes=a.episodes, seed=a.seed, port=a.port,
@@ -287,6 +302,13 @@ def cmd_hil(a, qe):
     print(f"latency median {cost(lat.median, lat.unit)} (p99 {cost(lat.p99, lat.unit)}); "
           f"{res.steps_per_s:,.0f} steps/s")
     deadline_table([(res.board, res.scheme, res.deadline)])
+    e = res.energy or {}
+    if e.get("uj") is not None:
+        print(f"energy (estimate) {e['uj']:,.1f} µJ per inference, {e['uj_per_episode']:,.0f} µJ "
+              f"per episode")
+        note(f"energy: {e['basis']}; from {e['source']}")
+    elif e:
+        print(f"no energy figures ({e['none']})")
     note(f"wrote the results to {res.results} (and the episode log beside it)")
     return code
 
@@ -354,6 +376,7 @@ def cmd_bench(a, qe):
         right += ("return", "agreement")
     table(head, out, right=right)
     deadline_table([(r.board, r.scheme, r.deadline) for r in rows])
+    energy_table([(r.board, r.scheme, r.energy) for r in rows])
     if a.episodes:
         ref = "the fp32 network's" if Path(a.run).suffix != ".tflite" else \
             "the same model's on TF Lite Micro"

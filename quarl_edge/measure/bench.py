@@ -41,6 +41,8 @@ from ..run import load_run, tflite_path
 from ..targets.boards import Board, all_boards, get_board
 from .deadline import deadline
 from .deadline import markdown as deadline_markdown
+from .energy import energy
+from .energy import markdown as energy_markdown
 from .episodes import Fp32Episodes, board_episodes
 from .rows import migrate
 
@@ -90,7 +92,8 @@ def bench_cell(run_dir: Path, board: Board, scheme: str, n: int, obs: np.ndarray
                "cost_first": first, "cost_mean": stats.mean, "cost_min": stats.min,
                "cost_max": stats.max, "n": stats.n, "clock_hz": board.clock_hz,
                "flash_bytes": mem.get("flash_bytes"), "ram_bytes": mem.get("ram_bytes"),
-               "stack_bytes": mem.get("stack_bytes"), "arena_bytes": mem.get("arena_bytes")}
+               "stack_bytes": mem.get("stack_bytes"), "arena_bytes": mem.get("arena_bytes"),
+               "energy": energy(board, stats.mean)}
         if control_hz is not None:
             costs = [first] + [s.link.bench(1).max for _ in range(n)]
             row["deadline"] = deadline(costs + [stats.min, stats.max], s.info.cost_unit,
@@ -289,4 +292,4 @@ def markdown(rows: list[dict]) -> str:
                      "= TF Lite Micro: the same model on TF Lite Micro (the reference the "
                      "firmware is bit-exact with) returns the same on every seed; agreement: with the fp32 network's actions on the states the "
                      "board visited.")
-    return "\n".join(lines) + "\n" + deadline_markdown(rows)
+    return "\n".join(lines) + "\n" + deadline_markdown(rows) + energy_markdown(rows)

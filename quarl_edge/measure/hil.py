@@ -27,6 +27,7 @@ from ..rl.envs import default_head, make_gym, output_to_action, play_batched
 from ..run import load_run, tflite_path
 from ..targets.boards import Board
 from .deadline import deadline
+from .energy import energy
 from .episodes import (BoardPlayer, Fp32Policy, actions_equal, agreement, fp32_policy,
                        mean_std, play, reference_episodes, same_returns)
 from .reference import has_state
@@ -228,11 +229,21 @@ def _result(t: HilTarget, board: Board, scheme: str, seeds: list[int], on_board:
         "action_head": t.head,
         "latency": latency_summary(on_board["costs"], on_board["unit"]),
         "steps_per_s": len(board_actions) / wall if wall > 0 else None,
+        "energy": _energy(board, on_board["costs"], len(seeds)),
         "memory": on_board["memory"],
         "link": on_board["link"],   # what the link survived: retries, resyncs, bad frames, resets
         "results": str(out_path),
         "episodes_log": str(log_path),
     }
+
+
+def _energy(board: Board, costs: list[int], episodes: int) -> dict:
+    """The energy estimate (measure/energy.py) of the mean step, and per episode: the sum of
+    every step's estimate over the episodes played (replays not counted) / episodes."""
+    e = energy(board, float(np.mean(costs)) if costs else None)
+    if e["uj"] is not None:
+        e["uj_per_episode"] = energy(board, float(np.sum(costs)) / episodes)["uj"]
+    return e
 
 
 def _write_results(results_dir: Path, board_id: str, scheme: str, result: dict, out_path: Path,
