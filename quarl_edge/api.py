@@ -41,7 +41,7 @@ PathLike = str | os.PathLike
 
 __all__ = ["BenchRow", "BoardInfo", "BuildResult", "HilResult", "ImportResult", "Latency",
            "QuantizeResult", "ReportResult", "StudySummary", "SweepRow", "TrainResult",
-           "ValidateResult", "bench", "boards", "build", "farm_node", "hil", "import_policy",
+           "ValidateResult", "bench", "bench_per_op", "boards", "build", "farm_node", "hil", "import_policy",
            "load_board", "models", "ports", "quantize", "report", "session", "study",
            "study_status", "sweep", "train", "validate"]
 
@@ -311,6 +311,23 @@ def bench(run: PathLike, boards: str | Iterable = "all-emulated", *, n: int = 10
     rows = run_bench(Path(run), select_boards(spec), n=n, out=Path(out) if out else None,
                      progress=progress, episodes=episodes, env_id=env, control_hz=control_hz)
     return [_from(BenchRow, r) for r in rows]
+
+
+def bench_per_op(run: PathLike, boards: str | Iterable = "host", *, runs: int = 20,
+                 out: PathLike | None = None, env: str | None = None) -> list[dict]:
+    """Where each inference's cost goes, op by op (quarl_edge/measure/perop.py): per board and
+    scheme, each op's cost with the board's own counter in a per-op build (the smallest of
+    `runs`), its share, MACs and cost per MAC, and a "total" row that holds the ops' sum
+    against the whole inference of the normal build, within the timer's measured overhead.
+    Written to `out` (default RUN/results)/perop.jsonl."""
+    from .measure.bench import select_boards
+    from .measure.perop import run_perop
+    from .names import BENCH_MAX_N
+    _count("runs", runs, 1, BENCH_MAX_N)
+    spec = boards if isinstance(boards, str) else ",".join(
+        b if isinstance(b, str) else b.id for b in boards)
+    return run_perop(Path(run), select_boards(spec), runs=runs,
+                     out=Path(out) if out else None, env_id=env)
 
 
 def study(config: PathLike, *, out: PathLike | None = None, workers: int = 1,

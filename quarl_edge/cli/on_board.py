@@ -333,6 +333,11 @@ def _add_bench(sub) -> None:
                         "choosing every action) for a return column, checked against "
                         "tflite-runtime on the same seeds (0: no return column)")
     control_hz_option(s)
+    s.add_argument("--per-op", action="store_true",
+                   help="instead: each op's cost on the board (a per-op build, the same "
+                        "counter), its share, MACs and cost per MAC, checked to add up to the "
+                        "whole inference within the timer's measured overhead; written to "
+                        "OUT/perop.jsonl (-n: runs, each op's smallest)")
     s.add_argument("--out", default=None, metavar="DIR",
                    help="results directory (default: RUN/results)")
     flash_options(s)
@@ -341,6 +346,10 @@ def _add_bench(sub) -> None:
 
 def cmd_bench(a, qe):
     """bench: one row per board and precision, with the int8 speed-up."""
+    if a.per_op:
+        from .perop_table import print_perop
+        rows = qe.bench_per_op(a.run, a.boards, runs=a.n, out=a.out, env=a.env)
+        return emit_json(rows) if a.json else print_perop(rows, a)
     rows = qe.bench(a.run, a.boards, n=a.n, out=a.out, progress=not a.json, episodes=a.episodes,
                     env=a.env, control_hz=a.control_hz)
     if a.json:

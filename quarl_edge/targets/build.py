@@ -367,6 +367,9 @@ def compile_firmware(board: Board, sources: list[Path], out_elf: Path, extra_fla
     (out_elf.parent / "build.log").write_text(proc.stderr)
 
 
+PER_OP_FLAG = "-DQE_PER_OP"   # a per-op build: model.c with each op timed (qe_model.h)
+
+
 def build(model_path: Path, board: Board, out_dir: Path, extra_flags=(),
           pack_weights: bool = True) -> Firmware:
     """Generate C for `model_path` and compile the firmware for `board` into `out_dir`. When the
@@ -391,7 +394,7 @@ def _build(model_path: Path, board: Board, out_dir: Path, extra_flags, pack_weig
 
     gen_dir = out_dir / "gen"
     generate(model_path, gen_dir, name=model_path.stem, kernels=board.kernels,
-             pack_weights=pack_weights)
+             pack_weights=pack_weights, per_op=PER_OP_FLAG in extra_flags)
     info = json.loads((gen_dir / "model.json").read_text())
     elf = out_dir / "firmware.elf"
     # BENCH replays the last INFER input from a copy; size it to this model's inputs (AVR RAM).
