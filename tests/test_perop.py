@@ -99,3 +99,34 @@ def test_the_normal_build_has_no_per_op_code(tmp_path):
     import difflib        # the per-op model.c only adds lines: the marks and the slots' arrays
     ops = difflib.SequenceMatcher(None, normal.splitlines(), per.splitlines()).get_opcodes()
     assert {tag for tag, *_ in ops} == {"equal", "insert"}
+
+
+def test_perop_requests_the_board_refuses(tmp_path):
+    """A per-op build on the host: PEROP beyond the slots or with 0 runs is BAD_PAYLOAD (the
+    board keeps answering), and INFER's cost there is the sum of the windows."""
+    import struct
+    from helpers_models import EXAMPLE_RUN
+    from quarl_edge.errors import ProtocolError
+    from quarl_edge.link import protocol as P
+    from quarl_edge.link.session import BoardSession
+    from quarl_edge.targets.boards import get_board
+    from quarl_edge.targets.build import PER_OP_FLAG
+    with BoardSession(EXAMPLE_RUN / "models" / "int8.tflite", get_board("host"), tmp_path / "b",
+                      extra_flags=(PER_OP_FLAG,)) as s:
+        _, cost = s.link.infer([np.zeros((1, 4), np.float32)])
+        for first, runs in ((99, 1), (0, 0)):
+            with pytest.raises(ProtocolError, match="BAD_PAYLOAD"):
+                s.link.command("PEROP", struct.pack(P.PEROP_REQ, first, runs))
+        overhead, tail, costs = s.link.perop(5)
+        assert len(costs) == 5 and overhead > 0 and cost > 0
+        assert s.link.perop(1)[2] != [] and s.link.bench(3).n == 3   # still answering
+
+
+def test_per_op_with_episodes_or_a_control_rate_is_refused(tmp_path):
+    from helpers_hostile import assert_refused, run_hostile
+    run = copy_example_tree(tmp_path / "run")
+    for extra in (["--episodes", "2"], ["--control-hz", "500"]):
+        o = run_hostile("per-op-" + extra[0][2:], ["bench", str(run), "--boards", "host",
+                                                   "--per-op", *extra], tmp_path)
+        assert_refused(o, "--per-op times each op in its own build")
+    assert not (run / "results").exists() and not (run / "build").exists()

@@ -6,6 +6,7 @@ import argparse
 import time
 from pathlib import Path
 
+from ..errors import QuarlError
 from ..names import BENCH_MAX_N, HEADS, SCHEMES
 from .options import (board_option, command, flash_options, int_in, json_option,
                       nonnegative_int, port_option, positive_int)
@@ -347,6 +348,9 @@ def _add_bench(sub) -> None:
 def cmd_bench(a, qe):
     """bench: one row per board and precision, with the int8 speed-up."""
     if a.per_op:
+        if a.episodes or a.control_hz is not None:
+            raise QuarlError("--per-op times each op in its own build; run --episodes and "
+                             "--control-hz in a bench without it")
         from .perop_table import print_perop
         rows = qe.bench_per_op(a.run, a.boards, runs=a.n, out=a.out, env=a.env)
         return emit_json(rows) if a.json else print_perop(rows, a)

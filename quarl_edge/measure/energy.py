@@ -43,8 +43,9 @@ def energy(board: Board, cost: float | None) -> dict:
     per_unit = 1.0 if board.cost_unit == "cycles" else float(e["cpi"])
     cycles = float(cost) * per_unit
     uj = cycles * float(e["supply_v"]) * float(e["run_ua_per_mhz"]) / 1e6
-    basis = (f"{board.cost_unit} x {per_unit:g} cycle(s) each x {e['supply_v']:g} V x "
-             f"{e['run_ua_per_mhz']:g} µA/MHz ({e['mode']})")
+    cpi = f" x {per_unit:g} cycles each" if board.cost_unit == "instructions" else ""
+    basis = (f"{board.cost_unit}{cpi} x {e['supply_v']:g} V x {e['run_ua_per_mhz']:g} µA/MHz "
+             f"({e['mode']})")
     if board.cost_unit == "instructions":
         basis += f"; CPI {per_unit:g}: {e['cpi_note']}"
     if e.get("basis"):
