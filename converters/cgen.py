@@ -143,13 +143,15 @@ def check(tflite_path, kernels: str = "reference") -> None:
 
 
 def generate(tflite_path, out_dir, name: str | None = None,
-             kernels: str = "reference", pack_weights: bool = True) -> GeneratedModel:
+             kernels: str = "reference", pack_weights: bool = True,
+             per_op: bool = False) -> GeneratedModel:
     """Generate out_dir/model.c and out_dir/model.json for a .tflite model. `kernels` is the
     board's kernel set (`[build] kernels`): with an optimized variant, ops/optimized/__init__.py's
     VARIANT_LOWERINGS[kernels] replace some lowerings (e.g. a 1x1 CONV_2D becomes a
     FULLY_CONNECTED, an int8 FULLY_CONNECTED gets the packed weight layout). pack_weights=False
     keeps the reference weight layout (the variants run it too: the build falls back to it when
-    the packed weights do not fit the board's flash)."""
+    the packed weights do not fit the board's flash). per_op=True: a per-op build's model.c
+    (each kernel call timed, qe_model.h) and out_dir/perop.json, its slots (converters/perop.py)."""
     path = Path(tflite_path)
     model = apply_head_readout(load(path))
     mname = _model_name(name, path)
@@ -178,8 +180,11 @@ def generate(tflite_path, out_dir, name: str | None = None,
     extra = sorted({h for k in kernels for h in k.headers} - set(KERNEL_HEADERS))
     write_atomic(gm.c_path, emit.model_c(model, gm, kernels, act_ids, offset, path,
                                          KERNEL_HEADERS + tuple(extra), state=state,
-                                         scratch=scratch))
+                                         scratch=scratch, per_op=per_op))
     write_atomic(gm.json_path, emit.model_json(gm, model, path))
+    if per_op:
+        from .perop import slots_json
+        write_atomic(out / "perop.json", slots_json(model, kernels))
     return gm
 
 

@@ -117,14 +117,19 @@ def _spec_c(t: Tensor, spec: TensorSpec, off: int) -> str:
 INVOKE_PART_OPS = 256
 
 
-def _schedule_c(kernels: list[Kernel], sub, scratch: dict[int, int], state: bool) -> list[str]:
-    """qe_model_invoke(): each op's call, its arena pointers filled in (`sub`, `scratch`)."""
-    ops = []
+def _schedule_c(kernels: list[Kernel], sub, scratch: dict[int, int], state: bool,
+                per_op: bool = False) -> list[str]:
+    """qe_model_invoke(): each op's call, its arena pointers filled in (`sub`, `scratch`);
+    `per_op`: each call between QE_OP_BEGIN/QE_OP_END(slot), a slot per kernel call."""
+    ops, slot = [], 0
     for k in kernels:
         lines = [f"    /* op {k.op.index}: {c_comment(k.comment)} */"]
         if k.call:
             call = re.sub(r"@S(\d+)@", lambda m: f"(qe_arena + {scratch[int(m.group(1))]}u)", k.call)
-            lines.append("    " + re.sub(r"@T(\d+)@", sub, call))
+            call = "    " + re.sub(r"@T(\d+)@", sub, call)
+            lines.append(f"    QE_OP_BEGIN({slot});\n{call}\n    QE_OP_END({slot});" if per_op
+                         else call)
+            slot += 1
         ops.append("\n".join(lines))
     head = ["void qe_model_invoke(void)\n{"]
     if state:
@@ -142,11 +147,14 @@ def _schedule_c(kernels: list[Kernel], sub, scratch: dict[int, int], state: bool
 
 def model_c(model: TFLiteModel, gm: GeneratedModel, kernels: list[Kernel], act_ids: list[int],
             offset: dict[int, int], path: Path, kernel_headers: tuple[str, ...],
-            state: list[int] = (), scratch: dict[int, int] | None = None) -> str:
+            state: list[int] = (), scratch: dict[int, int] | None = None,
+            per_op: bool = False) -> str:
     """The text of model.c. Each kernel's call holds @T<tensor index>@ placeholders, replaced
     here by the tensor's arena address (@S<op index>@: the op's scratch, `scratch`);
     `kernel_headers` are included from firmware/core/kernels/. `state`: the variable tensors,
-    zeroed by a generated qe_model_reset_state() (models without any get none)."""
+    zeroed by a generated qe_model_reset_state() (models without any get none). `per_op`: each
+    kernel call between QE_OP_BEGIN/QE_OP_END(slot) and the slots' cost arrays (qe_model.h;
+    a per-op build only: without it not a byte of model.c changes)."""
     scratch = scratch or {}
     L: list[str] = []
     source = c_comment(safe_text(path.name))     # the file's name is the user's (or a stranger's)
@@ -193,7 +201,12 @@ def model_c(model: TFLiteModel, gm: GeneratedModel, kernels: list[Kernel], act_i
     if state:
         L.append(_state_c(model, state, offset))
     L.append("/* ----------------------------------------------------------------- schedule */")
-    L.extend(_schedule_c(kernels, sub, scratch, bool(state)))
+    if per_op:
+        slots = sum(1 for k in kernels if k.call)
+        L.append(f"/* per-op cost (QE_PER_OP, qe_model.h): one slot per kernel call, in order */\n"
+                 f"uint32_t qe_op_costs[{max(slots, 1)}];\nuint32_t qe_op_min[{max(slots, 1)}];\n"
+                 f"const uint16_t qe_op_count = {slots}u;\n")
+    L.extend(_schedule_c(kernels, sub, scratch, bool(state), per_op))
 
     L.append("/* ------------------------------------------------------------------- info */")
     L.append("static const qe_tensor_spec_t qe_model_inputs[] = {")

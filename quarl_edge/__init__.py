@@ -45,7 +45,8 @@ _ERRORS = ("QuarlError", "ModelError", "UnsupportedOpError", "BoardError", "Tool
            "ProtocolError")
 
 __all__ = ["__version__", *_ERRORS, "train", "import_policy", "quantize", "sweep", "build", "validate", "hil",
-           "export", "bench", "study", "report", "boards", "ports", "session", "farm_node"]
+           "export", "bench", "bench_per_op", "study", "report", "boards", "ports", "session",
+           "farm_node"]
 
 
 def __getattr__(name: str):

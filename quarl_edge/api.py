@@ -41,8 +41,8 @@ PathLike = str | os.PathLike
 
 __all__ = ["BenchRow", "BoardInfo", "BuildResult", "ExportResult", "HilResult", "ImportResult",
            "Latency", "QuantizeResult", "ReportResult", "StudySummary", "SweepRow", "TrainResult",
-           "ValidateResult", "bench", "boards", "build", "emulate", "export", "farm_node", "hil",
-           "import_policy",
+           "ValidateResult", "bench", "bench_per_op", "boards", "build", "emulate", "export",
+           "farm_node", "hil", "import_policy",
            "load_board", "models", "ports", "quantize", "report", "session", "study",
            "study_status", "sweep", "train", "validate"]
 
@@ -262,7 +262,8 @@ def validate(model: PathLike, board="host", *, inputs: PathLike | None = None,
 def hil(run: PathLike, board="host", *, model: str = "int8", episodes: int = 20, seed: int = 0,
         port: str | None = None, out: PathLike | None = None, flasher: str | None = None,
         drive: str | None = None, progress: bool = False, env: str | None = None,
-        action: str | None = None, board_file: PathLike | None = None) -> HilResult:
+        action: str | None = None, board_file: PathLike | None = None,
+        control_hz: float | None = None) -> HilResult:
     """Hardware in the loop: Gymnasium on the host, the board choosing every action with the
     run's `model` scheme, on seeds seed..seed+episodes-1; the same seeds are played by the same
     model on tflite-runtime and by the fp32 network. Results go to `out` (default RUN/results).
@@ -270,8 +271,12 @@ def hil(run: PathLike, board="host", *, model: str = "int8", episodes: int = 20,
     `run` may be a bare MODEL.tflite with `env` (a Gymnasium id): no run directory needed
     (`model` is then ignored; results go to MODEL's folder/results). `action`: how outputs
     become actions, "argmax", "identity" (the output is the action, clipped) or "scale" (a
-    [-1, 1] output rescaled to the bounds); default from the run or the env's action space."""
+    [-1, 1] output rescaled to the bounds); default from the run or the env's action space.
+    `control_hz`: the result's `deadline` holds every step's time against the period 1/HZ
+    (worst, margin, meets or misses, jitter: quarl_edge/measure/deadline.py)."""
+    from .measure.deadline import check_control_hz
     from .measure.hil import run_hil
+    control_hz = check_control_hz(control_hz)
     _count("episodes", episodes)
     _count("seed", seed, 0)
     b = _board(board, board_file)
@@ -279,7 +284,8 @@ def hil(run: PathLike, board="host", *, model: str = "int8", episodes: int = 20,
     path = Path(run)   # run_hil checks the env against the model before anything is built
     res = run_hil(path, path.stem if path.suffix == ".tflite" else model, b, episodes,
                   seed=seed, port=port, progress=progress, flasher=flasher, drive=drive,
-                  results_dir=Path(out) if out is not None else None, env_id=env, head=action)
+                  results_dir=Path(out) if out is not None else None, env_id=env, head=action,
+                  control_hz=control_hz)
     return _from(HilResult, res, latency=Latency(**res["latency"]))
 
 
@@ -306,23 +312,45 @@ def export(run: PathLike, board="host", *, model: str = "int8", name: str, out: 
 
 def bench(run: PathLike, boards: str | Iterable = "all-emulated", *, n: int = 100,
           out: PathLike | None = None, progress: bool = False,
-          episodes: int = 0, env: str | None = None) -> list[BenchRow]:
+          episodes: int = 0, env: str | None = None,
+          control_hz: float | None = None) -> list[BenchRow]:
     """Cost per inference (BENCH, n repeats on the board), flash, RAM and stack for the run's
     fp32 and int8 models on each board ("all-emulated" or board ids). Rows are written to
     `out` (default RUN/results) as they finish; a cell that cannot run is a row with `error`.
     `episodes` N > 0: each row also gets the board's return over N episodes (seeds 0..N-1,
     the board choosing every action) and whether it equals TF Lite Micro's on every seed.
     `run` may be a bare MODEL.tflite (one row per board; `env` for its episodes, whose
-    agreement is then with the same model on TF Lite Micro)."""
+    agreement is then with the same model on TF Lite Micro). `control_hz`: each row's
+    `deadline` holds the worst time per inference against the period 1/HZ (margin, meets or
+    misses, jitter over n single inferences: quarl_edge/measure/deadline.py)."""
     from .measure.bench import run_bench, select_boards
+    from .measure.deadline import check_control_hz
     from .names import BENCH_MAX_N
     _count("n", n, 1, BENCH_MAX_N)
     _count("episodes", episodes, 0)
+    control_hz = check_control_hz(control_hz)
     spec = boards if isinstance(boards, str) else ",".join(
         b if isinstance(b, str) else b.id for b in boards)
     rows = run_bench(Path(run), select_boards(spec), n=n, out=Path(out) if out else None,
-                     progress=progress, episodes=episodes, env_id=env)
+                     progress=progress, episodes=episodes, env_id=env, control_hz=control_hz)
     return [_from(BenchRow, r) for r in rows]
+
+
+def bench_per_op(run: PathLike, boards: str | Iterable = "host", *, runs: int = 20,
+                 out: PathLike | None = None, env: str | None = None) -> list[dict]:
+    """Where each inference's cost goes, op by op (quarl_edge/measure/perop.py): per board and
+    scheme, each op's cost with the board's own counter in a per-op build (the smallest of
+    `runs`), its share, MACs and cost per MAC, and a "total" row that holds the ops' sum
+    against the whole inference of the normal build, within the timer's measured overhead.
+    Written to `out` (default RUN/results)/perop.jsonl."""
+    from .measure.bench import select_boards
+    from .measure.perop import run_perop
+    from .names import BENCH_MAX_N
+    _count("runs", runs, 1, BENCH_MAX_N)
+    spec = boards if isinstance(boards, str) else ",".join(
+        b if isinstance(b, str) else b.id for b in boards)
+    return run_perop(Path(run), select_boards(spec), runs=runs,
+                     out=Path(out) if out else None, env_id=env)
 
 
 def study(config: PathLike, *, out: PathLike | None = None, workers: int = 1,

@@ -124,7 +124,7 @@ def test_board_tables_pareto_plots_and_the_int8_claim_from_real_rows(tmp_path):
     header = ("| board | scheme | seeds (n) × episodes | return (mean ± std) | normalised loss | agreement | "
               "= tflite-runtime (ref. kernels) | = tflite-runtime (optimized) | "
               "= TF Lite Micro | bit-exact | cost / inference | "
-              "µs / inference | flash (B) | "
+              "µs / inference | µJ / inference (est.) | flash (B) | "
               "RAM (B) | arena (B) | stack (B) |")
     assert "### DQN CartPole-v1: scheme × board" in section and header in section
     for r in boards:     # every board cell is a row of the table with its own numbers
@@ -138,6 +138,11 @@ def test_board_tables_pareto_plots_and_the_int8_claim_from_real_rows(tmp_path):
         # = tflite-runtime's reference kernels ("-": the row predates them), its optimized
         # kernels, = TF Lite Micro, bit-exact
         assert f"| {ref} | {tflite} | yes | yes |" in line
+        # the energy estimate from the board file's datasheet figures (docs/boards.md)
+        if r["board"] in ("atmega328p", "arduino-uno"):
+            assert f"| {r['cost_mean'] * 5 * 650 / 1e6:,.1f} | {r['flash_bytes']:,} |" in line
+        else:
+            assert f"| - | {r['flash_bytes']:,} |" in line
     # the count of board cells equal to each host interpreter, per family, from the rows
     int8 = [r for r in boards if r["scheme"] not in ("fp32", "int16x8") and r.get("episodes")]
     assert int8 and (f"{len(int8)} int8 cells ({', '.join(sorted({r['scheme'] for r in int8}))}"

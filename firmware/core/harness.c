@@ -154,6 +154,10 @@ static void restore_inputs(void)   /* no copy of streamed inputs: BENCH runs on 
         write_tensors(m->inputs, m->n_inputs, 0, tensors_bytes(m->inputs, m->n_inputs), last_input);
 }
 
+#if defined(QE_PER_OP)
+static uint32_t perop_tail;   /* the last run's: from the last op's restart to the final read */
+#endif
+
 /* Not inlined: INFER and BENCH then measure the very same instructions between the cost
  * counter's start and stop (inlined into BENCH's loop, the compiler may schedule a loop
  * instruction in between: 6,692 vs 6,691 instructions on the Cortex-M7 board). */
@@ -162,9 +166,21 @@ __attribute__((noinline))
 #endif
 static uint32_t run_once(void)
 {
+#if defined(QE_PER_OP)   /* the ops' windows tile the run: its cost is their sum + the tail */
+    uint32_t sum;
+    uint16_t i;
+    qe_port_cost_start();
+    qe_model_invoke();
+    sum = qe_port_cost_stop();
+    perop_tail = sum;
+    for (i = 0; i < qe_op_count; i++)
+        sum += qe_op_costs[i];
+    return sum;
+#else
     qe_port_cost_start();
     qe_model_invoke();
     return qe_port_cost_stop();
+#endif
 }
 
 static uint32_t rd_u16(const uint8_t *p) { return (uint32_t)p[0] | ((uint32_t)p[1] << 8); }
@@ -510,6 +526,73 @@ static void do_bench(const qe_frame_t *f)
     tx_bench(f->seq);
 }
 
+/* ------------------------------------------------------------------------------- PEROP */
+/* Per-op cost (docs/protocol.md, "Per-op cost"), in a build with -DQE_PER_OP only. PEROP with
+ * first = 0 runs the model `runs` times on the last input (as BENCH) and keeps each op's
+ * smallest cost, the tail's (the schedule's return), and the timer's own overhead: the smallest
+ * cost of an empty start/stop pair, measured as often. Every PEROP replies with the slots
+ * [first, first + count). */
+#if defined(QE_PER_OP)
+#define QE_PEROP_PAGE 32u
+static uint32_t perop_overhead, perop_tail_min;
+
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
+static uint32_t empty_pair(void)   /* what the counter reads with nothing between */
+{
+    qe_port_cost_start();
+    return qe_port_cost_stop();
+}
+
+static void tx_perop(uint8_t seq, uint16_t first)
+{
+    uint16_t n = qe_op_count, k = (uint16_t)(n - first), i;
+    if (k > QE_PEROP_PAGE)
+        k = QE_PEROP_PAGE;
+    qe_tx_begin(QE_REPLY(QE_CMD_PEROP), seq, (uint16_t)(14u + 4u * k));
+    qe_tx_u16(n);
+    qe_tx_u16(first);
+    qe_tx_u16(k);
+    qe_tx_u32(perop_overhead);
+    qe_tx_u32(perop_tail_min);
+    for (i = 0; i < k; i++)
+        qe_tx_u32(qe_op_min[first + i]);
+    qe_tx_end();
+}
+
+static void do_perop(const qe_frame_t *f)
+{
+    uint16_t first = (uint16_t)rd_u16(f->payload), runs = (uint16_t)rd_u16(f->payload + 2), r, i;
+    uint32_t c;
+
+    if (first > qe_op_count || (first == 0u && runs == 0u)) {
+        bad_payload(f, QE_MSG("PEROP: first beyond the ops, or runs 0"));
+        return;
+    }
+    if (first == 0u) {
+        perop_overhead = perop_tail_min = 0xFFFFFFFFu;
+        for (i = 0; i < qe_op_count; i++)
+            qe_op_min[i] = 0xFFFFFFFFu;
+        for (r = 0; r < runs; r++) {
+            restore_inputs();
+            (void)run_once();
+            if (perop_tail < perop_tail_min)
+                perop_tail_min = perop_tail;
+            for (i = 0; i < qe_op_count; i++)
+                if (qe_op_costs[i] < qe_op_min[i])
+                    qe_op_min[i] = qe_op_costs[i];
+            c = empty_pair();
+            if (c < perop_overhead)
+                perop_overhead = c;
+        }
+        out_ready = 0;
+    }
+    remember(f);
+    tx_perop(f->seq, first);
+}
+#endif
+
 /* --------------------------------------------------------------------------------- MEM */
 static void do_mem(const qe_frame_t *f)
 {
@@ -556,6 +639,10 @@ static int replayed(const qe_frame_t *f)
         tx_bench(f->seq);
     else if (f->cmd == QE_CMD_IN_CHUNK)
         tx_in_chunk(f->seq);
+#if defined(QE_PER_OP)
+    else if (f->cmd == QE_CMD_PEROP)
+        tx_perop(f->seq, (uint16_t)rd_u16(f->payload));
+#endif
     else
         return 0;
     return 1;
@@ -581,6 +668,9 @@ static void handle(qe_rx_status_t st, const qe_frame_t *f)
     case QE_CMD_IN_CHUNK: do_in_chunk(f); break;
     case QE_CMD_OUT_CHUNK: do_out_chunk(f); break;
     case QE_CMD_RESET: do_reset(f); break;
+#if defined(QE_PER_OP)
+    case QE_CMD_PEROP: do_perop(f); break;
+#endif
     default:
         /* A frame with the reply bit set (a reply or error frame: our own output looped back by
          * a tty still echoing, or another board) is not a request: answering it could start an
@@ -605,6 +695,9 @@ static int length_ok(uint8_t cmd, uint16_t len)
     case QE_CMD_BENCH: return len == 2u;
     case QE_CMD_MEM: return len == 0u;
     case QE_CMD_RESET: return len == 0u;
+#if defined(QE_PER_OP)
+    case QE_CMD_PEROP: return len == 4u;
+#endif
     default: return 1;   /* ECHO takes any size; others are answered once complete */
     }
 }

@@ -51,4 +51,24 @@ void qe_model_invoke(void);
  * does nothing. */
 void qe_model_reset_state(void);
 
+/* Per-op cost (docs/protocol.md, "Per-op cost"): only a build with -DQE_PER_OP, whose model.c
+ * the generator wrote with per_op=True, times each op of the schedule with the board's cost
+ * counter (the one the whole inference is timed with, qe_port.h). The harness starts the
+ * counter before qe_model_invoke() as always; after each kernel call QE_OP_END(slot) reads it
+ * into qe_op_costs[slot] and restarts it, so the windows tile the whole run: slot 0 also holds
+ * the schedule's entry, and the harness's final read (the tail) its return. Without
+ * QE_PER_OP the marks are empty, and a normal build's model.c has none: its code and size
+ * are unchanged. */
+#if defined(QE_PER_OP)
+#include "qe_port.h"
+extern uint32_t qe_op_costs[];          /* the last run's cost of each slot */
+extern uint32_t qe_op_min[];            /* PEROP: the smallest over its runs */
+extern const uint16_t qe_op_count;      /* slots: the ops with a kernel call, in order */
+#define QE_OP_BEGIN(slot) ((void)0)
+#define QE_OP_END(slot) (qe_op_costs[(slot)] = qe_port_cost_stop(), qe_port_cost_start())
+#else
+#define QE_OP_BEGIN(slot) ((void)0)
+#define QE_OP_END(slot) ((void)0)
+#endif
+
 #endif /* QE_MODEL_H */

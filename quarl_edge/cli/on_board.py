@@ -2,10 +2,12 @@
 command's options, then its handler: it calls the API (`qe`) and prints the result."""
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from pathlib import Path
 
+from ..errors import QuarlError
 from ..names import BENCH_MAX_N, HEADS, SCHEMES
 from .options import (board_option, command, flash_options, int_in, json_option,
                       nonnegative_int, port_option, positive_int)
@@ -212,6 +214,7 @@ def _add_hil(sub) -> None:
     s.add_argument("--episodes", type=positive_int, default=20,
                    help="episodes, on seeds SEED..SEED+N-1")
     s.add_argument("--seed", type=nonnegative_int, default=0, help="the first episode's seed")
+    control_hz_option(s)
     port_option(s)
     flash_options(s)
     s.add_argument("--out", default=None, metavar="DIR",
@@ -219,12 +222,60 @@ def _add_hil(sub) -> None:
     json_option(s)
 
 
+def control_hz_option(s) -> None:
+    """--control-hz HZ (hil, bench): the control loop's rate to hold the worst case against."""
+    def hz(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not 0 < value <= 1e6:
+            raise argparse.ArgumentTypeError(f"must be a rate in Hz, > 0 and <= 1e6, got {text!r}")
+        return value
+    hz.__name__ = "rate in Hz"
+    s.add_argument("--control-hz", type=hz, default=None, metavar="HZ",
+                   help="the control loop's rate: say per board and scheme whether the worst "
+                        "time per action at the board's clock meets the period 1/HZ, with the "
+                        "margin and the jitter (max - min, p99)")
+
+
+def deadline_table(items) -> None:
+    """The deadline answers of hil or bench: (board, scheme, deadline dict) each."""
+    rows = [[b, sch, f"{d['control_hz']:g} Hz", f"{d['period_us']:,.1f} µs",
+             f"{d['worst_us']:,.1f} µs", f"{d['margin_us']:,.1f} µs ({d['margin_pct']:.1f} %)",
+             d["verdict"], f"{d['jitter_us']:,.2f} µs", f"{d['p99_us']:,.1f} µs"]
+            for b, sch, d in items if d]
+    if not rows:
+        return
+    table(["board", "precision", "control rate", "period", "worst", "margin", "deadline",
+           "jitter (max-min)", "p99"], rows,
+          right=("period", "worst", "margin", "jitter (max-min)", "p99"))
+    for basis in dict.fromkeys(d["time_basis"] for _, _, d in items if d):
+        boards = ", ".join(dict.fromkeys(b for b, _, d in items if d and d["time_basis"] == basis))
+        note(f"time on {boards}: {basis}")
+
+
+def energy_table(items) -> None:
+    """Energy per inference (bench): (board, scheme, energy dict) each; the estimate's
+    figures and source once per board, or why it has none."""
+    items = [(b, sch, e) for b, sch, e in items if e]
+    if not items:
+        return
+    head = "energy / inference (estimate)"
+    table(["board", "precision", head],
+          [[b, sch, "no energy figures" if e["uj"] is None else f"{e['uj']:,.1f} µJ"]
+           for b, sch, e in items], right=(head,))
+    for b, _, e in {b: (b, s, e) for b, s, e in items}.values():
+        note(f"energy on {b}: " + (f"no energy figures ({e['none']})" if e["uj"] is None else
+                                  f"an estimate, {e['basis']}; from {e['source']}"))
+
+
 def cmd_hil(a, qe):
     """hil: the board's returns beside the host's; exit 1 if they differ from the reference."""
     res = qe.hil(a.run, a.board, model=a.model, episodes=a.episodes, seed=a.seed, port=a.port,
                  out=a.out, flasher=a.flasher, drive=a.drive, env=a.env,
                  progress=sys.stderr.isatty(),     # a bar on a terminal; errors stay one line
-                 action=a.action, board_file=a.board_file)
+                 action=a.action, board_file=a.board_file, control_hz=a.control_hz)
     # a board whose returns are not TF Lite Micro's (the reference it is bit-exact with) is a
     # measured failure; without TFLM (fp16, hybrid models) tflite-runtime is only compared
     code = EXIT_OK if res.matches_reference or res.micro_mean_return is None \
@@ -253,6 +304,14 @@ def cmd_hil(a, qe):
           else f"the board's returns DIFFER from {ref} on the same seeds")
     print(f"latency median {cost(lat.median, lat.unit)} (p99 {cost(lat.p99, lat.unit)}); "
           f"{res.steps_per_s:,.0f} steps/s")
+    deadline_table([(res.board, res.scheme, res.deadline)])
+    e = res.energy or {}
+    if e.get("uj") is not None:
+        print(f"energy (estimate) {e['uj']:,.1f} µJ per inference, {e['uj_per_episode']:,.0f} µJ "
+              f"per episode")
+        note(f"energy: {e['basis']}; from {e['source']}")
+    elif e:
+        print(f"no energy figures ({e['none']})")
     note(f"wrote the results to {res.results} (and the episode log beside it)")
     return code
 
@@ -276,6 +335,12 @@ def _add_bench(sub) -> None:
                    help="also play N episodes per board and precision (seeds 0..N-1, the board "
                         "choosing every action) for a return column, checked against "
                         "tflite-runtime on the same seeds (0: no return column)")
+    control_hz_option(s)
+    s.add_argument("--per-op", action="store_true",
+                   help="instead: each op's cost on the board (a per-op build, the same "
+                        "counter), its share, MACs and cost per MAC, checked to add up to the "
+                        "whole inference within the timer's measured overhead; written to "
+                        "OUT/perop.jsonl (-n: runs, each op's smallest)")
     s.add_argument("--out", default=None, metavar="DIR",
                    help="results directory (default: RUN/results)")
     flash_options(s)
@@ -284,8 +349,15 @@ def _add_bench(sub) -> None:
 
 def cmd_bench(a, qe):
     """bench: one row per board and precision, with the int8 speed-up."""
+    if a.per_op:
+        if a.episodes or a.control_hz is not None:
+            raise QuarlError("--per-op times each op in its own build; run --episodes and "
+                             "--control-hz in a bench without it")
+        from .perop_table import print_perop
+        rows = qe.bench_per_op(a.run, a.boards, runs=a.n, out=a.out, env=a.env)
+        return emit_json(rows) if a.json else print_perop(rows, a)
     rows = qe.bench(a.run, a.boards, n=a.n, out=a.out, progress=not a.json, episodes=a.episodes,
-                    env=a.env)
+                    env=a.env, control_hz=a.control_hz)
     if a.json:
         return emit_json(as_json(rows))
     speed = {}
@@ -318,6 +390,8 @@ def cmd_bench(a, qe):
         head += ["return", "= TF Lite Micro", "agreement"]
         right += ("return", "agreement")
     table(head, out, right=right)
+    deadline_table([(r.board, r.scheme, r.deadline) for r in rows])
+    energy_table([(r.board, r.scheme, r.energy) for r in rows])
     if a.episodes:
         ref = "the fp32 network's" if Path(a.run).suffix != ".tflite" else \
             "the same model's on TF Lite Micro"

@@ -50,6 +50,7 @@ COMMANDS = {
     "OUT_CHUNK": 0x07,
     "RESET": 0x08,
     "INFER_Z": 0x09,
+    "PEROP": 0x0A,      # only a per-op build (-DQE_PER_OP) answers it; others: UNKNOWN_CMD
 }
 CMD_ERROR = 0xFF
 # What a host may receive: the reply to each command, and error frames.
@@ -331,6 +332,10 @@ COST_FMT = "<I"
 IN_CHUNK_HEAD = "<I"    # IN_CHUNK request: u32 offset, then the chunk's bytes; reply: u32 received
 OUT_CHUNK_REQ = "<IH"   # OUT_CHUNK request: u32 offset, u16 n; reply: u32 offset, then n bytes
 RESET_REPLY = "<I"      # RESET request: no payload; reply: u32 the board's boot id
+PEROP_REQ = "<HH"       # PEROP request: u16 first op slot, u16 runs (first 0: run that often)
+PEROP_HEAD = "<HHHII"   # PEROP reply: u16 slots, u16 first, u16 count, u32 timer overhead,
+                        # u32 tail (the schedule's return, after the last op's window),
+PEROP_PAGE = 32         # ... then count (<= PEROP_PAGE) x u32 cost of the slots from first
 
 
 # ------------------------------------------------------------------- zero-run coded inputs

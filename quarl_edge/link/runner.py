@@ -101,6 +101,7 @@ class BoardLink(FramedPort):
                        P.COMMANDS["ECHO"] | R: self.info.max_payload,
                        P.COMMANDS["IN_CHUNK"] | R: 4,
                        P.COMMANDS["RESET"] | R: struct.calcsize(P.RESET_REPLY),
+                       P.COMMANDS["PEROP"] | R: struct.calcsize(P.PEROP_HEAD) + 4 * P.PEROP_PAGE,
                        P.COMMANDS["OUT_CHUNK"] | R: 4 + self.chunk_bytes()})
         return limits
 
@@ -442,6 +443,25 @@ class BoardLink(FramedPort):
         check_bench(self.url, n, cnt, lo, hi, total, self.inferred)
         check_cost(self.url, f"BENCH's sum of {n} costs", total, self.cost_rate, elapsed)
         return BenchStats(cnt, lo, hi, total / max(cnt, 1))
+
+    def perop(self, runs: int) -> tuple[int, int, list[int]]:
+        """A per-op build's PEROP (docs/protocol.md, "Per-op cost"): the model run `runs` times;
+        (the timer's overhead: the smallest empty start/stop, the tail's smallest cost, each
+        slot's smallest cost)."""
+        costs: list[int] = []
+        n, overhead, tail = None, 0, 0
+        while n is None or len(costs) < n:
+            reply = self.command("PEROP", struct.pack(P.PEROP_REQ, len(costs), runs),
+                                 timeout=REPLY_TIMEOUT_S + runs * 0.05 if not costs else None)
+            head = struct.calcsize(P.PEROP_HEAD)
+            slots, first, k, overhead, tail = struct.unpack(P.PEROP_HEAD, reply[:head])
+            if first != len(costs) or len(reply) != head + 4 * k or (n is not None and slots != n) \
+                    or (k == 0 and len(costs) < slots):
+                raise ProtocolError(f"PEROP reply for slots {first}+{k} of {slots}, asked from "
+                                    f"{len(costs)} ({len(reply)} bytes)")
+            n = slots
+            costs += struct.unpack(f"<{k}I", reply[head:])
+        return overhead, tail, costs
 
     def mem(self) -> MemStats:
         return MemStats(*P.unpack_reply(P.MEM_REPLY, self.command("MEM"), "MEM"))

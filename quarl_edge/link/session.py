@@ -33,8 +33,9 @@ class BoardSession:
 
     def __init__(self, model_path: Path, board: Board, out_dir: Path, port: str | None = None,
                  trace: bool = False, flasher: str | None = None, drive: str | None = None,
-                 flash: bool = False):
+                 flash: bool = False, extra_flags: tuple = ()):
         self.model_path, self.board, self.out_dir, self.port = Path(model_path), board, out_dir, port
+        self.extra_flags = tuple(extra_flags)   # e.g. ("-DQE_PER_OP",): a per-op build
         self.trace = trace
         self.flasher, self.drive = flasher, drive
         self.flash = flash and board.method.flashes
@@ -49,7 +50,8 @@ class BoardSession:
             elif not self.board.method.builds_firmware:   # runs the .tflite itself (the agent)
                 self.running = start(self.board, self.model_path)
             else:
-                self.firmware = build(self.model_path, self.board, self.out_dir)
+                self.firmware = build(self.model_path, self.board, self.out_dir,
+                                      extra_flags=self.extra_flags)
                 self.running = start(self.board, self.firmware.elf, port=self.port,
                                      flasher=self.flasher, drive=self.drive)
             method = self.board.method

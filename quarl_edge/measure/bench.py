@@ -40,6 +40,10 @@ from ..names import BENCH_MAX_N
 from ..rl.envs import default_head, make_gym
 from ..run import load_run, tflite_path
 from ..targets.boards import Board, all_boards, get_board
+from .deadline import deadline
+from .deadline import markdown as deadline_markdown
+from .energy import energy
+from .energy import markdown as energy_markdown
 from .episodes import Fp32Episodes, board_episodes
 from .rows import migrate
 
@@ -64,10 +68,13 @@ def select_boards(spec: str) -> list[Board]:
 
 def bench_cell(run_dir: Path, board: Board, scheme: str, n: int, obs: np.ndarray,
                flasher: str | None = None, drive: str | None = None,
-               episodes: tuple[str, list[int], Fp32Episodes] | None = None) -> dict:
+               episodes: tuple[str, list[int], Fp32Episodes] | None = None,
+               control_hz: float | None = None) -> dict:
     """One (board, scheme) row: cost and memory; with `episodes` (env id, seeds, the fp32
-    network's episodes), then the board's episodes (board_episodes). `run_dir` may be a bare
-    MODEL.tflite (then `scheme` is its stem)."""
+    network's episodes), then the board's episodes (board_episodes); with `control_hz`, the
+    deadline answer (measure/deadline.py) over the first INFER and n BENCHes of one inference
+    each (BENCH n gives only min, max and sum; the p99 needs every cost). `run_dir` may be a
+    bare MODEL.tflite (then `scheme` is its stem)."""
     bare = run_dir.suffix == ".tflite"
     model = run_dir if bare else tflite_path(run_dir, scheme)
     home = run_dir.parent if bare else run_dir
@@ -86,7 +93,12 @@ def bench_cell(run_dir: Path, board: Board, scheme: str, n: int, obs: np.ndarray
                "cost_first": first, "cost_mean": stats.mean, "cost_min": stats.min,
                "cost_max": stats.max, "n": stats.n, "clock_hz": board.clock_hz,
                "flash_bytes": mem.get("flash_bytes"), "ram_bytes": mem.get("ram_bytes"),
-               "stack_bytes": mem.get("stack_bytes"), "arena_bytes": mem.get("arena_bytes")}
+               "stack_bytes": mem.get("stack_bytes"), "arena_bytes": mem.get("arena_bytes"),
+               "energy": energy(board, stats.mean)}
+        if control_hz is not None:
+            costs = [first] + [s.link.bench(1).max for _ in range(n)]
+            row["deadline"] = deadline(costs + [stats.min, stats.max], s.info.cost_unit,
+                                       board.clock_hz, control_hz, board.kind)
         if episodes is not None:
             row.update(board_episodes(s, model, *episodes))
         return row
@@ -95,7 +107,7 @@ def bench_cell(run_dir: Path, board: Board, scheme: str, n: int, obs: np.ndarray
 def run_bench(run_dir: Path, boards: list[Board], n: int = 100, out: Path | None = None,
               progress: bool = False, flasher: str | None = None,
               drive: str | None = None, episodes: int = 0,
-              env_id: str | None = None) -> list[dict]:
+              env_id: str | None = None, control_hz: float | None = None) -> list[dict]:
     """Every (board, scheme) cell: one row each, written as it finishes to
     OUT/bench.jsonl.PID.partial (default OUT: RUN/results); when all cells are done they are
     merged into OUT/bench.jsonl (replacing the rows of the same run, board, scheme and
@@ -107,7 +119,8 @@ def run_bench(run_dir: Path, boards: list[Board], n: int = 100, out: Path | None
     `run_dir` may be a bare MODEL.tflite: one row per board, its scheme the model's stem,
     results in MODEL's folder/results; `env_id` names its env (needed for episodes; its first
     observation is what BENCH repeats, else zeros), and the episodes' reference is the model
-    on TF Lite Micro instead of an fp32 network."""
+    on TF Lite Micro instead of an fp32 network. `control_hz`: each row also gets the
+    deadline answer against the period 1/control_hz (bench_cell)."""
     _check_counts(n, episodes, boards)
     run_dir = Path(run_dir)
     meta, schemes, home = _bench_target(run_dir, episodes, env_id)
@@ -118,7 +131,7 @@ def run_bench(run_dir: Path, boards: list[Board], n: int = 100, out: Path | None
     remove_stale(out)
     read_own(out / "bench.jsonl", binary=True)   # a link out of OUT: refused before the cells
     rows = _bench_cells(run_dir, meta, boards, schemes, n, obs, out, progress, flasher, drive,
-                        play_spec)
+                        play_spec, control_hz)
     with locked(out):    # another bench may be merging its rows into the same files
         merged = merge_rows(out / "bench.jsonl", rows)
         write_atomic(out / "bench.jsonl", "".join(r if isinstance(r, str) else
@@ -184,7 +197,7 @@ def _bench_observation(run_dir: Path, meta: dict, home: Path) -> np.ndarray:
 
 def _bench_cells(run_dir: Path, meta: dict, boards: list[Board], schemes: tuple, n: int,
                  obs: np.ndarray, out: Path, progress: bool, flasher: str | None,
-                 drive: str | None, play_spec) -> list[dict]:
+                 drive: str | None, play_spec, control_hz: float | None = None) -> list[dict]:
     """Every (board, scheme) row, each written to OUT/bench.jsonl.PID.partial as it
     finishes (removed at the end: a failed bench leaves the previous results)."""
     from tqdm import tqdm   # the progress bar: loaded only when a bench starts
@@ -199,7 +212,7 @@ def _bench_cells(run_dir: Path, meta: dict, boards: list[Board], schemes: tuple,
                     bar.set_postfix_str(f"{board.id} {scheme}")
                     try:
                         row = bench_cell(run_dir, board, scheme, n, obs, flasher, drive,
-                                         play_spec)
+                                         play_spec, control_hz)
                     except QuarlError as e:        # e.g. does not fit: a result too, not a crash
                         row = {"board": board.id, "cpu": board.cpu, "scheme": scheme,
                                "error": str(e)}
@@ -284,4 +297,4 @@ def markdown(rows: list[dict]) -> str:
                      "= TF Lite Micro: the same model on TF Lite Micro (the reference the "
                      "firmware is bit-exact with) returns the same on every seed; agreement: with the fp32 network's actions on the states the "
                      "board visited.")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + deadline_markdown(rows) + energy_markdown(rows)

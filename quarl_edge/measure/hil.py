@@ -26,6 +26,8 @@ from ..link.session import BoardSession
 from ..rl.envs import default_head, make_gym, output_to_action, play_batched
 from ..run import load_run, tflite_path
 from ..targets.boards import Board
+from .deadline import deadline
+from .energy import energy
 from .episodes import (BoardPlayer, Fp32Policy, actions_equal, agreement, fp32_policy,
                        mean_std, play, reference_episodes, same_returns)
 from .reference import has_state
@@ -95,7 +97,7 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
             port: str | None = None, progress: bool = False, flasher: str | None = None,
             drive: str | None = None, results_dir: Path | None = None,
             build_dir: Path | None = None, env_id: str | None = None,
-            head: str | None = None) -> dict:
+            head: str | None = None, control_hz: float | None = None) -> dict:
     """Play `episodes` episodes of the run's env on seeds seed.. with the board choosing every
     action, then the same seeds with the same model on tflite-runtime, on TF Lite Micro (the
     reference the firmware is bit-exact with: matches_reference says whether the board's
@@ -109,7 +111,9 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
     the label of the results (MODEL's stem), there is no fp32 network to compare with
     (agreement is with tflite-runtime), and results go to MODEL's folder/results.
     `head`: how outputs become actions (envs.HEADS; default run.json's "action_head", else
-    argmax for discrete actions and the output itself for Box actions)."""
+    argmax for discrete actions and the output itself for Box actions).
+    `control_hz`: the result's "deadline" holds every step's cost against the period
+    1/control_hz (measure/deadline.py)."""
     run_dir = Path(run_dir)
     t = hil_target(run_dir, scheme, env_id, head)
     seeds = list(range(seed, seed + episodes))
@@ -139,6 +143,9 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
         out_path = results_dir / f"{key}.json"
         result = _result(t, board, scheme, seeds, on_board, refs, fp32_returns, fp32_actions,
                          out_path, log_path)
+        if control_hz is not None:
+            result["deadline"] = deadline(on_board["costs"], on_board["unit"], board.clock_hz,
+                                          control_hz, board.kind)
         _write_results(results_dir, board.id, scheme, result, out_path, partial_log, log_path)
         return result
     finally:
@@ -222,11 +229,21 @@ def _result(t: HilTarget, board: Board, scheme: str, seeds: list[int], on_board:
         "action_head": t.head,
         "latency": latency_summary(on_board["costs"], on_board["unit"]),
         "steps_per_s": len(board_actions) / wall if wall > 0 else None,
+        "energy": _energy(board, on_board["costs"], len(seeds)),
         "memory": on_board["memory"],
         "link": on_board["link"],   # what the link survived: retries, resyncs, bad frames, resets
         "results": str(out_path),
         "episodes_log": str(log_path),
     }
+
+
+def _energy(board: Board, costs: list[int], episodes: int) -> dict:
+    """The energy estimate (measure/energy.py) of the mean step, and per episode: the sum of
+    every step's estimate over the episodes played (replays not counted) / episodes."""
+    e = energy(board, float(np.mean(costs)) if costs else None)
+    if e["uj"] is not None:
+        e["uj_per_episode"] = energy(board, float(np.sum(costs)) / episodes)["uj"]
+    return e
 
 
 def _write_results(results_dir: Path, board_id: str, scheme: str, result: dict, out_path: Path,

@@ -100,6 +100,10 @@ class HilResult:
     episodes_log: str = ""            # its per-episode log (JSON lines)
     host_interpreter: str = "tflite-runtime"   # the host's TFLite interpreter and its version
                                                # (quarl_edge/tflite_host.py: or LiteRT)
+    deadline: dict | None = None      # hil --control-hz: every step's cost against the period
+                                      # (measure/deadline.py: worst_us, margin_us, verdict, ...)
+    energy: dict | None = None        # the estimate per inference (mean step) and per episode
+                                      # (measure/energy.py: uj, uj_per_episode, source; or none)
 
 
 @dataclass
@@ -122,6 +126,10 @@ class BenchRow:
     stack_bytes: int | None = None
     arena_bytes: int | None = None
     error: str | None = None          # why this cell has no figures (e.g. does not fit)
+    deadline: dict | None = None      # bench --control-hz: n single BENCHes against the period
+                                      # (measure/deadline.py: worst_us, margin_us, verdict, ...)
+    energy: dict | None = None        # the estimate for cost_mean (measure/energy.py: uj,
+                                      # supply_v, run_ua_per_mhz, source, basis; or none: why)
     run: str | None = None            # the run directory, its env and algorithm
     env: str | None = None
     algo: str | None = None

@@ -19,6 +19,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from ..errors import QuarlError
 from .analysis import random_policy_return
 from .figures import pareto_name
 from .render import fmt, fmt_bytes, pct
@@ -109,6 +110,7 @@ def board_cells(res: Results) -> list[dict]:
             "bit_exact": (all(r["bit_exact"] for r in rows if "bit_exact" in r)
                           if any("bit_exact" in r for r in rows) else None),
             "cost": cost, "us": us, "us_basis": basis, "us_text": _us({**rows[0], "cost_mean": cost}),
+            "uj": _uj(board, rows, cost),
             "flash": mean_of("flash_bytes"), "ram": mean_of("ram_bytes"),
             "arena": mean_of("arena_bytes"), "stack": mean_of("stack_bytes")})
     for r in res.board_no_fit:
@@ -123,6 +125,22 @@ def board_cells(res: Results) -> list[dict]:
     order = {s: i for i, s in enumerate(SCHEME_ORDER)}
     return sorted(merged.values(), key=lambda c: (c["task"], c["board"],
                                                   order.get(c["scheme"], 99), c["scheme"]))
+
+
+def _uj(board_id: str, rows: list[dict], cost: float) -> float | None:
+    """The energy estimate per inference (measure/energy.py): the rows' own when they carry it
+    (a bench or study since issue 42), else from the board file's [energy] figures; None for a
+    board without figures or whose file is not here."""
+    own = [r["energy"]["uj"] for r in rows
+           if isinstance(r.get("energy"), dict) and r["energy"].get("uj") is not None]
+    if own:
+        return float(np.mean(own))
+    from ..measure.energy import energy
+    from ..targets.boards import get_board
+    try:
+        return energy(get_board(board_id), cost)["uj"]
+    except QuarlError:
+        return None
 
 
 def _every_seed(played: list[dict], key: str) -> bool | None:
@@ -222,7 +240,10 @@ def board_blocks(res: Results, figures: dict[str, bool] | None = None) -> list:
                "return the same on every seed, whether "
                "validate found every output bit-exact on the calibration observations, the "
                "cost per inference in the board's unit, that cost in µs (measured on the host; "
-               "at the board's clock otherwise, instructions at one per cycle an estimate), and "
+               "at the board's clock otherwise, instructions at one per cycle an estimate), the "
+               "energy per inference estimated from the board file's datasheet figures "
+               "(cycles × supply × run current per MHz, docs/boards.md; `-`: the board has no "
+               "energy figures), and "
                "the firmware's flash, static RAM, arena and stack high-water.")]
     B += _reference_checks(cells)
     claims_ = int8_vs_fp32(cells)
@@ -237,7 +258,8 @@ def board_blocks(res: Results, figures: dict[str, bool] | None = None) -> list:
                             "agreement", "= tflite-runtime (ref. kernels)",
                             "= tflite-runtime (optimized)", "= TF Lite Micro", "bit-exact",
                             "cost / inference",
-                            "µs / inference", "flash (B)", "RAM (B)", "arena (B)", "stack (B)"],
+                            "µs / inference", "µJ / inference (est.)", "flash (B)", "RAM (B)",
+                            "arena (B)", "stack (B)"],
                   rows))
     for board in sorted({c["board"] for c in cells}):
         if figures.get(pareto_name(board)):
@@ -265,7 +287,7 @@ def _board_row(c: dict) -> list[str]:
             f"arena {c['arena']:,} B" if c.get("arena") else "",
             f"weights {c['weights']:,} B" if c.get("weights") else "") if x)
         return [c["board"], c["scheme"], "-", f"does not fit ({need or c['reason']})",
-                "-", "-", "-", "-", "-", "-", "-",
+                "-", "-", "-", "-", "-", "-", "-", "-",
                 fmt_bytes(c.get("needs_flash")) + f" / {fmt_bytes(c.get('board_flash'))}",
                 fmt_bytes(c.get("needs_ram")) + f" / {fmt_bytes(c.get('board_ram'))}",
                 fmt_bytes(c.get("arena")), "-"]
@@ -277,5 +299,5 @@ def _board_row(c: dict) -> list[str]:
             pct(c["loss"]), fmt(c["agreement"], 3),
             yes[c["equals_tflite_ref"]], yes[c["equals_tflite"]], yes[c["equals_tflm"]],
             yes[c["bit_exact"]], f"{c['cost']:,.0f} {c['unit']}", c["us_text"],
-            fmt_bytes(c["flash"]), fmt_bytes(c["ram"]), fmt_bytes(c["arena"]),
+            "-" if c.get("uj") is None else f"{c['uj']:,.1f}", fmt_bytes(c["flash"]), fmt_bytes(c["ram"]), fmt_bytes(c["arena"]),
             fmt_bytes(c["stack"])]

@@ -45,7 +45,22 @@ BOARD_KEYS = {
     "build": Key(dict, required=True),
     "connect": Key(dict, required=True),
     "flash": Key(dict),
+    "energy": Key(dict),
 }
+# [energy]: the figures of the first-order estimate energy = cycles x supply x run current per
+# MHz (quarl_edge/measure/energy.py), each with its source; or `none`, why the board has none.
+ENERGY_KEYS = {
+    "none": Key(str, nonempty=True),
+    "supply_v": Key(float, min=0.5, max=12),
+    "run_ua_per_mhz": Key(float, min=0.1, max=100000),
+    "mode": Key(str, nonempty=True),          # the datasheet's run mode and conditions
+    "source": Key(str, nonempty=True),        # datasheet name, revision, table, the figure
+    "url": Key(str),
+    "basis": Key(str),                        # how the figure became µA/MHz, if derived
+    "cpi": Key(float, min=1, max=100),        # instructions boards: cycles per instruction
+    "cpi_note": Key(str, nonempty=True),      # ... and the error that CPI carries
+}
+ENERGY_FIGURES = ("supply_v", "run_ua_per_mhz", "mode", "source")
 BUILD_KEYS = {
     "family": Key(str, required=True, nonempty=True),
     "cc": Key(str, required=True, nonempty=True),
@@ -94,6 +109,7 @@ class Board:
     flash_timeout_s: float | None = None                # [flash] timeout_s
     # [build] kernels: "reference", or an optimized variant firmware/core/kernels/optimized/<name>/
     kernels: str = "reference"
+    energy: dict | None = None    # [energy]: figures and sources, or {"none": why}; None: absent
 
     @property
     def connect_method(self) -> str:
@@ -303,7 +319,29 @@ def load_board_file(path: Path) -> Board:
         flash_config=flash_config,
         flash_timeout_s=flash_timeout,
         kernels=kernels,
+        energy=_energy_section(data, where),
     )
+
+
+def _energy_section(data: dict, where: str) -> dict | None:
+    """[energy] checked: `none` alone, or every figure of ENERGY_FIGURES (and for a board
+    counting instructions, the CPI that turns them into cycles and its error)."""
+    energy = data.get("energy")
+    if energy is None:
+        return None
+    check(energy, ENERGY_KEYS, f"{where} [energy]", BoardError)
+    if "none" in energy:
+        if set(energy) != {"none"}:
+            raise BoardError(f"{where} [energy]: 'none' says the board has no energy figures; "
+                             f"it takes no figures beside it, got {', '.join(sorted(energy))}")
+        return dict(energy)
+    missing = [k for k in ENERGY_FIGURES if k not in energy]
+    if data.get("cost_unit") == "instructions":
+        missing += [k for k in ("cpi", "cpi_note") if k not in energy]
+    if missing:
+        raise BoardError(f"{where} [energy]: missing {', '.join(missing)} (or none = \"why "
+                         "the board has no energy figures\")")
+    return dict(energy)
 
 
 _added_dirs: list[Path] = []      # add_board_dir(), the last added first

@@ -376,6 +376,9 @@ def _link_failed(board: Board, cc: str, proc: subprocess.CompletedProcess, elf: 
     raise ToolchainError(f"building firmware for {board.id} failed: {_failure(cc, proc)}")
 
 
+PER_OP_FLAG = "-DQE_PER_OP"   # a per-op build: model.c with each op timed (qe_model.h)
+
+
 def build(model_path: Path, board: Board, out_dir: Path, extra_flags=(),
           pack_weights: bool = True) -> Firmware:
     """Generate C for `model_path` and compile the firmware for `board` into `out_dir`. When the
@@ -394,7 +397,8 @@ def build(model_path: Path, board: Board, out_dir: Path, extra_flags=(),
         return _build(model_path, board, out_dir, extra_flags, pack_weights)
 
 
-def _generate(model_path: Path, out_dir: Path, board: Board, pack_weights: bool) -> Path:
+def _generate(model_path: Path, out_dir: Path, board: Board, pack_weights: bool,
+              per_op: bool = False) -> Path:
     """The generator's model.c and model.json in OUT/gen: generated into a new folder of this
     process, then each renamed into place (a symlink planted there is replaced, not written
     through)."""
@@ -409,7 +413,7 @@ def _generate(model_path: Path, out_dir: Path, board: Board, pack_weights: bool)
     try:
         with writing(gen_dir):
             generate(model_path, tmp, name=model_path.stem, kernels=board.kernels,
-                     pack_weights=pack_weights)
+                     pack_weights=pack_weights, per_op=per_op)
         for f in sorted(tmp.iterdir()):
             with writing(gen_dir / f.name):
                 os.replace(f, gen_dir / f.name)
@@ -420,7 +424,7 @@ def _generate(model_path: Path, out_dir: Path, board: Board, pack_weights: bool)
 
 def _build(model_path: Path, board: Board, out_dir: Path, extra_flags, pack_weights: bool
            ) -> Firmware:
-    gen_dir = _generate(model_path, out_dir, board, pack_weights)
+    gen_dir = _generate(model_path, out_dir, board, pack_weights, PER_OP_FLAG in extra_flags)
     info = json.loads((gen_dir / "model.json").read_text())
     elf = out_dir / "firmware.elf"
     # BENCH replays the last INFER input from a copy; size it to this model's inputs (AVR RAM).

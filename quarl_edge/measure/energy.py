@@ -1,0 +1,76 @@
+"""Energy per inference: a first-order estimate from the board file's datasheet figures.
+
+Without an energy monitor, the estimate at a fixed clock is
+
+    E = cycles x supply voltage x run current per MHz        (µJ = cycles x V x µA/MHz / 1e6)
+
+since the time is cycles / f and the run current is (µA/MHz) x f/MHz: the clock cancels. The
+figures are the board file's [energy] table (quarl_edge/targets/boards.py checks it): supply_v,
+run_ua_per_mhz in the datasheet mode it names, and the source (datasheet, revision, table) they
+come from. It is an estimate: the datasheet's current is typical, measured on its own code
+(CoreMark, Dhrystone, a loop), with its peripherals; the MCU only, not the board around it.
+
+- cycles boards (simavr, a real board's cycle counter): the count is the cycles;
+- instructions boards (QEMU -icount): cycles = instructions x the board file's `cpi`, whose
+  error its `cpi_note` says;
+- ns boards (the host, linux): no estimate (a process on a PC or a Linux board has no supply
+  figure of its own);
+- a board file without figures: "no energy figures", with its `none` reason when it gives one.
+"""
+from __future__ import annotations
+
+from ..targets.boards import Board
+
+
+def no_figures(board: Board) -> str | None:
+    """Why `board` has no energy estimate, or None when it has one."""
+    e = board.energy
+    if board.cost_unit == "ns":
+        return (e or {}).get("none") or "its cost is wall time (ns), which has no supply figure"
+    if e is None:
+        return "the board file has no [energy] table"
+    return e.get("none")
+
+
+def energy(board: Board, cost: float | None) -> dict:
+    """The estimate for one inference of `cost` (in the board's unit): {"uj": µJ, "supply_v",
+    "run_ua_per_mhz", "cycles_per_unit", "source", "basis", "estimate": True}, or
+    {"uj": None, "none": why}."""
+    why = no_figures(board)
+    if why is not None or cost is None:
+        return {"uj": None, "none": why or "no cost was measured"}
+    e = board.energy
+    per_unit = 1.0 if board.cost_unit == "cycles" else float(e["cpi"])
+    cycles = float(cost) * per_unit
+    uj = cycles * float(e["supply_v"]) * float(e["run_ua_per_mhz"]) / 1e6
+    cpi = f" x {per_unit:g} cycles each" if board.cost_unit == "instructions" else ""
+    basis = (f"{board.cost_unit}{cpi} x {e['supply_v']:g} V x {e['run_ua_per_mhz']:g} µA/MHz "
+             f"({e['mode']})")
+    if board.cost_unit == "instructions":
+        basis += f"; CPI {per_unit:g}: {e['cpi_note']}"
+    if e.get("basis"):
+        basis += f"; {e['basis']}"
+    return {"uj": uj, "supply_v": e["supply_v"], "run_ua_per_mhz": e["run_ua_per_mhz"],
+            "cycles_per_unit": per_unit, "source": e["source"], "basis": basis,
+            "estimate": True}
+
+
+def label(d: dict | None) -> str:
+    """'216.0 µJ (estimate)' or 'no energy figures'."""
+    if not d or d.get("uj") is None:
+        return "no energy figures"
+    return f"{d['uj']:,.1f} µJ (estimate)" if d["uj"] >= 1 else f"{d['uj']:,.3f} µJ (estimate)"
+
+
+def markdown(rows: list[dict]) -> str:
+    """The energy table of bench.md (rows with an "energy" dict), or "" when none has one."""
+    rows = [r for r in rows if isinstance(r.get("energy"), dict)]
+    if not rows:
+        return ""
+    lines = ["", "| board | scheme | energy / inference (estimate) | from |", "|---|---|---:|---|"]
+    for r in rows:
+        e = r["energy"]
+        lines.append(f"| {r['board']} | {r['scheme']} | " +
+                     (f"no energy figures | {e.get('none')} |" if e.get("uj") is None else
+                      f"{e['uj']:,.1f} µJ | {e['source']} |"))
+    return "\n".join(lines) + "\n"
