@@ -198,6 +198,15 @@ typedef struct {
     uint16_t batches;
     uint16_t accum_depth;       /* <= QE_FC_PACKED_MAX_DEPTH */
     uint16_t output_depth;      /* the real rows (outputs) */
+    /* the output stage as a step table (converters/ops/optimized/cortex_m0/fully_connected.py,
+     * step_table; NULL: none, and the portable definition ignores it): for sat_low < acc <=
+     * sat_above, u = acc - steps_lo, i = (u * steps_mul + steps_add) >> steps_shift (uint32, no
+     * wrap), the output is activation_min + i + (u >= steps[i + 1]) */
+    const uint32_t *steps;
+    int32_t steps_lo;
+    uint32_t steps_mul;
+    uint32_t steps_add;
+    uint32_t steps_shift;
 } qe_fc_s8_pairs_params_t;
 
 void qe_fully_connected_s8_pairs(const qe_fc_s8_pairs_params_t *p, const int8_t *input,

@@ -68,6 +68,58 @@ def saturation_bounds(multiplier: int, shift: int, offset: int, act_min: int,
     return low, above
 
 
+STEPS_MAX_SPAN = 1 << 21         # the widest unsaturated accumulator range given a step table
+
+
+def step_table(multiplier: int, shift: int, offset: int, act_min: int, act_max: int,
+               sat_low: int, sat_above: int) -> tuple[int, int, int, int, np.ndarray] | None:
+    """The output stage as a step table (qe_fc_s8_pairs_params_t's steps): for an accumulator
+    a in (sat_low, sat_above], u = a - lo (lo = sat_low + 1), i = (u * mul + add) >> shift is
+    the output's index k = out - act_min or one less, and k = i + (u >= steps[i + 1]): a
+    multiply, a shift, one table load and one compare instead of the 64-bit product built from
+    16-bit halves (~36 instructions on ARMv6-M). steps[j] is the least u whose output index is
+    >= j (span + 1 where none is). Returns (lo, mul, add, shift, steps) or None when it does not
+    apply: left shifts (requantization wraps: not monotone), no saturation bound, an unsaturated
+    range wider than STEPS_MAX_SPAN, or no (mul, add, shift) that is at most one low everywhere.
+
+    Exact by enumeration, not by an argument: the index of every u in [0, span] is computed
+    with TFLM's arithmetic (the formula of requant_right_output, checked against
+    qmath.requantize_output at every step's edges), and the approximation is checked at every
+    u; u * mul + add < 2^32 at every u, so the C's uint32 arithmetic does not wrap."""
+    lo_i, hi_i = -(1 << 31), (1 << 31) - 1
+    if shift > -1 or multiplier < 0 or sat_low == lo_i or sat_above == hi_i:
+        return None
+    lo, span = sat_low + 1, sat_above - sat_low - 1
+    if span < 0 or span > STEPS_MAX_SPAN:
+        return None
+    e = -shift
+    a = np.arange(lo, sat_above + 1, dtype=np.int64)
+    q = (a * multiplier + (1 << 30) + (1 << (30 + e)) - (a < 0) * (1 << 31)) >> (31 + e)
+    k = np.clip(q + offset, act_min, act_max) - act_min
+    n_steps = act_max - act_min
+    if np.any(np.diff(k) < 0):
+        return None
+    steps = np.searchsorted(k, np.arange(n_steps + 2), side="left").astype(np.int64)
+    f = lambda x: qmath.requantize_output(x, multiplier, shift, offset, act_min, act_max)  # noqa: E731
+    for j in range(1, n_steps + 1):              # the twin agrees at every edge
+        if steps[j] <= span and (f(lo + int(steps[j])) - act_min < j
+                                 or (steps[j] > 0 and f(lo + int(steps[j]) - 1) - act_min >= j)):
+            return None
+    u = a - lo
+    for sh in range(31, 0, -1):
+        mul = (multiplier << sh) >> (31 + e)     # floor(slope * 2^sh)
+        if mul <= 0 or span * mul >= (1 << 32):
+            continue
+        add = int((((k + 1) << sh) - u * mul - 1).min())    # the largest with i <= k everywhere
+        if add < 0 or span * mul + add >= (1 << 32):
+            continue
+        i = (u * mul + add) >> sh
+        if np.all(i >= k - 1):
+            return lo, int(mul), add, sh, steps
+        return None
+    return None
+
+
 def lower_fully_connected_pairs(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
     """For the cortex-m0 variant: an int8 per-tensor FULLY_CONNECTED with accum_depth <=
     PACKED_MAX_DEPTH gets the chunked pair layout (pairs_fc_stream, qe_fully_connected_s8_pairs);
@@ -94,6 +146,18 @@ def lower_fully_connected_pairs(op: Operator, model: TFLiteModel, pname: str) ->
               + c_array("int32_t", bname, bias_p, 8, lambda v: str(int(v)))]
     const_bytes = 4 * stream.size + 4 * bias_p.size
     sat_low, sat_above = saturation_bounds(multiplier, shift, out.zero_point, act_min, act_max)
+    table = step_table(multiplier, shift, out.zero_point, act_min, act_max, sat_low, sat_above)
+    steps_c = ""
+    if table is not None:
+        lo, mul, add, sh, steps = table
+        sname = f"{pname}_steps"
+        consts.append(f"/* the output stage as steps (step_table): the least accumulator - ({lo}) "
+                      f"giving each output from {act_min} */\n"
+                      + c_array("uint32_t", sname, steps, 8, lambda v: f"{int(v)}u"))
+        const_bytes += 4 * steps.size
+        steps_c = (f"    .steps = {sname},\n    .steps_lo = {c_int32(lo)},\n"
+                   f"    .steps_mul = {mul}u,\n    .steps_add = {add}u,\n"
+                   f"    .steps_shift = {sh}u,\n")
     params = (f"static const qe_fc_s8_pairs_params_t {pname} = {{\n"
               f"    .output_offset = {out.zero_point},\n"
               f"    .output_multiplier = {multiplier},  /* {real:.17g} = m * 2^(shift - 31) */\n"
@@ -103,7 +167,7 @@ def lower_fully_connected_pairs(op: Operator, model: TFLiteModel, pname: str) ->
               f"    .sat_low = {c_int32(sat_low)},  /* <= this: activation_min */\n"
               f"    .sat_above = {c_int32(sat_above)},  /* > this: activation_max */\n"
               f"    .batches = {batches}u,\n    .accum_depth = {accum_depth}u,\n"
-              f"    .output_depth = {output_depth}u,\n}};\n")
+              f"    .output_depth = {output_depth}u,\n{steps_c}}};\n")
     call = (f"qe_fully_connected_s8_pairs(&{pname}, (const int8_t *)@T{x.index}@, {wname}, "
             f"{bname}, (int8_t *)@T{out.index}@);")
     ref_bytes = w.size + (4 * bias.size if bias is not None else 0)

@@ -370,6 +370,22 @@ static const int32_t *pairs_group(const int32_t *x, const int32_t *w, int32_t ac
 
 #endif /* __ARM_ARCH_6M__ */
 
+/* One output through the step table (fully_connected.h): u outside [0, span] is saturated;
+ * otherwise i, the output's index or one less, corrected by one compare with the table. */
+static inline int8_t steps_output(const uint32_t *steps, int32_t a, uint32_t lo, uint32_t span,
+                                  uint32_t mul, uint32_t add, uint32_t shift, int32_t sat_low,
+                                  int32_t act_min, int32_t act_max)
+{
+    const uint32_t u = (uint32_t)a - lo;
+    uint32_t i;
+    if (u > span) {
+        return (int8_t)(a <= sat_low ? act_min : act_max);
+    }
+    i = (u * mul + add) >> shift;
+    i += (u >= steps[i + 1u]);
+    return (int8_t)(act_min + (int32_t)i);
+}
+
 void qe_fully_connected_s8_pairs(const qe_fc_s8_pairs_params_t *p, const int8_t *input,
                                  const QE_FLASH int32_t *stream, const QE_FLASH int32_t *bias,
                                  int8_t *output)
@@ -381,6 +397,10 @@ void qe_fully_connected_s8_pairs(const qe_fc_s8_pairs_params_t *p, const int8_t 
     int32_t xb[QE_FC_PACKED_MAX_DEPTH];
     requant_right_t rr;
     const int fast = requant_right_init(&rr, multiplier, shift, offset, act_min, act_max);
+    /* the step table (fully_connected.h): one multiply, one load, one compare an output */
+    const uint32_t *const steps = p->steps;
+    const uint32_t s_lo = (uint32_t)p->steps_lo, s_span = (uint32_t)sat_above - s_lo;
+    const uint32_t s_mul = p->steps_mul, s_add = p->steps_add, s_shift = p->steps_shift;
     uint32_t b, o, r, d;
 
     for (b = 0; b < p->batches; ++b) {
@@ -397,7 +417,18 @@ void qe_fully_connected_s8_pairs(const qe_fc_s8_pairs_params_t *p, const int8_t 
             acc[2] = bias[o + 2u];
             acc[3] = bias[o + 3u];
             w = pairs_group(xb, w, acc);
-            if (fast && o + QE_FC_PAIRS_ROWS <= rows) {     /* a whole group, unrolled */
+            if (steps != NULL && o + QE_FC_PAIRS_ROWS <= rows) {   /* a whole group */
+                int8_t *const g = out + o;
+                g[0] = steps_output(steps, acc[0], s_lo, s_span, s_mul, s_add, s_shift, sat_low, act_min, act_max);
+                g[1] = steps_output(steps, acc[1], s_lo, s_span, s_mul, s_add, s_shift, sat_low, act_min, act_max);
+                g[2] = steps_output(steps, acc[2], s_lo, s_span, s_mul, s_add, s_shift, sat_low, act_min, act_max);
+                g[3] = steps_output(steps, acc[3], s_lo, s_span, s_mul, s_add, s_shift, sat_low, act_min, act_max);
+            } else if (steps != NULL) {
+                for (r = 0; r < QE_FC_PAIRS_ROWS && o + r < rows; ++r) {
+                    out[o + r] = steps_output(steps, acc[r], s_lo, s_span, s_mul, s_add, s_shift,
+                                              sat_low, act_min, act_max);
+                }
+            } else if (fast && o + QE_FC_PAIRS_ROWS <= rows) {     /* a whole group, unrolled */
                 int8_t *const g = out + o;
 #define QE_M0_PAIRS_OUT(a)                                                                \
     (int8_t)((a) <= sat_low ? act_min : (a) > sat_above ? act_max : requant_right_output(&rr, (a)))
