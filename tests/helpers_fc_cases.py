@@ -95,9 +95,9 @@ class Case:
             # the output stage's step table where the generator would give one (step_table)
             table = step_table(self.multiplier, self.shift, self.output_offset, self.act_min,
                                self.act_max, *sat)
-            steps = (struct.pack("<5i", 0, 0, 0, 0, 0) if table is None else
-                     struct.pack("<5I", table[4].size, table[0] & 0xFFFFFFFF, *table[1:4])
-                     + table[4].astype("<u4").tobytes())
+            steps = (struct.pack("<4i", 0, 0, 0, 0) if table is None else
+                     struct.pack("<4I", 1, table[0] & 0xFFFFFFFF, *table[1:3])
+                     + table[3].astype("<u4").tobytes())
             out += (packed[0].astype("<i4").tobytes() + packed[1].astype("<i4").tobytes()
                     + struct.pack("<2i", *sat) + steps)
         elif packed and self.kind == AVR:

@@ -322,6 +322,8 @@ def test_pairs_stream_words_are_two_rows_and_chunks_sum_in_16_bits(case):
     for g in range(full.shape[0] // PAIRS_ROWS):
         gw, d = full[g * PAIRS_ROWS:(g + 1) * PAIRS_ROWS], 0
         while (n := int(s[pos])) != 0:
+            assert n % 4 == 0                    # 4 L: the chunk's bytes of widened input
+            n //= 4
             words = s[pos + 1:pos + 1 + 2 * n].reshape(n, 2)
             c = gw[:, d:d + n]
             assert np.array_equal(words[:, 0], 65536 * c[1] + c[0])
@@ -386,8 +388,9 @@ def test_random_pairs_cases_on_cortex_m0(m0_elf, cases):
 def test_the_step_table_is_tflm_output_stage(m, e, offset, relu, narrow, seed):
     """The cortex-m0 output stage's step table (step_table, fully_connected.h) against qmath's
     TFLM output stage: at every step's edge, at the saturation bounds, and at random
-    accumulators of the unsaturated range, evaluated as the C does (uint32 u, i, one compare);
-    a table is found for every right shift whose range fits STEPS_MAX_SPAN."""
+    accumulators of the unsaturated range, evaluated as the C does (uint32 u, the top byte b,
+    one compare, the byte as int8); a table is found for every right shift whose range fits
+    STEPS_MAX_SPAN."""
     act_min, act_max = (max(offset, -128) if relu else -128), (5 if narrow else 127)
     if act_min > act_max:
         act_min = act_max
@@ -397,15 +400,17 @@ def test_the_step_table_is_tflm_output_stage(m, e, offset, relu, narrow, seed):
     assert (table is None) == (span > STEPS_MAX_SPAN or span < 0)
     if table is None:
         return
-    lo, mul, add, sh, steps = table
-    assert span * mul + add < (1 << 32) and steps.size == act_max - act_min + 2
+    lo, mul, add, steps = table
+    assert steps.size == 256 and 0 <= add < (1 << 32)
     rng = np.random.default_rng(seed)
-    us = np.concatenate([steps[steps <= span], np.maximum(steps[steps <= span] - 1, 0),
-                         [0, span], rng.integers(0, span + 1, 200)]).astype(np.int64)
+    edges = steps[steps <= span]
+    us = np.concatenate([edges, np.maximum(edges - 1, 0), [0, span],
+                         rng.integers(0, span + 1, 200)]).astype(np.int64)
     for u in us.tolist():
-        i = (u * mul + add) >> sh
-        i += int(u >= int(steps[i + 1]))
-        assert act_min + i == qmath.requantize_output(lo + u, m, -e, offset, act_min, act_max)
+        b = ((u * mul + add) & 0xFFFFFFFF) >> 24
+        b = (b + int(u >= int(steps[b]))) & 0xFF
+        got = b - 256 if b >= 128 else b
+        assert got == qmath.requantize_output(lo + u, m, -e, offset, act_min, act_max), u
     for a in (sat_low, sat_low - 1, sat_above + 1, (1 << 31) - 1, -(1 << 31) + 1):
         want = act_min if a <= sat_low else act_max
         assert qmath.requantize_output(a, m, -e, offset, act_min, act_max) == want

@@ -27,7 +27,7 @@
  *       variant's qe_fully_connected_s8_pairs on the generator's chunked row pairs (header[15]:
  *       the stream's length in words) against the reference's qe_fully_connected_s8:
  *       int32 stream[header[15]], int32 bias'[padded rows], int32 sat_low, sat_above, then the
- *       step table: uint32 n, lo, mul, add, shift and uint32 steps[n] (n = 0: none, n <= 258)
+ *       step table: uint32 present (0 or 1), lo, mul, add, and when present uint32 steps[256]
  * Output (host: stdout; board: fc_out.bin): per case the reference's output bytes, then the
  * variant's. Exit status 0 when every case matched, 1 when one did not, 2 on bad input.
  *
@@ -91,8 +91,8 @@ static uint8_t avr_stage[20];
 #endif
 static int32_t pairs_stream[MAX_PAIRS];
 static int32_t pairs_sat[2];
-static uint32_t pairs_steps_h[5];     /* n, lo, mul, add, shift of the step table (n = 0: none) */
-static uint32_t pairs_steps[258];
+static uint32_t pairs_steps_h[4];     /* 1, lo, mul, add of the step table (0: none) */
+static uint32_t pairs_steps[256];
 #endif
 static float out_ref[MAX_OUT * 4 + 1], out_opt[MAX_OUT * 4 + 1];   /* int8 outputs too, as bytes */
 
@@ -123,8 +123,8 @@ int main(void)
                 || (has_bias && !io_read(bias, 4u * rows))
                 || !io_read(pairs_stream, 4u * (uint32_t)h[15])
                 || !io_read(packed_bias, 4u * prows) || !io_read(pairs_sat, sizeof pairs_sat)
-                || !io_read(pairs_steps_h, sizeof pairs_steps_h) || pairs_steps_h[0] > 258u
-                || !io_read(pairs_steps, 4u * pairs_steps_h[0])) {
+                || !io_read(pairs_steps_h, sizeof pairs_steps_h) || pairs_steps_h[0] > 1u
+                || (pairs_steps_h[0] && !io_read(pairs_steps, sizeof pairs_steps))) {
                 return io_exit(2);
             }
             memset(out_ref, 0x5A, sizeof out_ref);
@@ -138,7 +138,7 @@ int main(void)
                                                     (uint16_t)rows,
                                                     pairs_steps_h[0] ? pairs_steps : NULL,
                                                     (int32_t)pairs_steps_h[1], pairs_steps_h[2],
-                                                    pairs_steps_h[3], pairs_steps_h[4]};
+                                                    pairs_steps_h[3]};
                 qe_fully_connected_s8_reference(&p, in, w, b, (int8_t *)out_ref);
                 qe_fully_connected_s8_pairs(&pp, in, pairs_stream, packed_bias, (int8_t *)out_opt);
             }

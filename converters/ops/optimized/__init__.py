@@ -36,6 +36,11 @@ VARIANT_LOWERINGS = {
         # int8 per tensor: chunked row pairs, one MULS for two rows' products (fully_connected.h)
         "FULLY_CONNECTED": lower_fully_connected_pairs,
     },
+    # cores without SIMD multiply-accumulate (RISC-V rv32imc/imac): cortex-m0's layouts, run by
+    # that variant's portable C (firmware/core/kernels/optimized/rv32/ includes its files)
+    "rv32": {
+        "FULLY_CONNECTED": lower_fully_connected_pairs,
+    },
     "avr": {
         # int8 per tensor: the chunked stream of 16-bit-summable runs (fully_connected.h)
         "FULLY_CONNECTED": lower_fully_connected_avr,
