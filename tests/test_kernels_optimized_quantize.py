@@ -15,6 +15,7 @@ import pytest
 
 from helpers_fc_cases import DSP_BOARDS, FW, M0_VARIANT, ROOT
 from helpers_fc_checker import SAN_ENV
+from quarl_edge.converters.ops.optimized.cortex_m0.quantize import scale_inverse
 from quarl_edge.targets.boards import get_board
 from quarl_edge.targets.build import COMMON_CFLAGS, board_defines, expand_flag, port_dirs
 
@@ -50,7 +51,8 @@ def quantize_cases(seed: int = 3) -> bytes:
         for zp in (-128, -1, 0, 5, 127):
             for i in range(0, len(xs), 1000):
                 chunk = xs[i:i + 1000].astype("<f4")
-                out += struct.pack("<iiIi", len(chunk), zp, int(np.array([s], "<f4").view("<u4")[0]), 0)
+                out += struct.pack("<iiII", len(chunk), zp, int(np.array([s], "<f4").view("<u4")[0]),
+                                   scale_inverse(float(s)))
                 out += chunk.tobytes()
     return out
 
