@@ -4,14 +4,17 @@ kernels and with the board's optimized variant, side by side in one run; flash a
 firmwares; and the firmware build time with a cold and a warm object cache.
 
     .venv/bin/python benchmarks/speed.py [--boards mps2-an386] [--models cnn,cartpole] [--md FILE]
-    .venv/bin/python benchmarks/speed.py --render --md FILE
+    .venv/bin/python benchmarks/speed.py --render --md FILE [--before OLD.jsonl]
 
 With --md FILE the raw rows go to FILE's .jsonl beside it (one JSON object a line: a model on a
 board, its per-op counts for both kernel sets; or a board's build times), merged with the rows
 already there (a row of the same board and model is replaced, others kept, so the boards can be
 run one command at a time), and FILE is rendered from all of them: the text above the marker line
 (RENDER_MARKER; hand-written) is kept, everything below it is the tables. --render renders FILE
-from its .jsonl alone, running nothing.
+from its .jsonl alone, running nothing. With --before OLD.jsonl (an earlier run's rows, e.g. of
+the commit before a kernel change) FILE opens with a table of instructions per MAC, before and
+after, per board and model (total and each FULLY_CONNECTED / convolution), beside TF Lite
+Micro's (and + CMSIS-NN's) where results/bench/vs_tflm.jsonl has the model on the board.
 
 Per-op costs are measured, not estimated: for a model of n ops the firmware is built n + 1 times
 with its schedule (qe_model_invoke in the generated model.c) cut after the first k ops, k = 0..n,
@@ -257,12 +260,46 @@ def read_rows(jsonl: Path) -> list[dict]:
     return [json.loads(ln) for ln in jsonl.read_text().splitlines() if ln.strip()]
 
 
-def write_md(md: Path, rows: list[dict]) -> None:
+def _tflm_counts(board: str, file: str) -> dict[str, int]:
+    """TF Lite Micro's instructions for a model on a board from vs_tflm.jsonl (benchmarks/
+    vs_tflm.py's rows, same counter), by build ("tflm", "tflm+cmsis-nn"); {} where it has none."""
+    rows = read_rows(ROOT / "results" / "bench" / "vs_tflm.jsonl")
+    return {r["build"]: r["instructions"] for r in rows
+            if r.get("board") == board and r.get("file") == file and r.get("outputs_equal")
+            and r.get("build", "").startswith("tflm")}
+
+
+def before_after(rows: list[dict], before: list[dict]) -> str:
+    """Instructions per MAC per board and model: the variant's total and its FULLY_CONNECTED
+    ops, in `before`'s rows (an earlier run's .jsonl) and in `rows`, beside TF Lite Micro's on
+    the same board where vs_tflm.jsonl has the model."""
+    old = {_key(r): r for r in before}
+    L = ["### Instructions per MAC, before and after", "",
+         "| board | model | MACs | op (MACs) | before | after | TFLM | TFLM + CMSIS-NN |",
+         "|---|---|---:|---|---:|---:|---:|---:|"]
+    for r in rows:
+        if r["kind"] != "model" or _key(r) not in old:
+            continue
+        b, macs, total = old[_key(r)]["optimized"], r["macs"], sum(r["macs"])
+        tf = _tflm_counts(r["board"], r["file"])
+        per = lambda c: f"{c / total:.2f}" if c else ""  # noqa: E731
+        L.append(f"| {r['board']} ({r['variant']}) | {r['model']} | {total:,} | **total** | "
+                 f"**{b['total'] / total:.2f}** | **{r['optimized']['total'] / total:.2f}** | "
+                 f"{per(tf.get('tflm'))} | {per(tf.get('tflm+cmsis-nn'))} |")
+        for i, op in enumerate(r["reference"]["ops"]):
+            if macs[i]:
+                L.append(f"| | | | {i} {op} ({macs[i]:,}) | {b['costs'][i] / macs[i]:.2f} | "
+                         f"{r['optimized']['costs'][i] / macs[i]:.2f} | | |")
+    return "\n".join(L) + "\n"
+
+
+def write_md(md: Path, rows: list[dict], before: list[dict] | None = None) -> None:
     """md: its hand-written text above RENDER_MARKER kept (all of an old file without the
-    marker), the tables of `rows` below it."""
+    marker), the tables of `rows` below it (with `before`: the before/after table first)."""
     head = md.read_text().split(RENDER_MARKER, 1)[0].rstrip("\n") + "\n\n" if md.exists() else ""
     md.parent.mkdir(parents=True, exist_ok=True)
-    md.write_text(head + RENDER_MARKER + "\n\n" + "\n".join(render_row(r) for r in rows))
+    first = before_after(rows, before) + "\n" if before else ""
+    md.write_text(head + RENDER_MARKER + "\n\n" + first + "\n".join(render_row(r) for r in rows))
 
 
 def main() -> None:
@@ -272,14 +309,18 @@ def main() -> None:
     ap.add_argument("--md", type=Path, help="also write the rows to its .jsonl and render it")
     ap.add_argument("--render", action="store_true",
                     help="only render --md from the .jsonl beside it")
+    ap.add_argument("--before", type=Path,
+                    help="an earlier run's .jsonl: --md also gets a before/after table of "
+                         "instructions per MAC (with TF Lite Micro's from vs_tflm.jsonl)")
     a = ap.parse_args()
+    before = read_rows(a.before) if a.before else None
     if a.render:
         if a.md is None:
             ap.error("--render needs --md FILE")
         rows = read_rows(a.md.with_suffix(".jsonl"))
         if not rows:
             ap.error(f"no rows in {a.md.with_suffix('.jsonl')}")
-        write_md(a.md, rows)
+        write_md(a.md, rows, before)
         return
     rows = []
     with tempfile.TemporaryDirectory(prefix="qe-speed-") as tmp:
@@ -316,7 +357,7 @@ def main() -> None:
         rows = merge_rows(read_rows(jsonl), rows)
         jsonl.parent.mkdir(parents=True, exist_ok=True)
         jsonl.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        write_md(a.md, rows)
+        write_md(a.md, rows, before)
 
 
 if __name__ == "__main__":

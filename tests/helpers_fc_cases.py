@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from quarl_edge.converters import qmath
 from quarl_edge.converters.ops.optimized.avr.fully_connected import avr_fc_stream, avr_output_stage
 from quarl_edge.converters.ops.optimized.common import PACKED_MAX_DEPTH
-from quarl_edge.converters.ops.optimized.cortex_m0.fully_connected import (pairs_fc_stream,
+from quarl_edge.converters.ops.optimized.cortex_m0.fully_connected import (pairs_fc_stream, step_table,
                                                                            saturation_bounds)
 from quarl_edge.converters.ops.optimized.cortex_m_dsp.fully_connected import pack_fc_weights
 
@@ -90,10 +90,16 @@ class Case:
         if self.kind == ACC:
             out += self.scales.astype("<f4").tobytes()
         if packed and self.kind == PAIRS:
+            sat = saturation_bounds(self.multiplier, self.shift, self.output_offset, self.act_min,
+                                    self.act_max)
+            # the output stage's step table where the generator would give one (step_table)
+            table = step_table(self.multiplier, self.shift, self.output_offset, self.act_min,
+                               self.act_max, *sat)
+            steps = (struct.pack("<4i", 0, 0, 0, 0) if table is None else
+                     struct.pack("<4I", 1, table[0] & 0xFFFFFFFF, *table[1:3])
+                     + table[3].astype("<u4").tobytes())
             out += (packed[0].astype("<i4").tobytes() + packed[1].astype("<i4").tobytes()
-                    + struct.pack("<2i", *saturation_bounds(self.multiplier, self.shift,
-                                                            self.output_offset, self.act_min,
-                                                            self.act_max)))
+                    + struct.pack("<2i", *sat) + steps)
         elif packed and self.kind == AVR:
             st = self.avr_stage()
             out += (packed[0].astype(np.int8).tobytes() + packed[1].astype("<i4").tobytes()

@@ -33,7 +33,10 @@ from helpers_fc_cases import (CHECK, DSP_BOARDS, FW, INT32_MAX, M0_DEFINES, M0_F
 from helpers_fc_checker import (assert_same, board_checker, host_checker, m0_cases, run_board,
                                 run_host, split)
 from quarl_edge.converters.ops.optimized.common import PACKED_MAX_DEPTH
-from quarl_edge.converters.ops.optimized.cortex_m0.fully_connected import PAIRS_ROWS, pairs_fc_stream
+from quarl_edge.converters import qmath
+from quarl_edge.converters.ops.optimized.cortex_m0.fully_connected import (PAIRS_ROWS, STEPS_MAX_SPAN,
+                                                                   pairs_fc_stream,
+                                                                   saturation_bounds, step_table)
 from quarl_edge.converters.ops.optimized.cortex_m_dsp.fully_connected import pack_fc_weights
 from quarl_edge.targets.build import COMMON_CFLAGS
 
@@ -295,12 +298,12 @@ def pairs_edge_cases() -> list[Case]:
 
 
 def pairs_m0_cases(cases: list[Case]) -> list[Case]:
-    """The cases that fit the micro:bit checker's buffers (MAX_PAIRS: 896 words of stream)."""
+    """The cases that fit the micro:bit checker's buffers (MAX_PAIRS: 704 words of stream)."""
     out = []
     for c in m0_cases(cases):
         stream, _, _ = pairs_fc_stream(c.w.reshape(c.rows, c.depth), c.bias, c.input_offset,
                                        c.filter_offset)
-        if stream.size <= 896:
+        if stream.size <= 704:
             out.append(c)
     return out
 
@@ -319,6 +322,8 @@ def test_pairs_stream_words_are_two_rows_and_chunks_sum_in_16_bits(case):
     for g in range(full.shape[0] // PAIRS_ROWS):
         gw, d = full[g * PAIRS_ROWS:(g + 1) * PAIRS_ROWS], 0
         while (n := int(s[pos])) != 0:
+            assert n % 4 == 0                    # 4 L: the chunk's bytes of widened input
+            n //= 4
             words = s[pos + 1:pos + 1 + 2 * n].reshape(n, 2)
             c = gw[:, d:d + n]
             assert np.array_equal(words[:, 0], 65536 * c[1] + c[0])
@@ -372,3 +377,40 @@ def test_random_pairs_cases_on_cortex_m0(m0_elf, cases):
     cases = pairs_m0_cases(cases)
     status, out = run_board("microbit", m0_elf, cases)
     assert_same(cases, status, out, twin=True)
+
+
+@settings(max_examples=60, deadline=None)
+@given(m=st.integers(1 << 30, (1 << 31) - 1), e=st.integers(1, 14), offset=st.integers(-128, 127),
+       relu=st.booleans(), narrow=st.booleans(), seed=st.integers(0, 2**32 - 1))
+@example(m=(1 << 31) - 1, e=1, offset=127, relu=False, narrow=False, seed=0)
+@example(m=1 << 30, e=14, offset=-128, relu=True, narrow=False, seed=1)
+@example(m=1518500250, e=7, offset=-3, relu=False, narrow=True, seed=2)
+def test_the_step_table_is_tflm_output_stage(m, e, offset, relu, narrow, seed):
+    """The cortex-m0 output stage's step table (step_table, fully_connected.h) against qmath's
+    TFLM output stage: at every step's edge, at the saturation bounds, and at random
+    accumulators of the unsaturated range, evaluated as the C does (uint32 u, the top byte b,
+    one compare, the byte as int8); a table is found for every right shift whose range fits
+    STEPS_MAX_SPAN."""
+    act_min, act_max = (max(offset, -128) if relu else -128), (5 if narrow else 127)
+    if act_min > act_max:
+        act_min = act_max
+    sat_low, sat_above = saturation_bounds(m, -e, offset, act_min, act_max)
+    table = step_table(m, -e, offset, act_min, act_max, sat_low, sat_above)
+    span = sat_above - sat_low - 1
+    assert (table is None) == (span > STEPS_MAX_SPAN or span < 0)
+    if table is None:
+        return
+    lo, mul, add, steps = table
+    assert steps.size == 256 and 0 <= add < (1 << 32)
+    rng = np.random.default_rng(seed)
+    edges = steps[steps <= span]
+    us = np.concatenate([edges, np.maximum(edges - 1, 0), [0, span],
+                         rng.integers(0, span + 1, 200)]).astype(np.int64)
+    for u in us.tolist():
+        b = ((u * mul + add) & 0xFFFFFFFF) >> 24
+        b = (b + int(u >= int(steps[b]))) & 0xFF
+        got = b - 256 if b >= 128 else b
+        assert got == qmath.requantize_output(lo + u, m, -e, offset, act_min, act_max), u
+    for a in (sat_low, sat_low - 1, sat_above + 1, (1 << 31) - 1, -(1 << 31) + 1):
+        want = act_min if a <= sat_low else act_max
+        assert qmath.requantize_output(a, m, -e, offset, act_min, act_max) == want

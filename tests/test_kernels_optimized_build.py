@@ -7,15 +7,18 @@ themselves: test_kernels_optimized.py.)"""
 from __future__ import annotations
 
 import dataclasses
+import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from helpers_fc_cases import AVR_VARIANT, DSP_BOARDS, FW, M0_VARIANT, ROOT, VARIANT, VARIANT_FC
+from quarl_edge.converters.ops.optimized import VARIANT_LOWERINGS
 from quarl_edge.errors import BoardError, QuarlError
 from quarl_edge.targets.boards import all_boards, get_board, load_board_file
-from quarl_edge.targets.build import firmware_sources, kernel_sources
+from quarl_edge.targets.build import COMMON_CFLAGS, firmware_sources, kernel_sources
 
 
 # ------------------------------------------------------------------------------ board files, build
@@ -33,7 +36,7 @@ def _board_file(tmp_path: Path, kernels) -> Path:
 def test_board_kernels_key(tmp_path):
     assert load_board_file(_board_file(tmp_path, None)).kernels == "reference"
     assert load_board_file(_board_file(tmp_path, VARIANT)).kernels == VARIANT
-    with pytest.raises(BoardError, match="'kernels' is 'cmsis'; expected one of reference, avr, cortex-m-dsp, cortex-m0"):
+    with pytest.raises(BoardError, match="'kernels' is 'cmsis'; expected one of reference, avr, cortex-m-dsp, cortex-m0, rv32"):
         load_board_file(_board_file(tmp_path, "cmsis"))
 
 
@@ -165,3 +168,23 @@ def test_the_build_falls_back_to_the_int8_layout_when_packed_weights_do_not_fit(
     c = (tmp_path / "small" / "gen" / "model.c").read_text()
     assert "qe_fully_connected_s8_pairs(" not in c and "qe_fully_connected_s8(" in c
     assert fw.memory.layout_extra_bytes == 0 and fw.memory.flash_bytes < small.flash_bytes
+
+
+def test_the_rv32_variant_is_the_m0_variants_c_and_builds_for_risc_v(tmp_path):
+    """rv32 (cores without SIMD multiply-accumulate) is cortex-m0's files through #include, and
+    the generator gives it cortex-m0's lowerings; its C compiles for rv32imac without a warning
+    (the host tests run that C: test_kernels_optimized.py's pairs cases)."""
+    assert VARIANT_LOWERINGS["rv32"] == VARIANT_LOWERINGS[M0_VARIANT]
+    rdir = FW / "core" / "kernels" / "optimized" / "rv32"
+    files = sorted(p.name for p in rdir.glob("*.c"))
+    assert files == sorted(p.name for p in (rdir.parent / M0_VARIANT).glob("*.c"))
+    for name in files:
+        assert f'#include "../{M0_VARIANT}/{name}"' in (rdir / name).read_text()
+    if shutil.which("riscv64-unknown-elf-gcc") is None:
+        pytest.skip("riscv64-unknown-elf-gcc is not installed")
+    for name in files:
+        res = subprocess.run(["riscv64-unknown-elf-gcc", "--specs=picolibc.specs",
+                              "-march=rv32imac_zicsr", "-mabi=ilp32", "-O2", *COMMON_CFLAGS,
+                              f"-I{FW / 'core'}", "-c", str(rdir / name), "-o",
+                              str(tmp_path / (name + ".o"))], capture_output=True, text=True)
+        assert res.returncode == 0, res.stderr

@@ -15,6 +15,7 @@ import pytest
 
 from helpers_fc_cases import DSP_BOARDS, FW, M0_VARIANT, ROOT
 from helpers_fc_checker import SAN_ENV
+from quarl_edge.converters.ops.optimized.cortex_m0.quantize import scale_inverse
 from quarl_edge.targets.boards import get_board
 from quarl_edge.targets.build import COMMON_CFLAGS, board_defines, expand_flag, port_dirs
 
@@ -50,7 +51,8 @@ def quantize_cases(seed: int = 3) -> bytes:
         for zp in (-128, -1, 0, 5, 127):
             for i in range(0, len(xs), 1000):
                 chunk = xs[i:i + 1000].astype("<f4")
-                out += struct.pack("<iiIi", len(chunk), zp, int(np.array([s], "<f4").view("<u4")[0]), 0)
+                out += struct.pack("<iiII", len(chunk), zp, int(np.array([s], "<f4").view("<u4")[0]),
+                                   scale_inverse(float(s)))
                 out += chunk.tobytes()
     return out
 
@@ -134,3 +136,86 @@ def _quantize_on_board(board_id: str, qfile: Path, tmp_module: Path) -> None:
         out = (Path(d) / "q_out.bin").read_bytes()
     pairs = _quantize_split(data, out)
     assert len(pairs) > 40 and all(r == o for r, o in pairs)
+
+
+# ------------------------------------------------------------------------------ DEQUANTIZE (cortex-m0)
+DQ_CHECK = ROOT / "tests" / "c" / "dequantize_check.c"
+M0_DEQUANTIZE = FW / "core" / "kernels" / "optimized" / M0_VARIANT / "dequantize.c"
+
+
+def dequantize_cases(seed: int = 7) -> list[tuple[int, int]]:
+    """(zero point, scale bits): the integer path's ends (the least normal scale, the largest
+    biased exponent it takes, 245, and 246 beyond it), significands of all ones (the products'
+    ties and carries into the exponent), scales that are not normal or positive (0, -0, a
+    denormal, negative, inf, NaN: the float path), and random normal scales; zero points at the
+    ends."""
+    rng = np.random.default_rng(seed)
+    f = lambda v: int(np.array([v], "<f4").view("<u4")[0])  # noqa: E731
+    bits = [f(v) for v in (1.0, 0.5, 0.0117, 0.25, 3.0e-5, 1.7, 1e-30, 0.003921569, 1.1754944e-38,
+                           1e-45, 0.0, -0.0, -0.5, np.inf, np.nan, 16777215.0, 0.99999994)]
+    bits += [(245 << 23) | 0x7FFFFF, (245 << 23), (246 << 23), (1 << 23) | 0x7FFFFF, (1 << 23),
+             (127 << 23) | 0x7FFFFF, (100 << 23) | 0x400001]
+    bits += rng.integers(1 << 23, 246 << 23, 60).tolist()
+    return [(zp, int(b)) for b in bits for zp in (-128, -1, 0, 5, 127)]
+
+
+def _dequantize_expected(cases: list[tuple[int, int]]) -> list[np.ndarray]:
+    """TFLM's result: the float32 product of the scale and q - zero_point (one rounding)."""
+    q = np.arange(-128, 128, dtype=np.int32)
+    with np.errstate(all="ignore"):
+        return [(np.array([b], "<u4").view("<f4")[0] * (q - zp).astype(np.float32)).astype("<f4")
+                for zp, b in cases]
+
+
+def _dequantize_check(run_out: bytes, cases: list[tuple[int, int]]) -> None:
+    assert len(run_out) == len(cases) * 2 * 1024
+    for k, want in enumerate(_dequantize_expected(cases)):
+        ref = run_out[2048 * k:2048 * k + 1024]
+        opt = run_out[2048 * k + 1024:2048 * (k + 1)]
+        assert opt == ref, cases[k]
+        got = np.frombuffer(opt, "<f4")       # NaN's bits are the FPU's (ARM 0x7fc00000, x86 0xffc00000)
+        nan = np.isnan(want)
+        assert np.array_equal(np.isnan(got), nan), cases[k]
+        assert np.array_equal(got[~nan].view("<u4"), want[~nan].view("<u4")), cases[k]
+
+
+def _dequantize_bytes(cases: list[tuple[int, int]]) -> bytes:
+    return b"".join(struct.pack("<iI", zp, b) for zp, b in cases)
+
+
+def test_the_m0_dequantize_is_the_reference_on_the_host_under_sanitizers(tmp_module):
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed")
+    exe = tmp_module / "dq_check_san"
+    res = subprocess.run(["gcc", *COMMON_CFLAGS, "-O2", "-fsanitize=address,undefined",
+                          "-fno-sanitize-recover=all", "-g", f"-I{FW / 'core'}", str(DQ_CHECK),
+                          str(M0_DEQUANTIZE), "-o", str(exe), "-lm"], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    cases = dequantize_cases()
+    run = subprocess.run([str(exe)], input=_dequantize_bytes(cases), capture_output=True,
+                         timeout=120, env={**os.environ, **SAN_ENV})
+    assert run.returncode == 0, run.stderr.decode(errors="replace")[-2000:]
+    _dequantize_check(run.stdout, cases)
+
+
+def test_the_m0_dequantize_is_the_reference_on_cortex_m0(tmp_module):
+    board = get_board("microbit")
+    if shutil.which(board.cc) is None or shutil.which("qemu-system-arm") is None:
+        pytest.skip(f"{board.cc} or qemu-system-arm is not installed")
+    elf = tmp_module / "dq_check_microbit.elf"
+    srcs = [DQ_CHECK, M0_DEQUANTIZE, *(c for d in port_dirs(board) for c in sorted(d.glob("*.c")))]
+    cmd = [board.cc, *COMMON_CFLAGS, *(expand_flag(board, f) for f in board.cflags),
+           *board_defines(board), f"-I{FW / 'core'}", *(f"-I{d}" for d in port_dirs(board)),
+           *map(str, srcs), "-o", str(elf), *(expand_flag(board, f) for f in board.ldflags)]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    cases = dequantize_cases(11)
+    with tempfile.TemporaryDirectory(prefix="qe-dq-") as d:
+        (Path(d) / "dq_cases.bin").write_bytes(_dequantize_bytes(cases))
+        run = subprocess.run(["qemu-system-arm", "-machine", board.connect["machine"], "-kernel",
+                              str(elf), "-display", "none", "-monitor", "none", "-serial", "null",
+                              "-nodefaults", "-nic", "none", "-semihosting-config",
+                              "enable=on,target=native"], cwd=d, capture_output=True, timeout=300)
+        assert run.returncode == 0, (run.returncode, run.stderr)
+        out = (Path(d) / "dq_out.bin").read_bytes()
+    _dequantize_check(out, cases)

@@ -26,7 +26,8 @@
  *   kind 5 (built with -DQE_CHECK_PAIRS_LAYOUT, the cortex-m0 variant): s8 per tensor, the
  *       variant's qe_fully_connected_s8_pairs on the generator's chunked row pairs (header[15]:
  *       the stream's length in words) against the reference's qe_fully_connected_s8:
- *       int32 stream[header[15]], int32 bias'[padded rows], int32 sat_low, sat_above
+ *       int32 stream[header[15]], int32 bias'[padded rows], int32 sat_low, sat_above, then the
+ *       step table: uint32 present (0 or 1), lo, mul, add, and when present uint32 steps[256]
  * Output (host: stdout; board: fc_out.bin): per case the reference's output bytes, then the
  * variant's. Exit status 0 when every case matched, 1 when one did not, 2 on bad input.
  *
@@ -84,12 +85,14 @@ static uint8_t avr_stage[20];
 #endif
 #ifdef QE_CHECK_PAIRS_LAYOUT
 #ifdef QE_CHECK_SMALL_RAM
-#define MAX_PAIRS 896
+#define MAX_PAIRS 704   /* and the step table beside it */
 #else
 #define MAX_PAIRS 65536
 #endif
 static int32_t pairs_stream[MAX_PAIRS];
 static int32_t pairs_sat[2];
+static uint32_t pairs_steps_h[4];     /* 1, lo, mul, add of the step table (0: none) */
+static uint32_t pairs_steps[256];
 #endif
 static float out_ref[MAX_OUT * 4 + 1], out_opt[MAX_OUT * 4 + 1];   /* int8 outputs too, as bytes */
 
@@ -119,7 +122,9 @@ int main(void)
                 || !io_read(in, batches * depth) || !io_read(w, rows * depth)
                 || (has_bias && !io_read(bias, 4u * rows))
                 || !io_read(pairs_stream, 4u * (uint32_t)h[15])
-                || !io_read(packed_bias, 4u * prows) || !io_read(pairs_sat, sizeof pairs_sat)) {
+                || !io_read(packed_bias, 4u * prows) || !io_read(pairs_sat, sizeof pairs_sat)
+                || !io_read(pairs_steps_h, sizeof pairs_steps_h) || pairs_steps_h[0] > 1u
+                || (pairs_steps_h[0] && !io_read(pairs_steps, sizeof pairs_steps))) {
                 return io_exit(2);
             }
             memset(out_ref, 0x5A, sizeof out_ref);
@@ -130,7 +135,10 @@ int main(void)
                 const qe_fc_s8_pairs_params_t pp = {h[6], h[7], h[8], h[9], h[10],
                                                     pairs_sat[0], pairs_sat[1],
                                                     (uint16_t)batches, (uint16_t)depth,
-                                                    (uint16_t)rows};
+                                                    (uint16_t)rows,
+                                                    pairs_steps_h[0] ? pairs_steps : NULL,
+                                                    (int32_t)pairs_steps_h[1], pairs_steps_h[2],
+                                                    pairs_steps_h[3]};
                 qe_fully_connected_s8_reference(&p, in, w, b, (int8_t *)out_ref);
                 qe_fully_connected_s8_pairs(&pp, in, pairs_stream, packed_bias, (int8_t *)out_opt);
             }

@@ -17,6 +17,7 @@ from functools import partial
 from ..conv import lower_conv
 from .avr.fully_connected import lower_fully_connected_avr
 from .cortex_m0.fully_connected import lower_fully_connected_pairs
+from .cortex_m0.quantize import lower_quantize_inv
 from .cortex_m_dsp.conv import lower_conv_packed, lower_conv_pointwise_as_fc
 from .cortex_m_dsp.fully_connected import lower_fully_connected_packed
 
@@ -35,6 +36,14 @@ VARIANT_LOWERINGS = {
     "cortex-m0": {
         # int8 per tensor: chunked row pairs, one MULS for two rows' products (fully_connected.h)
         "FULLY_CONNECTED": lower_fully_connected_pairs,
+        # float -> int8: the scale's reciprocal from the generator, not a division per call
+        "QUANTIZE": lower_quantize_inv,
+    },
+    # cores without SIMD multiply-accumulate (RISC-V rv32imc/imac): cortex-m0's layouts, run by
+    # that variant's portable C (firmware/core/kernels/optimized/rv32/ includes its files)
+    "rv32": {
+        "FULLY_CONNECTED": lower_fully_connected_pairs,
+        "QUANTIZE": lower_quantize_inv,
     },
     "avr": {
         # int8 per tensor: the chunked stream of 16-bit-summable runs (fully_connected.h)

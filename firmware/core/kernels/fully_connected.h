@@ -175,7 +175,8 @@ void qe_fully_connected_s8_avr(const qe_fc_s8_avr_params_t *p, const int8_t *inp
  * qe_fully_connected_s8 on the original weights, bit for bit. Both zero points folded in as for
  * the avr layout (w' = w + filter_offset in [-255, 255], bias' = bias + input_offset * sum w').
  * Rows in groups of QE_FC_PAIRS_ROWS (4, the last padded with zero rows); per group chunks of
- * the depth, in order, each one int32 word L (>= 1), then per input two int32 words whose
+ * the depth, in order, each one int32 word 4 L (L >= 1 inputs: the bytes of the kernel's widened
+ * int32 input it spans), then per input two int32 words whose
  * values are 65536 * w'[4g+1][d] + w'[4g][d] and 65536 * w'[4g+3][d] + w'[4g+2][d]; a 0 word
  * ends the group. The generator cuts the chunks (as for the avr stream) so that every row's sum
  * over a chunk lies in int16 for every int8 input: a 32-bit sum of word * x over the chunk is
@@ -198,6 +199,14 @@ typedef struct {
     uint16_t batches;
     uint16_t accum_depth;       /* <= QE_FC_PACKED_MAX_DEPTH */
     uint16_t output_depth;      /* the real rows (outputs) */
+    /* the output stage as a step table (converters/ops/optimized/cortex_m0/fully_connected.py,
+     * step_table; NULL: none, and the portable definition ignores it): for sat_low < acc <=
+     * sat_above, u = acc - steps_lo, b = (u * steps_mul + steps_add) >> 24 (uint32, wrapping);
+     * the output byte is b + (u >= steps[b]); steps has 256 entries */
+    const uint32_t *steps;
+    int32_t steps_lo;
+    uint32_t steps_mul;
+    uint32_t steps_add;
 } qe_fc_s8_pairs_params_t;
 
 void qe_fully_connected_s8_pairs(const qe_fc_s8_pairs_params_t *p, const int8_t *input,

@@ -53,6 +53,15 @@ void qe_quantize_f32_s8(const qe_affine_params_t *p, const float *input, int8_t 
     }
 }
 
+/* The same with floor(2^48 / the scale's significand) from the generator (the cortex-m0 and
+ * rv32 variants divide with it; 0: none); here it is not needed. */
+void qe_quantize_f32_s8_inv(const qe_affine_params_t *p, uint32_t inv, const float *input,
+                            int8_t *output)
+{
+    (void)inv;
+    qe_quantize_f32_s8(p, input, output);
+}
+
 void qe_quantize_f32_s16(const qe_affine_params_t *p, const float *input, int16_t *output)
 {
     uint32_t i;

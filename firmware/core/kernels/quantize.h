@@ -38,6 +38,9 @@ void qe_requantize_s32_s16(const qe_requantize_params_t *p, const int32_t *input
                            int16_t *output);
 
 void qe_quantize_f32_s8(const qe_affine_params_t *p, const float *input, int8_t *output);
+/* inv = floor(2^48 / m) for the scale's 24-bit significand m (normal positive scales), or 0 */
+void qe_quantize_f32_s8_inv(const qe_affine_params_t *p, uint32_t inv, const float *input,
+                            int8_t *output);
 void qe_dequantize_s8_f32(const qe_affine_params_t *p, const int8_t *input, float *output);
 void qe_quantize_f32_s16(const qe_affine_params_t *p, const float *input, int16_t *output);
 void qe_dequantize_s16_f32(const qe_affine_params_t *p, const int16_t *input, float *output);

@@ -290,15 +290,14 @@ static const int32_t *pairs_group(const int32_t *x, const int32_t *w, int32_t ac
     register int32_t a3 __asm("r11") = acc[3];
     __asm volatile(".syntax unified\n"
                    "1:\n\t"
-                   "ldm %[w]!, {r4}\n\t"            /* a chunk: L inputs, 0 ends the group */
+                   "ldm %[w]!, {r4}\n\t"            /* a chunk: 4 L, 0 ends the group */
                    "cmp r4, #0\n\t"
                    "beq 9f\n\t"
-                   "lsls r5, r4, #2\n\t"
-                   "adds r5, %[x], r5\n\t"
+                   "adds r5, %[x], r4\n\t"
                    "mov r12, r5\n\t"                /* the chunk's end in the input */
                    "movs r2, #0\n\t"
                    "movs r3, #0\n\t"
-                   "lsrs r4, r4, #1\n\t"            /* an odd input first */
+                   "lsrs r4, r4, #3\n\t"            /* an odd input first (L's bit 0) */
                    "bcc 3f\n\t"
                    "ldm %[x]!, {r4}\n\t"
                    "ldm %[w]!, {r6, r7}\n\t"
@@ -346,17 +345,25 @@ static const int32_t *pairs_group(const int32_t *x, const int32_t *w, int32_t ac
     return w;
 }
 
-#else /* the host: the same walk in C, wrapping 32-bit packed sums split at each chunk's end */
+#else /* the host and the rv32 variant: the same walk in C, wrapping 32-bit packed sums split at
+       * each chunk's end */
 
 static const int32_t *pairs_group(const int32_t *x, const int32_t *w, int32_t acc[4])
 {
     int32_t len;
-    while ((len = *w++) != 0) {
+    while ((len = *w++ / 4) != 0) {                     /* the word is 4 L */
         uint32_t s01 = 0u, s23 = 0u;
         int32_t lo;
-        for (; len > 0; --len, ++x, w += 2) {
-            s01 += (uint32_t)w[0] * (uint32_t)*x;      /* MULS, ADDS: modulo 2^32 */
+        /* two inputs a pass (rv32: 18 instructions per 8 MACs, no load-multiple) */
+        for (; len >= 2; len -= 2, x += 2, w += 4) {
+            s01 += (uint32_t)w[0] * (uint32_t)x[0] + (uint32_t)w[2] * (uint32_t)x[1];
+            s23 += (uint32_t)w[1] * (uint32_t)x[0] + (uint32_t)w[3] * (uint32_t)x[1];
+        }
+        if (len != 0) {                                /* modulo 2^32, as MULS, ADDS */
+            s01 += (uint32_t)w[0] * (uint32_t)*x;
             s23 += (uint32_t)w[1] * (uint32_t)*x;
+            ++x;
+            w += 2;
         }
         lo = (int32_t)(s01 & 0xFFFFu) - (int32_t)((s01 & 0x8000u) << 1);   /* SXTH */
         acc[0] += lo;
@@ -370,6 +377,161 @@ static const int32_t *pairs_group(const int32_t *x, const int32_t *w, int32_t ac
 
 #endif /* __ARM_ARCH_6M__ */
 
+/* One output through the step table (fully_connected.h): u outside [0, span] is saturated;
+ * otherwise b, the output byte or one less, corrected by one compare with the table. */
+static inline int8_t steps_output(const uint32_t *steps, int32_t a, uint32_t lo, uint32_t span,
+                                  uint32_t mul, uint32_t add, int32_t sat_low, int32_t act_min,
+                                  int32_t act_max)
+{
+    const uint32_t u = (uint32_t)a - lo;
+    uint32_t b;
+    if (u > span) {
+        return (int8_t)(a <= sat_low ? act_min : act_max);
+    }
+    b = (u * mul + add) >> 24;
+    b = (b + (u >= steps[b])) & 0xFFu;
+    return (int8_t)((int32_t)b - (int32_t)((b & 0x80u) << 1));   /* the byte as int8 */
+}
+
+#if defined(__ARM_ARCH_6M__)
+/* Whole row groups with the step table, in one asm block (gcc kept the output stage's
+ * constants on the stack and spilled around the MAC loop: ~26 instructions an output and ~50 a
+ * group). Per group: the bias' by one LDM, the chunks as pairs_group, then per output MOV,
+ * SUBS, CMP, BHI (saturated: the bound's side), MOVS, MULS, ADDS, LSRS #24, LSLS, LDR, CMP, BCC
+ * (+ ADDS, B), STRB: 13-15 instructions, the constants in r0, r4-r6, r12. The context (field
+ * offsets are the asm's) lives in lr across the block. */
+typedef struct {
+    const int32_t *xb;          /* 0: the widened input */
+    const int32_t *bias;        /* 4: the next group's bias' (advanced) */
+    int8_t *out;                /* 8: the next group's outputs (advanced) */
+    const int8_t *out_end;      /* 12: past the last whole group's outputs */
+    uint32_t lo;                /* 16: steps_lo */
+    uint32_t span;              /* 20: sat_above - steps_lo */
+    uint32_t mul;               /* 24 */
+    uint32_t add;               /* 28 */
+    const uint32_t *steps;      /* 32 */
+    int32_t act_min;            /* 36 */
+    int32_t act_max;            /* 40 */
+    const int32_t *w;           /* 44: the stream, kept here during the outputs */
+} steps_groups_t;
+
+#define STEPS_OUT(ACC, K)                                                         \
+    "mov r2, " ACC "\n\t"                                                         \
+    "subs r2, r2, r5\n\t"                 /* u = a - lo */                        \
+    "cmp r2, r12\n\t"                                                             \
+    "bhi 7f\n\t"                                                                  \
+    "movs r3, r2\n\t"                                                             \
+    "muls r3, r0, r3\n\t"                                                         \
+    "adds r3, r3, r4\n\t"                                                         \
+    "lsrs r3, r3, #24\n\t"                /* b: the byte or one less */           \
+    "lsls r1, r3, #2\n\t"                                                         \
+    "ldr r1, [r6, r1]\n\t"                                                        \
+    "cmp r2, r1\n\t"                                                              \
+    "bcc 8f\n\t"                                                                  \
+    "adds r3, r3, #1\n\t"                                                         \
+    "b 8f\n"                                                                      \
+    "7:\n\t"                              /* saturated: a < lo or a > sat_above */ \
+    "mov r1, lr\n\t"                                                              \
+    "ldr r3, [r1, #36]\n\t"                                                       \
+    "adds r2, r2, r5\n\t"                                                         \
+    "cmp r2, r5\n\t"                                                              \
+    "blt 8f\n\t"                                                                  \
+    "ldr r3, [r1, #40]\n"                                                         \
+    "8:\n\t"                                                                      \
+    "strb r3, [r7, #" K "]\n\t"
+
+static const int32_t *steps_groups(steps_groups_t *ctx, const int32_t *stream)
+{
+    register steps_groups_t *c __asm("r0") = ctx;
+    register const int32_t *w __asm("r1") = stream;
+    __asm volatile(".syntax unified\n\t"
+                   "mov lr, r0\n\t"
+                   "mov r3, r0\n"
+                   "0:\n\t"                         /* a group: bias', x = xb (r3 = lr) */
+                   "ldr r2, [r3, #4]\n\t"
+                   "ldm r2!, {r4, r5, r6, r7}\n\t"
+                   "str r2, [r3, #4]\n\t"
+                   "mov r8, r4\n\t"
+                   "mov r9, r5\n\t"
+                   "mov r10, r6\n\t"
+                   "mov r11, r7\n\t"
+                   "ldr r0, [r3, #0]\n"
+                   "1:\n\t"                         /* a chunk: 4 L, 0 ends the group */
+                   "ldm r1!, {r4}\n\t"
+                   "cmp r4, #0\n\t"
+                   "beq 6f\n\t"
+                   "adds r5, r0, r4\n\t"
+                   "mov r12, r5\n\t"
+                   "movs r2, #0\n\t"
+                   "movs r3, #0\n\t"
+                   "lsrs r4, r4, #3\n\t"
+                   "bcc 3f\n\t"
+                   "ldm r0!, {r4}\n\t"
+                   "ldm r1!, {r6, r7}\n\t"
+                   "muls r6, r4, r6\n\t"
+                   "muls r7, r4, r7\n\t"
+                   "adds r2, r2, r6\n\t"
+                   "adds r3, r3, r7\n\t"
+                   "cmp r0, r12\n\t"
+                   "beq 5f\n"
+                   "3:\n\t"
+                   "ldm r0!, {r4, r5}\n\t"
+                   "ldm r1!, {r6, r7}\n\t"
+                   "muls r6, r4, r6\n\t"
+                   "muls r7, r4, r7\n\t"
+                   "adds r2, r2, r6\n\t"
+                   "adds r3, r3, r7\n\t"
+                   "ldm r1!, {r6, r7}\n\t"
+                   "muls r6, r5, r6\n\t"
+                   "muls r7, r5, r7\n\t"
+                   "adds r2, r2, r6\n\t"
+                   "adds r3, r3, r7\n\t"
+                   "cmp r0, r12\n\t"
+                   "bne 3b\n"
+                   "5:\n\t"
+                   "sxth r4, r2\n\t"
+                   "subs r2, r2, r4\n\t"
+                   "asrs r2, r2, #16\n\t"
+                   "add r8, r4\n\t"
+                   "add r9, r2\n\t"
+                   "sxth r4, r3\n\t"
+                   "subs r3, r3, r4\n\t"
+                   "asrs r3, r3, #16\n\t"
+                   "add r10, r4\n\t"
+                   "add r11, r3\n\t"
+                   "b 1b\n"
+                   "6:\n\t"                         /* the group's four outputs */
+                   "mov r3, lr\n\t"
+                   "str r1, [r3, #44]\n\t"
+                   "ldr r0, [r3, #24]\n\t"
+                   "ldr r4, [r3, #28]\n\t"
+                   "ldr r5, [r3, #16]\n\t"
+                   "ldr r6, [r3, #32]\n\t"
+                   "ldr r7, [r3, #8]\n\t"
+                   "ldr r2, [r3, #20]\n\t"
+                   "mov r12, r2\n\t"
+                   STEPS_OUT("r8", "0")
+                   STEPS_OUT("r9", "1")
+                   STEPS_OUT("r10", "2")
+                   STEPS_OUT("r11", "3")
+                   "adds r7, r7, #4\n\t"
+                   "mov r3, lr\n\t"
+                   "str r7, [r3, #8]\n\t"
+                   "ldr r1, [r3, #44]\n\t"
+                   "ldr r2, [r3, #12]\n\t"
+                   "cmp r7, r2\n\t"
+                   "beq 9f\n\t"                     /* (BNE does not reach back that far) */
+                   "b 0b\n"
+                   "9:\n\t"
+                   : "+l"(c), "+l"(w)
+                   :
+                   : "r2", "r3", "r4", "r5", "r6", "r7", "r8", "r9", "r10", "r11", "r12", "lr",
+                     "cc", "memory");
+    return w;
+}
+#undef STEPS_OUT
+#endif /* __ARM_ARCH_6M__ */
+
 void qe_fully_connected_s8_pairs(const qe_fc_s8_pairs_params_t *p, const int8_t *input,
                                  const QE_FLASH int32_t *stream, const QE_FLASH int32_t *bias,
                                  int8_t *output)
@@ -381,23 +543,64 @@ void qe_fully_connected_s8_pairs(const qe_fc_s8_pairs_params_t *p, const int8_t 
     int32_t xb[QE_FC_PACKED_MAX_DEPTH];
     requant_right_t rr;
     const int fast = requant_right_init(&rr, multiplier, shift, offset, act_min, act_max);
+    /* the step table (fully_connected.h): one multiply, one load, one compare an output */
+    const uint32_t *const steps = p->steps;
+    const uint32_t s_lo = (uint32_t)p->steps_lo, s_span = (uint32_t)sat_above - s_lo;
+    const uint32_t s_mul = p->steps_mul, s_add = p->steps_add;
     uint32_t b, o, r, d;
 
     for (b = 0; b < p->batches; ++b) {
         int8_t *out = output + b * rows;
         const int32_t *w = (const int32_t *)stream;
         const int8_t *in = input + b * n;
-        for (d = 0; d < n; ++d) {
+        for (d = 0; d + 4u <= n; d += 4u) {              /* four a pass: ~3 instructions each */
+            const int32_t x0 = in[d], x1 = in[d + 1u], x2 = in[d + 2u], x3 = in[d + 3u];
+            xb[d] = x0;
+            xb[d + 1u] = x1;
+            xb[d + 2u] = x2;
+            xb[d + 3u] = x3;
+        }
+        for (; d < n; ++d) {
             xb[d] = in[d];
         }
-        for (o = 0; o < rows; o += QE_FC_PAIRS_ROWS) {
+        o = 0;
+#if defined(__ARM_ARCH_6M__)
+        if (steps != NULL && rows >= QE_FC_PAIRS_ROWS) {      /* the whole groups in asm */
+            steps_groups_t g;
+            g.xb = xb;
+            g.bias = (const int32_t *)bias;
+            g.out = out;
+            g.out_end = out + (rows / QE_FC_PAIRS_ROWS) * QE_FC_PAIRS_ROWS;
+            g.lo = s_lo;
+            g.span = s_span;
+            g.mul = s_mul;
+            g.add = s_add;
+            g.steps = steps;
+            g.act_min = act_min;
+            g.act_max = act_max;
+            w = steps_groups(&g, w);
+            o = (rows / QE_FC_PAIRS_ROWS) * QE_FC_PAIRS_ROWS;
+        }
+#endif
+        for (; o < rows; o += QE_FC_PAIRS_ROWS) {
             int32_t acc[4];
             acc[0] = bias[o];
             acc[1] = bias[o + 1u];
             acc[2] = bias[o + 2u];
             acc[3] = bias[o + 3u];
             w = pairs_group(xb, w, acc);
-            if (fast && o + QE_FC_PAIRS_ROWS <= rows) {     /* a whole group, unrolled */
+            if (steps != NULL && o + QE_FC_PAIRS_ROWS <= rows) {   /* a whole group */
+                int8_t *const g = out + o;
+                g[0] = steps_output(steps, acc[0], s_lo, s_span, s_mul, s_add, sat_low, act_min, act_max);
+                g[1] = steps_output(steps, acc[1], s_lo, s_span, s_mul, s_add, sat_low, act_min, act_max);
+                g[2] = steps_output(steps, acc[2], s_lo, s_span, s_mul, s_add, sat_low, act_min, act_max);
+                g[3] = steps_output(steps, acc[3], s_lo, s_span, s_mul, s_add, sat_low, act_min, act_max);
+            } else if (steps != NULL) {
+                for (r = 0; r < QE_FC_PAIRS_ROWS && o + r < rows; ++r) {
+                    out[o + r] = steps_output(steps, acc[r], s_lo, s_span, s_mul, s_add,
+                                              sat_low, act_min, act_max);
+                }
+            } else if (fast && o + QE_FC_PAIRS_ROWS <= rows) {     /* a whole group, unrolled */
                 int8_t *const g = out + o;
 #define QE_M0_PAIRS_OUT(a)                                                                \
     (int8_t)((a) <= sat_low ? act_min : (a) > sat_above ? act_max : requant_right_output(&rr, (a)))

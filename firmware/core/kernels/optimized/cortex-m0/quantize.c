@@ -24,8 +24,10 @@
 #include "../../quantize.h"
 
 #define qe_quantize_f32_s8 qe_quantize_f32_s8_reference
+#define qe_quantize_f32_s8_inv qe_quantize_f32_s8_inv_reference
 #include "../../quantize.c"
 #undef qe_quantize_f32_s8
+#undef qe_quantize_f32_s8_inv
 
 /* The reference's integer for a float quotient v (given by its bits). */
 static int32_t round_bits(uint32_t bits, int32_t zero_point)
@@ -72,7 +74,7 @@ typedef struct {
     uint32_t inv;               /* floor(2^48 / ms), in (2^24, 2^25] */
 } scale_div_t;
 
-static int scale_div_init(scale_div_t *d, float scale)
+static int scale_div_init(scale_div_t *d, float scale, uint32_t inv)
 {
     uint32_t bits, num_hi, q = 0u, rem;
     int i;
@@ -82,6 +84,10 @@ static int scale_div_init(scale_div_t *d, float scale)
     }
     d->ms = (bits & 0x007FFFFFu) | 0x00800000u;
     d->es = (int32_t)((bits >> 23) & 0xFFu) - 127;
+    if (inv != 0u) {                           /* the generator's floor(2^48 / ms) */
+        d->inv = inv;
+        return 1;
+    }
     /* floor(2^48 / ms) by long division, one quotient bit at a time (25 bits: 2^48 / ms is in
      * (2^24, 2^25]): 2^48 = 2^23 * 2^25, starting from 2^23 < 2 ms; unrolled */
     num_hi = 1u << 23;
@@ -153,11 +159,14 @@ static int divide_bits(const scale_div_t *d, float x, uint32_t *out)
     return (bits >> 31) ? -1 : 1;
 }
 
-void qe_quantize_f32_s8(const qe_affine_params_t *p, const float *input, int8_t *output)
+/* inv: floor(2^48 / the scale's significand), computed by the generator (the long division
+ * above is ~150 instructions a call), or 0: computed here. */
+void qe_quantize_f32_s8_inv(const qe_affine_params_t *p, uint32_t inv, const float *input,
+                            int8_t *output)
 {
     uint32_t i;
     scale_div_t d = {0u, 0, 0u};
-    const int fast = scale_div_init(&d, p->scale);
+    const int fast = scale_div_init(&d, p->scale, inv);
     for (i = 0; i < p->size; ++i) {
         uint32_t mag;
         const int sign = fast ? divide_bits(&d, input[i], &mag) : 0;
@@ -171,4 +180,9 @@ void qe_quantize_f32_s8(const qe_affine_params_t *p, const float *input, int8_t 
         }
         output[i] = (int8_t)q;
     }
+}
+
+void qe_quantize_f32_s8(const qe_affine_params_t *p, const float *input, int8_t *output)
+{
+    qe_quantize_f32_s8_inv(p, 0u, input, output);
 }
