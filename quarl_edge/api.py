@@ -262,7 +262,8 @@ def validate(model: PathLike, board="host", *, inputs: PathLike | None = None,
 def hil(run: PathLike, board="host", *, model: str = "int8", episodes: int = 20, seed: int = 0,
         port: str | None = None, out: PathLike | None = None, flasher: str | None = None,
         drive: str | None = None, progress: bool = False, env: str | None = None,
-        action: str | None = None, board_file: PathLike | None = None) -> HilResult:
+        action: str | None = None, board_file: PathLike | None = None,
+        act: bool = False) -> HilResult:
     """Hardware in the loop: Gymnasium on the host, the board choosing every action with the
     run's `model` scheme, on seeds seed..seed+episodes-1; the same seeds are played by the same
     model on tflite-runtime and by the fp32 network. Results go to `out` (default RUN/results).
@@ -270,8 +271,13 @@ def hil(run: PathLike, board="host", *, model: str = "int8", episodes: int = 20,
     `run` may be a bare MODEL.tflite with `env` (a Gymnasium id): no run directory needed
     (`model` is then ignored; results go to MODEL's folder/results). `action`: how outputs
     become actions, "argmax", "identity" (the output is the action, clipped) or "scale" (a
-    [-1, 1] output rescaled to the bounds); default from the run or the env's action space."""
+    [-1, 1] output rescaled to the bounds); default from the run or the env's action space.
+    `act`: the board computes each action with the policy exported as `export` writes it
+    (NAME_act, built into its firmware), checked against the host's mapping of TF Lite Micro's
+    outputs every step (result.act); results hil_<board>_<model>-act.json."""
     from .measure.hil import run_hil
+    if act:
+        from .measure.hil_act import run_hil_act as run_hil
     _count("episodes", episodes)
     _count("seed", seed, 0)
     b = _board(board, board_file)

@@ -50,6 +50,7 @@ COMMANDS = {
     "OUT_CHUNK": 0x07,
     "RESET": 0x08,
     "INFER_Z": 0x09,
+    "ACT": 0x20,        # (a gap: 0x0A.. are left for the harness's own requests)
 }
 CMD_ERROR = 0xFF
 # What a host may receive: the reply to each command, and error frames.
@@ -331,6 +332,7 @@ COST_FMT = "<I"
 IN_CHUNK_HEAD = "<I"    # IN_CHUNK request: u32 offset, then the chunk's bytes; reply: u32 received
 OUT_CHUNK_REQ = "<IH"   # OUT_CHUNK request: u32 offset, u16 n; reply: u32 offset, then n bytes
 RESET_REPLY = "<I"      # RESET request: no payload; reply: u32 the board's boot id
+ACT_REPLY_HEAD = "<I"   # ACT request: the observation's f32s; reply: u32 cost, the action's f32s
 
 
 # ------------------------------------------------------------------- zero-run coded inputs

@@ -100,6 +100,8 @@ class HilResult:
     episodes_log: str = ""            # its per-episode log (JSON lines)
     host_interpreter: str = "tflite-runtime"   # the host's TFLite interpreter and its version
                                                # (quarl_edge/tflite_host.py: or LiteRT)
+    act: dict | None = None   # `hil --act`: the board acted with the exported library's
+                              # NAME_act; steps, how many differ from the host's mapping of TFLM
 
 
 @dataclass
