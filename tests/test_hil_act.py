@@ -3,7 +3,8 @@ NAME_act (the ACT request) and the host checks it against its own mapping of TF 
 outputs at every step. For a discrete policy (CartPole DQN int8) and a continuous one (the SB3
 SAC Pendulum actor, int8) on the host board, mps2-an386 (QEMU) and the ATmega328P (simavr,
 CartPole: 2 KiB of RAM): every action equal, and the episodes' returns those of hil's ordinary
-mode (the board's INFER, the host's mapping) on the same seeds."""
+mode (the board's INFER, the host's mapping) on the same seeds. A recurrent policy (SB3
+RecurrentPPO, int8) on the host: RESET zeroes the library's state too."""
 from __future__ import annotations
 
 import shutil
@@ -11,7 +12,7 @@ import shutil
 import pytest
 
 import quarl_edge as qe
-from helpers_export import CARTPOLE, pendulum_run
+from helpers_export import CARTPOLE, RPPO, cli, pendulum_run
 
 TOOLS = {"host": ("gcc",), "mps2-an386": ("arm-none-eabi-gcc", "qemu-system-arm"),
          "atmega328p": ("avr-gcc", "simavr")}
@@ -21,11 +22,13 @@ TOOLS = {"host": ("gcc",), "mps2-an386": ("arm-none-eabi-gcc", "qemu-system-arm"
 def runs(tmp_path_factory):
     d = tmp_path_factory.mktemp("act")
     shutil.copytree(CARTPOLE, d / "cartpole", ignore=shutil.ignore_patterns("build", "results"))
-    return {"cartpole": d / "cartpole", "pendulum": pendulum_run(d)}
+    cli("import", RPPO, "--env", "CartPole-v1", "--out", d / "rnn")
+    cli("quantize", d / "rnn", "--scheme", "int8")
+    return {"cartpole": d / "cartpole", "pendulum": pendulum_run(d), "rnn": d / "rnn"}
 
 
 @pytest.mark.parametrize("board,policy,episodes", [
-    ("host", "cartpole", 2), ("host", "pendulum", 2),
+    ("host", "cartpole", 2), ("host", "pendulum", 2), ("host", "rnn", 2),
     ("mps2-an386", "cartpole", 1), ("mps2-an386", "pendulum", 1),
     ("atmega328p", "cartpole", 1)])
 def test_the_board_acting_with_the_library_plays_hils_episodes(runs, board, policy, episodes):
@@ -40,5 +43,6 @@ def test_the_board_acting_with_the_library_plays_hils_episodes(runs, board, poli
     assert act.act["steps"] == act.latency.n > 0      # every step went through NAME_act
     assert act.returns == plain.returns
     assert act.matches_reference and act.actions_equal_reference
+    assert act.stateful == (policy == "rnn")
     assert act.results.endswith(f"hil_{board}_int8-act_seeds0-{episodes - 1}.json")
     assert act.memory["flash_bytes"] > plain.memory["flash_bytes"]   # the library is built in
