@@ -123,6 +123,8 @@ def library_measure(tc: Toolchain, board, model: Path, x: bytes, work: Path, job
     line = qemu_run(board, elf)
     res = parse_line(line)
     stack = int(dict(f.split("=", 1) for f in line.split()[1:])["stack"])
+    if stack >= 4096 - 64:    # the whole painted region changed: the high-water is beyond it
+        raise RuntimeError(f"{model.name} library: the stack takes 4 KiB or more; paint more")
     return {**res, "arena": gm.arena_bytes, "text": sizes["text"], "data": sizes["data"],
             "bss": sizes["bss"], "flash": sizes["text"] + sizes["data"],
             "stack_used": stack, "ram": sizes["data"] + sizes["bss"] + stack,

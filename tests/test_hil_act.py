@@ -46,3 +46,27 @@ def test_the_board_acting_with_the_library_plays_hils_episodes(runs, board, poli
     assert act.stateful == (policy == "rnn")
     assert act.results.endswith(f"hil_{board}_int8-act_seeds0-{episodes - 1}.json")
     assert act.memory["flash_bytes"] > plain.memory["flash_bytes"]   # the library is built in
+
+
+def test_act_is_refused_by_a_plain_firmware_and_a_nan_observation_by_the_library(runs, tmp_path):
+    """ACT on a firmware built without the library is UNKNOWN_CMD; on one with it, an
+    observation the library refuses (NaN: NAME_act returns < 0) is BAD_PAYLOAD, not an action,
+    and a good one after it is answered."""
+    import numpy as np
+
+    from quarl_edge.errors import ProtocolError
+    from quarl_edge.link.session import BoardSession
+    from quarl_edge.measure.hil import hil_target
+    from quarl_edge.measure.hil_act import act_library
+    from quarl_edge.targets.boards import get_board
+    board = get_board("host")
+    t = hil_target(runs["cartpole"], "int8", None, None)
+    with BoardSession(t.model, board, tmp_path / "plain") as s:
+        with pytest.raises(ProtocolError, match="UNKNOWN_CMD"):
+            s.link.act(np.zeros(4, np.float32), 1)
+    sources, defines, facts = act_library(t, board, tmp_path / "act" / "act")
+    with BoardSession(t.model, board, tmp_path / "act", act=(sources, defines)) as s:
+        with pytest.raises(ProtocolError, match="BAD_PAYLOAD"):
+            s.link.act(np.array([np.nan, 0, 0, 0], np.float32), 1)
+        action, _ = s.link.act(np.zeros(4, np.float32), 1)
+        assert action.shape == (1,) and action[0] in (0.0, 1.0)
