@@ -56,6 +56,7 @@ from pathlib import Path
 
 # the builds and their measurement (TFLM compiled from the checkouts, ours, QEMU): vs_tflm_build.py
 from vs_tflm_build import SetupError, Toolchain, ours_measure, tflm_measure, toolchain
+from vs_tflm_library import library_measure   # the "ours library" rows: the export alone
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_KWS = "benchmark/training/keyword_spotting/trained_models/kws_ref_model.tflite"
@@ -207,7 +208,8 @@ def main(argv=None) -> int:
             for build, fn in (("tflm", lambda: tflm_measure(tc, board, a, False, path, ops, xb, work)),
                               ("tflm+cmsis-nn", lambda: tflm_measure(tc, board, a, True, path, ops, xb, work)),
                               ("ours reference", lambda: ours_measure(tc, board, "reference", path, arr, work)),
-                              (f"ours {board.kernels}", lambda: ours_measure(tc, board, board.kernels, path, arr, work))):
+                              (f"ours {board.kernels}", lambda: ours_measure(tc, board, board.kernels, path, arr, work)),
+                              ("ours library", lambda: library_measure(tc, board, path, xb, work, a.jobs))):
                 try:
                     r = {**mrow, "build": build, "board": board.id, **fn()}
                 except SetupError:
@@ -249,6 +251,27 @@ def main(argv=None) -> int:
     return 0
 
 
+def library_verdicts(rows: list[dict]) -> list[str]:
+    """Issue 37's target per model: the library alone takes no more RAM than TFLM's build and
+    no more flash than TFLM + CMSIS-NN's."""
+    by = {}
+    for r in rows:
+        if "error" not in r:
+            by.setdefault(r["model"], {})[r["build"]] = r
+    out = ["Library alone against TF Lite Micro (target: RAM <= TFLM's, flash <= TFLM + "
+           "CMSIS-NN's):", ""]
+    for model, b in by.items():
+        lib, t, c = b.get("ours library"), b.get("tflm"), b.get("tflm+cmsis-nn")
+        if not (lib and t and c):
+            continue
+        ram_ok, flash_ok = lib["ram"] <= t["ram"], lib["flash"] <= c["flash"]
+        out.append(f"- {model}: RAM {lib['ram']:,} B (data {lib['data']:,} + bss {lib['bss']:,}"
+                   f" + stack {lib['stack_used']:,}) vs TFLM's {t['ram']:,} B: "
+                   f"{'met' if ram_ok else '**not met**'}; flash {lib['flash']:,} B vs TFLM + "
+                   f"CMSIS-NN's {c['flash']:,} B: {'met' if flash_ok else '**not met**'}")
+    return out
+
+
 def render(a, board, tc: Toolchain, rows: list[dict]) -> str:
     gcc = subprocess.run([tc.cc, "--version"], capture_output=True, text=True).stdout.splitlines()[0]
     qemu = subprocess.run([shutil.which("qemu-system-arm") or "qemu-system-arm", "--version"],
@@ -281,7 +304,12 @@ def render(a, board, tc: Toolchain, rows: list[dict]) -> str:
          "plans with temporary buffers; arena_used_bytes() is in the .jsonl), which holds the "
          "tensors and the interpreter's own data; ours: the planner's tensor arena. RAM = .data "
          "+ .bss with that arena, the stack excluded. Ratios: TFLM's instructions / this "
-         "build's.", "",
+         "build's. `ours library`: the model as `quarl-edge export` ships it (the generated "
+         "model and the kernels it calls, the board's variant, prefixed; no harness, no "
+         "protocol, no policy wrapper), benchmarks/vs_tflm_library.py: flash = text + data of "
+         "the library linked alone from its invoke, RAM = data + bss + the stack high-water of "
+         "an invoke (the stack included), instructions under a bare main() on the same port "
+         "and counter.", "",
          "Models: cartpole = examples/cartpole_dqn/models/int8.tflite (float I/O), its first "
          "calibration observation; cnn = benchmarks/speed.py's 16x16x2 int8 CNN (conv 3x3, "
          "depthwise 3x3, conv 1x1, max pool, FC; float I/O), speed.py's observation; kws = "
@@ -289,8 +317,9 @@ def render(a, board, tc: Toolchain, rows: list[dict]) -> str:
          "numpy's default_rng(0); others: default_rng(0) normal values.", "",
          fmt_table(rows), ""]
     eq = {r["model"]: r["outputs_equal"] for r in rows if "outputs_equal" in r}
-    L.append("Outputs of the four builds byte-identical: " + ", ".join(
+    L.append("Outputs of the five builds byte-identical: " + ", ".join(
         f"{m} {'yes' if v else '**no**'}" for m, v in eq.items()) + ".")
+    L += ["", *library_verdicts(rows)]
     L += ["", "Sources:", *srcs, "", f"Compiler: `{gcc}`, the same for both sides.", "",
           "Flags (both sides: the board file's cflags and -ffp-contract=off):", "",
           "    TFLM C++: " + rel(tflm_row["cxxflags"] if tflm_row else []),

@@ -263,7 +263,7 @@ def hil(run: PathLike, board="host", *, model: str = "int8", episodes: int = 20,
         port: str | None = None, out: PathLike | None = None, flasher: str | None = None,
         drive: str | None = None, progress: bool = False, env: str | None = None,
         action: str | None = None, board_file: PathLike | None = None,
-        control_hz: float | None = None) -> HilResult:
+        control_hz: float | None = None, act: bool = False) -> HilResult:
     """Hardware in the loop: Gymnasium on the host, the board choosing every action with the
     run's `model` scheme, on seeds seed..seed+episodes-1; the same seeds are played by the same
     model on tflite-runtime and by the fp32 network. Results go to `out` (default RUN/results).
@@ -273,9 +273,14 @@ def hil(run: PathLike, board="host", *, model: str = "int8", episodes: int = 20,
     become actions, "argmax", "identity" (the output is the action, clipped) or "scale" (a
     [-1, 1] output rescaled to the bounds); default from the run or the env's action space.
     `control_hz`: the result's `deadline` holds every step's time against the period 1/HZ
-    (worst, margin, meets or misses, jitter: quarl_edge/measure/deadline.py)."""
+    (worst, margin, meets or misses, jitter: quarl_edge/measure/deadline.py).
+    `act`: the board computes each action with the policy exported as `export` writes it
+    (NAME_act, built into its firmware), checked against the host's mapping of TF Lite Micro's
+    outputs every step (result.act); results hil_<board>_<model>-act.json."""
     from .measure.deadline import check_control_hz
     from .measure.hil import run_hil
+    if act:
+        from .measure.hil_act import run_hil_act as run_hil
     control_hz = check_control_hz(control_hz)
     _count("episodes", episodes)
     _count("seed", seed, 0)

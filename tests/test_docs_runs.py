@@ -72,6 +72,11 @@ PARSE_ONLY = [
      "starts a Ray node that keeps running (`farm-node --head --print` runs)"),
     (r"^quarl-edge hil runs/lunar --model int8 --board mps2-an386",
      "20 LunarLander episodes on QEMU (and 60 on the host references): a minute or more; the host board's hil runs"),
+    (r"^quarl-edge export\b",
+     "plays an episode on TF Lite Micro and compiles the folder: tests/test_export*.py run it "
+     "for every run kind and board family"),
+    (r"^quarl-edge hil \S+ .*--act\b",
+     "builds the exported library into QEMU firmware and plays on it: tests/test_hil_act.py"),
     (r"^quarl-edge import (saved_policy|actor\.keras)",
      "loads a SavedModel or Keras model in TensorFlow: ~25-30 s each on a loaded 2-core machine "
      "(tests/test_import.py runs both importers)"),

@@ -37,6 +37,10 @@
 #include "qe_model.h"
 #include "protocol.h"
 #include "harness.h"
+#ifdef QE_ACT   /* ACT: the exported library's NAME_act on the board (act/qe_act.c) */
+void qe_act_handle(const qe_frame_t *f);
+void qe_act_reset(void);
+#endif
 
 #ifndef QE_INPUT_COPY_BYTES
 #define QE_INPUT_COPY_BYTES QE_MAX_PAYLOAD
@@ -469,6 +473,9 @@ static void do_reset(const qe_frame_t *f)
         return;
     }
     qe_model_reset_state();
+#ifdef QE_ACT
+    qe_act_reset();
+#endif
     qe_tx_begin(QE_REPLY(QE_CMD_RESET), f->seq, 4u);
     qe_tx_u32(boot_id);
     qe_tx_end();
@@ -670,6 +677,9 @@ static void handle(qe_rx_status_t st, const qe_frame_t *f)
     case QE_CMD_RESET: do_reset(f); break;
 #if defined(QE_PER_OP)
     case QE_CMD_PEROP: do_perop(f); break;
+#endif
+#ifdef QE_ACT
+    case QE_CMD_ACT: qe_act_handle(f); break;
 #endif
     default:
         /* A frame with the reply bit set (a reply or error frame: our own output looped back by

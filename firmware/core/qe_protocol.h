@@ -25,6 +25,7 @@
 #define QE_CMD_RESET 0x08
 #define QE_CMD_INFER_Z 0x09
 #define QE_CMD_PEROP 0x0A
+#define QE_CMD_ACT 0x20
 
 #define QE_ERR_BAD_CRC 1  /* the CRC did not match */
 #define QE_ERR_TOO_LONG 2  /* the payload length exceeds the board's max_payload */

@@ -211,6 +211,10 @@ def _add_hil(sub) -> None:
                         "rescaled to the bounds); default: the run's, else argmax for "
                         "discrete and identity for Box actions")
     board_option(s)
+    s.add_argument("--act", action="store_true",
+                   help="the board computes each action with the policy as `quarl-edge export` "
+                        "writes it (NAME_act in its firmware), checked every step against the "
+                        "host's mapping of TF Lite Micro's outputs")
     s.add_argument("--episodes", type=positive_int, default=20,
                    help="episodes, on seeds SEED..SEED+N-1")
     s.add_argument("--seed", type=nonnegative_int, default=0, help="the first episode's seed")
@@ -275,11 +279,13 @@ def cmd_hil(a, qe):
     res = qe.hil(a.run, a.board, model=a.model, episodes=a.episodes, seed=a.seed, port=a.port,
                  out=a.out, flasher=a.flasher, drive=a.drive, env=a.env,
                  progress=sys.stderr.isatty(),     # a bar on a terminal; errors stay one line
-                 action=a.action, board_file=a.board_file, control_hz=a.control_hz)
+                 action=a.action, board_file=a.board_file, control_hz=a.control_hz, act=a.act)
     # a board whose returns are not TF Lite Micro's (the reference it is bit-exact with) is a
     # measured failure; without TFLM (fp16, hybrid models) tflite-runtime is only compared
     code = EXIT_OK if res.matches_reference or res.micro_mean_return is None \
         else EXIT_MISMATCH
+    if res.act is not None and res.act["differ"]:
+        code = EXIT_MISMATCH
     if a.json:
         emit_json(as_json(res))
         return code
@@ -302,6 +308,11 @@ def cmd_hil(a, qe):
     ref = "TF Lite Micro's" if res.micro_mean_return is not None else "tflite-runtime's"
     print(f"the board's returns equal {ref}, episode by episode" if res.matches_reference
           else f"the board's returns DIFFER from {ref} on the same seeds")
+    if res.act is not None:
+        print(f"{res.act['library']}_act on the board: {res.act['steps'] - res.act['differ']} "
+              f"of {res.act['steps']} actions equal the host's mapping of TF Lite Micro's "
+              "outputs" + (f"; first difference {res.act['first_difference']}"
+                           if res.act["differ"] else ""))
     print(f"latency median {cost(lat.median, lat.unit)} (p99 {cost(lat.p99, lat.unit)}); "
           f"{res.steps_per_s:,.0f} steps/s")
     deadline_table([(res.board, res.scheme, res.deadline)])

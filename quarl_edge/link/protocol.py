@@ -51,6 +51,7 @@ COMMANDS = {
     "RESET": 0x08,
     "INFER_Z": 0x09,
     "PEROP": 0x0A,      # only a per-op build (-DQE_PER_OP) answers it; others: UNKNOWN_CMD
+    "ACT": 0x20,        # (a gap: 0x0A.. are left for the harness's own requests)
 }
 CMD_ERROR = 0xFF
 # What a host may receive: the reply to each command, and error frames.
@@ -336,6 +337,7 @@ PEROP_REQ = "<HH"       # PEROP request: u16 first op slot, u16 runs (first 0: r
 PEROP_HEAD = "<HHHII"   # PEROP reply: u16 slots, u16 first, u16 count, u32 timer overhead,
                         # u32 tail (the schedule's return, after the last op's window),
 PEROP_PAGE = 32         # ... then count (<= PEROP_PAGE) x u32 cost of the slots from first
+ACT_REPLY_HEAD = "<I"   # ACT request: the observation's f32s; reply: u32 cost, the action's f32s
 
 
 # ------------------------------------------------------------------- zero-run coded inputs

@@ -84,6 +84,7 @@ class BoardLink(FramedPort):
         # set by the session that knows the board file), None: no such bound
         self.cost_rate: float | None = None
         self.inferred = False      # an INFER ran in this session (BENCH has an input then)
+        self.act_size = 0      # floats of ACT's action (`hil --act`; 0: no ACT is sent)
 
     def _reply_limits(self) -> dict[int, int]:
         """Once HELLO is known, every reply's exact size (else FramedPort's HELLO and errors)."""
@@ -103,6 +104,8 @@ class BoardLink(FramedPort):
                        P.COMMANDS["RESET"] | R: struct.calcsize(P.RESET_REPLY),
                        P.COMMANDS["PEROP"] | R: struct.calcsize(P.PEROP_HEAD) + 4 * P.PEROP_PAGE,
                        P.COMMANDS["OUT_CHUNK"] | R: 4 + self.chunk_bytes()})
+        if self.act_size:
+            limits[P.COMMANDS["ACT"] | R] = struct.calcsize(P.ACT_REPLY_HEAD) + 4 * self.act_size
         return limits
 
     # ----------------------------------------------------------------------- commands
@@ -434,6 +437,25 @@ class BoardLink(FramedPort):
             self.hello(REHANDSHAKE_S)          # a new boot id: raises BoardReset
             raise ProtocolError(f"RESET reply names boot id {boot:08x}, but the board's "
                                 f"handshake says {self.info.boot_id:08x}")
+
+    def act(self, obs: np.ndarray, action_size: int) -> tuple[np.ndarray, int]:
+        """ACT: the board's action (float32, `action_size` of them) for the observation `obs`,
+        computed by the exported library's NAME_act built into its firmware, and the cost of
+        that call. A retry is answered from the board's last reply (a recurrent policy's state
+        moves on once)."""
+        assert self.info is not None, "call hello() first"
+        if action_size != self.act_size:
+            self.act_size = action_size
+            self.decoder.limits = self._reply_limits()
+        t0 = time.monotonic()
+        reply = self.command("ACT", np.ascontiguousarray(obs, "<f4").tobytes())
+        head = struct.calcsize(P.ACT_REPLY_HEAD)
+        if len(reply) != head + 4 * action_size:
+            raise impossible(self.url, f"its ACT reply has {len(reply)} bytes; "
+                                       f"{action_size} actions make {head + 4 * action_size}")
+        (cost,) = struct.unpack_from(P.ACT_REPLY_HEAD, reply)
+        check_cost(self.url, "an ACT's cost", cost, self.cost_rate, time.monotonic() - t0)
+        return np.frombuffer(reply, "<f4", offset=head).copy(), cost
 
     def bench(self, n: int) -> BenchStats:
         t0 = time.monotonic()

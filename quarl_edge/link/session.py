@@ -29,11 +29,12 @@ class BoardSession:
     the model hash in its HELLO must match. `flash=True` builds and flashes a real board even
     then (`quarl-edge flash --port`: the port to flash through and talk on). A real board
     without `port` is always built, flashed (`flasher`, `drive`: quarl_edge/targets/flash.py) and found
-    by its USB VID:PID. After opening a real board's port we wait its `reset_on_open_ms`."""
+    by its USB VID:PID. After opening a real board's port we wait its `reset_on_open_ms`.
+    `act`: (C sources, -D flags) built in beside the model (`hil --act`, measure/hil_act.py)."""
 
     def __init__(self, model_path: Path, board: Board, out_dir: Path, port: str | None = None,
                  trace: bool = False, flasher: str | None = None, drive: str | None = None,
-                 flash: bool = False, extra_flags: tuple = ()):
+                 flash: bool = False, extra_flags: tuple = (), act=None):
         self.model_path, self.board, self.out_dir, self.port = Path(model_path), board, out_dir, port
         self.extra_flags = tuple(extra_flags)   # e.g. ("-DQE_PER_OP",): a per-op build
         self.trace = trace
@@ -42,6 +43,7 @@ class BoardSession:
         self.firmware = None
         self.running: RunningBoard | None = None
         self.link = None
+        self.act = act or ((), ())
 
     def __enter__(self):
         try:
@@ -51,7 +53,8 @@ class BoardSession:
                 self.running = start(self.board, self.model_path)
             else:
                 self.firmware = build(self.model_path, self.board, self.out_dir,
-                                      extra_flags=self.extra_flags)
+                                      extra_flags=self.extra_flags,
+                                      extra_sources=self.act[0], extra_defines=self.act[1])
                 self.running = start(self.board, self.firmware.elf, port=self.port,
                                      flasher=self.flasher, drive=self.drive)
             method = self.board.method

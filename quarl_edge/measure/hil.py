@@ -97,7 +97,8 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
             port: str | None = None, progress: bool = False, flasher: str | None = None,
             drive: str | None = None, results_dir: Path | None = None,
             build_dir: Path | None = None, env_id: str | None = None,
-            head: str | None = None, control_hz: float | None = None) -> dict:
+            head: str | None = None, control_hz: float | None = None, play_board=None,
+            label: str | None = None) -> dict:
     """Play `episodes` episodes of the run's env on seeds seed.. with the board choosing every
     action, then the same seeds with the same model on tflite-runtime, on TF Lite Micro (the
     reference the firmware is bit-exact with: matches_reference says whether the board's
@@ -113,8 +114,11 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
     `head`: how outputs become actions (envs.HEADS; default run.json's "action_head", else
     argmax for discrete actions and the output itself for Box actions).
     `control_hz`: the result's "deadline" holds every step's cost against the period
-    1/control_hz (measure/deadline.py)."""
+    1/control_hz (measure/deadline.py).
+    `play_board`: what plays the board's episodes (default _play_board; `hil --act`:
+    measure/hil_act.py), `label`: the results' and build's name for the scheme (default it)."""
     run_dir = Path(run_dir)
+    play_board, label = play_board or _play_board, label or scheme
     t = hil_target(run_dir, scheme, env_id, head)
     seeds = list(range(seed, seed + episodes))
     # the run's fp32 network before any episode: a run whose Keras file is refused stops here
@@ -124,16 +128,16 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
     remove_stale(results_dir)
     # one result per board, model and seeds (two runs at once keep both: files.py), and the
     # latest of the board and model under the plain name hil_<board>_<model>.json
-    key = f"hil_{board.id}_{scheme}_seeds{seed}-{seed + episodes - 1}"
+    key = f"hil_{board.id}_{label}_seeds{seed}-{seed + episodes - 1}"
     log_path = results_dir / f"{key}.episodes.jsonl"
     # written as episodes finish, renamed to log_path with the results: a failed run keeps the
     # previous results and log (and removes its own partial log)
     partial_log = own(log_path, "partial")
-    log = EpisodeLog(partial_log, 4 * episodes, f"hil {scheme} on {board.id}", progress)
+    log = EpisodeLog(partial_log, 4 * episodes, f"hil {label} on {board.id}", progress)
     try:
         build_dir = Path(build_dir) if build_dir is not None else \
-            subdir(t.home, "build", board.id, scheme)
-        on_board = _play_board(t, board, build_dir, seeds, log, port, flasher, drive)
+            subdir(t.home, "build", board.id, label)
+        on_board = play_board(t, board, build_dir, seeds, log, port, flasher, drive)
         refs = reference_episodes(t.model, t.env_id, seeds, t.space, t.head,
                                   on_episode=log.hook)
         if refs["micro"] is None:      # TFLM cannot run fp16 and hybrid models
@@ -146,7 +150,7 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
         if control_hz is not None:
             result["deadline"] = deadline(on_board["costs"], on_board["unit"], board.clock_hz,
                                           control_hz, board.kind)
-        _write_results(results_dir, board.id, scheme, result, out_path, partial_log, log_path)
+        _write_results(results_dir, board.id, label, result, out_path, partial_log, log_path)
         return result
     finally:
         log.close()
@@ -234,6 +238,7 @@ def _result(t: HilTarget, board: Board, scheme: str, seeds: list[int], on_board:
         "link": on_board["link"],   # what the link survived: retries, resyncs, bad frames, resets
         "results": str(out_path),
         "episodes_log": str(log_path),
+        **({"act": on_board["act"]} if "act" in on_board else {}),
     }
 
 

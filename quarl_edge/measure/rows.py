@@ -104,6 +104,8 @@ class HilResult:
                                       # (measure/deadline.py: worst_us, margin_us, verdict, ...)
     energy: dict | None = None        # the estimate per inference (mean step) and per episode
                                       # (measure/energy.py: uj, uj_per_episode, source; or none)
+    act: dict | None = None   # `hil --act`: the board acted with the exported library's
+                              # NAME_act; steps, how many differ from the host's mapping of TFLM
 
 
 @dataclass

@@ -380,11 +380,13 @@ PER_OP_FLAG = "-DQE_PER_OP"   # a per-op build: model.c with each op timed (qe_m
 
 
 def build(model_path: Path, board: Board, out_dir: Path, extra_flags=(),
-          pack_weights: bool = True) -> Firmware:
+          pack_weights: bool = True, extra_sources=(), extra_defines=()) -> Firmware:
     """Generate C for `model_path` and compile the firmware for `board` into `out_dir`. When the
     board's kernel variant lays weights out its own way (the packed FULLY_CONNECTED weights, about
     twice the int8 bytes) and the firmware then does not fit the board's flash, it is built once
-    more with the reference layout, which the variant runs too."""
+    more with the reference layout, which the variant runs too. `extra_sources`, `extra_defines`:
+    more C files and -D flags of this build (`hil --act`: the exported library beside the
+    model, firmware/core/act/qe_act.c and its glue, -DQE_ACT...)."""
     model_path = Path(model_path)
     if not model_path.is_file():
         raise QuarlError(f"no model at {model_path}")
@@ -394,7 +396,8 @@ def build(model_path: Path, board: Board, out_dir: Path, extra_flags=(),
     # second waits for the first, and the ELF and images are replaced whole, so a board already
     # started from the earlier build keeps running the file it opened.
     with locked(out_dir):
-        return _build(model_path, board, out_dir, extra_flags, pack_weights)
+        return _build(model_path, board, out_dir, extra_flags, pack_weights,
+                      (tuple(map(Path, extra_sources)), tuple(extra_defines)))
 
 
 def _generate(model_path: Path, out_dir: Path, board: Board, pack_weights: bool,
@@ -422,8 +425,8 @@ def _generate(model_path: Path, out_dir: Path, board: Board, pack_weights: bool,
     return gen_dir
 
 
-def _build(model_path: Path, board: Board, out_dir: Path, extra_flags, pack_weights: bool
-           ) -> Firmware:
+def _build(model_path: Path, board: Board, out_dir: Path, extra_flags, pack_weights: bool,
+           more=((), ())) -> Firmware:
     gen_dir = _generate(model_path, out_dir, board, pack_weights, PER_OP_FLAG in extra_flags)
     info = json.loads((gen_dir / "model.json").read_text())
     elf = out_dir / "firmware.elf"
@@ -440,25 +443,26 @@ def _build(model_path: Path, board: Board, out_dir: Path, extra_flags, pack_weig
         # Said before compiling: a compiler may refuse such an array outright (avr-gcc: "size
         # of array is too large" above 32 KiB) instead of the linker saying it does not fit.
         if packed and weights - extra <= board.flash_bytes:
-            return _build(model_path, board, out_dir, extra_flags, pack_weights=False)
+            return _build(model_path, board, out_dir, extra_flags, False, more)
         raise QuarlError(f"firmware for {board.id} needs {weights - extra if packed else weights}"
                          f" B of flash; the board has {board.flash_bytes} B: the model's weights "
                          f"alone do not fit (its arena takes {info['arena_bytes']} B; the board "
                          f"has {board.ram_bytes} B of RAM)")
     try:
-        compile_firmware(board, firmware_sources(board) + [gen_dir / "model.c"], elf, extra_flags,
-                         model_defines=(f"-DQE_INPUT_COPY_BYTES={copy_bytes}u",))
+        compile_firmware(board, firmware_sources(board) + [gen_dir / "model.c", *more[0]], elf,
+                         extra_flags, model_defines=(f"-DQE_INPUT_COPY_BYTES={copy_bytes}u",
+                                                     *more[1]))
     except QuarlError as e:
         if "does not fit the board's memory" not in str(e):
             raise
         if packed:      # the linker's overflow: try the reference weight layout
-            return _build(model_path, board, out_dir, extra_flags, pack_weights=False)
+            return _build(model_path, board, out_dir, extra_flags, False, more)
         raise QuarlError(f"{e}; the model's arena takes {info['arena_bytes']} B, its weights "
                          f"{info['weight_bytes']} B; the board has {board.ram_bytes} B of RAM, "
                          f"{board.flash_bytes} B of flash") from None
     flash, ram = elf_memory(elf)
     if packed and board.flash_bytes and flash > board.flash_bytes:
-        return _build(model_path, board, out_dir, extra_flags, pack_weights=False)
+        return _build(model_path, board, out_dir, extra_flags, False, more)
     memory = MemoryReport(flash, ram, int(info["arena_bytes"]), int(info["weight_bytes"]),
                           board_flash_bytes=board.flash_bytes, board_ram_bytes=board.ram_bytes,
                           layout_extra_bytes=int(info.get("layout_extra_bytes", 0)))
