@@ -98,7 +98,7 @@ def open_new(path: Path, mode: str = "w"):
         return os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"}))
 
 
-def clear(path: Path) -> Path:
+def fresh(path: Path) -> Path:
     """`path` made free for a writer that creates it by name (Keras's save, TF's SavedModel
     writer): a file or a symlink there is removed (a link planted there is not written
     through), a folder there with what is in it. Returns `path`."""

@@ -254,7 +254,7 @@ steps = 100
 
 @pytest.mark.parametrize("edit, words", [
     (('seeds = [0]', 'seeds = "0"'), ["[study]: 'seeds' must be list, got '0'"]),
-    (('seeds = [0]', 'seeds = [-1]'), ["'seeds' must be >= 0, got -1"]),
+    (('seeds = [0]', 'seeds = [-1]'), ["'seeds' must be in 0..4294967295, got -1"]),
     (('episodes = 3', 'episodes = "ten"'), ["'episodes' must be int, got 'ten'"]),
     (('schemes = ["fp32", "int8"]', 'schemes = "int8"'), ["'schemes' must be list, got 'int8'"]),
     (('steps = 100', 'steps = 1e3'), ["[[task]] #1: 'steps' must be int, got 1000.0"]),

@@ -41,14 +41,15 @@ def test_board_kernels_key(tmp_path):
 
 
 def test_only_cortex_m_boards_with_dsp_opt_in():
-    """The variants are opt-in: avr only on the emulated ATmega328P (where it is validated);
+    """The variants are opt-in: avr only on the ATmega328P (emulated, where it is validated, and
+    the Uno, the same chip, whose firmware runs on simavr behind Optiboot: `emulate`);
     cortex-m-dsp only on cores with the DSP extension, cortex-m0 only on the nRF51 boards
     (microbit, emulated, where it is validated, and microbit-v1, the same chip, whose firmware
     also runs on QEMU's microbit)."""
     boards = all_boards()
     for b in boards.values():
         if b.kernels == AVR_VARIANT:
-            assert b.id == "atmega328p" and b.cc == "avr-gcc", b.id
+            assert b.id in ("atmega328p", "arduino-uno") and b.cc == "avr-gcc", b.id
         elif b.kernels == M0_VARIANT:
             assert b.id in ("microbit", "microbit-v1") and "-mcpu=cortex-m0" in b.cflags, b.id
         elif b.kernels != "reference":

@@ -19,7 +19,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ..errors import QuarlError
-from ..files import clear, open_new
+from ..files import fresh, open_new
 from ..schema import int_sizes
 from ..nets import keras_runner, mlp_q_values
 from ..run import VALIDATION_SEED_BASE, write_run
@@ -319,7 +319,7 @@ def _export(out: Path, agent, q_net, weights, obs_shape, n_actions: int, cfg: DQ
 
     q_net.set_weights(weights)
     policy_dir = out / "policy"
-    policy_saver.PolicySaver(agent.policy, batch_size=None).save(str(clear(policy_dir)))
+    policy_saver.PolicySaver(agent.policy, batch_size=None).save(str(fresh(policy_dir)))
 
     model = keras_q_model(obs_shape, cfg.hidden, n_actions, cfg.conv)
     model.set_weights(weights)
@@ -328,7 +328,7 @@ def _export(out: Path, agent, q_net, weights, obs_shape, n_actions: int, cfg: DQ
     keras_q = model(probe, training=False).numpy()
     if not np.allclose(agent_q, keras_q, rtol=1e-5, atol=1e-5):
         raise RuntimeError("the Keras copy of the Q-network disagrees with the TF-Agents network")
-    model.save(clear(out / "qnet.keras"))
+    model.save(fresh(out / "qnet.keras"))
 
 
 def _network_info(cfg: DQNConfig) -> dict:

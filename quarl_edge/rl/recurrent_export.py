@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..files import clear
+from ..files import fresh
 from .common import run_record
 from .recurrent import CELL_CLIP, WEIGHTS_FILE, one_step_keras, rnn_actor_layers
 
@@ -31,7 +31,7 @@ def save_recurrent_run(out: Path, env_id: str, seed: int, cfg, agent, actor_net,
     layers.save(out / WEIGHTS_FILE)
     policy = greedy_policy.GreedyPolicy(agent.policy)
     policy_dir = out / "policy"
-    policy_saver.PolicySaver(policy, batch_size=None).save(str(clear(policy_dir)))
+    policy_saver.PolicySaver(policy, batch_size=None).save(str(fresh(policy_dir)))
 
     obs_spec = env.observation_spec()
     obs_shape = tuple(int(d) for d in obs_spec.shape)
@@ -64,7 +64,7 @@ def save_recurrent_run(out: Path, env_id: str, seed: int, cfg, agent, actor_net,
     if diff > 1e-4:
         raise RuntimeError(f"the one-step Keras model differs from the recurrent actor by {diff}")
     model.reset_states()
-    model.save(clear(out / MODEL_FILES["ppo"]))
+    model.save(fresh(out / MODEL_FILES["ppo"]))
 
     return _write_run_json(out, env_id, seed, cfg, best, train_seconds, recent_returns,
                            normalization, obs_shape, env.gym_env.action_space)
@@ -112,6 +112,6 @@ def save_recurrent_arrays(out: Path, env_id: str, seed: int, cfg, best: dict, tr
     if diff > 1e-4:
         raise RuntimeError(f"the one-step Keras model differs from the recurrent actor by {diff}")
     model.reset_states()
-    model.save(clear(out / MODEL_FILES["ppo"]))
+    model.save(fresh(out / MODEL_FILES["ppo"]))
     return _write_run_json(out, env_id, seed, cfg, best, train_seconds, recent_returns,
                            normalization, obs_shape, space)

@@ -13,11 +13,11 @@
  * DTR, so the bridge does not keep the slave side open: while no client has it open, the
  * master polls as hung up (POLLHUP); when that ends, a client has just opened the port, and
  * the bridge resets the MCU with EXTRF set, as the Uno's DTR would. Closing the port does not
- * reset (on the Uno DTR rises, which the capacitor does not pass as a reset). While the MCU
- * runs in the boot section its clock is kept from running ahead of the wall clock (at most
- * FREQUENCY_HZ cycles a second, as the real chip), so the boot loader's time-outs last what
- * they last on the board; the application runs as fast as simavr goes (its costs are counted
- * in cycles, not in wall time).
+ * reset (on the Uno DTR rises, which the capacitor does not pass as a reset). The MCU's clock
+ * is kept from running ahead of the wall clock (at most FREQUENCY_HZ cycles a second, as the
+ * real chip), so the boot loader's time-outs last what they last on the board, and the
+ * application's cycles take the wall time they take on the board (the host checks that a
+ * real board's cost in cycles fits the time an exchange took: link/checks.py).
  * Fault injection for tests, from the environment: QE_SIMAVR_CORRUPT_PAGE=N flips a bit of
  * the N-th flash page (SPM_PAGESIZE bytes, from 0) when the boot loader writes it (a verify
  * mismatch); QE_SIMAVR_VANISH_AFTER_PAGES=N makes the bridge exit (its pty disappears, as a
@@ -332,11 +332,6 @@ static void boot_poll(avr_t *avr)
     boot.client = !hung_up;
 
     clock_gettime(CLOCK_MONOTONIC, &now);
-    if (avr->pc < avr->reset_pc) { /* the application: as fast as simavr goes */
-        boot.wall0 = now;
-        boot.cycle0 = avr->cycle;
-        return;
-    }
     double wall = (double)(now.tv_sec - boot.wall0.tv_sec) + (now.tv_nsec - boot.wall0.tv_nsec) * 1e-9;
     double sim = (double)(avr->cycle - boot.cycle0) / avr->frequency;
     if (sim > wall + 0.002) {
