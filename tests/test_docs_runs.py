@@ -68,6 +68,9 @@ PARSE_ONLY = [
      "trains a policy, a grid of them, or plays many episodes per model: minutes to hours"),
     (r"--board (arduino-uno|microbit-v1|nucleo-\S+|pico|teensy41)\b|--port /dev/",
      "needs a real board on USB"),
+    (r"^quarl-edge (bench|hil) .*(--control-hz|--per-op)\b",
+     "benches or plays on three emulated boards (minutes on a loaded machine): "
+     "tests/test_deadline.py and tests/test_perop.py run them"),
     (r"^quarl-edge emulate\b|--flasher gdb=",
      "starts an emulator that runs until Ctrl-C, or flashes through its GDB server: "
      "tests/test_flash_emulated.py runs emulate, flash and hil end to end"),
