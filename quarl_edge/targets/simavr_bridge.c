@@ -337,7 +337,7 @@ static void boot_poll(avr_t *avr)
     if (sim > wall + 0.0002) {   /* ahead by at most 0.2 ms: an inference's 4 ms take 4 ms */
         struct timespec d = { 0, (long)((sim - wall) * 1e9) };
         nanosleep(&d, NULL);
-    } else if (wall > sim + 0.1) { /* slower than the chip: do not catch up in a burst later */
+    } else if (wall > sim) {   /* behind (idle, or a loaded host): never catch up in a burst */
         boot.wall0 = now;
         boot.cycle0 = avr->cycle;
     }
