@@ -42,8 +42,10 @@ def test_int8x4_mlp_bit_exact_with_tflm(tmp_path, seed, input_dim, widths, acts,
     int4 = [t for t in parsed.tensors if t.dtype == "int4"]
     assert len(int4) == len(widths), [t.describe() for t in parsed.tensors]
     rng = np.random.default_rng(seed)
-    inputs = rng.integers(-128, 128, (200, 1, input_dim)).astype(np.int8)
-    _compare(model, inputs, tmp_path, f"int8x4 {seed} {input_dim} {widths} {acts}")
+    # float I/O (QUANTIZE/DEQUANTIZE at the edges), inputs over the calibrated range and beyond
+    inputs = (3 * rng.standard_normal((200, 1, input_dim))).astype(np.float32)
+    r = _compare(model, inputs, tmp_path, f"int8x4 {seed} {input_dim} {widths} {acts}")
+    assert r["gm"].ops[0] == "QUANTIZE" and r["gm"].ops[-1] == "DEQUANTIZE"
     model_c = (tmp_path / "gen" / "model.c").read_text()
     assert model_c.count("qe_fully_connected_s4(&") == len(widths)
     assert "qe_fully_connected_s8(" not in model_c
@@ -67,7 +69,7 @@ def test_quantize_int8x4_cartpole(tmp_path):
     assert len(w4) == 3
     assert sum(t.data.size for t in w4) == sum(t.size for t in w8) // 2
     rng = np.random.default_rng(0)
-    _compare(path.read_bytes(), rng.integers(-128, 128, (100, 1, 4)).astype(np.int8),
+    _compare(path.read_bytes(), (2 * rng.standard_normal((100, 1, 4))).astype(np.float32),
              tmp_path / "c", "int8x4 CartPole")
 
 

@@ -9,8 +9,9 @@ int8 (min/max) and writes full-integer models with packed INT4 weights.
 
 The recipe: every op it supports static, int8 activations, int4 weights per tensor. Per tensor
 because TF Lite Micro's FULLY_CONNECTED refuses per-channel int4 weights (its Prepare fails),
-and the dense policies here are FULLY_CONNECTED only. The model's input and output are int8
-(litert-quantizer quantizes the graph's edges too; the int8 scheme keeps float32 I/O).
+and the dense policies here are FULLY_CONNECTED only. The graph's input and output (the
+quantizer's virtual INPUT and OUTPUT ops) are left unquantized, so that, as in the int8 scheme,
+the model has float32 I/O with QUANTIZE and DEQUANTIZE at its edges (what HIL plays).
 """
 from __future__ import annotations
 
@@ -53,6 +54,10 @@ def int4_weights(float_tflite: bytes, calibration: np.ndarray) -> bytes:
     q.add_static_config(regex=".*", operation_name=qtyping.TFLOperationName.ALL_SUPPORTED,
                         activation_num_bits=8, weight_num_bits=4,
                         weight_granularity=qtyping.QuantGranularity.TENSORWISE)
+    from litert_quantizer.algorithm_manager import AlgorithmName
+    for edge in (qtyping.TFLOperationName.INPUT, qtyping.TFLOperationName.OUTPUT):
+        q.update_quantization_recipe(regex=".*", operation_name=edge,
+                                     algorithm_key=AlgorithmName.NO_QUANTIZE)
     # it prints a summary to stdout and progress bars to stderr: shown only on failure
     with captured_stderr() as log, contextlib.redirect_stdout(io.StringIO()):
         try:

@@ -12,7 +12,7 @@ Schemes (SCHEMES maps each name to its converter):
         its input on the fly (hybrid kernels; no calibration)
   int16x8  int16 activations, int8 weights, int64 biases (the converter's
         EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8), calibrated, float32 I/O
-  int8x4  int8 activations, int4 weights per tensor (packed two per byte), int8 I/O:
+  int8x4  int8 activations, int4 weights per tensor (packed two per byte), float32 I/O:
         litert-quantizer on the fp32 model, calibrated as int8 (quarl_edge/quant/lowbit.py)
   qat-int8  quantization-aware training (quarl_edge/rl/qat.py): the network is fine-tuned with
         fake quantization in the RL loop, then converted to full int8 with float32 I/O
@@ -134,8 +134,8 @@ SCHEMES: dict[str, Scheme] = {
     "int8": Scheme(_int8, True, "full integer int8, float32 I/O"),
     "dyn-int8": Scheme(_dyn_int8, False, "int8 weights, float32 activations (dynamic range)"),
     "int16x8": Scheme(_int16x8, True, "int16 activations, int8 weights, float32 I/O"),
-    "int8x4": Scheme(_fp32, True, "int8 activations, int4 weights (per tensor, packed), int8 I/O; "
-                                  "litert-quantizer", requantize=_int4_weights),
+    "int8x4": Scheme(_fp32, True, "int8 activations, int4 weights (per tensor, packed), "
+                                  "float32 I/O; litert-quantizer", requantize=_int4_weights),
     "qat-int8": Scheme(_qat_int8, True, "quantization-aware fine-tuning in the RL loop, "
                                         "then full integer int8, float32 I/O"),
     "qat-distill-int8": Scheme(_qat_int8, True, "quantization-aware training by on-policy "
