@@ -1,7 +1,7 @@
 """int8x4 policies (int8 activations, packed int4 weights) validated bit-exact against TF Lite
 Micro on the emulated boards: mps2-an386 (the cortex-m-dsp variant's qe_fully_connected_s4:
-groups of 8 weights by SMLAD, the depth's tail a byte at a time, the reference for odd depths
-and depths over 256), microbit (Cortex-M0, the reference) and atmega328p (the reference reading
+groups of 8 weights by SMLAD, the last group padded with zero inputs and, at the array's end,
+read from the row's own bytes only; the reference for odd depths and depths over 256), microbit (Cortex-M0, the reference) and atmega328p (the reference reading
 the packed bytes from flash)."""
 import numpy as np
 import pytest
@@ -13,7 +13,8 @@ from quarl_edge.targets.boards import get_board
 
 # (name, input dim, widths, activations): each a path of the DSP variant
 MODELS = [
-    ("groups_and_tail", 12, [7, 64, 3], ["relu", "relu6", "none"]),   # depth 12: a group + 4
+    # depth 12: a group + a padded one; 7 rows: the last pairs with itself, its word cut short
+    ("groups_and_tail", 12, [7, 64, 3], ["relu", "relu6", "none"]),
     ("odd_depth", 9, [5, 2], ["relu", "none"]),                       # rows start mid-byte
     ("deep", 300, [3], ["none"]),                                     # over 256: the reference
 ]

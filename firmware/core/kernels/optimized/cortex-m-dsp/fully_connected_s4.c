@@ -16,8 +16,9 @@
  * sum_d w (x + io), and |that| <= accum_depth * 8 * 255 * 4096 < 2^31 for accum_depth <= 256,
  * so no partial sum overflows in any order and dividing by 4096 is exact. The weights' offset
  * (-zero point) is folded in as in fully_connected.c's variant: + offset * sum_d (x + io). Odd
- * depths (rows that start mid-byte) and depths over 256 run the reference. The depth's last
- * (depth mod 8) weights are read one nibble at a time. */
+ * depths (rows that start mid-byte) and depths over 256 run the reference. A depth that is not a
+ * multiple of 8 ends in a group padded with zero inputs: the nibbles read past a row's end (the
+ * next row's; at the array's end a word filled only from the row's own bytes) add 0. */
 #include <stddef.h>
 #include <stdint.h>
 
@@ -32,15 +33,19 @@
 
 #define QE_S4_DSP_MAX_DEPTH 256u
 
-/* x + io for the depth's whole groups of 8, as int16 pairs in the lane order above */
-static void widen_s4_inputs(const int8_t *in, uint32_t groups, int32_t io, uint32_t *pairs)
+/* x + io as int16 pairs in the lane order above, for ceil(n / 8) groups of 8: the last group's
+ * lanes past the depth are 0, so the weights' bytes read beyond a row (the next row's, or a
+ * zeroed word at the end) add nothing */
+static void widen_s4_inputs(const int8_t *in, uint32_t n, uint32_t groups, int32_t io,
+                            uint32_t *pairs)
 {
     uint32_t g, k;
 
     for (g = 0; g < groups; ++g) {
         for (k = 0; k < 4u; ++k) {
-            const uint32_t lo = (uint16_t)(int16_t)((int32_t)in[8u * g + k] + io);
-            const uint32_t hi = (uint16_t)(int16_t)((int32_t)in[8u * g + 4u + k] + io);
+            const uint32_t d = 8u * g + k;
+            const uint32_t lo = (d < n) ? (uint16_t)(int16_t)((int32_t)in[d] + io) : 0u;
+            const uint32_t hi = (d + 4u < n) ? (uint16_t)(int16_t)((int32_t)in[d + 4u] + io) : 0u;
             pairs[4u * g + k] = lo | (hi << 16);
         }
     }
@@ -71,7 +76,7 @@ static inline uint32_t load_u32(const uint8_t *p)
 static inline void dot_s4_2rows(const uint8_t *w0, const uint8_t *w1, const uint32_t *pairs,
                                 uint32_t groups, int32_t acc[2])
 {
-    uint32_t m = 0xF000F000u;
+    const uint32_t m = 0xF000F000u;
     int32_t a0 = 0, a1 = 0;
     uint32_t g;
 
@@ -91,26 +96,30 @@ static inline void dot_s4_2rows(const uint8_t *w0, const uint8_t *w1, const uint
     acc[1] = a1;
 }
 
-/* the rest of row w's sum_d w[d] (x[d] + io): from d = first (even) to n, a byte at a time */
-static inline int32_t dot_s4_tail(const uint8_t *w, const int8_t *in, uint32_t first, uint32_t n,
-                                  int32_t io)
+/* one row's four lane pairs of a word of weights, for the group whose input pairs are x */
+static inline int32_t dot_s4_word(uint32_t u, const uint32_t *x, int32_t acc)
 {
-    int32_t acc = 0;
-    uint32_t d;
+    const uint32_t m = 0xF000F000u;
+    acc = __smlad((int16x2_t)and_lsl12(u, m), (int16x2_t)x[0], acc);
+    acc = __smlad((int16x2_t)and_lsl8(u, m), (int16x2_t)x[1], acc);
+    acc = __smlad((int16x2_t)and_lsl4(u, m), (int16x2_t)x[2], acc);
+    return __smlad((int16x2_t)(u & m), (int16x2_t)x[3], acc);
+}
 
-    for (d = first; d < n; d += 2u) {
-        const uint32_t byte = w[d / 2u];
-        acc += QE_S4_LOW(byte) * ((int32_t)in[d] + io);
-        acc += QE_S4_HIGH(byte) * ((int32_t)in[d + 1u] + io);
-    }
-    return acc;
+/* the last group's word of a row that ends the array: only its own bytes (1 to 4), zeros after */
+static inline uint32_t load_u32_end(const uint8_t *p, uint32_t bytes)
+{
+    uint32_t v = 0;
+    memcpy(&v, p, bytes);
+    return v;
 }
 
 void qe_fully_connected_s4(const qe_fc_s8_params_t *p, const int8_t *input,
                            const QE_FLASH uint8_t *weights, const QE_FLASH int32_t *bias,
                            int8_t *output)
 {
-    const uint32_t n = p->accum_depth, rows = p->output_depth, groups = n / 8u;
+    const uint32_t n = p->accum_depth, rows = p->output_depth, groups = (n + 7u) / 8u;
+    const uint32_t row_bytes = n / 2u, total = rows * row_bytes;
     const int32_t io = p->input_offset;
     uint32_t pairs[QE_S4_DSP_MAX_DEPTH / 2u];
     requant_t rq;
@@ -126,17 +135,27 @@ void qe_fully_connected_s4(const qe_fc_s8_params_t *p, const int8_t *input,
         const int8_t *in = input + b * n;
         int8_t *out = output + b * rows;
         const int32_t base = (p->filter_offset != 0) ? p->filter_offset * sum_inputs(in, n, io) : 0;
-        widen_s4_inputs(in, groups, io, pairs);
+        widen_s4_inputs(in, n, groups, io, pairs);
         for (o = 0; o < rows; o += 2u) {
             /* n even: rows start on a byte; an odd last row pairs with itself */
-            const uint8_t *w0 = weights + o * (n / 2u);
-            const uint8_t *w1 = (o + 1u < rows) ? w0 + n / 2u : w0;
+            const uint8_t *w0 = weights + o * row_bytes;
+            const uint8_t *w1 = (o + 1u < rows) ? w0 + row_bytes : w0;
+            /* the groups whose 4-byte words lie inside the array for both rows */
+            const uint32_t inside = ((uint32_t)(w1 - weights) + 4u * groups <= total) ? groups
+                                                                                     : groups - 1u;
             int32_t acc[2];
             uint32_t r;
-            dot_s4_2rows(w0, w1, pairs, groups, acc);
+            dot_s4_2rows(w0, w1, pairs, inside, acc);
+            if (inside < groups) {
+                const uint32_t last = row_bytes - 4u * inside;      /* 1..4 */
+                acc[0] = dot_s4_word(load_u32_end(w0 + 4u * inside, last), pairs + 4u * inside,
+                                     acc[0]);
+                acc[1] = dot_s4_word(load_u32_end(w1 + 4u * inside, last), pairs + 4u * inside,
+                                     acc[1]);
+            }
             for (r = 0; r < 2u && o + r < rows; ++r) {
                 /* exact: a multiple of 4096 (see above) */
-                int32_t a = base + acc[r] / 4096 + dot_s4_tail(r ? w1 : w0, in, 8u * groups, n, io);
+                int32_t a = base + acc[r] / 4096;
                 if (bias != QE_FLASH_NULL) {
                     a += bias[o + r];
                 }
