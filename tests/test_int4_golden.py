@@ -73,6 +73,24 @@ def test_quantize_int8x4_cartpole(tmp_path):
              tmp_path / "c", "int8x4 CartPole")
 
 
+def test_quantize_qat_int8x4_cartpole(tmp_path):
+    """`qat-int8x4`: the tfmot copy with 4-bit Dense kernels (ranges initialised, no fine-tuning
+    steps here), converted by the TFLite converter's low-bit QAT path: INT4 weights per tensor,
+    float I/O, and the generated C bit-exact with TFLM."""
+    from helpers_models import copy_example_run
+    from quarl_edge.quant.schemes import quantize
+    run = copy_example_run(tmp_path / "run")
+    path = quantize(run, "qat-int8x4", calib_size=200, calib_episodes=2, qat={"steps": 0})
+    m = tflite_model.load(path)
+    w4 = [t for t in m.tensors if t.dtype == "int4"]
+    assert len(w4) == 3 and all(not t.quantization.per_channel for t in w4)
+    assert (run / "qat-int8x4.json").is_file() and not (run / "qat.json").exists()
+    rng = np.random.default_rng(0)
+    r = _compare(path.read_bytes(), (2 * rng.standard_normal((100, 1, 4))).astype(np.float32),
+                 tmp_path / "c", "qat-int8x4 CartPole")
+    assert r["gm"].ops == ["QUANTIZE"] + ["FULLY_CONNECTED"] * 3 + ["DEQUANTIZE"]
+
+
 # ------------------------------------------------------------------- refused models
 def _fc4(weights_bytes: bytes, w_shape, *, w_scales=(0.05,), input_type="INT8") -> bytes:
     """int8 input [1, depth] -> FULLY_CONNECTED (INT4 weights given as packed bytes) -> int8."""
