@@ -23,7 +23,7 @@
 #include <stdint.h>
 
 #include "../../fully_connected_s4.h"
-#include "dsp.h"                     /* sum_inputs, requant_t, requant_s8 */
+#include "dsp.h"                     /* sum_inputs, requant_s8, requant_mm_s8 */
 
 #define qe_fully_connected_s4 qe_fully_connected_s4_reference
 #include "../../fully_connected_s4.c"
@@ -123,6 +123,8 @@ void qe_fully_connected_s4(const qe_fc_s8_params_t *p, const int8_t *input,
     const int32_t io = p->input_offset;
     uint32_t pairs[QE_S4_DSP_MAX_DEPTH / 2u];
     requant_t rq;
+    requant_mm_t mm;
+    int mode;
     uint32_t b, o;
 
     if ((n & 1u) != 0u || n > QE_S4_DSP_MAX_DEPTH) {
@@ -131,6 +133,9 @@ void qe_fully_connected_s4(const qe_fc_s8_params_t *p, const int8_t *input,
     }
     requant_init(&rq, p->output_multiplier, p->output_shift, p->output_offset,
                  p->activation_min, p->activation_max);
+    /* dsp.h's SMMLAR output stage where it applies (its preconditions, its proof), else requant_s8 */
+    mode = requant_mm_init(&mm, p->output_multiplier, p->output_shift, p->output_offset,
+                           p->activation_min, p->activation_max);
     for (b = 0; b < p->batches; ++b) {
         const int8_t *in = input + b * n;
         int8_t *out = output + b * rows;
@@ -159,7 +164,8 @@ void qe_fully_connected_s4(const qe_fc_s8_params_t *p, const int8_t *input,
                 if (bias != QE_FLASH_NULL) {
                     a += bias[o + r];
                 }
-                out[o + r] = requant_s8(&rq, a);
+                out[o + r] = (mode != REQUANT_MM_NONE) ? requant_mm_s8(&mm, a, mode == REQUANT_MM_FIX)
+                                                       : requant_s8(&rq, a);
             }
         }
     }
