@@ -148,7 +148,7 @@ def quantize(run: PathLike, schemes: str | Iterable[str] = ("fp32", "fp16", "int
              calib_size: int = 1000, qat_steps: int | None = None,
              distill_steps: int | None = None, progress: bool = False) -> list[QuantizeResult]:
     """Convert the run's network to RUN/models/<scheme>.tflite for each scheme
-    (quarl_edge.quant.schemes.SCHEMES: fp32, fp16, int8, dyn-int8, int16x8, qat-int8,
+    (quarl_edge.quant.schemes.SCHEMES: fp32, fp16, int8, dyn-int8, int16x8, int8x4, qat-int8,
     qat-distill-int8, int8-centred, int8-acc, int8-centred-acc)."""
     from .quant.schemes import quantize as convert
     _count("calib_size", calib_size)

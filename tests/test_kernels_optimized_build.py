@@ -63,8 +63,8 @@ def test_the_build_swaps_only_the_variants_files():
     ref, opt = kernel_sources("reference"), kernel_sources(VARIANT)
     assert len(ref) == len(opt) and VARIANT_FC in opt and VARIANT_FC not in ref
     assert [a for a, b in zip(ref, opt) if a != b] == [
-        FW / "core" / "kernels" / f for f in ("conv.c", "depthwise_conv.c", "fully_connected.c", "max_pool.c",
-                                                "quantize.c")]
+        FW / "core" / "kernels" / f for f in ("conv.c", "depthwise_conv.c", "fully_connected.c",
+                                                "fully_connected_s4.c", "max_pool.c", "quantize.c")]
     board = get_board("mps2-an386")
     assert VARIANT_FC in firmware_sources(dataclasses.replace(board, kernels=VARIANT))
     assert VARIANT_FC not in firmware_sources(dataclasses.replace(board, kernels="reference"))

@@ -71,7 +71,7 @@ def opt(op: Operator, key: str, default=None):
 
 
 # ------------------------------------------------------------------- quantization checks
-ZERO_POINT_RANGE = {"int8": (-128, 127), "int16": (-32768, 32767)}
+ZERO_POINT_RANGE = {"int4": (-8, 7), "int8": (-128, 127), "int16": (-32768, 32767)}
 
 
 def zero_point_error(t: Tensor, zero_points, what: str) -> str | None:

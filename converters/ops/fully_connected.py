@@ -6,6 +6,7 @@ output[b][o] = act(bias[o] + sum_d input[b][d] * weights[o][d]), weights [out][i
   the bias scale must be input scale x weight scale (within 2 % of an output step, as TFLM);
 - int8 with per-channel symmetric weights: FullyConnectedPerChannel (qe_fully_connected_s8_pc),
   output [batches, depth] only;
+- int8 with packed int4 weights per tensor (the int8x4 scheme): fully_connected_s4.py;
 - int16x8: int16 activations (zero point 0), int8 weights per tensor or per channel (symmetric),
   int64 bias: reference_integer_ops::FullyConnected<int64_t> (qe_fully_connected_s16);
 - float32: reference_ops::FullyConnected (qe_fully_connected_f32);
@@ -30,8 +31,10 @@ from ..head import HEAD_READOUT_OPTION
 from ..tflite_model import Operator, TFLiteModel
 from .common import (Kernel, activation_tensor, bias_array, per_tensor, u16,
                      unsupported, weight_quantization, weighted_operands)
+from .fully_connected_s4 import lower_fc_s4
 
-SUPPORTED = ("FULLY_CONNECTED int8 (per-tensor or per-channel weights), int16x8, float32",)
+SUPPORTED = ("FULLY_CONNECTED int8 (per-tensor or per-channel weights), int8 x int4 weights "
+             "(per-tensor, packed), int16x8, float32",)
 KERNEL_HEADERS = ("fully_connected.h",)
 
 
@@ -74,6 +77,9 @@ def lower_fully_connected(op: Operator, model: TFLiteModel, pname: str) -> Kerne
                       + (f" + {bias.describe()}" if bias is not None else "")
                       + f" -> {out.describe()}, {act}")
 
+    if w.dtype == "int4" and not op.options.get(HEAD_READOUT_OPTION):
+        return lower_fc_s4(op, model, pname, x, w, bias, out, act, batches, accum_depth,
+                           output_depth, wname, comment_shapes)
     if op.options.get(HEAD_READOUT_OPTION):
         return _lower_fc_acc(op, model, pname, x, w, bias, out, act, batches, accum_depth,
                              output_depth, wname, comment_shapes)

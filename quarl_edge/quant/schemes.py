@@ -12,9 +12,14 @@ Schemes (SCHEMES maps each name to its converter):
         its input on the fly (hybrid kernels; no calibration)
   int16x8  int16 activations, int8 weights, int64 biases (the converter's
         EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8), calibrated, float32 I/O
+  int8x4  int8 activations, int4 weights per tensor (packed two per byte), float32 I/O:
+        litert-quantizer on the fp32 model, calibrated as int8 (quarl_edge/quant/lowbit.py)
   qat-int8  quantization-aware training (quarl_edge/rl/qat.py): the network is fine-tuned with
         fake quantization in the RL loop, then converted to full int8 with float32 I/O
         (QUANTIZE -> FULLY_CONNECTED... -> DEQUANTIZE), ranges learned in training; DQN only
+  qat-int8x4  qat-int8 with the Dense kernels fake-quantized to 4 bits (rl/qat_lowbit.py), then
+        converted by the TFLite converter with its low-bit QAT flag: int4 weights per tensor,
+        int8 activations, float32 I/O; DQN only
   qat-distill-int8  quantization-aware training by on-policy distillation (quarl_edge/rl/qat.py,
         qat_distill): the same fake-quantized copy, fitted to the fp32 network's outputs on the
         states its own greedy policy visits (DAgger); every algorithm; converted as qat-int8
@@ -65,6 +70,7 @@ class Scheme:
     prepare: Callable | None = None   # Keras model -> Keras model before conversion
     finish: Callable | None = None    # .tflite bytes -> .tflite bytes after conversion
     argmax_head_only: bool = False    # only for discrete-action policies (argmax of the outputs)
+    requantize: Callable | None = None  # (fp32 .tflite bytes, calibration) -> .tflite bytes
 
 
 def _fp32(converter, calibration) -> None:
@@ -101,6 +107,18 @@ def _int16x8(converter, calibration) -> None:
     converter.inference_output_type = tf.float32
 
 
+def _qat_int8x4(converter, calibration) -> None:
+    """A tfmot model with 4-bit fake-quantized Dense kernels (rl/qat_lowbit.py): the converter's
+    low-bit QAT flag writes those kernels as INT4 tensors (per tensor); float32 I/O."""
+    _qat_int8(converter, calibration)
+    converter._experimental_low_bit_qat = True
+
+
+def _int4_weights(flatbuffer: bytes, calibration) -> bytes:
+    from .lowbit import int4_weights
+    return int4_weights(flatbuffer, calibration)
+
+
 def _centre(model):
     from .remedies import centre_head
     return centre_head(model)
@@ -126,8 +144,13 @@ SCHEMES: dict[str, Scheme] = {
     "int8": Scheme(_int8, True, "full integer int8, float32 I/O"),
     "dyn-int8": Scheme(_dyn_int8, False, "int8 weights, float32 activations (dynamic range)"),
     "int16x8": Scheme(_int16x8, True, "int16 activations, int8 weights, float32 I/O"),
+    "int8x4": Scheme(_fp32, True, "int8 activations, int4 weights (per tensor, packed), "
+                                  "float32 I/O; litert-quantizer", requantize=_int4_weights),
     "qat-int8": Scheme(_qat_int8, True, "quantization-aware fine-tuning in the RL loop, "
                                         "then full integer int8, float32 I/O"),
+    "qat-int8x4": Scheme(_qat_int8x4, True, "quantization-aware fine-tuning in the RL loop "
+                                            "with 4-bit weights, then int8 activations x int4 "
+                                            "weights, float32 I/O"),
     "qat-distill-int8": Scheme(_qat_int8, True, "quantization-aware training by on-policy "
                                                 "distillation from the fp32 network, then full "
                                                 "integer int8, float32 I/O"),
@@ -183,14 +206,18 @@ def quantize(run_dir: Path, scheme: str, calib_size: int = 1000, calib_episodes:
     if spec.needs_calibration:
         calibration = collect_calibration(run_dir, calib_size, calib_episodes, seed)
         _save_calibration(run_dir, calibration)
-    if scheme == "qat-int8":
+    if scheme in ("qat-int8", "qat-int8x4"):
         from ..rl.qat import qat_finetune
-        model = qat_finetune(run_dir, calibration, seed=seed, progress=progress, **(qat or {}))
+        bits = {"weight_bits": 4} if scheme == "qat-int8x4" else {}
+        model = qat_finetune(run_dir, calibration, seed=seed, progress=progress,
+                             **{**(qat or {}), **bits})
     elif scheme == "qat-distill-int8":
         from ..rl.qat import qat_distill
         model = qat_distill(run_dir, calibration, seed=seed, progress=progress, **(distill or {}))
 
     flatbuffer = convert_keras(model, scheme, calibration)
+    if spec.requantize is not None:
+        flatbuffer = spec.requantize(flatbuffer, calibration)
     if spec.finish is not None:
         flatbuffer = spec.finish(flatbuffer)
 

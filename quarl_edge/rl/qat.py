@@ -81,10 +81,13 @@ class QATConfig:
     target_update_period: int | None = None  # target copy every 128 gradient steps)
     eval_every: int = 1_000
     eval_episodes: int = 10
+    weight_bits: int = 8             # 4: the qat-int8x4 scheme (rl/qat_lowbit.py)
 
     def __post_init__(self):
         if self.steps < 0:
             raise QuarlError(f"qat steps must be >= 0, got {self.steps}")
+        if self.weight_bits not in (8, 4):
+            raise QuarlError(f"qat weight_bits must be 8 or 4, got {self.weight_bits}")
 
 
 # A tanh layer is fake-quantized *before* its activation (tfmot; TFLite's int8 TANH has a fixed
@@ -137,16 +140,20 @@ def _kernel_range(kernel: np.ndarray, n: int) -> np.ndarray | float:
     return float(a.max()) if n <= 1 else a.reshape(-1, n).max(axis=0)
 
 
-def qat_model(model, calibration: np.ndarray):
+def qat_model(model, calibration: np.ndarray, weight_bits: int = 8):
     """A fake-quantized tfmot copy of the Keras network `model` (an MLP or a sequential CNN; its
     weights, the original left untouched), its quantizer ranges initialised from `calibration`
-    and the weights."""
+    and the weights; weight_bits 4: Dense kernels fake-quantized to 4 bits (rl/qat_lowbit.py)."""
     import tensorflow as tf
     import tensorflow_model_optimization as tfmot
 
     copy = tf.keras.models.clone_model(model)
     copy.set_weights(model.get_weights())
-    qmodel = tfmot.quantization.keras.quantize_model(copy)
+    if weight_bits == 4:
+        from .qat_lowbit import quantize_model_int4
+        qmodel = quantize_model_int4(copy)
+    else:
+        qmodel = tfmot.quantization.keras.quantize_model(copy)
     ranges = _activation_ranges(model, calibration)
     kernels = {layer.name: layer.get_weights()[0] for layer in model.layers
                if layer.__class__.__name__ in ("Dense", "Conv2D", "DepthwiseConv2D")}
@@ -194,7 +201,8 @@ def qat_finetune(run_dir: Path, calibration: np.ndarray, seed: int = 0, progress
     if calibration is None:
         raise QuarlError("qat-int8 needs calibration observations to initialise its ranges")
     model = load_keras(run_dir)
-    return finetune_dqn(model, run, calibration, cfg, seed, run_dir / "qat.json", progress)
+    log = "qat.json" if cfg.weight_bits == 8 else f"qat-int8x{cfg.weight_bits}.json"
+    return finetune_dqn(model, run, calibration, cfg, seed, run_dir / log, progress)
 
 
 def finetune_dqn(model, run: dict, calibration: np.ndarray, cfg: QATConfig, seed: int,
@@ -219,8 +227,8 @@ def finetune_dqn(model, run: dict, calibration: np.ndarray, cfg: QATConfig, seed
 
     tf.keras.utils.set_random_seed(seed)
     rng = np.random.default_rng(seed)
-    qmodel = qat_model(model, calibration)
-    target = qat_model(model, calibration)
+    qmodel = qat_model(model, calibration, cfg.weight_bits)
+    target = qat_model(model, calibration, cfg.weight_bits)
     target.set_weights(qmodel.get_weights())
     policy, train_step = dqn_steps(qmodel, target, cfg.learning_rate, double, clip)
     val_seeds = [VALIDATION_SEED_BASE + k for k in range(cfg.eval_episodes)]

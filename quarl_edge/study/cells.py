@@ -214,7 +214,8 @@ def _scheme_cell(group: Group, run: _Run, scheme: str) -> tuple[dict, int]:
     """Quantize the run with `scheme` and play it on the evaluation seeds: (the cell's numbers,
     the model's size in bytes)."""
     task = group.task
-    qat = {"steps": task.qat_steps, **task.qat} if scheme == "qat-int8" else None
+    qat = ({"steps": task.qat_steps, **task.qat} if scheme in ("qat-int8", "qat-int8x4")
+           else None)
     distill = None
     if scheme == "qat-distill-int8":
         distill = dict(task.distill)

@@ -1,0 +1,57 @@
+/* FULLY_CONNECTED with packed int4 weights: see fully_connected_s4.h. The accumulator is the
+ * one of qe_fully_connected_s8 on the unpacked weights (the generator bounds it in int32, so
+ * the order of the additions does not matter), then the same output stage. */
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fully_connected_s4.h"
+#include "../requant.h"
+
+/* a nibble (0..15) as the two's-complement int4 it holds, without a signed shift */
+#define QE_S4_LOW(byte) ((int32_t)(((uint32_t)(byte) & 15u) ^ 8u) - 8)
+#define QE_S4_HIGH(byte) ((int32_t)((((uint32_t)(byte) >> 4) & 15u) ^ 8u) - 8)
+
+void qe_fully_connected_s4(const qe_fc_s8_params_t *p, const int8_t *input,
+                           const QE_FLASH uint8_t *weights, const QE_FLASH int32_t *bias,
+                           int8_t *output)
+{
+    const uint32_t batches = p->batches;
+    const uint32_t accum_depth = p->accum_depth;
+    const uint32_t output_depth = p->output_depth;
+    /* read once: the output stores may alias *p, so the compiler would reload them per value */
+    const int32_t input_offset = p->input_offset;
+    const int32_t filter_offset = p->filter_offset;
+    const int32_t output_offset = p->output_offset;
+    const int32_t activation_min = p->activation_min;
+    const int32_t activation_max = p->activation_max;
+    uint32_t b, o, d;
+
+    for (b = 0; b < batches; ++b) {
+        const int8_t *in = input + b * accum_depth;
+        for (o = 0; o < output_depth; ++o) {
+            const uint32_t first = o * accum_depth;        /* the row's first element */
+            const QE_FLASH uint8_t *w = weights + (first >> 1);
+            int32_t acc = 0;
+            d = 0;
+            if ((first & 1u) != 0u && accum_depth > 0u) {  /* the row starts on a high nibble */
+                acc += (QE_S4_HIGH(*w) + filter_offset) * ((int32_t)in[0] + input_offset);
+                ++w;
+                d = 1;
+            }
+            for (; d + 1u < accum_depth; d += 2u) {        /* two weights per byte */
+                const uint8_t byte = *w++;
+                acc += (QE_S4_LOW(byte) + filter_offset) * ((int32_t)in[d] + input_offset);
+                acc += (QE_S4_HIGH(byte) + filter_offset) * ((int32_t)in[d + 1u] + input_offset);
+            }
+            if (d < accum_depth) {                          /* the last weight, a low nibble */
+                acc += (QE_S4_LOW(*w) + filter_offset) * ((int32_t)in[d] + input_offset);
+            }
+            if (bias != QE_FLASH_NULL) {
+                acc += bias[o];
+            }
+            output[b * output_depth + o] = (int8_t)qe_requantize_output(
+                acc, p->output_multiplier, p->output_shift, output_offset, activation_min,
+                activation_max);
+        }
+    }
+}
