@@ -4,7 +4,7 @@ outputs at every step. For a discrete policy (CartPole DQN int8) and a continuou
 SAC Pendulum actor, int8) on the host board, mps2-an386 (QEMU) and the ATmega328P (simavr,
 CartPole: 2 KiB of RAM): every action equal, and the episodes' returns those of hil's ordinary
 mode (the board's INFER, the host's mapping) on the same seeds. A recurrent policy (SB3
-RecurrentPPO, int8) on the host: RESET zeroes the library's state too."""
+RecurrentPPO, int8) on the host and mps2-an386: RESET zeroes the library's state too."""
 from __future__ import annotations
 
 import shutil
@@ -29,7 +29,7 @@ def runs(tmp_path_factory):
 
 @pytest.mark.parametrize("board,policy,episodes", [
     ("host", "cartpole", 2), ("host", "pendulum", 2), ("host", "rnn", 2),
-    ("mps2-an386", "cartpole", 1), ("mps2-an386", "pendulum", 1),
+    ("mps2-an386", "cartpole", 1), ("mps2-an386", "pendulum", 1), ("mps2-an386", "rnn", 1),
     ("atmega328p", "cartpole", 1)])
 def test_the_board_acting_with_the_library_plays_hils_episodes(runs, board, policy, episodes):
     missing = [t for t in TOOLS[board] if shutil.which(t) is None]
