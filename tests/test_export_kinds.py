@@ -13,6 +13,10 @@ from helpers_export import ROOT, cli, export, host_actions, observations
 from helpers_hostile import assert_refused, assert_unchanged, run_hostile, snapshot
 from test_export import build_program, run_program
 
+# Four importers, four quantizations and a CMake build: ~6 min on one core, so it runs with
+# `make test-slow` (the default suite keeps test_export.py's six policies in one program).
+pytestmark = pytest.mark.slow
+
 KINDS = {   # name: (source, import options)
     "keras": (ROOT / "examples" / "cartpole_dqn" / "qnet.keras", ["--env", "CartPole-v1"]),
     "saved": (ROOT / "examples" / "cartpole_dqn" / "policy", ["--env", "CartPole-v1"]),
