@@ -1,7 +1,7 @@
 """Issue 36: a hostile board (tests/hostile_board.py: the linux agent on a pty of its own, lying
 in one way) reached as a user's real board with --port. Every lie in a HELLO, MEM, INFER or
 BENCH reply, and a board that floods the port, is one line `quarl-edge: error: ...` (exit 2)
-that says the board sent something impossible, within 60 s and 700 MB; an honest board of the
+that says the board sent something impossible, within 60 s and 1 GB; an honest board of the
 same kind validates and plays. Text from the board (names, error messages) reaches the
 terminal with its control characters escaped."""
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Issue 36: `quarl-edge import` does bounded work on hostile files and says what is wrong in
 one line. Each case runs the CLI in a subprocess (helpers_hostile.run_hostile) and must be
-refused with exit 2 in one line within 60 s and 700 MB, writing nothing outside --out and no
+refused with exit 2 in one line within 60 s and 1 GB, writing nothing outside --out and no
 run folder; the limits are bounded.py's (docs/import.md lists them).
 
 The files (helpers_hostile_import.py): zip bombs (3 GiB of zeros in 3 KB of bzip2) as SB3's

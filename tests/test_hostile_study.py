@@ -1,6 +1,6 @@
 """Issue 36: hostile study configs and results files. Counts and sizes past the study's limits,
 values of the wrong type, deep or absurd results lines: one line `quarl-edge: error: ...` (exit
-2) naming the key, or the file and line, before anything is allocated (within 60 s and 700 MB),
+2) naming the key, or the file and line, before anything is allocated (within 60 s and 1 GB),
 and nothing written."""
 from __future__ import annotations
 
