@@ -30,8 +30,10 @@ VARIANT_LOWERINGS = {
         "DEPTHWISE_CONV_2D": lower_conv_packed,
         # int8 per tensor: packed weights, four rows per pass; fewer than four rows (a policy's
         # 2-3 action head) run faster on the two-row kernel than padded to four, unless the
-        # packed kernel's 5-instruction output stage applies (dsp_mm_stage)
-        "FULLY_CONNECTED": partial(lower_fully_connected_packed, min_rows=4, min_rows_mm=1),
+        # packed kernel's 5-instruction output stage applies (dsp_mm_stage); int8 x int4 per
+        # tensor: the int4 layout (fully_connected_s4.h), four rows' nibbles per 16-bit lane
+        "FULLY_CONNECTED": partial(lower_fully_connected_packed, min_rows=4, min_rows_mm=1,
+                                   int4_layout=True),
     },
     "cortex-m0": {
         # int8 per tensor: chunked row pairs, one MULS for two rows' products (fully_connected.h)

@@ -55,3 +55,40 @@ void qe_fully_connected_s4(const qe_fc_s8_params_t *p, const int8_t *input,
         }
     }
 }
+
+/* w'[4g+r][d] of the generator's int4 layout (fully_connected_s4.h) in the group's words */
+static int32_t s4_packed_weight(const QE_FLASH uint32_t *group, uint32_t r, uint32_t d)
+{
+    const uint32_t word = group[2u * (d / 4u) + (d & 1u)];
+    const uint32_t lane = (word >> (16u * ((d >> 1) & 1u))) & 0xFFFFu;
+    const uint32_t nibble = (lane >> (12u - 4u * r)) & 15u;
+    return (r == 0u) ? (int32_t)(nibble ^ 8u) - 8 : (int32_t)nibble - 8;
+}
+
+/* The generator's int4 layout read in the plainest way: the definition the variants' versions
+ * are compared with. */
+void qe_fully_connected_s4_packed(const qe_fc_s8_packed_params_t *p, const int8_t *input,
+                                  const QE_FLASH uint32_t *weights, const QE_FLASH int32_t *bias,
+                                  int8_t *output)
+{
+    const uint32_t n = p->accum_depth, rows = p->output_depth;
+    const uint32_t group_words = (uint32_t)p->padded_depth / 2u;
+    const int32_t output_offset = p->output_offset;
+    const int32_t activation_min = p->activation_min;
+    const int32_t activation_max = p->activation_max;
+    uint32_t b, o, d;
+
+    for (b = 0; b < p->batches; ++b) {
+        const int8_t *in = input + b * n;
+        for (o = 0; o < rows; ++o) {
+            const QE_FLASH uint32_t *group = weights + (o / QE_FC_PACKED_ROWS) * group_words;
+            int32_t acc = bias[o];
+            for (d = 0; d < n; ++d) {
+                acc += s4_packed_weight(group, o % QE_FC_PACKED_ROWS, d) * (int32_t)in[d];
+            }
+            output[b * rows + o] = (int8_t)qe_requantize_output(
+                acc, p->output_multiplier, p->output_shift, output_offset, activation_min,
+                activation_max);
+        }
+    }
+}

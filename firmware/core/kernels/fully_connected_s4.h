@@ -22,4 +22,33 @@ void qe_fully_connected_s4(const qe_fc_s8_params_t *p, const int8_t *input,
                            const QE_FLASH uint8_t *weights, const QE_FLASH int32_t *bias,
                            int8_t *output);
 
+/* int4 weights in a layout of the generator's for the optimized variants (converters/ops/
+ * optimized/cortex_m_dsp/fully_connected_s4.py, pack_fc_s4_weights): the same results as
+ * qe_fully_connected_s4 on TFLite's packing, bit for bit, in half the flash of int8's weights.
+ * Boards with the reference kernels never get this layout; fully_connected_s4.c's portable
+ * definition is the one the variants are tested against. Parameters: qe_fc_s8_packed_params_t
+ * (fully_connected.h; accum_depth <= QE_FC_PACKED_MAX_DEPTH).
+ *
+ * Folded at generation time, exactly (integers):
+ *     w'[o][d] = w[o][d] + filter_offset              (the generator uses the layout only when
+ *                                                        every w' is in [-8, 7])
+ *     bias'[o] = bias[o] + input_offset * sum_d w'[o][d]
+ * so acc[o] = bias'[o] + sum_d w'[o][d] * x[d] is the reference's accumulator.
+ *
+ * Layout: rows in groups of QE_FC_PACKED_ROWS (4; the last padded with zero rows), the depth
+ * padded with zero weights to padded_depth (a multiple of 4); per group, per quad q, per half h
+ * (d = 4q+h in the low 16-bit lane, d = 4q+h+2 in the high one: SXTB16's order, as in
+ * qe_fully_connected_s8_packed), one uint32 word holding the four rows' weights of both inputs,
+ * in each 16-bit lane:
+ *     bits 12..15  w'[4g+0][d]        two's complement (the lane read as int16: 4096 w')
+ *     bits  8..11  w'[4g+1][d] + 8    offset binary (0..15)
+ *     bits  4.. 7  w'[4g+2][d] + 8
+ *     bits  0.. 3  w'[4g+3][d] + 8
+ * so the lane read as an int16 is 4096 w'0 + 256 (w'1 + 8) + 16 (w'2 + 8) + (w'3 + 8): linear in
+ * all four weights, which lets the DSP variant take the fourth row from the unmasked word (see
+ * optimized/cortex-m-dsp/fully_connected_s4.c). bias' has one int32 per padded row. */
+void qe_fully_connected_s4_packed(const qe_fc_s8_packed_params_t *p, const int8_t *input,
+                                  const QE_FLASH uint32_t *weights, const QE_FLASH int32_t *bias,
+                                  int8_t *output);
+
 #endif

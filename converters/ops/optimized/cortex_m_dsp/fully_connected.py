@@ -13,6 +13,8 @@ from quarl_edge.converters.ops.common import Kernel, weighted_operands
 from quarl_edge.converters.ops.fully_connected import lower_fully_connected, per_tensor_stage
 from quarl_edge.converters.tflite_model import Operator, TFLiteModel
 from quarl_edge.converters.ops.optimized.common import PACKED_MAX_DEPTH
+from quarl_edge.converters.ops.optimized.cortex_m_dsp.fully_connected_s4 import (
+    lower_fully_connected_s4_packed)
 
 PACKED_ROWS = 4          # fully_connected.h: QE_FC_PACKED_ROWS
 
@@ -51,12 +53,16 @@ def dsp_mm_stage(multiplier: int, shift: int, act_min: int, act_max: int) -> boo
 
 
 def lower_fully_connected_packed(op: Operator, model: TFLiteModel, pname: str,
-                                 min_rows: int = 1, min_rows_mm: int | None = None) -> Kernel:
+                                 min_rows: int = 1, min_rows_mm: int | None = None,
+                                 int4_layout: bool = False) -> Kernel:
     """For boards with an optimized variant: an int8 per-tensor FULLY_CONNECTED with accum_depth
     <= PACKED_MAX_DEPTH (and at least min_rows outputs; min_rows_mm instead, if given, when the
     cortex-m-dsp output stage dsp_mm_stage applies) gets the packed layout
-    (qe_fully_connected_s8_packed); every other one the lowering of the reference boards."""
+    (qe_fully_connected_s8_packed); with int4_layout, an int8 x int4 one the int4 layout
+    (fully_connected_s4.py); every other one the lowering of the reference boards."""
     kernel = lower_fully_connected(op, model, pname)     # validates the op completely
+    if kernel.call.startswith("qe_fully_connected_s4(") and int4_layout:
+        return lower_fully_connected_s4_packed(op, model, pname, kernel)
     if not kernel.call.startswith("qe_fully_connected_s8("):
         return kernel
     x, w, bias, out, act = weighted_operands(op, model, "weights")

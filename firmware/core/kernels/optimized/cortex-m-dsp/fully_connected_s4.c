@@ -26,8 +26,10 @@
 #include "dsp.h"                     /* sum_inputs, requant_s8, requant_mm_s8 */
 
 #define qe_fully_connected_s4 qe_fully_connected_s4_reference
+#define qe_fully_connected_s4_packed qe_fully_connected_s4_packed_reference
 #include "../../fully_connected_s4.c"
 #undef qe_fully_connected_s4
+#undef qe_fully_connected_s4_packed
 
 #if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
 
@@ -181,3 +183,273 @@ void qe_fully_connected_s4(const qe_fc_s8_params_t *p, const int8_t *input,
 }
 
 #endif
+
+/* ------------------------------------------------------------------------ the int4 layout
+ * qe_fully_connected_s4_packed: the generator's layout (fully_connected_s4.h), four rows per
+ * pass. The input is widened once per batch into int16 lane pairs in SXTB16's order (per quad
+ * x0|x2, x1|x3, zero-padded), the raw int8 values (the input offset is in bias'). Per half quad
+ * one word W of weights holds, per lane, L = 4096 s0 + 256 u1 + 16 u2 + u3 (s0 = w'0, u_r =
+ * w'_r + 8), and four SMLADs take four linear combinations of the four rows from it, three
+ * masked by an AND with an immediate and one unmasked:
+ *     a0 += x . (W & 0xF000F000)  = 4096 A0               (A_r = sum_d w'_r[d] x[d])
+ *     a1 += x . (W & 0x0F000F00)  = 256 (A1 + 8 X)        (X = sum_d x[d], once per batch)
+ *     a2 += x . (W & 0x00F000F0)  = 16 (A2 + 8 X)
+ *     a3 += x . W                 = 4096 A0 + 256 (A1 + 8 X) + 16 (A2 + 8 X) + A3 + 8 X
+ * With the accumulators started at (0, -2048 X, -128 X, -2184 X): a0 = 4096 A0, a1 = 256 A1,
+ * a2 = 16 A2 and a3 - a0 - a1 - a2 = A3, so A0 = a0 >> 12, A1 = a1 >> 8, A2 = a2 >> 4 (ASR, exact:
+ * multiples), A3 = a3 - a0 - a1 - a2, each + bias'. Exact in int32 for depth <= 128, with no
+ * partial sum wrapping: |x| <= 128, |L| <= 32768, so |a3| <= 128 * 128 * 32768 + 2184 * 128 * 128
+ * < 2^30, and the others are smaller. Per quad: one LDM of the two input words, one LDM of the
+ * two weight words, six ANDs, eight SMLADs (16 instructions per 16 MACs; int8's layout 11, but
+ * four times the flash). */
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+
+/* the partial last quad (n & 3 inputs) widened, zero-padded; returns their sum */
+static int32_t s4_widen_tail(const int8_t *in, uint32_t k, uint32_t *xw)
+{
+    int32_t x[4] = {0, 0, 0, 0}, s = 0;
+    uint32_t i;
+    for (i = 0; i < k; ++i) {
+        x[i] = in[i];
+        s += in[i];
+    }
+    xw[0] = ((uint32_t)x[0] & 0xFFFFu) | ((uint32_t)x[2] << 16);
+    xw[1] = ((uint32_t)x[1] & 0xFFFFu) | ((uint32_t)x[3] << 16);
+    return s;
+}
+
+/* requant_mm_t's output stage: every whole group of four rows of one batch in one
+ * hand-allocated asm function, as fully_connected.c's mm_groups_*: accumulators r2, r3, r12, lr,
+ * x r0, w r1, output r11, the MAC loop's data r4-r6, r8-r10, the rest in s4_ctx_t (r7). The MAC
+ * loop is QE_FC_PACKED_MAX_DEPTH / 4 S4_QUADs unrolled (64 bytes each, which the assembler
+ * checks), entered at the quad the depth needs. When `in` is set the function first widens its
+ * whole quads into xw, sums them (SADD16 into two lanes, + xsum, the partial quad's sum) and
+ * sets the accumulators' starting values `init` (above); else xw and init are ready. */
+typedef struct {
+    int32_t multiplier;             /* requant_mm_t: the first three fields, for one LDM */
+    int32_t round;
+    uint32_t shift;
+    const QE_FLASH int32_t *bias;   /* the next group's bias' */
+    uint32_t *xw;                   /* the widened input */
+    uint32_t entry;                 /* 64 * quads: the unrolled MAC loop's entry, from its end */
+    int8_t *out_end;                /* the end of the whole groups' outputs */
+    const uint32_t *w;
+    int8_t *out;
+    const int8_t *in;               /* the int8 input, to widen into xw first, or NULL */
+    uint32_t in_quads;              /* its whole quads */
+    uint32_t target;                /* (set by the function: the entry's address, Thumb bit) */
+    uint32_t xsum;                  /* the partial quad's sum, in the low 16-bit lane */
+    int32_t init[4];                /* (set by the function: 0, -2048 X, -128 X, -2184 X) */
+} s4_ctx_t;
+
+#define S4_CHECK_(name, cond) typedef char s4_check_##name[(cond) ? 1 : -1]
+S4_CHECK_(bias, offsetof(s4_ctx_t, bias) == 12);
+S4_CHECK_(xw, offsetof(s4_ctx_t, xw) == 16);
+S4_CHECK_(entry, offsetof(s4_ctx_t, entry) == 20);
+S4_CHECK_(out_end, offsetof(s4_ctx_t, out_end) == 24);
+S4_CHECK_(w, offsetof(s4_ctx_t, w) == 28);
+S4_CHECK_(out, offsetof(s4_ctx_t, out) == 32);
+S4_CHECK_(in, offsetof(s4_ctx_t, in) == 36);
+S4_CHECK_(in_quads, offsetof(s4_ctx_t, in_quads) == 40);
+S4_CHECK_(target, offsetof(s4_ctx_t, target) == 44);
+S4_CHECK_(xsum, offsetof(s4_ctx_t, xsum) == 48);
+S4_CHECK_(init, offsetof(s4_ctx_t, init) == 52);
+S4_CHECK_(depth, QE_FC_PACKED_MAX_DEPTH == 128u);
+
+#define S4_HALF(W, X, T0, T1)                                                                 \
+    "and.w " T0 ", " W ", #0xF000F000\n\t" "smlad r2, " T0 ", " X ", r2\n\t"                  \
+    "and.w " T1 ", " W ", #0x0F000F00\n\t" "smlad r3, " T1 ", " X ", r3\n\t"                  \
+    "and.w " T0 ", " W ", #0x00F000F0\n\t" "smlad r12, " T0 ", " X ", r12\n\t"                \
+    "smlad lr, " W ", " X ", lr\n\t"
+#define S4_QUAD "ldmia.w r0!, {r9, r10}\n\t" "ldmia.w r1!, {r4, r5}\n\t"                      \
+    S4_HALF("r4", "r9", "r6", "r8") S4_HALF("r5", "r10", "r8", "r6")
+#define S4_Q4 S4_QUAD S4_QUAD S4_QUAD S4_QUAD
+#define S4_Q32 S4_Q4 S4_Q4 S4_Q4 S4_Q4 S4_Q4 S4_Q4 S4_Q4 S4_Q4
+#define S4_GROUPS(NAME, OUT)                                                              \
+    __attribute__((naked, noinline)) static void NAME(s4_ctx_t *c)                       \
+    {                                                                                     \
+        (void)c;                                                                          \
+        __asm volatile(                                                                   \
+            "push {r4-r11, lr}\n\t"                                                       \
+            "mov r7, r0\n\t"                                                              \
+            "ldr r0, [r7, #36]\n\t"                                                       \
+            "cbz r0, .L" #NAME "_ready\n\t"                                               \
+            "ldr r1, [r7, #40]\n\t"                                                       \
+            "ldr r4, [r7, #16]\n\t"                                                       \
+            "ldr r9, [r7, #48]\n\t"                                                       \
+            "cbz r1, .L" #NAME "_sum\n"                                                   \
+            ".L" #NAME "_widen:\n\t"     /* 8 instructions a quad */                      \
+            "ldr r5, [r0], #4\n\t"                                                        \
+            "sxtb16 r6, r5\n\t"                                                           \
+            "sxtb16 r8, r5, ror #8\n\t"                                                   \
+            "stmia r4!, {r6, r8}\n\t"                                                     \
+            "sadd16 r9, r9, r6\n\t"                                                       \
+            "sadd16 r9, r9, r8\n\t"                                                       \
+            "subs r1, r1, #1\n\t"                                                         \
+            "bne .L" #NAME "_widen\n"                                                     \
+            ".L" #NAME "_sum:\n\t"       /* X, then init = 0, -2048 X, -128 X, -2184 X */  \
+            "sxth r10, r9\n\t"                                                            \
+            "add r9, r10, r9, asr #16\n\t"                                                \
+            "movs r4, #0\n\t"                                                             \
+            "rsb r10, r9, #0\n\t"                                                         \
+            "lsl r5, r10, #11\n\t"                                                        \
+            "lsl r6, r10, #7\n\t"                                                         \
+            "movw r8, #2184\n\t"                                                          \
+            "mul r8, r10, r8\n\t"                                                         \
+            "add r11, r7, #52\n\t"                                                        \
+            "stm r11, {r4, r5, r6, r8}\n"                                                 \
+            ".L" #NAME "_ready:\n\t"                                                      \
+            "adr.w r4, .L" #NAME "_end\n\t"                                               \
+            "ldr r5, [r7, #20]\n\t"                                                       \
+            "sub r4, r4, r5\n\t"                                                          \
+            "orr r4, r4, #1\n\t"                                                          \
+            "str r4, [r7, #44]\n\t"                                                       \
+            "ldr r1, [r7, #28]\n\t"                                                       \
+            "ldr r11, [r7, #32]\n"                                                        \
+            ".L" #NAME "_group:\n\t"                                                      \
+            "add r4, r7, #52\n\t"                                                         \
+            "ldm r4, {r2, r3, r12, lr}\n\t"                                               \
+            "ldr r0, [r7, #16]\n\t"                                                       \
+            "ldr pc, [r7, #44]\n"                                                         \
+            ".L" #NAME "_start:\n\t"                                                      \
+            S4_Q32                                                                        \
+            "\n.L" #NAME "_end:\n\t"                                                      \
+            ".if (.L" #NAME "_end - .L" #NAME "_start) - 64 * 32\n\t"                     \
+            ".error \"an S4_QUAD is not 64 bytes\"\n\t"                                   \
+            ".endif\n\t"                                                                  \
+            "ldr r4, [r7, #12]\n\t"                                                       \
+            "ldmia r4!, {r5, r6, r8, r9}\n\t"                                             \
+            "str r4, [r7, #12]\n\t"                                                       \
+            "sub lr, lr, r2\n\t"                                                          \
+            "sub lr, lr, r3\n\t"                                                          \
+            "sub lr, lr, r12\n\t"                                                         \
+            "add lr, lr, r9\n\t"                                                          \
+            "add r2, r5, r2, asr #12\n\t"                                                 \
+            "add r3, r6, r3, asr #8\n\t"                                                  \
+            "add r12, r8, r12, asr #4\n\t"                                                \
+            "ldm r7, {r4, r5, r6}\n\t"                                                    \
+            OUT("r2") OUT("r3") OUT("r12") OUT("lr")                                      \
+            "ldr r4, [r7, #24]\n\t"                                                       \
+            "cmp r11, r4\n\t"                                                             \
+            "bne .L" #NAME "_group\n\t"                                                   \
+            "str r1, [r7, #28]\n\t"      /* w: where a next call (a padded group) goes on */ \
+            "pop {r4-r11, pc}\n\t");                                                      \
+    }
+
+S4_GROUPS(s4_groups_fix, REQUANT_MM_FIX_ASM)
+S4_GROUPS(s4_groups_nofix, REQUANT_MM_NOFIX_ASM)
+
+/* the same arithmetic in C with the general output stage (requant_s8), for the layers whose
+ * output stage is not requant_mm_t's */
+__attribute__((noinline)) static void s4_packed_other(const qe_fc_s8_packed_params_t *p,
+                                                      const int8_t *input,
+                                                      const QE_FLASH uint32_t *weights,
+                                                      const QE_FLASH int32_t *bias,
+                                                      int8_t *output)
+{
+    const uint32_t n = p->accum_depth, rows = p->output_depth, quads = p->padded_depth / 4u;
+    uint32_t xw[QE_FC_PACKED_MAX_DEPTH / 2u];
+    requant_t rq;
+    uint32_t b, o, q, r;
+
+    requant_init(&rq, p->output_multiplier, p->output_shift, p->output_offset,
+                 p->activation_min, p->activation_max);
+    for (b = 0; b < p->batches; ++b) {
+        const int8_t *in = input + b * n;
+        int8_t *out = output + b * rows;
+        const uint32_t *w = weights;
+        int32_t x_sum = (n & 3u) ? s4_widen_tail(in + (n & ~3u), n & 3u, xw + 2u * (n / 4u)) : 0;
+        for (q = 0; q < n / 4u; ++q) {
+            const uint32_t v = load_s8x4(in + 4u * q);
+            xw[2u * q] = (uint32_t)__sxtb16(v);
+            xw[2u * q + 1u] = (uint32_t)sxtb16_ror8(v);
+            x_sum += (int32_t)in[4u * q] + in[4u * q + 1u] + in[4u * q + 2u] + in[4u * q + 3u];
+        }
+        for (o = 0; o < rows; o += QE_FC_PACKED_ROWS) {
+            int32_t a0 = 0, a1 = -2048 * x_sum, a2 = -128 * x_sum, a3 = -2184 * x_sum;
+            int32_t acc[4];
+            for (q = 0; q < quads; ++q) {
+                const uint32_t w0 = w[0], w1 = w[1];
+                const int16x2_t x02 = (int16x2_t)xw[2u * q], x13 = (int16x2_t)xw[2u * q + 1u];
+                w += 2;
+                a0 = __smlad((int16x2_t)(w0 & 0xF000F000u), x02, a0);
+                a1 = __smlad((int16x2_t)(w0 & 0x0F000F00u), x02, a1);
+                a2 = __smlad((int16x2_t)(w0 & 0x00F000F0u), x02, a2);
+                a3 = __smlad((int16x2_t)w0, x02, a3);
+                a0 = __smlad((int16x2_t)(w1 & 0xF000F000u), x13, a0);
+                a1 = __smlad((int16x2_t)(w1 & 0x0F000F00u), x13, a1);
+                a2 = __smlad((int16x2_t)(w1 & 0x00F000F0u), x13, a2);
+                a3 = __smlad((int16x2_t)w1, x13, a3);
+            }
+            acc[3] = a3 - a0 - a1 - a2;
+            acc[0] = a0 >> 12;          /* exact: multiples (see above); gcc's >> is ASR */
+            acc[1] = a1 >> 8;
+            acc[2] = a2 >> 4;
+            for (r = 0; r < QE_FC_PACKED_ROWS && o + r < rows; ++r) {
+                out[o + r] = requant_s8(&rq, bias[o + r] + acc[r]);
+            }
+        }
+    }
+}
+
+void qe_fully_connected_s4_packed(const qe_fc_s8_packed_params_t *p, const int8_t *input,
+                                  const QE_FLASH uint32_t *weights, const QE_FLASH int32_t *bias,
+                                  int8_t *output)
+{
+    requant_mm_t mm;
+    const int mode = requant_mm_init(&mm, p->output_multiplier, p->output_shift,
+                                     p->output_offset, p->activation_min, p->activation_max);
+    const uint32_t n = p->accum_depth, rows = p->output_depth;
+    const uint32_t whole = rows & ~(QE_FC_PACKED_ROWS - 1u);
+    void (*groups)(s4_ctx_t *);
+    uint32_t xw[QE_FC_PACKED_MAX_DEPTH / 2u];
+    int8_t tail[QE_FC_PACKED_ROWS];
+    s4_ctx_t c;
+    uint32_t b, r;
+
+    if (mode == REQUANT_MM_NONE) {
+        s4_packed_other(p, input, weights, bias, output);
+        return;
+    }
+    groups = (mode == REQUANT_MM_FIX) ? s4_groups_fix : s4_groups_nofix;
+    c.multiplier = mm.multiplier;
+    c.round = mm.round;
+    c.shift = mm.shift;
+    c.xw = xw;
+    c.entry = 64u * (p->padded_depth / 4u);
+    c.in_quads = n / 4u;
+    for (b = 0; b < p->batches; ++b) {
+        int8_t *out = output + b * rows;
+        c.in = input + b * n;
+        c.xsum = (n & 3u) ? (uint16_t)(int16_t)s4_widen_tail(c.in + (n & ~3u), n & 3u,
+                                                               xw + 2u * (n / 4u))
+                          : 0u;
+        c.bias = bias;
+        c.w = weights;
+        if (whole > 0u) {
+            c.out = out;
+            c.out_end = out + whole;
+            groups(&c);
+            c.in = (const int8_t *)0;   /* widened, init set */
+        }
+        if (whole < rows) {             /* a padded last group (a 1-3 row head), into scratch */
+            c.out = tail;
+            c.out_end = tail + QE_FC_PACKED_ROWS;
+            groups(&c);
+            for (r = 0; whole + r < rows; ++r) {
+                out[whole + r] = tail[r];
+            }
+        }
+    }
+}
+
+#else /* no DSP extension (the host): the portable definition */
+
+void qe_fully_connected_s4_packed(const qe_fc_s8_packed_params_t *p, const int8_t *input,
+                                  const QE_FLASH uint32_t *weights, const QE_FLASH int32_t *bias,
+                                  int8_t *output)
+{
+    qe_fully_connected_s4_packed_reference(p, input, weights, bias, output);
+}
+
+#endif /* __ARM_FEATURE_DSP */
