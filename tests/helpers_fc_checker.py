@@ -18,14 +18,14 @@ from quarl_edge.targets.build import COMMON_CFLAGS, board_defines, expand_flag, 
 
 
 def host_checker(tmp: Path, sanitize: bool = False, variant_fc: Path = VARIANT_FC,
-                 defines: tuple = ()) -> Path:
+                 defines: tuple = (), check: Path = CHECK) -> Path:
     if shutil.which("gcc") is None:
         pytest.skip("gcc is not installed")
-    exe = tmp / (("fc_check_san" if sanitize else "fc_check")
+    exe = tmp / (("fc_check_san" if sanitize else "fc_check") + ("" if check == CHECK else "_" + check.stem)
                  + (f"_{variant_fc.parent.name}" if defines else "")
                  + ("_small" if "-DQE_CHECK_SMALL_RAM" in defines else ""))
     san = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-g"] if sanitize else []
-    cmd = ["gcc", *COMMON_CFLAGS, "-O2", *san, *defines, f"-I{FW / 'core'}", str(CHECK),
+    cmd = ["gcc", *COMMON_CFLAGS, "-O2", *san, *defines, f"-I{FW / 'core'}", str(check),
            str(variant_fc), str(FW / "core" / "requant.c"), "-o", str(exe)]
     res = subprocess.run(cmd, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
@@ -33,14 +33,14 @@ def host_checker(tmp: Path, sanitize: bool = False, variant_fc: Path = VARIANT_F
 
 
 def board_checker(board_id: str, tmp: Path, variant_fc: Path = VARIANT_FC,
-                  defines: tuple = ()) -> Path:
+                  defines: tuple = (), check: Path = CHECK) -> Path:
     """The checker as bare-metal firmware for an emulated board: its start-up code, linker
     script and flags (boards/<id>.toml), the variant and the reference in one ELF."""
     board = get_board(board_id)
     if shutil.which(board.cc) is None or shutil.which("qemu-system-arm") is None:
         pytest.skip(f"{board.cc} or qemu-system-arm is not installed")
-    elf = tmp / f"fc_check_{board_id}.elf"
-    srcs = [CHECK, variant_fc, FW / "core" / "requant.c",
+    elf = tmp / f"{'fc_check' if check == CHECK else check.stem}_{board_id}.elf"
+    srcs = [check, variant_fc, FW / "core" / "requant.c",
             *(c for d in port_dirs(board) for c in sorted(d.glob("*.c")))]
     cmd = [board.cc, *COMMON_CFLAGS, *(expand_flag(board, f) for f in board.cflags),
            *board_defines(board), *defines, f"-I{FW / 'core'}",

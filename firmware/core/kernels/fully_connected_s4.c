@@ -68,11 +68,11 @@ static int32_t s4_packed_weight(const QE_FLASH uint32_t *group, uint32_t r, uint
 /* The generator's int4 layout read in the plainest way: the definition the variants' versions
  * are compared with. */
 void qe_fully_connected_s4_packed(const qe_fc_s8_packed_params_t *p, const int8_t *input,
-                                  const QE_FLASH uint32_t *weights, const QE_FLASH int32_t *bias,
-                                  int8_t *output)
+                                  const QE_FLASH uint32_t *stream, int8_t *output)
 {
     const uint32_t n = p->accum_depth, rows = p->output_depth;
-    const uint32_t group_words = (uint32_t)p->padded_depth / 2u;
+    const uint32_t weight_words = (uint32_t)p->padded_depth / 2u;
+    const uint32_t group_words = weight_words + QE_FC_PACKED_ROWS;
     const int32_t output_offset = p->output_offset;
     const int32_t activation_min = p->activation_min;
     const int32_t activation_max = p->activation_max;
@@ -81,8 +81,8 @@ void qe_fully_connected_s4_packed(const qe_fc_s8_packed_params_t *p, const int8_
     for (b = 0; b < p->batches; ++b) {
         const int8_t *in = input + b * n;
         for (o = 0; o < rows; ++o) {
-            const QE_FLASH uint32_t *group = weights + (o / QE_FC_PACKED_ROWS) * group_words;
-            int32_t acc = bias[o];
+            const QE_FLASH uint32_t *group = stream + (o / QE_FC_PACKED_ROWS) * group_words;
+            int32_t acc = (int32_t)group[weight_words + o % QE_FC_PACKED_ROWS];
             for (d = 0; d < n; ++d) {
                 acc += s4_packed_weight(group, o % QE_FC_PACKED_ROWS, d) * (int32_t)in[d];
             }

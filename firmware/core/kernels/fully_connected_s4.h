@@ -46,9 +46,9 @@ void qe_fully_connected_s4(const qe_fc_s8_params_t *p, const int8_t *input,
  *     bits  0.. 3  w'[4g+3][d] + 8
  * so the lane read as an int16 is 4096 w'0 + 256 (w'1 + 8) + 16 (w'2 + 8) + (w'3 + 8): linear in
  * all four weights, which lets the DSP variant take the fourth row from the unmasked word (see
- * optimized/cortex-m-dsp/fully_connected_s4.c). bias' has one int32 per padded row. */
+ * optimized/cortex-m-dsp/fully_connected_s4.c). After a group's padded_depth / 2 words come its
+ * four bias' (int32 bit patterns), so the stream is read front to back with one pointer. */
 void qe_fully_connected_s4_packed(const qe_fc_s8_packed_params_t *p, const int8_t *input,
-                                  const QE_FLASH uint32_t *weights, const QE_FLASH int32_t *bias,
-                                  int8_t *output);
+                                  const QE_FLASH uint32_t *stream, int8_t *output);
 
 #endif

@@ -20,9 +20,9 @@ PACKED_ROWS = 4          # fully_connected.h: QE_FC_PACKED_ROWS
 
 
 def pack_fc_s4_weights(w: np.ndarray, bias: np.ndarray | None, input_offset: int,
-                       filter_offset: int) -> tuple[np.ndarray, np.ndarray, int]:
+                       filter_offset: int) -> tuple[np.ndarray, int]:
     """The int4 layout of fully_connected_s4.h for int4 weights [rows][depth] (as integers):
-    (uint32 words, int32 bias' per padded row, padded depth). w' = w + filter_offset must lie in
+    (the uint32 stream, padded depth): per group its words, then its four bias'. w' = w + filter_offset must lie in
     [-8, 7]; bias' = bias + input_offset * sum_d w'; rows padded to a multiple of 4, the depth to
     a multiple of 4, with zero weights; per group, per quad q, per half h, one word: lane j (d =
     4q + h + 2j) holds row 0's w' in bits 12..15 (two's complement) and rows 1..3's w' + 8 in bits
@@ -43,9 +43,10 @@ def pack_fc_s4_weights(w: np.ndarray, bias: np.ndarray | None, input_offset: int
     g = full.reshape(r_pad // PACKED_ROWS, PACKED_ROWS, d_pad // 4, 2, 2).transpose(0, 2, 4, 3, 1)
     lanes = (((g[..., 0] & 15) << 12) | ((g[..., 1] + 8) << 8) | ((g[..., 2] + 8) << 4)
              | (g[..., 3] + 8))
-    words = lanes[..., 0] | (lanes[..., 1] << 16)
+    words = (lanes[..., 0] | (lanes[..., 1] << 16)).reshape(r_pad // PACKED_ROWS, -1)
     assert np.abs(bias_p).max(initial=0) <= qmath.INT32_MAX
-    return words.reshape(-1).astype(np.uint32), bias_p.astype(np.int32), d_pad
+    groups_bias = (bias_p & 0xFFFFFFFF).reshape(-1, PACKED_ROWS)
+    return np.concatenate([words, groups_bias], axis=1).reshape(-1).astype(np.uint32), d_pad
 
 
 def lower_fully_connected_s4_packed(op: Operator, model: TFLiteModel, pname: str,
@@ -58,22 +59,20 @@ def lower_fully_connected_s4_packed(op: Operator, model: TFLiteModel, pname: str
         return kernel
     wi = unpack_int4(packed_int4(op, w, "weights"), w.size).reshape(w.shape)
     try:
-        words, bias_p, d_pad = pack_fc_s4_weights(wi, None if bias is None else bias.data,
+        stream, d_pad = pack_fc_s4_weights(wi, None if bias is None else bias.data,
                                                   -x.zero_point, -w.zero_point)
     except ValueError:
         return kernel
     real, multiplier, shift, act_min, act_max = per_tensor_stage(x, w, out, act)
     batches = out.size // output_depth
     wname = c_ident(w.name, f"w{w.index}_") + "_s4_packed"
-    bname = f"{pname}_bias"
     consts = [f"/* {c_comment(w.describe())}, scale {w.scale:.9g}, zero point {w.zero_point}: "
               f"the int4 layout of the kernel variant (fully_connected_s4.h), {output_depth} rows "
               f"in groups of {PACKED_ROWS}, depth {accum_depth} padded to {d_pad}, four rows' "
-              f"nibbles per 16-bit lane */\n"
-              + c_array("uint32_t", wname, words, 6, lambda v: f"0x{int(v):08x}u"),
-              "/* bias + input_offset * sum(weights + filter_offset), per padded row */\n"
-              + c_array("int32_t", bname, bias_p, 8, lambda v: str(int(v)))]
-    const_bytes = 4 * words.size + 4 * bias_p.size
+              f"nibbles per 16-bit lane; after each group's words its four bias' = bias + "
+              f"input_offset * sum(weights + filter_offset) */\n"
+              + c_array("uint32_t", wname, stream, 6, lambda v: f"0x{int(v):08x}u")]
+    const_bytes = 4 * stream.size
     params = (f"static const qe_fc_s8_packed_params_t {pname} = {{\n"
               f"    .output_offset = {out.zero_point},\n"
               f"    .output_multiplier = {multiplier},  /* {real:.17g} = m * 2^(shift - 31) */\n"
@@ -83,7 +82,7 @@ def lower_fully_connected_s4_packed(op: Operator, model: TFLiteModel, pname: str
               f"    .batches = {batches}u,\n    .accum_depth = {accum_depth}u,\n"
               f"    .padded_depth = {d_pad}u,\n    .output_depth = {output_depth}u,\n}};\n")
     call = (f"qe_fully_connected_s4_packed(&{pname}, (const int8_t *)@T{x.index}@, {wname}, "
-            f"{bname}, (int8_t *)@T{out.index}@);")
+            f"(int8_t *)@T{out.index}@);")
     ref_bytes = (w.size + 1) // 2 + (4 * bias.size if bias is not None else 0)
     return Kernel(op, call, params, consts, const_bytes,
                   kernel.comment.replace("int4 weights:", "int4 weights (int4 layout):")

@@ -229,7 +229,7 @@ typedef struct {
     int32_t multiplier;             /* requant_mm_t: the first three fields, for one LDM */
     int32_t round;
     uint32_t shift;
-    const QE_FLASH int32_t *bias;   /* the next group's bias' */
+    uint32_t unused;
     uint32_t *xw;                   /* the widened input */
     uint32_t entry;                 /* 64 * quads: the unrolled MAC loop's entry, from its end */
     int8_t *out_end;                /* the end of the whole groups' outputs */
@@ -243,7 +243,6 @@ typedef struct {
 } s4_ctx_t;
 
 #define S4_CHECK_(name, cond) typedef char s4_check_##name[(cond) ? 1 : -1]
-S4_CHECK_(bias, offsetof(s4_ctx_t, bias) == 12);
 S4_CHECK_(xw, offsetof(s4_ctx_t, xw) == 16);
 S4_CHECK_(entry, offsetof(s4_ctx_t, entry) == 20);
 S4_CHECK_(out_end, offsetof(s4_ctx_t, out_end) == 24);
@@ -299,6 +298,10 @@ S4_CHECK_(depth, QE_FC_PACKED_MAX_DEPTH == 128u);
             "add r11, r7, #52\n\t"                                                        \
             "stm r11, {r4, r5, r6, r8}\n"                                                 \
             ".L" #NAME "_ready:\n\t"                                                      \
+            "add r4, r7, #52\n\t"      /* init on the stack: one LDM a group */          \
+            "ldm r4, {r2, r3, r5, r6}\n\t"                                               \
+            "sub sp, sp, #16\n\t"                                                        \
+            "stm sp, {r2, r3, r5, r6}\n\t"                                               \
             "adr.w r4, .L" #NAME "_end\n\t"                                               \
             "ldr r5, [r7, #20]\n\t"                                                       \
             "sub r4, r4, r5\n\t"                                                          \
@@ -307,8 +310,7 @@ S4_CHECK_(depth, QE_FC_PACKED_MAX_DEPTH == 128u);
             "ldr r1, [r7, #28]\n\t"                                                       \
             "ldr r11, [r7, #32]\n"                                                        \
             ".L" #NAME "_group:\n\t"                                                      \
-            "add r4, r7, #52\n\t"                                                         \
-            "ldm r4, {r2, r3, r12, lr}\n\t"                                               \
+            "ldm sp, {r2, r3, r12, lr}\n\t"                                               \
             "ldr r0, [r7, #16]\n\t"                                                       \
             "ldr pc, [r7, #44]\n"                                                         \
             ".L" #NAME "_start:\n\t"                                                      \
@@ -317,9 +319,7 @@ S4_CHECK_(depth, QE_FC_PACKED_MAX_DEPTH == 128u);
             ".if (.L" #NAME "_end - .L" #NAME "_start) - 64 * 32\n\t"                     \
             ".error \"an S4_QUAD is not 64 bytes\"\n\t"                                   \
             ".endif\n\t"                                                                  \
-            "ldr r4, [r7, #12]\n\t"                                                       \
-            "ldmia r4!, {r5, r6, r8, r9}\n\t"                                             \
-            "str r4, [r7, #12]\n\t"                                                       \
+            "ldmia r1!, {r5, r6, r8, r9}\n\t"  /* the group's bias' */                      \
             "sub lr, lr, r2\n\t"                                                          \
             "sub lr, lr, r3\n\t"                                                          \
             "sub lr, lr, r12\n\t"                                                         \
@@ -333,6 +333,7 @@ S4_CHECK_(depth, QE_FC_PACKED_MAX_DEPTH == 128u);
             "cmp r11, r4\n\t"                                                             \
             "bne .L" #NAME "_group\n\t"                                                   \
             "str r1, [r7, #28]\n\t"      /* w: where a next call (a padded group) goes on */ \
+            "add sp, sp, #16\n\t"                                                        \
             "pop {r4-r11, pc}\n\t");                                                      \
     }
 
@@ -343,8 +344,7 @@ S4_GROUPS(s4_groups_nofix, REQUANT_MM_NOFIX_ASM)
  * output stage is not requant_mm_t's */
 __attribute__((noinline)) static void s4_packed_other(const qe_fc_s8_packed_params_t *p,
                                                       const int8_t *input,
-                                                      const QE_FLASH uint32_t *weights,
-                                                      const QE_FLASH int32_t *bias,
+                                                      const QE_FLASH uint32_t *stream,
                                                       int8_t *output)
 {
     const uint32_t n = p->accum_depth, rows = p->output_depth, quads = p->padded_depth / 4u;
@@ -357,7 +357,7 @@ __attribute__((noinline)) static void s4_packed_other(const qe_fc_s8_packed_para
     for (b = 0; b < p->batches; ++b) {
         const int8_t *in = input + b * n;
         int8_t *out = output + b * rows;
-        const uint32_t *w = weights;
+        const uint32_t *w = stream;
         int32_t x_sum = (n & 3u) ? s4_widen_tail(in + (n & ~3u), n & 3u, xw + 2u * (n / 4u)) : 0;
         for (q = 0; q < n / 4u; ++q) {
             const uint32_t v = load_s8x4(in + 4u * q);
@@ -381,20 +381,20 @@ __attribute__((noinline)) static void s4_packed_other(const qe_fc_s8_packed_para
                 a2 = __smlad((int16x2_t)(w1 & 0x00F000F0u), x13, a2);
                 a3 = __smlad((int16x2_t)w1, x13, a3);
             }
-            acc[3] = a3 - a0 - a1 - a2;
+            acc[3] = a3 - a0 - a1 - a2;   /* w: the group's bias' */
             acc[0] = a0 >> 12;          /* exact: multiples (see above); gcc's >> is ASR */
             acc[1] = a1 >> 8;
             acc[2] = a2 >> 4;
             for (r = 0; r < QE_FC_PACKED_ROWS && o + r < rows; ++r) {
-                out[o + r] = requant_s8(&rq, bias[o + r] + acc[r]);
+                out[o + r] = requant_s8(&rq, (int32_t)w[r] + acc[r]);
             }
+            w += QE_FC_PACKED_ROWS;
         }
     }
 }
 
 void qe_fully_connected_s4_packed(const qe_fc_s8_packed_params_t *p, const int8_t *input,
-                                  const QE_FLASH uint32_t *weights, const QE_FLASH int32_t *bias,
-                                  int8_t *output)
+                                  const QE_FLASH uint32_t *stream, int8_t *output)
 {
     requant_mm_t mm;
     const int mode = requant_mm_init(&mm, p->output_multiplier, p->output_shift,
@@ -408,7 +408,7 @@ void qe_fully_connected_s4_packed(const qe_fc_s8_packed_params_t *p, const int8_
     uint32_t b, r;
 
     if (mode == REQUANT_MM_NONE) {
-        s4_packed_other(p, input, weights, bias, output);
+        s4_packed_other(p, input, stream, output);
         return;
     }
     groups = (mode == REQUANT_MM_FIX) ? s4_groups_fix : s4_groups_nofix;
@@ -424,8 +424,7 @@ void qe_fully_connected_s4_packed(const qe_fc_s8_packed_params_t *p, const int8_
         c.xsum = (n & 3u) ? (uint16_t)(int16_t)s4_widen_tail(c.in + (n & ~3u), n & 3u,
                                                                xw + 2u * (n / 4u))
                           : 0u;
-        c.bias = bias;
-        c.w = weights;
+        c.w = stream;
         if (whole > 0u) {
             c.out = out;
             c.out_end = out + whole;
@@ -446,10 +445,9 @@ void qe_fully_connected_s4_packed(const qe_fc_s8_packed_params_t *p, const int8_
 #else /* no DSP extension (the host): the portable definition */
 
 void qe_fully_connected_s4_packed(const qe_fc_s8_packed_params_t *p, const int8_t *input,
-                                  const QE_FLASH uint32_t *weights, const QE_FLASH int32_t *bias,
-                                  int8_t *output)
+                                  const QE_FLASH uint32_t *stream, int8_t *output)
 {
-    qe_fully_connected_s4_packed_reference(p, input, weights, bias, output);
+    qe_fully_connected_s4_packed_reference(p, input, stream, output);
 }
 
 #endif /* __ARM_FEATURE_DSP */

@@ -1,0 +1,89 @@
+/* The int4 FULLY_CONNECTED kernels of an optimized variant against the reference, bit for bit
+ * (tests/test_kernels_int4.py): the variant's file (-DQE_S4_VARIANT, it #includes the
+ * reference, whose functions are then *_reference) or the reference file alone, and per case
+ * both layouts of the same weights: TFLite's packing (qe_fully_connected_s4) and, where the
+ * generator gives it, the variant's layout (qe_fully_connected_s4_packed, its stream from
+ * converters/ops/optimized/). Outputs: per case the reference on TFLite's packing, then the
+ * variant on it, then (layout cases) the reference and the variant on the layout; the test
+ * compares them all with each other (and the board's with the host's).
+ *
+ * A case: int32 header[16] = {layout (0/1), batches, depth, rows, input_offset, filter_offset,
+ * output_offset, multiplier, shift, act_min, act_max, has_bias, stream_words, padded_depth,
+ * input misalignment (0..3), unused}, then the int8 input (batches * depth), the packed weights
+ * ((rows * depth + 1) / 2 bytes), the bias (rows int32, if any), the layout's stream (uint32). */
+#include <stdint.h>
+#include <string.h>
+
+#define IN_FILE "s4_cases.bin"
+#define OUT_FILE "s4_out.bin"
+#include "checker_io.h"
+#include "kernels/fully_connected_s4.h"
+
+#ifndef QE_S4_VARIANT
+#define qe_fully_connected_s4_reference qe_fully_connected_s4
+#define qe_fully_connected_s4_packed_reference qe_fully_connected_s4_packed
+#else
+void qe_fully_connected_s4_reference(const qe_fc_s8_params_t *p, const int8_t *input,
+                                     const QE_FLASH uint8_t *weights,
+                                     const QE_FLASH int32_t *bias, int8_t *output);
+void qe_fully_connected_s4_packed_reference(const qe_fc_s8_packed_params_t *p,
+                                            const int8_t *input, const QE_FLASH uint32_t *stream,
+                                            int8_t *output);
+#endif
+
+#define MAX_IN 1024u
+#define MAX_OUT 256u
+#define MAX_WB 10752u
+#define MAX_STREAM 2048u
+
+static int8_t input_buf[MAX_IN + 4];
+static uint8_t weights[MAX_WB];
+static int32_t bias[MAX_OUT];
+static uint32_t stream[MAX_STREAM];
+static int8_t out[4][MAX_OUT];
+
+int main(void)
+{
+    int32_t h[16];
+    int status = 0;
+
+    if (!io_open()) {
+        return io_exit(2);
+    }
+    while (io_read(h, sizeof h)) {
+        const uint32_t layout = (uint32_t)h[0], batches = (uint32_t)h[1], depth = (uint32_t)h[2],
+                       rows = (uint32_t)h[3], words = (uint32_t)h[12];
+        const uint32_t wbytes = (rows * depth + 1u) / 2u, outs = batches * rows;
+        int8_t *const in = input_buf + (h[14] & 3);
+        const int has_bias = h[11] != 0;
+        uint32_t k, n = layout ? 4u : 2u;
+        if (batches * depth > MAX_IN || wbytes > MAX_WB || outs > MAX_OUT || words > MAX_STREAM
+            || rows > MAX_OUT || batches == 0u || depth == 0u || rows == 0u
+            || !io_read(in, batches * depth) || !io_read(weights, wbytes)
+            || (has_bias && !io_read(bias, 4u * rows)) || !io_read(stream, 4u * words)) {
+            return io_exit(2);
+        }
+        memset(out, 0x5A, sizeof out);
+        {
+            const qe_fc_s8_params_t p = {h[4], h[5], h[6], h[7], h[8], h[9], h[10],
+                                         (uint16_t)batches, (uint16_t)depth, (uint16_t)rows};
+            const qe_fc_s8_packed_params_t pp = {h[6], h[7], h[8], h[9], h[10],
+                                                 (uint16_t)batches, (uint16_t)depth,
+                                                 (uint16_t)h[13], (uint16_t)rows};
+            const int32_t *b = has_bias ? bias : QE_FLASH_NULL;
+            qe_fully_connected_s4_reference(&p, in, weights, b, out[0]);
+            qe_fully_connected_s4(&p, in, weights, b, out[1]);
+            if (layout) {
+                qe_fully_connected_s4_packed_reference(&pp, in, stream, out[2]);
+                qe_fully_connected_s4_packed(&pp, in, stream, out[3]);
+            }
+        }
+        for (k = 0; k < n; ++k) {
+            io_write(out[k], outs);
+            if (memcmp(out[k], out[0], outs) != 0) {
+                status = 1;
+            }
+        }
+    }
+    return io_exit(status);
+}

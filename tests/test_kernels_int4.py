@@ -1,0 +1,264 @@
+"""The int4 FULLY_CONNECTED kernels of the optimized variants are bit-exact with the reference
+(issue 39): tests/c/fc_s4_check.c runs, per random case, the reference and the variant on
+TFLite's packing (qe_fully_connected_s4) and, where the generator gives the variant's layout,
+the reference and the variant on that layout (qe_fully_connected_s4_packed, its stream from
+converters/ops/optimized/cortex_m_dsp/fully_connected_s4.py's pack_fc_s4_weights). All four
+outputs must be equal, so the layout's packing, its portable definition and the asm are checked
+against the kernel that test_int4_golden.py checks against TF Lite Micro. Shapes: depths 1..300
+(odd, not multiples of 4 or 8; over 128 only TFLite's packing), 1..70 rows (not multiples of 2, 4
+or 8), 1-3 batches; offsets, biases, multipliers and shifts at their extremes, the accumulators
+at the generator's bound; output stages both requant_mm_t's (the asm groups) and the others.
+On the host (the portable path; again under ASan/UBSan) and on mps2-an386 under QEMU (SMLAD), whose
+outputs must also be the host's, byte for byte."""
+from __future__ import annotations
+
+import struct
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from helpers_fc_cases import FW, INT32_MAX
+from helpers_fc_checker import board_checker, host_checker, run_board, run_host
+from quarl_edge.converters.ops.fully_connected_s4 import unpack_int4
+from quarl_edge.converters.ops.optimized.common import PACKED_MAX_DEPTH
+from quarl_edge.converters.ops.optimized.cortex_m_dsp.fully_connected_s4 import pack_fc_s4_weights
+
+CHECK_S4 = Path(__file__).parent / "c" / "fc_s4_check.c"
+DSP_S4 = FW / "core" / "kernels" / "optimized" / "cortex-m-dsp" / "fully_connected_s4.c"
+VARIANT = ("-DQE_S4_VARIANT",)
+
+
+@dataclass
+class S4Case:
+    batches: int
+    depth: int
+    rows: int
+    io: int
+    fo: int
+    out_offset: int
+    mult: int
+    shift: int
+    act_min: int
+    act_max: int
+    x: np.ndarray            # int8 [batches * depth]
+    w: np.ndarray            # int4 values (int8) [rows * depth]
+    bias: np.ndarray | None  # int32 [rows]
+    misalign: int
+
+    def stream(self):
+        if self.depth > PACKED_MAX_DEPTH:
+            return None, 0
+        try:
+            return pack_fc_s4_weights(self.w.reshape(self.rows, self.depth), self.bias,
+                                      self.io, self.fo)
+        except ValueError:          # w + filter_offset outside int4: TFLite's packing only
+            return None, 0
+
+    @property
+    def layout(self) -> bool:
+        return self.stream()[0] is not None
+
+    @property
+    def out_bytes(self) -> int:
+        return self.batches * self.rows * (4 if self.layout else 2)
+
+    def encode(self) -> bytes:
+        stream, d_pad = self.stream()
+        words = 0 if stream is None else stream.size
+        h = [int(stream is not None), self.batches, self.depth, self.rows, self.io, self.fo,
+             self.out_offset, self.mult, self.shift, self.act_min, self.act_max,
+             int(self.bias is not None), words, d_pad, self.misalign, 0]
+        n = self.w.size
+        nib = (self.w.astype(np.int64) & 15).astype(np.uint8)
+        if n % 2:
+            nib = np.append(nib, np.uint8(0))
+        packed = (nib[0::2] | (nib[1::2] << 4)).astype(np.uint8)
+        assert np.array_equal(unpack_int4(packed, n), self.w)     # TFLite's packing
+        return (struct.pack("<16i", *h) + self.x.astype(np.int8).tobytes() + packed.tobytes()
+                + (b"" if self.bias is None else self.bias.astype("<i4").tobytes())
+                + (b"" if stream is None else stream.astype("<u4").tobytes()))
+
+
+def random_case(rng: np.random.Generator, max_depth: int = 300) -> S4Case:
+    i = lambda lo, hi: int(rng.integers(lo, hi, endpoint=True))   # noqa: E731
+    batches, rows = i(1, 3), i(1, 70)
+    depth = i(1, max_depth) if i(0, 2) else i(1, PACKED_MAX_DEPTH)
+    rows = min(rows, 256 // batches)
+    io = i(-127, 128) if i(0, 4) else rng.choice([-127, 128])
+    fo = 0 if i(0, 3) else i(-8, 8)             # TFLite's int4 is symmetric; others off-layout
+    style = i(0, 3)
+    if style == 1:
+        x = rng.choice(np.array([-128, -127, 0, 127]), batches * depth)
+        w = rng.choice(np.array([-8, 7]), rows * depth)
+    elif style == 2:
+        x = np.where(rng.random(batches * depth) < 0.8, 0, rng.integers(-128, 128, batches * depth))
+        w = np.where(rng.random(rows * depth) < 0.8, 0, rng.integers(-8, 8, rows * depth))
+    else:
+        x = rng.integers(-128, 128, batches * depth)
+        w = rng.integers(-8, 8, rows * depth)
+    if fo and i(0, 1):          # w + fo back inside int4: the layout with a filter offset
+        w = np.clip(w, -8 - fo, 7 - fo)
+    worst = depth * (8 + abs(fo)) * (128 + abs(io))
+    bias = None
+    if i(0, 3):
+        span = [1 << 12, 1 << 20, INT32_MAX - worst][i(0, 2)]
+        bias = rng.integers(-span, span, rows, endpoint=True).astype(np.int32)
+    acc = ((w.reshape(rows, depth).astype(np.int64) + fo)
+           @ (x.reshape(batches, depth).astype(np.int64) + io).T)
+    if bias is not None:
+        acc += bias[:, None]
+    if i(0, 1):                 # requant_mm_t's stage: right shift 1..21, normalized, full range
+        mult = [1 << 30, INT32_MAX, i(1 << 30, INT32_MAX)][i(0, 2)]
+        fit = int(np.floor(np.log2(100.0 / max(int(np.abs(acc).max()), 1))))
+        shift = int(np.clip(fit + i(-1, 1), -21, -1)) if i(0, 3) else i(-21, -1)
+        act_min, act_max = -128, 127
+        out_offset = [-128, -127, 0, 127, i(-128, 127)][i(0, 4)]
+    else:
+        mult = [0, 1 << 30, INT32_MAX, i(1 << 30, INT32_MAX)][i(0, 3)]
+        shift = i(-31, 30)
+        out_offset = i(-128, 127)
+        act_min = i(-128, 127)
+        act_max = i(act_min, 127)
+    return S4Case(batches, depth, rows, int(io), fo, out_offset, mult, shift, act_min, act_max,
+                  x.astype(np.int8), w.astype(np.int8), bias, i(0, 3))
+
+
+def edge_cases() -> list[S4Case]:
+    """Every depth 1..20 and a few around the limits, row counts 1..9, the layout's extremes
+    (all weights -8 or 7 with inputs -128 / 127 and |io| 128: the largest |a3|), biases at the
+    generator's bound, both output stages."""
+    rng = np.random.default_rng(39)
+    out = []
+    for depth in [*range(1, 21), 31, 63, 64, 65, 127, 128, 129, 255, 256, 257, 300]:
+        for rows in (1, 2, 3, 4, 5, 7, 9):
+            c = random_case(rng, 1)
+            x = rng.integers(-128, 128, c.batches * depth).astype(np.int8)
+            w = rng.integers(-8, 8, rows * depth).astype(np.int8)
+            if rows % 2:
+                w = np.full(rows * depth, [-8, 7][depth % 2], np.int8)
+                x = np.full(c.batches * depth, [-128, 127][rows % 4 == 1], np.int8)
+            bias = None if rows == 3 else (
+                rng.integers(-1000, 1000, rows).astype(np.int32) if rows != 9 else
+                np.full(rows, INT32_MAX - depth * 8 * 256, np.int32) * [1, -1][depth % 2])
+            io = [128, -127, 0, 5][(depth + rows) % 4]
+            mm = (depth + rows) % 2 == 0
+            out.append(S4Case(c.batches, depth, rows, io, 0, [-128, 3][depth % 2],
+                              [1 << 30, INT32_MAX][rows % 2], [-1, -8, -21, 0, 3][rows % 5] if not mm
+                              else [-1, -7, -21][depth % 3], -128, 127 if mm else 90, x, w, bias,
+                              depth % 4))
+    return out
+
+
+CASES = edge_cases() + [random_case(np.random.default_rng(1000 + k)) for k in range(300)]
+
+
+def outputs(cases, out: bytes) -> list[list[bytes]]:
+    res, pos = [], 0
+    for c in cases:
+        n, k = c.batches * c.rows, c.out_bytes // (c.batches * c.rows)
+        res.append([out[pos + j * n:pos + (j + 1) * n] for j in range(k)])
+        pos += c.out_bytes
+    assert pos == len(out)
+    return res
+
+
+def assert_all_equal(cases, status, out, host=None):
+    for k, (c, outs) in enumerate(zip(cases, outputs(cases, out))):
+        for j, o in enumerate(outs):
+            assert o == outs[0], (f"case {k} (depth {c.depth}, rows {c.rows}, batches {c.batches}, "
+                                  f"io {c.io}, fo {c.fo}, shift {c.shift}): output {j} differs")
+        if host is not None:
+            assert outs[0] == host[k][0], f"case {k}: the board's reference differs from the host's"
+    assert status == 0
+
+
+@pytest.fixture(scope="module")
+def tmp_module(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("fc_s4")
+
+
+@pytest.fixture(scope="module")
+def host_out(tmp_module):
+    exe = host_checker(tmp_module, variant_fc=DSP_S4, defines=VARIANT, check=CHECK_S4)
+    status, out = run_s4_host(exe, CASES)
+    assert_all_equal(CASES, status, out)
+    return outputs(CASES, out)
+
+
+def run_s4_host(exe, cases):
+    res = subprocess.run([str(exe)], input=b"".join(c.encode() for c in cases),
+                         capture_output=True, timeout=120)
+    assert res.returncode in (0, 1), res.stderr.decode(errors="replace")[-3000:]
+    return res.returncode, res.stdout
+
+
+def test_the_cases_cover_the_layout_and_both_output_stages():
+    layout = [c for c in CASES if c.layout]
+    assert len(layout) > 150 and len(CASES) - len(layout) > 40
+    mm = [c for c in layout if -21 <= c.shift <= -1 and c.mult >= 1 << 30
+          and (c.act_min, c.act_max) == (-128, 127)]
+    assert len(mm) > 60 and len(layout) - len(mm) > 60
+    assert {c.depth % 8 for c in layout} == set(range(8))
+    assert {c.rows % 8 for c in layout} == set(range(8))
+    assert any(c.fo != 0 for c in layout)
+
+
+def test_the_layout_packs_rows_and_bias():
+    """fully_connected_s4.h's word, spelled out: row 0 two's complement in bits 12..15, rows
+    1..3 + 8 below it; per quad half 0 (d = 0, 2) then half 1 (d = 1, 3); the group's bias' after
+    its words (bias + io * sum w)."""
+    w = np.array([[-8, 1, 2, 3, 4], [7, 0, 0, 0, 0], [-1, 0, 0, 0, 0], [0, 0, 0, 0, -8]])
+    stream, d_pad = pack_fc_s4_weights(w, np.array([10, 20, 30, 40]), 2, 0)
+    assert d_pad == 8 and stream.size == 2 * 2 + 4
+    lane = lambda a, b, c, d: ((a & 15) << 12) | ((b + 8) << 8) | ((c + 8) << 4) | (d + 8)  # noqa
+    assert stream[0] == lane(-8, 7, -1, 0) | (lane(2, 0, 0, 0) << 16)
+    assert stream[1] == lane(1, 0, 0, 0) | (lane(3, 0, 0, 0) << 16)
+    assert stream[2] == lane(4, 0, 0, -8) | (lane(0, 0, 0, 0) << 16)
+    assert list(stream[4:].view(np.int32)) == [10 + 2 * 2, 20 + 14, 30 - 2, 40 - 16]
+    with pytest.raises(ValueError):
+        pack_fc_s4_weights(w, None, 0, 1)       # 7 + 1 is no int4
+
+
+def test_variant_equals_reference_on_the_host(host_out):
+    assert len(host_out) == len(CASES)
+
+
+def test_the_checker_sees_a_difference(tmp_module):
+    """A corrupted layout (one nibble of one row) makes the checker report a difference."""
+    rng = np.random.default_rng(5)
+    x = rng.integers(-128, 128, 8).astype(np.int8)
+    w = rng.integers(-8, 8, 32).astype(np.int8)
+    c = S4Case(1, 8, 4, 3, 0, 0, 1 << 30, -1, -128, 127, x, w, None, 0)   # outputs acc / 4
+    stream, _ = c.stream()
+    enc = bytearray(c.encode())
+    assert run_s4_host(host_checker(tmp_module, variant_fc=DSP_S4, defines=VARIANT,
+                                    check=CHECK_S4), [c])[0] == 0
+    enc[-4 * stream.size + 1] ^= 0x10   # the first word: row 0's weight of d = 0, +- 1
+    exe = host_checker(tmp_module, variant_fc=DSP_S4, defines=VARIANT, check=CHECK_S4)
+    res = subprocess.run([str(exe)], input=bytes(enc), capture_output=True, timeout=60)
+    assert res.returncode == 1
+
+
+def test_under_sanitizers(tmp_module):
+    exe = host_checker(tmp_module, sanitize=True, variant_fc=DSP_S4, defines=VARIANT,
+                       check=CHECK_S4)
+    status, out = run_s4_host(exe, CASES[::3])
+    assert_all_equal(CASES[::3], status, out)
+
+
+def test_the_dsp_path_is_compiled_for_cortex_m4(tmp_module):
+    elf = board_checker("mps2-an386", tmp_module, DSP_S4, VARIANT, check=CHECK_S4)
+    dis = subprocess.run(["arm-none-eabi-objdump", "-d", str(elf)], capture_output=True,
+                         text=True).stdout
+    for fn in ("s4_groups_fix", "s4_groups_nofix", "s4_packed_other"):
+        body = dis.split(f"<{fn}>:", 1)[1].split("\n\n", 1)[0]
+        assert "smlad" in body, fn
+
+
+def test_variant_equals_reference_on_cortex_m4(tmp_module, host_out):
+    elf = board_checker("mps2-an386", tmp_module, DSP_S4, VARIANT, check=CHECK_S4)
+    status, out = run_board("mps2-an386", elf, CASES, files=("s4_cases.bin", "s4_out.bin"))
+    assert_all_equal(CASES, status, out, host=host_out)
