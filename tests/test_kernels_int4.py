@@ -12,6 +12,7 @@ On the host (the portable path; again under ASan/UBSan) and on mps2-an386 under 
 outputs must also be the host's, byte for byte."""
 from __future__ import annotations
 
+import re
 import struct
 import subprocess
 from dataclasses import dataclass
@@ -24,11 +25,15 @@ from helpers_fc_cases import FW, INT32_MAX
 from helpers_fc_checker import board_checker, host_checker, run_board, run_host
 from quarl_edge.converters.ops.fully_connected_s4 import unpack_int4
 from quarl_edge.converters.ops.optimized.common import PACKED_MAX_DEPTH
+from quarl_edge.converters.ops.optimized.cortex_m0.fully_connected_s4 import s4_pairs_stream
 from quarl_edge.converters.ops.optimized.cortex_m_dsp.fully_connected_s4 import pack_fc_s4_weights
 
 CHECK_S4 = Path(__file__).parent / "c" / "fc_s4_check.c"
 DSP_S4 = FW / "core" / "kernels" / "optimized" / "cortex-m-dsp" / "fully_connected_s4.c"
-VARIANT = ("-DQE_S4_VARIANT",)
+M0_S4 = FW / "core" / "kernels" / "optimized" / "cortex-m0" / "fully_connected_s4.c"
+RV32_S4 = FW / "core" / "kernels" / "optimized" / "rv32" / "fully_connected_s4.c"
+VARIANT = ("-DQE_S4_DSP",)
+PAIRS = ("-DQE_S4_PAIRS",)
 
 
 @dataclass
@@ -57,20 +62,29 @@ class S4Case:
         except ValueError:          # w + filter_offset outside int4: TFLite's packing only
             return None, 0
 
+    def pairs(self):
+        try:
+            return s4_pairs_stream(self.w.reshape(self.rows, self.depth), self.bias, self.io,
+                                   self.fo)
+        except ValueError:
+            return None
+
     @property
     def layout(self) -> bool:
         return self.stream()[0] is not None
 
     @property
     def out_bytes(self) -> int:
-        return self.batches * self.rows * (4 if self.layout else 2)
+        return self.batches * self.rows * 6
 
     def encode(self) -> bytes:
         stream, d_pad = self.stream()
         words = 0 if stream is None else stream.size
+        pairs = self.pairs()
         h = [int(stream is not None), self.batches, self.depth, self.rows, self.io, self.fo,
              self.out_offset, self.mult, self.shift, self.act_min, self.act_max,
-             int(self.bias is not None), words, d_pad, self.misalign, 0]
+             int(self.bias is not None), words, d_pad, self.misalign,
+             0 if pairs is None else pairs.size]
         n = self.w.size
         nib = (self.w.astype(np.int64) & 15).astype(np.uint8)
         if n % 2:
@@ -79,7 +93,8 @@ class S4Case:
         assert np.array_equal(unpack_int4(packed, n), self.w)     # TFLite's packing
         return (struct.pack("<16i", *h) + self.x.astype(np.int8).tobytes() + packed.tobytes()
                 + (b"" if self.bias is None else self.bias.astype("<i4").tobytes())
-                + (b"" if stream is None else stream.astype("<u4").tobytes()))
+                + (b"" if stream is None else stream.astype("<u4").tobytes())
+                + (b"" if pairs is None else pairs.astype("<u4").tobytes()))
 
 
 def random_case(rng: np.random.Generator, max_depth: int = 300) -> S4Case:
@@ -158,7 +173,7 @@ CASES = edge_cases() + [random_case(np.random.default_rng(1000 + k)) for k in ra
 def outputs(cases, out: bytes) -> list[list[bytes]]:
     res, pos = [], 0
     for c in cases:
-        n, k = c.batches * c.rows, c.out_bytes // (c.batches * c.rows)
+        n, k = c.batches * c.rows, 6
         res.append([out[pos + j * n:pos + (j + 1) * n] for j in range(k)])
         pos += c.out_bytes
     assert pos == len(out)
@@ -236,7 +251,8 @@ def test_the_checker_sees_a_difference(tmp_module):
     enc = bytearray(c.encode())
     assert run_s4_host(host_checker(tmp_module, variant_fc=DSP_S4, defines=VARIANT,
                                     check=CHECK_S4), [c])[0] == 0
-    enc[-4 * stream.size + 1] ^= 0x10   # the first word: row 0's weight of d = 0, +- 1
+    enc[-4 * stream.size - 4 * c.pairs().size + 1] ^= 0x10   # dsp stream's first word: row 0's
+    # weight of d = 0, +- 1
     exe = host_checker(tmp_module, variant_fc=DSP_S4, defines=VARIANT, check=CHECK_S4)
     res = subprocess.run([str(exe)], input=bytes(enc), capture_output=True, timeout=60)
     assert res.returncode == 1
@@ -262,3 +278,76 @@ def test_variant_equals_reference_on_cortex_m4(tmp_module, host_out):
     elf = board_checker("mps2-an386", tmp_module, DSP_S4, VARIANT, check=CHECK_S4)
     status, out = run_board("mps2-an386", elf, CASES, files=("s4_cases.bin", "s4_out.bin"))
     assert_all_equal(CASES, status, out, host=host_out)
+
+
+# ------------------------------------------------------------- cortex-m0 / rv32: the row pairs
+def test_the_pairs_layout_packs_rows_and_bias():
+    """fully_connected_s4.h's row-pair bytes spelled out: per input (w1 << 4 | w0), (w3 << 4 |
+    w2), padded to a word, then the group's bias' (bias + io * sum w)."""
+    w = np.array([[-8, 1, 2], [7, 0, 0], [-1, 0, 3], [0, 0, -8], [1, 1, 1]])
+    stream = s4_pairs_stream(w, np.array([10, 20, 30, 40, 50]), 2, 0)
+    assert stream.size == 2 * (2 + 4)                    # 6 bytes -> 2 words, then 4 bias'
+    by = stream[:2].astype("<u4").tobytes()
+    assert list(by) == [0x78, 0x0F, 0x01, 0x00, 0x02, 0x83, 0, 0]
+    assert list(stream[2:6].view(np.int32)) == [10 - 10, 20 + 14, 30 + 4, 40 - 16]
+    assert list(stream[6:8].astype("<u4").tobytes()) == [0x01, 0x00, 0x01, 0x00, 0x01, 0x00, 0, 0]
+    assert list(stream[8:12].view(np.int32)) == [50 + 6, 0, 0, 0]
+    with pytest.raises(ValueError):
+        s4_pairs_stream(w, None, 0, -1)                # -8 - 1 is no int4
+
+
+def small_case(c: S4Case) -> bool:
+    """The cases that fit fc_s4_check.c's QE_CHECK_SMALL_RAM buffers (the micro:bit)."""
+    p, (s, _) = c.pairs(), c.stream()
+    return (c.batches * c.depth <= 512 and (c.rows * c.depth + 1) // 2 <= 1536
+            and c.batches * c.rows <= 128 and (p is None or p.size <= 1024)
+            and (s is None or s.size <= 512))
+
+
+def test_the_pairs_cases_cover_chunks_and_stages():
+    pairs = [c for c in CASES if c.pairs() is not None]
+    assert len(pairs) > 250
+    assert any(c.depth > 2 * 31 for c in pairs) and any(c.depth % 31 == 0 for c in pairs)
+    right = [c for c in pairs if c.shift <= -1 and c.mult >= 0]
+    assert len(right) > 100 and len(pairs) - len(right) > 40
+    assert len([c for c in CASES if small_case(c)]) > 200
+
+
+@pytest.mark.parametrize("variant", [M0_S4, RV32_S4], ids=["cortex-m0", "rv32"])
+def test_the_pairs_variant_equals_reference_on_the_host(tmp_module, host_out, variant):
+    exe = host_checker(tmp_module, variant_fc=variant, defines=PAIRS, check=CHECK_S4)
+    status, out = run_s4_host(exe, CASES)
+    assert_all_equal(CASES, status, out, host=host_out)
+
+
+def test_the_pairs_variant_under_sanitizers(tmp_module):
+    exe = host_checker(tmp_module, sanitize=True, variant_fc=M0_S4, defines=PAIRS, check=CHECK_S4)
+    status, out = run_s4_host(exe, CASES[1::3])
+    assert_all_equal(CASES[1::3], status, out)
+
+
+def test_the_pairs_variant_equals_reference_on_cortex_m0(tmp_module, host_out):
+    elf = board_checker("microbit", tmp_module, M0_S4, PAIRS + ("-DQE_CHECK_SMALL_RAM",),
+                        check=CHECK_S4)
+    idx = [k for k, c in enumerate(CASES) if small_case(c)]
+    cases = [CASES[k] for k in idx]
+    status, out = run_board("microbit", elf, cases, files=("s4_cases.bin", "s4_out.bin"))
+    assert_all_equal(cases, status, out, host=[host_out[k] for k in idx])
+
+
+def test_the_pairs_variant_compiles_for_rv32(tmp_module):
+    """The rv32 variant's file (cortex-m0's C) builds with the RISC-V toolchain, warnings as
+    errors, and its inner loop is one MUL per two rows' products."""
+    import shutil
+    if shutil.which("riscv64-unknown-elf-gcc") is None:
+        pytest.skip("riscv64-unknown-elf-gcc is not installed")
+    obj = tmp_module / "s4_rv32.o"
+    res = subprocess.run(["riscv64-unknown-elf-gcc", "-march=rv32imac", "-mabi=ilp32", "-O2",
+                          "--specs=picolibc.specs",
+                          "-std=c99", "-Wall", "-Wextra", "-Werror", f"-I{FW / 'core'}", "-c",
+                          str(RV32_S4), "-o", str(obj)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    dis = subprocess.run(["riscv64-unknown-elf-objdump", "-d", str(obj)], capture_output=True,
+                         text=True).stdout
+    body = re.split(r"\n\n[0-9a-f]+ <qe_", dis.split("<qe_fully_connected_s4_pairs>:", 1)[1])[0]
+    assert body.count("\tmul\t") >= 4

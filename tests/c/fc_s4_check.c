@@ -1,16 +1,19 @@
 /* The int4 FULLY_CONNECTED kernels of an optimized variant against the reference, bit for bit
- * (tests/test_kernels_int4.py): the variant's file (-DQE_S4_VARIANT, it #includes the
- * reference, whose functions are then *_reference) or the reference file alone, and per case
- * both layouts of the same weights: TFLite's packing (qe_fully_connected_s4) and, where the
- * generator gives it, the variant's layout (qe_fully_connected_s4_packed, its stream from
- * converters/ops/optimized/). Outputs: per case the reference on TFLite's packing, then the
- * variant on it, then (layout cases) the reference and the variant on the layout; the test
- * compares them all with each other (and the board's with the host's).
+ * (tests/test_kernels_int4.py): a variant's file (it #includes the reference, whose functions it
+ * overrides are then *_reference: -DQE_S4_DSP for cortex-m-dsp's, -DQE_S4_PAIRS for cortex-m0's
+ * and rv32's) or the reference file alone, and per case every layout of the same weights:
+ * TFLite's packing (qe_fully_connected_s4) and, where the generator gives them, the cortex-m-dsp
+ * layout (qe_fully_connected_s4_packed) and the row-pair layout (qe_fully_connected_s4_pairs),
+ * their streams from converters/ops/optimized/. Outputs, per case, six blocks: the reference and
+ * the variant on TFLite's packing, on the dsp layout, on the row pairs (an absent layout's
+ * blocks are the first block again); the test compares them all (and the board's with the
+ * host's). A function the variant does not override is the reference's, under both names.
  *
- * A case: int32 header[16] = {layout (0/1), batches, depth, rows, input_offset, filter_offset,
- * output_offset, multiplier, shift, act_min, act_max, has_bias, stream_words, padded_depth,
- * input misalignment (0..3), unused}, then the int8 input (batches * depth), the packed weights
- * ((rows * depth + 1) / 2 bytes), the bias (rows int32, if any), the layout's stream (uint32). */
+ * A case: int32 header[16] = {has dsp stream, batches, depth, rows, input_offset,
+ * filter_offset, output_offset, multiplier, shift, act_min, act_max, has_bias, dsp stream
+ * words, padded_depth, input misalignment (0..3), pairs stream words (0: none)}, then the int8
+ * input (batches * depth), the packed weights ((rows * depth + 1) / 2 bytes), the bias (rows
+ * int32, if any), the dsp stream, the pairs stream (uint32 each). */
 #include <stdint.h>
 #include <string.h>
 
@@ -19,28 +22,41 @@
 #include "checker_io.h"
 #include "kernels/fully_connected_s4.h"
 
-#ifndef QE_S4_VARIANT
-#define qe_fully_connected_s4_reference qe_fully_connected_s4
-#define qe_fully_connected_s4_packed_reference qe_fully_connected_s4_packed
-#else
+#ifdef QE_S4_DSP
 void qe_fully_connected_s4_reference(const qe_fc_s8_params_t *p, const int8_t *input,
                                      const QE_FLASH uint8_t *weights,
                                      const QE_FLASH int32_t *bias, int8_t *output);
 void qe_fully_connected_s4_packed_reference(const qe_fc_s8_packed_params_t *p,
                                             const int8_t *input, const QE_FLASH uint32_t *stream,
                                             int8_t *output);
+#else
+#define qe_fully_connected_s4_reference qe_fully_connected_s4
+#define qe_fully_connected_s4_packed_reference qe_fully_connected_s4_packed
+#endif
+#ifdef QE_S4_PAIRS
+void qe_fully_connected_s4_pairs_reference(const qe_fc_s8_params_t *p, const int8_t *input,
+                                           const QE_FLASH uint32_t *stream, int8_t *output);
+#else
+#define qe_fully_connected_s4_pairs_reference qe_fully_connected_s4_pairs
 #endif
 
+#ifdef QE_CHECK_SMALL_RAM          /* the micro:bit's 16 KiB (small_case() in the test) */
+#define MAX_IN 512u
+#define MAX_OUT 128u
+#define MAX_WB 1536u
+#define MAX_STREAM 1024u
+#else
 #define MAX_IN 1024u
 #define MAX_OUT 256u
 #define MAX_WB 10752u
-#define MAX_STREAM 2048u
+#define MAX_STREAM 3072u
+#endif
 
 static int8_t input_buf[MAX_IN + 4];
 static uint8_t weights[MAX_WB];
 static int32_t bias[MAX_OUT];
-static uint32_t stream[MAX_STREAM];
-static int8_t out[4][MAX_OUT];
+static uint32_t stream[MAX_STREAM / 2u], pairs[MAX_STREAM];
+static int8_t out[6][MAX_OUT];
 
 int main(void)
 {
@@ -52,15 +68,17 @@ int main(void)
     }
     while (io_read(h, sizeof h)) {
         const uint32_t layout = (uint32_t)h[0], batches = (uint32_t)h[1], depth = (uint32_t)h[2],
-                       rows = (uint32_t)h[3], words = (uint32_t)h[12];
+                       rows = (uint32_t)h[3], words = (uint32_t)h[12],
+                       pwords = (uint32_t)h[15];
         const uint32_t wbytes = (rows * depth + 1u) / 2u, outs = batches * rows;
         int8_t *const in = input_buf + (h[14] & 3);
         const int has_bias = h[11] != 0;
-        uint32_t k, n = layout ? 4u : 2u;
-        if (batches * depth > MAX_IN || wbytes > MAX_WB || outs > MAX_OUT || words > MAX_STREAM
-            || rows > MAX_OUT || batches == 0u || depth == 0u || rows == 0u
-            || !io_read(in, batches * depth) || !io_read(weights, wbytes)
-            || (has_bias && !io_read(bias, 4u * rows)) || !io_read(stream, 4u * words)) {
+        uint32_t k;
+        if (batches * depth > MAX_IN || wbytes > MAX_WB || outs > MAX_OUT || words > MAX_STREAM / 2u
+            || pwords > MAX_STREAM || rows > MAX_OUT || batches == 0u || depth == 0u
+            || rows == 0u || !io_read(in, batches * depth) || !io_read(weights, wbytes)
+            || (has_bias && !io_read(bias, 4u * rows)) || !io_read(stream, 4u * words)
+            || !io_read(pairs, 4u * pwords)) {
             return io_exit(2);
         }
         memset(out, 0x5A, sizeof out);
@@ -73,12 +91,24 @@ int main(void)
             const int32_t *b = has_bias ? bias : QE_FLASH_NULL;
             qe_fully_connected_s4_reference(&p, in, weights, b, out[0]);
             qe_fully_connected_s4(&p, in, weights, b, out[1]);
+            const qe_fc_s8_params_t p0 = {0, 0, h[6], h[7], h[8], h[9], h[10],
+                                          (uint16_t)batches, (uint16_t)depth, (uint16_t)rows};
             if (layout) {
                 qe_fully_connected_s4_packed_reference(&pp, in, stream, out[2]);
                 qe_fully_connected_s4_packed(&pp, in, stream, out[3]);
+            } else {
+                memcpy(out[2], out[0], outs);
+                memcpy(out[3], out[0], outs);
+            }
+            if (pwords) {
+                qe_fully_connected_s4_pairs_reference(&p0, in, pairs, out[4]);
+                qe_fully_connected_s4_pairs(&p0, in, pairs, out[5]);
+            } else {
+                memcpy(out[4], out[0], outs);
+                memcpy(out[5], out[0], outs);
             }
         }
-        for (k = 0; k < n; ++k) {
+        for (k = 0; k < 6u; ++k) {
             io_write(out[k], outs);
             if (memcmp(out[k], out[0], outs) != 0) {
                 status = 1;

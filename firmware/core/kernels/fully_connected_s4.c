@@ -92,3 +92,30 @@ void qe_fully_connected_s4_packed(const qe_fc_s8_packed_params_t *p, const int8_
         }
     }
 }
+
+/* The cortex-m0 / rv32 row-pair layout (fully_connected_s4.h), read in the plainest way: the
+ * definition the variants' versions are compared with. */
+void qe_fully_connected_s4_pairs(const qe_fc_s8_params_t *p, const int8_t *input,
+                                 const QE_FLASH uint32_t *stream, int8_t *output)
+{
+    const uint32_t n = p->accum_depth, rows = p->output_depth;
+    const uint32_t group_words = (2u * n + 3u) / 4u + 4u;
+    uint32_t b, o, d;
+
+    for (b = 0; b < p->batches; ++b) {
+        const int8_t *in = input + b * n;
+        for (o = 0; o < rows; ++o) {
+            const QE_FLASH uint32_t *group = stream + (o / 4u) * group_words;
+            const uint32_t r = o % 4u;
+            int32_t acc = (int32_t)group[group_words - 4u + r];
+            for (d = 0; d < n; ++d) {
+                const uint32_t byte_index = 2u * d + r / 2u;
+                const uint32_t byte = (group[byte_index / 4u] >> (8u * (byte_index % 4u))) & 0xFFu;
+                acc += ((r % 2u) ? QE_S4_HIGH(byte) : QE_S4_LOW(byte)) * (int32_t)in[d];
+            }
+            output[b * rows + o] = (int8_t)qe_requantize_output(
+                acc, p->output_multiplier, p->output_shift, p->output_offset, p->activation_min,
+                p->activation_max);
+        }
+    }
+}

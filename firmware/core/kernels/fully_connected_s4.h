@@ -51,4 +51,23 @@ void qe_fully_connected_s4(const qe_fc_s8_params_t *p, const int8_t *input,
 void qe_fully_connected_s4_packed(const qe_fc_s8_packed_params_t *p, const int8_t *input,
                                   const QE_FLASH uint32_t *stream, int8_t *output);
 
+/* int4 weights in the generator's row-pair layout for cores without SIMD multiply-accumulate
+ * (the cortex-m0 and rv32 variants: converters/ops/optimized/cortex_m0/fully_connected_s4.py,
+ * s4_pairs_stream): the same results as qe_fully_connected_s4, bit for bit, half a byte per
+ * weight. Parameters: qe_fc_s8_params_t with input_offset = filter_offset = 0 (folded in, as
+ * below; any depth). Folded at generation time, exactly: w' = w + filter_offset (in [-8, 7], or
+ * the generator keeps TFLite's packing), bias' = bias + input_offset * sum_d w'.
+ *
+ * Layout: rows in groups of 4 (the last padded with zero rows); per group, per input d, two
+ * bytes: (w'[4g+1][d] & 15) << 4 | (w'[4g][d] & 15), then the same for rows 4g+2 (low nibble)
+ * and 4g+3; the group's 2 * accum_depth bytes padded with zeros to a whole word, then its four
+ * bias' (int32). A byte b is read through a table of 256 int32, 65536 * hi + lo (hi, lo its
+ * nibbles as int4), so one 32-bit multiply by x[d] gives two rows' products, and a run of at
+ * most QE_S4_PAIRS_CHUNK inputs sums both in one int32 (|sum| <= 31 * 1024 < 2^15 per row:
+ * split exactly by a sign extension of the low half). */
+#define QE_S4_PAIRS_CHUNK 31u
+
+void qe_fully_connected_s4_pairs(const qe_fc_s8_params_t *p, const int8_t *input,
+                                 const QE_FLASH uint32_t *stream, int8_t *output);
+
 #endif

@@ -12,6 +12,8 @@ from quarl_edge.converters.emit import c_array, c_comment, c_ident
 from quarl_edge.converters.ops.common import Kernel, weighted_operands
 from quarl_edge.converters.ops.fully_connected import lower_fully_connected, per_tensor_stage
 from quarl_edge.converters.tflite_model import Operator, TFLiteModel
+from quarl_edge.converters.ops.optimized.cortex_m0.fully_connected_s4 import (
+    lower_fully_connected_s4_pairs)
 from quarl_edge.converters.ops.optimized.common import (PACKED_MAX_DEPTH, c_int32, greedy_chunks,
                                                         output_saturation)
 
@@ -128,9 +130,12 @@ def step_table(multiplier: int, shift: int, offset: int, act_min: int, act_max: 
 
 def lower_fully_connected_pairs(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
     """For the cortex-m0 variant: an int8 per-tensor FULLY_CONNECTED with accum_depth <=
-    PACKED_MAX_DEPTH gets the chunked pair layout (pairs_fc_stream, qe_fully_connected_s8_pairs);
-    every other one the lowering of the reference boards."""
+    PACKED_MAX_DEPTH gets the chunked pair layout (pairs_fc_stream, qe_fully_connected_s8_pairs),
+    an int8 x int4 one the int4 row-pair layout (fully_connected_s4.py); every other one the
+    lowering of the reference boards."""
     kernel = lower_fully_connected(op, model, pname)     # validates the op completely
+    if kernel.call.startswith("qe_fully_connected_s4("):
+        return lower_fully_connected_s4_pairs(op, model, pname, kernel)
     if not kernel.call.startswith("qe_fully_connected_s8("):
         return kernel
     x, w, bias, out, act = weighted_operands(op, model, "weights")
