@@ -7,7 +7,8 @@ outputs must be equal, so the layout's packing, its portable definition and the 
 against the kernel that test_int4_golden.py checks against TF Lite Micro. Shapes: depths 1..300
 (odd, not multiples of 4 or 8; over 128 only TFLite's packing), 1..70 rows (not multiples of 2, 4
 or 8), 1-3 batches; offsets, biases, multipliers and shifts at their extremes, the accumulators
-at the generator's bound; output stages both requant_mm_t's (the asm groups) and the others.
+at the generator's bound; output stages requant_mm_t's and the left shifts' (the asm groups) and
+the others.
 On the host (the portable path; again under ASan/UBSan) and on mps2-an386 under QEMU (SMLAD), whose
 outputs must also be the host's, byte for byte."""
 from __future__ import annotations
@@ -129,6 +130,8 @@ def random_case(rng: np.random.Generator, max_depth: int = 300) -> S4Case:
         mult = [1 << 30, INT32_MAX, i(1 << 30, INT32_MAX)][i(0, 2)]
         fit = int(np.floor(np.log2(100.0 / max(int(np.abs(acc).max()), 1))))
         shift = int(np.clip(fit + i(-1, 1), -21, -1)) if i(0, 3) else i(-21, -1)
+        if i(0, 2) == 0:        # a left shift (the dsp variant's S4_LEFT_ASM stage)
+            shift = int(np.clip(fit + i(-1, 1), 0, 30)) if i(0, 1) else i(0, 30)
         act_min, act_max = -128, 127
         out_offset = [-128, -127, 0, 127, i(-128, 127)][i(0, 4)]
     else:
@@ -216,6 +219,9 @@ def test_the_cases_cover_the_layout_and_both_output_stages():
     mm = [c for c in layout if -21 <= c.shift <= -1 and c.mult >= 1 << 30
           and (c.act_min, c.act_max) == (-128, 127)]
     assert len(mm) > 60 and len(layout) - len(mm) > 60
+    left = [c for c in layout if 0 <= c.shift and c.mult >= 1 << 30
+            and (c.act_min, c.act_max) == (-128, 127)]
+    assert len(left) > 20
     assert {c.depth % 8 for c in layout} == set(range(8))
     assert {c.rows % 8 for c in layout} == set(range(8))
     assert any(c.fo != 0 for c in layout)
@@ -269,7 +275,7 @@ def test_the_dsp_path_is_compiled_for_cortex_m4(tmp_module):
     elf = board_checker("mps2-an386", tmp_module, DSP_S4, VARIANT, check=CHECK_S4)
     dis = subprocess.run(["arm-none-eabi-objdump", "-d", str(elf)], capture_output=True,
                          text=True).stdout
-    for fn in ("s4_groups_fix", "s4_groups_nofix", "s4_packed_other"):
+    for fn in ("s4_groups_fix", "s4_groups_nofix", "s4_groups_left", "s4_packed_other"):
         body = dis.split(f"<{fn}>:", 1)[1].split("\n\n", 1)[0]
         assert "smlad" in body, fn
 

@@ -337,8 +337,24 @@ S4_CHECK_(depth, QE_FC_PACKED_MAX_DEPTH == 128u);
             "pop {r4-r11, pc}\n\t");                                                      \
     }
 
+/* The output stage for left shifts L = shift >= 0 with a normalized multiplier m and the full
+ * int8 range (int4 weights' scales are ~16 times int8's, so a first layer's multiplier is often
+ * >= 0.5): TFLM's MultiplyByQuantizedMultiplier is then SaturatingRoundingDoublingHighMul(x, m)
+ * of x = acc * 2^L (wrapping, as TFLM's int32 product), no rounding divide. That is
+ * floor((x m + 2^30) / 2^31) for either sign (TFLM's nudge 1 - 2^30 for negative products with
+ * C's truncating division gives the same floor), which SMMULR of 2x and m computes: (2 x m +
+ * 2^31) >> 32. QADD(x, x) is 2x unless |x| >= 2^30, where it saturates keeping the sign; then
+ * |x m / 2^31| >= 2^29 (m >= 2^30) and the output saturates to the same int8 bound either way.
+ * Then + offset (|value| < 2^30: no overflow) and SSAT #8. Constants: r4 = m, r5 = offset,
+ * r6 = L (s4_ctx_t's multiplier, round and shift fields). 6 instructions per output. */
+#define S4_LEFT_ASM(A)                                                                        \
+    "lsl " A ", " A ", r6\n\t" "qadd " A ", " A ", " A "\n\t"                            \
+    "smmulr " A ", " A ", r4\n\t" "add " A ", " A ", r5\n\t" "ssat " A ", #8, " A "\n\t"   \
+    "strb " A ", [r11], #1\n\t"
+
 S4_GROUPS(s4_groups_fix, REQUANT_MM_FIX_ASM)
 S4_GROUPS(s4_groups_nofix, REQUANT_MM_NOFIX_ASM)
+S4_GROUPS(s4_groups_left, S4_LEFT_ASM)
 
 /* the same arithmetic in C with the general output stage (requant_s8), for the layers whose
  * output stage is not requant_mm_t's */
@@ -407,14 +423,21 @@ void qe_fully_connected_s4_packed(const qe_fc_s8_packed_params_t *p, const int8_
     s4_ctx_t c;
     uint32_t b, r;
 
-    if (mode == REQUANT_MM_NONE) {
+    if (mode != REQUANT_MM_NONE) {
+        groups = (mode == REQUANT_MM_FIX) ? s4_groups_fix : s4_groups_nofix;
+        c.multiplier = mm.multiplier;
+        c.round = mm.round;
+        c.shift = mm.shift;
+    } else if (p->output_shift >= 0 && p->output_shift <= 30 && p->output_multiplier >= (1 << 30)
+               && p->activation_min == -128 && p->activation_max == 127) {
+        groups = s4_groups_left;        /* S4_LEFT_ASM */
+        c.multiplier = p->output_multiplier;
+        c.round = p->output_offset;
+        c.shift = (uint32_t)p->output_shift;
+    } else {
         s4_packed_other(p, input, stream, output);
         return;
     }
-    groups = (mode == REQUANT_MM_FIX) ? s4_groups_fix : s4_groups_nofix;
-    c.multiplier = mm.multiplier;
-    c.round = mm.round;
-    c.shift = mm.shift;
     c.xw = xw;
     c.entry = 64u * (p->padded_depth / 4u);
     c.in_quads = n / 4u;
