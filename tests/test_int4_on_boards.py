@@ -1,8 +1,9 @@
 """int8x4 policies (int8 activations, packed int4 weights) validated bit-exact against TF Lite
-Micro on the emulated boards: mps2-an386 (the cortex-m-dsp variant's qe_fully_connected_s4:
-groups of 8 weights by SMLAD, the last group padded with zero inputs and, at the array's end,
-read from the row's own bytes only; the reference for odd depths and depths over 256), microbit (Cortex-M0, the reference) and atmega328p (the reference reading
-the packed bytes from flash)."""
+Micro on the emulated boards: mps2-an386 (the cortex-m-dsp variant: depths <= 128 on its int4
+layout, qe_fully_connected_s4_packed; deeper ones on TFLite's packing, groups of 8 weights by
+SMLAD, the reference over 256), microbit (the cortex-m0 variant's row pairs,
+qe_fully_connected_s4_pairs) and atmega328p (the reference reading the packed bytes from
+flash)."""
 import numpy as np
 import pytest
 
@@ -16,6 +17,7 @@ MODELS = [
     # depth 12: a group + a padded one; 7 rows: the last pairs with itself, its word cut short
     ("groups_and_tail", 12, [7, 64, 3], ["relu", "relu6", "none"]),
     ("odd_depth", 9, [5, 2], ["relu", "none"]),                       # rows start mid-byte
+    ("mid", 200, [6], ["none"]),                                      # 129..256: TFLite's packing
     ("deep", 300, [3], ["none"]),                                     # over 256: the reference
 ]
 SMALL = ("groups_and_tail", "odd_depth")        # the ones that fit the ATmega328P's 2 KiB
