@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 # hil's, bench's and the study's board rows are the row schema's (measure/rows.py), with the
 # latency summary that validate's result shares
 from .measure.rows import Latency
+from .study.results import STATUS_DONE
 
 
 @dataclass
@@ -127,7 +128,6 @@ class StudySummary:
     @property
     def complete(self) -> bool:
         """Every row finished: ok, skipped, or a board it does not fit (no error rows)."""
-        from .study.results import STATUS_DONE   # lazy: it imports the study's planner (2 s)
         return set(self.status) <= set(STATUS_DONE)
 
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..errors import QuarlError
 from ..files import fresh
-from .envs import space_info
+from .envs import play_batched, space_info
 from ..nets import keras_mlp, mlp_forward
 from ..run import MODEL_FILES, VALIDATION_SEED_BASE, package_versions, write_run
 
@@ -90,7 +90,6 @@ def _unbatched(x):
 
 
 def _validation_return(env_id: str, layers, episodes: int) -> float:
-    from .envs import play_batched
     seeds = [VALIDATION_SEED_BASE + k for k in range(episodes)]
     return float(np.mean(play_batched(env_id, lambda x: mlp_forward(layers, x), seeds)[0]))
 
@@ -174,7 +173,7 @@ def run_record(env_id: str, algo: str, seed: int, cfg, best: dict, train_seconds
 
 
 def _agent_env(env_id: str, seed: int, algo: str, continuous_only: bool):
-    from .tf_env import make_env
+    from .tf_env import make_env  # lazy: imports TensorFlow and TF-Agents (the train extra)
     env = make_env(env_id, seed=seed)
     act_spec = env.action_spec()
     if continuous_only and np.issubdtype(act_spec.dtype, np.integer):

@@ -24,6 +24,7 @@ from ..schema import int_sizes
 from ..nets import keras_runner, mlp_q_values
 from ..run import VALIDATION_SEED_BASE, write_run
 from .common import GradientRounds, StagedReplay, build_optimizers, run_record
+from .envs import play_batched
 
 
 @dataclass
@@ -82,7 +83,6 @@ def validation_return(env_id: str, q_values, episodes: int) -> float:
     """Mean greedy return on the validation seeds 10_000 + k, k < `episodes`: every episode in
     lockstep, one batched `q_values` call a step (envs.play_batched), not one call per step of
     each episode in turn; each episode still depends on its seed alone."""
-    from .envs import play_batched
     seeds = [VALIDATION_SEED_BASE + k for k in range(episodes)]
     return float(np.mean(play_batched(env_id, q_values, seeds, head="argmax")[0]))
 
@@ -186,7 +186,7 @@ def train_dqn(env_id: str, seed: int, out: Path, config: DQNConfig, progress: bo
 def _envs(env_id: str, seed: int, cfg: DQNConfig, judge):
     """The training env (seeded), the judge's validation env, the number of actions and the
     observation shape; refuses what DQN cannot train."""
-    from .tf_env import make_env
+    from .tf_env import make_env  # lazy: imports TensorFlow and TF-Agents (the train extra)
     env = make_env(env_id, seed=seed)
     val_env = make_env(env_id)
     obs_spec, act_spec = env.observation_spec(), env.action_spec()
