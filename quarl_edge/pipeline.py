@@ -63,7 +63,7 @@ def needs_build(board: Board, port: str | None = None, flash: bool = False) -> b
 
 
 def generate_c(model: Path, board: Board, out_dir: Path) -> Path:
-    """The model as C for the board's kernels: OUT/gen (model.c, model.h, model.json)."""
+    """The model as C for the board's kernels: OUT/gen (model.c, model.json)."""
     return generate(Path(model), board, Path(out_dir))
 
 

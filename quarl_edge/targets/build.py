@@ -382,7 +382,7 @@ PER_OP_FLAG = "-DQE_PER_OP"   # a per-op build: model.c with each op timed (qe_m
 
 def generate_c(model_path: Path, board: Board, out_dir: Path, per_op: bool = False) -> Path:
     """The generated C of `model_path` for `board` (its kernel variant's weight layout) in
-    OUT/gen (model.c, model.h, model.json): the first half of build(), as a step of its own
+    OUT/gen (model.c, model.json): the first half of build(), as a step of its own
     (quarl_edge/pipeline.py). Returns OUT/gen; build(..., generated=it) compiles it."""
     model_path = Path(model_path)
     if not model_path.is_file():
