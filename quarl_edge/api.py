@@ -40,10 +40,6 @@ from .measure.export import export_library
 from .names import BENCH_MAX_N
 from .quant.nbit import nbit_sweep
 from .run import Run
-from .study.farm import farm_node as start_node
-from .study.grid import run_study
-from .study.report import write_report
-from .study.status import study_status as status
 from .targets.boards import Board, all_boards, get_board, load_board_file
 from .targets.emulate import emulate as start_emulation
 from .targets.flash_tools import describe_tools
@@ -365,6 +361,7 @@ def study(config: PathLike, *, out: PathLike | None = None, workers: int = 1,
           progress: bool = False) -> StudySummary:
     """Run (or resume) the study grid in the TOML file `config`; one JSON line per finished
     cell in OUT/results.jsonl (default results/<study name>)."""
+    from .study.grid import run_study  # lazy: the package would shadow qe.study
     _count("workers", workers)
     res = run_study(Path(config), out=Path(out) if out else None, workers=workers,
                     resume=resume, ray_address=ray, redo=list(redo),
@@ -377,6 +374,7 @@ def study_status(config: PathLike, *, out: PathLike | None = None, workers: int 
     OUT/results.jsonl while it runs or between `--resume` runs: a
     quarl_edge.study.status.StudyStatus (rows and runs done per task, the worker time a finished
     run took, and an estimate of the wall time left on `workers` processes)."""
+    from .study.status import study_status as status  # lazy: the package would shadow qe.study
     _count("workers", workers)
     return status(Path(config), out=Path(out) if out else None, workers=workers)
 
@@ -389,6 +387,7 @@ def farm_node(*, head: bool = False, address: str | None = None, port: int = 637
     board it can serve: board:host, board:<emulated id>: `instances`, board:<id>: 1 per attached
     real board; `resources`: a JSON object of more), or with `dry_run` only say what it would
     run: {"resources": {...}, "command": [...], "returncode": int | None}."""
+    from .study.farm import farm_node as start_node  # lazy: the package would shadow qe.study
     return start_node(head=head, address=address, port=port, instances=instances,
                       num_cpus=num_cpus, resources_json=resources, dry_run=dry_run,
                       extra=list(ray_args))
@@ -399,6 +398,7 @@ def report(results: PathLike, *, out: PathLike | None = None, tolerance: float =
     """Markdown and HTML report (figures, QuaRL claim verdicts) of a study's results.jsonl;
     `bench`: bench.jsonl files of `bench(..., episodes=N)` for the board section (reward,
     latency and memory per board and scheme)."""
+    from .study.report import write_report  # lazy: the package would shadow qe.study
     paths = write_report(Path(results), Path(out) if out else None, tolerance=tolerance,
                          bench=[Path(b) for b in bench])
     return ReportResult(str(paths["markdown"]), str(paths["html"]))

@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 # hil's, bench's and the study's board rows are the row schema's (measure/rows.py), with the
 # latency summary that validate's result shares
 from .measure.rows import Latency
-from .study.results import STATUS_DONE
 
 
 @dataclass
@@ -128,6 +127,7 @@ class StudySummary:
     @property
     def complete(self) -> bool:
         """Every row finished: ok, skipped, or a board it does not fit (no error rows)."""
+        from .study.results import STATUS_DONE  # lazy: the package would shadow qe.study
         return set(self.status) <= set(STATUS_DONE)
 
 

@@ -271,7 +271,8 @@ def test_the_names_module_is_a_foundation_module():
 def test_the_graph_reader_sees_the_imports_it_checks():
     """The checks above can fail: the reader finds known arrows, lazy ones included."""
     assert "quarl_edge.targets.build" in GRAPH["quarl_edge.link.session"]
-    assert "quarl_edge.converters.cgen" in GRAPH["quarl_edge.targets.build"]   # inside build()
+    assert "quarl_edge.converters.cgen" in GRAPH["quarl_edge.targets.build"]
+    assert "quarl_edge.rl.tf_env" in GRAPH["quarl_edge.rl.dqn"]       # inside _envs()
     assert "quarl_edge.link.protocol" in GRAPH["quarl_edge.link.runner"]       # from . import
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == [["a", "b", "c"]]
 
