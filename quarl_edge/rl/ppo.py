@@ -23,7 +23,7 @@ from tqdm import tqdm
 from ..errors import QuarlError
 from ..files import open_new
 from ..schema import int_sizes
-from ..run import VALIDATION_SEED_BASE
+from ..run import VALIDATION_SEED_BASE, Run
 from .collect import CategoricalSampler
 from .common import (StagedReplay, build_optimizers, _agent_env, _save_actor_run, _validation_return, actor_layers,
                      categorical_projection_net, common_function)
@@ -103,7 +103,7 @@ def train_ppo(env_id: str, seed: int, out: Path, config: PPOConfig, progress: bo
         agent.collect_data_spec, batch_size=cfg.num_envs, max_length=2 * per_env + 16)
     staged = StagedReplay(replay)   # the iteration's add_batch calls, made in one call
 
-    curve_file = open_new(out / "train_curve.csv")     # a link there is not followed
+    curve_file = open_new(Run(out).train_curve)     # a link there is not followed
     curve = csv.writer(curve_file)
     curve.writerow(["step", "train_return", "greedy_return", "loss"])
     recent: deque[float] = deque(maxlen=20)

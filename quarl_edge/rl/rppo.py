@@ -41,7 +41,7 @@ from tqdm import tqdm
 
 from ..errors import QuarlError
 from ..files import open_new
-from ..run import VALIDATION_SEED_BASE
+from ..run import VALIDATION_SEED_BASE, Run
 from .collect import sample_categorical, softmax
 from .recurrent import (CELL_CLIP, RecurrentLayers, fold_normalization, observation_statistics,
                         play_recurrent)
@@ -118,7 +118,7 @@ def train_recurrent_ppo(env_id: str, seed: int, out: Path, cfg, progress: bool =
     rounds = -(-cfg.steps // (T * N))   # rollouts, each followed by an update
     update = _update_step(actor, critic, cfg, n_actions, rounds * cfg.epochs * cfg.minibatches)
 
-    curve_file = open_new(out / "train_curve.csv")     # a link there is not followed
+    curve_file = open_new(Run(out).train_curve)     # a link there is not followed
     curve = csv.writer(curve_file)
     curve.writerow(["step", "train_return", "greedy_return", "loss"])
     recent: deque[float] = deque(maxlen=20)
