@@ -58,14 +58,16 @@ def measure(run: Path, board_id: str, episodes: int) -> dict:
     import gymnasium as gym
     import numpy as np
 
-    from quarl_edge.link.session import BoardSession
+    from quarl_edge import pipeline
     from quarl_edge.measure.episodes import dequantized
     from quarl_edge.rl.envs import output_to_action
+    from quarl_edge.run import Run
     from quarl_edge.targets.boards import get_board
 
-    model = run / "models" / "int8.tflite"
-    env_id = json.loads((run / "run.json").read_text())["env"]
-    with tempfile.TemporaryDirectory() as tmp, BoardSession(model, get_board(board_id), Path(tmp)) as s:
+    model = Run(run).tflite("int8")
+    env_id = Run(run).load()["env"]
+    with tempfile.TemporaryDirectory() as tmp, \
+            pipeline.session_for(model, get_board(board_id), Path(tmp)) as s:
         link, spec_in, spec_out = s.link, s.info.inputs[0], s.info.outputs[0]
         ser = link.ser
         counted = {"tx": 0, "rx": 0}

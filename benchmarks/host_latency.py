@@ -12,10 +12,10 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 
 from quarl_edge.targets.boards import get_board
-from quarl_edge.link.session import BoardSession
+from quarl_edge import pipeline
+from quarl_edge.run import Run
 from quarl_edge.measure.reference import TFLiteRuntime, TFLMReference
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,12 +35,12 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=20_000)
     a = ap.parse_args()
     board = get_board("host")
-    obs = np.load(a.run / "calibration.npy")[:1]
+    obs = Run(a.run).load_calibration()[:1]
     print(f"{'model':6s} {'ours (board BENCH)':>20s} {'TFLM interpreter':>18s} {'tflite-runtime':>16s} "
           f"{'TFLM/ours':>10s} {'tflite-rt/ours':>15s}")
     for scheme in ("fp32", "int8"):
-        model = a.run / "models" / f"{scheme}.tflite"
-        with tempfile.TemporaryDirectory() as tmp, BoardSession(model, board, Path(tmp)) as s:
+        model = Run(a.run).tflite(scheme)
+        with tempfile.TemporaryDirectory() as tmp, pipeline.session_for(model, board, Path(tmp)) as s:
             s.link.infer([obs.reshape(s.info.inputs[0].shape)])
             ours = s.link.bench(min(a.n, 65535)).mean
         tflm = time_invoke(TFLMReference(model).run, obs, a.n)

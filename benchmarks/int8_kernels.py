@@ -16,14 +16,15 @@ from pathlib import Path
 import numpy as np
 
 from quarl_edge.targets.boards import get_board
-from quarl_edge.link.session import BoardSession
+from quarl_edge import pipeline
+from quarl_edge.run import Run
 
 ROOT = Path(__file__).resolve().parents[1]
 DSP_BOARDS = ("mps2-an386", "mps2-an500", "mps2-an505", "netduinoplus2")
 
 
 def cost(model: Path, board, obs: np.ndarray, n: int) -> tuple[float, dict]:
-    with tempfile.TemporaryDirectory() as tmp, BoardSession(model, board, Path(tmp)) as s:
+    with tempfile.TemporaryDirectory() as tmp, pipeline.session_for(model, board, Path(tmp)) as s:
         spec = s.info.inputs[0]
         s.link.infer([obs.reshape(spec.shape).astype(spec.dtype)])
         stats = s.link.bench(n)
@@ -38,16 +39,17 @@ def main() -> None:
     ap.add_argument("--variant", default="cortex-m-dsp")
     ap.add_argument("--n", type=int, default=10)
     a = ap.parse_args()
-    obs = np.load(a.run / "calibration.npy")[0]
+    run = Run(a.run)
+    obs = run.load_calibration()[0]
     print(f"{'board':14s} {'cpu':10s} {'fp32':>8s} {'int8 ref':>9s} {'int8 ' + a.variant:>18s} "
           f"{'ref/opt':>8s} {'fp32/ref':>9s} {'fp32/opt':>9s} {'flash ref':>10s} {'flash opt':>10s}")
     for bid in a.boards.split(","):
         board = get_board(bid)
         ref_board = dataclasses.replace(board, kernels="reference")
         opt_board = dataclasses.replace(board, kernels=a.variant)
-        fp32, _ = cost(a.run / "models" / "fp32.tflite", ref_board, obs, a.n)
-        ref, ref_mem = cost(a.run / "models" / "int8.tflite", ref_board, obs, a.n)
-        opt, opt_mem = cost(a.run / "models" / "int8.tflite", opt_board, obs, a.n)
+        fp32, _ = cost(run.tflite("fp32"), ref_board, obs, a.n)
+        ref, ref_mem = cost(run.tflite("int8"), ref_board, obs, a.n)
+        opt, opt_mem = cost(run.tflite("int8"), opt_board, obs, a.n)
         print(f"{bid:14s} {board.cpu:10s} {fp32:>8,.0f} {ref:>9,.0f} {opt:>18,.0f} "
               f"{ref / opt:>7.2f}x {fp32 / ref:>8.2f}x {fp32 / opt:>8.2f}x "
               f"{ref_mem.get('flash_bytes'):>10} {opt_mem.get('flash_bytes'):>10}", flush=True)

@@ -11,14 +11,14 @@ import sys, json, time
 from pathlib import Path
 import numpy as np
 from quarl_edge.rl.recurrent import RecurrentLayers, play_recurrent, WEIGHTS_FILE
-from quarl_edge.quant.schemes import quantize
+from quarl_edge import pipeline
+from quarl_edge.run import Run
 from quarl_edge.measure.episodes import play
-from quarl_edge.measure.hil import run_hil
 from quarl_edge.measure.reference import TFLiteRuntime, TFLMReference
 from quarl_edge.rl.envs import output_to_action, make_gym
 from quarl_edge.targets.boards import get_board
 run = Path(sys.argv[1]); what = sys.argv[2:] or ["eval", "int8", "hil"]
-env = json.loads((run / "run.json").read_text())["env"]
+env = Run(run).load()["env"]
 out = {}
 if "eval" in what:
     L = RecurrentLayers.load(run / WEIGHTS_FILE)
@@ -26,13 +26,13 @@ if "eval" in what:
     out["fp32_numpy_returns"] = r.tolist(); out["fp32_mean"] = float(r.mean())
     print("fp32 numpy", r.mean(), r.min(), flush=True)
 for sch in ("fp32", "int8"):
-    if not (run / "models" / f"{sch}.tflite").exists():
-        quantize(run, sch)
+    if not Run(run).has_model(sch):
+        pipeline.quantize(run, sch)
 if "int8" in what:
     space = make_gym(env).action_space
     for name, cls in (("tflite-runtime", TFLiteRuntime), ("tflm", TFLMReference)):
         for sch in ("fp32", "int8"):
-            ref = cls(run / "models" / f"{sch}.tflite")
+            ref = cls(Run(run).tflite(sch))
             rets, _, acts = play(env, lambda o: output_to_action(ref.run([o])[0].reshape(-1), space),
                                  list(range(20)), on_start=ref.reset)
             out[f"{name}_{sch}"] = float(np.mean(rets)); out[f"{name}_{sch}_actions"] = acts
@@ -43,7 +43,7 @@ if "int8" in what:
         del out[k]
 if "hil" in what:
     t = time.time()
-    r = run_hil(run, "fp32", get_board("mps2-an386"), 20, seed=0)
+    r = pipeline.hil(run, get_board("mps2-an386"), "fp32", 20, seed=0)
     out["hil"] = {k: r[k] for k in ["mean_return", "micro_mean_return", "tflite_mean_return",
                   "fp32_mean_return", "matches_reference", "actions_equal_reference",
                   "agreement", "latency", "memory", "link"]}

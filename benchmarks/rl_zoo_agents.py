@@ -152,7 +152,8 @@ def tflm_new_env_per_seed(run: Path, env_id: str, head: str, seeds: list[int]) -
     from quarl_edge.measure.reference import micro_reference
     from quarl_edge.rl.envs import make_gym
     from quarl_edge.rl.envs import output_to_action as to_action
-    micro = micro_reference(Path(run) / "models" / "int8.tflite")
+    from quarl_edge.run import Run
+    micro = micro_reference(Run(run).tflite("int8"))
     space = make_gym(env_id).action_space
     return [play(env_id, lambda o: to_action(micro.run([o])[0], space, head), [s])[0][0]
             for s in seeds]

@@ -62,6 +62,7 @@ from .ops.common import unsupported, zero_point_error
 from .spec import IO_DTYPES, QE_MAX_DIMS, GeneratedModel
 from .tensor import TensorSpec
 from .tflite_model import Tensor, TFLiteModel, load
+from .perop import slots_json
 
 __all__ = ["GeneratedModel", "TensorSpec", "SUPPORTED", "generate", "main"]
 
@@ -183,7 +184,6 @@ def generate(tflite_path, out_dir, name: str | None = None,
                                          scratch=scratch, per_op=per_op))
     write_atomic(gm.json_path, emit.model_json(gm, model, path))
     if per_op:
-        from .perop import slots_json
         write_atomic(out / "perop.json", slots_json(model, kernels))
     return gm
 

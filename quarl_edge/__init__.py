@@ -50,10 +50,19 @@ __all__ = ["__version__", *_ERRORS, "train", "import_policy", "quantize", "sweep
 
 
 def __getattr__(name: str):
-    """The API on first use (PEP 562): `qe.validate` imports quarl_edge.api then."""
+    """The API on first use (PEP 562): `qe.validate` imports quarl_edge.api then. A name that
+    is only a submodule's (`from .. import tflite_host` inside the package) is not the API's:
+    the import system then loads that module, without loading the API (which imports every
+    stage, maybe the very module being imported). `study` is both the API's function and the
+    stage's package: the API answers it (the API loads the package only when a study runs, so
+    the package's import does not shadow the function before)."""
     from importlib import import_module     # not `from . import`: that asks __getattr__ again
+    from importlib.util import find_spec
     if name in _ERRORS:
         return getattr(import_module("quarl_edge.errors"), name)
+    submodule = not name.startswith("__") and find_spec(f"{__name__}.{name}") is not None
+    if name.startswith("__") or (submodule and name not in __all__):
+        raise AttributeError(f"module 'quarl_edge' has no attribute {name!r}")
     api = import_module("quarl_edge.api")
     if name in api.__all__:
         return getattr(api, name)

@@ -12,9 +12,10 @@ dataclass with the same data as the CLI's `--json` (`dataclasses.asdict(result)`
 nothing unless asked (`progress=True`), and raises a `quarl_edge.errors.QuarlError` subclass
 for anything a user can cause (a missing file, an unknown board, a model the firmware cannot
 run, a board that does not answer, a missing toolchain). Each function is a thin layer over
-its stage's entry point (quarl_edge.rl, quant, targets, link, measure, study), which it imports
-when called: the stages bring TensorFlow, gymnasium and the C generator, and `import
-quarl_edge` stays cheap. The result dataclasses are in quarl_edge/api_results.py.
+the pipeline's steps (quarl_edge/pipeline.py: train, quantize, generate_c, build, session, hil,
+bench, validate) or of a stage (boards, study); `import quarl_edge` stays cheap as the package
+loads this module on first use (quarl_edge/__init__.py), and TensorFlow is loaded by the
+stages only when they convert or train. The result dataclasses are in quarl_edge/api_results.py.
 
 Where files go: a run's builds and results stay in the run directory (RUN/build/<board>/<scheme>,
 RUN/results); a bare .tflite is built under ./build/<board>/<model name>; every result names
@@ -24,12 +25,26 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shlex
 from pathlib import Path
 from typing import Iterable
 
+from . import pipeline
 from .api_results import (BoardInfo, BuildResult, ExportResult, ImportResult, QuantizeResult,
                           ReportResult, StudySummary, SweepRow, TrainResult, ValidateResult)
 from .errors import QuarlError
+from .importers import import_policy as run_import
+from .measure.bench import select_boards
+from .measure.deadline import check_control_hz
+from .measure.export import export_library
+from .names import BENCH_MAX_N
+from .quant.nbit import nbit_sweep
+from .run import Run
+from .targets.boards import Board, all_boards, get_board, load_board_file
+from .targets.emulate import emulate as start_emulation
+from .targets.flash_tools import describe_tools
+from .targets.launch import ssh_deploy
+from .targets.ports import list_ports
 # the row schema of hil, bench and the study's board cells (dataclasses only: no stage's weight)
 from .measure.rows import BenchRow, HilResult, Latency
 
@@ -44,7 +59,7 @@ __all__ = ["BenchRow", "BoardInfo", "BuildResult", "ExportResult", "HilResult", 
            "ValidateResult", "bench", "bench_per_op", "boards", "build", "emulate", "export",
            "farm_node", "hil", "import_policy",
            "load_board", "models", "ports", "quantize", "report", "session", "study",
-           "study_status", "sweep", "train", "validate"]
+           "results_dir", "study_status", "sweep", "train", "validate"]
 
 
 # ------------------------------------------------------------------------------ results
@@ -62,7 +77,6 @@ def _from(cls, data: dict, **extra):
 def _board(board, board_file: PathLike | None = None):
     """A loaded Board: `board` itself, the board with that id, or the file `board_file` (a board
     file from anywhere is loaded only when named as one: it names the compiler that runs)."""
-    from .targets.boards import Board, get_board, load_board_file
     if board_file is not None:
         return load_board_file(Path(board_file))
     return board if isinstance(board, Board) else get_board(str(board))
@@ -94,8 +108,7 @@ def _model(target: PathLike, scheme: str | None = None) -> tuple[Path, Path | No
     """A .tflite file, or a run directory and the scheme of its model -> (model, run dir)."""
     path = Path(target)
     if path.is_dir():
-        from .run import tflite_path
-        return tflite_path(path, scheme or "int8"), path
+        return Run(path).tflite(scheme or "int8"), path
     if path.is_file():
         if scheme is not None:
             raise QuarlError(f"{target} is a model file; a scheme ({scheme}) picks a model of a "
@@ -108,9 +121,15 @@ def build_dir(model: Path, run_dir: Path | None, board_id: str, scheme: str | No
     """Where a build goes by default: RUN/build/<board>/<scheme> for a run's model, else
     ./build/<board>/<model name>."""
     if run_dir is not None:     # (a symlink there leading out of the run is refused)
-        from .files import subdir
-        return subdir(run_dir, "build", board_id, scheme or model.stem)
-    return Path("build") / board_id / model.stem
+        return Run(run_dir).build_dir(board_id, scheme or model.stem)
+    return Run(Path()).build_dir(board_id, model.stem, make=False)
+
+
+def results_dir(target: PathLike) -> Path:
+    """Where hil, bench and bench --per-op write by default: RUN/results for a run directory,
+    MODEL's folder/results for a bare MODEL.tflite (named, not made)."""
+    path = Path(target)
+    return Run(path.parent if path.suffix == ".tflite" else path).results_dir(make=False)
 
 
 # ------------------------------------------------------------------------------ stages
@@ -119,13 +138,11 @@ def train(env: str = "CartPole-v1", algo: str = "dqn", *, out: PathLike, steps: 
     """Train `algo` (dqn, ppo, sac, td3, ddpg) on the Gymnasium env `env` into the run directory
     `out`. `steps` None takes the tuned default for (algo, env); `options` set any other field
     of the algorithm's config (quarl_edge.rl: DQNConfig, PPOConfig, OffPolicyConfig)."""
-    from .measure.selection import int8_judge
-    from .rl.train import train as rl_train
     if steps is not None:
         _count("steps", steps)
     _count("seed", seed, 0)
-    info = rl_train(env, algo, steps=steps, seed=seed, out=Path(out), progress=progress,
-                    judge=int8_judge, **options)
+    info = pipeline.train(env, algo, Path(out), steps=steps, seed=seed, progress=progress,
+                          **options)
     return TrainResult(str(out), info["env"], info["algo"], info["seed"], info["steps"],
                        info["train_seconds"], info["best_greedy_return"], info)
 
@@ -138,7 +155,6 @@ def import_policy(source: PathLike, *, out: PathLike, env: str | None = None,
     `env`: the Gymnasium id (an SB3 zip named after its env needs none). The imported network
     is checked against the source on 1,000 env observations (`fidelity`). Nothing is read by
     running code from the file, and nothing is written to `out` unless the import succeeds."""
-    from .importers import import_policy as run_import
     info = run_import(Path(source), Path(out), env=env, vecnormalize=vecnormalize, kind=kind)
     return ImportResult(str(out), info["env"], info["algo"], info["source"], info["fidelity"],
                         info)
@@ -150,14 +166,13 @@ def quantize(run: PathLike, schemes: str | Iterable[str] = ("fp32", "fp16", "int
     """Convert the run's network to RUN/models/<scheme>.tflite for each scheme
     (quarl_edge.quant.schemes.SCHEMES: fp32, fp16, int8, dyn-int8, int16x8, int8x4, qat-int8,
     qat-distill-int8, int8-centred, int8-acc, int8-centred-acc)."""
-    from .quant.schemes import quantize as convert
     _count("calib_size", calib_size)
     for name, value in (("qat_steps", qat_steps), ("distill_steps", distill_steps)):
         if value is not None:
             _count(name, value)
     out = []
     for scheme in [schemes] if isinstance(schemes, str) else list(schemes):
-        path = convert(Path(run), scheme, calib_size=calib_size, progress=progress,
+        path = pipeline.quantize(Path(run), scheme, calib_size=calib_size, progress=progress,
                        qat={"steps": qat_steps} if qat_steps is not None else None,
                        distill={"steps": distill_steps} if distill_steps is not None else None)
         out.append(QuantizeResult(scheme, str(path), path.stat().st_size))
@@ -167,9 +182,8 @@ def quantize(run: PathLike, schemes: str | Iterable[str] = ("fp32", "fp16", "int
 def models(run: PathLike, schemes: Iterable[str]) -> list[QuantizeResult]:
     """The models the run directory already holds (RUN/models/<scheme>.tflite), as quantize
     returns them, without converting anything: a QuarlError names a scheme it lacks."""
-    from .run import tflite_path
     return [QuantizeResult(s, str(p), p.stat().st_size)
-            for s, p in ((s, tflite_path(Path(run), s)) for s in schemes)]
+            for s, p in ((s, Run(run).tflite(s)) for s in schemes)]
 
 
 def sweep(run: PathLike, *, bits: Iterable[int] = range(2, 9),
@@ -177,7 +191,6 @@ def sweep(run: PathLike, *, bits: Iterable[int] = range(2, 9),
           seeds: Iterable[int] = range(20)) -> list[SweepRow]:
     """QuaRL's n-bit sweep: greedy return on `seeds` with weights and/or activations
     fake-quantized to each bit width (the first row is fp32)."""
-    from .quant.nbit import nbit_sweep
     bits, seeds = list(bits), list(seeds)
     for b in bits:
         _count("bits", b, 2, 16)
@@ -195,11 +208,10 @@ def build(model: PathLike, board="host", *, out: PathLike | None = None,
     """Generate C for `model` (a .tflite, or a run directory with `scheme`, default int8) and
     build the firmware for `board` (or the board file `board_file`) into `out` (default: see
     the module docstring)."""
-    from .targets.build import build as build_firmware
     b = _board(board, board_file)
     path, run_dir = _model(model, scheme)
     out_dir = Path(out) if out is not None else build_dir(path, run_dir, b.id, scheme)
-    fw = build_firmware(path, b, out_dir)
+    fw = pipeline.build(path, b, out_dir, generated=pipeline.generate_c(path, b, out_dir))
     files = {k: str(v) for k, v in (("bin", fw.bin), ("hex", fw.hex)) if v is not None}
     return BuildResult(b.id, str(path), str(fw.elf), str(out_dir),
                        dataclasses.asdict(fw.memory), files, list(fw.image_notes))
@@ -218,17 +230,16 @@ def session(model: PathLike, board="host", *, scheme: str | None = None,
         with qe.session("policy.tflite", "mps2-an386") as s:
             (y,), cost = s.link.infer([x])
     """
-    from .link.session import BoardSession
     b = _board(board, board_file)
     path, run_dir = _model(model, scheme)
     port = _port(port)
     if ssh:
-        from .targets.launch import ssh_deploy
         if b.kind != "linux":
             raise QuarlError(f"ssh deploys to linux boards; {b.id} is {b.kind}")
         port = ssh_deploy(b, path, ssh, list(ssh_options))
     out_dir = Path(out) if out is not None else build_dir(path, run_dir, b.id, scheme)
-    return BoardSession(path, b, out_dir, port=port, flasher=flasher, drive=drive, flash=flash)
+    return pipeline.session_for(path, b, out_dir, port=port, flasher=flasher, drive=drive,
+                                flash=flash)
 
 
 def validate(model: PathLike, board="host", *, inputs: PathLike | None = None,
@@ -243,7 +254,6 @@ def validate(model: PathLike, board="host", *, inputs: PathLike | None = None,
     `samples`, a stack of whole samples (n, *shape). `port`: a board
     already running this model (a serial port or pyserial URL); without it the board is built,
     started (emulators, host) or flashed (real boards: `flasher`, `drive`)."""
-    from .measure.validate import validate as run_validate
     if samples and inputs is None:
         raise QuarlError("--samples says how the --inputs arrays are laid out: pass --inputs")
     if random is not None:
@@ -253,7 +263,7 @@ def validate(model: PathLike, board="host", *, inputs: PathLike | None = None,
     path, run_dir = _model(model)
     port = _port(port)
     out_dir = Path(out) if out is not None else build_dir(path, run_dir, b.id)
-    res = run_validate(path, b, out_dir, inputs=Path(inputs) if inputs else None,
+    res = pipeline.validate(path, b, out_dir, inputs=Path(inputs) if inputs else None,
                        random_n=random, save_outputs=Path(save_outputs) if save_outputs else None,
                        port=port, seed=seed, flasher=flasher, drive=drive, samples=samples)
     return _from(ValidateResult, res, latency=Latency(**res["latency"]), out_dir=str(out_dir))
@@ -277,20 +287,16 @@ def hil(run: PathLike, board="host", *, model: str = "int8", episodes: int = 20,
     `act`: the board computes each action with the policy exported as `export` writes it
     (NAME_act, built into its firmware), checked against the host's mapping of TF Lite Micro's
     outputs every step (result.act); results hil_<board>_<model>-act.json."""
-    from .measure.deadline import check_control_hz
-    from .measure.hil import run_hil
-    if act:
-        from .measure.hil_act import run_hil_act as run_hil
     control_hz = check_control_hz(control_hz)
     _count("episodes", episodes)
     _count("seed", seed, 0)
     b = _board(board, board_file)
     port = _port(port)
-    path = Path(run)   # run_hil checks the env against the model before anything is built
-    res = run_hil(path, path.stem if path.suffix == ".tflite" else model, b, episodes,
-                  seed=seed, port=port, progress=progress, flasher=flasher, drive=drive,
-                  results_dir=Path(out) if out is not None else None, env_id=env, head=action,
-                  control_hz=control_hz)
+    path = Path(run)   # pipeline.hil checks the env against the model before anything is built
+    res = pipeline.hil(path, b, path.stem if path.suffix == ".tflite" else model, episodes,
+                       seed=seed, port=port, progress=progress, flasher=flasher, drive=drive,
+                       results_dir=Path(out) if out is not None else None, env_id=env,
+                       head=action, control_hz=control_hz, act=act)
     return _from(HilResult, res, latency=Latency(**res["latency"]))
 
 
@@ -302,9 +308,7 @@ def export(run: PathLike, board="host", *, model: str = "int8", name: str, out: 
     NAME_selftest) and the kernels it needs, every symbol prefixed with `name`; also an Arduino,
     PlatformIO, CMake / ESP-IDF and Zephyr library. `out` must be new or an earlier export
     (unless `force`). The result holds what out/quarl-edge-export.json records."""
-    from .measure.export import export_library
     if not command:          # the README's "Made by": the command that does the same
-        import shlex
         b = (f"--board-file {board_file}" if board_file is not None
              else f"--board {getattr(board, 'id', board)}")
         command = (f"quarl-edge export {shlex.quote(str(run))} --model {model} {b} --name "
@@ -328,15 +332,12 @@ def bench(run: PathLike, boards: str | Iterable = "all-emulated", *, n: int = 10
     agreement is then with the same model on TF Lite Micro). `control_hz`: each row's
     `deadline` holds the worst time per inference against the period 1/HZ (margin, meets or
     misses, jitter over n single inferences: quarl_edge/measure/deadline.py)."""
-    from .measure.bench import run_bench, select_boards
-    from .measure.deadline import check_control_hz
-    from .names import BENCH_MAX_N
     _count("n", n, 1, BENCH_MAX_N)
     _count("episodes", episodes, 0)
     control_hz = check_control_hz(control_hz)
     spec = boards if isinstance(boards, str) else ",".join(
         b if isinstance(b, str) else b.id for b in boards)
-    rows = run_bench(Path(run), select_boards(spec), n=n, out=Path(out) if out else None,
+    rows = pipeline.bench(Path(run), select_boards(spec), n=n, out=Path(out) if out else None,
                      progress=progress, episodes=episodes, env_id=env, control_hz=control_hz)
     return [_from(BenchRow, r) for r in rows]
 
@@ -348,14 +349,11 @@ def bench_per_op(run: PathLike, boards: str | Iterable = "host", *, runs: int = 
     `runs`), its share, MACs and cost per MAC, and a "total" row that holds the ops' sum
     against the whole inference of the normal build, within the timer's measured overhead.
     Written to `out` (default RUN/results)/perop.jsonl."""
-    from .measure.bench import select_boards
-    from .measure.perop import run_perop
-    from .names import BENCH_MAX_N
     _count("runs", runs, 1, BENCH_MAX_N)
     spec = boards if isinstance(boards, str) else ",".join(
         b if isinstance(b, str) else b.id for b in boards)
-    return run_perop(Path(run), select_boards(spec), runs=runs,
-                     out=Path(out) if out else None, env_id=env)
+    return pipeline.bench_per_op(Path(run), select_boards(spec), runs=runs,
+                                 out=Path(out) if out else None, env_id=env)
 
 
 def study(config: PathLike, *, out: PathLike | None = None, workers: int = 1,
@@ -363,7 +361,7 @@ def study(config: PathLike, *, out: PathLike | None = None, workers: int = 1,
           progress: bool = False) -> StudySummary:
     """Run (or resume) the study grid in the TOML file `config`; one JSON line per finished
     cell in OUT/results.jsonl (default results/<study name>)."""
-    from .study.grid import run_study
+    from .study.grid import run_study  # lazy: the package would shadow qe.study
     _count("workers", workers)
     res = run_study(Path(config), out=Path(out) if out else None, workers=workers,
                     resume=resume, ray_address=ray, redo=list(redo),
@@ -376,7 +374,7 @@ def study_status(config: PathLike, *, out: PathLike | None = None, workers: int 
     OUT/results.jsonl while it runs or between `--resume` runs: a
     quarl_edge.study.status.StudyStatus (rows and runs done per task, the worker time a finished
     run took, and an estimate of the wall time left on `workers` processes)."""
-    from .study.status import study_status as status
+    from .study.status import study_status as status  # lazy: the package would shadow qe.study
     _count("workers", workers)
     return status(Path(config), out=Path(out) if out else None, workers=workers)
 
@@ -389,7 +387,7 @@ def farm_node(*, head: bool = False, address: str | None = None, port: int = 637
     board it can serve: board:host, board:<emulated id>: `instances`, board:<id>: 1 per attached
     real board; `resources`: a JSON object of more), or with `dry_run` only say what it would
     run: {"resources": {...}, "command": [...], "returncode": int | None}."""
-    from .study.farm import farm_node as start_node
+    from .study.farm import farm_node as start_node  # lazy: the package would shadow qe.study
     return start_node(head=head, address=address, port=port, instances=instances,
                       num_cpus=num_cpus, resources_json=resources, dry_run=dry_run,
                       extra=list(ray_args))
@@ -400,7 +398,7 @@ def report(results: PathLike, *, out: PathLike | None = None, tolerance: float =
     """Markdown and HTML report (figures, QuaRL claim verdicts) of a study's results.jsonl;
     `bench`: bench.jsonl files of `bench(..., episodes=N)` for the board section (reward,
     latency and memory per board and scheme)."""
-    from .study.report import write_report
+    from .study.report import write_report  # lazy: the package would shadow qe.study
     paths = write_report(Path(results), Path(out) if out else None, tolerance=tolerance,
                          bench=[Path(b) for b in bench])
     return ReportResult(str(paths["markdown"]), str(paths["html"]))
@@ -416,15 +414,12 @@ def emulate(board: str, *, board_file: PathLike | None = None):
     """Start the emulation of a real board as it comes (quarl_edge/targets/emulate.py): a
     running board with `url` (its port), `lines` (what `quarl-edge emulate` prints) and
     `notes`; a context manager that stops it."""
-    from .targets.emulate import emulate as start_emulation
     return start_emulation(_board(board, board_file))
 
 
 def boards() -> list[BoardInfo]:
     """Every board quarl-edge knows (the shipped board files and the user's), with whether its
     toolchain and flash tools are installed here."""
-    from .targets.boards import all_boards
-    from .targets.flash_tools import describe_tools
     out = []
     for b in all_boards().values():
         missing = b.missing_tools()
@@ -439,5 +434,4 @@ def boards() -> list[BoardInfo]:
 
 def ports() -> list:
     """The attached serial ports, and which of our boards each one is (by USB VID:PID)."""
-    from .targets.ports import list_ports
     return list_ports()

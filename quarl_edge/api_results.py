@@ -127,7 +127,7 @@ class StudySummary:
     @property
     def complete(self) -> bool:
         """Every row finished: ok, skipped, or a board it does not fit (no error rows)."""
-        from .study.results import STATUS_DONE   # lazy: it imports the study's planner (2 s)
+        from .study.results import STATUS_DONE  # lazy: the package would shadow qe.study
         return set(self.status) <= set(STATUS_DONE)
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from . import api
 from .resources import examples_dir
+from .run import Run
 
 SCHEMES = ("fp32", "fp16", "int8")
 BOARD_SCHEMES = ("fp32", "int8")     # what the firmware runs (fp16 is a host-only size variant)
@@ -31,7 +32,7 @@ def prepare_run(pretrained: bool, workdir: Path, steps: int | None, seed: int) -
         run = workdir / "cartpole_dqn-pretrained"
         if run.exists():
             shutil.rmtree(run)
-        shutil.copytree(src, run, ignore=shutil.ignore_patterns("build", "results"))
+        Run(src).copy_to(run)
         print(f"[1/5] using the shipped example run {src} (copied to {run})")
         return run
     run = workdir / f"cartpole_dqn-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -65,7 +66,7 @@ def demo(pretrained: bool = False, board_id: str = "mps2-an386", episodes: int =
     print("[5/5] results (same seeds 0.." f"{episodes - 1} for every row)\n")
     print_table(results, board.id)
     print(f"agreement = share of the board's actions equal to the fp32 network's on the states the "
-          f"board visited. Results: {run / 'results'}")
+          f"board visited. Results: {Run(run).results_dir(make=False)}")
     return [dataclasses.asdict(r) for r in results.values()]
 
 

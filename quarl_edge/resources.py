@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 from importlib import resources
 from pathlib import Path
+from .errors import QuarlError
 
 HOME_ENV = "QUARL_EDGE_HOME"
 BOARDS_ENV = "QUARL_EDGE_BOARDS"
@@ -59,7 +60,6 @@ def project_root() -> Path:
     for _, root in tried:
         if _is_root(root):
             return root
-    from .errors import QuarlError
     where = "; ".join(f"{what}: {root}" for what, root in tried)
     if os.environ.get(HOME_ENV):
         raise QuarlError(f"cannot find firmware/core under ${HOME_ENV} ({tried[0][1]}); point it "

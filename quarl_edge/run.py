@@ -17,6 +17,13 @@ of them imports an algorithm. A run directory RUN holds:
     RUN/train_curve.csv     step, running train episode return, greedy validation return, loss
     RUN/models/<scheme>.tflite   the quantized models (quarl_edge.quant)
     RUN/calibration.npy     the observations the integer schemes were calibrated on
+    RUN/build/<board>/<scheme>/  a firmware build (targets/build.py: gen/, firmware.elf,
+                            build.log, memory.json)
+    RUN/results/            hil, bench and bench --per-op results (quarl_edge.measure)
+
+`Run` names every one of these paths and writes into them (through quarl_edge/files.py); no
+other module spells a path of the run directory. A bare MODEL.tflite's folder is laid out the
+same way for its builds and results (`Run(MODEL.parent)`).
 
 Seeds: training selects its best checkpoint on the validation seeds VALIDATION_SEED_BASE + k,
 never on the test seeds 0..N that evaluation uses.
@@ -27,11 +34,14 @@ from __future__ import annotations
 
 import json
 import platform
+import shutil
 from importlib import metadata
 from pathlib import Path
 
+import numpy as np
+
 from .errors import QuarlError
-from .files import check_inside, loads_json, write_atomic
+from .files import check_inside, loads_json, subdir, write_atomic, write_npy
 from .schema import Key, check
 
 VALIDATION_SEED_BASE = 10_000
@@ -68,10 +78,146 @@ RUN_KEYS = {
     "action_head": Key(str, choices=("argmax", "identity", "scale")),
 }
 
+RUN_JSON, MODELS, CALIBRATION, BUILD, RESULTS = (
+    "run.json", "models", "calibration.npy", "build", "results")
+POLICY_DIR, TRAIN_CURVE = "policy", "train_curve.csv"
+
+
+class Run:
+    """A run directory: every path in it, and the writes into it.
+
+    Paths are only named (nothing is made) except by the methods that say "made": those create
+    the folder, refusing a symlink there that leads out of the run (files.subdir). Writes go
+    through files.write_atomic / write_npy: a temporary name, then a rename over the path (a
+    symlink planted there is replaced, never written through)."""
+
+    def __init__(self, path):
+        self.dir = Path(path)
+
+    def __repr__(self) -> str:
+        return f"Run({str(self.dir)!r})"
+
+    def __fspath__(self) -> str:
+        return str(self.dir)
+
+    # -------------------------------------------------------------------- run.json, networks
+    @property
+    def meta_path(self) -> Path:
+        """RUN/run.json."""
+        return self.dir / RUN_JSON
+
+    def is_run(self) -> bool:
+        return self.meta_path.is_file()
+
+    def load(self) -> dict:
+        return load_run(self.dir)
+
+    def write_meta(self, info: dict) -> None:
+        write_run(self.dir, info)
+
+    def network_path(self) -> Path:
+        """RUN/<model file> (run.json's "model_file"), refused when it leads outside RUN."""
+        return keras_path(self.dir)
+
+    def network_file(self, name: str) -> Path:
+        """RUN/NAME for a network file a trainer or importer writes (qnet.keras, policy.keras,
+        recurrent.npz), NAME a plain file name."""
+        if Path(name).name != name or name in ("", ".", ".."):
+            raise QuarlError(f"{name!r} is not a file name in a run directory")
+        return self.dir / name
+
+    @property
+    def policy_dir(self) -> Path:
+        """RUN/policy/: the TF-Agents SavedModel of the greedy policy."""
+        return self.dir / POLICY_DIR
+
+    @property
+    def train_curve(self) -> Path:
+        """RUN/train_curve.csv."""
+        return self.dir / TRAIN_CURVE
+
+    def load_keras(self):
+        return load_keras(self.dir)
+
+    # ------------------------------------------------------------------------------- models
+    @property
+    def models_dir(self) -> Path:
+        """RUN/models (named, not made)."""
+        return self.dir / MODELS
+
+    def check_models_dir(self) -> None:
+        """A symlink at RUN/models leading out of the run: refused (said before a conversion)."""
+        if self.models_dir.is_symlink():
+            check_inside(self.models_dir, self.dir, "a folder quarl-edge writes in")
+
+    def model_path(self, scheme: str) -> Path:
+        """RUN/models/<scheme>.tflite, named whether or not it exists."""
+        return self.models_dir / f"{scheme}.tflite"
+
+    def tflite(self, scheme: str) -> Path:
+        """RUN/models/<scheme>.tflite, which must exist and stay in the run."""
+        return tflite_path(self.dir, scheme)
+
+    def has_model(self, scheme: str) -> bool:
+        return self.model_path(scheme).is_file()
+
+    def write_model(self, scheme: str, flatbuffer: bytes) -> Path:
+        """RUN/models/<scheme>.tflite written whole (RUN/models made)."""
+        out = subdir(self.dir, MODELS) / f"{scheme}.tflite"
+        write_atomic(out, flatbuffer)
+        return out
+
+    # -------------------------------------------------------------------------- calibration
+    @property
+    def calibration_path(self) -> Path:
+        return self.dir / CALIBRATION
+
+    def save_calibration(self, calibration) -> Path:
+        """RUN/calibration.npy, written whole (a full disk keeps the previous one)."""
+        write_npy(self.calibration_path, np.asarray(calibration))
+        return self.calibration_path
+
+    def load_calibration(self) -> np.ndarray | None:
+        """RUN/calibration.npy as an array (None when the run has none); refused when it leads
+        out of the run."""
+        path = self.calibration_path
+        if not path.is_file():
+            return None
+        check_inside(path, self.dir, "the run's calibration observations")
+        return np.load(path)
+
+    # ----------------------------------------------------------------------- builds, results
+    def build_dir(self, board_id: str, label: str, make: bool = True) -> Path:
+        """RUN/build/<board>/<label> (label: the scheme, or scheme-perop, ...); made unless
+        `make` is False."""
+        if make:
+            return subdir(self.dir, BUILD, board_id, label)
+        return self.dir / BUILD / board_id / label
+
+    def gen_dir(self, board_id: str, label: str) -> Path:
+        """RUN/build/<board>/<label>/gen: the generated C of that build (targets/build.py)."""
+        return self.build_dir(board_id, label, make=False) / "gen"
+
+    def results_dir(self, make: bool = True) -> Path:
+        """RUN/results (made unless `make` is False)."""
+        return subdir(self.dir, RESULTS) if make else self.dir / RESULTS
+
+    def copy_to(self, dest: Path) -> "Run":
+        """A copy of the run at `dest` (new) without its builds and results."""
+        shutil.copytree(self.dir, dest, ignore=shutil.ignore_patterns(BUILD, RESULTS))
+        return Run(dest)
+
+    def write(self, name: str, data: str | bytes) -> Path:
+        """RUN/NAME written whole (a file of the run's own: study-train.json, ...)."""
+        path = self.network_file(name)
+        write_atomic(path, data)
+        return path
+
+
 def load_run(run_dir: Path) -> dict:
     """RUN/run.json as a dict, its keys checked (RUN_KEYS); a QuarlError naming the file and
     the key when RUN is not a run directory or its run.json lacks or mistypes one."""
-    meta = Path(run_dir) / "run.json"
+    meta = Path(run_dir) / RUN_JSON
     if not meta.is_file():
         raise QuarlError(f"{run_dir} is not a run directory (no run.json); train one with "
                          "`quarl-edge train` or use examples/cartpole_dqn")
@@ -84,13 +230,13 @@ def load_run(run_dir: Path) -> dict:
 
 def write_run(run_dir: Path, info: dict) -> None:
     """Write RUN/run.json through a temporary file, so a crash never leaves half a file."""
-    write_atomic(Path(run_dir) / "run.json", json.dumps(info, indent=2) + "\n")
+    write_atomic(Path(run_dir) / RUN_JSON, json.dumps(info, indent=2) + "\n")
 
 
 def keras_path(run_dir: Path) -> Path:
     """RUN/<model file>: run.json's "model_file" (qnet.keras for runs that predate it), which
     must stay in RUN (after symlinks): a run directory from elsewhere names no file outside."""
-    meta = Path(run_dir) / "run.json"
+    meta = Path(run_dir) / RUN_JSON
     name = "qnet.keras"
     if meta.is_file():
         name = load_run(run_dir).get("model_file", name)
@@ -105,13 +251,13 @@ def load_keras(run_dir: Path):
     if not path.is_file():
         raise QuarlError(f"no trained model at {path}: run `train` into {run_dir} first")
     model = safe_load_keras(path)
-    meta = load_run(run_dir) if (Path(run_dir) / "run.json").is_file() else None
+    meta = load_run(run_dir) if (Path(run_dir) / RUN_JSON).is_file() else None
     # (a recurrent run's network also takes a time axis and its state)
     if meta and not (meta.get("network") or {}).get("recurrent") and isinstance(
             model.input_shape, tuple):
         want, has = tuple(meta["obs_shape"]), tuple(model.input_shape[1:])
         if len(has) != len(want) or any(h is not None and h != w for h, w in zip(has, want)):
-            raise QuarlError(f"{Path(run_dir) / 'run.json'}: obs_shape {list(want)}, but "
+            raise QuarlError(f"{Path(run_dir) / RUN_JSON}: obs_shape {list(want)}, but "
                              f"{path.name} takes observations of shape {list(has)}")
     return model
 
@@ -228,7 +374,7 @@ def _unsafe_layers(config):
 
 def tflite_path(run_dir: Path, scheme: str) -> Path:
     """RUN/models/<scheme>.tflite, which must exist (made by `quarl-edge quantize`)."""
-    path = Path(run_dir) / "models" / f"{scheme}.tflite"
+    path = Path(run_dir) / MODELS / f"{scheme}.tflite"
     if not path.is_file():
         raise QuarlError(f"no {scheme} model in {run_dir}/models; make it with "
                          f"`quarl-edge quantize {run_dir} --scheme {scheme}`")

@@ -24,6 +24,7 @@ RANKS = {"quarl_edge.errors": 0, "quarl_edge.resources": 0, "quarl_edge.run": 0,
          "quarl_edge.rl": 1, "quarl_edge.importers": 2, "quarl_edge.quant": 2,
          "quarl_edge.converters": 3,
          "quarl_edge.targets": 4, "quarl_edge.link": 5, "quarl_edge.measure": 6,
+         "quarl_edge.pipeline": 6.5,    # the steps composed once: study and the API call it
          "quarl_edge.study": 7, "quarl_edge.api": 8, "quarl_edge.api_results": 8,
          "quarl_edge.demo": 8, "quarl_edge.cli": 9, "quarl_edge": 9}
 # What the rest of quarl-edge may import from the rl stage: its entry point, the environment
@@ -190,9 +191,74 @@ def test_the_cli_goes_through_the_python_api():
 
 
 def test_the_demo_goes_through_the_python_api():
-    """demo.py runs the pipeline as a user's script would: through quarl_edge.api, no stage."""
-    assert GRAPH["quarl_edge.demo"] <= {"quarl_edge.api", "quarl_edge.resources"}
+    """demo.py runs the pipeline as a user's script would: through quarl_edge.api (whose
+    functions are the pipeline's steps), no stage; the run directory through its Run."""
+    assert GRAPH["quarl_edge.demo"] <= {"quarl_edge.api", "quarl_edge.resources",
+                                        "quarl_edge.run"}
     assert "quarl_edge.api" in GRAPH["quarl_edge.demo"]
+
+
+def test_the_pipeline_is_composed_once():
+    """pipeline.py composes the stages (rl, quant, targets, link, measure); the API and the
+    study's cells call it rather than the stages' entry points it wraps."""
+    assert {"quarl_edge.rl.train", "quarl_edge.quant.schemes", "quarl_edge.targets.build",
+            "quarl_edge.link.session", "quarl_edge.measure.hil"} <= GRAPH["quarl_edge.pipeline"]
+    # (rl.train's config helpers are the study's to read; its train() is the pipeline's)
+    wrapped = {"quarl_edge.quant.schemes", "quarl_edge.measure.hil",
+               "quarl_edge.measure.hil_act", "quarl_edge.link.session",
+               "quarl_edge.measure.validate", "quarl_edge.measure.perop"}
+    for user in ("quarl_edge.api", "quarl_edge.study.cells"):
+        assert "quarl_edge.pipeline" in GRAPH[user], user
+        assert not GRAPH[user] & wrapped, (user, GRAPH[user] & wrapped)
+
+
+# Project imports made inside a function: at most this many, each commented `# lazy: <why>` on
+# its line (TensorFlow, onnx and the like, which a core install may lack or which take seconds).
+MAX_LAZY_IMPORTS = 25
+
+
+def lazy_imports(root: Path = ROOT) -> list[tuple[str, int, str]]:
+    """(file, line, its text) of every import of a quarl_edge module (absolute or relative)
+    nested in a function, in quarl_edge/ and converters/."""
+    out = []
+    for path in modules(root).values():
+        text = path.read_text()
+        lines = text.splitlines()
+
+        def walk(node, in_function):
+            for child in ast.iter_child_nodes(node):
+                inner = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))
+                ours = (isinstance(child, ast.ImportFrom)
+                        and (child.level > 0 or (child.module or "").startswith("quarl_edge"))
+                        or isinstance(child, ast.Import)
+                        and any(a.name.split(".")[0] == "quarl_edge" for a in child.names))
+                if in_function and ours:
+                    out.append((str(path.relative_to(root)), child.lineno,
+                                "\n".join(lines[child.lineno - 1:child.end_lineno])))
+                walk(child, inner)
+        walk(ast.parse(text), False)
+    return out
+
+
+def test_project_imports_sit_at_the_top_of_their_module():
+    """A reader (and this file's graph) follows a call from the API into a stage by the imports
+    at the top; the few made inside a function say why with a `# lazy:` comment."""
+    found = lazy_imports()
+    assert len(found) <= MAX_LAZY_IMPORTS, "\n".join(f"{f}:{n}: {t}" for f, n, t in found)
+    bare = [f"{f}:{n}: {t}" for f, n, t in found if "# lazy:" not in t]
+    assert bare == [], "imports inside functions without a `# lazy: <why>` comment:\n" + \
+        "\n".join(bare)
+
+
+def test_the_lazy_import_check_sees_nested_imports(tmp_path):
+    """The counter finds an import nested in a function, not one at the top."""
+    (tmp_path / "quarl_edge").mkdir()
+    (tmp_path / "converters").mkdir()
+    (tmp_path / "quarl_edge" / "m.py").write_text(
+        "from .errors import QuarlError\n\ndef f():\n    from .run import Run  # lazy: x\n"
+        "    def g():\n        import quarl_edge.files\n")
+    found = lazy_imports(tmp_path)
+    assert [(n, "# lazy:" in t) for _, n, t in found] == [(4, True), (6, False)]
 
 
 def test_the_names_module_is_a_foundation_module():
@@ -205,7 +271,8 @@ def test_the_names_module_is_a_foundation_module():
 def test_the_graph_reader_sees_the_imports_it_checks():
     """The checks above can fail: the reader finds known arrows, lazy ones included."""
     assert "quarl_edge.targets.build" in GRAPH["quarl_edge.link.session"]
-    assert "quarl_edge.converters.cgen" in GRAPH["quarl_edge.targets.build"]   # inside build()
+    assert "quarl_edge.converters.cgen" in GRAPH["quarl_edge.targets.build"]
+    assert "quarl_edge.rl.tf_env" in GRAPH["quarl_edge.rl.dqn"]       # inside _envs()
     assert "quarl_edge.link.protocol" in GRAPH["quarl_edge.link.runner"]       # from . import
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == [["a", "b", "c"]]
 
@@ -222,9 +289,10 @@ def test_the_file_writer_is_a_foundation_module():
     """Every stage writes its files through quarl_edge.files (temporary name, rename, no
     symlink followed, a full disk in one line): it stands on the errors alone."""
     assert GRAPH["quarl_edge.files"] <= {"quarl_edge.errors"}
-    for user in ("quarl_edge.run", "quarl_edge.quant.schemes", "quarl_edge.targets.build",
+    for user in ("quarl_edge.run", "quarl_edge.importers.common", "quarl_edge.targets.build",
                  "quarl_edge.measure.bench", "quarl_edge.measure.hil", "quarl_edge.study.report"):
         assert "quarl_edge.files" in GRAPH[user], user
+    assert "quarl_edge.run" in GRAPH["quarl_edge.quant.schemes"]     # its models: Run's writes
 
 
 if __name__ == "__main__":

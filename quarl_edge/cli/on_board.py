@@ -13,6 +13,7 @@ from .options import (board_option, command, flash_options, int_in, json_option,
                       nonnegative_int, port_option, positive_int)
 from .output import (EXIT_MISMATCH, EXIT_OK, as_json, cost, emit_json, kib, note, printable,
                      share, table)
+from .perop_table import print_perop
 
 
 def add_commands(sub) -> None:
@@ -364,9 +365,9 @@ def cmd_bench(a, qe):
         if a.episodes or a.control_hz is not None:
             raise QuarlError("--per-op times each op in its own build; run --episodes and "
                              "--control-hz in a bench without it")
-        from .perop_table import print_perop
         rows = qe.bench_per_op(a.run, a.boards, runs=a.n, out=a.out, env=a.env)
-        return emit_json(rows) if a.json else print_perop(rows, a)
+        return emit_json(rows) if a.json else print_perop(rows, a, a.out or
+                                                          qe.results_dir(a.run))
     rows = qe.bench(a.run, a.boards, n=a.n, out=a.out, progress=not a.json, episodes=a.episodes,
                     env=a.env, control_hz=a.control_hz)
     if a.json:
@@ -413,6 +414,5 @@ def cmd_bench(a, qe):
     if any(r.unit == "instructions" for r in rows):
         note("instructions are counted by QEMU (-icount): exact and repeatable; the time at the "
              "board clock assumes one instruction per cycle (an estimate)")
-    home = Path(a.run).parent if Path(a.run).suffix == ".tflite" else Path(a.run)
-    note(f"wrote the rows to {Path(a.out) if a.out else home / 'results'}"
+    note(f"wrote the rows to {Path(a.out) if a.out else qe.results_dir(a.run)}"
          "/bench.jsonl and bench.md")

@@ -10,7 +10,7 @@ def _shape(shapes: list) -> str:
     return " ".join("x".join(map(str, s)) or "scalar" for s in shapes)
 
 
-def print_perop(rows: list[dict], a) -> None:
+def print_perop(rows: list[dict], a, out_dir) -> None:
     """The op rows of each cell as a table, and the line that checks their sum."""
     for total in (r for r in rows if r["kind"] == "total"):
         b, sch = total["board"], total["scheme"]
@@ -34,5 +34,4 @@ def print_perop(rows: list[dict], a) -> None:
               + f" = {total['tolerance']:,})")
     note(f"each op: the smallest of {a.n} runs of a per-op build, less the timer's overhead (an "
          "empty start/stop of the same counter); the whole: the normal build's BENCH minimum")
-    home = Path(a.run).parent if Path(a.run).suffix == ".tflite" else Path(a.run)
-    note(f"wrote the rows to {Path(a.out) if a.out else home / 'results'}/perop.jsonl")
+    note(f"wrote the rows to {Path(out_dir)}/perop.jsonl")

@@ -191,6 +191,6 @@ def _add_demo(sub) -> None:
 
 def cmd_demo(a, qe):
     """demo: the pipeline, which prints its own table."""
-    from ..demo import demo     # lazy: it imports gymnasium and the stages (0.2 s), not --help's
+    from ..demo import demo     # lazy: demo imports the API and so every stage (gymnasium, the generator); --help must not
     demo(pretrained=a.pretrained, board_id=a.board, episodes=a.episodes, workdir=Path(a.workdir),
          steps=a.steps, board_file=a.board_file)

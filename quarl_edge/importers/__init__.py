@@ -19,17 +19,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..names import IMPORT_KINDS as KINDS
+from . import keras_policy, onnx_policy, rl_zoo, savedmodel, sb3
+from .bounded import check_finite
 from .common import PolicyImportError, fidelity, write_imported_run
-
 
 
 def detect_kind(source: Path) -> str:
     """The importer for a path, from what the file is (its first bytes), not only its name."""
     if source.is_dir():
-        from .rl_zoo import is_run
         if (source / "saved_model.pb").is_file():
             return "savedmodel"
-        if is_run(source):
+        if rl_zoo.is_run(source):
             return "rl-zoo"
         raise PolicyImportError(f"{source}: a directory without saved_model.pb (not a SavedModel) "
                            "nor an RL Zoo run (an SB3 zip beside ENV/config.yml)")
@@ -59,29 +59,22 @@ def import_policy(source, out, env: str | None = None, vecnormalize=None,
     kind = kind or detect_kind(source)
     vecnorm = Path(vecnormalize) if vecnormalize else None
     if kind == "sb3":
-        from . import rl_zoo
-        from .sb3 import load
         if rl_zoo.beside(source):   # ENV.zip of a zoo run: its ENV/ folder comes with it
             imp = rl_zoo.load(source.parent, env, vecnorm, zip_path=source)
         else:
-            imp = load(source, env, vecnorm)
+            imp = sb3.load(source, env, vecnorm)
     elif kind == "rl-zoo":
-        from .rl_zoo import load
-        imp = load(source, env, vecnorm)
+        imp = rl_zoo.load(source, env, vecnorm)
     elif kind == "onnx":
-        from .onnx_policy import load
-        imp = load(source, env)
+        imp = onnx_policy.load(source, env)
     elif kind == "keras":
-        from .keras_policy import load
-        imp = load(source, env)
+        imp = keras_policy.load(source, env)
     elif kind == "savedmodel":
-        from .savedmodel import load
-        imp = load(source, env)
+        imp = savedmodel.load(source, env)
     else:
         raise PolicyImportError(f"unknown import kind {kind!r}; known: {', '.join(KINDS)}")
     if vecnormalize and kind not in ("sb3", "rl-zoo"):
         raise PolicyImportError("--vecnormalize applies to Stable-Baselines3 zips only")
-    from .bounded import check_finite
     for w in imp.model.weights:    # every importer checks its source's tensors; this, ours
         check_finite(getattr(w, "path", None) or w.name, w.numpy(), str(source),
                      PolicyImportError)

@@ -12,9 +12,13 @@ from typing import Callable
 import numpy as np
 
 from ..errors import QuarlError
-from ..files import write_npy, writing
-from ..nets import keras_call
-from ..run import package_versions, write_run
+from ..files import writing
+from ..nets import ACTIVATIONS, keras_call, mlp_layers
+from ..run import Run, package_versions
+from ..rl.envs import make_gym, outputs_to_actions, space_info
+from ..quant.calibration import (CALIBRATION_EPSILON, collect_calibration, recurrent_calibration,
+                                 rollout_observations)
+from ..rl.recurrent import WEIGHTS_FILE
 
 # Fidelity at import: the imported network against the source on this many env observations.
 FIDELITY_OBSERVATIONS = 1000
@@ -119,7 +123,6 @@ def current_env_id(env_id: str) -> tuple[str, dict | None]:
 def env_spaces(env_id: str) -> tuple[dict, dict]:
     """The env's observation and action spaces in the importers' terms (for SB3 zips whose
     spaces are only serialized: SB3 takes them from the env then, via custom_objects)."""
-    from ..rl.envs import make_gym, space_info
     env = make_gym(env_id)
     obs, act = env.observation_space, env.action_space
     env.close()
@@ -133,7 +136,6 @@ def env_spaces(env_id: str) -> tuple[dict, dict]:
 
 def env_action(env_id: str) -> dict:
     """The env's action space in check_spaces' terms (for importers whose file does not say)."""
-    from ..rl.envs import make_gym, space_info
     env = make_gym(env_id)
     info = space_info(env.action_space)
     env.close()
@@ -154,7 +156,6 @@ def check_outputs(env_id: str, n_out: int, where: str) -> None:
 def check_spaces(env_id: str, obs_shape, action: dict, where: str):
     """The env's spaces against what the policy file says; a mismatch names both. Returns the
     env's (observation_space, action_space)."""
-    from ..rl.envs import make_gym
     env = make_gym(env_id)
     obs_space, act_space = env.observation_space, env.action_space
     env.close()
@@ -197,7 +198,6 @@ def rounding_bound(layers, obs: np.ndarray, chunk: int = 100) -> np.ndarray | No
     error becomes a fresh one of its size (they are 1-Lipschitz); tanh its slope, plus a fresh
     error for its curvature (|tanh''| <= 0.77, so 0.385 r^2 for an error of size r) and 4 u
     for its own float32 evaluation. The bound is the sum of the magnitudes at the output."""
-    from ..nets import ACTIVATIONS
     if any(act not in ("linear", "relu", "relu6", "tanh") for _, _, act in layers):
         return None
     obs = np.asarray(obs, np.float64).reshape(len(obs), -1)
@@ -240,8 +240,6 @@ def fidelity(imp: Imported, seed: int = 0) -> dict:
     """The imported network against the source on FIDELITY_OBSERVATIONS observations from
     rollouts of the imported policy in the env (epsilon-greedy, off the test seeds): exact argmax
     agreement for discrete heads, max abs error of the actions for continuous ones."""
-    from ..quant.calibration import rollout_observations
-    from ..rl.envs import make_gym, outputs_to_actions
 
     ours = keras_call(imp.model)
     obs = rollout_observations(imp.env_id, ours, size=FIDELITY_OBSERVATIONS, seed=seed)
@@ -294,7 +292,6 @@ def _tolerance(imp: Imported, obs: np.ndarray, shape) -> np.ndarray | float:
     against an exact reference (the action head clips to the bounds, which is 1-Lipschitz)."""
     if not imp.rounding_bound:
         return MAX_ABS_ERROR
-    from ..nets import mlp_layers
     try:
         layers = mlp_layers(imp.model)
     except QuarlError:
@@ -308,7 +305,6 @@ def _tolerance(imp: Imported, obs: np.ndarray, shape) -> np.ndarray | float:
 def write_imported_run(imp: Imported, out: Path, fid: dict, extra: dict | None = None) -> dict:
     """RUN = out: run.json, policy.keras and calibration.npy, made in a temporary folder beside
     it and renamed into place at the end (nothing is left at `out` on an error)."""
-    from ..rl.envs import make_gym, space_info
 
     out = Path(out)
     if out.is_symlink():        # the run is renamed into place: it must not land elsewhere
@@ -323,7 +319,8 @@ def write_imported_run(imp: Imported, out: Path, fid: dict, extra: dict | None =
     with writing(tmp):
         tmp.mkdir()
     try:
-        imp.model.save(tmp / "policy.keras")
+        run = Run(tmp)
+        imp.model.save(run.network_file("policy.keras"))
         env = make_gym(imp.env_id)
         space = env.action_space
         info = {
@@ -339,17 +336,14 @@ def write_imported_run(imp: Imported, out: Path, fid: dict, extra: dict | None =
         env.close()
         if hasattr(space, "n"):
             info["n_actions"] = int(space.n)
-        write_run(tmp, info)
-        from ..quant.calibration import (CALIBRATION_EPSILON, collect_calibration,
-                                         recurrent_calibration)
+        run.write_meta(info)
         if imp.recurrent is not None:
-            from ..rl.recurrent import WEIGHTS_FILE
-            imp.recurrent.save(tmp / WEIGHTS_FILE)
+            imp.recurrent.save(run.network_file(WEIGHTS_FILE))
             calibration = recurrent_calibration(imp.env_id, imp.recurrent, 1000, 10, 0,
                                                 CALIBRATION_EPSILON)
         else:
             calibration = collect_calibration(tmp)
-        write_npy(tmp / "calibration.npy", calibration)
+        run.save_calibration(calibration)
         if out.exists():
             out.rmdir()
         os.replace(tmp, out)

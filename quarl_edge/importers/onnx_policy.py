@@ -51,6 +51,7 @@ import numpy as np
 from ..nets import keras_mlp
 from .bounded import MAX_WEIGHTS_BYTES, read_file, short, text
 from .common import Imported, PolicyImportError, check_outputs, check_spaces, env_action, sha256
+from ..rl.envs import make_gym
 
 
 def _modules():
@@ -94,7 +95,7 @@ def read_model(path: Path):
     """The model, read within MAX_WEIGHTS_BYTES (with its external data), checked as ONNX and
     for its ops' domains, before anything evaluates any of it (onnx_graph.py)."""
     import onnx
-    from .onnx_graph import check_domains, load_external_data
+    from .onnx_graph import check_domains, load_external_data  # lazy: imports onnx (optional)
     raw = read_file(path, MAX_WEIGHTS_BYTES, "an ONNX file", PolicyImportError)
     try:
         model = onnx.load_model_from_string(raw)
@@ -115,7 +116,7 @@ def load(path: Path, env_id: str | None) -> Imported:
     """An ONNX policy as an imported policy: its nodes mapped onto Keras layers, checked
     against onnxruntime running the graph's live nodes."""
     onnx, ort = _modules()
-    from .onnx_layers import graph_to_layers   # needs onnx, which _modules() found
+    from .onnx_layers import graph_to_layers  # lazy: imports onnx (optional), which _modules() found
     path = Path(path)
     if env_id is None:
         raise PolicyImportError(f"{path}: an ONNX model does not say its environment: give --env ID")
@@ -127,7 +128,6 @@ def load(path: Path, env_id: str | None) -> Imported:
                            "the graph?): export the network before the argmax")
     layers, n_in, out_name, front, checked = graph_to_layers(model, str(path))
     env_act = env_action(env_id)
-    from ..rl.envs import make_gym   # heavy: gymnasium and the env registrations
     env = make_gym(env_id)
     obs_shape = tuple(env.observation_space.shape)
     env.close()

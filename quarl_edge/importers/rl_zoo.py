@@ -18,6 +18,7 @@ from pathlib import Path
 
 from .bounded import MAX_NESTING, MAX_YAML_BYTES, MAX_YAML_NODES, read_file, short, text
 from .common import PolicyImportError
+from . import sb3
 
 ORDERED_DICT_TAG = "tag:yaml.org,2002:python/object/apply:collections.OrderedDict"
 
@@ -175,7 +176,6 @@ def load(folder: Path, env_id: str | None, vecnormalize: Path | None = None,
          zip_path: Path | None = None):
     """Import the zoo run `folder` (or `zip_path` inside it): the SB3 zip with ENV/'s
     VecNormalize statistics, after checking ENV/config.yml and ENV/args.yml."""
-    from . import sb3
 
     folder = Path(folder)
     env_dir = _env_dir(folder)

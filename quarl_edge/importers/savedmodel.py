@@ -39,7 +39,8 @@ import numpy as np
 from ..errors import QuarlError
 from ..nets import keras_mlp
 from .bounded import MAX_WEIGHTS_BYTES, check_finite, read_file
-from .common import Imported, PolicyImportError, check_spaces, diagonal_scale, env_action, sha256
+from .common import (Imported, PolicyImportError, check_spaces, diagonal_scale, env_action,
+                     fidelity, sha256)
 
 
 # Every op type in the PolicySaver outputs of quarl-edge's DQN, PPO (categorical and normal),
@@ -225,7 +226,6 @@ def load(path: Path, env_id: str | None) -> Imported:
                            if k != obs_keys[0]}})
         return out["action"].numpy().reshape(n, -1)
 
-    from .common import fidelity
     tried = []
     for act in ("relu", "tanh"):
         model = keras_mlp(obs_shape, _network(kind, layers, act, action, str(path)),

@@ -15,6 +15,7 @@ from .sb3_format import activation_of
 from .sb3_forward import ACT
 from .sb3_networks import check_chain, linear, sequential
 from .vecnormalize import read_vecnormalize, vecnormalize_file
+from ..rl.envs import make_gym
 
 
 def recurrent_layers(sd: dict, act: str, path: Path):
@@ -77,7 +78,6 @@ def _recurrent_fidelity(env_id: str, layers, folded, norm: dict, episodes: int =
     in numpy (unfolded, unclipped) on greedy episodes of the imported policy, state reset at
     each start (seeds off the test seeds): the same argmax at every step, and how far the cell
     state got (past CELL_CLIP the converted LSTM clips where SB3's does not)."""
-    from ..rl.envs import make_gym   # heavy: gymnasium and the env registrations
     ref_step = _lstm_reference(layers, norm)
     env = make_gym(env_id)
     steps = agree = 0

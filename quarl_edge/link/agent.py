@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from . import protocol as P
+from ..tflite_host import Interpreter, resolver
 
 MAX_PAYLOAD = 4096
 DTYPE_NAMES = {np.dtype(np.float32): "float32", np.dtype(np.int8): "int8",
@@ -42,7 +43,6 @@ DTYPE_NAMES = {np.dtype(np.float32): "float32", np.dtype(np.int8): "int8",
 
 class Agent:
     def __init__(self, model_path: Path, board_id: str = "linux-tflite"):
-        from ..tflite_host import Interpreter, resolver
         self.model_path = Path(model_path)
         data = self.model_path.read_bytes()
         self.model_hash = hashlib.sha256(data).digest()[:8]

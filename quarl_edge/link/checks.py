@@ -13,6 +13,7 @@ from pathlib import Path
 from ..converters.tensor import TensorSpec
 from ..errors import ProtocolError
 from . import protocol as P
+from ..converters.tflite_model import load
 
 # The smallest max_payload a board may announce (the board files' own minimum): below it the
 # host's chunks of streamed tensors would not fit a frame.
@@ -33,7 +34,6 @@ def impossible(url: str, what: str) -> ProtocolError:
 
 def model_specs(model_path: Path) -> tuple[list[TensorSpec], list[TensorSpec]]:
     """The model's graph inputs and outputs as a board must report them."""
-    from ..converters.tflite_model import load
     m = load(model_path)
 
     def spec(t) -> TensorSpec:

@@ -17,6 +17,7 @@ import serial
 
 from . import protocol as P
 from ..errors import BoardError
+from .fault import Serial as FaultPort
 
 # pyserial finds the fault:// handler as quarl_edge.link.urlhandler.protocol_fault
 if "quarl_edge.link.urlhandler" not in serial.protocol_handler_packages:
@@ -67,7 +68,6 @@ class FramedPort:
 
     def report(self) -> dict:
         """`stats`, and on a fault:// port what it injected ("faults")."""
-        from .fault import Serial as FaultPort   # (loaded when a fault:// URL is opened)
         out = dict(self.stats)
         if isinstance(self.ser, FaultPort):
             out["faults"] = dict(self.ser.counts)

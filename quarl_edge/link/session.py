@@ -30,17 +30,21 @@ class BoardSession:
     then (`quarl-edge flash --port`: the port to flash through and talk on). A real board
     without `port` is always built, flashed (`flasher`, `drive`: quarl_edge/targets/flash.py) and found
     by its USB VID:PID. After opening a real board's port we wait its `reset_on_open_ms`.
-    `act`: (C sources, -D flags) built in beside the model (`hil --act`, measure/hil_act.py)."""
+    `act`: (C sources, -D flags) built in beside the model (`hil --act`, measure/hil_act.py).
+    `firmware`: the board's firmware already built for `model_path` (targets/build.py's
+    Firmware: quarl_edge/pipeline.py's build step); then the session only starts (or flashes)
+    the board with it. Without it, a board that runs firmware has it built here into
+    `out_dir` (the callers that build and run in one go: validate, bench --per-op)."""
 
     def __init__(self, model_path: Path, board: Board, out_dir: Path, port: str | None = None,
                  trace: bool = False, flasher: str | None = None, drive: str | None = None,
-                 flash: bool = False, extra_flags: tuple = (), act=None):
+                 flash: bool = False, extra_flags: tuple = (), act=None, firmware=None):
         self.model_path, self.board, self.out_dir, self.port = Path(model_path), board, out_dir, port
         self.extra_flags = tuple(extra_flags)   # e.g. ("-DQE_PER_OP",): a per-op build
         self.trace = trace
         self.flasher, self.drive = flasher, drive
         self.flash = flash and board.method.flashes
-        self.firmware = None
+        self.firmware = firmware
         self.running: RunningBoard | None = None
         self.link = None
         self.act = act or ((), ())
@@ -52,9 +56,10 @@ class BoardSession:
             elif not self.board.method.builds_firmware:   # runs the .tflite itself (the agent)
                 self.running = start(self.board, self.model_path)
             else:
-                self.firmware = build(self.model_path, self.board, self.out_dir,
-                                      extra_flags=self.extra_flags,
-                                      extra_sources=self.act[0], extra_defines=self.act[1])
+                if self.firmware is None:
+                    self.firmware = build(self.model_path, self.board, self.out_dir,
+                                          extra_flags=self.extra_flags,
+                                          extra_sources=self.act[0], extra_defines=self.act[1])
                 self.running = start(self.board, self.firmware.elf, port=self.port,
                                      flasher=self.flasher, drive=self.drive)
             method = self.board.method

@@ -33,19 +33,17 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import QuarlError
-from ..files import (check_inside, locked, open_new, own, read_own, remove_stale, subdir,
-                     write_atomic)
+from ..files import locked, open_new, own, read_own, remove_stale, write_atomic
 from ..link.session import BoardSession
 from ..names import BENCH_MAX_N
 from ..rl.envs import default_head, make_gym
-from ..run import load_run, tflite_path
+from ..run import Run, load_run, tflite_path
 from ..targets.boards import Board, all_boards, get_board
-from .deadline import deadline
-from .deadline import markdown as deadline_markdown
-from .energy import energy
-from .energy import markdown as energy_markdown
+from .deadline import deadline, markdown as deadline_markdown
+from .energy import energy, markdown as energy_markdown
 from .episodes import Fp32Episodes, board_episodes
 from .rows import migrate
+from .reference import check_env_fits_model
 
 SCHEMES = ("fp32", "int8")      # what a run is benched with
 
@@ -69,17 +67,19 @@ def select_boards(spec: str) -> list[Board]:
 def bench_cell(run_dir: Path, board: Board, scheme: str, n: int, obs: np.ndarray,
                flasher: str | None = None, drive: str | None = None,
                episodes: tuple[str, list[int], Fp32Episodes] | None = None,
-               control_hz: float | None = None) -> dict:
+               control_hz: float | None = None, firmware=None) -> dict:
     """One (board, scheme) row: cost and memory; with `episodes` (env id, seeds, the fp32
     network's episodes), then the board's episodes (board_episodes); with `control_hz`, the
     deadline answer (measure/deadline.py) over the first INFER and n BENCHes of one inference
     each (BENCH n gives only min, max and sum; the p99 needs every cost). `run_dir` may be a
-    bare MODEL.tflite (then `scheme` is its stem)."""
+    bare MODEL.tflite (then `scheme` is its stem). `firmware`: built already for this model
+    and board (quarl_edge/pipeline.py), else the session builds it into
+    HOME/build/<board>/<scheme>."""
     bare = run_dir.suffix == ".tflite"
     model = run_dir if bare else tflite_path(run_dir, scheme)
-    home = run_dir.parent if bare else run_dir
-    with BoardSession(model, board, subdir(home, "build", board.id, scheme),
-                      flasher=flasher, drive=drive) as s:
+    home = Run(run_dir.parent if bare else run_dir)
+    with BoardSession(model, board, home.build_dir(board.id, scheme),
+                      flasher=flasher, drive=drive, firmware=firmware) as s:
         spec = s.info.inputs[0]
         if spec.dtype != "float32":
             raise QuarlError("bench feeds float observations; the model's input must be float32")
@@ -126,7 +126,7 @@ def run_bench(run_dir: Path, boards: list[Board], n: int = 100, out: Path | None
     meta, schemes, home = _bench_target(run_dir, episodes, env_id)
     play_spec = _play_spec(run_dir, meta, episodes) if episodes else None
     obs = _bench_observation(run_dir, meta, home)
-    out = Path(out) if out else subdir(home, "results")
+    out = Path(out) if out else Run(home).results_dir()
     out.mkdir(parents=True, exist_ok=True)
     remove_stale(out)
     read_own(out / "bench.jsonl", binary=True)   # a link out of OUT: refused before the cells
@@ -160,7 +160,6 @@ def _bench_target(run_dir: Path, episodes: int, env_id: str | None) -> tuple[dic
         if episodes and env_id is None:
             raise QuarlError(f"{run_dir} is a bare model: episodes need its env (--env ID)")
         if env_id is not None:
-            from .reference import check_env_fits_model
             check_env_fits_model(env_id, run_dir, run_dir)
         return {"env": env_id, "algo": None}, (run_dir.stem,), run_dir.parent
     meta = load_run(run_dir)
@@ -185,11 +184,8 @@ def _play_spec(run_dir: Path, meta: dict, episodes: int) -> tuple[str, list[int]
 def _bench_observation(run_dir: Path, meta: dict, home: Path) -> np.ndarray:
     """What BENCH repeats: the run's first calibration observation, else the env's first
     observation, else a zero."""
-    calib = home / "calibration.npy"
-    obs = None
-    if calib.is_file() and run_dir.suffix != ".tflite":
-        check_inside(calib, home, "the run's calibration observations")
-        obs = np.load(calib)[0]
+    calib = Run(home).load_calibration() if run_dir.suffix != ".tflite" else None
+    obs = calib[0] if calib is not None else None
     if obs is None and meta["env"] is not None:
         obs = np.asarray(make_gym(meta["env"]).reset(seed=0)[0], np.float32)
     return obs if obs is not None else np.zeros(1, np.float32)

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ModelError
+from ..converters.tflite_model import load
 
 MISMATCH = "mismatch"
 REFERENCE_UNDEFINED = "reference-undefined"
@@ -62,7 +63,6 @@ def input_quantize(model_path: Path, index: int = 0) -> InputQuantize | None:
     """The QUANTIZE op of the model's input `index`, None when that input is not quantized by
     one (an integer or a float model). Read from the flatbuffer: tflite-runtime refuses models
     that TF Lite Micro runs (a FULLY_CONNECTED whose scales it finds too far apart)."""
-    from ..converters.tflite_model import load
     model = load(model_path)
     first = model.inputs[index]
     for op in model.operators:
@@ -79,7 +79,6 @@ def input_quantize(model_path: Path, index: int = 0) -> InputQuantize | None:
 def libm_ops(model_path: Path) -> list[str]:
     """The model's float ops (float32 first input) that call libm's transcendental functions,
     once each in execution order: where a libm-ulp difference can come from."""
-    from ..converters.tflite_model import load
     model = load(model_path)
     found = []
     for op in model.operators:

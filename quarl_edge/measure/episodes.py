@@ -21,8 +21,9 @@ from ..errors import BoardReset, missing_extra
 from ..link.runner import RESET_REPLAYS
 from ..rl.envs import make_gym, output_to_action
 from ..nets import keras_call
-from ..run import load_keras
+from ..run import Run, load_keras
 from .reference import TFLiteRuntime, has_state, host_reference, micro_reference
+from ..rl.recurrent import is_one_step, layers_from_keras
 
 EpisodeHook = Callable[[int, float, int], None]    # (seed, return, steps) after each episode
 
@@ -171,7 +172,7 @@ def fp32_policy(run_dir: Path) -> "Fp32Policy":
     try:
         return Fp32Policy(load_keras(run_dir))
     except ImportError as e:
-        model = Path(run_dir) / "models" / "fp32.tflite"
+        model = Run(run_dir).model_path("fp32")
         if missing_extra(e) is None or not model.is_file() or has_state(model):
             raise
         return Fp32Policy(None, tflite=TFLiteRuntime(model))
@@ -188,7 +189,6 @@ class Fp32Policy:
             self.layers = None
             self.fn = lambda x: np.stack([tflite.run([row])[0].reshape(-1) for row in x])
             return
-        from ..rl.recurrent import is_one_step, layers_from_keras
         self.layers = layers_from_keras(model) if is_one_step(model) else None
         self.fn = None if self.layers is not None else keras_call(model)
         self.reset()

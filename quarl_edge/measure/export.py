@@ -32,6 +32,11 @@ from ..targets.boards import Board
 from ..targets.build import expand_flag, kernel_sources
 from .hil import hil_target
 from .reference import host_reference
+from ..converters.library_api import API_HEADER, Policy, header, wrapper
+from ..converters.cgen import generate
+from ..converters.library import check_name, library_sources, prefixed
+from ..converters.tflite_model import load
+from ..converters.library_pkg import package_files
 
 MARKER = "quarl-edge-export.json"
 N_VECTORS = 8
@@ -47,7 +52,6 @@ def check_out(out: Path, force: bool) -> None:
 
 
 def _policy(t, n_out: int):
-    from ..converters.library_api import Policy
     space = t.space
     if hasattr(space, "n"):
         return Policy("argmax", int(space.n), start=int(space.start))
@@ -137,9 +141,6 @@ def footprint(board: Board, src: Path, name: str) -> dict | None:
 
 def _library_files(t, board: Board, name: str, tmp: Path) -> tuple[dict[str, str], dict]:
     """{relative path: text} of the src/ folder, and the facts the README and marker need."""
-    from ..converters.cgen import generate
-    from ..converters.library import library_sources, prefixed
-    from ..converters.library_api import API_HEADER, header, wrapper
     _check_kind(t.model)
     try:
         gm = generate(t.model, tmp / "gen", name=name, kernels=board.kernels)
@@ -179,7 +180,6 @@ def _library_files(t, board: Board, name: str, tmp: Path) -> tuple[dict[str, str
 
 def _check_kind(model: Path) -> None:
     """fp16 and dynamic-range (int8 weights, float activations) models: refused by name."""
-    from ..converters.tflite_model import load
     tensors = load(model).tensors
     if any(t.dtype == "float16" for t in tensors):
         raise QuarlError(f"{model.name} is a float16-weight model: export takes fp32, int8 or "
@@ -199,8 +199,6 @@ def _spec(s) -> dict:
 def export_library(target: Path, scheme: str, board: Board, name: str, out: Path,
                    env_id: str | None = None, force: bool = False, command: str = "") -> dict:
     """Write the library folder `out` (see the module docstring); its facts as a dict."""
-    from ..converters.library import check_name
-    from ..converters.library_pkg import package_files
     check_name(name)
     out = Path(out)
     check_out(out, force)

@@ -20,17 +20,17 @@ import numpy as np
 
 from .. import tflite_host
 from ..errors import QuarlError
-from ..files import locked, open_new, own, remove_stale, subdir, write_atomic, writing
+from ..files import locked, open_new, own, remove_stale, write_atomic, writing
 from ..link.runner import latency_summary
 from ..link.session import BoardSession
 from ..rl.envs import default_head, make_gym, output_to_action, play_batched
-from ..run import load_run, tflite_path
+from ..run import Run, load_run, tflite_path
 from ..targets.boards import Board
 from .deadline import deadline
 from .energy import energy
 from .episodes import (BoardPlayer, Fp32Policy, actions_equal, agreement, fp32_policy,
                        mean_std, play, reference_episodes, same_returns)
-from .reference import has_state
+from .reference import check_env_fits_model, has_state, host_reference, tflite_runtime_interpreter
 
 
 @dataclass
@@ -64,7 +64,7 @@ def hil_target(run_dir: Path, scheme: str, env_id: str | None, head: str | None)
     env = make_gym(env_id)
     space = env.action_space
     head = head or default_head(space)
-    _check_model_fits_env(mpath, env, head, run_dir / "run.json" if meta else mpath)
+    _check_model_fits_env(mpath, env, head, Run(run_dir).meta_path if meta else mpath)
     env.close()
     return HilTarget(meta, mpath, home, env_id, space, head, has_state(mpath))
 
@@ -98,7 +98,8 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
             drive: str | None = None, results_dir: Path | None = None,
             build_dir: Path | None = None, env_id: str | None = None,
             head: str | None = None, control_hz: float | None = None, play_board=None,
-            label: str | None = None) -> dict:
+            label: str | None = None, target: HilTarget | None = None,
+            fp32: Fp32Policy | None = None, firmware=None) -> dict:
     """Play `episodes` episodes of the run's env on seeds seed.. with the board choosing every
     action, then the same seeds with the same model on tflite-runtime, on TF Lite Micro (the
     reference the firmware is bit-exact with: matches_reference says whether the board's
@@ -116,14 +117,18 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
     `control_hz`: the result's "deadline" holds every step's cost against the period
     1/control_hz (measure/deadline.py).
     `play_board`: what plays the board's episodes (default _play_board; `hil --act`:
-    measure/hil_act.py), `label`: the results' and build's name for the scheme (default it)."""
+    measure/hil_act.py), `label`: the results' and build's name for the scheme (default it).
+    `target`, `fp32`, `firmware`: hil_target's and hil_fp32's answers and the board's built
+    firmware when the caller made them first (quarl_edge/pipeline.py's hil: checked, then
+    built, then played); else they are made here, the firmware by the board session."""
     run_dir = Path(run_dir)
     play_board, label = play_board or _play_board, label or scheme
-    t = hil_target(run_dir, scheme, env_id, head)
+    t = target or hil_target(run_dir, scheme, env_id, head)
     seeds = list(range(seed, seed + episodes))
     # the run's fp32 network before any episode: a run whose Keras file is refused stops here
-    fp32 = fp32_policy(run_dir) if t.meta is not None else None
-    results_dir = Path(results_dir) if results_dir is not None else subdir(t.home, "results")
+    fp32 = fp32 if fp32 is not None else hil_fp32(t, run_dir)
+    home = Run(t.home)
+    results_dir = Path(results_dir) if results_dir is not None else home.results_dir()
     results_dir.mkdir(parents=True, exist_ok=True)
     remove_stale(results_dir)
     # one result per board, model and seeds (two runs at once keep both: files.py), and the
@@ -136,8 +141,9 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
     log = EpisodeLog(partial_log, 4 * episodes, f"hil {label} on {board.id}", progress)
     try:
         build_dir = Path(build_dir) if build_dir is not None else \
-            subdir(t.home, "build", board.id, label)
-        on_board = play_board(t, board, build_dir, seeds, log, port, flasher, drive)
+            home.build_dir(board.id, label)
+        on_board = play_board(t, board, build_dir, seeds, log, port, flasher, drive,
+                              firmware=firmware)
         refs = reference_episodes(t.model, t.env_id, seeds, t.space, t.head,
                                   on_episode=log.hook)
         if refs["micro"] is None:      # TFLM cannot run fp16 and hybrid models
@@ -157,11 +163,20 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
         partial_log.unlink(missing_ok=True)     # gone unless the run failed
 
 
+def hil_fp32(t: HilTarget, run_dir: Path) -> Fp32Policy | None:
+    """The run's fp32 network (None for a bare model): loaded before any board is built, so a
+    run whose Keras file is refused stops here."""
+    return fp32_policy(run_dir) if t.meta is not None else None
+
+
 def _play_board(t: HilTarget, board: Board, build_dir: Path, seeds: list[int], log: EpisodeLog,
-                port: str | None, flasher: str | None, drive: str | None) -> dict:
+                port: str | None, flasher: str | None, drive: str | None,
+                firmware=None) -> dict:
     """The board's episodes in one BoardSession: returns, visited observations per episode,
-    actions, the cost of every inference, the wall time, memory and what the link survived."""
-    with BoardSession(t.model, board, build_dir, port=port, flasher=flasher, drive=drive) as s:
+    actions, the cost of every inference, the wall time, memory and what the link survived.
+    `firmware`: built already (pipeline.build), else the session builds it into build_dir."""
+    with BoardSession(t.model, board, build_dir, port=port, flasher=flasher, drive=drive,
+                      firmware=firmware) as s:
         if s.info.inputs[0].dtype != "float32":
             raise QuarlError("HIL needs a model with float input (quantize with float I/O)")
         player = BoardPlayer(s, t.space, t.head, stateful=t.stateful)
@@ -187,7 +202,6 @@ def _fp32_side(t: HilTarget, fp32: Fp32Policy | None, seeds: list[int],
             fp32_returns, _, _ = play(t.env_id, lambda o: output_to_action(fp32(o), space, head),
                                       seeds, log.hook("fp32"), on_start=fp32.reset)
         return fp32_returns, [output_to_action(q, space, head) for q in fp32.outputs(visited)]
-    from .reference import host_reference
     host = host_reference(t.model)
     actions = []
     for obs_k in visited:
@@ -267,7 +281,6 @@ def _write_results(results_dir: Path, board_id: str, scheme: str, result: dict, 
 def _check_model_fits_env(model: Path, env, head: str, where) -> None:
     """The model's input against the env's observations and its outputs against the action
     head, before any board is built; a mismatch names both shapes."""
-    from .reference import check_env_fits_model, tflite_runtime_interpreter
     check_env_fits_model(env.spec.id, model, where)
     outputs = tflite_runtime_interpreter(model).get_output_details()
     if len(outputs) != 1:

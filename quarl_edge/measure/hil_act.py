@@ -112,8 +112,12 @@ class ActPlayer:
 
 
 def _play_act(t: HilTarget, board: Board, build_dir: Path, seeds: list[int], log: EpisodeLog,
-              port, flasher, drive) -> dict:
-    """hil's _play_board with LIBRARY_act choosing the actions (ACT)."""
+              port, flasher, drive, firmware=None) -> dict:
+    """hil's _play_board with LIBRARY_act choosing the actions (ACT). Its firmware is always
+    built here: the exported library goes in beside the model (`firmware` must be None)."""
+    if firmware is not None:
+        raise QuarlError("hil --act builds its own firmware (the exported library beside the "
+                         "model)")
     sources, defines, facts = act_library(t, board, build_dir / "act")
     with BoardSession(t.model, board, build_dir, port=port, flasher=flasher, drive=drive,
                       act=(sources, defines)) as s:

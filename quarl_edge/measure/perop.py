@@ -33,9 +33,10 @@ import numpy as np
 from ..errors import QuarlError
 from ..files import write_atomic
 from ..link.session import BoardSession
-from ..run import tflite_path
+from ..run import Run, tflite_path
 from ..targets.boards import Board
 from ..targets.build import PER_OP_FLAG
+from .bench import _bench_observation, _bench_target
 
 
 def _session_costs(s: BoardSession, obs: np.ndarray, runs: int, per_op: bool, repeats: int):
@@ -54,12 +55,13 @@ def perop_cell(run_dir: Path, board: Board, scheme: str, runs: int, obs: np.ndar
     """The "op" rows and the "total" row of one (board, scheme) cell (the module docstring)."""
     bare = run_dir.suffix == ".tflite"
     model = run_dir if bare else tflite_path(run_dir, scheme)
-    build = (run_dir.parent if bare else run_dir) / "build" / board.id
+    home = Run(run_dir.parent if bare else run_dir)
     repeats = 3 if board.cost_unit == "ns" else 1    # wall time: its spread is measured
-    with BoardSession(model, board, build / scheme) as s:
+    with BoardSession(model, board, home.build_dir(board.id, scheme, make=False)) as s:
         wholes = _session_costs(s, obs, runs, False, repeats)
         unit = s.info.cost_unit
-    with BoardSession(model, board, build / f"{scheme}-perop", extra_flags=(PER_OP_FLAG,)) as s:
+    with BoardSession(model, board, home.build_dir(board.id, f"{scheme}-perop", make=False),
+                      extra_flags=(PER_OP_FLAG,)) as s:
         per = _session_costs(s, obs, runs, True, repeats)
         slots = json.loads((s.out_dir / "gen" / "perop.json").read_text())["slots"] \
             if s.firmware is not None else []
@@ -94,7 +96,6 @@ def run_perop(run_dir: Path, boards: list[Board], runs: int = 20, out: Path | No
     """Every (board, scheme) cell's per-op rows, written to OUT/perop.jsonl (default
     RUN/results; replaced whole: a per-op table is one bench's). A cell that cannot run is a
     "total" row with its error."""
-    from .bench import _bench_observation, _bench_target
     run_dir = Path(run_dir)
     meta, schemes, home = _bench_target(run_dir, 0, env_id)
     obs = _bench_observation(run_dir, meta, home)
@@ -106,7 +107,7 @@ def run_perop(run_dir: Path, boards: list[Board], runs: int = 20, out: Path | No
             except QuarlError as e:
                 rows.append({"board": board.id, "scheme": scheme, "kind": "total",
                              "error": str(e)})
-    out = Path(out or home / "results")
+    out = Path(out) if out else Run(home).results_dir(make=False)
     out.mkdir(parents=True, exist_ok=True)
     write_atomic(out / "perop.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
     return rows

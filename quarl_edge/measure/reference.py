@@ -9,6 +9,10 @@ from typing import Callable
 import numpy as np
 
 from ..errors import ModelError, QuarlError
+from ..converters.tflite_model import load
+from ..noise import captured_stderr, tail
+from .. import tflite_host
+from ..quant.remedies import HEAD_ACCUMULATORS, AccumulatorHeadReference, head_readout
 
 
 def check_model_file(model_path: Path) -> None:
@@ -16,7 +20,6 @@ def check_model_file(model_path: Path) -> None:
     before a native interpreter gets it: tflite-runtime and TF Lite Micro trust the file, and a
     corrupt one crashes them (segmentation fault) or fails deep inside (UnicodeDecodeError);
     the reader refuses it with a ModelError naming the file."""
-    from ..converters.tflite_model import load
     load(model_path)
 
 
@@ -25,7 +28,6 @@ def check_env_fits_model(env_id: str, model_path: Path, where) -> None:
     checked before a board is built or started: a run.json whose env is not the model's."""
     import gymnasium as gym
 
-    from ..converters.tflite_model import load
     try:
         env = gym.make(env_id)
     except (gym.error.Error, ImportError) as e:   # an unknown id, a missing box2d or mujoco
@@ -66,7 +68,6 @@ def tflm_interpreter(data: bytes, what: str):
     words when none up to TFLM_MAX_ARENA does (or the model is refused for another reason)."""
     from tflite_micro.python.tflite_micro import runtime
 
-    from ..noise import captured_stderr, tail
     arena = None                    # the wrapper's default first: 10x the file size
     while True:
         with captured_stderr() as log:   # TFLM prints each failed allocation on fd 2
@@ -119,7 +120,6 @@ def tflite_runtime_interpreter(model_path: Path, kernels: str = "optimized"):
     """A tflite-runtime Interpreter with its builtin kernels only (no XNNPACK delegate, so the
     ops that run are the model's own), tensors allocated. `kernels`: "optimized" (the default
     kernels) or "reference" (TFLite's reference kernels, see TFLITE_KERNELS)."""
-    from .. import tflite_host
     if kernels not in TFLITE_KERNELS:
         raise ValueError(f"kernels must be one of {TFLITE_KERNELS}, not {kernels!r}")
     resolver = tflite_host.resolver(kernels)
@@ -164,7 +164,6 @@ def has_state(model_path: Path) -> bool:
     """Whether the model keeps state from one invoke to the next: a variable tensor (TFLite's
     isVariable, e.g. an LSTM's hidden and cell state). Such a model's episodes start with its
     state zeroed: RESET on a board, reset() on the host references."""
-    from ..converters.tflite_model import load
     return any(t.is_variable for t in load(model_path).tensors)
 
 
@@ -183,7 +182,6 @@ def host_reference(model_path: Path, micro: bool = False, kernels: str = "optimi
     """The reference a board's outputs are compared with: TF Lite Micro (micro=True) or
     tflite-runtime (with its `kernels`) for a plain model, the accumulator readout for an
     int8-acc model."""
-    from ..quant.remedies import HEAD_ACCUMULATORS, AccumulatorHeadReference, head_readout
     if head_readout(model_path) == HEAD_ACCUMULATORS:
         return AccumulatorHeadReference(model_path, kernels="micro" if micro else kernels)
     return TFLMReference(model_path) if micro else TFLiteRuntime(model_path, kernels)

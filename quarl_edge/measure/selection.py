@@ -19,6 +19,7 @@ from ..quant.schemes import convert_keras
 from ..nets import keras_runner
 from ..run import VALIDATION_SEED_BASE
 from .reference import tflite_batch_runner
+from ..rl.envs import play_batched
 
 
 def int8_judge(env_id: str, val_env, model, n_actions: int, episodes: int,
@@ -28,7 +29,6 @@ def int8_judge(env_id: str, val_env, model, n_actions: int, episodes: int,
     seeds. The candidate .tflite is written to `workdir` and removed. The episodes play in
     lockstep, one batched invoke a step (`val_env` is not stepped: each episode is a fresh env
     of `env_id` reset with its seed, which is what one reset(seed) of `val_env` gave)."""
-    from ..rl.envs import play_batched
 
     calibration = rollout_observations(env_id, keras_runner(model), n_actions)
     path = Path(workdir) / "candidate-int8.tflite"

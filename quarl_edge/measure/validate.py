@@ -13,6 +13,8 @@ from .compare import (CLASSES, FAILING, MISMATCH, REFERENCE_UNDEFINED, input_qua
                       output_metrics, row_class, saturated_inputs, undefined_inputs, worst_class)
 from ..files import write_npy
 from .reference import has_state, host_reference
+from ..converters.tflite_model import load
+from ..converters.cgen import check
 
 
 def input_range(model_path: Path, index: int = 0) -> tuple[float, float] | None:
@@ -24,14 +26,12 @@ def input_range(model_path: Path, index: int = 0) -> tuple[float, float] | None:
 def tensor_names(model_path: Path) -> tuple[list[str], list[str]]:
     """The names of the model's input and output tensors, in the subgraph's order (the order of
     the board's tensors and of the reference interpreter's)."""
-    from ..converters.tflite_model import load
     model = load(model_path)
     return [model.tensors[i].name for i in model.inputs], [t.name for t in model.output_tensors()]
 
 
 def _refuse_fp16(model_path: Path) -> None:
     """An fp16 model gets the refusal `build` gives (docs/pipeline.md, generate), not TF Lite Micro's raw error."""
-    from ..converters.tflite_model import load
     if any(t.dtype == "float16" for t in load(model_path).tensors):
         raise ModelError(f"{model_path}: float16 weights (an fp16-quantized model) are not "
                          "deployable: TF Lite Micro cannot run it, so there is nothing to be "
@@ -275,7 +275,6 @@ def _micro_reference(model_path: Path):
     except ModelError:
         # what TF Lite Micro cannot run, our firmware cannot either: say it as build says it
         # (every op named, e.g. a hybrid model's float-input FULLY_CONNECTED) when it does
-        from ..converters.cgen import check
         check(model_path)
         raise
 

@@ -11,6 +11,7 @@ import numpy as np
 from ..errors import QuarlError
 from ..nets import keras_runner, mlp_q_values
 from ..run import load_keras, load_run
+from ..rl.envs import make_gym, output_to_action, outputs_to_actions
 
 CALIBRATION_SEED_BASE = 20_000
 CALIBRATION_EPSILON = 0.05
@@ -36,7 +37,6 @@ def rollout_observations(env_id: str, weights, n_actions: int | None = None, siz
     envs.output_to_action). With probability `epsilon` a uniformly random action is taken
     instead. Runs at least `episodes` episodes (more if they give fewer than `size`
     observations), on seeds CALIBRATION_SEED_BASE + 1000 * seed + k, then subsamples `size`."""
-    from ..rl.envs import make_gym, output_to_action
 
     if size <= 0 or episodes <= 0:
         raise QuarlError(f"calibration needs positive size and episodes, got {size} and {episodes}")
@@ -86,7 +86,6 @@ def recurrent_calibration(env_id: str, layers, size: int, episodes: int,
     calibration, which steps one interpreter through them, sees the states an episode reaches.
     Seeds and epsilon as rollout_observations'; at least `episodes` episodes, then the first
     `size` observations. `layers`: rl.recurrent.RecurrentLayers."""
-    from ..rl.envs import make_gym, outputs_to_actions
     if size <= 0 or episodes <= 0:
         raise QuarlError(f"calibration needs positive size and episodes, got {size} and {episodes}")
     rng = np.random.default_rng(seed)

@@ -18,6 +18,7 @@ from ..names import SWEEP_MODES
 from ..nets import ACTIVATIONS, KERNEL_LAYERS, keras_call, mlp_forward, mlp_layers
 from ..run import load_keras, load_run
 from .calibration import collect_calibration
+from ..rl.envs import compare_outputs, make_gym, play_batched
 
 
 def fake_quant(x: np.ndarray, bits: int, lo, hi) -> np.ndarray:
@@ -137,7 +138,6 @@ def nbit_sweep(run_dir: Path, bits=range(2, 9), seeds=range(20), calib_size: int
                modes=("weights+activations", "weights"), per_channel: bool = False) -> list[dict]:
     """QuaRL's n-bit sweep of a run: greedy return (and agreement with fp32 on the states fp32
     visits) on test `seeds` for each bit width and mode; the first row is fp32."""
-    from ..rl.envs import compare_outputs, make_gym, play_batched
 
     unknown = [m for m in modes if m not in SWEEP_MODES]
     if unknown:     # before any episode is played

@@ -42,6 +42,8 @@ from typing import Callable
 import numpy as np
 
 from ..errors import ModelError, QuarlError
+from ..tflite_host import Interpreter, resolver
+from ..rl.envs import make_gym
 
 # Evaluation-only remedies: the int8 model with another readout of its head.
 RUNNERS = ("int8-i16head",)
@@ -124,7 +126,6 @@ class HeadAccumulators:
 
     def __init__(self, model_path: Path, kernels: str = "optimized"):
         # built here, not with measure.reference.tflite_runtime_interpreter: quant is upstream
-        from ..tflite_host import Interpreter, resolver
         self.path = Path(model_path)
         self.interp = Interpreter(
             model_path=str(self.path), experimental_preserve_all_tensors=True,
@@ -229,5 +230,4 @@ def int16_head_runner(model_path: Path, calibration: np.ndarray) -> Callable[[np
 
 def is_argmax_head(env_id: str) -> bool:
     """True when the policy's action is the argmax of its outputs (a discrete action space)."""
-    from ..rl.envs import make_gym
     return hasattr(make_gym(env_id).action_space, "n")

@@ -55,11 +55,14 @@ from typing import Callable
 import numpy as np
 
 from ..errors import ModelError, QuarlError
-from ..files import check_inside, subdir, write_atomic, write_npy
 from ..noise import captured_stderr, tail
-from ..run import load_keras, load_run
+from ..run import Run, load_keras, load_run
 from ..tfcompat import configure_converter
-from .calibration import collect_calibration
+from .calibration import CALIBRATION_EPSILON, collect_calibration, recurrent_calibration
+from .lowbit import int4_weights
+from .remedies import centre_head, is_argmax_head, tag_head
+from ..rl.recurrent import convert_one_step, is_one_step, layers_from_keras
+from ..rl.qat import qat_distill, qat_finetune
 
 
 @dataclass(frozen=True)
@@ -115,17 +118,14 @@ def _qat_int8x4(converter, calibration) -> None:
 
 
 def _int4_weights(flatbuffer: bytes, calibration) -> bytes:
-    from .lowbit import int4_weights
     return int4_weights(flatbuffer, calibration)
 
 
 def _centre(model):
-    from .remedies import centre_head
     return centre_head(model)
 
 
 def _tag_accumulators(flatbuffer: bytes) -> bytes:
-    from .remedies import tag_head
     return tag_head(flatbuffer)
 
 
@@ -187,17 +187,14 @@ def quantize(run_dir: Path, scheme: str, calib_size: int = 1000, calib_episodes:
     if scheme not in SCHEMES:
         raise QuarlError(f"unknown quantization scheme {scheme!r}; known: {', '.join(SCHEMES)}")
     run_dir = Path(run_dir)
-    if (run_dir / "models").is_symlink():      # said before the conversion, not after it
-        check_inside(run_dir / "models", run_dir, "a folder quarl-edge writes in")
+    Run(run_dir).check_models_dir()      # said before the conversion, not after it
     spec = SCHEMES[scheme]
     if spec.argmax_head_only:
-        from .remedies import is_argmax_head
         env_id = load_run(run_dir)["env"]
         if not is_argmax_head(env_id):
             raise QuarlError(f"scheme {scheme} applies to discrete-action policies (argmax of "
                              f"the outputs); {env_id} has continuous actions")
     model = load_keras(run_dir)
-    from ..rl.recurrent import is_one_step
     if is_one_step(model):
         return _quantize_recurrent(run_dir, model, scheme, calib_size, calib_episodes, seed)
     if spec.prepare is not None:
@@ -207,12 +204,10 @@ def quantize(run_dir: Path, scheme: str, calib_size: int = 1000, calib_episodes:
         calibration = collect_calibration(run_dir, calib_size, calib_episodes, seed)
         _save_calibration(run_dir, calibration)
     if scheme in ("qat-int8", "qat-int8x4"):
-        from ..rl.qat import qat_finetune
         bits = {"weight_bits": 4} if scheme == "qat-int8x4" else {}
         model = qat_finetune(run_dir, calibration, seed=seed, progress=progress,
                              **{**(qat or {}), **bits})
     elif scheme == "qat-distill-int8":
-        from ..rl.qat import qat_distill
         model = qat_distill(run_dir, calibration, seed=seed, progress=progress, **(distill or {}))
 
     flatbuffer = convert_keras(model, scheme, calibration)
@@ -221,17 +216,12 @@ def quantize(run_dir: Path, scheme: str, calib_size: int = 1000, calib_episodes:
     if spec.finish is not None:
         flatbuffer = spec.finish(flatbuffer)
 
-    out = subdir(run_dir, "models") / f"{scheme}.tflite"
-    write_atomic(out, flatbuffer)
-    return out
+    return Run(run_dir).write_model(scheme, flatbuffer)
 
 
 def _quantize_recurrent(run_dir: Path, model, scheme: str, calib_size: int, calib_episodes: int,
                         seed: int) -> Path:
     """quantize() for a recurrent run's one-step model (see the module's docstring)."""
-    from ..rl.recurrent import convert_one_step, layers_from_keras
-    from .calibration import recurrent_calibration
-    from .calibration import CALIBRATION_EPSILON
     if scheme not in RECURRENT_SCHEMES:
         raise QuarlError(f"scheme {scheme} does not apply to a recurrent (LSTM) policy; its "
                          f"schemes: {', '.join(RECURRENT_SCHEMES)}")
@@ -249,14 +239,12 @@ def _quantize_recurrent(run_dir: Path, model, scheme: str, calib_size: int, cali
             last = tail(log)
             raise ModelError(f"TFLite conversion ({scheme}) failed: {str(e).splitlines()[0]}"
                              + ("\n  " + "\n  ".join(last) if last else "")) from e
-    out = subdir(run_dir, "models") / f"{scheme}.tflite"
-    write_atomic(out, flatbuffer)
-    return out
+    return Run(run_dir).write_model(scheme, flatbuffer)
 
 
 def _save_calibration(run_dir: Path, calibration: np.ndarray) -> None:
     """RUN/calibration.npy, written whole (a full disk keeps the previous one)."""
-    write_npy(Path(run_dir) / "calibration.npy", calibration)
+    Run(run_dir).save_calibration(calibration)
 
 
 def convert_keras(model, scheme: str, calibration: np.ndarray | None = None) -> bytes:

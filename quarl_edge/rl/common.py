@@ -10,9 +10,9 @@ import numpy as np
 
 from ..errors import QuarlError
 from ..files import fresh
-from .envs import space_info
+from .envs import play_batched, space_info
 from ..nets import keras_mlp, mlp_forward
-from ..run import MODEL_FILES, VALIDATION_SEED_BASE, package_versions, write_run
+from ..run import MODEL_FILES, VALIDATION_SEED_BASE, Run, package_versions, write_run
 
 
 # ------------------------------------------------------------------ actor networks (PPO, SAC, ...)
@@ -90,7 +90,6 @@ def _unbatched(x):
 
 
 def _validation_return(env_id: str, layers, episodes: int) -> float:
-    from .envs import play_batched
     seeds = [VALIDATION_SEED_BASE + k for k in range(episodes)]
     return float(np.mean(play_batched(env_id, lambda x: mlp_forward(layers, x), seeds)[0]))
 
@@ -107,7 +106,7 @@ def _save_actor_run(out: Path, algo: str, env_id: str, seed: int, cfg, agent, ac
     obs_shape = tuple(int(d) for d in obs_spec.shape)
     actor_net.set_weights(best["net_weights"])
     policy = greedy_policy.GreedyPolicy(agent.policy)
-    policy_dir = out / "policy"
+    policy_dir = Run(out).policy_dir
     policy_saver.PolicySaver(policy, batch_size=None).save(str(fresh(policy_dir)))
 
     layers = actor_layers(actor_net, act_spec)
@@ -130,7 +129,7 @@ def _save_actor_run(out: Path, algo: str, env_id: str, seed: int, cfg, agent, ac
                                  act_spec.maximum), agent_actions, rtol=1e-4, atol=1e-4)
     if not ok:
         raise RuntimeError(f"the Keras copy of the {algo} actor disagrees with its greedy policy")
-    model.save(fresh(out / MODEL_FILES[algo]))
+    model.save(fresh(Run(out).network_file(MODEL_FILES[algo])))
 
     space = env.gym_env.action_space
     info = run_record(env_id, algo, seed, cfg, best, train_seconds, recent_returns, obs_shape,
@@ -174,7 +173,7 @@ def run_record(env_id: str, algo: str, seed: int, cfg, best: dict, train_seconds
 
 
 def _agent_env(env_id: str, seed: int, algo: str, continuous_only: bool):
-    from .tf_env import make_env
+    from .tf_env import make_env  # lazy: imports TensorFlow and TF-Agents (the train extra)
     env = make_env(env_id, seed=seed)
     act_spec = env.action_spec()
     if continuous_only and np.issubdtype(act_spec.dtype, np.integer):

@@ -22,8 +22,9 @@ from ..errors import QuarlError
 from ..files import fresh, open_new
 from ..schema import int_sizes
 from ..nets import keras_runner, mlp_q_values
-from ..run import VALIDATION_SEED_BASE, write_run
+from ..run import MODEL_FILES, VALIDATION_SEED_BASE, Run, write_run
 from .common import GradientRounds, StagedReplay, build_optimizers, run_record
+from .envs import play_batched
 
 
 @dataclass
@@ -82,7 +83,6 @@ def validation_return(env_id: str, q_values, episodes: int) -> float:
     """Mean greedy return on the validation seeds 10_000 + k, k < `episodes`: every episode in
     lockstep, one batched `q_values` call a step (envs.play_batched), not one call per step of
     each episode in turn; each episode still depends on its seed alone."""
-    from .envs import play_batched
     seeds = [VALIDATION_SEED_BASE + k for k in range(episodes)]
     return float(np.mean(play_batched(env_id, q_values, seeds, head="argmax")[0]))
 
@@ -123,7 +123,7 @@ def train_dqn(env_id: str, seed: int, out: Path, config: DQNConfig, progress: bo
     staged, gradient_round = _make_replay(agent, cfg)
 
     # --- the loop
-    curve_file = open_new(out / "train_curve.csv")     # a link there is not followed
+    curve_file = open_new(Run(out).train_curve)     # a link there is not followed
     curve = csv.writer(curve_file)
     curve.writerow(["step", "train_return", "greedy_return", "loss"])
     recent_returns: deque[float] = deque(maxlen=20)
@@ -186,7 +186,7 @@ def train_dqn(env_id: str, seed: int, out: Path, config: DQNConfig, progress: bo
 def _envs(env_id: str, seed: int, cfg: DQNConfig, judge):
     """The training env (seeded), the judge's validation env, the number of actions and the
     observation shape; refuses what DQN cannot train."""
-    from .tf_env import make_env
+    from .tf_env import make_env  # lazy: imports TensorFlow and TF-Agents (the train extra)
     env = make_env(env_id, seed=seed)
     val_env = make_env(env_id)
     obs_spec, act_spec = env.observation_spec(), env.action_spec()
@@ -318,7 +318,7 @@ def _export(out: Path, agent, q_net, weights, obs_shape, n_actions: int, cfg: DQ
     from tf_agents.policies import policy_saver
 
     q_net.set_weights(weights)
-    policy_dir = out / "policy"
+    policy_dir = Run(out).policy_dir
     policy_saver.PolicySaver(agent.policy, batch_size=None).save(str(fresh(policy_dir)))
 
     model = keras_q_model(obs_shape, cfg.hidden, n_actions, cfg.conv)
@@ -328,7 +328,7 @@ def _export(out: Path, agent, q_net, weights, obs_shape, n_actions: int, cfg: DQ
     keras_q = model(probe, training=False).numpy()
     if not np.allclose(agent_q, keras_q, rtol=1e-5, atol=1e-5):
         raise RuntimeError("the Keras copy of the Q-network disagrees with the TF-Agents network")
-    model.save(fresh(out / "qnet.keras"))
+    model.save(fresh(Run(out).network_file(MODEL_FILES["dqn"])))
 
 
 def _network_info(cfg: DQNConfig) -> dict:

@@ -14,6 +14,7 @@ from tqdm import tqdm
 
 from ..errors import QuarlError
 from ..files import open_new
+from ..run import Run
 from ..schema import int_sizes
 from .collect import NoisyActorSampler, SacSampler
 from .common import (GradientRounds, StagedReplay, build_optimizers, _agent_env, _save_actor_run,
@@ -93,7 +94,7 @@ def train_off_policy(algo: str, env_id: str, seed: int, out: Path, config: OffPo
     warmup = WarmupNoise(cfg.warmup_noise, space.low, space.high, rng)
     policy = _collect_policy(algo, actor_net, env.action_spec(), cfg, seed)
 
-    curve_file = open_new(out / "train_curve.csv")     # a link there is not followed
+    curve_file = open_new(Run(out).train_curve)     # a link there is not followed
     curve = csv.writer(curve_file)
     curve.writerow(["step", "train_return", "greedy_return", "loss"])
     recent: deque[float] = deque(maxlen=20)

@@ -23,11 +23,13 @@ from tqdm import tqdm
 from ..errors import QuarlError
 from ..files import open_new
 from ..schema import int_sizes
-from ..run import VALIDATION_SEED_BASE
+from ..run import VALIDATION_SEED_BASE, Run
 from .collect import CategoricalSampler
 from .common import (StagedReplay, build_optimizers, _agent_env, _save_actor_run, _validation_return, actor_layers,
                      categorical_projection_net, common_function)
 from .recurrent import normalization_layer, observation_statistics, play_recurrent, rnn_actor_layers
+from .rppo import train_recurrent_ppo
+from .recurrent_export import save_recurrent_run
 
 
 NETS = ("mlp", "lstm")
@@ -83,7 +85,6 @@ def train_ppo(env_id: str, seed: int, out: Path, config: PPOConfig, progress: bo
     """Train PPO on `env_id` into the run directory `out`; returns run.json's contents.
     `net="lstm"` with rnn_trainer "own" (the default) trains with rl/rppo.py instead."""
     if config.net == "lstm" and config.rnn_trainer == "own":
-        from .rppo import train_recurrent_ppo
         return train_recurrent_ppo(env_id, seed, out, config, progress)
     import tensorflow as tf  # heavy: only when training
     from tf_agents.replay_buffers import tf_uniform_replay_buffer
@@ -102,7 +103,7 @@ def train_ppo(env_id: str, seed: int, out: Path, config: PPOConfig, progress: bo
         agent.collect_data_spec, batch_size=cfg.num_envs, max_length=2 * per_env + 16)
     staged = StagedReplay(replay)   # the iteration's add_batch calls, made in one call
 
-    curve_file = open_new(out / "train_curve.csv")     # a link there is not followed
+    curve_file = open_new(Run(out).train_curve)     # a link there is not followed
     curve = csv.writer(curve_file)
     curve.writerow(["step", "train_return", "greedy_return", "loss"])
     recent: deque[float] = deque(maxlen=20)
@@ -142,7 +143,7 @@ def _envs(env_id: str, seed: int, cfg: PPOConfig):
     """The first env (seeded `seed`) and the batch of `num_envs` envs stepped side by side."""
     from tf_agents.environments import batched_py_environment  # heavy: TF-Agents
 
-    from .tf_env import make_env
+    from .tf_env import make_env  # lazy: imports TensorFlow and TF-Agents (the train extra)
     env = _agent_env(env_id, seed, "ppo", continuous_only=False)
     # env k of the batch starts from seed + 1000 k (env 0 is `env` itself, seeded `seed`)
     envs = batched_py_environment.BatchedPyEnvironment(
@@ -298,7 +299,6 @@ def _export(out: Path, env_id: str, seed: int, cfg: PPOConfig, agent, actor_net,
     import tensorflow as tf  # heavy: only when training
 
     if norm is not None:
-        from .recurrent_export import save_recurrent_run
         actor_net.set_weights(best["net_weights"])
         return save_recurrent_run(out, env_id, seed, cfg, agent, actor_net, env, best,
                                   train_seconds, recent, norm)

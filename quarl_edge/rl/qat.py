@@ -67,6 +67,10 @@ import numpy as np
 from ..errors import QuarlError
 from ..files import write_atomic
 from .qat_dqn import NStepReplay, dqn_steps, env_step
+from ..nets import keras_runner, mlp_forward, mlp_layers
+from .qat_lowbit import quantize_model_int4
+from ..run import VALIDATION_SEED_BASE, load_keras, load_run
+from .envs import make_gym, play_batched
 
 QAT_SEED_BASE = 30_000
 
@@ -103,7 +107,6 @@ def _activation_ranges(model, calibration: np.ndarray) -> dict[str, tuple[float,
     and "<name>/pre" for the pre-activation of a tanh layer (clipped, see TANH_PRE_RANGE).
     A network that is not a plain MLP (a CNN): per layer with a kernel or pooling, its output's
     range, TensorFlow computing them."""
-    from ..nets import mlp_forward, mlp_layers
     x = np.asarray(calibration, np.float32).reshape(len(calibration), -1)
     ranges = {"input": (float(x.min()), float(x.max()))}
     try:
@@ -150,7 +153,6 @@ def qat_model(model, calibration: np.ndarray, weight_bits: int = 8):
     copy = tf.keras.models.clone_model(model)
     copy.set_weights(model.get_weights())
     if weight_bits == 4:
-        from .qat_lowbit import quantize_model_int4
         qmodel = quantize_model_int4(copy)
     else:
         qmodel = tfmot.quantization.keras.quantize_model(copy)
@@ -190,7 +192,6 @@ def qat_finetune(run_dir: Path, calibration: np.ndarray, seed: int = 0, progress
                  **options):
     """Fine-tune the run's network with fake quantization in the RL loop; returns the tfmot model
     (the best on the validation seeds), ready for quantize.convert_keras(model, "qat-int8")."""
-    from ..run import load_keras, load_run
 
     run_dir = Path(run_dir)
     run = load_run(run_dir)
@@ -213,8 +214,6 @@ def finetune_dqn(model, run: dict, calibration: np.ndarray, cfg: QATConfig, seed
     import tensorflow as tf  # heavy: only when fine-tuning
     from tqdm import tqdm
 
-    from .envs import make_gym, play_batched
-    from ..run import VALIDATION_SEED_BASE
 
     hp = run.get("hyperparameters", {})
     gamma, n_step = float(hp.get("gamma", 0.99)), int(hp.get("n_step", 1))
@@ -335,7 +334,6 @@ def qat_distill(run_dir: Path, calibration: np.ndarray, seed: int = 0, progress:
     """QAT by on-policy distillation from the run's fp32 network (any algorithm); returns the
     tfmot model (the best on the validation seeds), ready for
     quantize.convert_keras(model, "qat-distill-int8"). Log: RUN/qat-distill.json."""
-    from ..run import load_keras, load_run
 
     run_dir = Path(run_dir)
     run = load_run(run_dir)
@@ -353,9 +351,6 @@ def distill(model, run: dict, calibration: np.ndarray, cfg: DistillConfig, seed:
     import tensorflow as tf  # heavy: only when fine-tuning
     from tqdm import tqdm
 
-    from .envs import make_gym, play_batched
-    from ..nets import keras_runner
-    from ..run import VALIDATION_SEED_BASE
 
     env_id = run["env"]
     gym_env = make_gym(env_id)
@@ -441,7 +436,6 @@ def _loss_kind(cfg: DistillConfig, kind: str, env_id: str) -> str:
 def _student_states(env_id: str, policy, seed: int, episode: int, cfg: DistillConfig):
     """The states the student's greedy `policy` visits in a round's episodes (on seeds
     QAT_DISTILL_SEED_BASE + 1000 seed + episode + i, i < episodes_per_round), in lockstep."""
-    from .envs import play_batched
     seeds = [QAT_DISTILL_SEED_BASE + 1000 * seed + episode + i
              for i in range(cfg.episodes_per_round)]
     return play_batched(env_id, policy, seeds, record=True)[1]

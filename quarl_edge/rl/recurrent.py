@@ -28,6 +28,7 @@ from ..errors import QuarlError
 from ..files import write_npy
 from ..nets import ACTIVATIONS
 from ..tfcompat import configure_converter
+from .envs import make_gym, outputs_to_actions
 
 WEIGHTS_FILE = "recurrent.npz"   # RUN/recurrent.npz: the greedy actor's arrays (RecurrentLayers)
 # The cell clip of the converted LSTM: TFLite's converter fuses a Keras LSTM into a
@@ -104,7 +105,6 @@ def observation_statistics(env_id: str, seed: int, episodes: int = 20):
     recurrent policy (`ppo --net lstm`). CartPoleNoVel's pole angle varies by ~0.1 rad, its
     change per step by ~0.01: unscaled, the LSTM has to grow large weights before it can tell
     a velocity from two observations."""
-    from .envs import make_gym
     env = make_gym(env_id)
     env.action_space.seed(seed)
     seen = []
@@ -181,7 +181,6 @@ def play_recurrent(env_id: str, layers: RecurrentLayers, seeds, record: bool = F
     """envs.play_batched for a recurrent policy: one greedy episode per seed, in lockstep, each
     episode's LSTM state zero at its start. Returns (returns [len(seeds)], visited
     observations [n, *obs] or None), observations episode after episode in seed order."""
-    from .envs import make_gym, outputs_to_actions
     seeds = list(seeds)
     envs = [make_gym(env_id) for _ in seeds]
     space = envs[0].action_space

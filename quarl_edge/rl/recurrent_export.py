@@ -11,6 +11,7 @@ import numpy as np
 from ..files import fresh
 from .common import run_record
 from .recurrent import CELL_CLIP, WEIGHTS_FILE, one_step_keras, rnn_actor_layers
+from ..run import MODEL_FILES, Run, write_run
 
 
 def save_recurrent_run(out: Path, env_id: str, seed: int, cfg, agent, actor_net, env, best: dict,
@@ -24,13 +25,12 @@ def save_recurrent_run(out: Path, env_id: str, seed: int, cfg, agent, actor_net,
     from tf_agents.policies import greedy_policy, policy_saver
     from tf_agents.trajectories import time_step as ts
 
-    from ..run import MODEL_FILES
 
     out = Path(out)
     layers = rnn_actor_layers(actor_net, *normalization)
-    layers.save(out / WEIGHTS_FILE)
+    layers.save(Run(out).network_file(WEIGHTS_FILE))
     policy = greedy_policy.GreedyPolicy(agent.policy)
-    policy_dir = out / "policy"
+    policy_dir = Run(out).policy_dir
     policy_saver.PolicySaver(policy, batch_size=None).save(str(fresh(policy_dir)))
 
     obs_spec = env.observation_spec()
@@ -64,7 +64,7 @@ def save_recurrent_run(out: Path, env_id: str, seed: int, cfg, agent, actor_net,
     if diff > 1e-4:
         raise RuntimeError(f"the one-step Keras model differs from the recurrent actor by {diff}")
     model.reset_states()
-    model.save(fresh(out / MODEL_FILES["ppo"]))
+    model.save(fresh(Run(out).network_file(MODEL_FILES["ppo"])))
 
     return _write_run_json(out, env_id, seed, cfg, best, train_seconds, recent_returns,
                            normalization, obs_shape, env.gym_env.action_space)
@@ -72,7 +72,6 @@ def save_recurrent_run(out: Path, env_id: str, seed: int, cfg, agent, actor_net,
 
 def _write_run_json(out: Path, env_id: str, seed: int, cfg, best: dict, train_seconds: float,
                     recent_returns, normalization, obs_shape, space) -> dict:
-    from ..run import write_run
     # the network file is a one-step model: input [1, 1, *obs_shape], LSTM state kept between
     # calls and zeroed at each episode's start (recurrent.py)
     info = run_record(env_id, "ppo", seed, cfg, best, train_seconds, recent_returns, obs_shape,
@@ -92,10 +91,9 @@ def save_recurrent_arrays(out: Path, env_id: str, seed: int, cfg, best: dict, tr
     normalization folded in), RUN/policy.keras (the one-step model, checked against the numpy
     step over probe episodes) and run.json. (No policy/: the loop has no TF-Agents policy; the
     later stages read policy.keras.)"""
-    from ..run import MODEL_FILES
     out = Path(out)
     layers = best["layers"]
-    layers.save(out / WEIGHTS_FILE)
+    layers.save(Run(out).network_file(WEIGHTS_FILE))
     model = one_step_keras(tuple(obs_shape), layers)
     rng = np.random.default_rng(seed + 1)
     mean, std = (np.asarray(v, np.float32).reshape(-1) for v in normalization)
@@ -112,6 +110,6 @@ def save_recurrent_arrays(out: Path, env_id: str, seed: int, cfg, best: dict, tr
     if diff > 1e-4:
         raise RuntimeError(f"the one-step Keras model differs from the recurrent actor by {diff}")
     model.reset_states()
-    model.save(fresh(out / MODEL_FILES["ppo"]))
+    model.save(fresh(Run(out).network_file(MODEL_FILES["ppo"])))
     return _write_run_json(out, env_id, seed, cfg, best, train_seconds, recent_returns,
                            normalization, obs_shape, space)

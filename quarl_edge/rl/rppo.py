@@ -41,10 +41,12 @@ from tqdm import tqdm
 
 from ..errors import QuarlError
 from ..files import open_new
-from ..run import VALIDATION_SEED_BASE
+from ..run import VALIDATION_SEED_BASE, Run
 from .collect import sample_categorical, softmax
 from .recurrent import (CELL_CLIP, RecurrentLayers, fold_normalization, observation_statistics,
                         play_recurrent)
+from .recurrent_export import save_recurrent_arrays
+from .envs import make_gym
 
 
 def _nets(n_obs: int, hidden: tuple[int, ...], units: int, n_actions: int):
@@ -102,7 +104,6 @@ def train_recurrent_ppo(env_id: str, seed: int, out: Path, cfg, progress: bool =
     entropy_regularization, gradient_clipping, eval_episodes). Returns run.json's contents."""
     import tensorflow as tf  # heavy: only when training
 
-    from .recurrent_export import save_recurrent_arrays
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -117,7 +118,7 @@ def train_recurrent_ppo(env_id: str, seed: int, out: Path, cfg, progress: bool =
     rounds = -(-cfg.steps // (T * N))   # rollouts, each followed by an update
     update = _update_step(actor, critic, cfg, n_actions, rounds * cfg.epochs * cfg.minibatches)
 
-    curve_file = open_new(out / "train_curve.csv")     # a link there is not followed
+    curve_file = open_new(Run(out).train_curve)     # a link there is not followed
     curve = csv.writer(curve_file)
     curve.writerow(["step", "train_return", "greedy_return", "loss"])
     recent: deque[float] = deque(maxlen=20)
@@ -159,7 +160,6 @@ def train_recurrent_ppo(env_id: str, seed: int, out: Path, cfg, progress: bool =
 def _envs(env_id: str, cfg):
     """`num_envs` Gymnasium envs (unseeded yet), their action space, the number of actions and
     the observation shape; refuses what is not a Discrete action space starting at 0."""
-    from .envs import make_gym
 
     envs = [make_gym(env_id) for _ in range(cfg.num_envs)]
     space = envs[0].action_space

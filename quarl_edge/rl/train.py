@@ -26,6 +26,7 @@ from .defaults import DEFAULTS
 from .dqn import DQNConfig, train_dqn
 from .off_policy import OffPolicyConfig, train_off_policy
 from .ppo import PPOConfig, train_ppo
+from .envs import make_gym
 
 __all__ = ["ALGOS", "DEFAULTS", "DQNConfig", "OffPolicyConfig", "PPOConfig", "config_changes",
            "resolve_config", "train"]
@@ -87,6 +88,5 @@ def train(env_id: str, algo: str, steps: int | None, seed: int, out: Path,
     `select_int8` (quarl_edge.measure.selection.int8_judge; see dqn.py). Returns the contents
     of run.json."""
     config = resolve_config(algo, env_id, steps, **overrides)
-    from .envs import make_gym
     make_gym(env_id).close()  # unknown env ids fail here, before TF-Agents is set up
     return ALGOS[algo][1](env_id, int(seed), Path(out), config, progress=progress, judge=judge)

@@ -19,7 +19,7 @@ import numpy as np
 from ..measure.reference import tflite_runner
 from ..rl.envs import compare_outputs, make_gym, play_batched
 from ..nets import keras_runner
-from ..run import load_keras, load_run
+from ..run import Run, load_keras, load_run
 
 TEST_SEEDS = tuple(range(20))
 
@@ -62,7 +62,7 @@ def evaluate_models(run_dir: Path, schemes, seeds=TEST_SEEDS) -> dict:
         out["gap_median"] = float(np.median(top2[:, 1] - top2[:, 0]))
         out["output_range"] = [float(q.min()), float(q.max())]
     for scheme in schemes:
-        path = run_dir / "models" / f"{scheme}.tflite"
+        path = Run(run_dir).model_path(scheme)
         res = evaluate_runner(env_id, batch_runner(tflite_runner(path)), seeds, reference, states)
         res["size"] = path.stat().st_size
         out[scheme] = res

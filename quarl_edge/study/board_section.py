@@ -25,6 +25,8 @@ from .figures import pareto_name
 from .render import fmt, fmt_bytes, pct
 from .results import SCHEME_ORDER, Results, ordered_schemes, task_name, us_per_inference
 from .statistics import normalised_loss, seed_bootstrap
+from ..measure.energy import energy
+from ..targets.boards import get_board
 
 FLOAT_SCHEMES = ("fp32", "fp16", "dyn-int8")   # float activations: compared up to libm's ulps
 
@@ -135,8 +137,6 @@ def _uj(board_id: str, rows: list[dict], cost: float) -> float | None:
            if isinstance(r.get("energy"), dict) and r["energy"].get("uj") is not None]
     if own:
         return float(np.mean(own))
-    from ..measure.energy import energy
-    from ..targets.boards import get_board
     try:
         return energy(get_board(board_id), cost)["uj"]
     except QuarlError:

@@ -28,21 +28,18 @@ from typing import Callable
 
 import numpy as np
 
+from .. import pipeline
 from ..errors import QuarlError
-from ..files import write_atomic, write_npy
-from ..measure.bench import bench_cell
+from ..files import write_npy
 from ..measure.episodes import Fp32Episodes
 from ..measure.reference import tflite_runner
-from ..measure.selection import int8_judge
-from ..measure.validate import validate
 from ..noise import quiet_third_party
 from ..quant import remedies
 from ..quant.nbit import nbit_sweep
-from ..quant.schemes import quantize
 from ..rl.envs import default_head, make_gym, play_batched
-from ..rl.train import config_changes, resolve_config, train
+from ..rl.train import config_changes, resolve_config
 from ..nets import keras_runner, ppo_action_std, weighted_layers
-from ..run import load_keras, load_run, tflite_path
+from ..run import Run, load_keras, load_run
 from ..targets.boards import get_board
 from .analysis import (batch_runner, evaluate_runner, gaussian_policy_kl, policy_kl,
                        random_policy_return, weight_quantiles, weight_stats)
@@ -50,12 +47,14 @@ from .plan import Group, not_applicable, run_dir_name
 from .results import jsonable, us_per_inference
 
 
+STUDY_TRAIN = "study-train.json"    # RUN/study-train.json: the training budget a study asked for
+
+
 def _train_matches(run_dir: Path, group: Group) -> bool:
-    meta = run_dir / "run.json"
-    if not meta.is_file() or not (run_dir / "study-train.json").is_file():
+    if not Run(run_dir).is_run() or not (run_dir / STUDY_TRAIN).is_file():
         return False
     try:
-        want = json.loads((run_dir / "study-train.json").read_text())
+        want = json.loads((run_dir / STUDY_TRAIN).read_text())
     except json.JSONDecodeError:
         return False
     return want == _train_spec(group) and not stale_hyperparameters(run_dir, group)
@@ -65,7 +64,7 @@ def stale_hyperparameters(run_dir: Path, group: Group) -> dict[str, tuple]:
     """{field: (trained with, would train now)} for a run directory that has a run.json; empty
     when it matches the group's resolved training config or has no run.json."""
     try:
-        saved = json.loads((run_dir / "run.json").read_text())["hyperparameters"]
+        saved = json.loads(Run(run_dir).meta_path.read_text())["hyperparameters"]
     except (OSError, json.JSONDecodeError, KeyError, TypeError):
         return {}
     return config_changes(saved, resolve_config(group.algo, group.env, group.task.steps,
@@ -151,9 +150,9 @@ def _train_or_reuse(group: Group, run_dir: Path, log: Callable[[str], None]) -> 
         log(f"train {algo} {env_id} seed {seed} ({group.task.steps or 'default'} steps)")
         if run_dir.exists():
             shutil.rmtree(run_dir)
-        train(env_id, algo, group.task.steps, seed, run_dir, progress=False, judge=int8_judge,
-              **group.task.options)
-        write_atomic(run_dir / "study-train.json", json.dumps(_train_spec(group)) + "\n")
+        pipeline.train(env_id, algo, run_dir, steps=group.task.steps, seed=seed,
+                       progress=False, **group.task.options)
+        Run(run_dir).write(STUDY_TRAIN, json.dumps(_train_spec(group)) + "\n")
     info = load_run(run_dir)
     train_wall = time.perf_counter() - t0
     model = load_keras(run_dir)
@@ -222,12 +221,12 @@ def _scheme_cell(group: Group, run: _Run, scheme: str) -> tuple[dict, int]:
         if task.distill_steps is not None:
             distill["steps"] = task.distill_steps
     # The readout remedies run the int8 model with another readout of its head.
-    path = quantize(run.dir, "int8" if scheme in remedies.RUNNERS else scheme,
-                    calib_size=task.calib_size, seed=0, qat=qat, distill=distill)
+    path = pipeline.quantize(run.dir, "int8" if scheme in remedies.RUNNERS else scheme,
+                             calib_size=task.calib_size, seed=0, qat=qat, distill=distill)
     if remedies.head_readout(path) == remedies.HEAD_ACCUMULATORS:   # int8-acc
         runner = batch_runner(remedies.accumulator_runner(path))
     elif scheme == "int8-i16head":
-        calibration = np.load(run.dir / "calibration.npy")
+        calibration = Run(run.dir).load_calibration()
         runner = batch_runner(remedies.int16_head_runner(path, calibration))
     else:
         runner = batch_runner(tflite_runner(path))
@@ -316,7 +315,7 @@ def run_board_cell(group: Group, scheme: str, board_id: str, out: Path) -> dict:
         return {**row, "status": "skipped", "reason": NOT_DEPLOYABLE[scheme]}
     t0 = time.perf_counter()
     run_dir = Path(out) / "runs" / run_dir_name(algo, env_id, seed)
-    build_dir = run_dir / "build" / board_id / scheme
+    build_dir = Run(run_dir).build_dir(board_id, scheme, make=False)
     try:
         board = get_board(board_id)
         space = make_gym(env_id).action_space
@@ -356,24 +355,23 @@ def _no_fit_numbers(text: str, build_dir: Path, board_id: str) -> dict:
 
 def _measure_board(run_dir: Path, build_dir: Path, board, scheme: str, group: Group) -> dict:
     meta = load_run(run_dir)
-    model = tflite_path(run_dir, scheme)    # made by the scheme's cell
+    model = Run(run_dir).tflite(scheme)    # made by the scheme's cell
     env_id, seeds = group.env, list(group.board_seeds)
     head = meta.get("action_head") or default_head(make_gym(env_id).action_space)
-    calib_file = run_dir / "calibration.npy"
-    calib = np.load(calib_file) if calib_file.is_file() else None
+    calib = Run(run_dir).load_calibration()
     obs = calib[0] if calib is not None else np.asarray(
         make_gym(env_id).reset(seed=seeds[0])[0], np.float32)
     fp32 = Fp32Episodes.for_run(run_dir, env_id, head, seeds)
-    bench = bench_cell(run_dir, board, scheme, group.task.bench_n,
-                       np.asarray(obs, np.float32), episodes=(env_id, seeds, fp32))
+    bench = pipeline.bench_cell(run_dir, board, scheme, group.task.bench_n,
+                                np.asarray(obs, np.float32), episodes=(env_id, seeds, fp32))
     build_dir.mkdir(parents=True, exist_ok=True)
     n_val = group.task.validate_n
     if calib is not None:
         inputs = build_dir / "validate_inputs.npy"
         write_npy(inputs, np.asarray(calib[:n_val], np.float32))
-        v = validate(model, board, build_dir / "validate", inputs=inputs)
+        v = pipeline.validate(model, board, build_dir / "validate", inputs=inputs)
     else:   # no calibration set (no integer scheme in the study): random inputs over the range
-        v = validate(model, board, build_dir / "validate", random_n=n_val)
+        v = pipeline.validate(model, board, build_dir / "validate", random_n=n_val)
     us, basis = us_per_inference(bench.get("cost_mean"), bench.get("unit"), board.clock_hz)
     return {"status": "ok", **bench, "us_per_inference": us, "us_basis": basis,
             "model_bytes": model.stat().st_size,

@@ -32,6 +32,7 @@ from .flash_tools import TOOLS
 from ..errors import QuarlError, ToolchainError
 from ..files import atomic_path, disk_error, locked, own, subdir, write_atomic, writing
 from ..resources import firmware_dir
+from ..converters.cgen import generate
 
 COMMON_CFLAGS = ("-std=c99", "-Wall", "-Wextra", "-Werror", "-ffp-contract=off")
 COST_MACROS = {"ns": "QE_COST_NS", "cycles": "QE_COST_CYCLES", "instructions": "QE_COST_INSTRUCTIONS"}
@@ -379,14 +380,30 @@ def _link_failed(board: Board, cc: str, proc: subprocess.CompletedProcess, elf: 
 PER_OP_FLAG = "-DQE_PER_OP"   # a per-op build: model.c with each op timed (qe_model.h)
 
 
+def generate_c(model_path: Path, board: Board, out_dir: Path, per_op: bool = False) -> Path:
+    """The generated C of `model_path` for `board` (its kernel variant's weight layout) in
+    OUT/gen (model.c, model.json): the first half of build(), as a step of its own
+    (quarl_edge/pipeline.py). Returns OUT/gen; build(..., generated=it) compiles it."""
+    model_path = Path(model_path)
+    if not model_path.is_file():
+        raise QuarlError(f"no model at {model_path}")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with locked(out_dir):
+        return _generate(model_path, out_dir, board, True, per_op)
+
+
 def build(model_path: Path, board: Board, out_dir: Path, extra_flags=(),
-          pack_weights: bool = True, extra_sources=(), extra_defines=()) -> Firmware:
+          pack_weights: bool = True, extra_sources=(), extra_defines=(),
+          generated: Path | None = None) -> Firmware:
     """Generate C for `model_path` and compile the firmware for `board` into `out_dir`. When the
     board's kernel variant lays weights out its own way (the packed FULLY_CONNECTED weights, about
     twice the int8 bytes) and the firmware then does not fit the board's flash, it is built once
     more with the reference layout, which the variant runs too. `extra_sources`, `extra_defines`:
     more C files and -D flags of this build (`hil --act`: the exported library beside the
-    model, firmware/core/act/qe_act.c and its glue, -DQE_ACT...)."""
+    model, firmware/core/act/qe_act.c and its glue, -DQE_ACT...). `generated`: OUT/gen as
+    generate_c() made it for this model and board (then not generated again, unless the
+    build falls back to the reference weight layout)."""
     model_path = Path(model_path)
     if not model_path.is_file():
         raise QuarlError(f"no model at {model_path}")
@@ -397,7 +414,8 @@ def build(model_path: Path, board: Board, out_dir: Path, extra_flags=(),
     # started from the earlier build keeps running the file it opened.
     with locked(out_dir):
         return _build(model_path, board, out_dir, extra_flags, pack_weights,
-                      (tuple(map(Path, extra_sources)), tuple(extra_defines)))
+                      (tuple(map(Path, extra_sources)), tuple(extra_defines)),
+                      generated if pack_weights else None)
 
 
 def _generate(model_path: Path, out_dir: Path, board: Board, pack_weights: bool,
@@ -405,7 +423,6 @@ def _generate(model_path: Path, out_dir: Path, board: Board, pack_weights: bool,
     """The generator's model.c and model.json in OUT/gen: generated into a new folder of this
     process, then each renamed into place (a symlink planted there is replaced, not written
     through)."""
-    from ..converters.cgen import generate  # the generator pulls in the flatbuffer schema
     gen_dir = subdir(out_dir, "gen")
     tmp = own(gen_dir, "tmp")
     with writing(tmp):
@@ -426,8 +443,9 @@ def _generate(model_path: Path, out_dir: Path, board: Board, pack_weights: bool,
 
 
 def _build(model_path: Path, board: Board, out_dir: Path, extra_flags, pack_weights: bool,
-           more=((), ())) -> Firmware:
-    gen_dir = _generate(model_path, out_dir, board, pack_weights, PER_OP_FLAG in extra_flags)
+           more=((), ()), generated: Path | None = None) -> Firmware:
+    gen_dir = generated if generated is not None and (Path(generated) / "model.json").is_file() \
+        else _generate(model_path, out_dir, board, pack_weights, PER_OP_FLAG in extra_flags)
     info = json.loads((gen_dir / "model.json").read_text())
     elf = out_dir / "firmware.elf"
     # BENCH replays the last INFER input from a copy; size it to this model's inputs (AVR RAM).
