@@ -4,7 +4,7 @@ mapping of TF Lite Micro's outputs (measure/reference.py + rl/envs.outputs_to_ac
 same observations, for a discrete policy (CartPole DQN at int8, int16x8 and fp32), a continuous
 one (the SB3 SAC Pendulum actor of tests/fixtures/onnx-export, imported and quantized here; its
 head as recorded, identity, and rewritten to scale) and a recurrent one (SB3 RecurrentPPO on
-CartPole, int8), all linked into one program; int8-acc's accumulator head too."""
+CartPole, int8), all linked into one program; int8-acc's accumulator readout too."""
 from __future__ import annotations
 
 import json
@@ -26,7 +26,7 @@ AVR = ["-mmcu=atmega328p", "-Os"]
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """CartPole's int16x8 and int8-acc (accumulator head) models (a copy of the example run),
+    """CartPole's int16x8 and int8-acc (accumulator readout) models (a copy of the example run),
     the Pendulum run (imported, int8), a copy whose head is scale, the recurrent run."""
     d = tmp_path_factory.mktemp("runs")
     cli("import", RPPO, "--env", "CartPole-v1", "--out", d / "rnn")
@@ -227,7 +227,7 @@ def test_the_folder_is_a_library_for_each_build_system(libs):
     assert "idf_component_register" in (folder / "CMakeLists.txt").read_text()
     readme = (folder / "README.md").read_text()
     assert "pend_act" in readme and "quarl-edge export" in readme
-    assert facts["head"] == "identity" and facts["low"] == [-2.0] and facts["high"] == [2.0]
+    assert facts["action_head"] == "identity" and facts["low"] == [-2.0] and facts["high"] == [2.0]
 
 
 def test_a_bare_tflite_with_its_env_exports_what_its_run_does(libs, tmp_path):

@@ -79,7 +79,7 @@ def test_handshake_survives_noise_before_hello(running):
 def hil_through_faults(running, run, tmp_path, episodes, resets_at):
     board, r = running
     url = f"fault://?flip=1e-3&seed=1&reset={r.reset_handle}&reset_at={resets_at}&url={r.url}"
-    res = api.hil(run, board.id, model="int8", episodes=episodes, port=url, out=tmp_path)
+    res = api.hil(run, board.id, scheme="int8", episodes=episodes, port=url, out=tmp_path)
     link = res.link
     assert link["faults"]["resets"] == 2 and link["faults"]["flipped"] > 100
     assert link["retries"] > 0 and link["bad_frames"] + link["board_errors"] > 0

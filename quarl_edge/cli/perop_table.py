@@ -34,5 +34,5 @@ def print_perop(rows: list[dict], a) -> None:
               + f" = {total['tolerance']:,})")
     note(f"each op: the smallest of {a.n} runs of a per-op build, less the timer's overhead (an "
          "empty start/stop of the same counter); the whole: the normal build's BENCH minimum")
-    home = Path(a.run).parent if Path(a.run).suffix == ".tflite" else Path(a.run)
+    home = Path(a.policy).parent if Path(a.policy).suffix == ".tflite" else Path(a.policy)
     note(f"wrote the rows to {Path(a.out) if a.out else home / 'results'}/perop.jsonl")

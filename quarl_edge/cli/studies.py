@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from .options import board_option, command, json_option, positive_int
+from .options import board_option, command, deprecated_alias, json_option, positive_int
 from .output import EXIT_MISMATCH, EXIT_OK, as_json, emit_json, note, table
 
 DEMO_BOARD = "mps2-an386"
@@ -101,7 +101,9 @@ def _add_farm_node(sub) -> None:
     g.add_argument("--head", action="store_true", help="start the cluster's head node")
     g.add_argument("--address", default=None, metavar="HEAD:PORT",
                    help="join the cluster whose head is at this address")
-    s.add_argument("--port", type=positive_int, default=6379, help="the head's port (--head)")
+    s.add_argument("--ray-port", type=positive_int, default=6379,
+                   help="the Ray port of the head node (--head)")
+    deprecated_alias(s, "--port", "--ray-port", "ray_port", type=positive_int)
     s.add_argument("--instances", type=positive_int, default=None, metavar="N",
                    help="board cells per host/emulated board at once (default: CPU count)")
     s.add_argument("--num-cpus", type=positive_int, default=None, metavar="N",
@@ -118,7 +120,7 @@ def _add_farm_node(sub) -> None:
 def cmd_farm_node(a, qe):
     """farm-node: the node started (exit 1 if `ray start` failed), or with --print what it would
     run."""
-    res = qe.farm_node(head=a.head, address=a.address, port=a.port, instances=a.instances,
+    res = qe.farm_node(head=a.head, address=a.address, ray_port=a.ray_port, instances=a.instances,
                        num_cpus=a.num_cpus, resources=a.resources, dry_run=a.print,
                        ray_args=a.ray_args)
     if a.json:

@@ -94,9 +94,9 @@ def run_perop(run_dir: Path, boards: list[Board], runs: int = 20, out: Path | No
     """Every (board, scheme) cell's per-op rows, written to OUT/perop.jsonl (default
     RUN/results; replaced whole: a per-op table is one bench's). A cell that cannot run is a
     "total" row with its error."""
-    from .bench import _bench_observation, _bench_target
+    from .bench import _bench_observation, _bench_policy
     run_dir = Path(run_dir)
-    meta, schemes, home = _bench_target(run_dir, 0, env_id)
+    meta, schemes, home = _bench_policy(run_dir, 0, env_id)
     obs = _bench_observation(run_dir, meta, home)
     rows: list[dict] = []
     for board in boards:
