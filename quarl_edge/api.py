@@ -413,18 +413,18 @@ def study_status(config: PathLike, *, out: PathLike | None = None, workers: int 
     return status(Path(config), out=Path(out) if out else None, workers=workers)
 
 
-@_renamed(port="ray_port")
-def farm_node(*, head: bool = False, address: str | None = None, ray_port: int = 6379,
+@_renamed(port="ray_port", head="head_node")
+def farm_node(*, head_node: bool = False, address: str | None = None, ray_port: int = 6379,
               instances: int | None = None, num_cpus: int | None = None,
               resources: str | None = None, dry_run: bool = False,
               ray_args: Iterable[str] = ()) -> dict:
     """Start this machine's Ray node for a board farm (`ray start` with a custom resource per
     board it can serve: board:host, board:<emulated id>: `instances`, board:<id>: 1 per attached
     real board; `resources`: a JSON object of more), or with `dry_run` only say what it would
-    run: {"resources": {...}, "command": [...], "returncode": int | None}. `head`: start the
+    run: {"resources": {...}, "command": [...], "returncode": int | None}. `head_node`: start the
     cluster's head node (its Ray port `ray_port`), else join the head node at `address`."""
     from .study.farm import farm_node as start_node
-    return start_node(head=head, address=address, ray_port=ray_port, instances=instances,
+    return start_node(head=head_node, address=address, ray_port=ray_port, instances=instances,
                       num_cpus=num_cpus, resources_json=resources, dry_run=dry_run,
                       extra=list(ray_args))
 

@@ -82,11 +82,12 @@ class DeprecatedAlias(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None):
         print(f"quarl-edge: warning: {option_string} is deprecated; use {self.new}",
               file=sys.stderr)
-        setattr(namespace, self.dest, values)
+        setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
 
 
 def deprecated_alias(s, old: str, new: str, dest: str, **kw) -> None:
-    """`old` as a hidden, deprecated spelling of the option `new` (whose dest is `dest`)."""
+    """`old` as a hidden, deprecated spelling of the option `new` (whose dest is `dest`); a
+    flag's alias (new is store_true) passes nargs=0, const=True."""
     s.add_argument(old, dest=dest, action=DeprecatedAlias, new=new, help=argparse.SUPPRESS,
                    default=argparse.SUPPRESS, **kw)
 

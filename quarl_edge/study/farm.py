@@ -1,6 +1,6 @@
 """The board farm on Ray: what boards a machine can serve, as Ray custom resources.
 
-    quarl-edge farm-node --head [--instances N] [--print]        # the first machine
+    quarl-edge farm-node --head-node [--instances N] [--print]   # the first machine
     quarl-edge farm-node --address HEAD:6379 [--instances N]     # every other machine
 
 Each node advertises, per board it can serve, a custom resource `board:<id>` with the number of
@@ -83,7 +83,7 @@ def ray_start_command(resources: dict, head: bool = False, address: str | None =
                       extra: list[str] = ()) -> list[str]:
     """The `ray start` command line of a farm node (a head, or one joining `address`)."""
     if head == bool(address):
-        raise QuarlError("farm-node needs either --head (the first machine) or --address "
+        raise QuarlError("farm-node needs either --head-node (the first machine) or --address "
                          "HEAD:PORT (the others)")
     ray = shutil.which("ray") or os.path.join(os.path.dirname(sys.executable), "ray")
     cmd = [ray, "start"]
@@ -184,8 +184,8 @@ def check_ray_address(address: str, timeout_s: float = 5.0) -> None:
         socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
     except OSError as e:
         raise QuarlError(f"no Ray cluster answers at {address} ({e.strerror or e}): start its "
-                         "head with `quarl-edge farm-node --head` (docs/boards.md: Board "
-                         "farm on Ray)") from None
+                         "head node with `quarl-edge farm-node --head-node` (docs/boards.md: "
+                         "Board farm on Ray)") from None
 
 
 def run_ray(ray, address: str, todo: list[Group], out: Path, done: set, writer: Writer,

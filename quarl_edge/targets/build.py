@@ -154,8 +154,9 @@ def write_images(board: Board, elf: Path
 
 
 def family_dirs(board: Board) -> list[Path]:
-    """The family's port directory, then the shared port directories the board file names
-    (`[build] shared`, e.g. "cortex-m"): all are compiled and on the include path."""
+    """The firmware family's directory (firmware/ports/<family>), then the shared family
+    directories the board file names (`[build] shared`, e.g. "cortex-m"): all are compiled and
+    on the include path."""
     ports = firmware_dir() / "ports"
     dirs = []
     for name in (board.family, *board.shared):
