@@ -24,7 +24,7 @@ def cli(*args, cwd=ROOT):
 
 
 def export(run, name, out, board="host", scheme="int8"):
-    cli("export", run, "--model", scheme, "--board", board, "--name", name, "--out", out)
+    cli("export", run, "--scheme", scheme, "--board", board, "--name", name, "--out", out)
     return json.loads((Path(out) / "quarl-edge-export.json").read_text())
 
 

@@ -247,7 +247,7 @@ def test_a_run_that_does_not_say_how_outputs_become_box_actions_is_refused(runs,
     del meta["action_head"], meta["action_space"]
     (run / "run.json").write_text(json.dumps(meta))
     before = snapshot(tmp_path)
-    o = run_hostile("export-dyn-int8", ["export", str(runs["cp16"][0]), "--model", "dyn-int8",
+    o = run_hostile("export-dyn-int8", ["export", str(runs["cp16"][0]), "--scheme", "dyn-int8",
                                         "--name", "p", "--out", str(tmp_path / "lib")], tmp_path)
     assert_refused(o, "dynamic-range")
     o = run_hostile("export-no-action-head", ["export", str(run), "--name", "p", "--out",
@@ -268,7 +268,7 @@ def test_a_second_export_replaces_an_earlier_one(libs, runs):
     ("export-name-digit", ["--name", "9lives"], "not a C identifier"),
     ("export-name-dash", ["--name", "a-b"], "not a C identifier"),
     ("export-name-semicolon", ["--name", "x;y"], "not a C identifier"),
-    ("export-fp16", ["--model", "fp16", "--name", "p"], "float16"),
+    ("export-fp16", ["--scheme", "fp16", "--name", "p"], "float16"),
     ("export-out-not-export", ["--name", "p", "--out", "@user"], "not an earlier export"),
     ("export-out-file", ["--name", "p", "--out", "@file"], "is a file"),
     ("export-bare-no-env", ["@tflite", "--name", "p"], "--env"),

@@ -174,7 +174,7 @@ def test_flash_hands_the_emulated_boards_port_to_validate(run_copy, tmp_path):
     # SIGINT at its default in the child whatever the test runner's is (a child inherits an
     # ignored SIGINT, and Python then never raises KeyboardInterrupt: Ctrl-C would not stop it)
     proc = subprocess.Popen([sys.executable, "-m", "quarl_edge.cli", "flash", run_copy,
-                             "--model", "int8", "--board", "mps2-an386", "--out", tmp_path / "fw"],
+                             "--scheme", "int8", "--board", "mps2-an386", "--out", tmp_path / "fw"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
