@@ -82,7 +82,7 @@ def main(argv=None) -> int:
             run = Path(tmp) / src.stem
             imp = qe.import_policy(src, out=run, env=env_id)
             qe.quantize(run, ["fp32", "int8"])
-            res = qe.hil(run, a.board, model="int8", episodes=a.episodes)
+            res = qe.hil(run, a.board, scheme="int8", episodes=a.episodes)
             fid = imp.fidelity
             rows.append([label, env_id, f"{source_return(src, env_id, a.episodes):.1f}",
                          f"{res.fp32_mean_return:.1f}", f"{res.tflite_mean_return:.1f}",

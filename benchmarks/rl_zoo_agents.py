@@ -184,7 +184,7 @@ def play_agent(folder: str, run_dir: Path, work: Path, a, sb3: dict | None) -> d
         row["seconds_quantize"] = round(time.time() - t, 1)
         stage = f"hil {a.board}"
         t = time.time()
-        res = qe.hil(out, a.board, model="int8", episodes=a.episodes)
+        res = qe.hil(out, a.board, scheme="int8", episodes=a.episodes)
         row["seconds_hil"] = round(time.time() - t, 1)
     except qe.QuarlError as e:
         row.update(status="failed", stage=stage, reason=f"{stage}: {first_line(e)}",
@@ -206,7 +206,7 @@ def play_agent(folder: str, run_dir: Path, work: Path, a, sb3: dict | None) -> d
     if a.small_board:
         t = time.time()
         try:
-            small = qe.hil(out, a.small_board, model="int8", episodes=a.episodes)
+            small = qe.hil(out, a.small_board, scheme="int8", episodes=a.episodes)
             fig = hil_figures(small)
             for k in ("tflite_returns", "tflm_returns", "fp32_returns"):
                 fig.pop(k)

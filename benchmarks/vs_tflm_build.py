@@ -96,7 +96,7 @@ class Toolchain:
     arch_flags: list[str]     # the board's cflags (-mcpu..., -O2, sections) + COMMON_EXTRA
     defines: list[str]        # the board's QE_* defines (cost unit, icount shift, SysTick)
     ldflags: list[str]
-    port_dirs: list[Path]
+    family_dirs: list[Path]
     core_dir: Path
 
 
@@ -116,7 +116,7 @@ def toolchain(board) -> Toolchain:
                          "(Debian: apt-get install libstdc++-arm-none-eabi-newlib)")
     return Toolchain(cc, cxx, size, [B.expand_flag(board, f) for f in board.cflags] + COMMON_EXTRA,
                      B.board_defines(board), [B.expand_flag(board, f) for f in board.ldflags],
-                     B.port_dirs(board), B.firmware_dir() / "core")
+                     B.family_dirs(board), B.firmware_dir() / "core")
 
 
 def run(cmd: list[str], what: str) -> None:
@@ -162,8 +162,8 @@ def tflm_flags(tc: Toolchain, a: argparse.Namespace, cmsis_nn: bool) -> tuple[li
 
 def port_objects(tc: Toolchain, cache: Path, jobs: int) -> list[Path]:
     cmd = [tc.cc, "-std=c99", *tc.arch_flags, *tc.defines, f"-I{tc.core_dir}",
-           *(f"-I{d}" for d in tc.port_dirs)]
-    srcs = [c for d in tc.port_dirs for c in sorted(d.glob("*.c"))]
+           *(f"-I{d}" for d in tc.family_dirs)]
+    srcs = [c for d in tc.family_dirs for c in sorted(d.glob("*.c"))]
     return compile_all([(cmd, s, s) for s in srcs], cache, jobs)
 
 
@@ -229,7 +229,7 @@ def tflm_measure(tc: Toolchain, board, a, cmsis_nn: bool, model: Path, ops: list
     def link(arena: int) -> Path:
         (d / "vs_tflm_model.h").write_text(model_header(model.read_bytes(), x, ops, arena))
         h = d / "harness.o"
-        run([*cxx, *tc.defines, f"-I{d}", f"-I{tc.core_dir}", *(f"-I{p}" for p in tc.port_dirs),
+        run([*cxx, *tc.defines, f"-I{d}", f"-I{tc.core_dir}", *(f"-I{p}" for p in tc.family_dirs),
              "-c", str(HARNESS), "-o", str(h)], "compiling the TFLM harness")
         elf = d / f"tflm-{arena}.elf"
         link_cmd = [tc.cxx, *tc.arch_flags, str(h), *map(str, objs), "-o", str(elf), *tc.ldflags,

@@ -55,7 +55,7 @@ from quarl_edge.errors import ModelError, QuarlError, UnsupportedOpError
 from quarl_edge.files import write_atomic
 
 from . import emit, planner
-from .head import apply_head_readout
+from .head import apply_accumulator_readout
 from .ops import (KERNEL_HEADERS, LOWERINGS, SUPPORTED, UNPACKED_LOWERINGS, VARIANT_LOWERINGS, Kernel,
                   supported_list)
 from .ops.common import unsupported, zero_point_error
@@ -140,7 +140,7 @@ def check(tflite_path, kernels: str = "reference") -> None:
     """Raise what generate() would refuse the model for (every op it cannot run, named), and
     write nothing."""
     path = Path(tflite_path)
-    _lower_all(apply_head_readout(load(path)), path, _lowerings(kernels, True))
+    _lower_all(apply_accumulator_readout(load(path)), path, _lowerings(kernels, True))
 
 
 def generate(tflite_path, out_dir, name: str | None = None,
@@ -154,7 +154,7 @@ def generate(tflite_path, out_dir, name: str | None = None,
     the packed weights do not fit the board's flash). per_op=True: a per-op build's model.c
     (each kernel call timed, qe_model.h) and out_dir/perop.json, its slots (converters/perop.py)."""
     path = Path(tflite_path)
-    model = apply_head_readout(load(path))
+    model = apply_accumulator_readout(load(path))
     mname = _model_name(name, path)
     kernels = _lower_all(model, path, _lowerings(kernels, pack_weights))
     inputs = [_io_spec(t, "input") for t in model.input_tensors()]

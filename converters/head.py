@@ -1,10 +1,10 @@
-"""int8-acc: the accumulator head, a graph rewrite before lowering.
+"""int8-acc: the accumulator readout, a graph rewrite before lowering.
 
 quarl_edge/quant/remedies.py: a model tagged with metadata "quarl_edge.head" = "accumulators" ends in
 FULLY_CONNECTED(int8) -> DEQUANTIZE; its greedy action is to be the argmax of that layer's
 int32 accumulators. The rewrite drops the DEQUANTIZE and lets the FULLY_CONNECTED write the
 graph's float32 output itself: (float)acc * (input_scale * weight_scale[o]). The rewritten op
-carries HEAD_READOUT_OPTION; converters/ops/fully_connected.py lowers it to
+carries ACCUMULATOR_READOUT_OPTION; converters/ops/fully_connected.py lowers it to
 qe_fully_connected_s8_acc_f32.
 """
 from __future__ import annotations
@@ -15,19 +15,22 @@ from quarl_edge.errors import ModelError, UnsupportedOpError
 
 from .tflite_model import TFLiteModel
 
-HEAD_METADATA = "quarl_edge.head"
-HEAD_READOUT_OPTION = "_quarl_edge_head_accumulators"   # marks the rewritten op (not a TFLite option)
+# the .tflite metadata name, as models carry it (its "head" is the accumulator readout)
+READOUT_METADATA = "quarl_edge.head"
+# marks the rewritten op (not a TFLite option); the value is only ever compared in memory
+ACCUMULATOR_READOUT_OPTION = "_quarl_edge_head_accumulators"
 
 
-def apply_head_readout(model: TFLiteModel) -> TFLiteModel:
-    """The model with its accumulator head rewritten, or the model itself when it has none."""
-    value = model.metadata.get(HEAD_METADATA)
+def apply_accumulator_readout(model: TFLiteModel) -> TFLiteModel:
+    """The model with its accumulator readout rewritten, or the model itself when it has none."""
+    value = model.metadata.get(READOUT_METADATA)
     if value is None:
         return model
     if value != b"accumulators":
-        raise ModelError(f"{model.path}: metadata {HEAD_METADATA} = {value!r}; the generator knows "
-                         "only b'accumulators'")
-    why = "the accumulator head (int8-acc) needs a graph ending in FULLY_CONNECTED(int8) -> DEQUANTIZE"
+        raise ModelError(f"{model.path}: metadata {READOUT_METADATA} = {value!r}; the generator "
+                         "knows only b'accumulators'")
+    why = ("the accumulator readout (int8-acc) needs a graph ending in FULLY_CONNECTED(int8) -> "
+           "DEQUANTIZE")
     if len(model.outputs) != 1:
         raise UnsupportedOpError(f"{why}, with one output; this one has {len(model.outputs)}")
     producer = {o: op for op in model.operators for o in op.outputs}
@@ -43,6 +46,6 @@ def apply_head_readout(model: TFLiteModel) -> TFLiteModel:
     if (fc.fused_activation or "NONE") != "NONE":
         raise UnsupportedOpError(f"{why} without a fused activation; it has {fc.fused_activation}")
     rewritten = dataclasses.replace(fc, outputs=[deq.outputs[0]],
-                                    options={**fc.options, HEAD_READOUT_OPTION: True})
+                                    options={**fc.options, ACCUMULATOR_READOUT_OPTION: True})
     ops = [rewritten if op.index == fc.index else op for op in model.operators if op is not deq]
     return dataclasses.replace(model, operators=ops)

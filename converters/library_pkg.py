@@ -3,7 +3,7 @@ each build system: Arduino (library.properties, examples/NAME_basic/NAME_basic.i
 (library.json), CMake (CMakeLists.txt: `add_subdirectory` gives the static library NAME; under
 ESP-IDF, ESP_PLATFORM set, the same file registers a component), Zephyr (zephyr/module.yml and
 zephyr/CMakeLists.txt), and README.md. `facts` is what quarl_edge/measure/export.py knows of the
-policy (name, env, board, head, sizes, footprint, command)."""
+policy (name, env, board, action head, sizes, footprint, command)."""
 from __future__ import annotations
 
 import json
@@ -102,12 +102,12 @@ void loop() {{
 
 def _action_text(facts: dict) -> str:
     name = facts["name"]
-    if facts["head"] == "argmax":
+    if facts["action_head"] == "argmax":
         return (f"`action[0]` is the index of a Discrete({facts['n_actions']}) action "
                 f"(start {facts['start']}): the argmax of the model's {facts['n_actions']} "
                 "outputs, the first of equal ones, plus the start")
     bounds = f"low {facts['low']}, high {facts['high']}"
-    how = ("the model's outputs clipped to the bounds" if facts["head"] == "identity" else
+    how = ("the model's outputs clipped to the bounds" if facts["action_head"] == "identity" else
            "the model's outputs clipped to [-1, 1] and rescaled to the bounds "
            "(low + 0.5 (x + 1)(high - low), in double as numpy does in float64)")
     return f"`action[0..{name}_ACTION_SIZE-1]` are {how}: {bounds}"
@@ -137,7 +137,7 @@ stdio; every external symbol starts with `{name}`.
 ```c
 #define {name}_OBS_SIZE {facts['obs_size']}
 #define {name}_ACTION_SIZE {facts['action_size']}
-#define {name}_ACTION_DISCRETE {1 if facts['head'] == 'argmax' else 0}
+#define {name}_ACTION_DISCRETE {1 if facts['action_head'] == 'argmax' else 0}
 int  {name}_act(const float *obs, float *action); /* 0; -1 NaN in obs; -2 null pointer */
 void {name}_reset(void);     /* an episode starts: recurrent state to zero */
 int  {name}_selftest(void);  /* test vectors: outputs not bit-exact with TF Lite Micro (0) */

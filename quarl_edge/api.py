@@ -24,8 +24,10 @@ the directory it wrote (`out_dir`), and `out=` puts it elsewhere.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import shlex
+import warnings
 from pathlib import Path
 from typing import Iterable
 
@@ -74,6 +76,26 @@ def _from(cls, data: dict, **extra):
 
 
 # ----------------------------------------------------------------------------- helpers
+def _renamed(**old_to_new: str):
+    """A function's keyword arguments renamed to the vocabulary (docs/layout.md, Vocabulary):
+    the old keyword still works, with a DeprecationWarning naming the new one."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            for old, new in old_to_new.items():
+                if old in kwargs:
+                    if new in kwargs:
+                        raise TypeError(f"{fn.__name__}() got both {old}= (deprecated) and "
+                                        f"{new}=")
+                    warnings.warn(f"{fn.__name__}({old}=...) is deprecated; use {new}=",
+                                  DeprecationWarning, stacklevel=2)
+                    kwargs[new] = kwargs.pop(old)
+            return fn(*args, **kwargs)
+        call.renamed = dict(old_to_new)
+        return call
+    return wrap
+
+
 def _board(board, board_file: PathLike | None = None):
     """A loaded Board: `board` itself, the board with that id, or the file `board_file` (a board
     file from anywhere is loaded only when named as one: it names the compiler that runs)."""
@@ -104,17 +126,17 @@ def _port(port: str | None) -> str | None:
     return port
 
 
-def _model(target: PathLike, scheme: str | None = None) -> tuple[Path, Path | None]:
+def _model(policy: PathLike, scheme: str | None = None) -> tuple[Path, Path | None]:
     """A .tflite file, or a run directory and the scheme of its model -> (model, run dir)."""
-    path = Path(target)
+    path = Path(policy)
     if path.is_dir():
         return Run(path).tflite(scheme or "int8"), path
     if path.is_file():
         if scheme is not None:
-            raise QuarlError(f"{target} is a model file; a scheme ({scheme}) picks a model of a "
+            raise QuarlError(f"{policy} is a model file; a scheme ({scheme}) picks a model of a "
                              "run directory")
         return path, None
-    raise QuarlError(f"{target} is neither a run directory nor a .tflite file")
+    raise QuarlError(f"{policy} is neither a run directory nor a .tflite file")
 
 
 def build_dir(model: Path, run_dir: Path | None, board_id: str, scheme: str | None = None) -> Path:
@@ -203,13 +225,14 @@ def sweep(run: PathLike, *, bits: Iterable[int] = range(2, 9),
     return [_from(SweepRow, r) for r in rows]
 
 
-def build(model: PathLike, board="host", *, out: PathLike | None = None,
+@_renamed(model="policy")
+def build(policy: PathLike, board="host", *, out: PathLike | None = None,
           scheme: str | None = None, board_file: PathLike | None = None) -> BuildResult:
-    """Generate C for `model` (a .tflite, or a run directory with `scheme`, default int8) and
+    """Generate C for `policy` (a .tflite, or a run directory with `scheme`, default int8) and
     build the firmware for `board` (or the board file `board_file`) into `out` (default: see
     the module docstring)."""
     b = _board(board, board_file)
-    path, run_dir = _model(model, scheme)
+    path, run_dir = _model(policy, scheme)
     out_dir = Path(out) if out is not None else build_dir(path, run_dir, b.id, scheme)
     fw = pipeline.build(path, b, out_dir, generated=pipeline.generate_c(path, b, out_dir))
     files = {k: str(v) for k, v in (("bin", fw.bin), ("hex", fw.hex)) if v is not None}
@@ -217,11 +240,13 @@ def build(model: PathLike, board="host", *, out: PathLike | None = None,
                        dataclasses.asdict(fw.memory), files, list(fw.image_notes))
 
 
-def session(model: PathLike, board="host", *, scheme: str | None = None,
+@_renamed(model="policy")
+def session(policy: PathLike, board="host", *, scheme: str | None = None,
             out: PathLike | None = None, port: str | None = None, ssh: str | None = None,
             ssh_options: Iterable[str] = (), flasher: str | None = None,
             drive: str | None = None, flash: bool = False, board_file: PathLike | None = None):
-    """A session with a board running `model`, as a context manager (quarl_edge.link.session.
+    """A session with a board running `policy` (a .tflite, or a run directory with `scheme`),
+    as a context manager (quarl_edge.link.session.
     BoardSession): it builds and starts (or flashes) the board unless `port` names one that
     runs the model already, handshakes, and stops what it started on exit. `ssh`
     (USER@HOST[:PORT]) first deploys the linux agent and the model to a linux board. Use
@@ -231,7 +256,7 @@ def session(model: PathLike, board="host", *, scheme: str | None = None,
             (y,), cost = s.link.infer([x])
     """
     b = _board(board, board_file)
-    path, run_dir = _model(model, scheme)
+    path, run_dir = _model(policy, scheme)
     port = _port(port)
     if ssh:
         if b.kind != "linux":
@@ -269,41 +294,45 @@ def validate(model: PathLike, board="host", *, inputs: PathLike | None = None,
     return _from(ValidateResult, res, latency=Latency(**res["latency"]), out_dir=str(out_dir))
 
 
-def hil(run: PathLike, board="host", *, model: str = "int8", episodes: int = 20, seed: int = 0,
-        port: str | None = None, out: PathLike | None = None, flasher: str | None = None,
-        drive: str | None = None, progress: bool = False, env: str | None = None,
-        action: str | None = None, board_file: PathLike | None = None,
-        control_hz: float | None = None, act: bool = False) -> HilResult:
+@_renamed(run="policy", model="scheme", action="action_head")
+def hil(policy: PathLike, board="host", *, scheme: str = "int8", episodes: int = 20,
+        seed: int = 0, port: str | None = None, out: PathLike | None = None,
+        flasher: str | None = None, drive: str | None = None, progress: bool = False,
+        env: str | None = None, action_head: str | None = None,
+        board_file: PathLike | None = None, control_hz: float | None = None,
+        act: bool = False) -> HilResult:
     """Hardware in the loop: Gymnasium on the host, the board choosing every action with the
-    run's `model` scheme, on seeds seed..seed+episodes-1; the same seeds are played by the same
-    model on tflite-runtime and by the fp32 network. Results go to `out` (default RUN/results).
+    `policy` run's `scheme` model, on seeds seed..seed+episodes-1; the same seeds are played by
+    the same model on tflite-runtime and by the fp32 network. Results go to `out` (default
+    RUN/results).
 
-    `run` may be a bare MODEL.tflite with `env` (a Gymnasium id): no run directory needed
-    (`model` is then ignored; results go to MODEL's folder/results). `action`: how outputs
+    `policy` may be a bare MODEL.tflite with `env` (a Gymnasium id): no run directory needed
+    (`scheme` is then ignored; results go to MODEL's folder/results). `action_head`: how outputs
     become actions, "argmax", "identity" (the output is the action, clipped) or "scale" (a
     [-1, 1] output rescaled to the bounds); default from the run or the env's action space.
     `control_hz`: the result's `deadline` holds every step's time against the period 1/HZ
     (worst, margin, meets or misses, jitter: quarl_edge/measure/deadline.py).
     `act`: the board computes each action with the policy exported as `export` writes it
     (NAME_act, built into its firmware), checked against the host's mapping of TF Lite Micro's
-    outputs every step (result.act); results hil_<board>_<model>-act.json."""
+    outputs every step (result.act); results hil_<board>_<scheme>-act.json."""
     control_hz = check_control_hz(control_hz)
     _count("episodes", episodes)
     _count("seed", seed, 0)
     b = _board(board, board_file)
     port = _port(port)
-    path = Path(run)   # pipeline.hil checks the env against the model before anything is built
-    res = pipeline.hil(path, b, path.stem if path.suffix == ".tflite" else model, episodes,
+    path = Path(policy)   # pipeline.hil checks the env against the model before anything is built
+    res = pipeline.hil(path, b, path.stem if path.suffix == ".tflite" else scheme, episodes,
                        seed=seed, port=port, progress=progress, flasher=flasher, drive=drive,
                        results_dir=Path(out) if out is not None else None, env_id=env,
-                       head=action, control_hz=control_hz, act=act)
+                       head=action_head, control_hz=control_hz, act=act)
     return _from(HilResult, res, latency=Latency(**res["latency"]))
 
 
-def export(run: PathLike, board="host", *, model: str = "int8", name: str, out: PathLike,
+@_renamed(run="policy", model="scheme")
+def export(policy: PathLike, board="host", *, scheme: str = "int8", name: str, out: PathLike,
            env: str | None = None, force: bool = False, board_file: PathLike | None = None,
            command: str = "") -> ExportResult:
-    """The policy of `run` (a run directory and its `model` scheme, or a bare MODEL.tflite with
+    """The `policy` (a run directory and its `scheme` model, or a bare MODEL.tflite with
     `env`) as a C library folder `out` for `board`: src/NAME.h (NAME_act, NAME_reset,
     NAME_selftest) and the kernels it needs, every symbol prefixed with `name`; also an Arduino,
     PlatformIO, CMake / ESP-IDF and Zephyr library. `out` must be new or an earlier export
@@ -311,24 +340,25 @@ def export(run: PathLike, board="host", *, model: str = "int8", name: str, out: 
     if not command:          # the README's "Made by": the command that does the same
         b = (f"--board-file {board_file}" if board_file is not None
              else f"--board {getattr(board, 'id', board)}")
-        command = (f"quarl-edge export {shlex.quote(str(run))} --model {model} {b} --name "
+        command = (f"quarl-edge export {shlex.quote(str(policy))} --scheme {scheme} {b} --name "
                    f"{name} --out {shlex.quote(str(out))}"
                    + (f" --env {shlex.quote(env)}" if env else ""))
-    facts = export_library(Path(run), model, _board(board, board_file), name, Path(out),
+    facts = export_library(Path(policy), scheme, _board(board, board_file), name, Path(out),
                            env_id=env, force=force, command=command)
     return _from(ExportResult, facts, out=str(out))
 
 
-def bench(run: PathLike, boards: str | Iterable = "all-emulated", *, n: int = 100,
+@_renamed(run="policy")
+def bench(policy: PathLike, boards: str | Iterable = "all-emulated", *, n: int = 100,
           out: PathLike | None = None, progress: bool = False,
           episodes: int = 0, env: str | None = None,
           control_hz: float | None = None) -> list[BenchRow]:
-    """Cost per inference (BENCH, n repeats on the board), flash, RAM and stack for the run's
-    fp32 and int8 models on each board ("all-emulated" or board ids). Rows are written to
-    `out` (default RUN/results) as they finish; a cell that cannot run is a row with `error`.
+    """Cost per inference (BENCH, n repeats on the board), flash, RAM and stack for the fp32
+    and int8 models of the run `policy` on each board ("all-emulated" or board ids). Rows are
+    written to `out` (default RUN/results) as they finish; a cell that cannot run is a row with `error`.
     `episodes` N > 0: each row also gets the board's return over N episodes (seeds 0..N-1,
     the board choosing every action) and whether it equals TF Lite Micro's on every seed.
-    `run` may be a bare MODEL.tflite (one row per board; `env` for its episodes, whose
+    `policy` may be a bare MODEL.tflite (one row per board; `env` for its episodes, whose
     agreement is then with the same model on TF Lite Micro). `control_hz`: each row's
     `deadline` holds the worst time per inference against the period 1/HZ (margin, meets or
     misses, jitter over n single inferences: quarl_edge/measure/deadline.py)."""
@@ -337,12 +367,13 @@ def bench(run: PathLike, boards: str | Iterable = "all-emulated", *, n: int = 10
     control_hz = check_control_hz(control_hz)
     spec = boards if isinstance(boards, str) else ",".join(
         b if isinstance(b, str) else b.id for b in boards)
-    rows = pipeline.bench(Path(run), select_boards(spec), n=n, out=Path(out) if out else None,
+    rows = pipeline.bench(Path(policy), select_boards(spec), n=n, out=Path(out) if out else None,
                      progress=progress, episodes=episodes, env_id=env, control_hz=control_hz)
     return [_from(BenchRow, r) for r in rows]
 
 
-def bench_per_op(run: PathLike, boards: str | Iterable = "host", *, runs: int = 20,
+@_renamed(run="policy")
+def bench_per_op(policy: PathLike, boards: str | Iterable = "host", *, runs: int = 20,
                  out: PathLike | None = None, env: str | None = None) -> list[dict]:
     """Where each inference's cost goes, op by op (quarl_edge/measure/perop.py): per board and
     scheme, each op's cost with the board's own counter in a per-op build (the smallest of
@@ -352,7 +383,7 @@ def bench_per_op(run: PathLike, boards: str | Iterable = "host", *, runs: int = 
     _count("runs", runs, 1, BENCH_MAX_N)
     spec = boards if isinstance(boards, str) else ",".join(
         b if isinstance(b, str) else b.id for b in boards)
-    return pipeline.bench_per_op(Path(run), select_boards(spec), runs=runs,
+    return pipeline.bench_per_op(Path(policy), select_boards(spec), runs=runs,
                                  out=Path(out) if out else None, env_id=env)
 
 
@@ -379,16 +410,18 @@ def study_status(config: PathLike, *, out: PathLike | None = None, workers: int 
     return status(Path(config), out=Path(out) if out else None, workers=workers)
 
 
-def farm_node(*, head: bool = False, address: str | None = None, port: int = 6379,
+@_renamed(port="ray_port", head="head_node")
+def farm_node(*, head_node: bool = False, address: str | None = None, ray_port: int = 6379,
               instances: int | None = None, num_cpus: int | None = None,
               resources: str | None = None, dry_run: bool = False,
               ray_args: Iterable[str] = ()) -> dict:
     """Start this machine's Ray node for a board farm (`ray start` with a custom resource per
     board it can serve: board:host, board:<emulated id>: `instances`, board:<id>: 1 per attached
     real board; `resources`: a JSON object of more), or with `dry_run` only say what it would
-    run: {"resources": {...}, "command": [...], "returncode": int | None}."""
+    run: {"resources": {...}, "command": [...], "returncode": int | None}. `head_node`: start the
+    cluster's head node (its Ray port `ray_port`), else join the head node at `address`."""
     from .study.farm import farm_node as start_node  # lazy: the package would shadow qe.study
-    return start_node(head=head, address=address, port=port, instances=instances,
+    return start_node(head=head_node, address=address, ray_port=ray_port, instances=instances,
                       num_cpus=num_cpus, resources_json=resources, dry_run=dry_run,
                       extra=list(ray_args))
 

@@ -49,7 +49,7 @@ class ExportResult:
     env: str
     board: str
     kernels: str
-    head: str                         # argmax | identity | scale
+    action_head: str                  # argmax | identity | scale
     obs_size: int
     action_size: int
     recurrent: bool

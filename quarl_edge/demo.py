@@ -61,7 +61,7 @@ def demo(pretrained: bool = False, board_id: str = "mps2-an386", episodes: int =
     for i, scheme in enumerate(BOARD_SCHEMES):
         print(f"[{3 + i}/5] generating C, building for '{board.id}' and running {episodes} HIL "
               f"episodes with the {scheme} model")
-        results[scheme] = api.hil(run, board, model=scheme, episodes=episodes)
+        results[scheme] = api.hil(run, board, scheme=scheme, episodes=episodes)
 
     print("[5/5] results (same seeds 0.." f"{episodes - 1} for every row)\n")
     print_table(results, board.id)

@@ -27,7 +27,7 @@ import numpy as np
 from .link.session import BoardSession
 from .measure.bench import bench_cell as measure_cell
 from .measure.bench import run_bench
-from .measure.hil import hil_fp32, hil_target, run_hil
+from .measure.hil import hil_fp32, hil_policy, run_hil
 from .measure.hil_act import run_hil_act
 from .measure.perop import run_perop
 from .measure.selection import int8_judge
@@ -114,7 +114,7 @@ def hil(run: Path, board: Board, scheme: str = "int8", episodes: int = 20, *, se
               results_dir=results_dir, env_id=env_id, head=head, control_hz=control_hz)
     if act:
         return run_hil_act(run, scheme, board, episodes, **kw)
-    t = hil_target(run, scheme, env_id, head)        # checked before anything is built
+    t = hil_policy(run, scheme, env_id, head)        # checked before anything is built
     fp32 = hil_fp32(t, run)
     fw = firmware(t.model, board, Run(t.home).build_dir(board.id, scheme), port)
     return run_hil(run, scheme, board, episodes, target=t, fp32=fp32, firmware=fw, **kw)

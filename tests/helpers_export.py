@@ -24,7 +24,7 @@ def cli(*args, cwd=ROOT):
 
 
 def export(run, name, out, board="host", scheme="int8"):
-    cli("export", run, "--model", scheme, "--board", board, "--name", name, "--out", out)
+    cli("export", run, "--scheme", scheme, "--board", board, "--name", name, "--out", out)
     return json.loads((Path(out) / "quarl-edge-export.json").read_text())
 
 
@@ -51,11 +51,11 @@ def host_actions(run: Path, scheme: str | None, obs: np.ndarray,
     """The host's mapping of TF Lite Micro's outputs: the observation quantized and the output
     dequantized as measure/reference.py does (with tflite-runtime's tensor details), TFLM's
     outputs, then rl/envs.outputs_to_actions with the run's head: what hil compares with."""
-    from quarl_edge.measure.hil import hil_target
+    from quarl_edge.measure.hil import hil_policy
     from quarl_edge.measure.reference import (_dequantized, _quantized, host_reference,
                                               tflite_runtime_interpreter)
     from quarl_edge.rl.envs import outputs_to_actions
-    t = hil_target(run, scheme, env_id, None)
+    t = hil_policy(run, scheme, env_id, None)
     ref = host_reference(t.model, micro=True)      # a recurrent model: from a zero state
     interp = tflite_runtime_interpreter(t.model)
     din, dout = interp.get_input_details()[0], interp.get_output_details()[0]
@@ -63,7 +63,7 @@ def host_actions(run: Path, scheme: str | None, obs: np.ndarray,
     for o in obs:
         x = _quantized(o.reshape(tuple(din["shape"])), din)
         outs.append(_dequantized(ref.run([x])[0], dout).reshape(-1))
-    acts = outputs_to_actions(np.stack(outs), t.space, t.head)
+    acts = outputs_to_actions(np.stack(outs), t.space, t.action_head)
     return np.asarray(acts, np.float32).reshape(len(obs), -1)
 
 

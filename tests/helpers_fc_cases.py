@@ -64,7 +64,7 @@ class Case:
     bias: np.ndarray | None  # int32 [rows]
     mults: np.ndarray        # int32 [rows] (per channel)
     shifts: np.ndarray       # int8 [rows]
-    scales: np.ndarray       # float32 [rows] (accumulator head)
+    scales: np.ndarray       # float32 [rows] (accumulator readout)
 
     def encode(self) -> bytes:
         packed = None
@@ -364,7 +364,7 @@ def output_stage_cases() -> list[Case]:
 def twin_outputs(c: Case) -> bytes:
     """What the kernels must write, from the Python twins: the int32 sums (exact: the
     generator's bounds keep every partial sum in int32), then qmath.requantize_output per
-    value (int8 kinds) or (float)acc * scale in float32 (the accumulator head)."""
+    value (int8 kinds) or (float)acc * scale in float32 (the accumulator readout)."""
     x = c.x.astype(np.int64).reshape(c.batches, c.depth)
     w = c.w.astype(np.int64).reshape(c.rows, c.depth)
     acc = (x + c.input_offset) @ (w + c.filter_offset).T           # [batches][rows]

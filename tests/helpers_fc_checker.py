@@ -14,7 +14,7 @@ import pytest
 
 from helpers_fc_cases import CHECK, FW, VARIANT_FC, Case, twin_outputs
 from quarl_edge.targets.boards import get_board
-from quarl_edge.targets.build import COMMON_CFLAGS, board_defines, expand_flag, port_dirs
+from quarl_edge.targets.build import COMMON_CFLAGS, board_defines, expand_flag, family_dirs
 
 
 def host_checker(tmp: Path, sanitize: bool = False, variant_fc: Path = VARIANT_FC,
@@ -41,10 +41,10 @@ def board_checker(board_id: str, tmp: Path, variant_fc: Path = VARIANT_FC,
         pytest.skip(f"{board.cc} or qemu-system-arm is not installed")
     elf = tmp / f"{'fc_check' if check == CHECK else check.stem}_{board_id}.elf"
     srcs = [check, variant_fc, FW / "core" / "requant.c",
-            *(c for d in port_dirs(board) for c in sorted(d.glob("*.c")))]
+            *(c for d in family_dirs(board) for c in sorted(d.glob("*.c")))]
     cmd = [board.cc, *COMMON_CFLAGS, *(expand_flag(board, f) for f in board.cflags),
            *board_defines(board), *defines, f"-I{FW / 'core'}",
-           *(f"-I{d}" for d in port_dirs(board)),
+           *(f"-I{d}" for d in family_dirs(board)),
            *map(str, srcs), "-o", str(elf), *(expand_flag(board, f) for f in board.ldflags)]
     res = subprocess.run(cmd, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr

@@ -136,7 +136,7 @@ def test_linux_board_validate_and_hil_through_the_cli(tmp_path):
             "--json")
     # tflite-runtime's int8 kernels vs TF Lite Micro's: the same reference arithmetic
     assert v["board"] == "linux-tflite" and v["bit_exact"] is True and v["latency"]["unit"] == "ns"
-    h = cli("hil", run, "--model", "int8", "--board", "linux-tflite", "--episodes", "2", "--json")
+    h = cli("hil", run, "--scheme", "int8", "--board", "linux-tflite", "--episodes", "2", "--json")
     assert h["mean_return"] == h["tflite_mean_return"]
 
 

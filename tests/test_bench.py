@@ -60,7 +60,7 @@ def test_bench_episodes_gives_the_boards_return_equal_to_tflite_runtime(tmp_path
         assert r["matches_tflite"] is True
         assert r["tflite_ref_returns"] == r["returns"] and r["matches_tflite_ref"] is True
         assert r["mean_return"] == pytest.approx(np.mean(r["returns"]))
-        assert r["env"] == "CartPole-v1" and r["algo"] == "dqn" and r["run"] == str(run)
+        assert r["env"] == "CartPole-v1" and r["algo"] == "dqn" and r["run_dir"] == str(run)
     assert rows[("host", "fp32")]["agreement"] == 1.0   # the fp32 model acts as the fp32 network
     assert 0 < rows[("host", "int8")]["agreement"] <= 1.0
     md = (run / "results" / "bench.md").read_text()

@@ -114,7 +114,7 @@ def test_cycle_counts_repeat_exactly_across_launches(run_copy, tmp_path):
 
 
 def test_hil_int8_equals_tflite_runtime(run_copy):
-    res = cli_json("hil", run_copy, "--model", "int8", "--board", "atmega328p", "--episodes", "2")
+    res = cli_json("hil", run_copy, "--scheme", "int8", "--board", "atmega328p", "--episodes", "2")
     assert res["board"] == "atmega328p" and res["episodes"] == 2
     assert res["mean_return"] == res["tflite_mean_return"]
     assert res["latency"]["unit"] == "cycles"

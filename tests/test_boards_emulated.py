@@ -62,7 +62,7 @@ def test_validate_bit_exact_on_the_emulator(run_copy, board, scheme):
 
 @pytest.mark.parametrize("board", QEMU_BOARDS)
 def test_hil_int8_on_the_emulator_equals_tflite_runtime(run_copy, board):
-    res = cli_json("hil", run_copy, "--model", "int8", "--board", board, "--episodes", "2")
+    res = cli_json("hil", run_copy, "--scheme", "int8", "--board", board, "--episodes", "2")
     assert res["board"] == board and res["episodes"] == 2
     assert res["mean_return"] == res["tflite_mean_return"]
     assert res["latency"]["unit"] == "instructions" and res["latency"]["median"] > 1000

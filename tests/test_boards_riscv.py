@@ -29,7 +29,7 @@ needs_riscv = pytest.mark.skipif(
 
 @needs_riscv
 def test_hil_int8_on_hifive1_plays_tflm_returns_episode_by_episode(run_copy):
-    out = cli("hil", run_copy, "--model", "int8", "--board", "hifive1", "--episodes", "3").stdout
+    out = cli("hil", run_copy, "--scheme", "int8", "--board", "hifive1", "--episodes", "3").stdout
     assert "the board's returns equal TF Lite Micro's, episode by episode" in out, out
     assert "latency median" in out and "instructions" in out, out
     elf = run_copy / "build" / "hifive1" / "int8" / "firmware.elf"

@@ -14,6 +14,7 @@ import pytest
 
 import quarl_edge
 from quarl_edge import cli
+from quarl_edge.cli.options import DeprecatedAlias
 from quarl_edge.errors import QuarlError
 from quarl_edge.resources import examples_dir
 
@@ -38,6 +39,9 @@ def test_every_option_has_help_with_its_default_and_each_command_an_example(name
     assert "example:\n  quarl-edge " + name in text
     for action in s._actions:
         if isinstance(action, argparse._HelpAction):
+            continue
+        if action.help is argparse.SUPPRESS:      # only a deprecated spelling is hidden
+            assert isinstance(action, DeprecatedAlias), f"{name} {action.option_strings}"
             continue
         assert action.help, f"{name} {action.dest}: no help text"
         has_default = action.default not in (None, False, [], argparse.SUPPRESS)

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from helpers_fc_checker import SAN_ENV, run_board
 from quarl_edge.targets.boards import get_board
-from quarl_edge.targets.build import COMMON_CFLAGS, board_defines, expand_flag, port_dirs
+from quarl_edge.targets.build import COMMON_CFLAGS, board_defines, expand_flag, family_dirs
 
 ROOT = Path(__file__).resolve().parents[1]
 FW = ROOT / "firmware"
@@ -274,9 +274,9 @@ def board_checker(board_id: str, tmp: Path, sources: list[Path] | None = None,
     if shutil.which(board.cc) is None or shutil.which("qemu-system-arm") is None:
         pytest.skip(f"{board.cc} or qemu-system-arm is not installed")
     elf = tmp / f"{name}_{board_id}.elf"
-    srcs = [CHECK, *(sources or SOURCES), *(c for d in port_dirs(board) for c in sorted(d.glob("*.c")))]
+    srcs = [CHECK, *(sources or SOURCES), *(c for d in family_dirs(board) for c in sorted(d.glob("*.c")))]
     cmd = [board.cc, *COMMON_CFLAGS, *(expand_flag(board, f) for f in board.cflags),
-           *board_defines(board), f"-I{FW / 'core'}", f"-I{VDIR}", *(f"-I{d}" for d in port_dirs(board)),
+           *board_defines(board), f"-I{FW / 'core'}", f"-I{VDIR}", *(f"-I{d}" for d in family_dirs(board)),
            *map(str, srcs), "-o", str(elf), *(expand_flag(board, f) for f in board.ldflags)]
     res = subprocess.run(cmd, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr

@@ -48,7 +48,7 @@ RUNS = [
     Run("quarl-edge hil my_policy.tflite --env CartPole-v1 --board host --episodes 20",
         r"^the board's returns equal TF Lite Micro's, episode by episode",
         needs=(("my_policy.tflite", f"{EXAMPLE}/models/int8.tflite"),)),
-    Run("quarl-edge farm-node --head --print", r"ray start --head --port=6379"),
+    Run("quarl-edge farm-node --head-node --print", r"ray start --head --port=6379"),
     Run("quarl-edge validate MODEL.tflite --board BOARD [--inputs X.npy|X.npz | --random N] "
         "[--save-outputs Y.npy|Y.npz] [--out DIR] --json", r'^  "bit_exact": true,',
         needs=(("int8.tflite", f"{EXAMPLE}/models/int8.tflite"),),
@@ -75,8 +75,8 @@ PARSE_ONLY = [
      "starts an emulator that runs until Ctrl-C, or flashes through its GDB server: "
      "tests/test_flash_emulated.py runs emulate, flash and hil end to end"),
     (r"^quarl-edge farm-node --(head|address)",
-     "starts a Ray node that keeps running (`farm-node --head --print` runs)"),
-    (r"^quarl-edge hil runs/lunar --model int8 --board mps2-an386",
+     "starts a Ray node that keeps running (`farm-node --head-node --print` runs)"),
+    (r"^quarl-edge hil runs/lunar --scheme int8 --board mps2-an386",
      "20 LunarLander episodes on QEMU (and 60 on the host references): a minute or more; the host board's hil runs"),
     (r"^quarl-edge export\b",
      "plays an episode on TF Lite Micro and compiles the folder: tests/test_export*.py run it "
@@ -158,13 +158,13 @@ def test_a_cheap_documented_command_runs(run, scratch):
     ONNX and RL Zoo fixtures for ppo-LunarLander-v3.zip, policy.onnx and the Zoo folder; the
     example run's int8.tflite for my_policy.tflite), exit 0 and a key line of output:
     boards, ports, --version; import (SB3 zip, ONNX, RL Zoo folder), then quantize of the
-    imported run; hil of a bare .tflite on the host board; farm-node --head --print; the
+    imported run; hil of a bare .tflite on the host board; farm-node --head-node --print; the
     validate and report synopses on the host board and on results/smoke; test_layout.py,
     cgen --help, and the protocol header, which must equal the committed one.
 
     Parse-only (PARSE_ONLY says which matches what): train, study, sweep and demo (minutes to
     hours of training or episodes); anything on a real USB board (flash, hil and validate with
-    nucleo-*, arduino-uno, microbit-v1, pico, --port /dev/...); farm-node --head/--address (a
+    nucleo-*, arduino-uno, microbit-v1, pico, --port /dev/...); farm-node --head-node/--address (a
     Ray node that keeps running); hil on mps2-an386 (QEMU, a minute or more); import of a
     SavedModel or .keras (~25-30 s of TensorFlow each; test_import.py covers them); the report
     of the 486-row classic grid (~85 s); synopses with placeholders and bare command names;

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_hil_int8_on_the_host_board_equals_tflite_runtime(run_copy):
-    res = cli_json("hil", run_copy, "--model", "int8", "--board", "host", "--episodes", "4")
+    res = cli_json("hil", run_copy, "--scheme", "int8", "--board", "host", "--episodes", "4")
     assert res["board"] == "host" and res["scheme"] == "int8" and res["episodes"] == 4
     assert len(res["returns"]) == 4
     # same seeds, bit-exact outputs -> the same actions -> the same returns
@@ -36,7 +36,7 @@ def test_hil_int8_on_the_host_board_equals_tflite_runtime(run_copy):
 
 
 def test_hil_fp32_firmware_plays_like_the_float_network(run_copy):
-    res = cli_json("hil", run_copy, "--model", "fp32", "--episodes", "2")
+    res = cli_json("hil", run_copy, "--scheme", "fp32", "--episodes", "2")
     assert res["mean_return"] == res["tflite_mean_return"]
     assert res["agreement"] > 0.99
 
@@ -99,7 +99,7 @@ def test_malformed_model_is_a_clear_error(tmp_path):
 
 
 def test_build_prints_the_memory_report(run_copy):
-    out = cli("build", run_copy, "--board", "host", "--model", "int8").stdout
+    out = cli("build", run_copy, "--board", "host", "--scheme", "int8").stdout
     assert "flash" in out and "RAM" in out and "model arena" in out
     assert (run_copy / "build" / "host" / "int8" / "firmware.elf").is_file()
 

@@ -4,7 +4,7 @@ mapping of TF Lite Micro's outputs (measure/reference.py + rl/envs.outputs_to_ac
 same observations, for a discrete policy (CartPole DQN at int8, int16x8 and fp32), a continuous
 one (the SB3 SAC Pendulum actor of tests/fixtures/onnx-export, imported and quantized here; its
 head as recorded, identity, and rewritten to scale) and a recurrent one (SB3 RecurrentPPO on
-CartPole, int8), all linked into one program; int8-acc's accumulator head too."""
+CartPole, int8), all linked into one program; int8-acc's accumulator readout too."""
 from __future__ import annotations
 
 import json
@@ -26,7 +26,7 @@ AVR = ["-mmcu=atmega328p", "-Os"]
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """CartPole's int16x8 and int8-acc (accumulator head) models (a copy of the example run),
+    """CartPole's int16x8 and int8-acc (accumulator readout) models (a copy of the example run),
     the Pendulum run (imported, int8), a copy whose head is scale, the recurrent run."""
     d = tmp_path_factory.mktemp("runs")
     cli("import", RPPO, "--env", "CartPole-v1", "--out", d / "rnn")
@@ -227,7 +227,7 @@ def test_the_folder_is_a_library_for_each_build_system(libs):
     assert "idf_component_register" in (folder / "CMakeLists.txt").read_text()
     readme = (folder / "README.md").read_text()
     assert "pend_act" in readme and "quarl-edge export" in readme
-    assert facts["head"] == "identity" and facts["low"] == [-2.0] and facts["high"] == [2.0]
+    assert facts["action_head"] == "identity" and facts["low"] == [-2.0] and facts["high"] == [2.0]
 
 
 def test_a_bare_tflite_with_its_env_exports_what_its_run_does(libs, tmp_path):
@@ -247,7 +247,7 @@ def test_a_run_that_does_not_say_how_outputs_become_box_actions_is_refused(runs,
     del meta["action_head"], meta["action_space"]
     (run / "run.json").write_text(json.dumps(meta))
     before = snapshot(tmp_path)
-    o = run_hostile("export-dyn-int8", ["export", str(runs["cp16"][0]), "--model", "dyn-int8",
+    o = run_hostile("export-dyn-int8", ["export", str(runs["cp16"][0]), "--scheme", "dyn-int8",
                                         "--name", "p", "--out", str(tmp_path / "lib")], tmp_path)
     assert_refused(o, "dynamic-range")
     o = run_hostile("export-no-action-head", ["export", str(run), "--name", "p", "--out",
@@ -268,7 +268,7 @@ def test_a_second_export_replaces_an_earlier_one(libs, runs):
     ("export-name-digit", ["--name", "9lives"], "not a C identifier"),
     ("export-name-dash", ["--name", "a-b"], "not a C identifier"),
     ("export-name-semicolon", ["--name", "x;y"], "not a C identifier"),
-    ("export-fp16", ["--model", "fp16", "--name", "p"], "float16"),
+    ("export-fp16", ["--scheme", "fp16", "--name", "p"], "float16"),
     ("export-out-not-export", ["--name", "p", "--out", "@user"], "not an earlier export"),
     ("export-out-file", ["--name", "p", "--out", "@file"], "is a file"),
     ("export-bare-no-env", ["@tflite", "--name", "p"], "--env"),

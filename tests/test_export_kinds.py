@@ -63,7 +63,7 @@ def test_every_kind_acts_as_the_host_maps_tflm(program, kinds, name):
 def test_the_zoo_run_keeps_its_continuous_head(kinds):
     facts = kinds["zoo"][1]
     assert facts["env"] == "LunarLanderContinuous-v3" and facts["action_size"] == 2
-    assert facts["head"] in ("identity", "scale") and facts["low"] == [-1.0, -1.0]
+    assert facts["action_head"] in ("identity", "scale") and facts["low"] == [-1.0, -1.0]
 
 
 def test_a_model_with_an_op_no_board_runs_is_refused_in_one_line(tmp_path):

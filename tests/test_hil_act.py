@@ -36,8 +36,8 @@ def test_the_board_acting_with_the_library_plays_hils_episodes(runs, board, poli
     if missing:
         pytest.skip(f"{', '.join(missing)} not installed (scripts/setup.sh)")
     run = runs[policy]
-    plain = qe.hil(run, board, model="int8", episodes=episodes)
-    act = qe.hil(run, board, model="int8", episodes=episodes, act=True)
+    plain = qe.hil(run, board, scheme="int8", episodes=episodes)
+    act = qe.hil(run, board, scheme="int8", episodes=episodes, act=True)
     assert plain.act is None and act.act is not None
     assert act.act["differ"] == 0, act.act["first_difference"]
     assert act.act["steps"] == act.latency.n > 0      # every step went through NAME_act
@@ -56,11 +56,11 @@ def test_act_is_refused_by_a_plain_firmware_and_a_nan_observation_by_the_library
 
     from quarl_edge.errors import ProtocolError
     from quarl_edge.link.session import BoardSession
-    from quarl_edge.measure.hil import hil_target
+    from quarl_edge.measure.hil import hil_policy
     from quarl_edge.measure.hil_act import act_library
     from quarl_edge.targets.boards import get_board
     board = get_board("host")
-    t = hil_target(runs["cartpole"], "int8", None, None)
+    t = hil_policy(runs["cartpole"], "int8", None, None)
     with BoardSession(t.model, board, tmp_path / "plain") as s:
         with pytest.raises(ProtocolError, match="UNKNOWN_CMD"):
             s.link.act(np.zeros(4, np.float32), 1)

@@ -90,7 +90,7 @@ def validate(case: str, mode: str, boards_dir: Path, model: Path, tmp_path: Path
 def hil(case: str, mode: str, boards_dir: Path, run: Path, tmp_path: Path, scheme="fp32"):
     with Board(run / "models" / f"{scheme}.tflite", mode) as b:
         return run_hostile(case, ["--boards-dir", str(boards_dir), "hil", str(run),
-                                  "--model", scheme, "--board", "hostile", "--port", b.port,
+                                  "--scheme", scheme, "--board", "hostile", "--port", b.port,
                                   "--episodes", "1", "--out", str(tmp_path / "out")], tmp_path)
 
 

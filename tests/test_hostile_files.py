@@ -169,7 +169,7 @@ def test_report_replaces_links_at_its_outputs(box):
     (box / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     rep = box / "rep"
     links = [rep / n for n in ("report.md", "report.html", "claims.json", "remedies.json",
-                               "boards.json", "return_vs_precision.png")]
+                               "boards.json", "return_vs_scheme.png")]
     for p in links:
         plant(p, box / "outside" / "victim")
     before = snapshot(box / "outside")
@@ -178,7 +178,7 @@ def test_report_replaces_links_at_its_outputs(box):
     assert_bounded(o)
     check_replaced(box, before, links)
     assert json.loads((rep / "claims.json").read_text())[0]["verdict"] == "agree"
-    assert (rep / "return_vs_precision.png").read_bytes()[:4] == b"\x89PNG"
+    assert (rep / "return_vs_scheme.png").read_bytes()[:4] == b"\x89PNG"
 
 
 # ------------------------------------------------------------------ run.json names no outside

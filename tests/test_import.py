@@ -172,7 +172,7 @@ def test_sb3_pipeline_on_the_host_board(imported, name, episodes):
     p = cli("quantize", run, "--scheme", "fp32", "int8", "--json")
     assert p.returncode == 0, p.stderr
     exp = np.load(FIX / f"{name}.expected.npz")
-    p = cli("hil", run, "--model", "int8", "--board", "host", "--episodes", episodes, "--json")
+    p = cli("hil", run, "--scheme", "int8", "--board", "host", "--episodes", episodes, "--json")
     assert p.returncode == 0, p.stderr
     res = json.loads(p.stdout)
     assert res["returns"] and res["matches_reference"]

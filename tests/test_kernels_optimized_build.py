@@ -114,7 +114,7 @@ def test_a_random_int8_mlp_with_the_m0_variant_is_bit_exact_on_microbit(tmp_path
 def test_cartpole_int8_acc_head_with_the_variant_is_bit_exact_on_mps2_an386(tmp_path):
     from quarl_edge.quant import remedies
     path = tmp_path / "int8-acc.tflite"
-    path.write_bytes(remedies.tag_head((ROOT / "examples" / "cartpole_dqn" / "models" / "int8.tflite").read_bytes()))
+    path.write_bytes(remedies.tag_accumulator_readout((ROOT / "examples" / "cartpole_dqn" / "models" / "int8.tflite").read_bytes()))
     res = _validate(path, tmp_path)
     assert res["bit_exact"] and res["mismatches"] == 0
 

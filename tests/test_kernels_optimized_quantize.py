@@ -17,7 +17,7 @@ from helpers_fc_cases import DSP_BOARDS, FW, M0_VARIANT, ROOT
 from helpers_fc_checker import SAN_ENV
 from quarl_edge.converters.ops.optimized.cortex_m0.quantize import scale_inverse
 from quarl_edge.targets.boards import get_board
-from quarl_edge.targets.build import COMMON_CFLAGS, board_defines, expand_flag, port_dirs
+from quarl_edge.targets.build import COMMON_CFLAGS, board_defines, expand_flag, family_dirs
 
 
 @pytest.fixture(scope="module")
@@ -119,9 +119,9 @@ def _quantize_on_board(board_id: str, qfile: Path, tmp_module: Path) -> None:
     if shutil.which(board.cc) is None or shutil.which("qemu-system-arm") is None:
         pytest.skip(f"{board.cc} or qemu-system-arm is not installed")
     elf = tmp_module / f"q_check_{board_id}.elf"
-    srcs = [Q_CHECK, qfile, FW / "core" / "requant.c", *(c for d in port_dirs(board) for c in sorted(d.glob("*.c")))]
+    srcs = [Q_CHECK, qfile, FW / "core" / "requant.c", *(c for d in family_dirs(board) for c in sorted(d.glob("*.c")))]
     cmd = [board.cc, *COMMON_CFLAGS, *(expand_flag(board, f) for f in board.cflags),
-           *board_defines(board), f"-I{FW / 'core'}", *(f"-I{d}" for d in port_dirs(board)),
+           *board_defines(board), f"-I{FW / 'core'}", *(f"-I{d}" for d in family_dirs(board)),
            *map(str, srcs), "-o", str(elf), *(expand_flag(board, f) for f in board.ldflags)]
     res = subprocess.run(cmd, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
@@ -203,9 +203,9 @@ def test_the_m0_dequantize_is_the_reference_on_cortex_m0(tmp_module):
     if shutil.which(board.cc) is None or shutil.which("qemu-system-arm") is None:
         pytest.skip(f"{board.cc} or qemu-system-arm is not installed")
     elf = tmp_module / "dq_check_microbit.elf"
-    srcs = [DQ_CHECK, M0_DEQUANTIZE, *(c for d in port_dirs(board) for c in sorted(d.glob("*.c")))]
+    srcs = [DQ_CHECK, M0_DEQUANTIZE, *(c for d in family_dirs(board) for c in sorted(d.glob("*.c")))]
     cmd = [board.cc, *COMMON_CFLAGS, *(expand_flag(board, f) for f in board.cflags),
-           *board_defines(board), f"-I{FW / 'core'}", *(f"-I{d}" for d in port_dirs(board)),
+           *board_defines(board), f"-I{FW / 'core'}", *(f"-I{d}" for d in family_dirs(board)),
            *map(str, srcs), "-o", str(elf), *(expand_flag(board, f) for f in board.ldflags)]
     res = subprocess.run(cmd, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr

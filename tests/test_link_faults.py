@@ -79,7 +79,7 @@ def test_handshake_survives_noise_before_hello(running):
 def hil_through_faults(running, run, tmp_path, episodes, resets_at):
     board, r = running
     url = f"fault://?flip=1e-3&seed=1&reset={r.reset_handle}&reset_at={resets_at}&url={r.url}"
-    res = api.hil(run, board.id, model="int8", episodes=episodes, port=url, out=tmp_path)
+    res = api.hil(run, board.id, scheme="int8", episodes=episodes, port=url, out=tmp_path)
     link = res.link
     assert link["faults"]["resets"] == 2 and link["faults"]["flipped"] > 100
     assert link["retries"] > 0 and link["bad_frames"] + link["board_errors"] > 0
@@ -174,7 +174,7 @@ def test_flash_hands_the_emulated_boards_port_to_validate(run_copy, tmp_path):
     # SIGINT at its default in the child whatever the test runner's is (a child inherits an
     # ignored SIGINT, and Python then never raises KeyboardInterrupt: Ctrl-C would not stop it)
     proc = subprocess.Popen([sys.executable, "-m", "quarl_edge.cli", "flash", run_copy,
-                             "--model", "int8", "--board", "mps2-an386", "--out", tmp_path / "fw"],
+                             "--scheme", "int8", "--board", "mps2-an386", "--out", tmp_path / "fw"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:

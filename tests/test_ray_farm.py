@@ -142,8 +142,8 @@ def test_farm_resources_and_the_ray_start_command():
 
 
 def test_farm_node_bad_input_is_one_line(tmp_path):
-    for args, msg in ((["--head", "--resources", "{bad"], "--resources must be a JSON object"),
-                      (["--head", "--resources", '{"board:x": -1}'], "counts >= 0")):
+    for args, msg in ((["--head-node", "--resources", "{bad"], "--resources must be a JSON object"),
+                      (["--head-node", "--resources", '{"board:x": -1}'], "counts >= 0")):
         p = subprocess.run([sys.executable, "-m", "quarl_edge.cli", "farm-node", *args,
                             "--print"], capture_output=True, text=True, cwd=ROOT, timeout=60)
         assert p.returncode == 2 and msg in p.stderr and len(p.stderr.strip().splitlines()) == 1
@@ -203,8 +203,8 @@ def test_a_farm_head_asks_for_its_token(tmp_path):
     env.update({"HOME": str(home), MARKER: temp.name, "PYTHONPATH": str(ROOT)})
     env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
     port = _free_port()
-    head = [sys.executable, "-m", "quarl_edge.cli", "farm-node", "--head", "--port", str(port),
-            "--num-cpus", "1", "--", f"--temp-dir={temp}", "--disable-usage-stats",
+    head = [sys.executable, "-m", "quarl_edge.cli", "farm-node", "--head-node", "--ray-port",
+            str(port), "--num-cpus", "1", "--", f"--temp-dir={temp}", "--disable-usage-stats",
             f"--node-ip-address={LOOPBACK}", f"--object-store-memory={80 * 1024 ** 2}",
             "--dashboard-agent-listen-port=0", "--min-worker-port=0", "--max-worker-port=0",
             "--include-dashboard=false", f"--ray-client-server-port={_free_port()}"]

@@ -181,7 +181,7 @@ def sim_cluster(tmp_path_factory):
               f"--object-store-memory={80 * 1024 ** 2}", "--dashboard-agent-listen-port=0",
               "--min-worker-port=0", "--max-worker-port=0"]
     farm = [sys.executable, "-m", "quarl_edge.cli", "farm-node"]
-    head = farm + ["--head", "--port", str(port), "--num-cpus", str(HEAD_CPUS),
+    head = farm + ["--head-node", "--ray-port", str(port), "--num-cpus", str(HEAD_CPUS),
                    "--resources", _resources([]), "--", *common, "--include-dashboard=false",
                    f"--dashboard-port={_free_port()}", f"--ray-client-server-port={_free_port()}"]
     workers = [farm + ["--address", address, "--num-cpus", str(cpus), "--resources",

@@ -41,7 +41,7 @@ def test_accumulators_requantize_to_the_int8_models_own_output(int8, probe):
     """The head's accumulators, rescaled to the int8 output's scale and zero point, give the
     model's int8 output (TFLite's fixed-point requantization may differ by one step at a
     rounding boundary, nowhere more): the readout really is that layer's sum."""
-    head = remedies.HeadAccumulators(int8)
+    head = remedies.AccumulatorReadout(int8)
     run = tflite_runner(int8)
     out = run.output_details
     # The int8 model's output is DEQUANTIZE(int8): read the int8 tensor feeding it.
@@ -104,11 +104,11 @@ def test_centred_head_keeps_argmax_and_removes_the_offset(run_dir, probe):
 def test_int8_centred_is_a_real_int8_tflite_with_a_finer_output_step(run_dir, int8):
     path = quantize(run_dir, "int8-centred", calib_size=300)
     plain_scale = tflite_runner(int8).output_details
-    centred = remedies.HeadAccumulators(path)
+    centred = remedies.AccumulatorReadout(path)
     assert path.name == "int8-centred.tflite"
     deq = [op for op in centred.interp._get_ops_details() if op["op_name"] == "DEQUANTIZE"][-1]
     q = [t for t in centred.interp.get_tensor_details() if t["index"] == deq["inputs"][0]][0]
-    plain = remedies.HeadAccumulators(int8)
+    plain = remedies.AccumulatorReadout(int8)
     pdeq = [op for op in plain.interp._get_ops_details() if op["op_name"] == "DEQUANTIZE"][-1]
     pq = [t for t in plain.interp.get_tensor_details() if t["index"] == pdeq["inputs"][0]][0]
     assert np.dtype(q["dtype"]) == np.int8
@@ -130,14 +130,14 @@ def test_centring_refuses_continuous_action_policies(run_dir, tmp_path):
 def test_accumulator_readout_refuses_a_float_model(run_dir):
     path = quantize(run_dir, "fp32")
     with pytest.raises(Exception, match="int8"):
-        remedies.HeadAccumulators(path)
+        remedies.AccumulatorReadout(path)
 
 
 # ------------------------------------------- int8-acc on the board: generated C vs reference
 def test_int8_acc_model_is_the_int8_model_plus_a_tag(run_dir, int8):
     from quarl_edge.converters.tflite_model import load
     acc = quantize(run_dir, "int8-acc", calib_size=300)
-    assert remedies.head_readout(acc) == b"accumulators" and remedies.head_readout(int8) is None
+    assert remedies.readout_metadata(acc) == b"accumulators" and remedies.readout_metadata(int8) is None
     a, b = load(acc), load(int8)
     assert [op.opcode for op in a.operators] == [op.opcode for op in b.operators]
     probe = np.load(run_dir / "calibration.npy")[:50]
@@ -147,14 +147,14 @@ def test_int8_acc_model_is_the_int8_model_plus_a_tag(run_dir, int8):
 
 def _head_golden(model_bytes: bytes, inputs: np.ndarray, workdir):
     """Generate + compile the tagged model with gcc, run `inputs`, compare bit for bit with
-    AccumulatorHeadReference. Returns (generated model, board outputs)."""
+    AccumulatorReadoutReference. Returns (generated model, board outputs)."""
     from helpers_models import build_generated, run_driver
     workdir.mkdir(parents=True, exist_ok=True)
     path = workdir / "model.tflite"
-    path.write_bytes(remedies.tag_head(model_bytes))
+    path.write_bytes(remedies.tag_accumulator_readout(model_bytes))
     gm, exe = build_generated(path, workdir / "gen")
     assert gm.outputs[0].dtype == "float32" and "DEQUANTIZE" not in gm.ops[1:]
-    ref = remedies.AccumulatorHeadReference(path)
+    ref = remedies.AccumulatorReadoutReference(path)
     x = np.ascontiguousarray(inputs, np.float32).reshape((-1, *gm.inputs[0].shape))
     got = np.frombuffer(run_driver(exe, x.tobytes()), np.float32).reshape(len(x), -1)
     want = np.stack([ref.run([xi])[0].reshape(-1) for xi in x])
@@ -225,7 +225,7 @@ def test_accumulator_head_refuses_a_graph_without_an_fc_dequantize_tail(tmp_path
     from quarl_edge.converters import cgen
     from quarl_edge.errors import UnsupportedOpError
     path = tmp_path / "m.tflite"      # int8 in -> FC -> int8 out: no DEQUANTIZE at the end
-    path.write_bytes(remedies.tag_head(fc_model([[1, 2]], (0.1, 0), 0.01, (0.1, 0))))
+    path.write_bytes(remedies.tag_accumulator_readout(fc_model([[1, 2]], (0.1, 0), 0.01, (0.1, 0))))
     with pytest.raises(UnsupportedOpError, match="FULLY_CONNECTED\\(int8\\) -> DEQUANTIZE"):
         cgen.generate(path, tmp_path / "gen")
 
@@ -242,8 +242,8 @@ def test_int8_acc_validates_bit_exact_on_the_host_board(run_dir):
 
 def test_int8_centred_acc_is_centred_and_reads_the_accumulators(run_dir, probe):
     path = quantize(run_dir, "int8-centred-acc", calib_size=300)
-    assert remedies.head_readout(path) == b"accumulators"
-    ref = remedies.AccumulatorHeadReference(path)
+    assert remedies.readout_metadata(path) == b"accumulators"
+    ref = remedies.AccumulatorReadoutReference(path)
     q = keras_runner(load_keras(run_dir))(probe[:100])
     out = np.stack([ref.run([o[None]])[0].reshape(-1) for o in probe[:100]])
     # centred: the readout approximates Q - mean(Q) (not Q), with the fp32 argmax mostly kept

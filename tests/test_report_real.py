@@ -43,7 +43,7 @@ def classic(tmp_path_factory):
 
 def test_classic_report_figures_are_bounded_and_embedded(classic):
     _, out = classic
-    assert {f.name for f in out["figures"]} == {"return_vs_precision.png", "return_vs_bits.png",
+    assert {f.name for f in out["figures"]} == {"return_vs_scheme.png", "return_vs_bits.png",
                                                 "weight_histograms.png", "model_size.png"}
     for f in out["figures"]:
         width, height = _png_size(f)
@@ -51,7 +51,7 @@ def test_classic_report_figures_are_bounded_and_embedded(classic):
     page = out["html"].read_text()
     sources = re.findall(r'<img src="([^"]*)"', page)
     assert len(sources) == 4 and all(s.startswith("data:image/png;base64,") for s in sources)
-    for src, f in zip(sources, ("return_vs_precision", "return_vs_bits", "weight_histograms",
+    for src, f in zip(sources, ("return_vs_scheme", "return_vs_bits", "weight_histograms",
                                 "model_size")):
         assert base64.b64decode(src.split(",", 1)[1]) == (out["html"].parent / f"{f}.png").read_bytes()
     assert "http" not in page.replace('charset="utf-8"', "") and "<script" not in page

@@ -210,7 +210,7 @@ def test_the_clip_layer_plays_on_the_board_as_tflm(imported, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(imported[CLIPPING], run)
     qe.quantize(run, ["int8"])
-    res = qe.hil(run, "mps2-an386", model="int8", episodes=1)
+    res = qe.hil(run, "mps2-an386", scheme="int8", episodes=1)
     assert res.actions_equal_reference and res.matches_reference
 
 

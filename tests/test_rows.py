@@ -25,7 +25,8 @@ def fields(cls) -> set[str]:
 def test_the_schema_has_one_name_per_concept():
     for cls in (HilResult, BenchRow, BoardCellRow):
         assert not fields(cls) & OLD, cls       # no old name is a field
-    assert set(RENAMED.values()) <= fields(HilResult)
+    assert set(RENAMED.values()) <= fields(HilResult) | fields(BenchRow)
+    assert "run_dir" in fields(BenchRow) and RENAMED["run"] == "run_dir"    # bench's old "run"
     assert {"scheme", "matches_reference", "tflite_mean_return"} <= fields(BenchRow)
     assert fields(BenchRow) < fields(BoardCellRow)
 

@@ -198,7 +198,7 @@ def _check_smoke_report(out: Path, cells: dict) -> None:
                        capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=120)
     assert p.returncode == 0, p.stderr[-3000:]
     md = (out / "report" / "report.md").read_text()
-    for png in ("return_vs_precision", "return_vs_bits", "weight_histograms", "model_size"):
+    for png in ("return_vs_scheme", "return_vs_bits", "weight_histograms", "model_size"):
         assert f"]({png}.png)" in md
         assert (out / "report" / f"{png}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| 6-8 bit policies lose no reward |" in md

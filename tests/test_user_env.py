@@ -184,7 +184,7 @@ def sb3_run(userenv):
 
 
 def hil(userenv, run_dir: Path, board: str) -> dict:
-    p = cli(userenv, "hil", run_dir, "--model", "int8", "--board", board, "--episodes", 3,
+    p = cli(userenv, "hil", run_dir, "--scheme", "int8", "--board", board, "--episodes", 3,
             "--out", userenv["work"] / f"hil-{board}", "--json")
     res = json.loads(p.stdout)
     print(f"[userenv] hil {board}: returns {res['returns']} mean {res['mean_return']} "

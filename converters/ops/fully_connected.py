@@ -10,7 +10,7 @@ output[b][o] = act(bias[o] + sum_d input[b][d] * weights[o][d]), weights [out][i
 - int16x8: int16 activations (zero point 0), int8 weights per tensor or per channel (symmetric),
   int64 bias: reference_integer_ops::FullyConnected<int64_t> (qe_fully_connected_s16);
 - float32: reference_ops::FullyConnected (qe_fully_connected_f32);
-- the int8-acc accumulator head (converters/head.py): int8 input, symmetric weights, the int32
+- the int8-acc accumulator readout (converters/head.py): int8 input, symmetric weights, the int32
   accumulators scaled to the float32 graph output (qe_fully_connected_s8_acc_f32);
 - on boards with an optimized kernel variant, int8 with per-tensor weights gets the weights
   laid out for the variant's kernel: those lowerings are in converters/ops/optimized/<variant>/
@@ -27,7 +27,7 @@ from quarl_edge.errors import ModelError
 
 from .. import qmath
 from ..emit import c_array, c_comment, c_float, c_float_limit, c_ident, c_int64
-from ..head import HEAD_READOUT_OPTION
+from ..head import ACCUMULATOR_READOUT_OPTION
 from ..tflite_model import Operator, TFLiteModel
 from .common import (Kernel, activation_tensor, bias_array, per_tensor, u16,
                      unsupported, weight_quantization, weighted_operands)
@@ -77,10 +77,10 @@ def lower_fully_connected(op: Operator, model: TFLiteModel, pname: str) -> Kerne
                       + (f" + {bias.describe()}" if bias is not None else "")
                       + f" -> {out.describe()}, {act}")
 
-    if w.dtype == "int4" and not op.options.get(HEAD_READOUT_OPTION):
+    if w.dtype == "int4" and not op.options.get(ACCUMULATOR_READOUT_OPTION):
         return lower_fc_s4(op, model, pname, x, w, bias, out, act, batches, accum_depth,
                            output_depth, wname, comment_shapes)
-    if op.options.get(HEAD_READOUT_OPTION):
+    if op.options.get(ACCUMULATOR_READOUT_OPTION):
         return _lower_fc_acc(op, model, pname, x, w, bias, out, act, batches, accum_depth,
                              output_depth, wname, comment_shapes)
     if (x.dtype == "int16" or (x.dtype == "int8" and w.quantization is not None
@@ -174,16 +174,16 @@ def _lower_fc_f32(op, model, pname, x, w, bias, out, act, batches, accum_depth, 
 
 def _lower_fc_acc(op, model, pname, x, w, bias, out, act, batches, accum_depth, output_depth,
                   wname, comment_shapes) -> Kernel:
-    """The int8-acc accumulator head (converters/head.py): int8 input, symmetric int8 weights
+    """The int8-acc accumulator readout (converters/head.py): int8 input, symmetric int8 weights
     (per tensor or per channel), float32 output = (float)acc * (input_scale * weight_scale[o])."""
     activation_tensor(op, model, x.index, "int8", "input")
     activation_tensor(op, model, out.index, "float32", "output")
     if w.dtype != "int8":
-        raise unsupported(op, model, f"accumulator head with {w.dtype} weights")
+        raise unsupported(op, model, f"accumulator readout with {w.dtype} weights")
     per_tensor(x, op, model, "input")
     wq = weight_quantization(op, model, w, "weights", output_depth, 0)
     if np.any(wq.zero_point != 0):
-        raise unsupported(op, model, f"accumulator head weights '{w.name}' are not symmetric")
+        raise unsupported(op, model, f"accumulator readout weights '{w.name}' are not symmetric")
     if bias is not None and (bias.dtype != "int32" or bias.size != output_depth):
         raise unsupported(op, model, f"bias '{bias.name}' {bias.dtype} {list(bias.shape)}")
     worst = accum_depth * 128 * (128 + abs(x.zero_point)) + (
@@ -191,7 +191,7 @@ def _lower_fc_acc(op, model, pname, x, w, bias, out, act, batches, accum_depth, 
     if worst > qmath.INT32_MAX:
         raise unsupported(op, model, f"the int32 accumulator could overflow (accum_depth {accum_depth})")
     n_ch = len(wq.scale)
-    # float32 of the double product of the two float32 scales (remedies.HeadAccumulators too).
+    # float32 of the double product of the two float32 scales (remedies.AccumulatorReadout too).
     scales = [float(np.float32(float(np.float32(x.scale)) * float(np.float32(sc)))) for sc in wq.scale]
     consts = [f"/* {c_comment(w.describe())}, {n_ch} scale(s) */\n"
               + c_array("int8_t", wname, w.data, 16, lambda v: str(int(v))),

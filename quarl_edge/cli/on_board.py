@@ -9,8 +9,8 @@ from pathlib import Path
 
 from ..errors import QuarlError
 from ..names import BENCH_MAX_N, HEADS, SCHEMES
-from .options import (board_option, command, flash_options, int_in, json_option,
-                      nonnegative_int, port_option, positive_int)
+from .options import (board_option, command, deprecated_alias, flash_options, int_in,
+                      json_option, nonnegative_int, port_option, positive_int, scheme_option)
 from .output import (EXIT_MISMATCH, EXIT_OK, as_json, cost, emit_json, kib, note, printable,
                      share, table)
 from .perop_table import print_perop
@@ -29,14 +29,14 @@ def _add_build_and_flash(sub) -> None:
     """build and flash: the firmware for a board, built, or also flashed or started."""
     for name, fn, help_, example in (
             ("build", cmd_build, "generate C and build the firmware for a board",
-             "quarl-edge build runs/cartpole --model int8 --board mps2-an386"),
+             "quarl-edge build runs/cartpole --scheme int8 --board mps2-an386"),
             ("flash", cmd_flash, "build and flash (or start) the firmware, and keep the board up",
              "quarl-edge flash runs/cartpole --board nucleo-f446re")):
         s = command(sub, name, help_, example, fn)
-        s.add_argument("target", metavar="RUN_OR_MODEL", help="a run directory or a .tflite file")
+        s.add_argument("policy", metavar="RUN_OR_MODEL", help="a run directory or a .tflite file")
         board_option(s)
-        s.add_argument("--model", default=None, metavar="SCHEME",
-                       help="the scheme when RUN_OR_MODEL is a run (default: int8)")
+        scheme_option(s, None, "the scheme when RUN_OR_MODEL is a run (default: int8)",
+                      choices=None)
         s.add_argument("--out", default=None, metavar="DIR",
                        help="build directory (default: RUN/build/BOARD/SCHEME for a run, "
                             "./build/BOARD/NAME for a .tflite)")
@@ -67,7 +67,7 @@ def _memory_lines(m: dict) -> None:
 
 def cmd_build(a, qe):
     """build: where the firmware is and the memory it takes."""
-    res = qe.build(a.target, a.board, out=a.out, scheme=a.model, board_file=a.board_file)
+    res = qe.build(a.policy, a.board, out=a.out, scheme=a.scheme, board_file=a.board_file)
     if a.json:
         return emit_json(as_json(res))
     print(f"firmware for '{res.board}': {res.elf}")
@@ -81,7 +81,7 @@ def cmd_build(a, qe):
 
 def cmd_flash(a, qe):
     """flash: the board flashed (or started) and kept up until it stops or Ctrl-C."""
-    with qe.session(a.target, a.board, scheme=a.model, out=a.out, port=a.port, ssh=a.ssh,
+    with qe.session(a.policy, a.board, scheme=a.scheme, out=a.out, port=a.port, ssh=a.ssh,
                     ssh_options=a.ssh_option, flasher=a.flasher, drive=a.drive, flash=True,
                     board_file=a.board_file) as s:
         board = s.board
@@ -197,20 +197,21 @@ def _add_hil(sub) -> None:
     """hil: episodes with the board choosing every action."""
     s = command(sub, "hil", "hardware in the loop: Gymnasium on the host, the board choosing "
                             "every action",
-                "quarl-edge hil runs/cartpole --model int8 --board mps2-an386 --episodes 20",
+                "quarl-edge hil runs/cartpole --scheme int8 --board mps2-an386 --episodes 20",
                 cmd_hil)
-    s.add_argument("run", metavar="RUN", help="a run directory with RUN/models/SCHEME.tflite, "
-                                               "or a bare MODEL.tflite with --env")
-    s.add_argument("--model", default="int8", choices=SCHEMES, metavar="SCHEME",
-                   help=f"the scheme of the model to run (RUN/models/SCHEME.tflite), of: "
-                        f"{', '.join(SCHEMES)}")
+    s.add_argument("policy", metavar="RUN", help="a run directory with RUN/models/SCHEME.tflite, "
+                                                  "or a bare MODEL.tflite with --env")
+    scheme_option(s, "int8", f"the scheme of the model to run (RUN/models/SCHEME.tflite), of: "
+                             f"{', '.join(SCHEMES)}")
     s.add_argument("--env", default=None, metavar="ID",
                    help="the Gymnasium id a bare MODEL.tflite plays (a run knows its env)")
-    s.add_argument("--action", default=None, choices=HEADS,
-                   help="how the model's outputs become actions: argmax, identity (the output "
+    s.add_argument("--action-head", default=None, choices=HEADS,
+                   help="the action head, how the model's outputs become actions: argmax, "
+                        "identity (the output "
                         "is the action, clipped to the bounds) or scale (a [-1, 1] output "
                         "rescaled to the bounds); default: the run's, else argmax for "
                         "discrete and identity for Box actions")
+    deprecated_alias(s, "--action", "--action-head", "action_head", choices=HEADS)
     board_option(s)
     s.add_argument("--act", action="store_true",
                    help="the board computes each action with the policy as `quarl-edge export` "
@@ -252,7 +253,7 @@ def deadline_table(items) -> None:
             for b, sch, d in items if d]
     if not rows:
         return
-    table(["board", "precision", "control rate", "period", "worst", "margin", "deadline",
+    table(["board", "scheme", "control rate", "period", "worst", "margin", "deadline",
            "jitter (max-min)", "p99"], rows,
           right=("period", "worst", "margin", "jitter (max-min)", "p99"))
     for basis in dict.fromkeys(d["time_basis"] for _, _, d in items if d):
@@ -267,7 +268,7 @@ def energy_table(items) -> None:
     if not items:
         return
     head = "energy / inference (estimate)"
-    table(["board", "precision", head],
+    table(["board", "scheme", head],
           [[b, sch, "no energy figures" if e["uj"] is None else f"{e['uj']:,.1f} µJ"]
            for b, sch, e in items], right=(head,))
     for b, _, e in {b: (b, s, e) for b, s, e in items}.values():
@@ -277,10 +278,11 @@ def energy_table(items) -> None:
 
 def cmd_hil(a, qe):
     """hil: the board's returns beside the host's; exit 1 if they differ from the reference."""
-    res = qe.hil(a.run, a.board, model=a.model, episodes=a.episodes, seed=a.seed, port=a.port,
-                 out=a.out, flasher=a.flasher, drive=a.drive, env=a.env,
+    res = qe.hil(a.policy, a.board, scheme=a.scheme, episodes=a.episodes, seed=a.seed,
+                 port=a.port, out=a.out, flasher=a.flasher, drive=a.drive, env=a.env,
                  progress=sys.stderr.isatty(),     # a bar on a terminal; errors stay one line
-                 action=a.action, board_file=a.board_file, control_hz=a.control_hz, act=a.act)
+                 action_head=a.action_head, board_file=a.board_file, control_hz=a.control_hz,
+                 act=a.act)
     # a board whose returns are not TF Lite Micro's (the reference it is bit-exact with) is a
     # measured failure; without TFLM (fp16, hybrid models) tflite-runtime is only compared
     code = EXIT_OK if res.matches_reference or res.micro_mean_return is None \
@@ -330,12 +332,12 @@ def cmd_hil(a, qe):
 
 # --------------------------------------------------------------------------------- bench
 def _add_bench(sub) -> None:
-    """bench: cost per inference and memory per board and precision."""
-    s = command(sub, "bench", "cost per inference and memory per board and precision",
+    """bench: cost per inference and memory per board and scheme."""
+    s = command(sub, "bench", "cost per inference and memory per board and scheme",
                 "quarl-edge bench runs/cartpole --boards host,mps2-an386,lm3s6965evb -n 100",
                 cmd_bench)
-    s.add_argument("run", metavar="RUN", help="a run directory with fp32 and int8 models, or a "
-                                               "bare MODEL.tflite")
+    s.add_argument("policy", metavar="RUN", help="a run directory with fp32 and int8 models, or a "
+                                                  "bare MODEL.tflite")
     s.add_argument("--env", default=None, metavar="ID",
                    help="the Gymnasium id a bare MODEL.tflite plays, for --episodes (its first "
                         "observation is also what BENCH repeats)")
@@ -344,7 +346,7 @@ def _add_bench(sub) -> None:
     s.add_argument("-n", type=int_in(1, BENCH_MAX_N), default=100,
                    help=f"inferences per BENCH command (1..{BENCH_MAX_N})")
     s.add_argument("--episodes", type=nonnegative_int, default=0, metavar="N",
-                   help="also play N episodes per board and precision (seeds 0..N-1, the board "
+                   help="also play N episodes per board and scheme (seeds 0..N-1, the board "
                         "choosing every action) for a return column, checked against "
                         "tflite-runtime on the same seeds (0: no return column)")
     control_hz_option(s)
@@ -360,15 +362,15 @@ def _add_bench(sub) -> None:
 
 
 def cmd_bench(a, qe):
-    """bench: one row per board and precision, with the int8 speed-up."""
+    """bench: one row per board and scheme, with the int8 speed-up."""
     if a.per_op:
         if a.episodes or a.control_hz is not None:
             raise QuarlError("--per-op times each op in its own build; run --episodes and "
                              "--control-hz in a bench without it")
-        rows = qe.bench_per_op(a.run, a.boards, runs=a.n, out=a.out, env=a.env)
+        rows = qe.bench_per_op(a.policy, a.boards, runs=a.n, out=a.out, env=a.env)
         return emit_json(rows) if a.json else print_perop(rows, a, a.out or
-                                                          qe.results_dir(a.run))
-    rows = qe.bench(a.run, a.boards, n=a.n, out=a.out, progress=not a.json, episodes=a.episodes,
+                                                          qe.results_dir(a.policy))
+    rows = qe.bench(a.policy, a.boards, n=a.n, out=a.out, progress=not a.json, episodes=a.episodes,
                     env=a.env, control_hz=a.control_hz)
     if a.json:
         return emit_json(as_json(rows))
@@ -394,7 +396,7 @@ def cmd_bench(a, qe):
         if a.episodes:
             out[-1] += [f"{r.mean_return:,.1f} ± {r.std_return:,.1f}",
                         "yes" if r.matches_reference else "NO", f"{r.agreement:.3f}"]
-    head = ["board", "cpu", "precision", "cost / inference", "at board clock", "flash", "RAM",
+    head = ["board", "cpu", "scheme", "cost / inference", "at board clock", "flash", "RAM",
             "stack", "arena", "int8 speedup"]
     right = ("cost / inference", "at board clock", "flash", "RAM", "stack", "arena",
              "int8 speedup")
@@ -405,7 +407,7 @@ def cmd_bench(a, qe):
     deadline_table([(r.board, r.scheme, r.deadline) for r in rows])
     energy_table([(r.board, r.scheme, r.energy) for r in rows])
     if a.episodes:
-        ref = "the fp32 network's" if Path(a.run).suffix != ".tflite" else \
+        ref = "the fp32 network's" if Path(a.policy).suffix != ".tflite" else \
             "the same model's on TF Lite Micro"
         note(f"return: {a.episodes} episodes on seeds 0..{a.episodes - 1}, the board choosing "
              "every action; = TF Lite Micro: the same model on TF Lite Micro (the kernels the "
@@ -414,5 +416,5 @@ def cmd_bench(a, qe):
     if any(r.unit == "instructions" for r in rows):
         note("instructions are counted by QEMU (-icount): exact and repeatable; the time at the "
              "board clock assumes one instruction per cycle (an estimate)")
-    note(f"wrote the rows to {Path(a.out) if a.out else qe.results_dir(a.run)}"
+    note(f"wrote the rows to {Path(a.out) if a.out else qe.results_dir(a.policy)}"
          "/bench.jsonl and bench.md")

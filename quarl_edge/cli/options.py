@@ -4,7 +4,9 @@ commands share (--board/--board-file, --json, --flasher/--drive, --port)."""
 from __future__ import annotations
 
 import argparse
+import sys
 
+from ..names import SCHEMES
 from .output import EXIT_USER_ERROR
 
 
@@ -66,6 +68,37 @@ def board_option(s, default: str = "host") -> None:
     g.add_argument("--board-file", default=None, metavar="PATH",
                    help="a board file elsewhere (PATH/ID.toml) instead of --board: a board file "
                         "names the compiler that runs, so a path is taken only here")
+
+
+class DeprecatedAlias(argparse.Action):
+    """An old spelling of an option, kept working: it stores into the new option's dest and says
+    on one stderr line that it is deprecated and which option to use (docs/layout.md,
+    Vocabulary). Hidden from --help."""
+
+    def __init__(self, option_strings, dest, new: str = "", **kw):
+        self.new = new
+        super().__init__(option_strings, dest, **kw)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"quarl-edge: warning: {option_string} is deprecated; use {self.new}",
+              file=sys.stderr)
+        setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
+
+
+def deprecated_alias(s, old: str, new: str, dest: str, **kw) -> None:
+    """`old` as a hidden, deprecated spelling of the option `new` (whose dest is `dest`); a
+    flag's alias (new is store_true) passes nargs=0, const=True."""
+    s.add_argument(old, dest=dest, action=DeprecatedAlias, new=new, help=argparse.SUPPRESS,
+                   default=argparse.SUPPRESS, **kw)
+
+
+def scheme_option(s, default: str | None = "int8", help_: str = "",
+                  choices: tuple | None = SCHEMES) -> None:
+    """--scheme SCHEME (hil, build, flash, export), and --model SCHEME, its deprecated alias."""
+    s.add_argument("--scheme", default=default, choices=choices, metavar="SCHEME",
+                   help=help_ or f"the scheme of the run's model (RUN/models/SCHEME.tflite), of: "
+                                 f"{', '.join(SCHEMES)}")
+    deprecated_alias(s, "--model", "--scheme", "scheme", choices=choices, metavar="SCHEME")
 
 
 def json_option(s) -> None:

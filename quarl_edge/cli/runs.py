@@ -8,7 +8,8 @@ from pathlib import Path
 
 from ..errors import QuarlError
 from ..names import ALGOS, IMPORT_KINDS, SCHEMES, SWEEP_MODES
-from .options import board_option, command, int_in, json_option, nonnegative_int, positive_int
+from .options import (board_option, command, int_in, json_option, nonnegative_int, positive_int,
+                      scheme_option)
 from .output import as_json, emit_json, kib, note, table
 
 
@@ -186,13 +187,11 @@ def _add_export(sub) -> None:
     """export: the policy as a C library folder for the user's firmware."""
     s = command(sub, "export", "the policy as a C library for your firmware (plain C99, "
                                "Arduino, PlatformIO, CMake/ESP-IDF, Zephyr)",
-                "quarl-edge export runs/cartpole --model int8 --board mps2-an386 --name "
+                "quarl-edge export runs/cartpole --scheme int8 --board mps2-an386 --name "
                 "cartpole --out lib/cartpole", cmd_export)
-    s.add_argument("run", metavar="RUN", help="a run directory with RUN/models/SCHEME.tflite, "
-                                               "or a bare MODEL.tflite with --env")
-    s.add_argument("--model", "--scheme", dest="model", default="int8", choices=SCHEMES,
-                   metavar="SCHEME", help=f"the scheme of the run's model, of: "
-                                          f"{', '.join(SCHEMES)}")
+    s.add_argument("policy", metavar="RUN", help="a run directory with RUN/models/SCHEME.tflite, "
+                                                  "or a bare MODEL.tflite with --env")
+    scheme_option(s, "int8", f"the scheme of the run's model, of: {', '.join(SCHEMES)}")
     s.add_argument("--env", default=None, metavar="ID",
                    help="the Gymnasium id a bare MODEL.tflite plays (a run knows its env)")
     board_option(s)
@@ -211,7 +210,7 @@ def cmd_export(a, qe):
     import shlex
     import sys
     command_line = shlex.join(["quarl-edge", *sys.argv[1:]]) if sys.argv[1:] else ""
-    res = qe.export(a.run, a.board, model=a.model, name=a.name, out=a.out, env=a.env,
+    res = qe.export(a.policy, a.board, scheme=a.scheme, name=a.name, out=a.out, env=a.env,
                     force=a.force, board_file=a.board_file, command=command_line)
     if a.json:
         emit_json(as_json(res))
@@ -220,7 +219,7 @@ def cmd_export(a, qe):
     size = (f"{fp['text'] + fp['data']} B flash, {fp['data'] + fp['bss']} B static RAM on "
             f"{fp['board']}" if fp else f"footprint not measured ({a.board}'s compiler is not "
             "installed)")
-    print(f"{res.out}: {res.name}_act for {res.env} ({res.head}, {res.obs_size} observations "
-          f"-> {res.action_size} action values), {size}; {res.name}_selftest() runs "
+    print(f"{res.out}: {res.name}_act for {res.env} ({res.action_head}, {res.obs_size} "
+          f"observations -> {res.action_size} action values), {size}; {res.name}_selftest() runs "
           f"{res.test_vectors} test vectors")
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from .options import board_option, command, json_option, positive_int
+from .options import board_option, command, deprecated_alias, json_option, positive_int
 from .output import EXIT_MISMATCH, EXIT_OK, as_json, emit_json, note, table
 
 DEMO_BOARD = "mps2-an386"
@@ -95,13 +95,17 @@ def _add_farm_node(sub) -> None:
     """farm-node: this machine's Ray node of a board farm."""
     s = command(sub, "farm-node", "start this machine's Ray node of a board farm, advertising the "
                                   "boards it can serve (board:<id>) as Ray resources",
-                "quarl-edge farm-node --head   (then: quarl-edge farm-node --address HEAD:6379)",
+                "quarl-edge farm-node --head-node   (then: quarl-edge farm-node --address "
+                "HEAD:6379)",
                 cmd_farm_node)
     g = s.add_mutually_exclusive_group(required=True)
-    g.add_argument("--head", action="store_true", help="start the cluster's head node")
+    g.add_argument("--head-node", action="store_true", help="start the cluster's head node")
+    deprecated_alias(g, "--head", "--head-node", "head_node", nargs=0, const=True)
     g.add_argument("--address", default=None, metavar="HEAD:PORT",
-                   help="join the cluster whose head is at this address")
-    s.add_argument("--port", type=positive_int, default=6379, help="the head's port (--head)")
+                   help="join the cluster whose head node is at this address")
+    s.add_argument("--ray-port", type=positive_int, default=6379,
+                   help="the Ray port of the head node (--head-node)")
+    deprecated_alias(s, "--port", "--ray-port", "ray_port", type=positive_int)
     s.add_argument("--instances", type=positive_int, default=None, metavar="N",
                    help="board cells per host/emulated board at once (default: CPU count)")
     s.add_argument("--num-cpus", type=positive_int, default=None, metavar="N",
@@ -118,8 +122,8 @@ def _add_farm_node(sub) -> None:
 def cmd_farm_node(a, qe):
     """farm-node: the node started (exit 1 if `ray start` failed), or with --print what it would
     run."""
-    res = qe.farm_node(head=a.head, address=a.address, port=a.port, instances=a.instances,
-                       num_cpus=a.num_cpus, resources=a.resources, dry_run=a.print,
+    res = qe.farm_node(head_node=a.head_node, address=a.address, ray_port=a.ray_port,
+                       instances=a.instances, num_cpus=a.num_cpus, resources=a.resources, dry_run=a.print,
                        ray_args=a.ray_args)
     if a.json:
         return emit_json(res)
@@ -127,13 +131,13 @@ def cmd_farm_node(a, qe):
         table(["resource", "count"], [[k, f"{v:g}"] for k, v in sorted(res["resources"].items())],
               right=("count",))
         print(shlex.join(res["command"]))
-    note(_auth_note(res["auth"], a.head))
+    note(_auth_note(res["auth"], a.head_node))
     if a.print:
         return None
     return EXIT_OK if res["returncode"] == 0 else EXIT_MISMATCH
 
 
-def _auth_note(auth: dict, head: bool) -> str:
+def _auth_note(auth: dict, head_node: bool) -> str:
     """Who may use the node: the token (where it is, never its value) and how the others pass
     it, or that the user turned authentication off."""
     if auth["mode"] != "token":
@@ -143,8 +147,8 @@ def _auth_note(auth: dict, head: bool) -> str:
     if where.startswith("$"):
         return (f"Ray token authentication with the token in {where}: every node and the study "
                 f"need the same {where[1:]} and RAY_AUTH_MODE=token")
-    if not head:
-        return f"Ray token authentication with the head's token, read from {where}"
+    if not head_node:
+        return f"Ray token authentication with the head node's token, read from {where}"
     return (f"Ray token authentication: the token is in {where} (readable by you only). Copy "
             "that file to the same path on every other machine of the farm (or export "
             f"RAY_AUTH_TOKEN=\"$(cat {where})\" there); farm-node --address passes it to its "

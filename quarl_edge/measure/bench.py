@@ -22,7 +22,7 @@ board's visited states where the fp32 network picks the same action; continuous 
 A row (one JSON line of OUT/bench.jsonl; `quarl-edge report RESULTS --bench BENCH.jsonl`
 reads them) is measure/rows.py's BenchRow: board, cpu, scheme, kernels, the cost per inference
 in the board's unit (BENCH n), memory, or the error instead of the figures; with episodes > 0
-also the episode columns. Rows written before under older names (precision) are read with
+also the episode columns. Rows written before under older names (precision, run) are read with
 today's names (rows.migrate) when a bench merges its rows into the file.
 """
 from __future__ import annotations
@@ -123,7 +123,7 @@ def run_bench(run_dir: Path, boards: list[Board], n: int = 100, out: Path | None
     deadline answer against the period 1/control_hz (bench_cell)."""
     _check_counts(n, episodes, boards)
     run_dir = Path(run_dir)
-    meta, schemes, home = _bench_target(run_dir, episodes, env_id)
+    meta, schemes, home = _bench_policy(run_dir, episodes, env_id)
     play_spec = _play_spec(run_dir, meta, episodes) if episodes else None
     obs = _bench_observation(run_dir, meta, home)
     out = Path(out) if out else Run(home).results_dir()
@@ -151,7 +151,7 @@ def _check_counts(n, episodes, boards) -> None:
         raise QuarlError("bench needs at least one board")
 
 
-def _bench_target(run_dir: Path, episodes: int, env_id: str | None) -> tuple[dict, tuple, Path]:
+def _bench_policy(run_dir: Path, episodes: int, env_id: str | None) -> tuple[dict, tuple, Path]:
     """(what the rows say of the run: its env and algo, the schemes to bench, the folder of
     its builds and results) for a run directory or a bare MODEL.tflite."""
     if run_dir.suffix == ".tflite":
@@ -212,7 +212,7 @@ def _bench_cells(run_dir: Path, meta: dict, boards: list[Board], schemes: tuple,
                     except QuarlError as e:        # e.g. does not fit: a result too, not a crash
                         row = {"board": board.id, "cpu": board.cpu, "scheme": scheme,
                                "error": str(e)}
-                    row = {**row, "run": str(run_dir), "env": meta["env"],
+                    row = {**row, "run_dir": str(run_dir), "env": meta["env"],
                            "algo": meta.get("algo")}
                     rows.append(row)
                     log.write(json.dumps(row) + "\n")
@@ -226,7 +226,7 @@ def _bench_cells(run_dir: Path, meta: dict, boards: list[Board], schemes: tuple,
 
 def row_key(row: dict) -> tuple:
     """Rows of the same cell: a later bench of it replaces the earlier row."""
-    return (row.get("run"), row.get("board"), row.get("scheme"), tuple(row.get("seeds") or ()))
+    return (row.get("run_dir"), row.get("board"), row.get("scheme"), tuple(row.get("seeds") or ()))
 
 
 def merge_rows(path: Path, rows: list[dict]) -> list:
@@ -258,7 +258,7 @@ def speedups(rows: list[dict]) -> dict[str, float]:
 def markdown(rows: list[dict]) -> str:
     sp = speedups(rows)
     played = any("episodes" in r for r in rows)     # bench --episodes: the return columns too
-    head = ["board", "cpu", "precision", "kernels", "cost / inference", "unit",
+    head = ["board", "cpu", "scheme", "kernels", "cost / inference", "unit",
             "est. time at board clock", "flash (B)", "RAM (B)", "stack (B)", "arena (B)",
             "int8 speedup"]
     align = ["---"] * 4 + ["---:", "---", "---:"] + ["---:"] * 5

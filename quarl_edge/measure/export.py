@@ -10,8 +10,8 @@ kernels it calls, prefixed (converters/library.py), behind the policy API
 Its test vectors (NAME_selftest) are observations of an episode of the env played by TF Lite
 Micro itself, with TFLM's outputs.
 
-It lives beside hil because it is hil's policy: the same model, env, action space and head
-(hil_target), and the same reference (TFLM). The folder is written beside --out and renamed into
+It lives beside hil because it is hil's policy: the same model, env, action space and action head
+(hil_policy), and the same reference (TFLM). The folder is written beside --out and renamed into
 place: an error leaves nothing half-written, and an --out that exists must be an earlier export
 (its quarl-edge-export.json) unless --force."""
 from __future__ import annotations
@@ -30,7 +30,7 @@ from ..resources import firmware_dir
 from ..rl.envs import make_gym, outputs_to_actions
 from ..targets.boards import Board
 from ..targets.build import expand_flag, kernel_sources
-from .hil import hil_target
+from .hil import hil_policy
 from .reference import host_reference
 from ..converters.library_api import API_HEADER, Policy, header, wrapper
 from ..converters.cgen import generate
@@ -66,7 +66,7 @@ def _policy(t, n_out: int):
     high = np.asarray(space.high, np.float32).reshape(-1)
     if low.size != n_out:
         raise QuarlError(f"{t.model} gives {n_out} outputs; {t.env_id} has {low.size} actions")
-    return Policy(t.head, n_out, low=low.tolist(), high=high.tolist())
+    return Policy(t.action_head, n_out, low=low.tolist(), high=high.tolist())
 
 
 def quantized(x: np.ndarray, spec) -> np.ndarray:
@@ -104,7 +104,7 @@ def test_vectors(t, ins, outs, n: int = N_VECTORS) -> list[tuple[bytes, bytes]]:
             x = quantized(obs, ins)
             y = np.asarray(ref.run([x])[0], dtype=outs.np_dtype)
             out.append((x.tobytes(), y.tobytes()))
-            a = outputs_to_actions(dequantized(y, outs).reshape(1, -1), t.space, t.head)[0]
+            a = outputs_to_actions(dequantized(y, outs).reshape(1, -1), t.space, t.action_head)[0]
             obs, _, term, trunc, _ = env.step(a.item() if np.ndim(a) == 0 else a)
             if term or trunc:
                 obs, _ = env.reset()
@@ -168,7 +168,7 @@ def _library_files(t, board: Board, name: str, tmp: Path) -> tuple[dict[str, str
     files[f"{name}.c"] = prefixed(wrapper(name, gm, policy, t.stateful, vectors),
                                   name).replace(API_HEADER, f"{name}.h")
     facts = {"name": name, "model": str(t.model), "sha256": gm.hash.hex(), "env": t.env_id,
-             "board": board.id, "kernels": board.kernels, "head": policy.head,
+             "board": board.id, "kernels": board.kernels, "action_head": policy.action_head,
              "obs_size": obs_size, "action_size": policy.action_size,
              "recurrent": bool(t.stateful), "arena_bytes": gm.arena_bytes,
              "weight_bytes": gm.weight_bytes, "input": _spec(gm.inputs[0]),
@@ -202,7 +202,7 @@ def export_library(target: Path, scheme: str, board: Board, name: str, out: Path
     check_name(name)
     out = Path(out)
     check_out(out, force)
-    t = hil_target(Path(target), scheme, env_id, None)
+    t = hil_policy(Path(target), scheme, env_id, None)
     with tempfile.TemporaryDirectory() as work:
         # made whole in a temporary folder: nothing at --out (not even its parents) on an error
         src, facts = _library_files(t, board, name, Path(work))

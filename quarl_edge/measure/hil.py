@@ -34,7 +34,7 @@ from .reference import check_env_fits_model, has_state, host_reference, tflite_r
 
 
 @dataclass
-class HilTarget:
+class HilPolicy:
     """What a HIL run plays: the model, the run it belongs to (None for a bare .tflite), the
     folder its results and builds go under, the env, its action space and the action head."""
     meta: dict | None
@@ -42,11 +42,11 @@ class HilTarget:
     home: Path
     env_id: str
     space: object
-    head: str
+    action_head: str
     stateful: bool
 
 
-def hil_target(run_dir: Path, scheme: str, env_id: str | None, head: str | None) -> HilTarget:
+def hil_policy(run_dir: Path, scheme: str, env_id: str | None, head: str | None) -> HilPolicy:
     """The run's `scheme` model (or a bare MODEL.tflite with `env_id`), checked against its
     env's observations and actions before anything is built."""
     if run_dir.suffix == ".tflite":
@@ -66,7 +66,7 @@ def hil_target(run_dir: Path, scheme: str, env_id: str | None, head: str | None)
     head = head or default_head(space)
     _check_model_fits_env(mpath, env, head, Run(run_dir).meta_path if meta else mpath)
     env.close()
-    return HilTarget(meta, mpath, home, env_id, space, head, has_state(mpath))
+    return HilPolicy(meta, mpath, home, env_id, space, head, has_state(mpath))
 
 
 class EpisodeLog:
@@ -98,7 +98,7 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
             drive: str | None = None, results_dir: Path | None = None,
             build_dir: Path | None = None, env_id: str | None = None,
             head: str | None = None, control_hz: float | None = None, play_board=None,
-            label: str | None = None, target: HilTarget | None = None,
+            label: str | None = None, target: HilPolicy | None = None,
             fp32: Fp32Policy | None = None, firmware=None) -> dict:
     """Play `episodes` episodes of the run's env on seeds seed.. with the board choosing every
     action, then the same seeds with the same model on tflite-runtime, on TF Lite Micro (the
@@ -118,12 +118,12 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
     1/control_hz (measure/deadline.py).
     `play_board`: what plays the board's episodes (default _play_board; `hil --act`:
     measure/hil_act.py), `label`: the results' and build's name for the scheme (default it).
-    `target`, `fp32`, `firmware`: hil_target's and hil_fp32's answers and the board's built
+    `target`, `fp32`, `firmware`: hil_policy's and hil_fp32's answers and the board's built
     firmware when the caller made them first (quarl_edge/pipeline.py's hil: checked, then
     built, then played); else they are made here, the firmware by the board session."""
     run_dir = Path(run_dir)
     play_board, label = play_board or _play_board, label or scheme
-    t = target or hil_target(run_dir, scheme, env_id, head)
+    t = target or hil_policy(run_dir, scheme, env_id, head)
     seeds = list(range(seed, seed + episodes))
     # the run's fp32 network before any episode: a run whose Keras file is refused stops here
     fp32 = fp32 if fp32 is not None else hil_fp32(t, run_dir)
@@ -144,7 +144,7 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
             home.build_dir(board.id, label)
         on_board = play_board(t, board, build_dir, seeds, log, port, flasher, drive,
                               firmware=firmware)
-        refs = reference_episodes(t.model, t.env_id, seeds, t.space, t.head,
+        refs = reference_episodes(t.model, t.env_id, seeds, t.space, t.action_head,
                                   on_episode=log.hook)
         if refs["micro"] is None:      # TFLM cannot run fp16 and hybrid models
             log.bar.update(episodes)
@@ -163,13 +163,13 @@ def run_hil(run_dir: Path, scheme: str, board: Board, episodes: int, seed: int =
         partial_log.unlink(missing_ok=True)     # gone unless the run failed
 
 
-def hil_fp32(t: HilTarget, run_dir: Path) -> Fp32Policy | None:
+def hil_fp32(t: HilPolicy, run_dir: Path) -> Fp32Policy | None:
     """The run's fp32 network (None for a bare model): loaded before any board is built, so a
     run whose Keras file is refused stops here."""
     return fp32_policy(run_dir) if t.meta is not None else None
 
 
-def _play_board(t: HilTarget, board: Board, build_dir: Path, seeds: list[int], log: EpisodeLog,
+def _play_board(t: HilPolicy, board: Board, build_dir: Path, seeds: list[int], log: EpisodeLog,
                 port: str | None, flasher: str | None, drive: str | None,
                 firmware=None) -> dict:
     """The board's episodes in one BoardSession: returns, visited observations per episode,
@@ -179,7 +179,7 @@ def _play_board(t: HilTarget, board: Board, build_dir: Path, seeds: list[int], l
                       firmware=firmware) as s:
         if s.info.inputs[0].dtype != "float32":
             raise QuarlError("HIL needs a model with float input (quantize with float I/O)")
-        player = BoardPlayer(s, t.space, t.head, stateful=t.stateful)
+        player = BoardPlayer(s, t.space, t.action_head, stateful=t.stateful)
         t0 = time.perf_counter()
         returns, visited, actions = player.episodes(t.env_id, seeds, log.hook("board"))
         wall = time.perf_counter() - t0
@@ -189,11 +189,11 @@ def _play_board(t: HilTarget, board: Board, build_dir: Path, seeds: list[int], l
                 "link": {**s.link.report(), "replayed_episodes": player.replayed}}
 
 
-def _fp32_side(t: HilTarget, fp32: Fp32Policy | None, seeds: list[int],
+def _fp32_side(t: HilPolicy, fp32: Fp32Policy | None, seeds: list[int],
                visited: list[np.ndarray], log: EpisodeLog) -> tuple[list | None, list]:
     """The fp32 network's returns on the seeds and its actions on the board's states; for a
     bare model (no fp32 network) no returns, and the same model's actions on tflite-runtime."""
-    space, head = t.space, t.head
+    space, head = t.space, t.action_head
     if t.meta is not None:
         if fp32.layers is None:   # feed-forward: every seed's episode in lockstep, one batch a step
             fp32_returns = list(play_batched(t.env_id, fp32.fn, seeds, head=head,
@@ -211,7 +211,7 @@ def _fp32_side(t: HilTarget, fp32: Fp32Policy | None, seeds: list[int],
     return None, actions
 
 
-def _result(t: HilTarget, board: Board, scheme: str, seeds: list[int], on_board: dict,
+def _result(t: HilPolicy, board: Board, scheme: str, seeds: list[int], on_board: dict,
             refs: dict, fp32_returns: list | None, fp32_actions: list, out_path: Path,
             log_path: Path) -> dict:
     """The HIL result (rows.HilResult's fields: the row schema), in the order it is written."""
@@ -244,7 +244,7 @@ def _result(t: HilTarget, board: Board, scheme: str, seeds: list[int], on_board:
         "fp32_std_return": mean_std(fp32_returns)[1],
         "agreement": agreement(t.space, board_actions, fp32_actions),
         "agreement_with": "fp32" if fp32_returns is not None else "tflite-runtime",
-        "action_head": t.head,
+        "action_head": t.action_head,
         "latency": latency_summary(on_board["costs"], on_board["unit"]),
         "steps_per_s": len(board_actions) / wall if wall > 0 else None,
         "energy": _energy(board, on_board["costs"], len(seeds)),

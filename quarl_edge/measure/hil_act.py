@@ -25,7 +25,7 @@ from ..rl.envs import outputs_to_actions
 from ..targets.boards import Board
 from .episodes import play
 from .export import _library_files, dequantized, quantized
-from .hil import EpisodeLog, HilTarget, run_hil
+from .hil import EpisodeLog, HilPolicy, run_hil
 from .reference import host_reference
 
 LIBRARY = "hilpolicy"    # the exported library's NAME in the firmware (no qe_: the harness's)
@@ -37,7 +37,7 @@ void qe_act_policy_reset(void) {{ {name}_reset(); }}
 """
 
 
-def act_library(t: HilTarget, board: Board, out: Path) -> tuple[tuple, tuple, dict]:
+def act_library(t: HilPolicy, board: Board, out: Path) -> tuple[tuple, tuple, dict]:
     """The exported library's src/ in `out` (rewritten whole), its glue and the harness's ACT
     handler: (C sources, -D flags, the export's facts) for BoardSession(act=...)."""
     import shutil
@@ -61,7 +61,7 @@ class ActPlayer:
     """The board choosing every action with LIBRARY_act (ACT), checked against the host's
     mapping of TF Lite Micro's outputs for the same observation at every step."""
 
-    def __init__(self, session, t: HilTarget, facts: dict):
+    def __init__(self, session, t: HilPolicy, facts: dict):
         self.link, self.t = session.link, t
         self.in_spec, self.out_spec = session.info.inputs[0], session.info.outputs[0]
         self.size = int(facts["action_size"])
@@ -80,7 +80,7 @@ class ActPlayer:
         board, cost = self.link.act(np.asarray(obs, np.float32).reshape(-1), self.size)
         y = np.asarray(self.ref.run([quantized(obs, self.in_spec)])[0], self.out_spec.np_dtype)
         host = outputs_to_actions(dequantized(y, self.out_spec).reshape(1, -1),
-                                  self.t.space, self.t.head)[0]
+                                  self.t.space, self.t.action_head)[0]
         host = np.asarray(host, np.float32).reshape(-1)
         same = host.shape == board.shape and bool(np.array_equal(host, board))
         if not same and self.first_difference is None:
@@ -111,7 +111,7 @@ class ActPlayer:
                 [a for e in played for a in e[2]])
 
 
-def _play_act(t: HilTarget, board: Board, build_dir: Path, seeds: list[int], log: EpisodeLog,
+def _play_act(t: HilPolicy, board: Board, build_dir: Path, seeds: list[int], log: EpisodeLog,
               port, flasher, drive, firmware=None) -> dict:
     """hil's _play_board with LIBRARY_act choosing the actions (ACT). Its firmware is always
     built here: the exported library goes in beside the model (`firmware` must be None)."""

@@ -36,7 +36,7 @@ from ..link.session import BoardSession
 from ..run import Run, tflite_path
 from ..targets.boards import Board
 from ..targets.build import PER_OP_FLAG
-from .bench import _bench_observation, _bench_target
+from .bench import _bench_observation, _bench_policy
 
 
 def _session_costs(s: BoardSession, obs: np.ndarray, runs: int, per_op: bool, repeats: int):
@@ -97,7 +97,7 @@ def run_perop(run_dir: Path, boards: list[Board], runs: int = 20, out: Path | No
     RUN/results; replaced whole: a per-op table is one bench's). A cell that cannot run is a
     "total" row with its error."""
     run_dir = Path(run_dir)
-    meta, schemes, home = _bench_target(run_dir, 0, env_id)
+    meta, schemes, home = _bench_policy(run_dir, 0, env_id)
     obs = _bench_observation(run_dir, meta, home)
     rows: list[dict] = []
     for board in boards:

@@ -12,7 +12,7 @@ from ..errors import ModelError, QuarlError
 from ..converters.tflite_model import load
 from ..noise import captured_stderr, tail
 from .. import tflite_host
-from ..quant.remedies import HEAD_ACCUMULATORS, AccumulatorHeadReference, head_readout
+from ..quant.remedies import READOUT_ACCUMULATORS, AccumulatorReadoutReference, readout_metadata
 
 
 def check_model_file(model_path: Path) -> None:
@@ -182,8 +182,8 @@ def host_reference(model_path: Path, micro: bool = False, kernels: str = "optimi
     """The reference a board's outputs are compared with: TF Lite Micro (micro=True) or
     tflite-runtime (with its `kernels`) for a plain model, the accumulator readout for an
     int8-acc model."""
-    if head_readout(model_path) == HEAD_ACCUMULATORS:
-        return AccumulatorHeadReference(model_path, kernels="micro" if micro else kernels)
+    if readout_metadata(model_path) == READOUT_ACCUMULATORS:
+        return AccumulatorReadoutReference(model_path, kernels="micro" if micro else kernels)
     return TFLMReference(model_path) if micro else TFLiteRuntime(model_path, kernels)
 
 

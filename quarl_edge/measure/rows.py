@@ -21,6 +21,7 @@ Older rows used other names; `migrate` renames them (RENAMED) when a row is read
 results, bench.jsonl), so files written before stay readable and are never rewritten for it:
 
     precision               -> scheme              bench rows; study board rows had both
+    run                     -> run_dir             bench rows (the run directory)
     model                   -> scheme              hil results
     board_equals_reference  -> matches_reference   hil results
     host_mean_return        -> tflite_mean_return  hil results (tflite-runtime, default kernels)
@@ -38,7 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 # old key -> today's (see the module docstring)
-RENAMED = {"precision": "scheme", "model": "scheme",
+RENAMED = {"precision": "scheme", "model": "scheme", "run": "run_dir",
            "board_equals_reference": "matches_reference",
            "host_mean_return": "tflite_mean_return", "host_std_return": "tflite_std_return"}
 
@@ -132,7 +133,7 @@ class BenchRow:
                                       # (measure/deadline.py: worst_us, margin_us, verdict, ...)
     energy: dict | None = None        # the estimate for cost_mean (measure/energy.py: uj,
                                       # supply_v, run_ua_per_mhz, source, basis; or none: why)
-    run: str | None = None            # the run directory, its env and algorithm
+    run_dir: str | None = None        # the run directory, its env and algorithm
     env: str | None = None
     algo: str | None = None
     # bench(..., episodes=N): N episodes on the board, seeds 0..N-1 (None without episodes)
@@ -175,7 +176,6 @@ class BoardCellRow(BenchRow):
     bit_exact: bool | None = None     # measure/validate.py on the calibration observations
     validate: dict | None = None      # its n, inputs, mismatches, classes, max_abs_diff
     seconds: float | None = None
-    run_dir: str | None = None
     time: str | None = None           # when the study wrote the row (study/results.py's Writer)
     # does-not-fit: what the build needed and what the board has
     board_flash_bytes: int | None = None

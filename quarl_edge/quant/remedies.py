@@ -17,7 +17,7 @@ Three remedies, each evaluated in the study as its own scheme next to plain `int
                 output stays the int8 head); our generator (converters/cgen.py) reads it and
                 makes the head write float32 (float)acc * scale[c] on the board, and the host's
                 references (validate, hil) compute the same from the interpreter's own int8
-                input to that layer (`HeadAccumulators.readout_f32`), bit for bit.
+                input to that layer (`AccumulatorReadout.readout_f32`), bit for bit.
   int8-i16head  the int8 model with its last layer's accumulators requantized to int16 instead
                 of int8 (symmetric, zero point 0, scale = calibrated max |output| / 32767, as
                 TFLite's 16-bit activations): 256x finer than the int8 head. TFLite has no
@@ -25,10 +25,10 @@ Three remedies, each evaluated in the study as its own scheme next to plain `int
                 emulation (real-valued rescale, round half away from zero, saturate to int16),
                 not a .tflite.
 
-  int8-centred-acc  both: centring, then the accumulator head. Measured on the classic grid:
+  int8-centred-acc  both: centring, then the accumulator readout. Measured on the classic grid:
                 the ties are a symptom, not the cause. The shared Q offset also widens the last
                 layer's *weights*, so int8 rounds the small differences between action columns
-                coarsely; the accumulator head alone removes the ties but keeps that weight error
+                coarsely; the accumulator readout alone removes the ties but keeps that weight error
                 (on some runs worse than int8's tie-to-first-action), centring removes both.
 
 Continuous-action policies (SAC/TD3/DDPG actors, PPO on Box spaces) have no argmax head: the
@@ -50,12 +50,12 @@ RUNNERS = ("int8-i16head",)
 # All remedies (int8-centred and int8-acc are conversion schemes in quantize.SCHEMES).
 NAMES = ("int8-centred", "int8-acc", "int8-centred-acc", *RUNNERS)
 
-HEAD_METADATA = "quarl_edge.head"    # .tflite metadata name; value b"accumulators"
-HEAD_ACCUMULATORS = b"accumulators"
+READOUT_METADATA = "quarl_edge.head"    # .tflite metadata name; value b"accumulators"
+READOUT_ACCUMULATORS = b"accumulators"
 
 
-def tag_head(flatbuffer: bytes, value: bytes = HEAD_ACCUMULATORS) -> bytes:
-    """The .tflite `flatbuffer` with metadata HEAD_METADATA = value added (or replaced)."""
+def tag_accumulator_readout(flatbuffer: bytes, value: bytes = READOUT_ACCUMULATORS) -> bytes:
+    """The .tflite `flatbuffer` with metadata READOUT_METADATA = value added (or replaced)."""
     import flatbuffers
     from tflite_micro.tensorflow.lite.micro.python import schema_py_generated as schema
     model = schema.ModelT.InitFromObj(schema.Model.GetRootAs(flatbuffer, 0))
@@ -63,24 +63,25 @@ def tag_head(flatbuffer: bytes, value: bytes = HEAD_ACCUMULATORS) -> bytes:
     buf.data = np.frombuffer(value, dtype=np.uint8)
     model.buffers.append(buf)
     entry = schema.MetadataT()
-    entry.name = HEAD_METADATA
+    entry.name = READOUT_METADATA
     entry.buffer = len(model.buffers) - 1
-    keep = [m for m in (model.metadata or []) if m.name not in (HEAD_METADATA, HEAD_METADATA.encode())]
+    keep = [m for m in (model.metadata or [])
+            if m.name not in (READOUT_METADATA, READOUT_METADATA.encode())]
     model.metadata = [*keep, entry]
     builder = flatbuffers.Builder(len(flatbuffer) + 1024)
     builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
     return bytes(builder.Output())
 
 
-def head_readout(model_path: Path) -> bytes | None:
-    """The model's HEAD_METADATA value (b"accumulators"), or None for a plain model."""
+def readout_metadata(model_path: Path) -> bytes | None:
+    """The model's READOUT_METADATA value (b"accumulators"), or None for a plain model."""
     from tflite_micro.tensorflow.lite.micro.python import schema_py_generated as schema
     data = Path(model_path).read_bytes()
     try:
         model = schema.Model.GetRootAs(data, 0)
         for i in range(model.MetadataLength()):
             entry = model.Metadata(i)
-            if (entry.Name() or b"").decode(errors="replace") == HEAD_METADATA:
+            if (entry.Name() or b"").decode(errors="replace") == READOUT_METADATA:
                 buf = model.Buffers(entry.Buffer())
                 return bytes(buf.DataAsNumpy()) if buf is not None and buf.DataLength() else b""
     except Exception as e:   # flatbuffers raises whatever a truncated buffer makes it raise
@@ -116,7 +117,7 @@ def _micro_preserving_tensors(path: Path):
         intrepreter_config=runtime.InterpreterConfig.kPreserveAllTensors)
 
 
-class HeadAccumulators:
+class AccumulatorReadout:
     """Runs an int8 .tflite and returns, per observation, the last FULLY_CONNECTED's int32
     accumulators (input . weights + bias, exact integers) and their per-channel real scale.
     The layers before the head run on the host interpreter's `kernels` ("optimized" or
@@ -185,13 +186,13 @@ class HeadAccumulators:
         return self.accumulators(obs).astype(np.float32) * self.scale_f32
 
 
-class AccumulatorHeadReference:
+class AccumulatorReadoutReference:
     """The host reference for an int8-acc model, with the interface of reference.TFLiteRuntime
     (inputs, outputs, run): its output is the head's float32 accumulator readout, what the
     generated firmware returns for such a model."""
 
     def __init__(self, model_path: Path, kernels: str = "optimized"):
-        self.head = HeadAccumulators(model_path, kernels)
+        self.head = AccumulatorReadout(model_path, kernels)
         self.inputs = self.head.interp.get_input_details()
         out = dict(self.head.interp.get_output_details()[0])
         out["dtype"], out["quantization"] = np.float32, (0.0, 0)
@@ -204,7 +205,7 @@ class AccumulatorHeadReference:
 
 def accumulator_runner(model_path: Path) -> Callable[[np.ndarray], np.ndarray]:
     """int8-acc: per observation, the head's accumulators in real units (float64)."""
-    head = HeadAccumulators(model_path)
+    head = AccumulatorReadout(model_path)
     return lambda obs: head.accumulators(obs) * head.scale
 
 
@@ -215,7 +216,7 @@ def _round_half_away(x: np.ndarray) -> np.ndarray:
 def int16_head_runner(model_path: Path, calibration: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
     """int8-i16head: the head's accumulators requantized to int16 (symmetric, scale from the
     calibration observations' largest |output|), returned dequantized."""
-    head = HeadAccumulators(model_path)
+    head = AccumulatorReadout(model_path)
     peak = max(float(np.max(np.abs(head.accumulators(o) * head.scale))) for o in calibration)
     out_scale = max(peak, 1e-12) / 32767.0
 

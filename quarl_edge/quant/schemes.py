@@ -30,7 +30,7 @@ Schemes (SCHEMES maps each name to its converter):
         greedy action is the argmax of the last layer's int32 accumulators: tflite-runtime runs it
         as plain int8, the generated firmware and the host references read the accumulators
         (quarl_edge/quant/remedies.py); discrete-action policies only
-  int8-centred-acc  both: centring folded into the last layer, then the accumulator head
+  int8-centred-acc  both: centring folded into the last layer, then the accumulator readout
 
 The network is RUN/qnet.keras (DQN) or RUN/policy.keras (the deterministic actor of the other
 algorithms); run.json's "model_file" names it.
@@ -60,7 +60,7 @@ from ..run import Run, load_keras, load_run
 from ..tfcompat import configure_converter
 from .calibration import CALIBRATION_EPSILON, collect_calibration, recurrent_calibration
 from .lowbit import int4_weights
-from .remedies import centre_head, is_argmax_head, tag_head
+from .remedies import centre_head, is_argmax_head, tag_accumulator_readout
 from ..rl.recurrent import convert_one_step, is_one_step, layers_from_keras
 from ..rl.qat import qat_distill, qat_finetune
 
@@ -126,7 +126,7 @@ def _centre(model):
 
 
 def _tag_accumulators(flatbuffer: bytes) -> bytes:
-    return tag_head(flatbuffer)
+    return tag_accumulator_readout(flatbuffer)
 
 
 def _qat_int8(converter, calibration) -> None:
@@ -159,7 +159,7 @@ SCHEMES: dict[str, Scheme] = {
     "int8-acc": Scheme(_int8, True, "int8; greedy action from the head's int32 accumulators "
                                     "(argmax heads only)", finish=_tag_accumulators,
                        argmax_head_only=True),
-    "int8-centred-acc": Scheme(_int8, True, "int8-centred with the accumulator head of int8-acc "
+    "int8-centred-acc": Scheme(_int8, True, "int8-centred with the accumulator readout of int8-acc "
                                             "(argmax heads only)", prepare=_centre,
                                finish=_tag_accumulators, argmax_head_only=True),
 }

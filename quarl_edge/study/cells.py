@@ -223,7 +223,7 @@ def _scheme_cell(group: Group, run: _Run, scheme: str) -> tuple[dict, int]:
     # The readout remedies run the int8 model with another readout of its head.
     path = pipeline.quantize(run.dir, "int8" if scheme in remedies.RUNNERS else scheme,
                              calib_size=task.calib_size, seed=0, qat=qat, distill=distill)
-    if remedies.head_readout(path) == remedies.HEAD_ACCUMULATORS:   # int8-acc
+    if remedies.readout_metadata(path) == remedies.READOUT_ACCUMULATORS:   # int8-acc
         runner = batch_runner(remedies.accumulator_runner(path))
     elif scheme == "int8-i16head":
         calibration = Run(run.dir).load_calibration()

@@ -1,6 +1,6 @@
 """The board farm on Ray: what boards a machine can serve, as Ray custom resources.
 
-    quarl-edge farm-node --head [--instances N] [--print]        # the first machine
+    quarl-edge farm-node --head-node [--instances N] [--print]   # the first machine
     quarl-edge farm-node --address HEAD:6379 [--instances N]     # every other machine
 
 Each node advertises, per board it can serve, a custom resource `board:<id>` with the number of
@@ -79,22 +79,22 @@ def farm_resources(instances: int | None = None, real: bool = True) -> dict[str,
 
 
 def ray_start_command(resources: dict, head: bool = False, address: str | None = None,
-                      port: int = 6379, num_cpus: int | None = None,
+                      ray_port: int = 6379, num_cpus: int | None = None,
                       extra: list[str] = ()) -> list[str]:
     """The `ray start` command line of a farm node (a head, or one joining `address`)."""
     if head == bool(address):
-        raise QuarlError("farm-node needs either --head (the first machine) or --address "
+        raise QuarlError("farm-node needs either --head-node (the first machine) or --address "
                          "HEAD:PORT (the others)")
     ray = shutil.which("ray") or os.path.join(os.path.dirname(sys.executable), "ray")
     cmd = [ray, "start"]
-    cmd += ["--head", f"--port={port}"] if head else [f"--address={address}"]
+    cmd += ["--head", f"--port={ray_port}"] if head else [f"--address={address}"]
     if num_cpus is not None:
         cmd.append(f"--num-cpus={num_cpus}")
     cmd.append("--resources=" + json.dumps(resources, sort_keys=True, separators=(",", ":")))
     return cmd + list(extra)
 
 
-def farm_node(head: bool = False, address: str | None = None, port: int = 6379,
+def farm_node(head: bool = False, address: str | None = None, ray_port: int = 6379,
               instances: int | None = None, num_cpus: int | None = None,
               resources_json: str | None = None, dry_run: bool = False,
               extra: list[str] = ()) -> dict:
@@ -111,7 +111,7 @@ def farm_node(head: bool = False, address: str | None = None, port: int = 6379,
             raise QuarlError("--resources must be a JSON object of names to counts >= 0, got "
                              f"{resources_json!r}")
         resources.update(more)
-    cmd = ray_start_command(resources, head, address, port, num_cpus, extra)
+    cmd = ray_start_command(resources, head, address, ray_port, num_cpus, extra)
     if dry_run:
         return {"resources": resources, "command": cmd, "returncode": None,
                 "auth": ray_auth(head, dry_run=True)[1]}
@@ -184,8 +184,8 @@ def check_ray_address(address: str, timeout_s: float = 5.0) -> None:
         socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
     except OSError as e:
         raise QuarlError(f"no Ray cluster answers at {address} ({e.strerror or e}): start its "
-                         "head with `quarl-edge farm-node --head` (docs/boards.md: Board "
-                         "farm on Ray)") from None
+                         "head node with `quarl-edge farm-node --head-node` (docs/boards.md: "
+                         "Board farm on Ray)") from None
 
 
 def run_ray(ray, address: str, todo: list[Group], out: Path, done: set, writer: Writer,

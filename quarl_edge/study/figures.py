@@ -44,7 +44,7 @@ def _data_limits(values, pad: float = 0.08) -> tuple[float, float]:
     return lo - margin, hi + margin
 
 
-def fig_return_vs_precision(res: Results, path: Path) -> bool:
+def fig_return_vs_scheme(res: Results, path: Path) -> bool:
     """One panel per task: the schemes down the side (horizontal, so long names stay
     readable), the greedy return across, its axis scaled to the plotted returns; the random
     policy's return is a line when it falls inside that range, else a note in the panel."""
@@ -86,7 +86,7 @@ def fig_return_vs_precision(res: Results, path: Path) -> bool:
         ax.set_xlabel(xlabel, fontsize=8)
         if runs:
             ax.legend(fontsize=7, loc="upper left" if np.mean(shown) > (lo + hi) / 2 else "upper right")
-    return _save(fig, path, axes, len(tasks), "Return per precision (dots: seeds, bar: mean)")
+    return _save(fig, path, axes, len(tasks), "Return per scheme (dots: seeds, bar: mean)")
 
 
 def _save(fig, path: Path, axes=None, used: int = 0, title: str | None = None) -> bool:

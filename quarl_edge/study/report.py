@@ -7,7 +7,7 @@ the Markdown), with a verdict on each of QuaRL's claims computed from the rows.
 Writes DIR/report.md, DIR/report.html and the figures (matplotlib, Agg backend; never wider
 than MAX_WIDTH_PX, whatever the number of tasks):
 
-    return_vs_precision.png  greedy return per scheme for each (algo, env), one point per seed;
+    return_vs_scheme.png  greedy return per scheme for each (algo, env), one point per seed;
                              the return axis spans the plotted returns (the random policy's
                              return is a note when it falls outside)
     return_vs_bits.png       the n-bit sweep: return vs bits per mode
@@ -35,7 +35,7 @@ from ..errors import QuarlError
 from ..files import write_atomic
 from .board_section import board_blocks, board_cells, int8_vs_fp32
 from .claims import BOOTSTRAP_TEXT, claims, remedy_table
-from .figures import (fig_model_size, fig_pareto, fig_return_vs_bits, fig_return_vs_precision,
+from .figures import (fig_model_size, fig_pareto, fig_return_vs_bits, fig_return_vs_scheme,
                       fig_weight_histograms, pareto_name)
 from .plan import not_applicable, scope
 from .render import fmt, pct, to_html, to_markdown
@@ -48,7 +48,7 @@ def _blocks(res: Results, tolerance: float, figures: dict[str, bool], source: Pa
             bench: list[Path] = ()) -> list:
     """The report's document (render.py's blocks), section by section."""
     return [*_head_blocks(res, tolerance, source, bench), *_claim_blocks(res, tolerance),
-            *_training_blocks(res), *_precision_blocks(res, figures), *_remedy_blocks(res),
+            *_training_blocks(res), *_scheme_blocks(res, figures), *_remedy_blocks(res),
             *_sweep_blocks(res, figures), *_figure_blocks(figures), *board_blocks(res, figures),
             *_skip_blocks(res)]
 
@@ -133,12 +133,12 @@ def _training_blocks(res: Results) -> list:
     return B
 
 
-def _precision_blocks(res: Results, figures: dict[str, bool]) -> list:
-    """Return per precision: the figure and one row per task and scheme."""
+def _scheme_blocks(res: Results, figures: dict[str, bool]) -> list:
+    """Return per scheme: the figure and one row per task and scheme."""
     B = []
-    B.append(("h", 2, "Return per precision"))
-    if figures.get("return_vs_precision"):
-        B.append(("img", "return_vs_precision.png", "return per precision"))
+    B.append(("h", 2, "Return per scheme"))
+    if figures.get("return_vs_scheme"):
+        B.append(("img", "return_vs_scheme.png", "return per scheme"))
     rows = []
     for t in res.tasks:
         cells = [r for r in res.ok_cells if task_of(r) == t]
@@ -326,7 +326,7 @@ def write_report(results: Path, out: Path | None = None, tolerance: float = 0.05
     out.mkdir(parents=True, exist_ok=True)
     res = Results(rows, board_rows)
     figures = {
-        "return_vs_precision": fig_return_vs_precision(res, out / "return_vs_precision.png"),
+        "return_vs_scheme": fig_return_vs_scheme(res, out / "return_vs_scheme.png"),
         "return_vs_bits": fig_return_vs_bits(res, out / "return_vs_bits.png"),
         "weight_histograms": fig_weight_histograms(res, out / "weight_histograms.png"),
         "model_size": fig_model_size(res, out / "model_size.png"),

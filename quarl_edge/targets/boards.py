@@ -103,7 +103,7 @@ class Board:
     connect: dict = field(default_factory=dict)
     usb: tuple[tuple[int, int], ...] = ()   # USB (VID, PID) pairs of the board's serial port
     path: Path | None = None
-    shared: tuple[str, ...] = ()   # extra firmware/ports/<dir>/ compiled with the family's port
+    shared: tuple[str, ...] = ()   # extra firmware/ports/<dir>/ compiled with the family's own
     flashers: tuple[str, ...] = ()  # [flash] tools, in order of preference (real boards)
     flash_config: dict = field(default_factory=dict)   # tool -> its [flash.<tool>] table
     flash_timeout_s: float | None = None                # [flash] timeout_s

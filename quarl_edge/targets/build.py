@@ -154,9 +154,10 @@ def write_images(board: Board, elf: Path
     return bin_out, address, hex_out, tuple(notes)
 
 
-def port_dirs(board: Board) -> list[Path]:
-    """The family's port directory, then the shared port directories the board file names
-    (`[build] shared`, e.g. "cortex-m"): all are compiled and on the include path."""
+def family_dirs(board: Board) -> list[Path]:
+    """The firmware family's directory (firmware/ports/<family>), then the shared family
+    directories the board file names (`[build] shared`, e.g. "cortex-m"): all are compiled and
+    on the include path."""
     ports = firmware_dir() / "ports"
     dirs = []
     for name in (board.family, *board.shared):
@@ -189,7 +190,7 @@ def kernel_sources(kernels: str = "reference") -> list[Path]:
 def firmware_sources(board: Board) -> list[Path]:
     fw = firmware_dir()
     return (sorted((fw / "core").glob("*.c")) + kernel_sources(board.kernels)
-            + [c for d in port_dirs(board) for c in sorted(d.glob("*.c"))])
+            + [c for d in family_dirs(board) for c in sorted(d.glob("*.c"))])
 
 
 def expand_flag(board: Board, flag: str) -> str:
@@ -345,7 +346,7 @@ def compile_firmware(board: Board, sources: list[Path], out_elf: Path, extra_fla
         raise ToolchainError(f"compiler '{board.cc}' for board {board.id} is not installed; "
                              f"install it with: {board.install or 'your package manager'}")
     fw = firmware_dir()
-    includes = [f"-I{fw / 'core'}", *(f"-I{d}" for d in port_dirs(board))]
+    includes = [f"-I{fw / 'core'}", *(f"-I{d}" for d in family_dirs(board))]
     flags = [*COMMON_CFLAGS, *(expand_flag(board, f) for f in board.cflags), *extra_flags,
              *board_defines(board), *includes]
     ldflags = [expand_flag(board, f) for f in board.ldflags]
