@@ -60,8 +60,8 @@ def measure(run: Path, board_id: str, episodes: int) -> dict:
 
     from quarl_edge import pipeline
     from quarl_edge.measure.episodes import dequantized
-    from quarl_edge.rl.envs import output_to_action
-    from quarl_edge.run import Run
+    from quarl_edge.core.envs import output_to_action
+    from quarl_edge.core.run import Run
     from quarl_edge.targets.boards import get_board
 
     model = Run(run).tflite("int8")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from quarl_edge.targets.boards import get_board
 from quarl_edge import pipeline
-from quarl_edge.run import Run
+from quarl_edge.core.run import Run
 from quarl_edge.measure.reference import TFLiteRuntime, TFLMReference
 
 ROOT = Path(__file__).resolve().parents[1]

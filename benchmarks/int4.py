@@ -8,7 +8,7 @@ quantized to int8x4 on its calibration.npy with quarl_edge.quant.lowbit.int4_wei
 `quantize --scheme int8x4` does) and a larger MLP, 8 -> 128 -> 128 -> 4 with ReLU and random
 weights, built as benchmarks/speed.py builds its mlpN (tests/helpers_models.py, seed 128).
 
-"Before" runs in a subprocess on the a52f18d tree (git archive of quarl_edge/, converters/,
+"Before" runs in a subprocess on the a52f18d tree (git archive of quarl_edge/, quarl_edge/converters/,
 firmware/, boards/ into a temporary directory, imported through PYTHONPATH with QUARL_EDGE_HOME
 pointing at it): the same models, boards and input, only the generator and kernels differ.
 hifive1 builds with the rv32 kernel variant (its board file still says reference) in both.

@@ -17,7 +17,7 @@ import numpy as np
 
 from quarl_edge.targets.boards import get_board
 from quarl_edge import pipeline
-from quarl_edge.run import Run
+from quarl_edge.core.run import Run
 
 ROOT = Path(__file__).resolve().parents[1]
 DSP_BOARDS = ("mps2-an386", "mps2-an500", "mps2-an505", "netduinoplus2")

@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 from quarl_edge.rl.recurrent import RecurrentLayers, play_recurrent, WEIGHTS_FILE
 from quarl_edge import pipeline
-from quarl_edge.run import Run
+from quarl_edge.core.run import Run
 from quarl_edge.measure.episodes import play
 from quarl_edge.measure.reference import TFLiteRuntime, TFLMReference
-from quarl_edge.rl.envs import output_to_action, make_gym
+from quarl_edge.core.envs import output_to_action, make_gym
 from quarl_edge.targets.boards import get_board
 run = Path(sys.argv[1]); what = sys.argv[2:] or ["eval", "int8", "hil"]
 env = Run(run).load()["env"]

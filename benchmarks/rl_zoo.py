@@ -160,7 +160,7 @@ def main(argv=None) -> int:
     all_rows = sorted(rows.values(), key=lambda r: order.get(r["agent"], 10 ** 6))
     everything = zoo.folders(ALGOS, ENVS)
     text = markdown(all_rows, zoo.commit, sb3, a, everything)
-    from quarl_edge.files import write_atomic
+    from quarl_edge.core.files import write_atomic
     a.md.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(a.md, text)
     print(text)

@@ -150,9 +150,9 @@ def tflm_new_env_per_seed(run: Path, env_id: str, head: str, seeds: list[int]) -
     there the two differ (an env's history, not the board)."""
     from quarl_edge.measure.episodes import play
     from quarl_edge.measure.reference import micro_reference
-    from quarl_edge.rl.envs import make_gym
-    from quarl_edge.rl.envs import output_to_action as to_action
-    from quarl_edge.run import Run
+    from quarl_edge.core.envs import make_gym
+    from quarl_edge.core.envs import output_to_action as to_action
+    from quarl_edge.core.run import Run
     micro = micro_reference(Run(run).tflite("int8"))
     space = make_gym(env_id).action_space
     return [play(env_id, lambda o: to_action(micro.run([o])[0], space, head), [s])[0][0]
@@ -162,7 +162,7 @@ def tflm_new_env_per_seed(run: Path, env_id: str, head: str, seeds: list[int]) -
 def play_agent(folder: str, run_dir: Path, work: Path, a, sb3: dict | None) -> dict:
     """Import, quantize, HIL on the board and the small board: the row's figures."""
     import quarl_edge as qe
-    from quarl_edge.rl.envs import make_gym
+    from quarl_edge.core.envs import make_gym
     row: dict = {}
     out = work / "runs" / folder.replace("/", "-")
     if out.exists():
@@ -254,7 +254,7 @@ def read_rows(path: Path) -> dict[str, dict]:
 
 
 def write_rows(path: Path, rows: dict[str, dict], order: list[str]) -> None:
-    from quarl_edge.files import write_atomic
+    from quarl_edge.core.files import write_atomic
     keys = [k for k in order if k in rows] + sorted(k for k in rows if k not in order)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, "".join(json.dumps(rows[k]) + "\n" for k in keys))

@@ -95,9 +95,9 @@ def compare(a) -> None:
     import quarl_edge as qe
     from quarl_edge.importers.common import rounding_bound
     from quarl_edge.measure.hil import fp32_policy
-    from quarl_edge.rl.envs import make_gym, outputs_to_actions, play_batched
-    from quarl_edge.nets import keras_runner, mlp_layers
-    from quarl_edge.run import load_keras
+    from quarl_edge.core.envs import make_gym, outputs_to_actions, play_batched
+    from quarl_edge.core.nets import keras_runner, mlp_layers
+    from quarl_edge.core.run import load_keras
     s = np.load(a.out / "sb3.npz")
     run = a.out / "run"
     if not (run / "run.json").is_file():

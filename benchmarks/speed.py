@@ -107,7 +107,7 @@ def cut_schedule(model_c: str, keep: int) -> str:
 def count(board, elf: Path, x: np.ndarray, spec) -> int:
     """One BENCH of the firmware; a launch that does not answer HELLO (the emulator starved on a
     loaded machine) is retried once, and said so on stderr."""
-    from quarl_edge.errors import BoardError
+    from quarl_edge.core.errors import BoardError
     try:
         return _count(board, elf, x, spec)
     except BoardError as e:

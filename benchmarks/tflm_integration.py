@@ -67,7 +67,7 @@ def reason(e: Exception) -> str:
 
 
 def run_one(qe, op: str, model: Path, boards: list[str], tmp: Path) -> dict:
-    from quarl_edge.errors import QuarlError
+    from quarl_edge.core.errors import QuarlError
     from quarl_edge.measure.reference import host_reference
     row = {"op": op, "model": model.name, "boards": {}}
     inputs, golden_csv = case_files(model)

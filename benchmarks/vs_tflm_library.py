@@ -1,5 +1,5 @@
 """The "ours library" rows of benchmarks/vs_tflm.py: the model as `quarl-edge export` ships it
-(converters/library.py: the generated model and only the kernels it calls, the board's variant,
+(quarl_edge/converters/library.py: the generated model and only the kernels it calls, the board's variant,
 every symbol prefixed; no harness, no protocol), measured alone on the same board and counter.
 
 - flash = text + data, RAM = data + bss of the library linked alone with --gc-sections from its
@@ -82,7 +82,7 @@ int main(void)
 def library_measure(tc: Toolchain, board, model: Path, x: bytes, work: Path, jobs: int = 1) -> dict:
     from quarl_edge.converters.cgen import generate
     from quarl_edge.converters.library import library_sources
-    from quarl_edge.resources import firmware_dir
+    from quarl_edge.core.resources import firmware_dir
     from quarl_edge.targets.build import kernel_sources
     d = work / f"{model.stem}-ours-library"
     src = d / "src"

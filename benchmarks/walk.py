@@ -39,7 +39,7 @@ def record(args: list[str]) -> None:
     """In the child: run the CLI with a profile hook; print the calls per (module, function)."""
     import quarl_edge
     root = str(Path(quarl_edge.__file__).resolve().parent.parent) + "/"
-    # quarl_edge.converters is the checkout's converters/ (a link, or the editable install's map)
+    # quarl_edge.converters is the checkout's quarl_edge/converters/ (a link, or the editable install's map)
     prefixes = ((root + "quarl_edge/", "quarl_edge."), (root + "converters/", "quarl_edge.converters."))
     calls: collections.Counter = collections.Counter()
 

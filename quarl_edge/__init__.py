@@ -6,7 +6,7 @@
 
 The functions (train, import_policy, quantize, sweep, build, validate, hil, bench, study,
 study_status, report, boards, ports, session) and their result dataclasses are quarl_edge.api's;
-errors a user can cause are `qe.QuarlError` and its subclasses (quarl_edge.errors). Nothing is
+errors a user can cause are `qe.QuarlError` and its subclasses (quarl_edge.core.errors). Nothing is
 imported until it is used, so `import quarl_edge` is cheap and this package also runs on a board
 that has only the protocol (the linux agent, quarl_edge/link/agent.py).
 """
@@ -59,7 +59,7 @@ def __getattr__(name: str):
     from importlib import import_module     # not `from . import`: that asks __getattr__ again
     from importlib.util import find_spec
     if name in _ERRORS:
-        return getattr(import_module("quarl_edge.errors"), name)
+        return getattr(import_module("quarl_edge.core.errors"), name)
     submodule = not name.startswith("__") and find_spec(f"{__name__}.{name}") is not None
     if name.startswith("__") or (submodule and name not in __all__):
         raise AttributeError(f"module 'quarl_edge' has no attribute {name!r}")

@@ -9,7 +9,7 @@
 
 Every function takes paths as str or Path and boards as ids (or a loaded Board), returns a
 dataclass with the same data as the CLI's `--json` (`dataclasses.asdict(result)`), prints
-nothing unless asked (`progress=True`), and raises a `quarl_edge.errors.QuarlError` subclass
+nothing unless asked (`progress=True`), and raises a `quarl_edge.core.errors.QuarlError` subclass
 for anything a user can cause (a missing file, an unknown board, a model the firmware cannot
 run, a board that does not answer, a missing toolchain). Each function is a thin layer over
 the pipeline's steps (quarl_edge/pipeline.py: train, quantize, generate_c, build, session, hil,
@@ -34,14 +34,14 @@ from typing import Iterable
 from . import pipeline
 from .api_results import (BoardInfo, BuildResult, ExportResult, ImportResult, QuantizeResult,
                           ReportResult, StudySummary, SweepRow, TrainResult, ValidateResult)
-from .errors import QuarlError
+from .core.errors import QuarlError
 from .importers import import_policy as run_import
 from .measure.bench import select_boards
 from .measure.deadline import check_control_hz
 from .measure.export import export_library
-from .names import BENCH_MAX_N
+from .core.names import BENCH_MAX_N
 from .quant.nbit import nbit_sweep
-from .run import Run
+from .core.run import Run
 from .targets.boards import Board, all_boards, get_board, load_board_file
 from .targets.emulate import emulate as start_emulation
 from .targets.flash_tools import describe_tools

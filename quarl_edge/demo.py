@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 from . import api
-from .resources import examples_dir
-from .run import Run
+from .core.resources import examples_dir
+from .core.run import Run
 
 SCHEMES = ("fp32", "fp16", "int8")
 BOARD_SCHEMES = ("fp32", "int8")     # what the firmware runs (fp16 is a host-only size variant)

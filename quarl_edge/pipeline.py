@@ -34,7 +34,7 @@ from .measure.selection import int8_judge
 from .measure.validate import validate as run_validate
 from .quant.schemes import quantize as convert
 from .rl.train import train as rl_train
-from .run import Run
+from .core.run import Run
 from .targets.boards import Board
 from .targets.build import Firmware
 from .targets.build import build as build_firmware

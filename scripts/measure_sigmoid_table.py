@@ -4,9 +4,9 @@
 TFLM's int16 LOGISTIC and TANH (reference_integer_ops::Logistic / ::Tanh, which its integer LSTM
 calls for every gate and for tanh of the cell state) interpolate in one table T[0..255] of uint16
 values. This script recovers T from the interpreter's behaviour alone, without its source text,
-compares it with round(65536 * sigmoid(i / 24)) (converters/qmath.py:sigmoid_table_formula_u16)
-and, with --write, writes it to converters/sigmoid_table_u16.py, which the generator emits into
-the model.c of every int8 LSTM (converters/qmath.py:sigmoid_table_u16).
+compares it with round(65536 * sigmoid(i / 24)) (quarl_edge/converters/qmath.py:sigmoid_table_formula_u16)
+and, with --write, writes it to quarl_edge/converters/sigmoid_table_u16.py, which the generator emits into
+the model.c of every int8 LSTM (quarl_edge/converters/qmath.py:sigmoid_table_u16).
 
 Result (tflite-micro 0.dev20261023182759): all 256 entries are determined uniquely; 212 equal
 the formula, 44 are one higher (i = 4, 8, 12, 14-17, 19-22, 25, 27-31, 33-35, 37, 39-41, 43-46,
@@ -159,12 +159,12 @@ def measure_table() -> np.ndarray:
     return table
 
 
-_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "converters",
+_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "quarl_edge", "converters",
                      "sigmoid_table_u16.py")
 
 
 def data_module(table) -> str:
-    """The text of converters/sigmoid_table_u16.py for a measured table."""
+    """The text of quarl_edge/converters/sigmoid_table_u16.py for a measured table."""
     from tflite_micro.python.tflite_micro import _version
     rows = [", ".join(f"{int(v)}" for v in table[k:k + 12]) for k in range(0, 256, 12)]
     body = "".join(f"    {r},\n" for r in rows)

@@ -79,10 +79,10 @@ if [ "$(cat "$VENV/.quarl-edge-lock" 2>/dev/null)" != "$stamp" ]; then
     "$VENV/bin/python" -m pip install -q --no-deps -r "$LOCK" 2>&1 | quiet
     # quarl-edge itself, editable (firmware/ and boards/ are used where they are in the
     # checkout). Built with pip's build isolation (setuptools >= 77 for the build, see
-    # pyproject.toml). Re-run after pulling changes that add packages (e.g. converters/ops/).
+    # pyproject.toml). Re-run after pulling changes that add packages (e.g. quarl_edge/converters/ops/).
     "$VENV/bin/python" -m pip install -q --no-deps -e . 2>&1 | quiet
     echo "$stamp" > "$VENV/.quarl-edge-lock"
 fi
-"$VENV/bin/python" -c 'import quarl_edge.cli, tensorflow, tf_agents, tflite_micro, ray, minatar; from quarl_edge import tflite_host; tflite_host.interpreter_module()' \
+"$VENV/bin/python" -c 'import quarl_edge.cli, tensorflow, tf_agents, tflite_micro, ray, minatar; from quarl_edge.core import tflite_host; tflite_host.interpreter_module()' \
     2>/dev/null || { rm -f "$VENV/.quarl-edge-lock"; echo "setup: the Python packages did not install; see pip's output above" >&2; exit 1; }
 echo "setup: ready ($VENV, Python $PYVER, $LOCK)"

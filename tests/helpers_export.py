@@ -30,7 +30,7 @@ def export(run, name, out, board="host", scheme="int8"):
 
 def observations(env_id: str, n: int = 60) -> np.ndarray:
     """Observations of episodes with random actions, and as many drawn around them."""
-    from quarl_edge.rl.envs import make_gym
+    from quarl_edge.core.envs import make_gym
     env = make_gym(env_id)
     env.action_space.seed(1)
     obs, _ = env.reset(seed=1)
@@ -50,11 +50,11 @@ def host_actions(run: Path, scheme: str | None, obs: np.ndarray,
                  env_id: str | None = None) -> np.ndarray:
     """The host's mapping of TF Lite Micro's outputs: the observation quantized and the output
     dequantized as measure/reference.py does (with tflite-runtime's tensor details), TFLM's
-    outputs, then rl/envs.outputs_to_actions with the run's head: what hil compares with."""
+    outputs, then core/envs.outputs_to_actions with the run's head: what hil compares with."""
     from quarl_edge.measure.hil import hil_policy
     from quarl_edge.measure.reference import (_dequantized, _quantized, host_reference,
                                               tflite_runtime_interpreter)
-    from quarl_edge.rl.envs import outputs_to_actions
+    from quarl_edge.core.envs import outputs_to_actions
     t = hil_policy(run, scheme, env_id, None)
     ref = host_reference(t.model, micro=True)      # a recurrent model: from a zero state
     interp = tflite_runtime_interpreter(t.model)

@@ -21,7 +21,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np  # noqa: E402
 
-from quarl_edge.tfcompat import configure_converter  # noqa: E402
+from quarl_edge.core.tfcompat import configure_converter  # noqa: E402
 
 # the hand-built flatbuffers, re-exported: the tests import them from here
 from helpers_tflite import (affine_model, build_tflite, fc_model, op_model,  # noqa: E402,F401

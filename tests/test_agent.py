@@ -14,7 +14,7 @@ import pytest
 
 from quarl_edge.link import protocol as P
 from quarl_edge.link.agent import Agent
-from quarl_edge.errors import BoardError, QuarlError
+from quarl_edge.core.errors import BoardError, QuarlError
 from quarl_edge.link.session import model_hash
 from quarl_edge.measure.reference import TFLiteRuntime
 from quarl_edge.link.runner import BoardLink
@@ -148,8 +148,7 @@ def test_ssh_deploy_commands_are_argument_lists_that_start_the_agent(tmp_path):
     cmds, url = ssh_deploy_commands(board, MODELS / "int8.tflite", "pi@raspberrypi.local")
     assert url == "socket://raspberrypi.local:5555"
     assert all(isinstance(c, list) and c[0] in ("ssh", "scp") for c in cmds)
-    # quarl_edge's files from its package, the tensor spec from quarl_edge.converters (in a
-    # checkout: converters/ at the top)
+    # quarl_edge's files from its package, the tensor spec from quarl_edge.converters (quarl_edge/converters/)
     homes = {"": Path(quarl_edge.__file__).resolve().parent,
              "converters/": Path(quarl_edge.converters.__file__).resolve().parent}
     copied = {}

@@ -10,9 +10,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from quarl_edge.errors import QuarlError  # noqa: E402
+from quarl_edge.core.errors import QuarlError  # noqa: E402
 from quarl_edge.rl.train import ALGOS, DEFAULTS, train  # noqa: E402
-from quarl_edge.run import MODEL_FILES, load_keras  # noqa: E402
+from quarl_edge.core.run import MODEL_FILES, load_keras  # noqa: E402
 
 PPO_TINY = dict(collect_steps=100, epochs=1, eval_episodes=1, hidden=(8, 8))
 OFF_TINY = dict(learning_starts=50, train_every=50, updates_per_train=5, batch_size=16,
@@ -126,7 +126,7 @@ def test_ppo_collects_from_side_by_side_envs_and_trains_on_minibatches_of_rows(t
     assert -16.3 * 200 <= float(rows[1]["train_return"]) < 0   # Pendulum: -16.27 <= r <= 0
     assert np.isfinite(float(rows[1]["loss"]))
     # the policy's std, read back from policy/ the way the study does, is the one it trained
-    from quarl_edge.nets import ppo_action_std
+    from quarl_edge.core.nets import ppo_action_std
     std = info["action_std"]
     assert len(std) == 1 and 0 < std[0] < 2
     np.testing.assert_allclose(ppo_action_std(tmp_path), std, rtol=1e-6)

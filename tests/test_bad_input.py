@@ -17,8 +17,8 @@ import pytest
 import quarl_edge as qe
 import quarl_edge.api
 from quarl_edge import cli
-from quarl_edge.errors import QuarlError
-from quarl_edge.resources import boards_dir, examples_dir
+from quarl_edge.core.errors import QuarlError
+from quarl_edge.core.resources import boards_dir, examples_dir
 
 EXAMPLE = examples_dir() / "cartpole_dqn"
 INT8 = EXAMPLE / "models" / "int8.tflite"
@@ -164,8 +164,8 @@ def test_a_damaged_model_is_one_line(capsys, tmp_path, damage, words):
 
 
 def test_tflite_runtimes_unicode_error_is_a_model_error(tmp_path):
-    from quarl_edge import tflite_host
-    from quarl_edge.errors import ModelError
+    from quarl_edge.core import tflite_host
+    from quarl_edge.core.errors import ModelError
     from quarl_edge.measure.reference import TFLiteRuntime
     with pytest.raises(ModelError, match="bad-name.tflite is not a valid TFLite model "
                                          rf"\({tflite_host.runtime_name()}: UnicodeDecodeError"):

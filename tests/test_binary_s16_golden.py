@@ -28,8 +28,8 @@ from hypothesis import strategies as st
 from helpers_models import compare_generated, op_model, schema
 from quarl_edge.converters import cgen, qmath
 from quarl_edge.converters.ops.binary import add_params_s8
-from quarl_edge.errors import UnsupportedOpError
-from quarl_edge.tfcompat import configure_converter
+from quarl_edge.core.errors import UnsupportedOpError
+from quarl_edge.core.tfcompat import configure_converter
 
 S = schema()
 _PHASES = [Phase.explicit, Phase.reuse, Phase.generate]

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from quarl_edge.errors import BoardError
-from quarl_edge.resources import boards_dir
+from quarl_edge.core.errors import BoardError
+from quarl_edge.core.resources import boards_dir
 from quarl_edge.targets import boards
 from quarl_edge.targets.boards import add_board_dir, all_boards, board_dirs, get_board
 from test_boards import GOOD

@@ -2,7 +2,7 @@
 import pytest
 
 from quarl_edge.targets.boards import all_boards, get_board, load_board_file
-from quarl_edge.errors import BoardError
+from quarl_edge.core.errors import BoardError
 
 GOOD = """
 id = "{id}"

@@ -14,7 +14,7 @@ from helpers_models import cli_json
 from quarl_edge.targets import qemu
 from quarl_edge.targets.boards import all_boards, load_board_file
 from quarl_edge.targets.build import build
-from quarl_edge.errors import BoardError, QuarlError, ToolchainError
+from quarl_edge.core.errors import BoardError, QuarlError, ToolchainError
 from quarl_edge.link.session import BoardSession
 from quarl_edge.targets.launch import start
 from quarl_edge.targets.qemu import Qemu

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from helpers_models import cli
 
-from quarl_edge.errors import BoardError
+from quarl_edge.core.errors import BoardError
 from quarl_edge.link.session import BoardSession
-from quarl_edge.resources import firmware_dir
+from quarl_edge.core.resources import firmware_dir
 from quarl_edge.targets.boards import get_board
 from quarl_edge.targets.launch import start
 

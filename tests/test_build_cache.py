@@ -140,7 +140,7 @@ def test_a_compile_error_names_the_board_and_leaves_no_object(monkeypatch, tmp_p
     monkeypatch.setenv("QUARL_EDGE_CACHE_DIR", str(tmp_path / "cache"))
     bad = tmp_path / "bad.c"
     bad.write_text("int f(void) { return undefined_name; }\n")
-    from quarl_edge.errors import ToolchainError
+    from quarl_edge.core.errors import ToolchainError
     with pytest.raises(ToolchainError, match=r"(?s)building firmware for host failed: gcc exited with code 1:\n.*undefined_name"):
         B.compile_firmware(get_board("host"), [bad], tmp_path / "x.elf")
     assert not list((tmp_path / "cache").iterdir())
@@ -152,7 +152,7 @@ def test_two_builds_into_one_folder_take_turns_and_replace_the_elf_whole(monkeyp
     renamed into place, so a board started from the earlier build keeps a whole file."""
     if shutil.which("gcc") is None:
         pytest.skip("gcc is not installed")
-    from quarl_edge.files import locked
+    from quarl_edge.core.files import locked
     monkeypatch.setenv("QUARL_EDGE_CACHE_DIR", str(tmp_path / "cache"))
     first = _build("int8.tflite", tmp_path, "out")
     before = first.elf.stat().st_ino

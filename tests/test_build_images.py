@@ -11,7 +11,7 @@ import pytest
 from elftools.elf.constants import SH_FLAGS
 from elftools.elf.elffile import ELFFile
 
-from quarl_edge.errors import QuarlError
+from quarl_edge.core.errors import QuarlError
 from quarl_edge.targets import build as B
 from quarl_edge.targets.boards import get_board
 from quarl_edge.targets.build import MemoryReport, binary_image, write_images

@@ -1,4 +1,4 @@
-"""converters/cgen.py and converters/tflite_model.py: generated C, model.json, errors."""
+"""quarl_edge/converters/cgen.py and quarl_edge/converters/tflite_model.py: generated C, model.json, errors."""
 from __future__ import annotations
 
 import hashlib
@@ -16,7 +16,7 @@ from helpers_models import (CFLAGS, build_tflite, compile_driver, convert, fc_mo
                             random_mlp, quant, schema, tensor)
 from quarl_edge.converters import cgen, tflite_model
 from quarl_edge.converters.ops import LOWERINGS, SUPPORTED, supported_list
-from quarl_edge.errors import ModelError, QuarlError, UnsupportedOpError
+from quarl_edge.core.errors import ModelError, QuarlError, UnsupportedOpError
 from quarl_edge.converters.tensor import TensorSpec
 from quarl_edge.link import protocol as P
 

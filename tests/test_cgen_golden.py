@@ -1,8 +1,8 @@
 """What the generator writes stays fixed: the shipped example models' model.c and model.json,
 pinned by SHA-256, and the zero-point range every quantized tensor it reads must satisfy.
 
-The hashes were computed with the generator as it stood before converters/cgen.py was split into
-a driver, an emitter and one lowering file per op (converters/emit.py, converters/ops/): moving
+The hashes were computed with the generator as it stood before quarl_edge/converters/cgen.py was split into
+a driver, an emitter and one lowering file per op (quarl_edge/converters/emit.py, quarl_edge/converters/ops/): moving
 code must not change a byte of what the generator writes. A deliberate change of the generated
 C or of model.json (a new comment, a different parameter layout, ...) updates these hashes in
 the same commit, and that commit's message says why the output changed.
@@ -20,7 +20,7 @@ import pytest
 from helpers_models import build_tflite, fc_model, op_model, quant, schema, tensor
 
 from quarl_edge.converters import cgen
-from quarl_edge.errors import UnsupportedOpError
+from quarl_edge.core.errors import UnsupportedOpError
 
 MODELS = Path(__file__).resolve().parents[1] / "examples" / "cartpole_dqn" / "models"
 

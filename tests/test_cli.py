@@ -15,8 +15,8 @@ import pytest
 import quarl_edge
 from quarl_edge import cli
 from quarl_edge.cli.options import DeprecatedAlias
-from quarl_edge.errors import QuarlError
-from quarl_edge.resources import examples_dir
+from quarl_edge.core.errors import QuarlError
+from quarl_edge.core.resources import examples_dir
 
 EXAMPLE = "examples/cartpole_dqn"
 
@@ -52,14 +52,14 @@ def test_every_option_has_help_with_its_default_and_each_command_an_example(name
 
 
 def test_each_name_of_quarl_edge_names_has_its_stage_entry_and_no_other():
-    """The CLI offers quarl_edge.names; each stage's table holds exactly those names, and each
+    """The CLI offers quarl_edge.core.names; each stage's table holds exactly those names, and each
     head and sweep mode is one that its stage runs (an unknown one is refused by name)."""
     import gymnasium as gym
-    from quarl_edge import names
+    from quarl_edge.core import names
     from quarl_edge.importers import import_policy
     from quarl_edge.quant.nbit import nbit_sweep
     from quarl_edge.quant.schemes import SCHEMES
-    from quarl_edge.rl.envs import outputs_to_actions
+    from quarl_edge.core.envs import outputs_to_actions
     from quarl_edge.rl.train import ALGOS
     assert tuple(ALGOS) == names.ALGOS and tuple(SCHEMES) == names.SCHEMES
     options = {a.dest: a for s in subcommands().values() for a in s._actions}
@@ -107,7 +107,7 @@ def test_an_error_inside_a_progress_bar_gets_a_line_of_its_own(monkeypatch, caps
     def fails_mid_training(*a, **k):
         bar = tqdm(total=100, desc="dqn CartPole-v1", leave=False)
         bar.update(40)
-        raise quarl_edge.errors.QuarlError("the env stopped")
+        raise quarl_edge.core.errors.QuarlError("the env stopped")
     monkeypatch.setattr(quarl_edge.api, "train", fails_mid_training)
     assert cli.main(["train", "--env", "CartPole-v1", "--out", "nowhere"]) == cli.EXIT_USER_ERROR
     err = capsys.readouterr().err
@@ -154,7 +154,7 @@ def test_boards_table_has_units():
 
 
 def test_boards_dir_adds_the_users_board_files(tmp_path):
-    from quarl_edge.resources import boards_dir
+    from quarl_edge.core.resources import boards_dir
     mine = tmp_path / "my-boards"
     mine.mkdir()
     text = (boards_dir() / "host.toml").read_text()

@@ -31,7 +31,7 @@ from helpers_models import (CFLAGS, CORE, compare_generated, convert, gcc, op_mo
 from quarl_edge.converters import cgen
 from quarl_edge.converters.ops.binary import add_params_s8
 from quarl_edge.converters.ops.softmax import softmax_params_s8, softmax_s8
-from quarl_edge.errors import UnsupportedOpError
+from quarl_edge.core.errors import UnsupportedOpError
 
 _PHASES = [Phase.explicit, Phase.reuse, Phase.generate]
 _HC = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large]

@@ -55,7 +55,7 @@ def test_two_hil_and_two_bench_at_once_keep_both_results(tmp_path):
 
 
 def test_a_killed_runs_temporary_files_are_removed_by_the_next(tmp_path):
-    from quarl_edge.files import remove_stale
+    from quarl_edge.core.files import remove_stale
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])

@@ -63,7 +63,7 @@ def test_an_int32_bias_is_refused_by_name(tmp_path):
     """(The converter's 16x8 mode gives int64 biases; a hand-made int32 one is named.)"""
     from helpers_models import op_model
     from quarl_edge.converters import cgen
-    from quarl_edge.errors import UnsupportedOpError
+    from quarl_edge.core.errors import UnsupportedOpError
     model = op_model("CONV_2D", [
         dict(shape=[1, 4, 4, 1], dtype="int16", q=(0.01, 0)),
         dict(shape=[2, 3, 3, 1], dtype="int8", q=(0.02, 0), data=np.ones((2, 3, 3, 1))),

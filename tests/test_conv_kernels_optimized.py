@@ -68,7 +68,7 @@ class ConvCase:
 
 def pack_dw_extra(c: ConvCase) -> ConvCase:
     """Turn a DEPTHWISE_CONV_2D case (depth multiplier 1) into a DW_PACKED one: the generator's
-    own packing (converters/ops/optimized/cortex_m_dsp/conv.py: pack_dw_filter, dw_wide_shape, mm_table)."""
+    own packing (quarl_edge/converters/ops/optimized/cortex_m_dsp/conv.py: pack_dw_filter, dw_wide_shape, mm_table)."""
     from quarl_edge.converters.ops.optimized.cortex_m_dsp.conv import dw_wide_shape, mm_table, pack_dw_filter
     h = c.header
     assert h[16] == 1
@@ -86,7 +86,7 @@ def pack_dw_extra(c: ConvCase) -> ConvCase:
 
 def wide_extra(c: ConvCase) -> ConvCase:
     """Turn a CONV_2D case (dil_w 1) into a WIDE one: the generator's own layout
-    (converters/ops/optimized/cortex_m_dsp/conv.py: pack_wide_filter, wide_shape, mm_table)."""
+    (quarl_edge/converters/ops/optimized/cortex_m_dsp/conv.py: pack_wide_filter, wide_shape, mm_table)."""
     from quarl_edge.converters.ops.optimized.cortex_m_dsp.conv import mm_table, pack_wide_filter, wide_shape
     h = c.header
     assert h[13] == 1
@@ -102,7 +102,7 @@ def wide_extra(c: ConvCase) -> ConvCase:
 
 
 def pack_extra(c: ConvCase) -> ConvCase:
-    """Turn a CONV_2D case into a PACKED one: the generator's own packing (converters/ops/optimized/cortex_m_dsp/conv.py:
+    """Turn a CONV_2D case into a PACKED one: the generator's own packing (quarl_edge/converters/ops/optimized/cortex_m_dsp/conv.py:
     pack_conv_filter, mm_table) of its filter, bias and requantization."""
     from quarl_edge.converters.ops.optimized.cortex_m_dsp.conv import mm_table, pack_conv_filter
     h = c.header

@@ -7,7 +7,7 @@ import pytest
 
 from helpers_hostile import assert_bounded, run_hostile
 from helpers_models import copy_example_tree
-from quarl_edge.errors import QuarlError
+from quarl_edge.core.errors import QuarlError
 from quarl_edge.measure.deadline import check_control_hz, deadline
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers_models import cli, cli_json, convert, random_mlp
-from quarl_edge import tflite_host
+from quarl_edge.core import tflite_host
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -3,7 +3,7 @@ import shutil
 
 import pytest
 
-from quarl_edge.errors import BoardError
+from quarl_edge.core.errors import BoardError
 from quarl_edge.measure.energy import energy, label, no_figures
 from quarl_edge.measure.hil import _energy
 from quarl_edge.targets.boards import all_boards, get_board, load_board_file

@@ -12,7 +12,7 @@ from tf_agents.environments import utils as env_utils  # noqa: E402
 from tf_agents.trajectories import time_step as ts  # noqa: E402
 
 from quarl_edge.rl.tf_env import GymnasiumEnv, make_env, run_episode  # noqa: E402
-from quarl_edge.errors import QuarlError  # noqa: E402
+from quarl_edge.core.errors import QuarlError  # noqa: E402
 
 
 class Countdown(gym.Env):
@@ -144,7 +144,7 @@ def test_play_batched_is_play_in_lockstep_with_its_head_and_episode_log():
     same returns and steps as playing each seed alone, every episode logged once."""
     import numpy as np
     from quarl_edge.measure.episodes import play
-    from quarl_edge.rl.envs import make_gym, output_to_action, play_batched
+    from quarl_edge.core.envs import make_gym, output_to_action, play_batched
     w = np.random.default_rng(0).normal(size=(3, 1))          # a linear actor for Pendulum
     policy = lambda x: np.tanh(x @ w)                          # noqa: E731
     space = make_gym("Pendulum-v1").action_space

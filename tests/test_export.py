@@ -1,6 +1,6 @@
 """`quarl-edge export` (issue 37), used as a user uses the folder: with CMake and gcc on the host,
 with clang, arm-none-eabi-gcc, avr-gcc and g++; the library's actions against the host's
-mapping of TF Lite Micro's outputs (measure/reference.py + rl/envs.outputs_to_actions) for the
+mapping of TF Lite Micro's outputs (measure/reference.py + core/envs.outputs_to_actions) for the
 same observations, for a discrete policy (CartPole DQN at int8, int16x8 and fp32), a continuous
 one (the SB3 SAC Pendulum actor of tests/fixtures/onnx-export, imported and quantized here; its
 head as recorded, identity, and rewritten to scale) and a recurrent one (SB3 RecurrentPPO on
@@ -294,7 +294,7 @@ def test_an_int8_io_model_quantizes_the_observation_as_the_host_does(tmp_path):
     to even of x / scale, plus the zero point, saturated) and dequantizes the output."""
     import tensorflow as tf
 
-    from quarl_edge.run import load_keras
+    from quarl_edge.core.run import load_keras
     calibration = np.load(CARTPOLE / "calibration.npy").astype(np.float32)
     conv = tf.lite.TFLiteConverter.from_keras_model(load_keras(CARTPOLE))
     conv.optimizations = [tf.lite.Optimize.DEFAULT]

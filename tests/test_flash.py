@@ -14,7 +14,7 @@ from helpers_flash import REAL, parse_uf2, real_board, record_argv, tiny_elf_onc
 from quarl_edge.targets import flash as F
 from quarl_edge.targets import flash_tools as FT
 from quarl_edge.targets.boards import load_board_file
-from quarl_edge.errors import BoardError, ToolchainError
+from quarl_edge.core.errors import BoardError, ToolchainError
 
 
 # ------------------------------------------------------------------- argument lists (pure)

@@ -15,7 +15,7 @@ import pytest
 
 from helpers_flash import parse_uf2, real_board, record_argv, tiny_elf_once, tool_on_path
 from quarl_edge.targets import flash as F
-from quarl_edge.errors import BoardError
+from quarl_edge.core.errors import BoardError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -284,7 +284,7 @@ def test_pyocd_unknown_target_failure_names_the_pack_to_install(tmp_path, monkey
     """pyocd without the target's CMSIS pack says 'not recognized': our error adds the command."""
     import subprocess as sp
     from quarl_edge.targets.boards import get_board
-    from quarl_edge.errors import BoardError
+    from quarl_edge.core.errors import BoardError
     from quarl_edge.targets.flash import run_tool
 
     import sys

@@ -176,7 +176,7 @@ def test_a_gdb_server_that_refuses_the_connection(tmp_path):
 
 
 def test_an_image_too_big_for_the_flash_is_refused_before_the_tool_runs(tmp_path):
-    from quarl_edge.errors import BoardError
+    from quarl_edge.core.errors import BoardError
     from quarl_edge.targets import flash as F
     from quarl_edge.targets.boards import get_board
     elf = tmp_path / "big.elf"

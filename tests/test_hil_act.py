@@ -54,7 +54,7 @@ def test_act_is_refused_by_a_plain_firmware_and_a_nan_observation_by_the_library
     and a good one after it is answered."""
     import numpy as np
 
-    from quarl_edge.errors import ProtocolError
+    from quarl_edge.core.errors import ProtocolError
     from quarl_edge.link.session import BoardSession
     from quarl_edge.measure.hil import hil_policy
     from quarl_edge.measure.hil_act import act_library

@@ -196,7 +196,7 @@ def renamed_output(src: Path, dest: Path, name: bytes) -> Path:
 
 def test_a_model_whose_tensor_names_hold_escapes(boards_dir, hostile_run, tmp_path):
     """validate prints the model's output names in its table: escaped, whatever they hold (the
-    reader already writes every byte outside a name's characters as %XX: converters/safe_text.py;
+    reader already writes every byte outside a name's characters as %XX: quarl_edge/converters/safe_text.py;
     cli/output.printable is the second net)."""
     name = "q\x1b[2J\x1b]0;owned\x07\r\b\u202eevil\u2066\x9b31m"
     model = renamed_output(hostile_run / "models" / "int8.tflite", tmp_path / "evil.tflite",

@@ -340,7 +340,7 @@ def test_random_byte_flips_never_traceback(tmp_path):
     and, when the reader takes it, generated; anything refused is a QuarlError."""
     import signal
     from quarl_edge.converters.tflite_model import parse
-    from quarl_edge.errors import QuarlError
+    from quarl_edge.core.errors import QuarlError
     rng = np.random.default_rng(36)
     data = np.frombuffer(INT8.read_bytes(), np.uint8)
     outcomes = {"read": 0, "refused": 0}

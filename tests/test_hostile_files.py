@@ -297,7 +297,7 @@ def test_a_read_only_disk_is_one_line(mount):
 
 
 def test_write_atomic_keeps_the_old_file_and_no_temporary_on_a_full_disk(tmpfs):
-    from quarl_edge.files import DiskError, write_atomic
+    from quarl_edge.core.files import DiskError, write_atomic
     path = tmpfs / "a.json"
     write_atomic(path, "old\n")
     with pytest.raises(DiskError, match=r"cannot write .*a\.json: No space left on device "
@@ -308,7 +308,7 @@ def test_write_atomic_keeps_the_old_file_and_no_temporary_on_a_full_disk(tmpfs):
 
 
 def test_a_link_at_the_temporary_name_is_not_followed(tmp_path):
-    from quarl_edge.files import own, remove_stale, write_atomic
+    from quarl_edge.core.files import own, remove_stale, write_atomic
     victim = tmp_path / "victim"
     victim.write_text(VICTIM)
     path = tmp_path / "out" / "claims.json"
@@ -333,7 +333,7 @@ def test_a_file_size_limit_is_one_line_and_keeps_the_old_file(tmp_path):
     def limit():
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
-    code = ("import sys; from quarl_edge.files import write_atomic, DiskError\n"
+    code = ("import sys; from quarl_edge.core.files import write_atomic, DiskError\n"
             "try:\n    write_atomic(__import__('pathlib').Path(sys.argv[1]), 'x' * 100000)\n"
             "except DiskError as e:\n    print(e); sys.exit(2)\n")
     p = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True,

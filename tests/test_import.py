@@ -20,12 +20,12 @@ import numpy as np
 import pytest
 from helpers_models import assert_import_refused
 
-from quarl_edge.errors import QuarlError
+from quarl_edge.core.errors import QuarlError
 from quarl_edge.importers import import_policy
 from quarl_edge.importers.safe_pickle import UnsafePickle, load_symbolic, load_torch_archive
-from quarl_edge.rl.envs import make_gym, outputs_to_actions, play_batched
-from quarl_edge.nets import keras_runner
-from quarl_edge.run import load_keras, load_run
+from quarl_edge.core.envs import make_gym, outputs_to_actions, play_batched
+from quarl_edge.core.nets import keras_runner
+from quarl_edge.core.run import load_keras, load_run
 
 ROOT = Path(__file__).resolve().parents[1]
 FIX = ROOT / "tests" / "fixtures" / "sb3"

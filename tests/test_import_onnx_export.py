@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from quarl_edge.nets import keras_runner
-from quarl_edge.run import load_keras, load_run
+from quarl_edge.core.nets import keras_runner
+from quarl_edge.core.run import load_keras, load_run
 
 ROOT = Path(__file__).resolve().parents[1]
 FIX = ROOT / "tests" / "fixtures" / "onnx-export"

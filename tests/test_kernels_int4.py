@@ -2,7 +2,7 @@
 (issue 39): tests/c/fc_s4_check.c runs, per random case, the reference and the variant on
 TFLite's packing (qe_fully_connected_s4) and, where the generator gives the variant's layout,
 the reference and the variant on that layout (qe_fully_connected_s4_packed, its stream from
-converters/ops/optimized/cortex_m_dsp/fully_connected_s4.py's pack_fc_s4_weights). All four
+quarl_edge/converters/ops/optimized/cortex_m_dsp/fully_connected_s4.py's pack_fc_s4_weights). All four
 outputs must be equal, so the layout's packing, its portable definition and the asm are checked
 against the kernel that test_int4_golden.py checks against TF Lite Micro. Shapes: depths 1..300
 (odd, not multiples of 4 or 8; over 128 only TFLite's packing), 1..70 rows (not multiples of 2, 4

@@ -16,7 +16,7 @@ import pytest
 
 from helpers_fc_cases import AVR_VARIANT, DSP_BOARDS, FW, M0_VARIANT, ROOT, VARIANT, VARIANT_FC
 from quarl_edge.converters.ops.optimized import VARIANT_LOWERINGS
-from quarl_edge.errors import BoardError, QuarlError
+from quarl_edge.core.errors import BoardError, QuarlError
 from quarl_edge.targets.boards import all_boards, get_board, load_board_file
 from quarl_edge.targets.build import COMMON_CFLAGS, firmware_sources, kernel_sources
 

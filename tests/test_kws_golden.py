@@ -1,7 +1,7 @@
 """Keyword spotting (issue 26): TF Lite Micro's keyword benchmark models end in SOFTMAX int8 ->
 int16 and QUANTIZE int16 -> int32 after seven SVDF layers. Here:
 
-- SOFTMAX int8 -> int16 (output 1/65536, -32768): the Python twin (converters/ops/softmax.py) against
+- SOFTMAX int8 -> int16 (output 1/65536, -32768): the Python twin (quarl_edge/converters/ops/softmax.py) against
   the interpreter over many scales and betas; hand-built one-op models, the generated C
   against the tflite-micro interpreter by hypothesis (rows, depth, input scale, beta); the
   refusal of other output quantizations;
@@ -30,7 +30,7 @@ import quarl_edge as qe
 from helpers_models import compare_generated, op_model, schema, tflm_run
 from quarl_edge.converters import cgen
 from quarl_edge.converters.ops.softmax import softmax_params_s8, softmax_s8
-from quarl_edge.errors import UnsupportedOpError
+from quarl_edge.core.errors import UnsupportedOpError
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "tflm-keyword"

@@ -18,9 +18,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # Foundation modules any stage may use, then the stages in pipeline order, then the top.
 # importers is the other way into a run directory (a policy trained elsewhere); it uses the
 # calibration of quant, so it ranks with it.
-RANKS = {"quarl_edge.errors": 0, "quarl_edge.resources": 0, "quarl_edge.run": 0,
-         "quarl_edge.nets": 0, "quarl_edge.noise": 0,
-         "quarl_edge.schema": 0, "quarl_edge.names": 0, "quarl_edge.tflite_host": 0, "quarl_edge.tfcompat": 0, "quarl_edge.files": 0,
+RANKS = {"quarl_edge.core.errors": 0, "quarl_edge.core.resources": 0, "quarl_edge.core.run": 0,
+         "quarl_edge.core.nets": 0, "quarl_edge.core.noise": 0,
+         "quarl_edge.core.schema": 0, "quarl_edge.core.names": 0, "quarl_edge.core.tflite_host": 0, "quarl_edge.core.tfcompat": 0, "quarl_edge.core.files": 0,
          "quarl_edge.rl": 1, "quarl_edge.importers": 2, "quarl_edge.quant": 2,
          "quarl_edge.converters": 3,
          "quarl_edge.targets": 4, "quarl_edge.link": 5, "quarl_edge.measure": 6,
@@ -31,12 +31,12 @@ RANKS = {"quarl_edge.errors": 0, "quarl_edge.resources": 0, "quarl_edge.run": 0,
 # helpers, QAT, and the recurrent policy's network (rl/recurrent.py: its arrays, numpy stepping
 # and one-step conversion, what quantize and hil need of a recurrent run); the algorithm modules
 # (dqn, ppo, rppo, off_policy, ...) and the run writers (recurrent_export) stay private to it.
-RL_PUBLIC = {"quarl_edge.rl", "quarl_edge.rl.train", "quarl_edge.rl.envs", "quarl_edge.rl.tf_env",
+RL_PUBLIC = {"quarl_edge.rl", "quarl_edge.rl.train", "quarl_edge.core.envs", "quarl_edge.rl.tf_env",
              "quarl_edge.rl.qat", "quarl_edge.rl.recurrent"}
 
 
 def modules(root: Path = ROOT) -> dict[str, Path]:
-    """Module name -> file, for quarl_edge/ and converters/ (installed as quarl_edge.converters)."""
+    """Module name -> file, for quarl_edge/ and quarl_edge/converters/ (installed as quarl_edge.converters)."""
     out = {}
     for base, prefix in ((root / "quarl_edge", "quarl_edge"),
                          (root / "converters", "quarl_edge.converters")):
@@ -144,15 +144,15 @@ def test_later_stages_know_training_only_through_the_run_contract():
     reach = [f"{a} -> {b}" for a, deps in GRAPH.items() if stage(a) != "quarl_edge.rl"
              for b in sorted(deps) if stage(b) == "quarl_edge.rl" and b not in RL_PUBLIC]
     assert reach == [], "imports of rl's algorithm modules from outside rl:\n" + "\n".join(reach)
-    assert GRAPH["quarl_edge.run"] <= {"quarl_edge.errors", "quarl_edge.schema",
-                                       "quarl_edge.files"}
+    assert GRAPH["quarl_edge.core.run"] <= {"quarl_edge.core.errors", "quarl_edge.core.schema",
+                                       "quarl_edge.core.files"}
 
 
 def test_the_run_contract_holds_no_network_code():
     """run.py is the run directory (run.json, the network files it names, reading and writing
     them); running those networks is nets.py's, which stands on the contract and the errors."""
-    assert GRAPH["quarl_edge.nets"] <= {"quarl_edge.errors", "quarl_edge.run"}
-    assert "quarl_edge.run" in GRAPH["quarl_edge.nets"]
+    assert GRAPH["quarl_edge.core.nets"] <= {"quarl_edge.core.errors", "quarl_edge.core.run"}
+    assert "quarl_edge.core.run" in GRAPH["quarl_edge.core.nets"]
     tree = ast.parse((ROOT / "quarl_edge" / "run.py").read_text())
     defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
     assert not defined & {"mlp_layers", "mlp_forward", "mlp_q_values", "keras_runner",
@@ -166,7 +166,7 @@ def test_the_converters_stand_on_their_own():
     quarl_edge.converters.cgen`, and TF Lite Micro users' exporter."""
     out = {b for a, deps in GRAPH.items() if stage(a) == "quarl_edge.converters" for b in deps
            if stage(b) != "quarl_edge.converters"}
-    assert out <= {"quarl_edge.errors", "quarl_edge.files"}
+    assert out <= {"quarl_edge.core.errors", "quarl_edge.core.files"}
 
 
 def cli_imports() -> set[str]:
@@ -182,9 +182,9 @@ def test_the_cli_goes_through_the_python_api():
     the package counts (the command groups' handlers are where a stage import would creep in);
     demo's is the one lazy import, read as well."""
     outside = cli_imports()
-    assert outside <= {"quarl_edge", "quarl_edge.errors", "quarl_edge.noise",
-                       "quarl_edge.demo", "quarl_edge.names",
-                       "quarl_edge.files"}   # (only to say a full disk in one line)
+    assert outside <= {"quarl_edge", "quarl_edge.core.errors", "quarl_edge.core.noise",
+                       "quarl_edge.demo", "quarl_edge.core.names",
+                       "quarl_edge.core.files"}   # (only to say a full disk in one line)
     assert {"quarl_edge", "quarl_edge.demo"} <= outside     # the reader sees the package's
     init = (ROOT / "quarl_edge" / "__init__.py").read_text()     # its imports are lazy, by name
     assert GRAPH["quarl_edge"] == set() and 'import_module("quarl_edge.api")' in init
@@ -193,8 +193,8 @@ def test_the_cli_goes_through_the_python_api():
 def test_the_demo_goes_through_the_python_api():
     """demo.py runs the pipeline as a user's script would: through quarl_edge.api (whose
     functions are the pipeline's steps), no stage; the run directory through its Run."""
-    assert GRAPH["quarl_edge.demo"] <= {"quarl_edge.api", "quarl_edge.resources",
-                                        "quarl_edge.run"}
+    assert GRAPH["quarl_edge.demo"] <= {"quarl_edge.api", "quarl_edge.core.resources",
+                                        "quarl_edge.core.run"}
     assert "quarl_edge.api" in GRAPH["quarl_edge.demo"]
 
 
@@ -219,7 +219,7 @@ MAX_LAZY_IMPORTS = 25
 
 def lazy_imports(root: Path = ROOT) -> list[tuple[str, int, str]]:
     """(file, line, its text) of every import of a quarl_edge module (absolute or relative)
-    nested in a function, in quarl_edge/ and converters/."""
+    nested in a function, in quarl_edge/ and quarl_edge/converters/."""
     out = []
     for path in modules(root).values():
         text = path.read_text()
@@ -256,16 +256,16 @@ def test_the_lazy_import_check_sees_nested_imports(tmp_path):
     (tmp_path / "converters").mkdir()
     (tmp_path / "quarl_edge" / "m.py").write_text(
         "from .errors import QuarlError\n\ndef f():\n    from .run import Run  # lazy: x\n"
-        "    def g():\n        import quarl_edge.files\n")
+        "    def g():\n        import quarl_edge.core.files\n")
     found = lazy_imports(tmp_path)
     assert [(n, "# lazy:" in t) for _, n, t in found] == [(4, True), (6, False)]
 
 
 def test_the_names_module_is_a_foundation_module():
-    """quarl_edge.names, which the CLI reads for its choices, imports nothing of the project (so
+    """quarl_edge.core.names, which the CLI reads for its choices, imports nothing of the project (so
     --help needs no TensorFlow and no stage)."""
-    assert GRAPH["quarl_edge.names"] == set()
-    assert "quarl_edge.names" in cli_imports()
+    assert GRAPH["quarl_edge.core.names"] == set()
+    assert "quarl_edge.core.names" in cli_imports()
 
 
 def test_the_graph_reader_sees_the_imports_it_checks():
@@ -278,21 +278,21 @@ def test_the_graph_reader_sees_the_imports_it_checks():
 
 
 def test_the_schema_checker_is_a_foundation_module():
-    """Board files, study configs and run.json are checked by quarl_edge.schema, which any stage
+    """Board files, study configs and run.json are checked by quarl_edge.core.schema, which any stage
     may use: it stands on the errors alone."""
-    assert GRAPH["quarl_edge.schema"] <= {"quarl_edge.errors"}
-    assert "quarl_edge.schema" in GRAPH["quarl_edge.targets.boards"]
-    assert "quarl_edge.schema" in GRAPH["quarl_edge.study.config"]
+    assert GRAPH["quarl_edge.core.schema"] <= {"quarl_edge.core.errors"}
+    assert "quarl_edge.core.schema" in GRAPH["quarl_edge.targets.boards"]
+    assert "quarl_edge.core.schema" in GRAPH["quarl_edge.study.config"]
 
 
 def test_the_file_writer_is_a_foundation_module():
-    """Every stage writes its files through quarl_edge.files (temporary name, rename, no
+    """Every stage writes its files through quarl_edge.core.files (temporary name, rename, no
     symlink followed, a full disk in one line): it stands on the errors alone."""
-    assert GRAPH["quarl_edge.files"] <= {"quarl_edge.errors"}
-    for user in ("quarl_edge.run", "quarl_edge.importers.common", "quarl_edge.targets.build",
+    assert GRAPH["quarl_edge.core.files"] <= {"quarl_edge.core.errors"}
+    for user in ("quarl_edge.core.run", "quarl_edge.importers.common", "quarl_edge.targets.build",
                  "quarl_edge.measure.bench", "quarl_edge.measure.hil", "quarl_edge.study.report"):
-        assert "quarl_edge.files" in GRAPH[user], user
-    assert "quarl_edge.run" in GRAPH["quarl_edge.quant.schemes"]     # its models: Run's writes
+        assert "quarl_edge.core.files" in GRAPH[user], user
+    assert "quarl_edge.core.run" in GRAPH["quarl_edge.quant.schemes"]     # its models: Run's writes
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ import pytest
 import serial
 
 from quarl_edge import api
-from quarl_edge.errors import BoardError
+from quarl_edge.core.errors import BoardError
 from quarl_edge.link.runner import BoardLink
 from quarl_edge.targets.boards import all_boards
 from quarl_edge.targets.build import build

@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 
 from helpers_models import compare_generated, schema, tflm_run_multi
 from quarl_edge.converters import cgen
-from quarl_edge.tfcompat import configure_converter
-from quarl_edge.errors import UnsupportedOpError
+from quarl_edge.core.tfcompat import configure_converter
+from quarl_edge.core.errors import UnsupportedOpError
 
 _PHASES = [Phase.explicit, Phase.reuse, Phase.generate]
 _HC = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large]

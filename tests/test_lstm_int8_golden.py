@@ -29,10 +29,10 @@ from hypothesis import strategies as st
 
 from helpers_models import CFLAGS, CORE, ROOT, compare_generated, gcc, schema, tflm_run_multi
 from quarl_edge.converters import cgen, qmath
-from quarl_edge.tfcompat import configure_converter
+from quarl_edge.core.tfcompat import configure_converter
 from quarl_edge.converters.emit import c_ident
 from quarl_edge.converters.tflite_model import parse
-from quarl_edge.errors import UnsupportedOpError
+from quarl_edge.core.errors import UnsupportedOpError
 
 _PHASES = [Phase.explicit, Phase.reuse, Phase.generate]
 _HC = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large]
@@ -135,7 +135,7 @@ def _measure_module():
 
 
 def test_sigmoid_table_is_tflms():
-    """The committed table (converters/sigmoid_table_u16.py) is what the interpreter measures
+    """The committed table (quarl_edge/converters/sigmoid_table_u16.py) is what the interpreter measures
     now, entry by entry; and it is not round(65536 * sigmoid(i/24)) (44 entries are one more),
     which is why it is measured data and not a formula."""
     measured = _measure_module().measure_table()

@@ -13,8 +13,8 @@ import pytest
 pytest.importorskip("minatar", reason="MinAtar is not installed (scripts/setup.sh installs it)")
 
 from quarl_edge import api  # noqa: E402
-from quarl_edge.rl.envs import make_gym  # noqa: E402
-from quarl_edge.rl.minatar import ENV_IDS  # noqa: E402
+from quarl_edge.core.envs import make_gym  # noqa: E402
+from quarl_edge.core.envs.minatar import ENV_IDS  # noqa: E402
 
 
 @pytest.mark.parametrize("env_id", ENV_IDS)
@@ -100,8 +100,8 @@ def test_a_cnn_dqn_goes_through_the_study_qat_sweep_and_a_board(tmp_path):
     ranges): a CNN run now gets every row, and the rows mean what they say."""
     from quarl_edge.quant.nbit import keras_fake_quant_forward
     from quarl_edge.rl.qat import qat_model
-    from quarl_edge.nets import weighted_layers
-    from quarl_edge.run import load_keras
+    from quarl_edge.core.nets import weighted_layers
+    from quarl_edge.core.run import load_keras
 
     config = tmp_path / "minatar.toml"
     config.write_text(STUDY)

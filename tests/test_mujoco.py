@@ -36,7 +36,7 @@ needs_mujoco = pytest.mark.skipif(bool(_mujoco_missing()), reason=_mujoco_missin
 
 @needs_mujoco
 def test_the_mujoco_study_is_valid_and_uses_the_tuned_defaults():
-    from quarl_edge.rl.envs import KNOWN_ENVS, MUJOCO_ENVS
+    from quarl_edge.core.envs import KNOWN_ENVS, MUJOCO_ENVS
     from quarl_edge.study.config import load_study
     from quarl_edge.study.plan import plan
     from quarl_edge.rl.train import DEFAULTS, OffPolicyConfig
@@ -61,11 +61,11 @@ def test_the_mujoco_study_is_valid_and_uses_the_tuned_defaults():
 @needs_mujoco
 def test_tiny_sac_on_halfcheetah_quantizes_to_an_integer_actor_that_acts(tmp_path):
     import gymnasium as gym
-    from quarl_edge.rl.envs import outputs_to_actions, play_batched
+    from quarl_edge.core.envs import outputs_to_actions, play_batched
     from quarl_edge.measure.reference import _interpreter, model_ops, tflite_runner
     from quarl_edge.quant.schemes import quantize
     from quarl_edge.rl.train import train
-    from quarl_edge.run import load_keras
+    from quarl_edge.core.run import load_keras
 
     env = gym.make("HalfCheetah-v5")
     space = env.action_space
@@ -119,8 +119,8 @@ MISSING = textwrap.dedent("""
     import sys
     hide = sys.argv[1]
     sys.modules[hide] = None          # `import mujoco` / `import imageio` now raises ImportError
-    from quarl_edge.rl.envs import make_gym
-    from quarl_edge.errors import QuarlError
+    from quarl_edge.core.envs import make_gym
+    from quarl_edge.core.errors import QuarlError
     from quarl_edge.study.config import _check_env
     from quarl_edge.rl.train import train
     for call in (lambda: make_gym("Hopper-v5"),

@@ -12,7 +12,7 @@ import pytest
 
 from helpers_models import cli, cli_json
 from quarl_edge.measure.reference import TFLMReference
-from quarl_edge.tfcompat import configure_converter
+from quarl_edge.core.tfcompat import configure_converter
 from quarl_edge.targets.boards import get_board
 
 

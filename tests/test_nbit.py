@@ -8,11 +8,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from quarl_edge.errors import QuarlError  # noqa: E402
-from quarl_edge.resources import examples_dir  # noqa: E402
+from quarl_edge.core.errors import QuarlError  # noqa: E402
+from quarl_edge.core.resources import examples_dir  # noqa: E402
 from quarl_edge.quant.nbit import fake_quant, fake_quant_forward, fake_quant_weights, nbit_sweep
-from quarl_edge.nets import mlp_layers  # noqa: E402
-from quarl_edge.run import load_keras  # noqa: E402
+from quarl_edge.core.nets import mlp_layers  # noqa: E402
+from quarl_edge.core.run import load_keras  # noqa: E402
 
 EXAMPLE = examples_dir() / "cartpole_dqn"
 
@@ -58,7 +58,7 @@ def test_fake_quant_forward_restricts_activations():
     out = f(calib)
     assert out.shape == (len(calib), 2) and len(np.unique(out)) <= 8
     exact = fake_quant_forward(layers, calib, None, None)(calib)
-    from quarl_edge.nets import mlp_forward
+    from quarl_edge.core.nets import mlp_forward
     np.testing.assert_allclose(exact, mlp_forward(layers, calib), rtol=1e-6)
     f8 = fake_quant_forward(layers, calib, 8, 8)(calib)
     assert np.abs(f8 - exact).max() < np.abs(out - exact).max()

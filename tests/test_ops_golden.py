@@ -6,7 +6,7 @@ tflite-micro interpreter (int outputs bit-identical, float outputs bit-identical
 - int8 FULLY_CONNECTED with per-channel weights (hand-built: TF 2.15's converter quantizes
   Dense layers per tensor);
 - int8 TANH, LOGISTIC, RELU, RELU6: lookup tables computed in Python
-  (converters/qmath.py), checked over all 256 inputs for many random input quantizations, both
+  (quarl_edge/converters/qmath.py), checked over all 256 inputs for many random input quantizations, both
   the table itself (cheap, many scales) and through generated C (fewer, slower: gcc);
 - float32 RELU, RELU6, TANH, LOGISTIC, including inf, NaN, -0.0 and the logistic cutoffs;
 - MLPs with tanh/sigmoid heads from the converter (the PPO/SAC shape: Dense -> tanh) in int8
@@ -179,7 +179,7 @@ def test_int8_unary_ops_generated_c(tmp_path, op):
 
 
 def test_int8_tanh_with_wrong_output_quantization_is_refused(tmp_path):
-    from quarl_edge.errors import UnsupportedOpError
+    from quarl_edge.core.errors import UnsupportedOpError
     path = tmp_path / "t.tflite"
     path.write_bytes(unary_model("TANH", [1, 4], "int8", (0.1, 0), (0.1, 0)))
     with pytest.raises(UnsupportedOpError, match=r"TANH.*scale 0.0078125"):

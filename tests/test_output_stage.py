@@ -9,7 +9,7 @@ overflow-free while offset, lo and hi lie in int16 range (requant.h's preconditi
   - tests/c/output_stage_check.c, built with -fsanitize=undefined -fno-sanitize-recover=all
     (and plain -O2), over extreme inputs: scaled values at both ends of int32, around 0 and
     around every clamp point, a sweep; every int8 offset and the int16 ends; bounds at the
-    type ends. Every result equals the Python twin (converters/qmath.py), no UBSan report.
+    type ends. Every result equals the Python twin (quarl_edge/converters/qmath.py), no UBSan report.
   - Hand-built int8 FULLY_CONNECTED models with the largest effective scales (multiplier
     2^31 - 1 or 2^31 - 256, shifts 28..30, output zero points -128 and 127), run through the
     generated C on the host board (and the emulated Cortex-M4 and M3) by `validate`: byte for

@@ -108,7 +108,7 @@ def test_perop_requests_the_board_refuses(tmp_path):
     board keeps answering), and INFER's cost there is the sum of the windows."""
     import struct
     from helpers_models import EXAMPLE_RUN
-    from quarl_edge.errors import ProtocolError
+    from quarl_edge.core.errors import ProtocolError
     from quarl_edge.link import protocol as P
     from quarl_edge.link.session import BoardSession
     from quarl_edge.targets.boards import get_board

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from quarl_edge import pipeline
-from quarl_edge.errors import QuarlError
+from quarl_edge.core.errors import QuarlError
 from quarl_edge.link.session import model_hash
-from quarl_edge.run import Run
+from quarl_edge.core.run import Run
 from quarl_edge.targets.boards import get_board
 
 ROOT = Path(__file__).resolve().parents[1]

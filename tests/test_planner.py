@@ -1,4 +1,4 @@
-"""converters/planner.py: greedy static arena planning from (size, first_use, last_use)."""
+"""quarl_edge/converters/planner.py: greedy static arena planning from (size, first_use, last_use)."""
 from __future__ import annotations
 
 import pytest

@@ -19,7 +19,7 @@ from elftools.elf.elffile import ELFFile
 
 from quarl_edge.targets.boards import get_board
 from quarl_edge.targets.build import build
-from quarl_edge.errors import ToolchainError
+from quarl_edge.core.errors import ToolchainError
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "examples" / "cartpole_dqn" / "models"

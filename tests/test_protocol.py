@@ -154,7 +154,7 @@ def test_header_cli_prints_the_same_header():
 
 
 def test_every_wire_dtype_is_a_tensor_spec_dtype():
-    """The protocol's dtype codes name the one tensor spec's dtypes (converters/tensor.py), and
+    """The protocol's dtype codes name the one tensor spec's dtypes (quarl_edge/converters/tensor.py), and
     a spec of each packs to code, dims, shape, scale and zero point and parses back."""
     from quarl_edge.converters.tensor import DTYPE_LAYOUT, TensorSpec
     assert sorted(P.DTYPES.values()) == sorted(DTYPE_LAYOUT)
@@ -314,7 +314,7 @@ host_bytes = st.lists(st.one_of(
 def test_the_host_decoder_and_reply_parsers_raise_only_protocol_errors(parts, chunk):
     """Whatever arrives: the decoder never raises and holds no more than one frame's worth of
     bytes, and parsing whatever frames come out fails, if at all, with ProtocolError only."""
-    from quarl_edge.errors import ProtocolError
+    from quarl_edge.core.errors import ProtocolError
     dec = P.FrameDecoder(version=P.VERSION, limits=HOST_LIMITS)
     stream = b"".join(parts)
     for i in range(0, len(stream), chunk):

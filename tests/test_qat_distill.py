@@ -15,12 +15,12 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from helpers_models import copy_example_run  # noqa: E402
-from quarl_edge.errors import QuarlError  # noqa: E402
+from quarl_edge.core.errors import QuarlError  # noqa: E402
 from quarl_edge.rl.qat import QAT_DISTILL_SEED_BASE, TANH_PRE_RANGE  # noqa: E402
 from quarl_edge.measure.reference import model_ops, model_tensors, tflite_runner  # noqa: E402
 from quarl_edge.quant.schemes import quantize  # noqa: E402
 from quarl_edge.rl.train import train  # noqa: E402
-from quarl_edge.run import load_keras  # noqa: E402
+from quarl_edge.core.run import load_keras  # noqa: E402
 
 FAST = {"steps": 1000, "episodes_per_round": 1, "updates_per_round": 50, "eval_episodes": 2}
 OFF_TINY = dict(learning_starts=50, train_every=50, updates_per_train=5, batch_size=16,

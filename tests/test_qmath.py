@@ -1,4 +1,4 @@
-"""converters/qmath.py against the C requantizer (gcc + ctypes) and against TFLM's interpreter."""
+"""quarl_edge/converters/qmath.py against the C requantizer (gcc + ctypes) and against TFLM's interpreter."""
 from __future__ import annotations
 
 import ctypes
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from helpers_models import CORE, compile_c, fc_model, tflm_run
 from quarl_edge.converters import qmath
-from quarl_edge import tflite_host
+from quarl_edge.core import tflite_host
 
 I32_MIN, I32_MAX = -(1 << 31), (1 << 31) - 1
 int32s = st.integers(I32_MIN, I32_MAX)

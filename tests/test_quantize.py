@@ -10,12 +10,12 @@ import pytest  # noqa: E402
 
 from helpers_models import copy_example_run  # noqa: E402
 from quarl_edge.rl.tf_env import make_env, run_episode  # noqa: E402
-from quarl_edge.errors import QuarlError  # noqa: E402
-from quarl_edge.resources import examples_dir  # noqa: E402
+from quarl_edge.core.errors import QuarlError  # noqa: E402
+from quarl_edge.core.resources import examples_dir  # noqa: E402
 from quarl_edge.measure.reference import model_ops, model_tensors, tflite_runner
 from quarl_edge.quant.calibration import collect_calibration
 from quarl_edge.quant.schemes import SCHEMES, quantize
-from quarl_edge.run import load_keras  # noqa: E402
+from quarl_edge.core.run import load_keras  # noqa: E402
 
 EXAMPLE = examples_dir() / "cartpole_dqn"
 

@@ -167,7 +167,7 @@ def test_farm_node_auth_says_where_the_token_is_and_makes_it_once(tmp_path, monk
     """The head makes its token file (owner only, 256 random bits) when there is none and
     keeps it; a joining node without the head's token is refused, naming where it looked;
     --print makes nothing; RAY_AUTH_MODE=disabled is the user's explicit choice."""
-    from quarl_edge.errors import QuarlError
+    from quarl_edge.core.errors import QuarlError
     from quarl_edge.study.farm import ray_auth
     monkeypatch.setenv("HOME", str(tmp_path))
     for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):

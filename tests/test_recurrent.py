@@ -15,8 +15,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from quarl_edge.errors import QuarlError
-from quarl_edge.rl.masked import ENV_ID
+from quarl_edge.core.errors import QuarlError
+from quarl_edge.core.envs.masked import ENV_ID
 from quarl_edge.rl.recurrent import (WEIGHTS_FILE, RecurrentLayers, convert_one_step, is_one_step,
                                      layers_from_keras, one_step_keras)
 
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_cartpole_novel_is_cartpole_without_the_velocities():
     """Same seeds, same actions: the observation is CartPole-v1's [x, theta], the rewards,
     terminations and the 500-step limit are CartPole's."""
-    from quarl_edge.rl.envs import make_gym
+    from quarl_edge.core.envs import make_gym
     masked, full = make_gym(ENV_ID), gym.make("CartPole-v1")
     assert masked.observation_space.shape == (2,) and masked.action_space == full.action_space
     rng = np.random.default_rng(0)
@@ -64,7 +64,7 @@ def _variables(model_bytes: bytes):
 def _step_tflite(model_bytes: bytes, episodes) -> list[np.ndarray]:
     """tflite-runtime stepping through each episode's observations, reset_all_variables()
     before each episode."""
-    from quarl_edge import tflite_host as tfl
+    from quarl_edge.core import tflite_host as tfl
     it = tfl.Interpreter(model_content=model_bytes)
     it.allocate_tensors()
     i, o = it.get_input_details()[0], it.get_output_details()[0]
@@ -171,7 +171,7 @@ def tiny_rnn_run(tmp_path_factory):
 
 
 def test_ppo_lstm_writes_a_recurrent_run_directory(tiny_rnn_run):
-    from quarl_edge.run import load_keras, load_run
+    from quarl_edge.core.run import load_keras, load_run
     run, info = tiny_rnn_run
     meta = load_run(run)
     assert meta == info and meta["algo"] == "ppo" and meta["env"] == ENV_ID
@@ -197,7 +197,7 @@ def test_tf_agents_rnn_trainer_writes_the_same_contract(tmp_path):
     """rnn_trainer="tf-agents": PPOClipAgent with ActorDistributionRnnNetwork; its export is
     checked against the agent's greedy policy stepped with its policy state (in the loop), and
     the run also has the PolicySaver policy/."""
-    from quarl_edge.run import load_keras, load_run
+    from quarl_edge.core.run import load_keras, load_run
     from quarl_edge.rl.train import train
     info = train(ENV_ID, "ppo", 256, 0, tmp_path / "run", progress=False, net="lstm",
                  rnn_trainer="tf-agents", **SMOKE)

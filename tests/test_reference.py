@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from helpers_models import convert
-from quarl_edge.errors import ModelError
+from quarl_edge.core.errors import ModelError
 from quarl_edge.measure.reference import TFLMReference, tflm_interpreter
 
 ROOT = Path(__file__).resolve().parents[1]

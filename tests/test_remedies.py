@@ -13,11 +13,11 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from quarl_edge.quant import remedies  # noqa: E402
-from quarl_edge.nets import keras_runner  # noqa: E402
-from quarl_edge.errors import QuarlError  # noqa: E402
+from quarl_edge.core.nets import keras_runner  # noqa: E402
+from quarl_edge.core.errors import QuarlError  # noqa: E402
 from quarl_edge.measure.reference import tflite_runner  # noqa: E402
 from quarl_edge.quant.schemes import quantize  # noqa: E402
-from quarl_edge.run import load_keras  # noqa: E402
+from quarl_edge.core.run import load_keras  # noqa: E402
 
 
 
@@ -223,7 +223,7 @@ def test_accumulator_head_per_channel_weights(tmp_path):
 def test_accumulator_head_refuses_a_graph_without_an_fc_dequantize_tail(tmp_path):
     from helpers_models import fc_model
     from quarl_edge.converters import cgen
-    from quarl_edge.errors import UnsupportedOpError
+    from quarl_edge.core.errors import UnsupportedOpError
     path = tmp_path / "m.tflite"      # int8 in -> FC -> int8 out: no DEQUANTIZE at the end
     path.write_bytes(remedies.tag_accumulator_readout(fc_model([[1, 2]], (0.1, 0), 0.01, (0.1, 0))))
     with pytest.raises(UnsupportedOpError, match="FULLY_CONNECTED\\(int8\\) -> DEQUANTIZE"):

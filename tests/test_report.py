@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from quarl_edge.errors import QuarlError
+from quarl_edge.core.errors import QuarlError
 from quarl_edge.study.claims import claims
 from quarl_edge.study.report import write_report
 from quarl_edge.study.results import Results

@@ -70,7 +70,7 @@ def test_same_scale_int8_is_the_identity_and_a_saturating_one_clamps(tmp_path):
 def test_int32_pairs_are_named_and_int32_to_int32_refused(tmp_path):
     """TFLM's QUANTIZE has no int32 -> int32: refused by name, as before."""
     from quarl_edge.converters import cgen
-    from quarl_edge.errors import UnsupportedOpError
+    from quarl_edge.core.errors import UnsupportedOpError
     path = tmp_path / "q.tflite"
     path.write_bytes(requantize_model("int32", "int32", 0.5, 0, 0.25, 0))
     with pytest.raises(UnsupportedOpError, match=r"QUANTIZE \(int32 -> int32\) is not supported"):

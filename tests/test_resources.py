@@ -1,4 +1,4 @@
-"""Where the non-Python parts are found (quarl_edge/resources.py): $QUARL_EDGE_HOME first, then
+"""Where the non-Python parts are found (quarl_edge/core/resources.py): $QUARL_EDGE_HOME first, then
 the installed package data, then the checkout; the version is written once. tests/test_wheel.py
 installs a real wheel and runs it."""
 import os
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import quarl_edge
-from quarl_edge import resources
-from quarl_edge.errors import QuarlError
+from quarl_edge.core import resources
+from quarl_edge.core.errors import QuarlError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -59,7 +59,7 @@ def test_installed_package_data_comes_before_the_checkout(tmp_path, monkeypatch,
 
 def test_nothing_found_names_every_place_looked_in(tmp_path, monkeypatch, no_env):
     monkeypatch.setattr(resources, "_package_dir", lambda name: tmp_path / "pkg")
-    monkeypatch.setattr(resources, "__file__", str(tmp_path / "pkg" / "resources.py"))
+    monkeypatch.setattr(resources, "__file__", str(tmp_path / "pkg" / "core" / "resources.py"))
     with pytest.raises(QuarlError) as e:
         resources.firmware_dir()
     msg = str(e.value)

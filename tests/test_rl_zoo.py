@@ -22,9 +22,9 @@ from helpers_rl_zoo import AGENTS, CLIPPING, ROOT, ZOO, expected
 
 from quarl_edge.importers import import_policy
 from quarl_edge.importers.common import rounding_bound
-from quarl_edge.rl.envs import make_gym, outputs_to_actions, play_batched
-from quarl_edge.nets import keras_runner, mlp_layers
-from quarl_edge.run import load_keras, load_run
+from quarl_edge.core.envs import make_gym, outputs_to_actions, play_batched
+from quarl_edge.core.nets import keras_runner, mlp_layers
+from quarl_edge.core.run import load_keras, load_run
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +120,7 @@ def test_the_clip_layer_computes_vecnormalizes_clip_then_the_first_layer():
     first layer against SB3's normalise-clip-Linear in float64, on values inside and beyond
     the clip (where the plain fold is wrong, so the comparison can tell the two apart)."""
     from quarl_edge.importers.vecnormalize import fold, fold_clipped
-    from quarl_edge.nets import ACTIVATIONS
+    from quarl_edge.core.nets import ACTIVATIONS
     rng = np.random.default_rng(0)
     n, c = 5, 2.5
     norm = _norm(rng, n, c)

@@ -1,6 +1,6 @@
-"""The run directory has one owner: quarl_edge/run.py's Run names every path in it (run.json,
+"""The run directory has one owner: quarl_edge/core/run.py's Run names every path in it (run.json,
 the network file, models/<scheme>.tflite, calibration.npy, build/<board>/<label>, results/)
-and writes into it through quarl_edge/files.py; nothing else in quarl_edge/ spells one."""
+and writes into it through quarl_edge/core/files.py; nothing else in quarl_edge/ spells one."""
 from __future__ import annotations
 
 import ast
@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from quarl_edge.errors import QuarlError
-from quarl_edge.run import Run, keras_path, load_run, tflite_path
+from quarl_edge.core.errors import QuarlError
+from quarl_edge.core.run import Run, keras_path, load_run, tflite_path
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "cartpole_dqn"
@@ -166,7 +166,7 @@ ALLOWED = {
 
 def run_path_literals(root: Path = ROOT) -> list[tuple[str, int, str]]:
     """(file, line, name) of each run-directory name spelt as a path in quarl_edge/ and
-    converters/ outside run.py: joined with `/`, given to subdir(), Path() or
+    quarl_edge/converters/ outside run.py: joined with `/`, given to subdir(), Path() or
     shutil.ignore_patterns(), or "run.json" / "calibration.npy" / "models/..." as a string of
     its own (docstrings and the text of f-string messages are prose, not paths)."""
     out = []
@@ -204,7 +204,7 @@ def run_path_literals(root: Path = ROOT) -> list[tuple[str, int, str]]:
 def test_no_module_but_run_spells_a_run_directory_path():
     found = [f"{f}:{line}: {name!r}" for f, line, name in run_path_literals()
              if (f, name) not in ALLOWED]
-    assert found == [], "run-directory paths spelt outside quarl_edge/run.py (use Run):\n" + \
+    assert found == [], "run-directory paths spelt outside quarl_edge/core/run.py (use Run):\n" + \
         "\n".join(found)
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from quarl_edge.link import protocol as P
-from quarl_edge.errors import BoardError, ProtocolError
+from quarl_edge.core.errors import BoardError, ProtocolError
 from quarl_edge.link.runner import BoardLink
 
 
@@ -180,7 +180,7 @@ def test_reset_state_checks_the_boot_id_in_its_reply():
     """RESET's reply names the board's boot id (protocol v4): the handshake's id passes; another
     one (a restart whose announcement was lost: the state is gone with it) makes the link
     handshake again, which sees the new boot id and raises BoardReset."""
-    from quarl_edge.errors import BoardReset
+    from quarl_edge.core.errors import BoardReset
     master, slave = os.openpty()
     tty.setraw(slave)
     boot = {"id": 7, "resets": 0}

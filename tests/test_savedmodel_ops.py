@@ -64,7 +64,7 @@ def test_a_savedmodel_that_writes_a_file_is_refused_before_it_runs(tmp_path):
 
 @pytest.mark.parametrize("how,op", [("read_file", "ReadFile"), ("save_v2", "SaveV2")])
 def test_file_ops_anywhere_but_the_savers_functions_are_refused(tmp_path, how, op):
-    from quarl_edge.errors import QuarlError
+    from quarl_edge.core.errors import QuarlError
     model = evil_savedmodel(tmp_path / "evil", tmp_path / "marker", how)
     with pytest.raises(QuarlError, match=f"refused: .*{op}"):
         check_ops(model)

@@ -14,11 +14,11 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from helpers_models import copy_example_run  # noqa: E402
-from quarl_edge.errors import QuarlError  # noqa: E402
+from quarl_edge.core.errors import QuarlError  # noqa: E402
 from quarl_edge.rl.qat import NStepReplay, qat_model  # noqa: E402
 from quarl_edge.measure.reference import model_ops, model_tensors, tflite_runner  # noqa: E402
 from quarl_edge.quant.schemes import SCHEMES, quantize  # noqa: E402
-from quarl_edge.run import load_keras  # noqa: E402
+from quarl_edge.core.run import load_keras  # noqa: E402
 
 QAT_FAST = {"steps": 512, "train_every": 256, "updates_per_train": 32, "eval_every": 512,
             "eval_episodes": 2}

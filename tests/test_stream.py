@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from quarl_edge import api
-from quarl_edge.errors import QuarlError
+from quarl_edge.core.errors import QuarlError
 from quarl_edge.link import protocol as P
 from quarl_edge.link.runner import BoardLink
 from quarl_edge.targets.boards import all_boards

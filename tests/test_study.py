@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from quarl_edge.study.analysis import gaussian_policy_kl, policy_kl, weight_stats
-from quarl_edge.errors import QuarlError
+from quarl_edge.core.errors import QuarlError
 from quarl_edge.study.config import load_study
 from quarl_edge.study.plan import plan
 from quarl_edge.study.results import read_results, row_key

@@ -1,4 +1,4 @@
-"""converters/tflm_export.py: the C array holds exactly the .tflite's bytes, 16-byte aligned."""
+"""quarl_edge/converters/tflm_export.py: the C array holds exactly the .tflite's bytes, 16-byte aligned."""
 from __future__ import annotations
 
 import subprocess
@@ -8,7 +8,7 @@ import pytest
 
 from helpers_models import affine_model, gcc
 from quarl_edge.converters import tflm_export
-from quarl_edge.errors import ModelError
+from quarl_edge.core.errors import ModelError
 
 DUMP = r'''
 #include <stdint.h>

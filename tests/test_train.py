@@ -10,11 +10,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from quarl_edge.errors import QuarlError  # noqa: E402
+from quarl_edge.core.errors import QuarlError  # noqa: E402
 from quarl_edge.rl.train import DQNConfig, train  # noqa: E402
 from quarl_edge.measure.selection import int8_judge  # noqa: E402
-from quarl_edge.nets import mlp_q_values  # noqa: E402
-from quarl_edge.run import load_keras  # noqa: E402
+from quarl_edge.core.nets import mlp_q_values  # noqa: E402
+from quarl_edge.core.run import load_keras  # noqa: E402
 
 TINY = dict(learning_starts=100, eval_every=100, eval_episodes=2, log_every=50, batch_size=32,
             train_every=50, updates_per_train=10,
@@ -141,8 +141,8 @@ def test_batched_validation_and_judge_return_what_one_episode_at_a_time_does(tin
     from quarl_edge.quant.schemes import convert_keras
     from quarl_edge.rl.dqn import validation_return
     from quarl_edge.rl.tf_env import make_env, run_episode
-    from quarl_edge.nets import keras_runner
-    from quarl_edge.run import VALIDATION_SEED_BASE
+    from quarl_edge.core.nets import keras_runner
+    from quarl_edge.core.run import VALIDATION_SEED_BASE
 
     out, _ = tiny_run
     model = load_keras(out)

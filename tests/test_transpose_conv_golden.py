@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from helpers_models import compare_generated, convert, op_model
 from quarl_edge.converters import cgen
 from quarl_edge.converters.tflite_model import load
-from quarl_edge.errors import ModelError, UnsupportedOpError
+from quarl_edge.core.errors import ModelError, UnsupportedOpError
 
 SOME = settings(max_examples=4, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])

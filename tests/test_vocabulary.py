@@ -193,7 +193,7 @@ def docs_text() -> dict[Path, str]:
 
 def test_readme_and_docs_use_the_words():
     never = never_items()
-    from quarl_edge.names import SCHEMES
+    from quarl_edge.core.names import SCHEMES
     schemes = "|".join(map(re.escape, SCHEMES))
     for path, text in docs_text().items():
         for phrase in never["phrase"]:

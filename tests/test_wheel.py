@@ -96,7 +96,7 @@ def test_the_venv_imports_its_own_installed_copy(installed):
     p = run([py, "-c", "import quarl_edge; print(quarl_edge.__version__)"], work, env)
     assert p.stdout.strip() == checkout_version()
     probe = ("import json, importlib.metadata as m, quarl_edge, quarl_edge.converters.cgen as c\n"
-             "from quarl_edge import resources as r\n"
+             "from quarl_edge.core import resources as r\n"
              "print(json.dumps({'pkg': quarl_edge.__file__, 'cgen': c.__file__,\n"
              "  'version': m.version('quarl-edge'), 'root': str(r.project_root()),\n"
              "  'examples': str(r.examples_dir()), 'bridge': str(r.simavr_bridge_source())}))")

@@ -24,7 +24,7 @@ from quarl_edge.measure.reference import tflite_runner  # noqa: E402
 from quarl_edge.measure.selection import int8_judge  # noqa: E402
 from quarl_edge.quant.schemes import quantize  # noqa: E402
 from quarl_edge.rl.train import train  # noqa: E402
-from quarl_edge.run import load_run  # noqa: E402
+from quarl_edge.core.run import load_run  # noqa: E402
 
 RUN = Path(__file__).resolve().parent
 SCHEMES = ("fp32", "fp16", "int8")

@@ -34,9 +34,9 @@ from pathlib import Path
 import quarl_edge as qe
 
 from .. import __version__
-from ..errors import QuarlError, missing_extra
-from ..files import DISK_ERRNOS, disk_error
-from ..noise import quiet_third_party
+from ..core.errors import QuarlError, missing_extra
+from ..core.files import DISK_ERRNOS, disk_error
+from ..core.noise import quiet_third_party
 from . import inventory, on_board, runs, studies
 from .options import HelpFormatter, Parser
 from .output import (EXIT_BUG, EXIT_INTERRUPTED, EXIT_MISMATCH, EXIT_OK, EXIT_TERMINATED,

@@ -7,8 +7,8 @@ import sys
 import time
 from pathlib import Path
 
-from ..errors import QuarlError
-from ..names import BENCH_MAX_N, HEADS, SCHEMES
+from ..core.errors import QuarlError
+from ..core.names import BENCH_MAX_N, HEADS, SCHEMES
 from .options import (board_option, command, deprecated_alias, flash_options, int_in,
                       json_option, nonnegative_int, port_option, positive_int, scheme_option)
 from .output import (EXIT_MISMATCH, EXIT_OK, as_json, cost, emit_json, kib, note, printable,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..names import SCHEMES
+from ..core.names import SCHEMES
 from .output import EXIT_USER_ERROR
 
 

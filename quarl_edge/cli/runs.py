@@ -6,8 +6,8 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-from ..errors import QuarlError
-from ..names import ALGOS, IMPORT_KINDS, SCHEMES, SWEEP_MODES
+from ..core.errors import QuarlError
+from ..core.names import ALGOS, IMPORT_KINDS, SCHEMES, SWEEP_MODES
 from .options import (board_option, command, int_in, json_option, nonnegative_int, positive_int,
                       scheme_option)
 from .output import as_json, emit_json, kib, note, table

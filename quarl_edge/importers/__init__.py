@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..names import IMPORT_KINDS as KINDS
+from ..core.names import IMPORT_KINDS as KINDS
 from . import keras_policy, onnx_policy, rl_zoo, savedmodel, sb3
 from .bounded import check_finite
 from .common import PolicyImportError, fidelity, write_imported_run

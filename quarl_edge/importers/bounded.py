@@ -16,7 +16,7 @@ import zlib
 
 import numpy as np
 
-from ..errors import QuarlError
+from ..core.errors import QuarlError
 
 # SB3's `data` JSON and a .keras file's config.json (real ones: a few KB to a few hundred KB)
 MAX_JSON_BYTES = 16 << 20

@@ -11,11 +11,11 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import QuarlError
-from ..files import writing
-from ..nets import ACTIVATIONS, keras_call, mlp_layers
-from ..run import Run, package_versions
-from ..rl.envs import make_gym, outputs_to_actions, space_info
+from ..core.errors import QuarlError
+from ..core.files import writing
+from ..core.nets import ACTIVATIONS, keras_call, mlp_layers
+from ..core.run import Run, package_versions
+from ..core.envs import make_gym, outputs_to_actions, space_info
 from ..quant.calibration import (CALIBRATION_EPSILON, collect_calibration, recurrent_calibration,
                                  rollout_observations)
 from ..rl.recurrent import WEIGHTS_FILE

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..nets import keras_call
-from ..run import HDF5_MAGIC, safe_load_keras
-from ..files import loads_json
+from ..core.nets import keras_call
+from ..core.run import HDF5_MAGIC, safe_load_keras
+from ..core.files import loads_json
 from .bounded import (MAX_JSON_BYTES, MAX_WEIGHTS_BYTES, check_finite, check_members, check_tree,
                       read_member, short)
 from .common import Imported, PolicyImportError, check_outputs, check_spaces, env_action, sha256

@@ -48,10 +48,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..nets import keras_mlp
+from ..core.nets import keras_mlp
 from .bounded import MAX_WEIGHTS_BYTES, read_file, short, text
 from .common import Imported, PolicyImportError, check_outputs, check_spaces, env_action, sha256
-from ..rl.envs import make_gym
+from ..core.envs import make_gym
 
 
 def _modules():

@@ -11,7 +11,7 @@ import pickle
 
 import numpy as np
 
-from ..errors import QuarlError
+from ..core.errors import QuarlError
 from .bounded import UnsafePickle, check_pickle, pickle_error, short, text
 
 

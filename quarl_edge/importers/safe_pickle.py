@@ -30,7 +30,7 @@ import zipfile
 
 import numpy as np
 
-from ..errors import QuarlError
+from ..core.errors import QuarlError
 from .bounded import (MAX_WEIGHTS_BYTES, UnsafePickle, check_members, check_pickle, pickle_error,
                       read_member, short, text)
 from .pickle_inert import Obj, Symbol, load_symbolic  # noqa: F401  (re-exported: the readers)

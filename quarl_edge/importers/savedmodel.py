@@ -36,8 +36,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import QuarlError
-from ..nets import keras_mlp
+from ..core.errors import QuarlError
+from ..core.nets import keras_mlp
 from .bounded import MAX_WEIGHTS_BYTES, check_finite, read_file
 from .common import (Imported, PolicyImportError, check_spaces, diagonal_scale, env_action,
                      fidelity, sha256)

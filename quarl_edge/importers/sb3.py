@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..nets import keras_mlp
+from ..core.nets import keras_mlp
 from .bounded import short
 from .common import (VECNORM_CLIP_LAYER, VECNORM_PLAIN_FOLD, Imported, PolicyImportError,
                      check_spaces, current_env_id, env_spaces, sha256)

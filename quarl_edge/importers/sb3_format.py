@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import QuarlError
-from ..files import loads_json
+from ..core.errors import QuarlError
+from ..core.files import loads_json
 from .bounded import (MAX_JSON_BYTES, MAX_WEIGHTS_BYTES, check_finite, check_members, check_tree,
                       read_member, short, text)
 from .common import RETIRED_IDS, PolicyImportError

@@ -15,7 +15,7 @@ from .sb3_format import activation_of
 from .sb3_forward import ACT
 from .sb3_networks import check_chain, linear, sequential
 from .vecnormalize import read_vecnormalize, vecnormalize_file
-from ..rl.envs import make_gym
+from ..core.envs import make_gym
 
 
 def recurrent_layers(sd: dict, act: str, path: Path):

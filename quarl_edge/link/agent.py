@@ -7,7 +7,7 @@ serial device, a TCP port or its own stdin/stdout (behind a pty when tested here
     python -m quarl_edge.link.agent MODEL.tflite --tcp 0.0.0.0:5555      # one client at a time
 
 It needs only numpy, pyserial (for --serial) and tflite-runtime or LiteRT (ai-edge-litert,
-whichever quarl_edge/tflite_host.py finds), so it runs on the board itself; of quarl-edge it
+whichever quarl_edge/core/tflite_host.py finds), so it runs on the board itself; of quarl-edge it
 imports only the protocol and tflite_host (targets/launch.py's AGENT_FILES are what a deploy
 copies).
 Costs are nanoseconds of the board's monotonic clock around invoke(). A malformed frame gets an
@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from . import protocol as P
-from ..tflite_host import Interpreter, resolver
+from ..core.tflite_host import Interpreter, resolver
 
 MAX_PAYLOAD = 4096
 DTYPE_NAMES = {np.dtype(np.float32): "float32", np.dtype(np.int8): "int8",

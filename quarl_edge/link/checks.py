@@ -11,7 +11,7 @@ import struct
 from pathlib import Path
 
 from ..converters.tensor import TensorSpec
-from ..errors import ProtocolError
+from ..core.errors import ProtocolError
 from . import protocol as P
 from ..converters.tflite_model import load
 

@@ -16,7 +16,7 @@ import time
 import serial
 
 from . import protocol as P
-from ..errors import BoardError
+from ..core.errors import BoardError
 from .fault import Serial as FaultPort
 
 # pyserial finds the fault:// handler as quarl_edge.link.urlhandler.protocol_fault

@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass, field
 
 from ..converters.tensor import TensorSpec
-from ..errors import ProtocolError
+from ..core.errors import ProtocolError
 
 # 2: HELLO's reply carries the board's boot id (a changed boot id means the board restarted),
 #    the board announces its boot with an unsolicited HELLO reply, and a repeated request
@@ -77,7 +77,7 @@ ERRORS = {
 }
 
 # A tensor's dtype on the wire: code -> name (its layout in memory, numpy dtype and size, is the
-# tensor spec's: converters/tensor.py, DTYPE_LAYOUT).
+# tensor spec's: quarl_edge/converters/tensor.py, DTYPE_LAYOUT).
 DTYPES = {0: "float32", 1: "int8", 2: "int16", 3: "int32", 4: "uint8"}
 DTYPE_CODES = {name: code for code, name in DTYPES.items()}
 

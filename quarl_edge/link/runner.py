@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import protocol as P
-from ..errors import BoardError, BoardReset, ProtocolError
+from ..core.errors import BoardError, BoardReset, ProtocolError
 from .checks import check_bench, check_cost, describe, impossible
 from .framing import FramedPort
 

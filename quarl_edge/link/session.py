@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ..errors import BoardError
+from ..core.errors import BoardError
 from ..targets.boards import Board
 from ..targets.build import build
 from ..targets.launch import ExternalPort, RunningBoard, start

@@ -32,12 +32,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import QuarlError
-from ..files import locked, open_new, own, read_own, remove_stale, write_atomic
+from ..core.errors import QuarlError
+from ..core.files import locked, open_new, own, read_own, remove_stale, write_atomic
 from ..link.session import BoardSession
-from ..names import BENCH_MAX_N
-from ..rl.envs import default_head, make_gym
-from ..run import Run, load_run, tflite_path
+from ..core.names import BENCH_MAX_N
+from ..core.envs import default_head, make_gym
+from ..core.run import Run, load_run, tflite_path
 from ..targets.boards import Board, all_boards, get_board
 from .deadline import deadline, markdown as deadline_markdown
 from .energy import energy, markdown as energy_markdown

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ModelError
+from ..core.errors import ModelError
 from ..converters.tflite_model import load
 
 MISMATCH = "mismatch"

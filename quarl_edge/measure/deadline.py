@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import QuarlError
+from ..core.errors import QuarlError
 
 CONTROL_HZ_MAX = 1e6     # a period under 1 µs is not a control loop a policy runs in
 

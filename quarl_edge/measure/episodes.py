@@ -17,11 +17,11 @@ from typing import Callable
 import gymnasium as gym
 import numpy as np
 
-from ..errors import BoardReset, missing_extra
+from ..core.errors import BoardReset, missing_extra
 from ..link.runner import RESET_REPLAYS
-from ..rl.envs import make_gym, output_to_action
-from ..nets import keras_call
-from ..run import Run, load_keras
+from ..core.envs import make_gym, output_to_action
+from ..core.nets import keras_call
+from ..core.run import Run, load_keras
 from .reference import TFLiteRuntime, has_state, host_reference, micro_reference
 from ..rl.recurrent import is_one_step, layers_from_keras
 

@@ -4,9 +4,9 @@
 
 writes one folder, at once a plain C99 source tree (src/lander.h, src/*.c), an Arduino library,
 a PlatformIO library, a CMake target (an ESP-IDF component under ESP_PLATFORM) and a Zephyr
-module (converters/library_pkg.py), with a README. The C is the generator's model.c and the
-kernels it calls, prefixed (converters/library.py), behind the policy API
-(converters/library_api.py): observation in, action out, as `hil` maps TF Lite Micro's outputs.
+module (quarl_edge/converters/library_pkg.py), with a README. The C is the generator's model.c and the
+kernels it calls, prefixed (quarl_edge/converters/library.py), behind the policy API
+(quarl_edge/converters/library_api.py): observation in, action out, as `hil` maps TF Lite Micro's outputs.
 Its test vectors (NAME_selftest) are observations of an episode of the env played by TF Lite
 Micro itself, with TFLM's outputs.
 
@@ -25,9 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import QuarlError, UnsupportedOpError
-from ..resources import firmware_dir
-from ..rl.envs import make_gym, outputs_to_actions
+from ..core.errors import QuarlError, UnsupportedOpError
+from ..core.resources import firmware_dir
+from ..core.envs import make_gym, outputs_to_actions
 from ..targets.boards import Board
 from ..targets.build import expand_flag, kernel_sources
 from .hil import hil_policy

@@ -18,13 +18,13 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import tflite_host
-from ..errors import QuarlError
-from ..files import locked, open_new, own, remove_stale, write_atomic, writing
+from ..core import tflite_host
+from ..core.errors import QuarlError
+from ..core.files import locked, open_new, own, remove_stale, write_atomic, writing
 from ..link.runner import latency_summary
 from ..link.session import BoardSession
-from ..rl.envs import default_head, make_gym, output_to_action, play_batched
-from ..run import Run, load_run, tflite_path
+from ..core.envs import default_head, make_gym, output_to_action, play_batched
+from ..core.run import Run, load_run, tflite_path
 from ..targets.boards import Board
 from .deadline import deadline
 from .energy import energy

@@ -6,7 +6,7 @@ computes every action itself with LIBRARY_act (the ACT request, docs/protocol.md
 observation goes in as floats, the action comes back as floats (argmax, clipping and scaling
 done in C). The host maps TF Lite Micro's outputs for the same observation as `hil` and
 `export`'s test vectors do (the observation quantized with the model's input spec, the outputs
-dequantized, rl/envs.outputs_to_actions) and checks the board's action against it, every step:
+dequantized, core/envs.outputs_to_actions) and checks the board's action against it, every step:
 `act` in the result counts the steps and the ones that differ. The episodes are played with the
 board's actions; the rest of the result (references, fp32, latency: of LIBRARY_act calls) is
 hil's (measure/hil.py)."""
@@ -17,11 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import BoardReset, QuarlError
+from ..core.errors import BoardReset, QuarlError
 from ..link.runner import RESET_REPLAYS
 from ..link.session import BoardSession
-from ..resources import firmware_dir
-from ..rl.envs import outputs_to_actions
+from ..core.resources import firmware_dir
+from ..core.envs import outputs_to_actions
 from ..targets.boards import Board
 from .episodes import play
 from .export import _library_files, dequantized, quantized

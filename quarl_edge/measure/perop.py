@@ -21,7 +21,7 @@ ops' sums), which is measured, not assumed.
 
 Rows (OUT/perop.jsonl, one JSON line each): "op" rows (board, scheme, slot, op, type, inputs,
 outputs, macs, cost, share, cost_per_mac, unit) and one "total" row per cell (ops, sum,
-whole, overhead, gap, tolerance, within). The slots are converters/perop.py's (perop.json).
+whole, overhead, gap, tolerance, within). The slots are quarl_edge/converters/perop.py's (perop.json).
 """
 from __future__ import annotations
 
@@ -30,10 +30,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import QuarlError
-from ..files import write_atomic
+from ..core.errors import QuarlError
+from ..core.files import write_atomic
 from ..link.session import BoardSession
-from ..run import Run, tflite_path
+from ..core.run import Run, tflite_path
 from ..targets.boards import Board
 from ..targets.build import PER_OP_FLAG
 from .bench import _bench_observation, _bench_policy

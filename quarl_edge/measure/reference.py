@@ -8,15 +8,15 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import ModelError, QuarlError
+from ..core.errors import ModelError, QuarlError
 from ..converters.tflite_model import load
-from ..noise import captured_stderr, tail
-from .. import tflite_host
+from ..core.noise import captured_stderr, tail
+from ..core import tflite_host
 from ..quant.remedies import READOUT_ACCUMULATORS, AccumulatorReadoutReference, readout_metadata
 
 
 def check_model_file(model_path: Path) -> None:
-    """Read the .tflite with our own flatbuffer reader (pure Python, converters/tflite_model.py)
+    """Read the .tflite with our own flatbuffer reader (pure Python, quarl_edge/converters/tflite_model.py)
     before a native interpreter gets it: tflite-runtime and TF Lite Micro trust the file, and a
     corrupt one crashes them (segmentation fault) or fails deep inside (UnicodeDecodeError);
     the reader refuses it with a ModelError naming the file."""

@@ -100,7 +100,7 @@ class HilResult:
     results: str = ""                 # the JSON file written
     episodes_log: str = ""            # its per-episode log (JSON lines)
     host_interpreter: str = "tflite-runtime"   # the host's TFLite interpreter and its version
-                                               # (quarl_edge/tflite_host.py: or LiteRT)
+                                               # (quarl_edge/core/tflite_host.py: or LiteRT)
     deadline: dict | None = None      # hil --control-hz: every step's cost against the period
                                       # (measure/deadline.py: worst_us, margin_us, verdict, ...)
     energy: dict | None = None        # the estimate per inference (mean step) and per episode

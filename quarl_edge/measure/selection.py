@@ -13,13 +13,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ..files import write_atomic
+from ..core.files import write_atomic
 from ..quant.calibration import rollout_observations
 from ..quant.schemes import convert_keras
-from ..nets import keras_runner
-from ..run import VALIDATION_SEED_BASE
+from ..core.nets import keras_runner
+from ..core.run import VALIDATION_SEED_BASE
 from .reference import tflite_batch_runner
-from ..rl.envs import play_batched
+from ..core.envs import play_batched
 
 
 def int8_judge(env_id: str, val_env, model, n_actions: int, episodes: int,

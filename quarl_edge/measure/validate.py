@@ -5,13 +5,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import BoardReset, ModelError, QuarlError
+from ..core.errors import BoardReset, ModelError, QuarlError
 from ..link.runner import RESET_REPLAYS, latency_summary
 from ..link.session import BoardSession
 from ..targets.boards import Board
 from .compare import (CLASSES, FAILING, MISMATCH, REFERENCE_UNDEFINED, input_quantize, libm_ops,
                       output_metrics, row_class, saturated_inputs, undefined_inputs, worst_class)
-from ..files import write_npy
+from ..core.files import write_npy
 from .reference import has_state, host_reference
 from ..converters.tflite_model import load
 from ..converters.cgen import check

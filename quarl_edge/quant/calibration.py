@@ -8,10 +8,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import QuarlError
-from ..nets import keras_runner, mlp_q_values
-from ..run import load_keras, load_run
-from ..rl.envs import make_gym, output_to_action, outputs_to_actions
+from ..core.errors import QuarlError
+from ..core.nets import keras_runner, mlp_q_values
+from ..core.run import load_keras, load_run
+from ..core.envs import make_gym, output_to_action, outputs_to_actions
 
 CALIBRATION_SEED_BASE = 20_000
 CALIBRATION_EPSILON = 0.05

@@ -20,8 +20,8 @@ import io
 
 import numpy as np
 
-from ..errors import ModelError, QuarlError
-from ..noise import captured_stderr, tail
+from ..core.errors import ModelError, QuarlError
+from ..core.noise import captured_stderr, tail
 
 
 def _quantizer():

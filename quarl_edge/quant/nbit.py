@@ -13,12 +13,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import QuarlError
-from ..names import SWEEP_MODES
-from ..nets import ACTIVATIONS, KERNEL_LAYERS, keras_call, mlp_forward, mlp_layers
-from ..run import load_keras, load_run
+from ..core.errors import QuarlError
+from ..core.names import SWEEP_MODES
+from ..core.nets import ACTIVATIONS, KERNEL_LAYERS, keras_call, mlp_forward, mlp_layers
+from ..core.run import load_keras, load_run
 from .calibration import collect_calibration
-from ..rl.envs import compare_outputs, make_gym, play_batched
+from ..core.envs import compare_outputs, make_gym, play_batched
 
 
 def fake_quant(x: np.ndarray, bits: int, lo, hi) -> np.ndarray:

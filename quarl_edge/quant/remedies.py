@@ -14,7 +14,7 @@ Three remedies, each evaluated in the study as its own scheme next to plain `int
                 per output channel by input_scale * weight_scale[c]: nothing is rounded to int8
                 at the head, so no tie that float did not have. A real .tflite: the int8 model
                 plus a metadata entry "quarl_edge.head" = "accumulators". TFLite ignores it (its
-                output stays the int8 head); our generator (converters/cgen.py) reads it and
+                output stays the int8 head); our generator (quarl_edge/converters/cgen.py) reads it and
                 makes the head write float32 (float)acc * scale[c] on the board, and the host's
                 references (validate, hil) compute the same from the interpreter's own int8
                 input to that layer (`AccumulatorReadout.readout_f32`), bit for bit.
@@ -41,9 +41,9 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import ModelError, QuarlError
-from ..tflite_host import Interpreter, resolver
-from ..rl.envs import make_gym
+from ..core.errors import ModelError, QuarlError
+from ..core.tflite_host import Interpreter, resolver
+from ..core.envs import make_gym
 
 # Evaluation-only remedies: the int8 model with another readout of its head.
 RUNNERS = ("int8-i16head",)

@@ -54,10 +54,10 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import ModelError, QuarlError
-from ..noise import captured_stderr, tail
-from ..run import Run, load_keras, load_run
-from ..tfcompat import configure_converter
+from ..core.errors import ModelError, QuarlError
+from ..core.noise import captured_stderr, tail
+from ..core.run import Run, load_keras, load_run
+from ..core.tfcompat import configure_converter
 from .calibration import CALIBRATION_EPSILON, collect_calibration, recurrent_calibration
 from .lowbit import int4_weights
 from .remedies import centre_head, is_argmax_head, tag_accumulator_readout

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..nets import mlp_forward
+from ..core.nets import mlp_forward
 from .common import actor_layers, network_layers
 
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import QuarlError
-from ..files import fresh
-from .envs import play_batched, space_info
-from ..nets import keras_mlp, mlp_forward
-from ..run import MODEL_FILES, VALIDATION_SEED_BASE, Run, package_versions, write_run
+from ..core.errors import QuarlError
+from ..core.files import fresh
+from ..core.envs import play_batched, space_info
+from ..core.nets import keras_mlp, mlp_forward
+from ..core.run import MODEL_FILES, VALIDATION_SEED_BASE, Run, package_versions, write_run
 
 
 # ------------------------------------------------------------------ actor networks (PPO, SAC, ...)
@@ -142,7 +142,7 @@ def _save_actor_run(out: Path, algo: str, env_id: str, seed: int, cfg, agent, ac
 
 def run_record(env_id: str, algo: str, seed: int, cfg, best: dict, train_seconds: float,
                recent_returns, obs_shape, space, network: dict, **extra) -> dict:
-    """run.json as every training writes it (quarl_edge/run.py documents the fields): what was
+    """run.json as every training writes it (quarl_edge/core/run.py documents the fields): what was
     trained (env, algo, seed, the config's fields as "hyperparameters"), how well (the best greedy
     validation return `best["return"]` at `best["step"]`, the running train return at the end),
     the observation and action spaces, the network (`network`), package versions; `extra` adds

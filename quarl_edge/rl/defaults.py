@@ -11,7 +11,7 @@ _SAC_MUJOCO = {"actor_learning_rate": 3e-4, "critic_learning_rate": 3e-4}  # the
 # terminates often, and those pairs taught the fallen state the value of a fresh start).
 _TD3_MUJOCO = {"critic_loss": "mse", "policy_delay": 2, "mask_boundaries": True}
 
-# MinAtar (quarl_edge/rl/minatar.py, issue 14): the MinAtar paper's DQN network (one 3x3 conv
+# MinAtar (quarl_edge/core/envs/minatar.py, issue 14): the MinAtar paper's DQN network (one 3x3 conv
 # of 16 filters, stride 1, then 128 relu units: 1,024 activations and 131k weights, 128 KiB of
 # int8 flash), batch 32, Adam at 2.5e-4, one gradient step per env step (256 every 256), the
 # target copied every 1,000 gradient steps; sized for 2 cores: 50k steps, epsilon 1 -> 0.1 over

@@ -18,13 +18,13 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from ..errors import QuarlError
-from ..files import fresh, open_new
-from ..schema import int_sizes
-from ..nets import keras_runner, mlp_q_values
-from ..run import MODEL_FILES, VALIDATION_SEED_BASE, Run, write_run
+from ..core.errors import QuarlError
+from ..core.files import fresh, open_new
+from ..core.schema import int_sizes
+from ..core.nets import keras_runner, mlp_q_values
+from ..core.run import MODEL_FILES, VALIDATION_SEED_BASE, Run, write_run
 from .common import GradientRounds, StagedReplay, build_optimizers, run_record
-from .envs import play_batched
+from ..core.envs import play_batched
 
 
 @dataclass

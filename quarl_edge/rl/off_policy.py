@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from ..errors import QuarlError
-from ..files import open_new
-from ..run import Run
-from ..schema import int_sizes
+from ..core.errors import QuarlError
+from ..core.files import open_new
+from ..core.run import Run
+from ..core.schema import int_sizes
 from .collect import NoisyActorSampler, SacSampler
 from .common import (GradientRounds, StagedReplay, build_optimizers, _agent_env, _save_actor_run,
                      _validation_return, actor_layers)

@@ -20,10 +20,10 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from ..errors import QuarlError
-from ..files import open_new
-from ..schema import int_sizes
-from ..run import VALIDATION_SEED_BASE, Run
+from ..core.errors import QuarlError
+from ..core.files import open_new
+from ..core.schema import int_sizes
+from ..core.run import VALIDATION_SEED_BASE, Run
 from .collect import CategoricalSampler
 from .common import (StagedReplay, build_optimizers, _agent_env, _save_actor_run, _validation_return, actor_layers,
                      categorical_projection_net, common_function)

@@ -64,13 +64,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import QuarlError
-from ..files import write_atomic
+from ..core.errors import QuarlError
+from ..core.files import write_atomic
 from .qat_dqn import NStepReplay, dqn_steps, env_step
-from ..nets import keras_runner, mlp_forward, mlp_layers
+from ..core.nets import keras_runner, mlp_forward, mlp_layers
 from .qat_lowbit import quantize_model_int4
-from ..run import VALIDATION_SEED_BASE, load_keras, load_run
-from .envs import make_gym, play_batched
+from ..core.run import VALIDATION_SEED_BASE, load_keras, load_run
+from ..core.envs import make_gym, play_batched
 
 QAT_SEED_BASE = 30_000
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import QuarlError
+from ..core.errors import QuarlError
 
 
 class NStepReplay:

@@ -24,11 +24,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import QuarlError
-from ..files import write_npy
-from ..nets import ACTIVATIONS
-from ..tfcompat import configure_converter
-from .envs import make_gym, outputs_to_actions
+from ..core.errors import QuarlError
+from ..core.files import write_npy
+from ..core.nets import ACTIVATIONS
+from ..core.tfcompat import configure_converter
+from ..core.envs import make_gym, outputs_to_actions
 
 WEIGHTS_FILE = "recurrent.npz"   # RUN/recurrent.npz: the greedy actor's arrays (RecurrentLayers)
 # The cell clip of the converted LSTM: TFLite's converter fuses a Keras LSTM into a

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..files import fresh
+from ..core.files import fresh
 from .common import run_record
 from .recurrent import CELL_CLIP, WEIGHTS_FILE, one_step_keras, rnn_actor_layers
-from ..run import MODEL_FILES, Run, write_run
+from ..core.run import MODEL_FILES, Run, write_run
 
 
 def save_recurrent_run(out: Path, env_id: str, seed: int, cfg, agent, actor_net, env, best: dict,

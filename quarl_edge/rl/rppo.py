@@ -39,14 +39,14 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from ..errors import QuarlError
-from ..files import open_new
-from ..run import VALIDATION_SEED_BASE, Run
+from ..core.errors import QuarlError
+from ..core.files import open_new
+from ..core.run import VALIDATION_SEED_BASE, Run
 from .collect import sample_categorical, softmax
 from .recurrent import (CELL_CLIP, RecurrentLayers, fold_normalization, observation_statistics,
                         play_recurrent)
 from .recurrent_export import save_recurrent_arrays
-from .envs import make_gym
+from ..core.envs import make_gym
 
 
 def _nets(n_obs: int, hidden: tuple[int, ...], units: int, n_actions: int):

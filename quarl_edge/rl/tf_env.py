@@ -22,8 +22,8 @@ from tf_agents.environments import py_environment
 from tf_agents.specs import array_spec
 from tf_agents.trajectories import time_step as ts
 
-from ..errors import QuarlError
-from .envs import make_gym
+from ..core.errors import QuarlError
+from ..core.envs import make_gym
 
 
 def _space_to_spec(space: gym.Space, name: str) -> array_spec.BoundedArraySpec:

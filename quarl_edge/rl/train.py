@@ -3,7 +3,7 @@
 The entry point of the rl stage: `train()` picks the algorithm's config (its dataclass
 defaults, then the tuned DEFAULTS for (algo, env), then the caller's overrides), runs the
 algorithm's loop (one straight-line module per algorithm family, CleanRL style: dqn.py, ppo.py,
-off_policy.py) and writes the run directory that quarl_edge/run.py describes:
+off_policy.py) and writes the run directory that quarl_edge/core/run.py describes:
 
     RUN/run.json          what was trained, how, how well, with which package versions
     RUN/policy/           the best greedy policy (tf_agents PolicySaver SavedModel)
@@ -21,12 +21,12 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Callable
 
-from ..errors import QuarlError
+from ..core.errors import QuarlError
 from .defaults import DEFAULTS
 from .dqn import DQNConfig, train_dqn
 from .off_policy import OffPolicyConfig, train_off_policy
 from .ppo import PPOConfig, train_ppo
-from .envs import make_gym
+from ..core.envs import make_gym
 
 __all__ = ["ALGOS", "DEFAULTS", "DQNConfig", "OffPolicyConfig", "PPOConfig", "config_changes",
            "resolve_config", "train"]

@@ -17,9 +17,9 @@ from typing import Callable
 import numpy as np
 
 from ..measure.reference import tflite_runner
-from ..rl.envs import compare_outputs, make_gym, play_batched
-from ..nets import keras_runner
-from ..run import Run, load_keras, load_run
+from ..core.envs import compare_outputs, make_gym, play_batched
+from ..core.nets import keras_runner
+from ..core.run import Run, load_keras, load_run
 
 TEST_SEEDS = tuple(range(20))
 

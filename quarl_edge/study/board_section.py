@@ -19,7 +19,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from ..errors import QuarlError
+from ..core.errors import QuarlError
 from .analysis import random_policy_return
 from .figures import pareto_name
 from .render import fmt, fmt_bytes, pct

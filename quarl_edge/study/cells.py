@@ -29,17 +29,17 @@ from typing import Callable
 import numpy as np
 
 from .. import pipeline
-from ..errors import QuarlError
-from ..files import write_npy
+from ..core.errors import QuarlError
+from ..core.files import write_npy
 from ..measure.episodes import Fp32Episodes
 from ..measure.reference import tflite_runner
-from ..noise import quiet_third_party
+from ..core.noise import quiet_third_party
 from ..quant import remedies
 from ..quant.nbit import nbit_sweep
-from ..rl.envs import default_head, make_gym, play_batched
+from ..core.envs import default_head, make_gym, play_batched
 from ..rl.train import config_changes, resolve_config
-from ..nets import keras_runner, ppo_action_std, weighted_layers
-from ..run import Run, load_keras, load_run
+from ..core.nets import keras_runner, ppo_action_std, weighted_layers
+from ..core.run import Run, load_keras, load_run
 from ..targets.boards import get_board
 from .analysis import (batch_runner, evaluate_runner, gaussian_policy_kl, policy_kl,
                        random_policy_return, weight_quantiles, weight_stats)
@@ -275,7 +275,7 @@ def _sweep_points(group: Group, run: _Run, pending: list, base: dict,
 
 
 # ---------------------------------------------------------------------------- board cells
-# Schemes the firmware cannot run (converters/cgen.py refuses float16-weight and dynamic-range
+# Schemes the firmware cannot run (quarl_edge/converters/cgen.py refuses float16-weight and dynamic-range
 # models; int8-i16head is a numpy readout on the host): their board cells are "skipped".
 NOT_DEPLOYABLE = {
     "fp16": "float16-weight models are not deployable (TF Lite Micro and the code generator "

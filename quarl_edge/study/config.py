@@ -50,14 +50,14 @@ from pathlib import Path
 
 import gymnasium as gym
 
-from ..errors import QuarlError
-from ..names import SWEEP_MODES
+from ..core.errors import QuarlError
+from ..core.names import SWEEP_MODES
 from ..quant.remedies import RUNNERS as REMEDY_RUNNERS
 from ..quant.schemes import SCHEMES
-from ..rl.envs import KNOWN_ENVS, MUJOCO_ENVS, missing_dependency_error
+from ..core.envs import KNOWN_ENVS, MUJOCO_ENVS, missing_dependency_error
 from ..rl.qat import DistillConfig, QATConfig
 from ..rl.train import ALGOS, DEFAULTS
-from ..schema import Key, check, check_value, unknown_keys
+from ..core.schema import Key, check, check_value, unknown_keys
 from ..targets.boards import get_board
 
 
@@ -73,7 +73,7 @@ MAX_STEPS = 10**9          # training, QAT and distillation env steps
 MAX_TASKS = 1_000          # [[task]] and [[sweep]] tables
 MAX_ROWS = 100_000         # rows of the whole grid (runs, cells, board cells, sweep points)
 
-# What each table of a study file may hold (quarl_edge/schema.py checks the types and ranges;
+# What each table of a study file may hold (quarl_edge/core/schema.py checks the types and ranges;
 # load_study checks the names: algorithms, environments, schemes).
 CONFIG_KEYS = {"study": Key(dict), "task": Key(list, items=dict), "sweep": Key(list, items=dict)}
 _SEEDS = Key(list, items=int, min=0, max=MAX_SEED, nonempty=True)

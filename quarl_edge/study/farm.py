@@ -38,8 +38,8 @@ import threading
 from pathlib import Path
 from typing import Callable
 
-from ..errors import QuarlError
-from ..files import loads_json
+from ..core.errors import QuarlError
+from ..core.files import loads_json
 from ..targets.boards import all_boards
 from ..targets.ports import list_ports
 from .cells import error_reason, limit_threads, quiet, run_board_cell, run_group, where_row

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..files import atomic_open
+from ..core.files import atomic_open
 from .render import fmt_bytes
 from .results import Results, episodes_per_seed, ordered_schemes, task_name, task_of
 

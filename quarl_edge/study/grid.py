@@ -28,8 +28,8 @@ from typing import Callable
 
 from tqdm import tqdm
 
-from ..errors import QuarlError
-from ..files import write_atomic
+from ..core.errors import QuarlError
+from ..core.files import write_atomic
 from .cells import error_reason, quiet, run_group, stale_hyperparameters
 from .config import load_study
 from .farm import RAY_PIN, check_ray_address, run_ray

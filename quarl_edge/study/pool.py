@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from ..errors import QuarlError
+from ..core.errors import QuarlError
 from .cells import error_reason, limit_threads, quiet, run_group
 from .plan import Group
 from .results import Writer

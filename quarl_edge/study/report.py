@@ -31,8 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import QuarlError
-from ..files import write_atomic
+from ..core.errors import QuarlError
+from ..core.files import write_atomic
 from .board_section import board_blocks, board_cells, int8_vs_fp32
 from .claims import BOOTSTRAP_TEXT, claims, remedy_table
 from .figures import (fig_model_size, fig_pareto, fig_return_vs_bits, fig_return_vs_scheme,

@@ -35,8 +35,8 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import QuarlError
-from ..files import check_inside, loads_json, open_append, open_lock, read_own, writing
+from ..core.errors import QuarlError
+from ..core.files import check_inside, loads_json, open_append, open_lock, read_own, writing
 from ..measure.rows import migrate
 from .plan import Group
 from .statistics import normalised_loss

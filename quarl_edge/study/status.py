@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..files import open_lock
+from ..core.files import open_lock
 from .config import load_study
 from .grid import rows_done
 from .plan import Group, plan

@@ -8,7 +8,7 @@ Board files are looked for in these folders, first match wins (board_dirs()):
 1. folders added with add_board_dir() (the CLI's --boards-dir), the last added first;
 2. $QUARL_EDGE_BOARDS, directories separated by os.pathsep (':' on Linux and macOS);
 3. ${XDG_CONFIG_HOME:-~/.config}/quarl-edge/boards/ (it need not exist);
-4. the shipped boards/ (quarl_edge/resources.py: a checkout's, or the installed package's).
+4. the shipped boards/ (quarl_edge/core/resources.py: a checkout's, or the installed package's).
 So a user's board file with a shipped board's id (its file name, e.g. mps2-an386.toml)
 replaces that board. A file's `id` must match its file name; `[build] family` names one of the
 shipped firmware/ports/ directories."""
@@ -21,9 +21,9 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import BoardError
-from ..schema import Key, check
-from ..resources import BOARDS_ENV, boards_dir, env_boards_dirs, firmware_dir, user_boards_dirs
+from ..core.errors import BoardError
+from ..core.schema import Key, check
+from ..core.resources import BOARDS_ENV, boards_dir, env_boards_dirs, firmware_dir, user_boards_dirs
 from .connect import METHODS, ConnectMethod
 from .flash_tools import TOOLS, tool_status
 
@@ -31,7 +31,7 @@ KINDS = ("host", "emulated", "real", "linux")
 COST_UNITS = ("ns", "cycles", "instructions")
 CONNECT_METHODS = tuple(METHODS)     # targets/connect.py: one class per method
 
-# What a board file may hold (quarl_edge/schema.py checks it; [flash] is _flash_section's).
+# What a board file may hold (quarl_edge/core/schema.py checks it; [flash] is _flash_section's).
 BOARD_KEYS = {
     "id": Key(str, required=True, nonempty=True),
     "name": Key(str, required=True),

@@ -1,4 +1,4 @@
-"""Build: .tflite -> generated C (converters/cgen) -> firmware ELF for one board, with a memory report.
+"""Build: .tflite -> generated C (quarl_edge/converters/cgen) -> firmware ELF for one board, with a memory report.
 
 The firmware is firmware/core (harness, protocol, kernels) + firmware/ports/<family> + the
 generated model.c, compiled with the board's compiler and flags from boards/<id>.toml.
@@ -29,9 +29,9 @@ from elftools.elf.elffile import ELFFile
 from .boards import Board
 from .flash import intel_hex, loadable_segments
 from .flash_tools import TOOLS
-from ..errors import QuarlError, ToolchainError
-from ..files import atomic_path, disk_error, locked, own, subdir, write_atomic, writing
-from ..resources import firmware_dir
+from ..core.errors import QuarlError, ToolchainError
+from ..core.files import atomic_path, disk_error, locked, own, subdir, write_atomic, writing
+from ..core.resources import firmware_dir
 from ..converters.cgen import generate
 
 COMMON_CFLAGS = ("-std=c99", "-Wall", "-Wextra", "-Werror", "-ffp-contract=off")

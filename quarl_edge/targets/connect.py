@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..errors import QuarlError
+from ..core.errors import QuarlError
 from .launch import FlashedBoard, HostPty, RunningBoard
 from .qemu import QEMU_DEFAULT, Qemu
 from .simavr import Simavr

@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..errors import BoardError, ToolchainError
+from ..core.errors import BoardError, ToolchainError
 from .build import object_cache_dir
 from .flash import intel_hex, loadable_segments
 from .launch import die_with_parent

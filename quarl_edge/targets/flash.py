@@ -25,8 +25,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import BoardError, ToolchainError
-from ..files import write_atomic
+from ..core.errors import BoardError, ToolchainError
+from ..core.files import write_atomic
 from . import flash_tools
 from .images import _elf_entry, esp_image, intel_hex, loadable_segments, uf2  # noqa: F401
 from .flash_tools import COPY_TOOLS, DEFAULT_TIMEOUT_S, TOOLS, FlashTool  # noqa: F401  (the tool table)

@@ -9,7 +9,7 @@ import itertools
 import struct
 from pathlib import Path
 
-from ..errors import BoardError
+from ..core.errors import BoardError
 
 def loadable_segments(elf: Path) -> list[tuple[int, bytes]]:
     """(load address, bytes) of every PT_LOAD segment with file contents, by address. The load

@@ -22,8 +22,8 @@ from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
 from .. import converters
-from ..errors import BoardError, QuarlError, ToolchainError
-from ..files import open_new
+from ..core.errors import BoardError, QuarlError, ToolchainError
+from ..core.files import open_new
 from .flash import flash
 from .usb import find_port
 
@@ -189,13 +189,14 @@ def start(board, elf: Path, port: str | None = None, flasher: str | None = None,
 # protocol it speaks and the tensor spec the protocol carries (quarl_edge.converters.tensor), and
 # the package files that make them importable. quarl_edge's __init__ imports nothing at import
 # time, nor does converters', so these run with numpy, pyserial and tflite-runtime.
-AGENT_FILES = ("__init__.py", "errors.py", "tflite_host.py", "link/__init__.py", "link/protocol.py",
+AGENT_FILES = ("__init__.py", "core/__init__.py", "core/errors.py", "core/tflite_host.py",
+               "link/__init__.py", "link/protocol.py",
                "link/agent.py", "converters/__init__.py", "converters/tensor.py")
 
 
 def agent_sources() -> dict[str, Path]:
     """AGENT_FILES -> the file here that is copied: quarl_edge's own, and the converters' from the
-    imported quarl_edge.converters (a checkout keeps it at the top, as converters/)."""
+    imported quarl_edge.converters (quarl_edge/converters/, like the rest)."""
     homes = {"converters": Path(converters.__file__).resolve().parent}
     pkg = Path(__file__).resolve().parents[1]
     out = {}
@@ -253,7 +254,7 @@ def ssh_deploy_commands(board, model_path: Path, target: str,
                  f"--tcp 0.0.0.0:{port} --board-id {shlex.quote(board.id)} > agent.log 2>&1 "
                  f"< /dev/null & echo $! > agent.pid")
     sources = agent_sources()
-    dirs = sorted({str(Path(f).parent) for f in AGENT_FILES})       # ".", "converters", "link"
+    dirs = sorted({str(Path(f).parent) for f in AGENT_FILES})       # ".", "converters", "core", "link"
     cmds = [[*ssh, "mkdir -p " + " ".join(f"{remote_dir}/quarl_edge/{d}" for d in dirs)]]
     for d in dirs:
         files = [f for f in AGENT_FILES if str(Path(f).parent) == d]

@@ -11,7 +11,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..errors import BoardError, ToolchainError
+from ..core.errors import BoardError, ToolchainError
 from .launch import ChildProcess, check_elf, die_with_parent
 
 QEMU_INSTALL = "apt-get install --no-install-recommends qemu-system-arm"

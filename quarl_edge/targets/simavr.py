@@ -11,9 +11,9 @@ import sys
 import time
 from pathlib import Path
 
-from ..errors import BoardError, ToolchainError
-from ..files import own, write_atomic
-from ..resources import simavr_bridge_source
+from ..core.errors import BoardError, ToolchainError
+from ..core.files import own, write_atomic
+from ..core.resources import simavr_bridge_source
 from .launch import ChildProcess, check_elf, die_with_parent
 
 SIMAVR_BRIDGE_SOURCE = simavr_bridge_source()   # package data in a wheel

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from serial.tools import list_ports as lp
 
-from ..errors import BoardError
+from ..core.errors import BoardError
 
 
 @dataclass

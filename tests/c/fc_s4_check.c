@@ -4,7 +4,7 @@
  * and rv32's) or the reference file alone, and per case every layout of the same weights:
  * TFLite's packing (qe_fully_connected_s4) and, where the generator gives them, the cortex-m-dsp
  * layout (qe_fully_connected_s4_packed) and the row-pair layout (qe_fully_connected_s4_pairs),
- * their streams from converters/ops/optimized/. Outputs, per case, six blocks: the reference and
+ * their streams from quarl_edge/converters/ops/optimized/. Outputs, per case, six blocks: the reference and
  * the variant on TFLite's packing, on the dsp layout, on the row pairs (an absent layout's
  * blocks are the first block again); the test compares them all (and the board's with the
  * host's). A function the variant does not override is the reference's, under both names.

@@ -1,6 +1,6 @@
 /* The kernels' shared output stage (firmware/core/requant.h) on given inputs, for
  * tests/test_output_stage.py, which compares the results with the Python twins
- * (converters/qmath.py: offset_clamp, requantize_output, multiply_by_quantized_multiplier_int64)
+ * (quarl_edge/converters/qmath.py: offset_clamp, requantize_output, multiply_by_quantized_multiplier_int64)
  * and builds this with -fsanitize=undefined -fno-sanitize-recover=all.
  *
  * stdin, repeated records (little-endian):

@@ -58,7 +58,7 @@ def build(out: Path, extra: list[str] | None = None, max_payload: int | None = N
     instead of the host board's."""
     sys.path.insert(0, str(ROOT))
     from quarl_edge.converters.cgen import generate
-    from quarl_edge.resources import examples_dir, firmware_dir
+    from quarl_edge.core.resources import examples_dir, firmware_dir
     from quarl_edge.targets.boards import get_board
     from quarl_edge.targets.build import board_defines
 

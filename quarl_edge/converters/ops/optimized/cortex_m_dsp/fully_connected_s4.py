@@ -1,0 +1,90 @@
+"""FULLY_CONNECTED with int4 weights on the cortex-m-dsp variant (firmware/core/kernels/optimized/
+cortex-m-dsp/fully_connected_s4.c): an int8 x int4 per-tensor FULLY_CONNECTED with accum_depth <=
+PACKED_MAX_DEPTH whose weights + filter_offset are int4 gets the generator's int4 layout
+(fully_connected_s4.h, pack_fc_s4_weights: four rows' nibbles per 16-bit lane, half a byte per
+weight as TFLite's packing), run by qe_fully_connected_s4_packed; every other one the lowering of
+the reference boards (quarl_edge/converters/ops/fully_connected_s4.py, TFLite's packing)."""
+from __future__ import annotations
+
+import numpy as np
+
+from .... import qmath
+from ....emit import c_array, c_comment, c_ident
+from ...common import Kernel, weighted_operands
+from ...fully_connected import per_tensor_stage
+from ...fully_connected_s4 import packed_int4, unpack_int4
+from ..common import PACKED_MAX_DEPTH
+from ....tflite_model import Operator, TFLiteModel
+
+PACKED_ROWS = 4          # fully_connected.h: QE_FC_PACKED_ROWS
+
+
+def pack_fc_s4_weights(w: np.ndarray, bias: np.ndarray | None, input_offset: int,
+                       filter_offset: int) -> tuple[np.ndarray, int]:
+    """The int4 layout of fully_connected_s4.h for int4 weights [rows][depth] (as integers):
+    (the uint32 stream, padded depth): per group its words, then its four bias'. w' = w + filter_offset must lie in
+    [-8, 7]; bias' = bias + input_offset * sum_d w'; rows padded to a multiple of 4, the depth to
+    a multiple of 4, with zero weights; per group, per quad q, per half h, one word: lane j (d =
+    4q + h + 2j) holds row 0's w' in bits 12..15 (two's complement) and rows 1..3's w' + 8 in bits
+    8..11, 4..7, 0..3."""
+    rows, depth = w.shape
+    wp = w.astype(np.int64) + filter_offset
+    if wp.size and (wp.min() < -8 or wp.max() > 7):
+        raise ValueError("weights + filter_offset outside int4")
+    b = (np.zeros(rows, np.int64) if bias is None else bias.astype(np.int64)) \
+        + input_offset * wp.sum(axis=1)
+    r_pad = -(-rows // PACKED_ROWS) * PACKED_ROWS
+    d_pad = -(-depth // 4) * 4
+    full = np.zeros((r_pad, d_pad), np.int64)
+    full[:rows, :depth] = wp
+    bias_p = np.zeros(r_pad, np.int64)
+    bias_p[:rows] = b
+    # [group][row][quad][j][h] -> [group][quad][h][j][row]
+    g = full.reshape(r_pad // PACKED_ROWS, PACKED_ROWS, d_pad // 4, 2, 2).transpose(0, 2, 4, 3, 1)
+    lanes = (((g[..., 0] & 15) << 12) | ((g[..., 1] + 8) << 8) | ((g[..., 2] + 8) << 4)
+             | (g[..., 3] + 8))
+    words = (lanes[..., 0] | (lanes[..., 1] << 16)).reshape(r_pad // PACKED_ROWS, -1)
+    assert np.abs(bias_p).max(initial=0) <= qmath.INT32_MAX
+    groups_bias = (bias_p & 0xFFFFFFFF).reshape(-1, PACKED_ROWS)
+    return np.concatenate([words, groups_bias], axis=1).reshape(-1).astype(np.uint32), d_pad
+
+
+def lower_fully_connected_s4_packed(op: Operator, model: TFLiteModel, pname: str,
+                                    kernel: Kernel) -> Kernel:
+    """`kernel`, the reference lowering's qe_fully_connected_s4 (it validated the op), or the
+    int4 layout's qe_fully_connected_s4_packed where it applies."""
+    x, w, bias, out, act = weighted_operands(op, model, "weights")
+    output_depth, accum_depth = w.shape
+    if accum_depth > PACKED_MAX_DEPTH:
+        return kernel
+    wi = unpack_int4(packed_int4(op, w, "weights"), w.size).reshape(w.shape)
+    try:
+        stream, d_pad = pack_fc_s4_weights(wi, None if bias is None else bias.data,
+                                                  -x.zero_point, -w.zero_point)
+    except ValueError:
+        return kernel
+    real, multiplier, shift, act_min, act_max = per_tensor_stage(x, w, out, act)
+    batches = out.size // output_depth
+    wname = c_ident(w.name, f"w{w.index}_") + "_s4_packed"
+    consts = [f"/* {c_comment(w.describe())}, scale {w.scale:.9g}, zero point {w.zero_point}: "
+              f"the int4 layout of the kernel variant (fully_connected_s4.h), {output_depth} rows "
+              f"in groups of {PACKED_ROWS}, depth {accum_depth} padded to {d_pad}, four rows' "
+              f"nibbles per 16-bit lane; after each group's words its four bias' = bias + "
+              f"input_offset * sum(weights + filter_offset) */\n"
+              + c_array("uint32_t", wname, stream, 6, lambda v: f"0x{int(v):08x}u")]
+    const_bytes = 4 * stream.size
+    params = (f"static const qe_fc_s8_packed_params_t {pname} = {{\n"
+              f"    .output_offset = {out.zero_point},\n"
+              f"    .output_multiplier = {multiplier},  /* {real:.17g} = m * 2^(shift - 31) */\n"
+              f"    .output_shift = {shift},\n"
+              f"    .activation_min = {act_min},\n"
+              f"    .activation_max = {act_max},\n"
+              f"    .batches = {batches}u,\n    .accum_depth = {accum_depth}u,\n"
+              f"    .padded_depth = {d_pad}u,\n    .output_depth = {output_depth}u,\n}};\n")
+    call = (f"qe_fully_connected_s4_packed(&{pname}, (const int8_t *)@T{x.index}@, {wname}, "
+            f"(int8_t *)@T{out.index}@);")
+    ref_bytes = (w.size + 1) // 2 + (4 * bias.size if bias is not None else 0)
+    return Kernel(op, call, params, consts, const_bytes,
+                  kernel.comment.replace("int4 weights:", "int4 weights (int4 layout):")
+                  + f"; layout {const_bytes} B of flash (reference layout {ref_bytes} B)",
+                  headers=kernel.headers, layout_extra_bytes=const_bytes - ref_bytes)
