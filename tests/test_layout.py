@@ -1,42 +1,59 @@
-"""The shape of the code, checked from its own imports: stages are packages and arrows run one
-way (rl -> quant -> converters -> targets -> link -> measure -> study, the API and the CLI on
-top), no import circle, the run-directory contract is the only thing later stages know of
-training, and the CLI goes through the Python API.
+"""The shape of the code, checked from its own imports and folders.
+
+The folders are the packages: every folder of Python under quarl_edge/ is a package (has an
+__init__.py), no folder outside quarl_edge/ is one, and pyproject.toml maps no Python package to
+another folder (package-dir names only the data "packages" of quarl_edge.data).
+
+Two towers stand on one foundation: quarl_edge.core (the run directory contract, networks,
+errors, schema, file writer, names, resources, host TFLite, environments) imports nothing outside
+itself; the model side (rl -> quant, importers) and the board side (converters -> targets -> link)
+import core and their own tower only, never each other; measure, where the towers meet, then
+study, then the API (api, api_results, demo), then the CLI. Arrows run one way down that order
+(within a tower too), there is no import circle, the run-directory contract is the only thing
+later stages know of training, and the CLI goes through the Python API.
 
 Every import counts, also those inside functions (the lazy ones are still dependencies).
 `python tests/test_layout.py [CHECKOUT]` prints the graph of a checkout (default this one):
-each module with its stage rank and the modules it imports, then the import circles, the
-arrows that run back up the pipeline and the depth of the longest import chain."""
+each module with its rank and the modules it imports, then the import circles, the arrows that
+run back up or across the towers and the depth of the longest import chain."""
 from __future__ import annotations
 
 import ast
+import os
 import sys
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# Foundation modules any stage may use, then the stages in pipeline order, then the top.
-# importers is the other way into a run directory (a policy trained elsewhere); it uses the
-# calibration of quant, so it ranks with it.
-RANKS = {"quarl_edge.core.errors": 0, "quarl_edge.core.resources": 0, "quarl_edge.core.run": 0,
-         "quarl_edge.core.nets": 0, "quarl_edge.core.noise": 0,
-         "quarl_edge.core.schema": 0, "quarl_edge.core.names": 0, "quarl_edge.core.tflite_host": 0, "quarl_edge.core.tfcompat": 0, "quarl_edge.core.files": 0,
-         "quarl_edge.rl": 1, "quarl_edge.importers": 2, "quarl_edge.quant": 2,
-         "quarl_edge.converters": 3,
-         "quarl_edge.targets": 4, "quarl_edge.link": 5, "quarl_edge.measure": 6,
-         "quarl_edge.pipeline": 6.5,    # the steps composed once: study and the API call it
-         "quarl_edge.study": 7, "quarl_edge.api": 8, "quarl_edge.api_results": 8,
-         "quarl_edge.demo": 8, "quarl_edge.cli": 9, "quarl_edge": 9}
-# What the rest of quarl-edge may import from the rl stage: its entry point, the environment
-# helpers, QAT, and the recurrent policy's network (rl/recurrent.py: its arrays, numpy stepping
+# The ranks: the foundation, the two towers' sides, where they meet (measure), the study, the
+# API, the CLI on top. An import may go to its own rank or below, never up.
+RANKS = {"quarl_edge.core": 0,
+         "quarl_edge.rl": 1, "quarl_edge.quant": 1, "quarl_edge.importers": 1,
+         "quarl_edge.converters": 1, "quarl_edge.targets": 1, "quarl_edge.link": 1,
+         "quarl_edge.measure": 2,
+         "quarl_edge.pipeline": 2.5,    # the steps composed once: study and the API call it
+         "quarl_edge.study": 3,
+         "quarl_edge.api": 4, "quarl_edge.api_results": 4, "quarl_edge.demo": 4,
+         "quarl_edge.cli": 5, "quarl_edge": 5}
+# The towers, each in its own pipeline order (an import goes to an earlier or the same step):
+# the model side trains (rl) and quantizes (quant; importers is the other way into a run
+# directory and uses quant's calibration, so it ranks with it); the board side generates C
+# (converters), builds and starts firmware (targets) and speaks to the board (link).
+TOWERS = {"model": [("quarl_edge.rl",), ("quarl_edge.quant", "quarl_edge.importers")],
+          "board": [("quarl_edge.converters",), ("quarl_edge.targets",), ("quarl_edge.link",)]}
+# What the rest of quarl-edge may import from the rl stage: its entry point, the TF-Agents
+# adapter, QAT, and the recurrent policy's network (rl/recurrent.py: its arrays, numpy stepping
 # and one-step conversion, what quantize and hil need of a recurrent run); the algorithm modules
 # (dqn, ppo, rppo, off_policy, ...) and the run writers (recurrent_export) stay private to it.
-RL_PUBLIC = {"quarl_edge.rl", "quarl_edge.rl.train", "quarl_edge.core.envs", "quarl_edge.rl.tf_env",
+# (The environments, which every stage uses, are quarl_edge.core.envs.)
+RL_PUBLIC = {"quarl_edge.rl", "quarl_edge.rl.train", "quarl_edge.rl.tf_env",
              "quarl_edge.rl.qat", "quarl_edge.rl.recurrent"}
 
 
 def modules(root: Path = ROOT) -> dict[str, Path]:
-    """Module name -> file, for quarl_edge/ and quarl_edge/converters/ (installed as quarl_edge.converters)."""
+    """Module name -> file, for every .py under quarl_edge/ (the folders are the packages). An
+    older checkout's top-level converters/ (installed as quarl_edge.converters) is read too."""
     out = {}
     for base, prefix in ((root / "quarl_edge", "quarl_edge"),
                          (root / "converters", "quarl_edge.converters")):
@@ -78,6 +95,28 @@ def stage(module: str) -> str:
         if module == key or module.startswith(key + "."):
             return key
     raise AssertionError(f"{module} belongs to no stage of RANKS")
+
+
+def tower(module: str) -> tuple[str, int] | None:
+    """(tower, step in it) of a module on one of the two sides, else None."""
+    st = stage(module)
+    for name, steps in TOWERS.items():
+        for i, step in enumerate(steps):
+            if st in step:
+                return name, i
+    return None
+
+
+def wrong_way(a: str, b: str) -> str | None:
+    """Why the import a -> b breaks the order (None if it does not)."""
+    if RANKS[stage(b)] > RANKS[stage(a)]:
+        return "back up"
+    ta, tb = tower(a), tower(b)
+    if ta and tb and ta[0] != tb[0]:
+        return "across the towers"
+    if ta and tb and tb[1] > ta[1]:
+        return f"back up the {ta[0]} side"
+    return None
 
 
 def depth(graph: dict[str, set[str]]) -> int:
@@ -134,10 +173,51 @@ def test_there_is_no_import_circle():
     assert cycles(GRAPH) == []
 
 
-def test_arrows_run_one_way_down_the_pipeline():
-    back = [f"{a} -> {b}" for a, deps in GRAPH.items() for b in sorted(deps)
-            if RANKS[stage(b)] > RANKS[stage(a)]]
-    assert back == [], "imports that run back up the pipeline:\n" + "\n".join(back)
+def test_arrows_run_one_way_down_and_never_across_the_towers():
+    bad = [f"{a} -> {b} ({why})" for a, deps in GRAPH.items() for b in sorted(deps)
+           if (why := wrong_way(a, b))]
+    assert bad == [], "imports against the order:\n" + "\n".join(bad)
+
+
+def test_the_order_check_can_fail():
+    """wrong_way() sees each kind of wrong arrow (so the test above is not vacuous)."""
+    assert wrong_way("quarl_edge.core.run", "quarl_edge.rl.train") == "back up"
+    assert wrong_way("quarl_edge.quant.schemes", "quarl_edge.converters.cgen") == \
+        "across the towers"
+    assert wrong_way("quarl_edge.converters.cgen", "quarl_edge.link.protocol") == \
+        "back up the board side"
+    assert wrong_way("quarl_edge.rl.train", "quarl_edge.quant.schemes") == \
+        "back up the model side"
+    assert wrong_way("quarl_edge.link.session", "quarl_edge.targets.build") is None
+    assert wrong_way("quarl_edge.measure.hil", "quarl_edge.quant.schemes") is None
+
+
+def test_the_core_imports_nothing_outside_itself():
+    out = [f"{a} -> {b}" for a, deps in GRAPH.items() if stage(a) == "quarl_edge.core"
+           for b in sorted(deps) if stage(b) != "quarl_edge.core"]
+    assert out == [], "the foundation imports outside quarl_edge.core:\n" + "\n".join(out)
+    assert {"quarl_edge.core.run", "quarl_edge.core.errors", "quarl_edge.core.envs"} <= set(GRAPH)
+
+
+def test_the_folders_are_the_packages():
+    """Every folder of Python under quarl_edge/ is a package, none outside is, and the build maps
+    no Python package to another folder: the checkout reads as it is installed."""
+    pkg = ROOT / "quarl_edge"
+    folders = {f.parent for f in pkg.rglob("*.py") if "__pycache__" not in f.parts}
+    assert [str(d) for d in sorted(folders) if not (d / "__init__.py").is_file()] == []
+    outside = []
+    for d, subdirs, files in os.walk(ROOT):     # not into .venv/, .git/, build/ or quarl_edge/
+        subdirs[:] = [s for s in subdirs if not s.startswith(".") and s != "build"
+                      and Path(d, s) != pkg]
+        outside += [str(Path(d).relative_to(ROOT))] if "__init__.py" in files else []
+    assert outside == [], f"packages outside quarl_edge/: {outside}"
+    assert not (ROOT / "converters").exists()
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    mapped = config["tool"]["setuptools"].get("package-dir", {})
+    assert [k for k in mapped if not k.startswith("quarl_edge.data.")] == []
+    for name, folder in mapped.items():         # a data "package" holds no Python package
+        assert not (ROOT / folder / "__init__.py").exists(), name
+    assert "package-dir" not in (ROOT / "setup.py").read_text()
 
 
 def test_later_stages_know_training_only_through_the_run_contract():
@@ -145,7 +225,7 @@ def test_later_stages_know_training_only_through_the_run_contract():
              for b in sorted(deps) if stage(b) == "quarl_edge.rl" and b not in RL_PUBLIC]
     assert reach == [], "imports of rl's algorithm modules from outside rl:\n" + "\n".join(reach)
     assert GRAPH["quarl_edge.core.run"] <= {"quarl_edge.core.errors", "quarl_edge.core.schema",
-                                       "quarl_edge.core.files"}
+                                            "quarl_edge.core.files"}
 
 
 def test_the_run_contract_holds_no_network_code():
@@ -153,7 +233,7 @@ def test_the_run_contract_holds_no_network_code():
     them); running those networks is nets.py's, which stands on the contract and the errors."""
     assert GRAPH["quarl_edge.core.nets"] <= {"quarl_edge.core.errors", "quarl_edge.core.run"}
     assert "quarl_edge.core.run" in GRAPH["quarl_edge.core.nets"]
-    tree = ast.parse((ROOT / "quarl_edge" / "run.py").read_text())
+    tree = ast.parse((ROOT / "quarl_edge" / "core" / "run.py").read_text())
     defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
     assert not defined & {"mlp_layers", "mlp_forward", "mlp_q_values", "keras_runner",
                           "keras_call", "keras_mlp", "weighted_layers", "ppo_action_std"}
@@ -310,8 +390,7 @@ if __name__ == "__main__":
           f"{depth(graph)} import levels")
     for c in cycles(graph):
         print("circle:", " <-> ".join(c))
-    if (root / "quarl_edge" / "rl").is_dir():      # the stage packages exist: check the arrows
-        for a, deps in sorted(graph.items()):
-            for b in sorted(deps):
-                if rank(b) > rank(a):
-                    print(f"back up the pipeline: {a} -> {b}")
+    for a, deps in sorted(graph.items()):
+        for b in sorted(deps):
+            if rank(a) >= 0 and rank(b) >= 0 and (why := wrong_way(a, b)):
+                print(f"{why}: {a} -> {b}")
