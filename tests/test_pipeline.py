@@ -40,8 +40,19 @@ def test_quantize_writes_where_run_says(steps):
     run = steps["run"]
     assert steps["model"] == run.model_path("int8") == run.tflite("int8")
     assert run.load_calibration() is not None and len(run.load_calibration()) == 1000
-    # the same conversion as the committed example's (seed 0, 1,000 observations)
-    assert steps["model"].read_bytes() == Run(EXAMPLE).tflite("int8").read_bytes()
+    # the same conversion as the committed example's (seed 0, 1,000 observations), where the
+    # converter is the one that made it (requirements/py3.11.txt's TensorFlow 2.15; 2.21 on the
+    # 3.13 lock writes other bytes for the same model); everywhere, the same tensors and a
+    # conversion that gives the same bytes twice
+    import tensorflow as tf
+    model = steps["model"].read_bytes()
+    if tf.__version__.startswith("2.15."):
+        assert model == Run(EXAMPLE).tflite("int8").read_bytes()
+    copy = steps["run"].copy_to(steps["run"].dir.parent / "again")
+    (copy.models_dir / "int8.tflite").unlink()
+    copy.calibration_path.unlink()
+    again = pipeline.quantize(copy.dir, "int8")
+    assert again.read_bytes() == model
 
 
 def test_generate_c_then_build_into_the_run(steps):
