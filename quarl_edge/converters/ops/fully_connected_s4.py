@@ -38,6 +38,27 @@ def unpack_int4(raw: np.ndarray, n: int) -> np.ndarray:
     return ((pairs ^ 8) - 8).astype(np.int8)
 
 
+def offset_int4_rows(w: np.ndarray, bias: np.ndarray | None, input_offset: int,
+                     filter_offset: int, group: int) -> tuple[np.ndarray, np.ndarray]:
+    """What the kernel variants' int4 layouts store of int4 weights [rows][depth] (integers):
+    w' = w + filter_offset and bias' = bias + input_offset * sum_d w' (both offsets folded at
+    generation time), rows zero-padded to a multiple of `group` (int64 arrays [rows'][depth] and
+    [rows']). Raises ValueError when some w' is no int4 (the variant then takes the reference)."""
+    rows, depth = w.shape
+    wp = w.astype(np.int64) + filter_offset
+    if wp.size and (wp.min() < -8 or wp.max() > 7):
+        raise ValueError("weights + filter_offset outside int4")
+    b = (np.zeros(rows, np.int64) if bias is None else bias.astype(np.int64)) \
+        + input_offset * wp.sum(axis=1)
+    r_pad = -(-rows // group) * group
+    full = np.zeros((r_pad, depth), np.int64)
+    full[:rows] = wp
+    bias_p = np.zeros(r_pad, np.int64)
+    bias_p[:rows] = b
+    assert np.abs(bias_p).max(initial=0) <= qmath.INT32_MAX
+    return full, bias_p
+
+
 def lower_fc_s4(op, model: TFLiteModel, pname, x, w, bias, out, act, batches, accum_depth,
                 output_depth, wname, comment_shapes) -> Kernel:
     """int8 input and output, packed int4 weights per tensor (see the module's docstring)."""

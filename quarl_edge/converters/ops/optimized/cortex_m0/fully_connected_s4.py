@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .... import qmath
 from ....emit import c_array, c_comment, c_ident
 from ...common import Kernel, weighted_operands
 from ...fully_connected import per_tensor_stage
-from ...fully_connected_s4 import packed_int4, unpack_int4
+from ...fully_connected_s4 import offset_int4_rows, packed_int4, unpack_int4
 from ....tflite_model import Operator, TFLiteModel
 
 S4_PAIRS_ROWS = 4
@@ -24,18 +23,8 @@ def s4_pairs_stream(w: np.ndarray, bias: np.ndarray | None, input_offset: int,
     uint32 words: per group of four rows, per input, the bytes (w'1 << 4 | w'0) and (w'3 << 4 |
     w'2) (nibbles two's complement), padded to a word, then the group's four bias' = bias +
     input_offset * sum_d w'. Raises ValueError when some w' = w + filter_offset is no int4."""
-    rows, depth = w.shape
-    wp = w.astype(np.int64) + filter_offset
-    if wp.size and (wp.min() < -8 or wp.max() > 7):
-        raise ValueError("weights + filter_offset outside int4")
-    b = (np.zeros(rows, np.int64) if bias is None else bias.astype(np.int64)) \
-        + input_offset * wp.sum(axis=1)
-    r_pad = -(-rows // S4_PAIRS_ROWS) * S4_PAIRS_ROWS
-    full = np.zeros((r_pad, depth), np.int64)
-    full[:rows] = wp
-    bias_p = np.zeros(r_pad, np.int64)
-    bias_p[:rows] = b
-    assert np.abs(bias_p).max(initial=0) <= qmath.INT32_MAX
+    depth = w.shape[1]
+    full, bias_p = offset_int4_rows(w, bias, input_offset, filter_offset, S4_PAIRS_ROWS)
     g = (full & 15).reshape(-1, 2, 2, depth)                  # [group][pair][row in pair][d]
     by = (g[:, :, 0] | (g[:, :, 1] << 4)).transpose(0, 2, 1).reshape(len(g), -1)  # [group][d, pair]
     words_per = (2 * depth + 3) // 4

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .... import qmath
 from ....emit import c_array, c_comment, c_ident
 from ...common import Kernel, weighted_operands
 from ...fully_connected import per_tensor_stage
-from ...fully_connected_s4 import packed_int4, unpack_int4
+from ...fully_connected_s4 import offset_int4_rows, packed_int4, unpack_int4
 from ..common import PACKED_MAX_DEPTH
 from ....tflite_model import Operator, TFLiteModel
 
@@ -27,24 +26,16 @@ def pack_fc_s4_weights(w: np.ndarray, bias: np.ndarray | None, input_offset: int
     a multiple of 4, with zero weights; per group, per quad q, per half h, one word: lane j (d =
     4q + h + 2j) holds row 0's w' in bits 12..15 (two's complement) and rows 1..3's w' + 8 in bits
     8..11, 4..7, 0..3."""
-    rows, depth = w.shape
-    wp = w.astype(np.int64) + filter_offset
-    if wp.size and (wp.min() < -8 or wp.max() > 7):
-        raise ValueError("weights + filter_offset outside int4")
-    b = (np.zeros(rows, np.int64) if bias is None else bias.astype(np.int64)) \
-        + input_offset * wp.sum(axis=1)
-    r_pad = -(-rows // PACKED_ROWS) * PACKED_ROWS
+    depth = w.shape[1]
+    full, bias_p = offset_int4_rows(w, bias, input_offset, filter_offset, PACKED_ROWS)
+    r_pad = len(full)
     d_pad = -(-depth // 4) * 4
-    full = np.zeros((r_pad, d_pad), np.int64)
-    full[:rows, :depth] = wp
-    bias_p = np.zeros(r_pad, np.int64)
-    bias_p[:rows] = b
+    full = np.pad(full, ((0, 0), (0, d_pad - depth)))
     # [group][row][quad][j][h] -> [group][quad][h][j][row]
     g = full.reshape(r_pad // PACKED_ROWS, PACKED_ROWS, d_pad // 4, 2, 2).transpose(0, 2, 4, 3, 1)
     lanes = (((g[..., 0] & 15) << 12) | ((g[..., 1] + 8) << 8) | ((g[..., 2] + 8) << 4)
              | (g[..., 3] + 8))
     words = (lanes[..., 0] | (lanes[..., 1] << 16)).reshape(r_pad // PACKED_ROWS, -1)
-    assert np.abs(bias_p).max(initial=0) <= qmath.INT32_MAX
     groups_bias = (bias_p & 0xFFFFFFFF).reshape(-1, PACKED_ROWS)
     return np.concatenate([words, groups_bias], axis=1).reshape(-1).astype(np.uint32), d_pad
 
