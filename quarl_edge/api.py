@@ -150,8 +150,7 @@ def build_dir(model: Path, run_dir: Path | None, board_id: str, scheme: str | No
 def results_dir(policy: PathLike) -> Path:
     """Where hil, bench and bench --per-op write by default: RUN/results for a run directory,
     MODEL's folder/results for a bare MODEL.tflite (named, not made)."""
-    path = Path(policy)
-    return Run(path.parent if path.suffix == ".tflite" else path).results_dir(make=False)
+    return Run.of_policy(policy).results_dir(make=False)
 
 
 # ------------------------------------------------------------------------------ stages

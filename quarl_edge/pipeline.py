@@ -125,7 +125,7 @@ def bench_cell(run_dir: Path, board: Board, scheme: str, n: int, obs: np.ndarray
     """One bench row (measure/bench.py's bench_cell) with the firmware generated and built
     first into RUN/build/<board>/<scheme>."""
     run_dir = Path(run_dir)
-    home = Run(run_dir.parent if run_dir.suffix == ".tflite" else run_dir)
+    home = Run.of_policy(run_dir)
     model = run_dir if run_dir.suffix == ".tflite" else home.tflite(scheme)
     fw = firmware(model, board, home.build_dir(board.id, scheme))
     return measure_cell(run_dir, board, scheme, n, obs, episodes=episodes,

@@ -41,6 +41,15 @@ def test_run_names_the_paths_of_the_contract(run):
     assert os.fspath(run) == str(d)
 
 
+def test_a_policy_belongs_to_its_run_or_its_models_folder(tmp_path):
+    """hil's and bench's RUN_OR_MODEL: a run directory is its own home; a bare MODEL.tflite's
+    builds and results go beside it."""
+    assert Run.of_policy(tmp_path / "run").dir == tmp_path / "run"
+    assert Run.of_policy(tmp_path / "m" / "policy.tflite").dir == tmp_path / "m"
+    assert Run.of_policy(str(tmp_path / "policy.tflite")).results_dir(make=False) == \
+        tmp_path / "results"
+
+
 def test_the_copy_leaves_builds_and_results_behind(tmp_path):
     src = Run(EXAMPLE).copy_to(tmp_path / "src")
     src.build_dir("host", "int8").joinpath("firmware.elf").write_bytes(b"x")

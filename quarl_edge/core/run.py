@@ -94,6 +94,13 @@ class Run:
     def __init__(self, path):
         self.dir = Path(path)
 
+    @classmethod
+    def of_policy(cls, policy) -> "Run":
+        """The run a policy (hil's and bench's RUN_OR_MODEL) belongs to: a run directory itself,
+        or a bare MODEL.tflite's folder, which holds its builds and results as a run's would."""
+        path = Path(policy)
+        return cls(path.parent if path.suffix == ".tflite" else path)
+
     def __repr__(self) -> str:
         return f"Run({str(self.dir)!r})"
 

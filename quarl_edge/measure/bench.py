@@ -77,7 +77,7 @@ def bench_cell(run_dir: Path, board: Board, scheme: str, n: int, obs: np.ndarray
     HOME/build/<board>/<scheme>."""
     bare = run_dir.suffix == ".tflite"
     model = run_dir if bare else tflite_path(run_dir, scheme)
-    home = Run(run_dir.parent if bare else run_dir)
+    home = Run.of_policy(run_dir)
     with BoardSession(model, board, home.build_dir(board.id, scheme),
                       flasher=flasher, drive=drive, firmware=firmware) as s:
         spec = s.info.inputs[0]
