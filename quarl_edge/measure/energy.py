@@ -49,8 +49,8 @@ def energy(board: Board, cost: float | None) -> dict:
              f"({e['mode']})")
     spread = e.get("cpi_range") if board.cost_unit == "instructions" else None
     if board.cost_unit == "instructions":
-        span = f" ({spread[0]:g}-{spread[1]:g})" if spread else ""
-        basis += f"; CPI {per_unit:g}{span}: {e['cpi_note']}"
+        bounds = f" ({spread[0]:g}-{spread[1]:g})" if spread else ""
+        basis += f"; CPI {per_unit:g}{bounds}: {e['cpi_note']}"
     if e.get("basis"):
         basis += f"; {e['basis']}"
     out = {"uj": uj, "supply_v": e["supply_v"], "run_ua_per_mhz": e["run_ua_per_mhz"],
