@@ -269,11 +269,18 @@ def energy_table(items) -> None:
         return
     head = "energy / inference (estimate)"
     table(["board", "scheme", head],
-          [[b, sch, "no energy figures" if e["uj"] is None else f"{e['uj']:,.1f} µJ"]
+          [[b, sch, "no energy figures" if e["uj"] is None else f"{e['uj']:,.1f} µJ{_span(e)}"]
            for b, sch, e in items], right=(head,))
     for b, _, e in {b: (b, s, e) for b, s, e in items}.values():
         note(f"energy on {b}: " + (f"no energy figures ({e['none']})" if e["uj"] is None else
                                   f"an estimate, {e['basis']}; from {e['source']}"))
+
+
+def _span(e: dict) -> str:
+    """' (11.2-22.4)': the estimate at either end of the board file's CPI range, when it has
+    one (measure/energy.py's uj_range), else ''."""
+    r = e.get("uj_range")
+    return f" ({r[0]:,.1f}-{r[1]:,.1f})" if r else ""
 
 
 def cmd_hil(a, qe):
@@ -321,8 +328,8 @@ def cmd_hil(a, qe):
     deadline_table([(res.board, res.scheme, res.deadline)])
     e = res.energy or {}
     if e.get("uj") is not None:
-        print(f"energy (estimate) {e['uj']:,.1f} µJ per inference, {e['uj_per_episode']:,.0f} µJ "
-              f"per episode")
+        print(f"energy (estimate) {e['uj']:,.1f} µJ{_span(e)} per inference, "
+              f"{e['uj_per_episode']:,.0f} µJ per episode")
         note(f"energy: {e['basis']}; from {e['source']}")
     elif e:
         print(f"no energy figures ({e['none']})")

@@ -56,9 +56,11 @@ ENERGY_KEYS = {
     "mode": Key(str, nonempty=True),          # the datasheet's run mode and conditions
     "source": Key(str, nonempty=True),        # datasheet name, revision, table, the figure
     "url": Key(str),
+    "found": Key(str),                        # how the source was found and read
     "basis": Key(str),                        # how the figure became µA/MHz, if derived
     "cpi": Key(float, min=1, max=100),        # instructions boards: cycles per instruction
-    "cpi_note": Key(str, nonempty=True),      # ... and the error that CPI carries
+    "cpi_range": Key(list, items=float, min=1, max=100),   # ... the [low, high] it lies in
+    "cpi_note": Key(str, nonempty=True),      # ... and the error that CPI carries (its source)
 }
 ENERGY_FIGURES = ("supply_v", "run_ua_per_mhz", "mode", "source")
 BUILD_KEYS = {
@@ -341,7 +343,20 @@ def _energy_section(data: dict, where: str) -> dict | None:
     if missing:
         raise BoardError(f"{where} [energy]: missing {', '.join(missing)} (or none = \"why "
                          "the board has no energy figures\")")
+    if "cpi_range" in energy:
+        _cpi_range(energy, data.get("cost_unit"), where)
     return dict(energy)
+
+
+def _cpi_range(energy: dict, cost_unit, where: str) -> None:
+    """`cpi_range = [low, high]`: an instructions board's, two numbers with low <= cpi <= high."""
+    span = energy["cpi_range"]
+    if cost_unit != "instructions":
+        raise BoardError(f"{where} [energy]: 'cpi_range' is for boards that count instructions; "
+                         f"this one counts {cost_unit}")
+    if len(span) != 2 or not span[0] <= energy["cpi"] <= span[1]:
+        raise BoardError(f"{where} [energy]: 'cpi_range' must be [low, high] with low <= cpi "
+                         f"({energy['cpi']:g}) <= high, got {span!r}")
 
 
 _added_dirs: list[Path] = []      # add_board_dir(), the last added first
