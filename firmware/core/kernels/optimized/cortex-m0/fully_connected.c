@@ -226,7 +226,8 @@ static const int32_t *pairs_group(const int32_t *x, const int32_t *w, int32_t ac
     return w;
 }
 
-#else /* the host and the rv32 variant: the same walk in C, wrapping 32-bit packed sums split at
+#elif !defined(QE_FC_PAIRS_GROUP_OWN) /* the host (and the rv32 variant off RISC-V, whose file
+       * has its own walk on RISC-V): the same walk in C, wrapping 32-bit packed sums split at
        * each chunk's end */
 
 static const int32_t *pairs_group(const int32_t *x, const int32_t *w, int32_t acc[4])
