@@ -45,18 +45,22 @@ def test_only_cortex_m_boards_with_dsp_opt_in():
     the Uno, the same chip, whose firmware runs on simavr behind Optiboot: `emulate`);
     cortex-m-dsp only on cores with the DSP extension, cortex-m0 only on the nRF51 boards
     (microbit, emulated, where it is validated, and microbit-v1, the same chip, whose firmware
-    also runs on QEMU's microbit)."""
+    also runs on QEMU's microbit), rv32 only on hifive1 (QEMU sifive_e, where it is validated;
+    the ESP32-C3's rv32imc keeps the reference until it is measured there)."""
     boards = all_boards()
     for b in boards.values():
         if b.kernels == AVR_VARIANT:
             assert b.id in ("atmega328p", "arduino-uno") and b.cc == "avr-gcc", b.id
         elif b.kernels == M0_VARIANT:
             assert b.id in ("microbit", "microbit-v1") and "-mcpu=cortex-m0" in b.cflags, b.id
+        elif b.kernels == "rv32":
+            assert b.id == "hifive1" and "-march=rv32imac" in b.cflags, b.id
         elif b.kernels != "reference":
             assert b.kernels == VARIANT and b.cc == "arm-none-eabi-gcc", b.id
             assert any(f"-mcpu={c}" in b.cflags for c in ("cortex-m4", "cortex-m7", "cortex-m33")), b.id
     assert {b for b in DSP_BOARDS if boards[b].kernels == VARIANT} == set(DSP_BOARDS)
     assert boards["atmega328p"].kernels == AVR_VARIANT and boards["host"].kernels == "reference"
+    assert boards["hifive1"].kernels == "rv32"
 
 
 def test_the_build_swaps_only_the_variants_files():
