@@ -446,7 +446,7 @@ void qe_fully_connected_s8_pairs(const qe_fc_s8_pairs_params_t *p, const int8_t 
             xb[d] = in[d];
         }
         o = 0;
-#if defined(__ARM_ARCH_6M__)
+#if defined(__ARM_ARCH_6M__) || defined(QE_FC_STEPS_GROUPS_OWN)   /* (rv32: its file's) */
         if (steps != NULL && rows >= QE_FC_PAIRS_ROWS) {      /* the whole groups in asm */
             steps_groups_t g;
             g.xb = xb;

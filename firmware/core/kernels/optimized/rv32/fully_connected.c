@@ -81,6 +81,135 @@ static const int32_t *pairs_group(const int32_t *x, const int32_t *w, int32_t ac
     acc[3] = (int32_t)((uint32_t)acc[3] + h3);
     return w;
 }
+
+/* Whole row groups with the step table (fully_connected.h), in one asm block: per group the
+ * chunks as pairs_group (the bias' of rows 0 and 2 start the running sums), the four
+ * accumulators recovered, then per output SUB, BLTU (saturated: out of line, the bound's side),
+ * MUL, ADD, SRLI 24, SLLI, ADD, LW, SLTU, XORI, ADD, SB: 12 instructions, every constant in a
+ * register. The fields are cortex-m0's steps_groups_t (its file calls this the same way). */
+#define QE_FC_STEPS_GROUPS_OWN 1
+typedef struct {
+    const int32_t *xb;          /* the widened input */
+    const int32_t *bias;        /* the first group's bias' */
+    int8_t *out;                /* the first group's outputs */
+    const int8_t *out_end;      /* past the last whole group's outputs */
+    uint32_t lo;                /* steps_lo */
+    uint32_t span;              /* sat_above - steps_lo */
+    uint32_t mul;
+    uint32_t add;
+    const uint32_t *steps;
+    int32_t act_min;
+    int32_t act_max;
+} steps_groups_t;
+
+#define QE_RV_OUT(A, K)                                                           \
+    "sub t0, " A ", %[lo]\n\t"            /* u = a - lo */                        \
+    "bltu %[span], t0, 4" K "f\n\t"                                               \
+    "mul t1, t0, %[mul]\n\t"                                                      \
+    "add t1, t1, %[add]\n\t"                                                      \
+    "srli t1, t1, 24\n\t"                 /* b: the byte or one less */           \
+    "slli t2, t1, 2\n\t"                                                          \
+    "add t2, t2, %[steps]\n\t"                                                    \
+    "lw t2, 0(t2)\n\t"                                                            \
+    "sltu t2, t0, t2\n\t"                                                         \
+    "xori t2, t2, 1\n\t"                                                          \
+    "add t1, t1, t2\n"                                                            \
+    "5" K ":\n\t"                                                                 \
+    "sb t1, " K "(%[out])\n\t"
+
+#define QE_RV_SAT(A, K)                   /* out of line: a <= sat_low or > sat_above */ \
+    "4" K ":\n\t"                                                                 \
+    "mv t1, %[amin]\n\t"                                                          \
+    "blt " A ", %[lo], 5" K "b\n\t"                                               \
+    "mv t1, %[amax]\n\t"                                                          \
+    "j 5" K "b\n"
+
+static const int32_t *steps_groups(const steps_groups_t *g, const int32_t *w)
+{
+    const int32_t *bias = g->bias, *x;
+    int8_t *out = g->out;
+    uint32_t s01, h1, s23, h3, chunks;
+    __asm volatile("lla t5, 2f\n"
+                   "0:\n\t"                          /* a group */
+                   "mv %[x], %[xb]\n\t"
+                   "lw %[s01], 0(%[bias])\n\t"
+                   "lw %[s23], 8(%[bias])\n\t"
+                   "li %[h1], 0\n\t"
+                   "li %[h3], 0\n\t"
+                   "li %[n], 0\n"
+                   "1:\n\t"
+                   "lw t0, 0(%[w])\n\t"              /* a chunk: 4 L, 0 ends the group */
+                   "addi %[w], %[w], 4\n\t"
+                   "beqz t0, 9f\n\t"
+                   "add %[x], %[x], t0\n\t"
+                   "slli t1, t0, 1\n\t"
+                   "add %[w], %[w], t1\n\t"
+                   "slli t2, t0, 3\n\t"
+                   "sub t2, t2, t0\n\t"
+                   "sub t2, t5, t2\n\t"
+                   "lui t3, 8\n\t"
+                   "lui t4, 8\n\t"
+                   "addi %[n], %[n], 1\n\t"
+                   "jr t2\n\t"
+                   ".option push\n\t"
+                   ".option norvc\n\t"
+                   ".set qe_rv_i, %[depth]\n\t"
+                   ".rept %[depth]\n\t"
+                   "lw t0, -4*qe_rv_i(%[x])\n\t"
+                   "lw t1, -8*qe_rv_i(%[w])\n\t"
+                   "lw t2, -8*qe_rv_i+4(%[w])\n\t"
+                   "mul t1, t1, t0\n\t"
+                   "mul t2, t2, t0\n\t"
+                   "add t3, t3, t1\n\t"
+                   "add t4, t4, t2\n\t"
+                   ".set qe_rv_i, qe_rv_i-1\n\t"
+                   ".endr\n\t"
+                   ".option pop\n"
+                   "2:\n\t"
+                   "add %[s01], %[s01], t3\n\t"
+                   "srai t3, t3, 16\n\t"
+                   "add %[h1], %[h1], t3\n\t"
+                   "add %[s23], %[s23], t4\n\t"
+                   "srai t4, t4, 16\n\t"
+                   "add %[h3], %[h3], t4\n\t"
+                   "j 1b\n"
+                   "9:\n\t"                          /* the group's accumulators */
+                   "slli %[n], %[n], 15\n\t"
+                   "slli t0, %[h1], 16\n\t"
+                   "sub %[s01], %[s01], t0\n\t"
+                   "sub %[s01], %[s01], %[n]\n\t"
+                   "lw t0, 4(%[bias])\n\t"
+                   "add %[h1], %[h1], t0\n\t"
+                   "slli t0, %[h3], 16\n\t"
+                   "sub %[s23], %[s23], t0\n\t"
+                   "sub %[s23], %[s23], %[n]\n\t"
+                   "lw t0, 12(%[bias])\n\t"
+                   "add %[h3], %[h3], t0\n\t"
+                   QE_RV_OUT("%[s01]", "0")
+                   QE_RV_OUT("%[h1]", "1")
+                   QE_RV_OUT("%[s23]", "2")
+                   QE_RV_OUT("%[h3]", "3")
+                   "addi %[bias], %[bias], 16\n\t"
+                   "addi %[out], %[out], 4\n\t"
+                   "bne %[out], %[end], 0b\n\t"
+                   "j 8f\n"
+                   QE_RV_SAT("%[s01]", "0")
+                   QE_RV_SAT("%[h1]", "1")
+                   QE_RV_SAT("%[s23]", "2")
+                   QE_RV_SAT("%[h3]", "3")
+                   "8:"
+                   : [w] "+r"(w), [bias] "+r"(bias), [out] "+r"(out), [x] "=&r"(x),
+                     [s01] "=&r"(s01), [h1] "=&r"(h1), [s23] "=&r"(s23), [h3] "=&r"(h3),
+                     [n] "=&r"(chunks)
+                   : [xb] "r"(g->xb), [end] "r"(g->out_end), [lo] "r"(g->lo), [span] "r"(g->span),
+                     [mul] "r"(g->mul), [add] "r"(g->add), [steps] "r"(g->steps),
+                     [amin] "r"(g->act_min), [amax] "r"(g->act_max),
+                     [depth] "i"(QE_FC_PACKED_MAX_DEPTH)
+                   : "t0", "t1", "t2", "t3", "t4", "t5", "memory");
+    return w;
+}
+#undef QE_RV_OUT
+#undef QE_RV_SAT
 #endif
 
 #include "../cortex-m0/fully_connected.c"
