@@ -176,8 +176,9 @@ def test_the_build_falls_back_to_the_int8_layout_when_packed_weights_do_not_fit(
 
 
 def test_the_rv32_variant_is_the_m0_variants_c_and_builds_for_risc_v(tmp_path):
-    """rv32 (cores without SIMD multiply-accumulate) is cortex-m0's files through #include, and
-    the generator gives it cortex-m0's lowerings; its C compiles for rv32imac without a warning
+    """rv32 (cores without SIMD multiply-accumulate) is cortex-m0's files through #include (its
+    fully_connected.c adds a RISC-V asm walk of the same layout before it), and the generator
+    gives it cortex-m0's lowerings; its C compiles for rv32imac without a warning
     (the host tests run that C: test_kernels_optimized.py's pairs cases)."""
     assert VARIANT_LOWERINGS["rv32"] == VARIANT_LOWERINGS[M0_VARIANT]
     rdir = FW / "core" / "kernels" / "optimized" / "rv32"
