@@ -25,7 +25,7 @@
 
 #include "../../fully_connected.h"
 
-#if defined(__riscv) && __riscv_xlen == 32
+#if defined(__riscv) && __riscv_xlen == 32 && defined(__riscv_mul)   /* rv32 with M: MUL */
 #define QE_FC_PAIRS_GROUP_OWN 1      /* cortex-m0's file leaves pairs_group to this one */
 
 /* The chunks of one row group: acc[0..3] += the rows' sums (the stream after the group's 0 word
