@@ -1,5 +1,6 @@
 """Build and run the optimized-kernel checkers: tests/c/fc_kernels_check.c on the host (gcc, also
-under ASan/UBSan) and as bare-metal firmware under qemu-system-arm, and compare their outputs
+under ASan/UBSan) and as bare-metal firmware under the board's QEMU (qemu-system-arm, or
+qemu-system-riscv32 for hifive1), and compare their outputs
 (optimized == reference == the Python twin). Shared by tests/test_kernels_optimized*.py and
 tests/test_conv_kernels_optimized.py."""
 from __future__ import annotations
@@ -37,8 +38,9 @@ def board_checker(board_id: str, tmp: Path, variant_fc: Path = VARIANT_FC,
     """The checker as bare-metal firmware for an emulated board: its start-up code, linker
     script and flags (boards/<id>.toml), the variant and the reference in one ELF."""
     board = get_board(board_id)
-    if shutil.which(board.cc) is None or shutil.which("qemu-system-arm") is None:
-        pytest.skip(f"{board.cc} or qemu-system-arm is not installed")
+    qemu = board.connect.get("qemu", "qemu-system-arm")
+    if shutil.which(board.cc) is None or shutil.which(qemu) is None:
+        pytest.skip(f"{board.cc} or {qemu} is not installed")
     elf = tmp / f"{'fc_check' if check == CHECK else check.stem}_{board_id}.elf"
     srcs = [check, variant_fc, FW / "core" / "requant.c",
             *(c for d in family_dirs(board) for c in sorted(d.glob("*.c")))]
@@ -74,7 +76,8 @@ def run_board(board_id: str, elf: Path, cases: list, files=("fc_cases.bin", "fc_
     board = get_board(board_id)
     with tempfile.TemporaryDirectory(prefix="qe-fc-") as d:
         (Path(d) / files[0]).write_bytes(b"".join(c.encode() for c in cases))
-        cmd = ["qemu-system-arm", "-machine", board.connect["machine"], "-kernel", str(elf),
+        cmd = [board.connect.get("qemu", "qemu-system-arm"), "-machine", board.connect["machine"],
+               *board.connect.get("extra_args", ()), "-kernel", str(elf),
                "-display", "none", "-monitor", "none", "-serial", "null", "-nodefaults",
                "-nic", "none", "-semihosting-config", "enable=on,target=native"]
         res = subprocess.run(cmd, cwd=d, capture_output=True, timeout=120)

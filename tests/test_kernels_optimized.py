@@ -379,6 +379,39 @@ def test_random_pairs_cases_on_cortex_m0(m0_elf, cases):
     assert_same(cases, status, out, twin=True)
 
 
+# ------------------------------------------------------------------------------ rv32: row pairs
+RV32_FC = FW / "core" / "kernels" / "optimized" / "rv32" / "fully_connected.c"
+
+
+@pytest.fixture(scope="module")
+def rv32_elf(tmp_module) -> Path:
+    """The checker for hifive1 (QEMU sifive_e, rv32imac) with the rv32 variant: its own asm walk
+    of the pairs layout (computed jump into the unrolled MAC body, the 0x8000-biased split)."""
+    return board_checker("hifive1", tmp_module, RV32_FC, M0_DEFINES)
+
+
+def test_the_riscv_pairs_walk_is_compiled_for_hifive1(rv32_elf):
+    dis = subprocess.run(["riscv64-unknown-elf-objdump", "-d", str(rv32_elf)], capture_output=True,
+                         text=True).stdout
+    body = dis.split("<qe_fully_connected_s8_pairs>:", 1)[1].split("\n\n", 1)[0]
+    assert body.count("\tmul\t") >= 2 * 128 and "jr\tt2" in body   # the unrolled body, entered
+
+
+def test_pairs_edge_cases_on_rv32(rv32_elf):
+    cases = pairs_m0_cases(pairs_edge_cases())
+    assert len(cases) > 300
+    status, out = run_board("hifive1", rv32_elf, cases)
+    assert_same(cases, status, out, twin=True)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cases=st.lists(fc_case(kind=PAIRS, max_depth=128, max_rows=20), min_size=10, max_size=30))
+def test_random_pairs_cases_on_rv32(rv32_elf, cases):
+    cases = pairs_m0_cases(cases)
+    status, out = run_board("hifive1", rv32_elf, cases)
+    assert_same(cases, status, out, twin=True)
+
+
 @settings(max_examples=60, deadline=None)
 @given(m=st.integers(1 << 30, (1 << 31) - 1), e=st.integers(1, 14), offset=st.integers(-128, 127),
        relu=st.booleans(), narrow=st.booleans(), seed=st.integers(0, 2**32 - 1))

@@ -45,18 +45,22 @@ def test_only_cortex_m_boards_with_dsp_opt_in():
     the Uno, the same chip, whose firmware runs on simavr behind Optiboot: `emulate`);
     cortex-m-dsp only on cores with the DSP extension, cortex-m0 only on the nRF51 boards
     (microbit, emulated, where it is validated, and microbit-v1, the same chip, whose firmware
-    also runs on QEMU's microbit)."""
+    also runs on QEMU's microbit), rv32 only on hifive1 (QEMU sifive_e, where it is validated;
+    the ESP32-C3's rv32imc keeps the reference until it is measured there)."""
     boards = all_boards()
     for b in boards.values():
         if b.kernels == AVR_VARIANT:
             assert b.id in ("atmega328p", "arduino-uno") and b.cc == "avr-gcc", b.id
         elif b.kernels == M0_VARIANT:
             assert b.id in ("microbit", "microbit-v1") and "-mcpu=cortex-m0" in b.cflags, b.id
+        elif b.kernels == "rv32":
+            assert b.id == "hifive1" and "-march=rv32imac" in b.cflags, b.id
         elif b.kernels != "reference":
             assert b.kernels == VARIANT and b.cc == "arm-none-eabi-gcc", b.id
             assert any(f"-mcpu={c}" in b.cflags for c in ("cortex-m4", "cortex-m7", "cortex-m33")), b.id
     assert {b for b in DSP_BOARDS if boards[b].kernels == VARIANT} == set(DSP_BOARDS)
     assert boards["atmega328p"].kernels == AVR_VARIANT and boards["host"].kernels == "reference"
+    assert boards["hifive1"].kernels == "rv32"
 
 
 def test_the_build_swaps_only_the_variants_files():
@@ -172,8 +176,9 @@ def test_the_build_falls_back_to_the_int8_layout_when_packed_weights_do_not_fit(
 
 
 def test_the_rv32_variant_is_the_m0_variants_c_and_builds_for_risc_v(tmp_path):
-    """rv32 (cores without SIMD multiply-accumulate) is cortex-m0's files through #include, and
-    the generator gives it cortex-m0's lowerings; its C compiles for rv32imac without a warning
+    """rv32 (cores without SIMD multiply-accumulate) is cortex-m0's files through #include (its
+    fully_connected.c adds a RISC-V asm walk of the same layout before it), and the generator
+    gives it cortex-m0's lowerings; its C compiles for rv32imac without a warning
     (the host tests run that C: test_kernels_optimized.py's pairs cases)."""
     assert VARIANT_LOWERINGS["rv32"] == VARIANT_LOWERINGS[M0_VARIANT]
     rdir = FW / "core" / "kernels" / "optimized" / "rv32"

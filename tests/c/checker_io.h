@@ -1,6 +1,7 @@
 /* The I/O of the kernel checkers (fc_kernels_check.c, conv_kernels_check.c): on the host stdin
- * and stdout, on an emulated Cortex-M the files IN_FILE and OUT_FILE in QEMU's working directory
- * through ARM semihosting (`bkpt 0xAB`); io_exit ends the program with the checker's status. */
+ * and stdout, on an emulated Cortex-M or RISC-V core the files IN_FILE and OUT_FILE in QEMU's
+ * working directory through semihosting (ARM: `bkpt 0xAB`; RISC-V: the marked ebreak); io_exit
+ * ends the program with the checker's status. */
 #ifndef QE_CHECKER_IO_H
 #define QE_CHECKER_IO_H
 
@@ -19,6 +20,30 @@ static int32_t semihost(uint32_t op, void *arg)
     return (int32_t)r0;
 }
 
+#elif defined(__riscv) && !defined(__linux__)
+/* RISC-V semihosting (firmware/ports/riscv/startup.c's call): an ebreak between two marker
+ * instructions, uncompressed, in one aligned 12-byte group */
+static int32_t __attribute__((noinline)) semihost(uint32_t op, void *arg)
+{
+    register uint32_t a0 __asm("a0") = op;
+    register void *a1 __asm("a1") = arg;
+    __asm volatile(".option push\n\t.option norvc\n\t.balign 16\n\t"
+                   "slli x0, x0, 0x1f\n\tebreak\n\tsrai x0, x0, 7\n\t.option pop"
+                   : "+r"(a0) : "r"(a1) : "memory");
+    return (int32_t)a0;
+}
+
+static void qe_semihost_exit(uint32_t code)
+{
+    static uint32_t block[2];
+    block[0] = 0x20026u;                        /* ADP_Stopped_ApplicationExit */
+    block[1] = code;
+    for (;;)
+        (void)semihost(0x20u, block);           /* SYS_EXIT_EXTENDED */
+}
+#endif
+
+#if (defined(__arm__) || defined(__riscv)) && !defined(__linux__)
 static int32_t in_handle, out_handle;
 
 static int32_t sh_open(const char *name, uint32_t mode)

@@ -226,7 +226,8 @@ static const int32_t *pairs_group(const int32_t *x, const int32_t *w, int32_t ac
     return w;
 }
 
-#else /* the host and the rv32 variant: the same walk in C, wrapping 32-bit packed sums split at
+#elif !defined(QE_FC_PAIRS_GROUP_OWN) /* the host (and the rv32 variant off RISC-V, whose file
+       * has its own walk on RISC-V): the same walk in C, wrapping 32-bit packed sums split at
        * each chunk's end */
 
 static const int32_t *pairs_group(const int32_t *x, const int32_t *w, int32_t acc[4])
@@ -235,7 +236,8 @@ static const int32_t *pairs_group(const int32_t *x, const int32_t *w, int32_t ac
     while ((len = *w++ / 4) != 0) {                     /* the word is 4 L */
         uint32_t s01 = 0u, s23 = 0u;
         int32_t lo;
-        /* two inputs a pass (rv32: 18 instructions per 8 MACs, no load-multiple) */
+        /* two inputs a pass (18 instructions per 8 MACs for rv32 with gcc -O2; on RISC-V
+         * rv32/fully_connected.c walks in asm instead) */
         for (; len >= 2; len -= 2, x += 2, w += 4) {
             s01 += (uint32_t)w[0] * (uint32_t)x[0] + (uint32_t)w[2] * (uint32_t)x[1];
             s23 += (uint32_t)w[1] * (uint32_t)x[0] + (uint32_t)w[3] * (uint32_t)x[1];
@@ -445,7 +447,7 @@ void qe_fully_connected_s8_pairs(const qe_fc_s8_pairs_params_t *p, const int8_t 
             xb[d] = in[d];
         }
         o = 0;
-#if defined(__ARM_ARCH_6M__)
+#if defined(__ARM_ARCH_6M__) || defined(QE_FC_STEPS_GROUPS_OWN)   /* (rv32: its file's) */
         if (steps != NULL && rows >= QE_FC_PAIRS_ROWS) {      /* the whole groups in asm */
             steps_groups_t g;
             g.xb = xb;
