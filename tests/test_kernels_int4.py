@@ -483,3 +483,93 @@ def test_the_avr_variant_under_sanitizers(tmp_module):
     exe = host_checker(tmp_module, sanitize=True, variant_fc=AVR_S4, defines=AVR, check=CHECK_S4)
     status, out = run_s4_host(exe, CASES[2::3])
     assert_all_equal(CASES[2::3], status, out)
+
+
+def test_the_avr_checker_sees_a_difference(tmp_module):
+    """One nibble of the avr stream changed (row 0's weight of d = 0, +- 1): the avr build
+    reports a difference."""
+    rng = np.random.default_rng(6)
+    c = S4Case(1, 8, 4, 3, 0, 0, 1 << 30, -1, -128, 127, rng.integers(-128, 128, 8).astype(np.int8),
+               rng.integers(-8, 8, 32).astype(np.int8), None, 0)
+    exe = host_checker(tmp_module, variant_fc=AVR_S4, defines=AVR, check=CHECK_S4)
+    assert run_s4_host(exe, [c])[0] == 0
+    enc = bytearray(c.encode())
+    enc[-c.avr()[0].size + 1] ^= 0x01
+    res = subprocess.run([str(exe)], input=bytes(enc), capture_output=True, timeout=60)
+    assert res.returncode == 1
+
+
+# On the ATmega328P under simavr: the cases in the checker's flash (tests/c/fc_s4_avr_check.c)
+CHECK_S4_AVR = Path(__file__).parent / "c" / "fc_s4_avr_check.c"
+AVR_FLASH_FOR_CASES = 16000
+
+
+def _avr_fits(c: S4Case) -> bool:
+    return c.batches * c.depth <= 768 and c.batches * c.rows <= 384 and c.avr() is not None
+
+
+def _avr_case_bytes(c: S4Case) -> int:
+    return (c.x.size + (c.w.size + 1) // 2 + c.avr()[0].size + 4 * c.rows
+            + 4 * c.avr()[1].size + 96)
+
+
+def _c_list(vals) -> str:
+    lit = lambda v: "(-2147483647 - 1)" if int(v) == -(1 << 31) else str(int(v))  # noqa: E731
+    return "{" + ", ".join(lit(v) for v in vals) + "}"
+
+
+def avr_s4_cases_header(cases: list[S4Case]) -> str:
+    from quarl_edge.converters.ops.optimized.avr.fully_connected import avr_output_stage_c
+    out, rows = [], []
+    for k, c in enumerate(cases):
+        stream, bias_p, st_ = c.avr()
+        nib = (c.w.astype(np.int64) & 15).astype(np.uint8)
+        if nib.size % 2:
+            nib = np.append(nib, np.uint8(0))
+        packed = nib[0::2] | (nib[1::2] << 4)
+        out.append(f"static const QE_FLASH int8_t c{k}_x[] = {_c_list(c.x)};")
+        out.append(f"static const QE_FLASH uint8_t c{k}_w[] = {_c_list(packed)};")
+        if c.bias is not None:
+            out.append(f"static const QE_FLASH int32_t c{k}_b[] = {_c_list(c.bias)};")
+        out.append(f"static const QE_FLASH uint8_t c{k}_s[] = {_c_list(stream)};")
+        out.append(f"static const QE_FLASH int32_t c{k}_bp[] = {_c_list(bias_p)};")
+        q = f"{c.out_offset}, {c.mult}, {c.shift}, {c.act_min}, {c.act_max}"
+        dims = f"{c.batches}u, {c.depth}u, {c.rows}u"
+        qa = (f".output_offset = {c.out_offset}, .output_multiplier = {c.mult}, "
+              f".output_shift = {c.shift}, .activation_min = {c.act_min}, "
+              f".activation_max = {c.act_max},\n"
+              + avr_output_stage_c(st_).replace("/*", "//").replace("*/", "")
+              + f".batches = {c.batches}u, .accum_depth = {c.depth}u, .output_depth = {c.rows}u")
+        rows.append(f"    {{{{{c.io}, {c.fo}, {q}, {dims}}},\n{{{qa}}},\n c{k}_x, c{k}_w, "
+                    f"{f'c{k}_b' if c.bias is not None else 'QE_FLASH_NULL'}, c{k}_s, c{k}_bp}},")
+    return "\n".join(out + ["static const QE_FLASH fc_s4_avr_case_t cases[] = {", *rows, "};", ""])
+
+
+def test_the_avr_variant_equals_reference_on_atmega328p(tmp_path, host_out):
+    """The cases that fit the ATmega328P (in flash, a checker per 16 KB of them) under simavr:
+    the asm (LPM/SWAP/MULSU dot product, the batch routine's output stage, the left-shift
+    constants) equals the board's reference on TFLite's packing and the host's outputs."""
+    from helpers_fc_checker import run_simavr
+    idx = [k for k, c in enumerate(CASES) if _avr_fits(c)]
+    assert len(idx) > 150
+    assert len([k for k in idx if CASES[k].avr()[2]["fast"] and CASES[k].shift >= 0]) > 10
+    groups, cur, size = [], [], 0
+    for k in idx:
+        b = _avr_case_bytes(CASES[k])
+        if cur and size + b > AVR_FLASH_FOR_CASES:
+            groups.append(cur)
+            cur, size = [], 0
+        cur.append(k)
+        size += b
+    groups += [cur] if cur else []
+    for j, g in enumerate(groups):
+        cases = [CASES[k] for k in g]
+        outs = run_simavr(CHECK_S4_AVR, AVR_S4, avr_s4_cases_header(cases), len(cases), tmp_path,
+                          f"s4avr{j}")
+        for k, o in zip(g, outs):
+            assert o == host_out[k][0], f"case {k}: the board's avr kernel differs from the host's"
+    dis = subprocess.run(["avr-objdump", "-d", str(tmp_path / "s4avr0" / "fc_s4_avr_check.elf")],
+                         capture_output=True, text=True).stdout
+    for fn in ("qe_avr_fc_s4_dot4", "qe_avr_fc_s4_batch"):
+        body = dis.split(f"<{fn}>:", 1)[1].split("\n\n", 1)[0]
+        assert "mulsu" in body and "lpm" in body and "swap" in body, fn
