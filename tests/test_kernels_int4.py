@@ -10,7 +10,10 @@ or 8), 1-3 batches; offsets, biases, multipliers and shifts at their extremes, t
 at the generator's bound; output stages requant_mm_t's and the left shifts' (the asm groups) and
 the others.
 On the host (the portable path; again under ASan/UBSan) and on mps2-an386 under QEMU (SMLAD), whose
-outputs must also be the host's, byte for byte."""
+outputs must also be the host's, byte for byte. The avr variant's int4 stream (avr_s4_stream,
+qe_fully_connected_s4_avr) the same way: its blocks in every checker, its host path (and under
+ASan/UBSan), and its asm on the ATmega328P under simavr (tests/c/fc_s4_avr_check.c), plus the
+stream's 16-bit chunk proof and the left-shift output stage against qmath."""
 from __future__ import annotations
 
 import re
