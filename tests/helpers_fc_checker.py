@@ -6,6 +6,7 @@ tests/test_conv_kernels_optimized.py."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -114,3 +115,41 @@ def m0_cases(cases: list[Case]) -> list[Case]:
     """The cases that fit the checker's small buffers (16 KiB of RAM on the micro:bit)."""
     return [c for c in cases if c.batches * c.depth <= 1024 and c.rows * c.depth <= 2048
             and c.rows <= 64 and ((c.rows + 3) // 4 * 4) * ((c.depth + 3) // 4 * 4) // 2 <= 1024]
+
+
+def run_simavr(check: Path, variant: Path, header: str, n_cases: int, tmp: Path,
+               name: str) -> list[bytes]:
+    """Build an AVR checker (tests/c/fc_avr_check.c, fc_s4_avr_check.c) with its cases in flash
+    (`header`, written as fc_avr_cases.h) for the atmega328p (its board flags), run it under
+    simavr, and return the variant's outputs per case; every case must match the board's
+    reference (status 0)."""
+    board = get_board("atmega328p")
+    if shutil.which(board.cc) is None or shutil.which("simavr") is None:
+        pytest.skip("avr-gcc or simavr is not installed")
+    d = tmp / name
+    d.mkdir()
+    (d / "fc_avr_cases.h").write_text(header)
+    elf = d / f"{check.stem}.elf"
+    cmd = [board.cc, *COMMON_CFLAGS, *(expand_flag(board, f) for f in board.cflags),
+           f"-I{FW / 'core'}", f"-I{d}", str(check), str(variant), str(FW / "core" / "requant.c"),
+           "-o", str(elf), *(expand_flag(board, f) for f in board.ldflags)]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    res = subprocess.run(["simavr", "-m", "atmega328p", "-f", "16000000", str(elf)],
+                         capture_output=True, timeout=300)
+    # simavr prints what the firmware sends on USART0 to stderr, a line at a time (in colour)
+    text = re.sub(r"\x1b\[[0-9;]*m", "", (res.stdout + res.stderr).decode(errors="replace"))
+    lines = [ln.strip().rstrip(".") for ln in text.splitlines()]
+    lines = [ln for ln in lines if ln and (ln[0] in "CE" or all(ch in "0123456789abcdef" for ch in ln))]
+    assert lines and lines[-1] == "END 0", (lines[-5:], res.stderr[-2000:])
+    outs, cur = [], None
+    for ln in lines[:-1]:
+        if ln.startswith("C "):
+            _, k, bad = ln.split()
+            assert bad == "0", f"case {k}: the avr variant differs from the reference on the board"
+            cur = bytearray()
+            outs.append(cur)
+        else:
+            cur += bytes.fromhex(ln)
+    assert len(outs) == n_cases
+    return [bytes(o) for o in outs]

@@ -2,8 +2,13 @@
 Micro on the emulated boards: mps2-an386 (the cortex-m-dsp variant: depths <= 128 on its int4
 layout, qe_fully_connected_s4_packed; deeper ones on TFLite's packing, groups of 8 weights by
 SMLAD, the reference over 256), microbit (the cortex-m0 variant's row pairs,
-qe_fully_connected_s4_pairs) and atmega328p (the reference reading the packed bytes from
-flash)."""
+qe_fully_connected_s4_pairs) and atmega328p (the avr variant's int4 stream,
+qe_fully_connected_s4_avr: nibbles + 8, two rows a byte, LPM/SWAP/MULSU into 16-bit chunk
+sums); on the ATmega328P also the CartPole int8x4 policy and a random int8x4 MLP with padded row
+groups, and a short HIL run whose actions are TF Lite Micro's."""
+import shutil
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -44,3 +49,53 @@ def test_int8x4_bit_exact_on_boards(board_id, models, tmp_path):
         res = validate(models[name], board, tmp_path / name, random_n=30, seed=3)
         assert res["bit_exact"] is True, (board_id, name, res)
         assert res["latency"]["unit"] == board.cost_unit
+        if board_id == "atmega328p":
+            assert "qe_fully_connected_s4_avr(" in (tmp_path / name / "gen" / "model.c").read_text()
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def cartpole_int8x4(tmp_path_factory):
+    run = ROOT / "examples" / "cartpole_dqn"
+    cal = np.load(run / "calibration.npy").astype(np.float32)
+    path = tmp_path_factory.mktemp("cp4") / "int8x4.tflite"
+    path.write_bytes(int4_weights((run / "models" / "fp32.tflite").read_bytes(), cal))
+    return path
+
+
+def test_cartpole_int8x4_with_the_avr_variant_is_bit_exact_on_atmega328p(cartpole_int8x4, tmp_path):
+    """Every layer on the avr int4 stream (the first with a left shift: the left-shift output
+    stage), TF Lite Micro's outputs on 60 random inputs."""
+    board = get_board("atmega328p")
+    res = validate(cartpole_int8x4, board, tmp_path / "fw", random_n=60)
+    assert "optimized/avr/fully_connected_s4.c" in (tmp_path / "fw" / "build.cmd").read_text()
+    model_c = (tmp_path / "fw" / "gen" / "model.c").read_text()
+    assert model_c.count("qe_fully_connected_s4_avr(") == 3 and "qe_fully_connected_s4(" not in model_c
+    assert ".output_shift = 0," in model_c and model_c.count(".fast = 1u") == 3
+    assert res["bit_exact"] and res["mismatches"] == 0 and res["n"] == 60
+
+
+def test_a_random_int8x4_mlp_with_the_avr_variant_is_bit_exact_on_atmega328p(tmp_path):
+    """Padded row groups (37, 19, 3 rows), depth 7, RELU: TF Lite Micro's outputs."""
+    rng = np.random.default_rng(1)
+    model = tmp_path / "mlp.tflite"
+    model.write_bytes(int4_weights(convert(random_mlp(1, 7, [37, 19, 3], ["relu", "relu", "none"],
+                                                      2.0), "float"),
+                                   rng.standard_normal((64, 7)).astype(np.float32)))
+    res = validate(model, get_board("atmega328p"), tmp_path / "fw", random_n=40)
+    assert (tmp_path / "fw" / "gen" / "model.c").read_text().count("qe_fully_connected_s4_avr(") == 3
+    assert res["bit_exact"] and res["mismatches"] == 0
+
+
+def test_cartpole_int8x4_hil_on_atmega328p_acts_as_tflm(cartpole_int8x4, tmp_path):
+    """Two CartPole episodes with the board choosing every action: its returns are the reference
+    interpreters' and every action equals theirs."""
+    from quarl_edge import api
+    run = tmp_path / "run"
+    shutil.copytree(ROOT / "examples" / "cartpole_dqn", run)
+    shutil.copy(cartpole_int8x4, run / "models" / "int8x4.tflite")
+    r = api.hil(run, "atmega328p", scheme="int8x4", episodes=2)
+    assert r.matches_reference and r.actions_equal_reference
+    assert r.mean_return == r.micro_mean_return == r.tflite_mean_return

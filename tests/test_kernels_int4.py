@@ -10,7 +10,10 @@ or 8), 1-3 batches; offsets, biases, multipliers and shifts at their extremes, t
 at the generator's bound; output stages requant_mm_t's and the left shifts' (the asm groups) and
 the others.
 On the host (the portable path; again under ASan/UBSan) and on mps2-an386 under QEMU (SMLAD), whose
-outputs must also be the host's, byte for byte."""
+outputs must also be the host's, byte for byte. The avr variant's int4 stream (avr_s4_stream,
+qe_fully_connected_s4_avr) the same way: its blocks in every checker, its host path (and under
+ASan/UBSan), and its asm on the ATmega328P under simavr (tests/c/fc_s4_avr_check.c), plus the
+stream's 16-bit chunk proof and the left-shift output stage against qmath."""
 from __future__ import annotations
 
 import re
@@ -21,11 +24,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from helpers_fc_cases import FW, INT32_MAX
 from helpers_fc_checker import board_checker, host_checker, run_board, run_host
 from quarl_edge.converters.ops.fully_connected_s4 import unpack_int4
 from quarl_edge.converters.ops.optimized.common import PACKED_MAX_DEPTH
+from quarl_edge.converters.ops.optimized.avr.fully_connected_s4 import (acc_bound_of,
+                                                                        avr_output_stage_left,
+                                                                        avr_s4_stream)
 from quarl_edge.converters.ops.optimized.cortex_m0.fully_connected_s4 import s4_pairs_stream
 from quarl_edge.converters.ops.optimized.cortex_m_dsp.fully_connected_s4 import pack_fc_s4_weights
 
@@ -33,6 +41,8 @@ CHECK_S4 = Path(__file__).parent / "c" / "fc_s4_check.c"
 DSP_S4 = FW / "core" / "kernels" / "optimized" / "cortex-m-dsp" / "fully_connected_s4.c"
 M0_S4 = FW / "core" / "kernels" / "optimized" / "cortex-m0" / "fully_connected_s4.c"
 RV32_S4 = FW / "core" / "kernels" / "optimized" / "rv32" / "fully_connected_s4.c"
+AVR_S4 = FW / "core" / "kernels" / "optimized" / "avr" / "fully_connected_s4.c"
+AVR = ("-DQE_S4_AVR",)
 VARIANT = ("-DQE_S4_DSP",)
 PAIRS = ("-DQE_S4_PAIRS",)
 
@@ -70,13 +80,40 @@ class S4Case:
         except ValueError:
             return None
 
+    def avr(self):
+        """(stream, bias', the output stage's constants) of the avr int4 stream, or None
+        (computed once per case)."""
+        if "_avr" not in self.__dict__:
+            self.__dict__["_avr"] = self._make_avr()
+        return self.__dict__["_avr"]
+
+    def _make_avr(self):
+        try:
+            stream, bias_p, _ = avr_s4_stream(self.w.reshape(self.rows, self.depth), self.bias,
+                                              self.io, self.fo)
+        except ValueError:
+            return None
+        bound = acc_bound_of(self.w.reshape(self.rows, self.depth).astype(np.int64) + self.fo,
+                             bias_p)
+        return stream, bias_p, avr_output_stage_left(self.mult, self.shift, self.out_offset,
+                                                     self.act_min, self.act_max, bound)
+
+    def avr_block(self) -> bytes:
+        a = self.avr()
+        if a is None:
+            return b""
+        stream, bias_p, st = a
+        hdr = [st["sat_low"], st["sat_high"], st["fast"], st["byte_moves"], *st["m_prime"],
+               *st["round_pos"], *st["round_neg"]]
+        return struct.pack("<19i", *hdr) + bias_p.astype("<i4").tobytes() + stream.tobytes()
+
     @property
     def layout(self) -> bool:
         return self.stream()[0] is not None
 
     @property
     def out_bytes(self) -> int:
-        return self.batches * self.rows * 6
+        return self.batches * self.rows * 8
 
     def encode(self) -> bytes:
         stream, d_pad = self.stream()
@@ -85,17 +122,18 @@ class S4Case:
         h = [int(stream is not None), self.batches, self.depth, self.rows, self.io, self.fo,
              self.out_offset, self.mult, self.shift, self.act_min, self.act_max,
              int(self.bias is not None), words, d_pad, self.misalign,
-             0 if pairs is None else pairs.size]
+             0 if pairs is None else pairs.size,
+             0 if self.avr() is None else self.avr()[0].size]
         n = self.w.size
         nib = (self.w.astype(np.int64) & 15).astype(np.uint8)
         if n % 2:
             nib = np.append(nib, np.uint8(0))
         packed = (nib[0::2] | (nib[1::2] << 4)).astype(np.uint8)
         assert np.array_equal(unpack_int4(packed, n), self.w)     # TFLite's packing
-        return (struct.pack("<16i", *h) + self.x.astype(np.int8).tobytes() + packed.tobytes()
+        return (struct.pack("<17i", *h) + self.x.astype(np.int8).tobytes() + packed.tobytes()
                 + (b"" if self.bias is None else self.bias.astype("<i4").tobytes())
                 + (b"" if stream is None else stream.astype("<u4").tobytes())
-                + (b"" if pairs is None else pairs.astype("<u4").tobytes()))
+                + (b"" if pairs is None else pairs.astype("<u4").tobytes()) + self.avr_block())
 
 
 def random_case(rng: np.random.Generator, max_depth: int = 300) -> S4Case:
@@ -176,7 +214,7 @@ CASES = edge_cases() + [random_case(np.random.default_rng(1000 + k)) for k in ra
 def outputs(cases, out: bytes) -> list[list[bytes]]:
     res, pos = [], 0
     for c in cases:
-        n, k = c.batches * c.rows, 6
+        n, k = c.batches * c.rows, 8
         res.append([out[pos + j * n:pos + (j + 1) * n] for j in range(k)])
         pos += c.out_bytes
     assert pos == len(out)
@@ -257,7 +295,7 @@ def test_the_checker_sees_a_difference(tmp_module):
     enc = bytearray(c.encode())
     assert run_s4_host(host_checker(tmp_module, variant_fc=DSP_S4, defines=VARIANT,
                                     check=CHECK_S4), [c])[0] == 0
-    enc[-4 * stream.size - 4 * c.pairs().size + 1] ^= 0x10   # dsp stream's first word: row 0's
+    enc[-4 * stream.size - 4 * c.pairs().size - len(c.avr_block()) + 1] ^= 0x10   # dsp stream's first word: row 0's
     # weight of d = 0, +- 1
     exe = host_checker(tmp_module, variant_fc=DSP_S4, defines=VARIANT, check=CHECK_S4)
     res = subprocess.run([str(exe)], input=bytes(enc), capture_output=True, timeout=60)
@@ -307,7 +345,8 @@ def small_case(c: S4Case) -> bool:
     p, (s, _) = c.pairs(), c.stream()
     return (c.batches * c.depth <= 512 and (c.rows * c.depth + 1) // 2 <= 1536
             and c.batches * c.rows <= 128 and (p is None or p.size <= 1024)
-            and (s is None or s.size <= 512))
+            and (s is None or s.size <= 512)
+            and (c.avr() is None or c.avr()[0].size <= 2048))
 
 
 def test_the_pairs_cases_cover_chunks_and_stages():
@@ -357,3 +396,183 @@ def test_the_pairs_variant_compiles_for_rv32(tmp_module):
                          text=True).stdout
     body = re.split(r"\n\n[0-9a-f]+ <qe_", dis.split("<qe_fully_connected_s4_pairs>:", 1)[1])[0]
     assert body.count("\tmul\t") >= 4
+
+
+# ---------------------------------------------------------------- avr: the int4 stream (MULSU)
+def test_the_avr_stream_packs_rows_and_bias():
+    """fully_connected_s4.h's avr stream spelled out: per chunk its length, then per input
+    (u1 << 4 | u0), (u3 << 4 | u2) with u = w' + 8, a 0 byte ending the group; padding rows'
+    nibbles 0; bias' per padded row (bias + io * sum w')."""
+    w = np.array([[-8, 1, 2], [7, 0, 0], [-1, 0, 3], [0, 0, -8], [1, 1, 1]])
+    stream, bias_p, chunks = avr_s4_stream(w, np.array([10, 20, 30, 40, 50]), 2, 0)
+    assert chunks == [3, 3]
+    assert list(stream) == [3, 0xF0, 0x87, 0x89, 0x88, 0x8A, 0x0B, 0,
+                            3, 0x09, 0x00, 0x09, 0x00, 0x09, 0x00, 0]
+    assert list(bias_p) == [10 - 10, 20 + 14, 30 + 4, 40 - 16, 50 + 6, 0, 0, 0]
+    with pytest.raises(ValueError):
+        avr_s4_stream(w, None, 0, -1)                  # -8 - 1 is no int4
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), rows=st.integers(1, 9), depth=st.integers(1, 700),
+       fo=st.sampled_from([0, 0, 3, -5]))
+def test_the_avr_stream_chunks_sum_exactly_in_16_bits(seed, rows, depth, fo):
+    """The generator's proof, checked from the stream: every chunk's sum of u x lies in int16 for
+    every int8 x (u >= 0: its extremes 127 U and -128 U, U = sum u <= 256), each chunk is as long
+    as it can be (one more input breaks that, or it has 255), the nibbles are w' + 8."""
+    rng = np.random.default_rng(seed)
+    w = np.clip(rng.integers(-8, 8, (rows, depth)), -8 - fo, 7 - fo)
+    stream, _, chunks = avr_s4_stream(w, None, 0, fo)
+    u = np.zeros((-(-rows // 4) * 4, depth), np.int64)
+    u[:rows] = w + fo + 8
+    s, pos = stream.astype(np.int64), 0
+    for g in range(len(u) // 4):
+        d = 0
+        while (n := int(s[pos])) != 0:
+            by = s[pos + 1:pos + 1 + 2 * n].reshape(n, 2)
+            got = np.stack([by[:, 0] & 15, by[:, 0] >> 4, by[:, 1] & 15, by[:, 1] >> 4])
+            assert np.array_equal(got, u[g * 4:g * 4 + 4, d:d + n])
+            assert got.sum(axis=1).max() <= 256
+            if d + n < depth and n < 255:
+                assert u[g * 4:g * 4 + 4, d:d + n + 1].sum(axis=1).max() > 256
+            pos, d = pos + 1 + 2 * n, d + n
+        assert d == depth
+        pos += 1
+    assert pos == s.size and sum(chunks) == depth * (len(u) // 4)
+
+
+@settings(max_examples=200, deadline=None)
+@given(mult=st.integers(1 << 30, INT32_MAX), shift=st.integers(0, 8),
+       offset=st.integers(-128, 127), bound=st.integers(1, 1 << 22), act=st.integers(0, 3),
+       probe=st.lists(st.integers(-(1 << 22), 1 << 22), min_size=1, max_size=20))
+def test_the_avr_left_shift_stage_is_requantize_output(mult, shift, offset, bound, act, probe):
+    """avr_output_stage_left's constants, run as the avr asm runs them (avr_output_stage_value),
+    give qmath.requantize_output (TFLM's) for every reachable accumulator: around both
+    saturation bounds and at random ones."""
+    from quarl_edge.converters import qmath
+    from quarl_edge.converters.ops.optimized.avr.fully_connected import avr_output_stage_value
+    lo, hi = [(-128, 127), (-128, 127), (0, 127), (-100, 90)][act]
+    st_ = avr_output_stage_left(mult, shift, offset, lo, hi, bound)
+    if shift > 7 or bound << shift > INT32_MAX:
+        assert st_["fast"] == 0
+        return
+    assert st_["fast"] == 1
+    xs = {-bound, bound, 0, 1, -1} | {p for p in probe if abs(p) <= bound}
+    for b in (st_["sat_low"], st_["sat_high"]):
+        xs |= {v for v in range(b - 3, b + 4) if abs(v) <= bound}
+    for x in xs:
+        want = qmath.requantize_output(x, mult, shift, offset, lo, hi)
+        assert avr_output_stage_value(st_, x, offset, lo, hi) == want, x
+
+
+def test_the_avr_cases_cover_the_stream_and_both_fast_stages():
+    avr = [c for c in CASES if c.avr() is not None]
+    assert len(avr) > 250
+    fast = [c for c in avr if c.avr()[2]["fast"]]
+    assert len([c for c in fast if c.shift >= 0]) > 20 and len([c for c in fast if c.shift < 0]) > 40
+    assert len(avr) - len(fast) > 40
+    assert any(c.depth > 64 for c in avr) and any(c.fo != 0 for c in avr)
+
+
+def test_the_avr_variant_equals_reference_on_the_host(tmp_module, host_out):
+    """The avr file's host path (its C walk of the stream with the same wrapping 16- and 24-bit
+    sums, and the fast output stage as the asm computes it) against the reference."""
+    exe = host_checker(tmp_module, variant_fc=AVR_S4, defines=AVR, check=CHECK_S4)
+    status, out = run_s4_host(exe, CASES)
+    assert_all_equal(CASES, status, out, host=host_out)
+
+
+def test_the_avr_variant_under_sanitizers(tmp_module):
+    exe = host_checker(tmp_module, sanitize=True, variant_fc=AVR_S4, defines=AVR, check=CHECK_S4)
+    status, out = run_s4_host(exe, CASES[2::3])
+    assert_all_equal(CASES[2::3], status, out)
+
+
+def test_the_avr_checker_sees_a_difference(tmp_module):
+    """One nibble of the avr stream changed (row 0's weight of d = 0, +- 1): the avr build
+    reports a difference."""
+    rng = np.random.default_rng(6)
+    c = S4Case(1, 8, 4, 3, 0, 0, 1 << 30, -1, -128, 127, rng.integers(-128, 128, 8).astype(np.int8),
+               rng.integers(-8, 8, 32).astype(np.int8), None, 0)
+    exe = host_checker(tmp_module, variant_fc=AVR_S4, defines=AVR, check=CHECK_S4)
+    assert run_s4_host(exe, [c])[0] == 0
+    enc = bytearray(c.encode())
+    enc[-c.avr()[0].size + 1] ^= 0x01
+    res = subprocess.run([str(exe)], input=bytes(enc), capture_output=True, timeout=60)
+    assert res.returncode == 1
+
+
+# On the ATmega328P under simavr: the cases in the checker's flash (tests/c/fc_s4_avr_check.c)
+CHECK_S4_AVR = Path(__file__).parent / "c" / "fc_s4_avr_check.c"
+AVR_FLASH_FOR_CASES = 16000
+
+
+def _avr_fits(c: S4Case) -> bool:
+    return c.batches * c.depth <= 768 and c.batches * c.rows <= 384 and c.avr() is not None
+
+
+def _avr_case_bytes(c: S4Case) -> int:
+    return (c.x.size + (c.w.size + 1) // 2 + c.avr()[0].size + 4 * c.rows
+            + 4 * c.avr()[1].size + 96)
+
+
+def _c_list(vals) -> str:
+    lit = lambda v: "(-2147483647 - 1)" if int(v) == -(1 << 31) else str(int(v))  # noqa: E731
+    return "{" + ", ".join(lit(v) for v in vals) + "}"
+
+
+def avr_s4_cases_header(cases: list[S4Case]) -> str:
+    from quarl_edge.converters.ops.optimized.avr.fully_connected import avr_output_stage_c
+    out, rows = [], []
+    for k, c in enumerate(cases):
+        stream, bias_p, st_ = c.avr()
+        nib = (c.w.astype(np.int64) & 15).astype(np.uint8)
+        if nib.size % 2:
+            nib = np.append(nib, np.uint8(0))
+        packed = nib[0::2] | (nib[1::2] << 4)
+        out.append(f"static const QE_FLASH int8_t c{k}_x[] = {_c_list(c.x)};")
+        out.append(f"static const QE_FLASH uint8_t c{k}_w[] = {_c_list(packed)};")
+        if c.bias is not None:
+            out.append(f"static const QE_FLASH int32_t c{k}_b[] = {_c_list(c.bias)};")
+        out.append(f"static const QE_FLASH uint8_t c{k}_s[] = {_c_list(stream)};")
+        out.append(f"static const QE_FLASH int32_t c{k}_bp[] = {_c_list(bias_p)};")
+        q = f"{c.out_offset}, {c.mult}, {c.shift}, {c.act_min}, {c.act_max}"
+        dims = f"{c.batches}u, {c.depth}u, {c.rows}u"
+        qa = (f".output_offset = {c.out_offset}, .output_multiplier = {c.mult}, "
+              f".output_shift = {c.shift}, .activation_min = {c.act_min}, "
+              f".activation_max = {c.act_max},\n"
+              + avr_output_stage_c(st_).replace("/*", "//").replace("*/", "")
+              + f".batches = {c.batches}u, .accum_depth = {c.depth}u, .output_depth = {c.rows}u")
+        rows.append(f"    {{{{{c.io}, {c.fo}, {q}, {dims}}},\n{{{qa}}},\n c{k}_x, c{k}_w, "
+                    f"{f'c{k}_b' if c.bias is not None else 'QE_FLASH_NULL'}, c{k}_s, c{k}_bp}},")
+    return "\n".join(out + ["static const QE_FLASH fc_s4_avr_case_t cases[] = {", *rows, "};", ""])
+
+
+def test_the_avr_variant_equals_reference_on_atmega328p(tmp_path, host_out):
+    """The cases that fit the ATmega328P (in flash, a checker per 16 KB of them) under simavr:
+    the asm (LPM/SWAP/MULSU dot product, the batch routine's output stage, the left-shift
+    constants) equals the board's reference on TFLite's packing and the host's outputs."""
+    from helpers_fc_checker import run_simavr
+    idx = [k for k, c in enumerate(CASES) if _avr_fits(c)]
+    assert len(idx) > 150
+    assert len([k for k in idx if CASES[k].avr()[2]["fast"] and CASES[k].shift >= 0]) > 10
+    groups, cur, size = [], [], 0
+    for k in idx:
+        b = _avr_case_bytes(CASES[k])
+        if cur and size + b > AVR_FLASH_FOR_CASES:
+            groups.append(cur)
+            cur, size = [], 0
+        cur.append(k)
+        size += b
+    groups += [cur] if cur else []
+    for j, g in enumerate(groups):
+        cases = [CASES[k] for k in g]
+        outs = run_simavr(CHECK_S4_AVR, AVR_S4, avr_s4_cases_header(cases), len(cases), tmp_path,
+                          f"s4avr{j}")
+        for k, o in zip(g, outs):
+            assert o == host_out[k][0], f"case {k}: the board's avr kernel differs from the host's"
+    dis = subprocess.run(["avr-objdump", "-d", str(tmp_path / "s4avr0" / "fc_s4_avr_check.elf")],
+                         capture_output=True, text=True).stdout
+    for fn in ("qe_avr_fc_s4_dot4", "qe_avr_fc_s4_batch"):
+        body = dis.split(f"<{fn}>:", 1)[1].split("\n\n", 1)[0]
+        assert "mulsu" in body and "lpm" in body and "swap" in body, fn

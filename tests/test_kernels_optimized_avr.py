@@ -5,7 +5,6 @@ simavr (the cases compiled into the checker's flash, tests/c/fc_avr_check.c); en
 CartPole int8 policy and a random int8 MLP are bit-exact with TF Lite Micro."""
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -14,14 +13,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from helpers_fc_cases import (AVR, AVR_DEFINES, AVR_FC, AVR_VARIANT, FW, INT32_MIN, PACKED, ROOT, S8,
+from helpers_fc_cases import (AVR, AVR_DEFINES, AVR_FC, AVR_VARIANT, INT32_MIN, PACKED, ROOT, S8,
                               Case, as_avr, avr_output_stage_cases, fc_case, output_stage_cases,
                               packed_edge_cases, twin_outputs)
-from helpers_fc_checker import assert_same, host_checker, run_host
+from helpers_fc_checker import assert_same, host_checker, run_host, run_simavr
 from quarl_edge.converters.ops.optimized.avr.fully_connected import (AVR_ROWS, avr_fc_stream,
                                                                      avr_output_stage_c)
 from quarl_edge.targets.boards import get_board
-from quarl_edge.targets.build import COMMON_CFLAGS, expand_flag
 
 
 @pytest.fixture(scope="module")
@@ -169,37 +167,7 @@ def run_simavr_checker(cases: list[Case], tmp: Path, name: str) -> list[bytes]:
     """Build the checker with `cases` in flash for the atmega328p (its board flags), run it under
     simavr, and return the variant's outputs per case; every case must match the board's
     reference (status 0)."""
-    board = get_board("atmega328p")
-    if shutil.which(board.cc) is None or shutil.which("simavr") is None:
-        pytest.skip("avr-gcc or simavr is not installed")
-    d = tmp / name
-    d.mkdir()
-    (d / "fc_avr_cases.h").write_text(avr_cases_header(cases))
-    elf = d / "fc_avr_check.elf"
-    cmd = [board.cc, *COMMON_CFLAGS, *(expand_flag(board, f) for f in board.cflags),
-           f"-I{FW / 'core'}", f"-I{d}", str(AVR_CHECK), str(AVR_FC), str(FW / "core" / "requant.c"),
-           "-o", str(elf), *(expand_flag(board, f) for f in board.ldflags)]
-    res = subprocess.run(cmd, capture_output=True, text=True)
-    assert res.returncode == 0, res.stderr
-    res = subprocess.run(["simavr", "-m", "atmega328p", "-f", "16000000", str(elf)],
-                         capture_output=True, timeout=300)
-    import re
-    # simavr prints what the firmware sends on USART0 to stderr, a line at a time (in colour)
-    text = re.sub(r"\x1b\[[0-9;]*m", "", (res.stdout + res.stderr).decode(errors="replace"))
-    lines = [ln.strip().rstrip(".") for ln in text.splitlines()]
-    lines = [ln for ln in lines if ln and (ln[0] in "CE" or all(ch in "0123456789abcdef" for ch in ln))]
-    assert lines and lines[-1] == "END 0", (lines[-5:], res.stderr[-2000:])
-    outs, cur = [], None
-    for ln in lines[:-1]:
-        if ln.startswith("C "):
-            _, k, bad = ln.split()
-            assert bad == "0", f"case {k}: the avr variant differs from the reference on the board"
-            cur = bytearray()
-            outs.append(cur)
-        else:
-            cur += bytes.fromhex(ln)
-    assert len(outs) == len(cases)
-    return [bytes(o) for o in outs]
+    return run_simavr(AVR_CHECK, AVR_FC, avr_cases_header(cases), len(cases), tmp, name)
 
 
 def assert_avr_board(cases: list[Case], tmp: Path, name: str) -> None:

@@ -119,3 +119,39 @@ void qe_fully_connected_s4_pairs(const qe_fc_s8_params_t *p, const int8_t *input
         }
     }
 }
+
+/* The avr variant's stream (fully_connected_s4.h), read in the plainest way: the definition the
+ * variant's version is compared with. */
+void qe_fully_connected_s4_avr(const qe_fc_s8_avr_params_t *p, const int8_t *input,
+                               const QE_FLASH uint8_t *stream, const QE_FLASH int32_t *bias,
+                               int8_t *output)
+{
+    const uint32_t n = p->accum_depth, rows = p->output_depth;
+    uint32_t b, o, r, d, len;
+
+    for (b = 0; b < p->batches; ++b) {
+        const int8_t *in = input + b * n;
+        const QE_FLASH uint8_t *s = stream;
+        for (o = 0; o < rows; o += QE_FC_AVR_ROWS) {
+            int32_t acc[QE_FC_AVR_ROWS];
+            for (r = 0; r < QE_FC_AVR_ROWS; ++r) {
+                acc[r] = bias[o + r];
+            }
+            d = 0;
+            while ((len = *s++) != 0u) {
+                for (; len > 0u; --len, ++d, s += 2) {
+                    for (r = 0; r < QE_FC_AVR_ROWS; ++r) {
+                        const uint32_t byte = s[r / 2u];
+                        const int32_t u = (int32_t)((r % 2u) ? byte >> 4 : byte & 15u);
+                        acc[r] += (u - 8) * (int32_t)in[d];
+                    }
+                }
+            }
+            for (r = 0; r < QE_FC_AVR_ROWS && o + r < rows; ++r) {
+                output[b * rows + o + r] = (int8_t)qe_requantize_output(
+                    acc[r], p->output_multiplier, p->output_shift, p->output_offset,
+                    p->activation_min, p->activation_max);
+            }
+        }
+    }
+}

@@ -70,4 +70,23 @@ void qe_fully_connected_s4_packed(const qe_fc_s8_packed_params_t *p, const int8_
 void qe_fully_connected_s4_pairs(const qe_fc_s8_params_t *p, const int8_t *input,
                                  const QE_FLASH uint32_t *stream, int8_t *output);
 
+/* int4 weights in the avr variant's stream (converters/ops/optimized/avr/fully_connected_s4.py,
+ * avr_s4_stream): the same results as qe_fully_connected_s4, bit for bit, half a byte per weight
+ * plus a byte per chunk. Parameters: qe_fc_s8_avr_params_t (fully_connected.h: the output stage
+ * constants as for the int8 avr stream; the portable definition ignores them). Folded at
+ * generation time, exactly: w' = w + filter_offset (in [-8, 7], or the generator keeps TFLite's
+ * packing), bias' = bias + input_offset * sum_d w'; the stream holds u = w' + 8 (offset binary,
+ * 0..15: the AVR multiplies it unsigned, MULSU), so
+ *     acc[o] = bias'[o] + sum_d u[o][d] * x[d] - 8 * sum_d x[d].
+ * Layout: rows in groups of QE_FC_AVR_ROWS (4; the last padded with rows of nibbles 0, whose
+ * outputs are never stored); per group chunks, each one byte L (1..255) then per input two bytes
+ * (u[4g+1][d] << 4 | u[4g][d]) and (u[4g+3][d] << 4 | u[4g+2][d]), the chunks covering the depth
+ * in order, and a 0 byte ending the group. The generator cuts the chunks (greedily, as for the
+ * int8 stream) so that every row's sum_d u x over a chunk lies in int16 for every int8 input
+ * (sum u <= 256), and uses the stream only when every row's sum_d |w'| * 128 < 2^23, so the dot
+ * product lies in 24 bits. bias' has one int32 per padded row. */
+void qe_fully_connected_s4_avr(const qe_fc_s8_avr_params_t *p, const int8_t *input,
+                               const QE_FLASH uint8_t *stream, const QE_FLASH int32_t *bias,
+                               int8_t *output);
+
 #endif

@@ -15,7 +15,7 @@ from __future__ import annotations
 from functools import partial
 
 from ..conv import lower_conv
-from .avr.fully_connected import lower_fully_connected_avr
+from .avr.fully_connected_s4 import lower_fully_connected_avr_any
 from .cortex_m0.fully_connected import lower_fully_connected_pairs
 from .cortex_m0.quantize import lower_quantize_inv
 from .cortex_m_dsp.conv import lower_conv_packed, lower_conv_pointwise_as_fc
@@ -48,8 +48,9 @@ VARIANT_LOWERINGS = {
         "QUANTIZE": lower_quantize_inv,
     },
     "avr": {
-        # int8 per tensor: the chunked stream of 16-bit-summable runs (fully_connected.h)
-        "FULLY_CONNECTED": lower_fully_connected_avr,
+        # int8 per tensor: the chunked stream of 16-bit-summable runs (fully_connected.h); int8 x
+        # int4 per tensor: the int4 stream, two rows' nibbles per byte (fully_connected_s4.h)
+        "FULLY_CONNECTED": lower_fully_connected_avr_any,
     },
 }
 
