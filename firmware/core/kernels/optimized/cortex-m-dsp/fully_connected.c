@@ -390,27 +390,26 @@ MM_GROUPS(mm_groups_nofix, REQUANT_MM_NOFIX_ASM)
  * at the head of its weights; one batch, depth a multiple of 4, the input word-aligned): the whole
  * op in one hand-allocated asm function, its constants from the generator's params (no C set-up).
  * Issue 41: the per-call and per-group costs around mm_groups_*' MAC loop were a third of a
- * 48-wide MLP's instructions. Registers: the params p in r7 throughout; the MAC loop's as in
- * mm_groups_* (x r0, the stream r1, accumulators r2, r3, r12, lr, data r4-r6, r8-r10), the output
- * r11. The frame below the saved registers: [sp] m, round, e, the end of the current run of
- * groups' outputs, the MAC loop's entry (Thumb bit set), the real output of a padded last group;
- * [sp + 24] the widened input (QE_FC_PACKED_MAX_DEPTH / 2 words); [sp + 280] the padded group's
- * four outputs.
+ * 48-wide MLP's instructions. Registers: the MAC loop's as in mm_groups_* (x r0, the stream r1,
+ * accumulators r2, r3, r12, lr, data r4-r6, r8-r10), the output r11, r7 the frame (MM2_LOOP).
  *  - The input widened 16 values per LDM, eight SXTB16s and one STM (0.75 instructions a value;
  *    1.5 in mm_groups_*), then 4 at a time.
- *  - Per group: LDM of its four bias'' words into the accumulators (from the stream), x reset,
- *    LDR PC into the unrolled MAC loop (11 instructions per quad, as in mm_groups_*), LDM of m,
- *    round, e and the end, four outputs, CMP + BNE: 22 + 11 per quad (nofix), 29 + 11 before.
- *  - The output stage is REQUANT_MM_*'s without its QADD: the accumulator is 2 acc already (the
- *    doubled stream; the generator's bound keeps it exact), which is all QADD(acc, acc) computed
- *    where it did not saturate (dsp.h's proof: the other cases are outside the bound). _NOFIX:
- *    SMMLAR, ASR, SSAT, STRB; _FIX: the sign's ADD first (r9: free after the MAC loop). */
+ *  - Per group: LDM of its four bias'' words into the accumulators (from the stream), LDM of x
+ *    and PC (into the unrolled MAC loop: 11 instructions per quad, as in mm_groups_*), LDR PC to
+ *    the output block of this op's e, LDMDB of m, round and the end, four outputs of 3 (4 with
+ *    the sign fix) instructions, CMP + BNE: 18 + 11 per quad (nofix; 29 + 11 in mm_groups_*).
+ *  - The output stage is REQUANT_MM_*'s without its QADD and with the ASR in SSAT's shift: the
+ *    accumulator is 2 acc already (the doubled stream; the generator's bound keeps it exact),
+ *    which is all QADD(acc, acc) computed where it did not saturate (dsp.h's proof: the other
+ *    cases lie outside the bound), and SSAT #8 of (v ASR e) is the ASR then the SSAT. */
+/* Per output, with e an immediate (one block of code per e, below): _NOFIX SMMLAR, SSAT with
+ * ASR #e, STRB (3 instructions); _FIX the sign's ADD first (r9: free after the MAC loop). */
 #define MM2_NOFIX_ASM(A)                                                                      \
-    "smmlar " A ", " A ", r4, r5\n\t" "asr " A ", " A ", r6\n\t" "ssat " A ", #8, " A "\n\t"  \
+    "smmlar " A ", " A ", r4, r5\n\t" "ssat " A ", #8, " A ", asr #\\e\n\t"                   \
     "strb " A ", [r11], #1\n\t"
 #define MM2_FIX_ASM(A)                                                                        \
     "add.w r9, r5, " A ", asr #31\n\t"                                                        \
-    "smmlar " A ", " A ", r4, r9\n\t" "asr " A ", " A ", r6\n\t" "ssat " A ", #8, " A "\n\t"  \
+    "smmlar " A ", " A ", r4, r9\n\t" "ssat " A ", #8, " A ", asr #\\e\n\t"                   \
     "strb " A ", [r11], #1\n\t"
 
 MM_CHECK_(mm_fix, offsetof(qe_fc_s8_mm_params_t, fix) == 12);
@@ -418,53 +417,75 @@ MM_CHECK_(mm_entry, offsetof(qe_fc_s8_mm_params_t, entry) == 16);
 MM_CHECK_(mm_rows, offsetof(qe_fc_s8_mm_params_t, output_depth) == 20);
 MM_CHECK_(mm_depth, offsetof(qe_fc_s8_mm_params_t, accum_depth) == 24);
 
-/* One copy of the group loop (X: its labels' tag), entered with r4-r6 = m, round, e, r8 = the
- * whole groups' output end, r9 = p->entry, r11 = the output, r1 = the stream. */
-#define MM2_LOOP(X, OUT)                                                                      \
+/* One copy of the group loop (X: its labels' tag; OUT its output stage; BYTES the size of one
+ * block of four outputs, ADDR the instructions that take r10 from the first block to block e,
+ * Thumb bit set), entered with r4-r6 = m, round, e, r8 = the whole groups' output end, r9 =
+ * p->entry, r0 = the widened input, r7 = sp + 16, r11 = the output, r1 = the stream. The frame:
+ * [sp + 4] m, round, the end of the current run of groups' outputs (one LDMDB from r7 after the
+ * MAC loop); [sp + 16] the widened input's address and the MAC loop's entry (one LDM resets x and
+ * enters the loop), [sp + 24] the output block of this e; [sp + 28] the real output of a padded
+ * last group, [sp + 32] its rows; [sp + 40] the widened input (QE_FC_PACKED_MAX_DEPTH / 2 words);
+ * [sp + 296] the padded group's four outputs. The 21 output blocks (e = 1..21) are alike but for
+ * SSAT's shift: ASR by e is then no instruction of its own, and the MAC loop's end jumps to the
+ * block (LDR PC) instead. Every instruction there has its width spelt (.w), so that each block
+ * is exactly BYTES long, which the assembler checks. */
+#define MM2_LOOP(X, OUT, BYTES, ADDR)                                                         \
     ".L" X "_pre:\n\t"                                                                        \
     "adr.w r10, .L" X "_end\n\t"                                                              \
     "sub r9, r10, r9\n\t"                                                                     \
     "orr r9, r9, #1\n\t"                                                                      \
-    "stmia sp, {r4, r5, r6, r8, r9}\n\t"                                                      \
+    "adr.w r10, .L" X "_blocks\n\t"                                                           \
+    ADDR                                                                                      \
+    "strd r4, r5, [sp, #4]\n\t"                                                               \
+    "str r8, [sp, #12]\n\t"                                                                   \
+    "strd r0, r9, [sp, #16]\n\t"                                                              \
+    "str r10, [sp, #24]\n\t"                                                                  \
     "cmp r8, r11\n\t"                                                                         \
     "beq .L" X "_done\n"                                                                      \
     ".L" X "_group:\n\t"                                                                      \
     "ldmia r1!, {r2, r3, r12, lr}\n\t"                                                        \
-    "add r0, sp, #24\n\t"                                                                     \
-    "ldr pc, [sp, #16]\n"                                                                     \
+    "ldm r7, {r0, pc}\n"                                                                      \
     ".L" X "_start:\n\t"                                                                      \
     MM_Q32                                                                                    \
     "\n.L" X "_end:\n\t"                                                                      \
     ".if (.L" X "_end - .L" X "_start) - 44 * 32\n\t"                                         \
     ".error \"a QUAD_STEP is not 44 bytes\"\n\t"                                              \
     ".endif\n\t"                                                                              \
-    "ldm sp, {r4, r5, r6, r8}\n\t"                                                            \
+    "ldr.w pc, [r7, #8]\n"                                                                    \
+    ".L" X "_blocks:\n\t"                                                                     \
+    ".irp e, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21\n\t"    \
+    "ldmdb r7, {r4, r5, r8}\n\t"                                                              \
     OUT("r2") OUT("r3") OUT("r12") OUT("lr")                                                  \
-    "cmp r11, r8\n\t"                                                                         \
-    "bne .L" X "_group\n"                                                                     \
+    "cmp.w r11, r8\n\t"                                                                       \
+    "bne.w .L" X "_group\n\t"                                                                 \
+    "b.w .L" X "_done\n\t"                                                                    \
+    ".endr\n"                                                                                 \
     ".L" X "_done:\n\t"                                                                       \
-    "ldr r4, [r7, #20]\n\t"      /* the rows of a padded last group */                        \
-    "ands r4, r4, #3\n\t"                                                                     \
+    ".if (.L" X "_done - .L" X "_blocks) - 21 * " BYTES "\n\t"                                \
+    ".error \"an output block is not " BYTES " bytes\"\n\t"                                   \
+    ".endif\n\t"                                                                              \
+    "ldr r4, [sp, #32]\n\t"      /* the rows of a padded last group */                        \
+    "cmp r4, #0\n\t"                                                                          \
     "bne .L" X "_tail\n\t"                                                                    \
-    "add sp, sp, #288\n\t"                                                                    \
+    "add sp, sp, #304\n\t"                                                                    \
     "pop {r4-r11, pc}\n"                                                                      \
     ".L" X "_tail:\n\t"                                                                       \
-    "add r5, sp, #284\n\t"                                                                    \
+    "add r5, sp, #300\n\t"                                                                    \
     "cmp r11, r5\n\t"                                                                         \
     "beq .L" X "_copy\n\t"                                                                    \
-    "str r11, [sp, #20]\n\t"     /* the padded group into the scratch group */                \
+    "str r11, [sp, #28]\n\t"     /* the padded group into the scratch group */                \
     "sub r11, r5, #4\n\t"                                                                     \
     "str r5, [sp, #12]\n\t"                                                                   \
     "b .L" X "_group\n"                                                                       \
     ".L" X "_copy:\n\t"          /* its real rows to the output */                            \
-    "ldr r6, [sp, #20]\n\t"                                                                   \
+    "ldr r6, [sp, #28]\n\t"                                                                   \
     "sub r5, r5, #4\n"                                                                        \
     ".L" X "_cp:\n\t"                                                                         \
     "ldrb r8, [r5], #1\n\t"                                                                   \
     "strb r8, [r6], #1\n\t"                                                                   \
     "subs r4, r4, #1\n\t"                                                                     \
     "bne .L" X "_cp\n\t"                                                                      \
-    "add sp, sp, #288\n\t"                                                                    \
+    "add sp, sp, #304\n\t"                                                                    \
     "pop {r4-r11, pc}\n\t"
 
 __attribute__((naked)) void qe_fully_connected_s8_mm(const qe_fc_s8_mm_params_t *p,
@@ -478,12 +499,12 @@ __attribute__((naked)) void qe_fully_connected_s8_mm(const qe_fc_s8_mm_params_t 
     (void)output;
     __asm volatile(
         "push {r4-r11, lr}\n\t"
-        "sub sp, sp, #288\n\t"
+        "sub sp, sp, #304\n\t"
         "mov r7, r0\n\t"
         "mov r11, r3\n\t"
         "mov lr, r2\n\t"
         "ldr r12, [r7, #24]\n\t"        /* the depth, a multiple of 4 */
-        "add r0, sp, #24\n\t"
+        "add r0, sp, #40\n\t"
         "subs r12, r12, #16\n\t"
         "blo .Lmm_rest\n"
         ".Lmm_blk:\n\t"                 /* 16 inputs: x0|x2, x1|x3 per word, as widen_input */
@@ -511,13 +532,19 @@ __attribute__((naked)) void qe_fully_connected_s8_mm(const qe_fc_s8_mm_params_t 
         "bne .Lmm_quad\n"
         ".Lmm_widened:\n\t"
         "ldm r7, {r4, r5, r6, r8, r9, r10}\n\t"   /* m, round, e, fix, entry, rows */
-        "cmp r8, #0\n\t"
+        "add r7, sp, #16\n\t"
+        "and r12, r10, #3\n\t"
+        "str r12, [sp, #32]\n\t"        /* the padded last group's rows */
         "bic r10, r10, #3\n\t"
-        "add r8, r11, r10\n\t"          /* the whole groups' output end */
+        "add r0, sp, #40\n\t"
         "mov r1, lr\n\t"
+        "cmp r8, #0\n\t"
+        "add r8, r11, r10\n\t"          /* the whole groups' output end */
         "bne .Lmmfix_pre\n\t"
-        MM2_LOOP("mmnofix", MM2_NOFIX_ASM)
-        MM2_LOOP("mmfix", MM2_FIX_ASM));
+        MM2_LOOP("mmnofix", MM2_NOFIX_ASM, "64",
+                 "add r10, r10, r6, lsl #6\n\tsub r10, r10, #63\n\t")    /* + 64 (e - 1) + 1 */
+        MM2_LOOP("mmfix", MM2_FIX_ASM, "80",
+                 "add r12, r6, r6, lsl #2\n\tadd r10, r10, r12, lsl #4\n\tsub r10, r10, #79\n\t"));
 }
 
 /* The output stage of requant_mm_t (dsp.h): every whole group in mm_groups_*, a padded last
