@@ -420,11 +420,11 @@ MM_CHECK_(mm_depth, offsetof(qe_fc_s8_mm_params_t, accum_depth) == 24);
 /* One copy of the group loop (X: its labels' tag; OUT its output stage; BYTES the size of one
  * block of four outputs, ADDR the instructions that take r10 from the first block to block e,
  * Thumb bit set), entered with r4-r6 = m, round, e, r8 = the whole groups' output end, r9 =
- * p->entry, r0 = the widened input, r7 = sp + 16, r11 = the output, r1 = the stream. The frame:
- * [sp + 4] m, round, the end of the current run of groups' outputs (one LDMDB from r7 after the
- * MAC loop); [sp + 16] the widened input's address and the MAC loop's entry (one LDM resets x and
- * enters the loop), [sp + 24] the output block of this e; [sp + 28] the real output of a padded
- * last group, [sp + 32] its rows; [sp + 40] the widened input (QE_FC_PACKED_MAX_DEPTH / 2 words);
+ * p->entry, r7 = sp + 12, r11 = the output, r1 = the stream. The frame (one STM): [sp] m, round,
+ * the end of the current run of groups' outputs (one LDMDB from r7 after the MAC loop);
+ * [sp + 12] the widened input's address and the MAC loop's entry (one LDM resets x and enters
+ * the loop), [sp + 20] the output block of this e; [sp + 28] the real output of a padded last
+ * group, [sp + 32] its rows; [sp + 40] the widened input (QE_FC_PACKED_MAX_DEPTH / 2 words);
  * [sp + 296] the padded group's four outputs. The 21 output blocks (e = 1..21) are alike but for
  * SSAT's shift: ASR by e is then no instruction of its own, and the MAC loop's end jumps to the
  * block (LDR PC) instead. Every instruction there has its width spelt (.w), so that each block
@@ -436,11 +436,10 @@ MM_CHECK_(mm_depth, offsetof(qe_fc_s8_mm_params_t, accum_depth) == 24);
     "orr r9, r9, #1\n\t"                                                                      \
     "adr.w r10, .L" X "_blocks\n\t"                                                           \
     ADDR                                                                                      \
-    "strd r4, r5, [sp, #4]\n\t"                                                               \
-    "str r8, [sp, #12]\n\t"                                                                   \
-    "strd r0, r9, [sp, #16]\n\t"                                                              \
-    "str r10, [sp, #24]\n\t"                                                                  \
-    "cmp r8, r11\n\t"                                                                         \
+    "mov r6, r8\n\t"                                                                          \
+    "add r8, sp, #40\n\t"                                                                     \
+    "stmia sp, {r4, r5, r6, r8, r9, r10}\n\t"                                                 \
+    "cmp r6, r11\n\t"                                                                         \
     "beq .L" X "_done\n"                                                                      \
     ".L" X "_group:\n\t"                                                                      \
     "ldmia r1!, {r2, r3, r12, lr}\n\t"                                                        \
@@ -475,7 +474,7 @@ MM_CHECK_(mm_depth, offsetof(qe_fc_s8_mm_params_t, accum_depth) == 24);
     "beq .L" X "_copy\n\t"                                                                    \
     "str r11, [sp, #28]\n\t"     /* the padded group into the scratch group */                \
     "sub r11, r5, #4\n\t"                                                                     \
-    "str r5, [sp, #12]\n\t"                                                                   \
+    "str r5, [sp, #8]\n\t"                                                                    \
     "b .L" X "_group\n"                                                                       \
     ".L" X "_copy:\n\t"          /* its real rows to the output */                            \
     "ldr r6, [sp, #28]\n\t"                                                                   \
@@ -532,11 +531,10 @@ __attribute__((naked)) void qe_fully_connected_s8_mm(const qe_fc_s8_mm_params_t 
         "bne .Lmm_quad\n"
         ".Lmm_widened:\n\t"
         "ldm r7, {r4, r5, r6, r8, r9, r10}\n\t"   /* m, round, e, fix, entry, rows */
-        "add r7, sp, #16\n\t"
+        "add r7, sp, #12\n\t"
         "and r12, r10, #3\n\t"
         "str r12, [sp, #32]\n\t"        /* the padded last group's rows */
         "bic r10, r10, #3\n\t"
-        "add r0, sp, #40\n\t"
         "mov r1, lr\n\t"
         "cmp r8, #0\n\t"
         "add r8, r11, r10\n\t"          /* the whole groups' output end */
