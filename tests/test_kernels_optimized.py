@@ -262,7 +262,7 @@ def test_random_cases_on_cortex_m4(m4_elf, host_exe, cases):
 @pytest.mark.parametrize("board_id", [b for b in DSP_BOARDS if b != "mps2-an386"])
 def test_edge_cases_on_the_other_dsp_boards(tmp_module, host_exe, board_id):
     elf = board_checker(board_id, tmp_module)
-    cases = edge_cases() + packed_edge_cases()[::3]
+    cases = edge_cases() + packed_edge_cases()[::3] + mm_cases()[::3]
     _, host_out = run_host(host_exe, cases)
     status, out = run_board(board_id, elf, cases)
     assert_same(cases, status, out, [r for r, _ in split(cases, host_out)])
