@@ -16,7 +16,8 @@ from quarl_edge.converters.ops.optimized.avr.fully_connected import avr_fc_strea
 from quarl_edge.converters.ops.optimized.common import PACKED_MAX_DEPTH
 from quarl_edge.converters.ops.optimized.cortex_m0.fully_connected import (pairs_fc_stream, step_table,
                                                                            saturation_bounds)
-from quarl_edge.converters.ops.optimized.cortex_m_dsp.fully_connected import pack_fc_weights
+from quarl_edge.converters.ops.optimized.cortex_m_dsp.fully_connected import (dsp_mm_stage, mm_params,
+                                                                               pack_fc_mm, pack_fc_weights)
 
 ROOT = Path(__file__).resolve().parents[1]
 FW = ROOT / "firmware"
@@ -36,6 +37,7 @@ DSP_BOARDS = ("mps2-an386", "mps2-an500", "mps2-an505", "netduinoplus2")
 S8, PC, ACC, PACKED = 0, 1, 2, 3   # PACKED: kind S8 through the generator's packed layout
 AVR = 4                           # kind S8 through the avr variant's stream (avr_fc_stream)
 PAIRS = 5                         # kind S8 through the cortex-m0 variant's row pairs (pairs_fc_stream)
+MM = 6                            # kind S8, one batch, through the cortex-m-dsp mm stream (pack_fc_mm)
 # the 8-bit AVR variant: only qe_fully_connected_s8_avr (its other FC functions are the reference's)
 AVR_VARIANT = "avr"
 AVR_FC = FW / "core" / "kernels" / "optimized" / AVR_VARIANT / "fully_connected.c"
@@ -78,6 +80,14 @@ class Case:
             stream, bias_p, _ = pairs_fc_stream(self.w.reshape(self.rows, self.depth), self.bias,
                                                 self.input_offset, self.filter_offset)
             packed = (stream, bias_p, stream.size)
+        if self.kind == MM:
+            stream = pack_fc_mm(self.w.reshape(self.rows, self.depth), self.bias,
+                                self.input_offset, self.filter_offset)
+            assert stream is not None, "not an mm case (see as_mm)"
+            f = mm_params(self.multiplier, self.shift, self.output_offset, self.depth, self.rows)
+            words = [f[k] for k in ("multiplier", "round", "shift", "fix", "entry",
+                                    "output_depth", "accum_depth", "output_offset")]
+            packed = (stream, None, stream.size)
         h = [self.kind, self.batches, self.depth, self.rows, self.input_offset, self.filter_offset,
              self.output_offset, self.multiplier, self.shift, self.act_min, self.act_max,
              int(self.bias is not None), self.channel_stride, self.in_misalign, self.w_misalign,
@@ -106,6 +116,8 @@ class Case:
                     + struct.pack("<2i", st["sat_low"], st["sat_high"])
                     + bytes([st["fast"], *st["m_prime"], *st["round_pos"], *st["round_neg"],
                              st["byte_moves"], 0, 0, 0]))
+        elif packed and self.kind == MM:
+            out += struct.pack("<8i", *words) + packed[0].astype("<i4").tobytes()
         elif packed:
             out += packed[0].astype("<i4").tobytes() + packed[1].astype("<i4").tobytes()
         return out
@@ -276,6 +288,45 @@ def mm_stage_cases() -> list[Case]:
                                     k % 4, (k + 1) % 4, x, w, bias.astype(np.int32),
                                     np.zeros(rows, np.int64), np.zeros(rows, np.int8),
                                     np.ones(rows, np.float32)))
+    return out
+
+
+def as_mm(c: Case) -> Case | None:
+    """c (a per-tensor int8 case) as an mm-stream case (kind MM: its first batch, the input
+    aligned), or None where the generator would not give the mm stream: a depth not a multiple of
+    4 or over 128, an output stage other than dsp_mm_stage's, or the doubled bound failing."""
+    if (c.kind not in (S8, PACKED, MM) or c.depth % 4 or c.depth > PACKED_MAX_DEPTH
+            or not dsp_mm_stage(c.multiplier, c.shift, c.act_min, c.act_max)
+            or pack_fc_mm(c.w.reshape(c.rows, c.depth), c.bias, c.input_offset,
+                          c.filter_offset) is None):
+        return None
+    return dataclasses.replace(c, kind=MM, batches=1, x=c.x[:c.depth].copy(), in_misalign=0)
+
+
+def mm_cases() -> list[Case]:
+    """The mm stream's cases: the packed edge cases and mm_stage_cases where they qualify (as_mm),
+    and every depth 4..128 step 4 with 1..9 rows (every MAC loop entry, whole and padded last
+    groups, one to three groups), offsets -128 (no sign fix) and others, the largest accumulators
+    the doubled bound admits."""
+    out = [m for m in map(as_mm, packed_edge_cases() + mm_stage_cases()) if m is not None]
+    rng = np.random.default_rng(41)
+    for depth in range(4, PACKED_MAX_DEPTH + 1, 4):
+        for rows in (1 + depth // 4 % 9, 4 + depth // 8 % 6):
+            k = len(out)
+            x = rng.integers(-128, 128, depth).astype(np.int8)
+            w = rng.integers(-128, 128, rows * depth).astype(np.int8)
+            io, fo = (int(rng.integers(-127, 129)), 0) if k % 2 else (128, 0)
+            oo = (-128, 127, -1, 5)[k % 4]
+            wp = w.reshape(rows, depth).astype(np.int64)
+            room = (1 << 30) - 1 - 128 * np.abs(wp).sum(axis=1) - np.abs(io * wp.sum(axis=1))
+            bias = np.where(np.arange(rows) % 2, room, -room).astype(np.int64) \
+                if k % 3 == 0 else rng.integers(-5000, 5000, rows)
+            case = Case(MM, 1, depth, rows, io, fo, oo, (1 << 30) + 7919 * k, -1 - k % 21,
+                        -128, 127, 1, 0, k % 4, x, w, bias.astype(np.int32),
+                        np.zeros(rows, np.int64), np.zeros(rows, np.int8),
+                        np.ones(rows, np.float32))
+            assert as_mm(case) is not None
+            out.append(case)
     return out
 
 

@@ -29,7 +29,8 @@ from hypothesis import strategies as st
 
 from helpers_fc_cases import (CHECK, DSP_BOARDS, FW, INT32_MAX, M0_DEFINES, M0_FC, M0_HOST_DEFINES,
                               PACKED, PAIRS, PC, S8, VARIANT_FC, Case, avr_output_stage_cases, edge_cases, fc_case, int32_add_overflows,
-                              mm_stage_cases, output_stage_cases, packed_edge_cases, shrunk_case)
+                              MM, as_mm, mm_cases, mm_stage_cases, output_stage_cases, packed_edge_cases,
+                              shrunk_case)
 from helpers_fc_checker import (assert_same, board_checker, host_checker, m0_cases, run_board,
                                 run_host, split)
 from quarl_edge.converters.ops.optimized.common import PACKED_MAX_DEPTH
@@ -151,6 +152,30 @@ def test_edge_cases_under_sanitizers(sanitized_exe):
     assert_same(cases, status, out, twin=True)
 
 
+def test_mm_cases_under_sanitizers(sanitized_exe):
+    """The mm stream (pack_fc_mm, the reference's qe_fully_connected_s8_mm on the host): equal
+    to qe_fully_connected_s8 on the original weights and to the twin, no UB at the doubled
+    bound's edge."""
+    cases = mm_cases()
+    assert len(cases) > 150 and {c.depth for c in cases} >= set(range(4, 129, 4))
+    status, out = run_host(sanitized_exe, cases)
+    assert_same(cases, status, out, twin=True)
+
+
+def test_the_mm_stream_is_refused_past_the_doubled_bound():
+    """pack_fc_mm admits a row only while |bias'| + 128 sum |w'| < 2^30 (the doubled sums stay
+    in int32); at 2^30 the generator keeps the packed layout."""
+    from quarl_edge.converters.ops.optimized.cortex_m_dsp.fully_connected import pack_fc_mm
+    w = np.full((4, 8), 127, np.int8)
+    edge = (1 << 30) - 128 * 127 * 8
+    assert pack_fc_mm(w, np.full(4, edge - 1, np.int32), 0, 0) is not None
+    assert pack_fc_mm(w, np.full(4, edge, np.int32), 0, 0) is None
+    stream = pack_fc_mm(w, np.arange(4, dtype=np.int32), 1, 0)
+    # per group: its four bias'' (2 (bias + io sum w)) first, then the doubled weight words
+    assert list(stream[:4]) == [2 * (r + 127 * 8) for r in range(4)]
+    assert stream[4] == 2 * 127 * 65536 + 2 * 127 and stream.size == 4 + 4 * 8 // 2
+
+
 def test_output_stage_cases_under_sanitizers(sanitized_exe):
     """The requantization extremes under ASan + UBSan (-fno-sanitize-recover: a report exits
     SANITIZER_EXIT and fails run_host): no signed overflow anywhere, reference == optimized ==
@@ -179,6 +204,8 @@ def test_the_dsp_path_is_compiled_for_cortex_m4(m4_elf):
         body = dis.split(f"<{fn}>:", 1)[1].split("\n\n", 1)[0]
         assert "smlad" in body and "ldmia" in body, fn
     assert "smmlar" in dis.split("<mm_groups_nofix>:", 1)[1].split("\n\n", 1)[0]
+    body = dis.split("<qe_fully_connected_s8_mm>:", 1)[1].split("\n\n", 1)[0]
+    assert "smmlar" in body and "smlad" in body and "qadd" not in body
 
 
 def test_edge_cases_on_cortex_m4(m4_elf, host_exe):
@@ -192,6 +219,24 @@ def test_packed_edge_cases_on_cortex_m4(m4_elf, host_exe):
     """The LDM/SMLAD loop of qe_fully_connected_s8_packed on the generator's layout, and its
     output stages (mm_stage_cases: the four-instruction one)."""
     cases = packed_edge_cases() + mm_stage_cases()
+    _, host_out = run_host(host_exe, cases)
+    status, out = run_board("mps2-an386", m4_elf, cases)
+    assert_same(cases, status, out, [r for r, _ in split(cases, host_out)], twin=True)
+
+
+def test_mm_cases_on_cortex_m4(m4_elf, host_exe):
+    """qe_fully_connected_s8_mm's asm (the whole op: widening, every MAC loop entry, whole and
+    padded groups, the sign fix and not) on QEMU == the reference == the twin."""
+    cases = mm_cases()
+    _, host_out = run_host(host_exe, cases)
+    status, out = run_board("mps2-an386", m4_elf, cases)
+    assert_same(cases, status, out, [r for r, _ in split(cases, host_out)], twin=True)
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cases=st.lists(fc_case(kind=PACKED, max_depth=128, max_rows=40), min_size=10, max_size=40))
+def test_random_mm_cases_on_cortex_m4(m4_elf, host_exe, cases):
+    cases = [m for m in map(as_mm, cases) if m is not None] or mm_cases()[:3]
     _, host_out = run_host(host_exe, cases)
     status, out = run_board("mps2-an386", m4_elf, cases)
     assert_same(cases, status, out, [r for r, _ in split(cases, host_out)], twin=True)
@@ -217,7 +262,7 @@ def test_random_cases_on_cortex_m4(m4_elf, host_exe, cases):
 @pytest.mark.parametrize("board_id", [b for b in DSP_BOARDS if b != "mps2-an386"])
 def test_edge_cases_on_the_other_dsp_boards(tmp_module, host_exe, board_id):
     elf = board_checker(board_id, tmp_module)
-    cases = edge_cases() + packed_edge_cases()[::3]
+    cases = edge_cases() + packed_edge_cases()[::3] + mm_cases()[::3]
     _, host_out = run_host(host_exe, cases)
     status, out = run_board(board_id, elf, cases)
     assert_same(cases, status, out, [r for r, _ in split(cases, host_out)])

@@ -89,6 +89,9 @@ def _validate(model: Path, tmp: Path, n: int = 60) -> dict:
 def test_cartpole_int8_with_the_variant_is_bit_exact_on_mps2_an386(tmp_path):
     res = _validate(ROOT / "examples" / "cartpole_dqn" / "models" / "int8.tflite", tmp_path, 100)
     assert res["bit_exact"] and res["mismatches"] == 0 and res["n"] == 100
+    # every layer on the mm stream (one batch, depths 4 and 64, the 2-row head a padded group)
+    c = (tmp_path / "fw" / "gen" / "model.c").read_text()
+    assert c.count("qe_fully_connected_s8_mm(") == 3
 
 
 def test_cartpole_int8_with_the_m0_variant_is_bit_exact_on_microbit(tmp_path):
@@ -124,7 +127,7 @@ def test_cartpole_int8_acc_head_with_the_variant_is_bit_exact_on_mps2_an386(tmp_
 
 
 @pytest.mark.parametrize("seed,input_dim,widths", [(1, 7, [37, 19, 3]), (2, 5, [64, 64, 2]),
-                                                   (3, 13, [1, 9])])
+                                                   (3, 13, [1, 9]), (41, 8, [48, 48, 4])])
 def test_random_int8_mlps_with_the_variant_are_bit_exact_on_mps2_an386(tmp_path, seed, input_dim,
                                                                        widths):
     from helpers_models import convert, random_mlp
@@ -135,6 +138,9 @@ def test_random_int8_mlps_with_the_variant_are_bit_exact_on_mps2_an386(tmp_path,
                               rng.standard_normal((64, input_dim)).astype(np.float32)))
     res = _validate(model, tmp_path)
     assert res["bit_exact"] and res["mismatches"] == 0
+    if input_dim % 4 == 0:      # issue 41's held-out MLP shape: every layer on the mm stream
+        c = (tmp_path / "fw" / "gen" / "model.c").read_text()
+        assert c.count("qe_fully_connected_s8_mm(") == len(widths)
 
 
 @pytest.mark.parametrize("per_channel", [False, True])

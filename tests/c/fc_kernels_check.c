@@ -28,6 +28,10 @@
  *       the stream's length in words) against the reference's qe_fully_connected_s8:
  *       int32 stream[header[15]], int32 bias'[padded rows], int32 sat_low, sat_above, then the
  *       step table: uint32 present (0 or 1), lo, mul, add, and when present uint32 steps[256]
+ *   kind 6: s8 per tensor, one batch, the variant's qe_fully_connected_s8_mm on the generator's
+ *       mm stream (header[15]: its length in words) against the reference's
+ *       qe_fully_connected_s8: int32 params[8] (qe_fc_s8_mm_params_t, the generator's),
+ *       int32 stream[header[15]]
  * Output (host: stdout; board: fc_out.bin): per case the reference's output bytes, then the
  * variant's. Exit status 0 when every case matched, 1 when one did not, 2 on bad input.
  *
@@ -72,7 +76,8 @@ void qe_fully_connected_s8_acc_f32_reference(const qe_fc_s8_acc_params_t *p, con
 #include "checker_io.h"
 
 /* ------------------------------------------------------------------------------ cases */
-static int8_t input_buf[MAX_IN + 4], weights_buf[MAX_W + 4];
+/* aligned: kind 6's kernel needs a word-aligned input (misalignment 0 there) */
+static int8_t input_buf[MAX_IN + 4] __attribute__((aligned(16))), weights_buf[MAX_W + 4];
 static int32_t bias[MAX_OUT], multipliers[MAX_OUT];
 static int8_t shifts[MAX_OUT];
 static float scales[MAX_OUT];
@@ -150,6 +155,33 @@ int main(void)
             continue;
         }
 #endif
+        if (kind == 6u) {
+            qe_fc_s8_mm_params_t pm;
+            int32_t pw[8];
+            if ((uint32_t)h[15] > MAX_PACKED || batches != 1u || depth > MAX_IN
+                || rows * depth > MAX_W || rows > MAX_OUT || depth > QE_FC_PACKED_MAX_DEPTH
+                || depth == 0u || depth % 4u != 0u || rows == 0u
+                || !io_read(in, depth) || !io_read(w, rows * depth)
+                || (has_bias && !io_read(bias, 4u * rows))
+                || !io_read(pw, sizeof pw) || !io_read(packed, 4u * (uint32_t)h[15])) {
+                return io_exit(2);
+            }
+            memcpy(&pm, pw, sizeof pm);
+            memset(out_ref, 0x5A, sizeof out_ref);
+            memset(out_opt, 0xA5, sizeof out_opt);
+            {
+                const qe_fc_s8_params_t p = {h[4], h[5], h[6], h[7], h[8], h[9], h[10],
+                                             1u, (uint16_t)depth, (uint16_t)rows};
+                qe_fully_connected_s8_reference(&p, in, w, b, (int8_t *)out_ref);
+                qe_fully_connected_s8_mm(&pm, in, packed, (int8_t *)out_opt);
+            }
+            io_write(out_ref, out_bytes);
+            io_write(out_opt, out_bytes);
+            if (memcmp(out_ref, out_opt, out_bytes) != 0 || ((uint8_t *)out_opt)[out_bytes] != 0xA5u) {
+                status = 1;
+            }
+            continue;
+        }
 #ifdef QE_CHECK_AVR_LAYOUT
         if (kind == 4u) {
             if ((uint32_t)h[15] > MAX_STREAM || batches * depth > MAX_IN || rows * depth > MAX_W

@@ -190,6 +190,27 @@ void qe_fully_connected_s8_packed(const qe_fc_s8_packed_params_t *p, const int8_
     }
 }
 
+/* The mm stream (fully_connected.h, qe_fc_s8_mm_params_t), read one weight at a time: each
+ * group's bias'' words, then its words in the packed layout; the doubled sum halved exactly. */
+void qe_fully_connected_s8_mm(const qe_fc_s8_mm_params_t *p, const int8_t *input,
+                              const QE_FLASH int32_t *stream, int8_t *output)
+{
+    const uint32_t n = p->accum_depth, rows = p->output_depth;
+    const uint32_t group_words = QE_FC_PACKED_ROWS + n * QE_FC_PACKED_ROWS / 2u;
+    uint32_t o, d;
+
+    for (o = 0; o < rows; ++o) {
+        const QE_FLASH int32_t *group = stream + (o / QE_FC_PACKED_ROWS) * group_words;
+        int32_t acc = group[o % QE_FC_PACKED_ROWS];
+        for (d = 0; d < n; ++d) {
+            acc += packed_weight(group + QE_FC_PACKED_ROWS, o % QE_FC_PACKED_ROWS, d)
+                   * (int32_t)input[d];
+        }
+        output[o] = (int8_t)qe_requantize_output(acc / 2, p->multiplier, -(int32_t)p->shift,
+                                                 p->output_offset, -128, 127);
+    }
+}
+
 /* The avr variant's stream layout (fully_connected.h, qe_fc_s8_avr_params_t), read in the
  * plainest way (int32 sums): the definition the avr variant's version is compared with. */
 void qe_fully_connected_s8_avr(const qe_fc_s8_avr_params_t *p, const int8_t *input,

@@ -125,6 +125,37 @@ void qe_fully_connected_s8_packed(const qe_fc_s8_packed_params_t *p, const int8_
                                   const QE_FLASH int32_t *weights, const QE_FLASH int32_t *bias,
                                   int8_t *output);
 
+/* int8 per-tensor FULLY_CONNECTED in the "mm stream" layout (issue 41; converters/ops/optimized/
+ * cortex_m_dsp/fully_connected.py, pack_fc_mm): the same results as qe_fully_connected_s8 on the
+ * original weights, bit for bit, for the layers the cortex-m-dsp variant's four-instruction output
+ * stage fits (cortex-m-dsp/dsp.h, requant_mm_t: right shift e in [1, 21], a normalized multiplier,
+ * the full int8 range), with one batch and accum_depth a multiple of 4 (<= QE_FC_PACKED_MAX_DEPTH),
+ * the input word-aligned (the generator's arena offsets are multiples of 16).
+ *
+ * The packed layout above with two changes, both made at generation time:
+ *  - every weight word and bias' doubled: w'' = 2 w' (in [-510, 510], an int16), bias'' =
+ *    2 bias', so the accumulator is 2 acc, exactly: the generator admits the layout only when
+ *    |bias'| + sum_d |w'| * 128 < 2^30 for every row, so no partial sum of the doubled terms
+ *    leaves int32 (the DSP stage's QADD(acc, acc) is then not needed);
+ *  - each group's four bias'' words come first in its part of the one stream (the kernel loads
+ *    them into the accumulators with the same LDM that walks the weights): per group of four
+ *    rows, 4 bias'' words, then the group's padded_depth * 2 weight words as in the packed layout.
+ * The params carry requant_mm_t's constants (round = 2^(e-1) + output_offset * 2^e) and the
+ * unrolled MAC loop's entry (44 bytes a quad), both computed by the generator. */
+typedef struct {
+    int32_t multiplier;         /* m, in [2^30, 2^31) */
+    int32_t round;              /* 2^(e-1) + output_offset * 2^e */
+    uint32_t shift;             /* e = -output_shift, in [1, 21] */
+    uint32_t fix;               /* 1 unless output_offset == -128 (requant_mm_t's sign fix) */
+    uint32_t entry;             /* 44 * accum_depth / 4 (the DSP kernel's MAC loop entry) */
+    uint32_t output_depth;      /* the real rows (outputs); the stream has them padded to 4 */
+    uint32_t accum_depth;       /* a multiple of 4, <= QE_FC_PACKED_MAX_DEPTH */
+    int32_t output_offset;      /* in [-128, 127]; the activation is the full int8 range */
+} qe_fc_s8_mm_params_t;
+
+void qe_fully_connected_s8_mm(const qe_fc_s8_mm_params_t *p, const int8_t *input,
+                              const QE_FLASH int32_t *stream, int8_t *output);
+
 /* int8 per-tensor FULLY_CONNECTED in the layout of the avr variant (converters/ops/
  * fully_connected.py, avr_fc_stream): the same results as qe_fully_connected_s8 on the original
  * weights, bit for bit. Both zero points folded in at generation time, exactly:

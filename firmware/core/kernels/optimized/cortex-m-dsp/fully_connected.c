@@ -38,7 +38,9 @@
 #define qe_fully_connected_s8_pc qe_fully_connected_s8_pc_reference
 #define qe_fully_connected_s8_acc_f32 qe_fully_connected_s8_acc_f32_reference
 #define qe_fully_connected_s8_packed qe_fully_connected_s8_packed_reference
+#define qe_fully_connected_s8_mm qe_fully_connected_s8_mm_reference
 #include "../../fully_connected.c"
+#undef qe_fully_connected_s8_mm
 #undef qe_fully_connected_s8
 #undef qe_fully_connected_s8_pc
 #undef qe_fully_connected_s8_acc_f32
@@ -383,6 +385,166 @@ MM_CHECK_(depth, QE_FC_PACKED_MAX_DEPTH == 128u);
 MM_GROUPS(mm_groups_fix, REQUANT_MM_FIX_ASM)
 MM_GROUPS(mm_groups_nofix, REQUANT_MM_NOFIX_ASM)
 
+/* ------------------------------------------------------------------------ the mm stream
+ * qe_fully_connected_s8_mm (fully_connected.h: the packed layout doubled, each group's bias''
+ * at the head of its weights; one batch, depth a multiple of 4, the input word-aligned): the whole
+ * op in one hand-allocated asm function, its constants from the generator's params (no C set-up).
+ * Issue 41: the per-call and per-group costs around mm_groups_*' MAC loop were a third of a
+ * 48-wide MLP's instructions. Registers: the MAC loop's as in mm_groups_* (x r0, the stream r1,
+ * accumulators r2, r3, r12, lr, data r4-r6, r8-r10), the output r11, r7 the frame (MM2_LOOP).
+ *  - The input widened 16 values per LDM, eight SXTB16s and one STM (0.75 instructions a value;
+ *    1.5 in mm_groups_*), then 4 at a time.
+ *  - Per group: LDM of its four bias'' words into the accumulators (from the stream), LDM of x
+ *    and PC (into the unrolled MAC loop: 11 instructions per quad, as in mm_groups_*), LDR PC to
+ *    the output block of this op's e, LDMDB of m, round and the end, four outputs of 3 (4 with
+ *    the sign fix) instructions, CMP + BNE: 18 + 11 per quad (nofix; 29 + 11 in mm_groups_*).
+ *  - The output stage is REQUANT_MM_*'s without its QADD and with the ASR in SSAT's shift: the
+ *    accumulator is 2 acc already (the doubled stream; the generator's bound keeps it exact),
+ *    which is all QADD(acc, acc) computed where it did not saturate (dsp.h's proof: the other
+ *    cases lie outside the bound), and SSAT #8 of (v ASR e) is the ASR then the SSAT. */
+/* Per output, with e an immediate (one block of code per e, below): _NOFIX SMMLAR, SSAT with
+ * ASR #e, STRB (3 instructions); _FIX the sign's ADD first (r9: free after the MAC loop). */
+#define MM2_NOFIX_ASM(A)                                                                      \
+    "smmlar " A ", " A ", r4, r5\n\t" "ssat " A ", #8, " A ", asr #\\e\n\t"                   \
+    "strb " A ", [r11], #1\n\t"
+#define MM2_FIX_ASM(A)                                                                        \
+    "add.w r9, r5, " A ", asr #31\n\t"                                                        \
+    "smmlar " A ", " A ", r4, r9\n\t" "ssat " A ", #8, " A ", asr #\\e\n\t"                   \
+    "strb " A ", [r11], #1\n\t"
+
+MM_CHECK_(mm_fix, offsetof(qe_fc_s8_mm_params_t, fix) == 12);
+MM_CHECK_(mm_entry, offsetof(qe_fc_s8_mm_params_t, entry) == 16);
+MM_CHECK_(mm_rows, offsetof(qe_fc_s8_mm_params_t, output_depth) == 20);
+MM_CHECK_(mm_depth, offsetof(qe_fc_s8_mm_params_t, accum_depth) == 24);
+
+/* One copy of the group loop (X: its labels' tag; OUT its output stage; BYTES the size of one
+ * block of four outputs, ADDR the instructions that take r10 from the first block to block e,
+ * Thumb bit set), entered with r4-r6 = m, round, e, r8 = the whole groups' output end, r9 =
+ * p->entry, r7 = sp + 12, r11 = the output, r1 = the stream. The frame (one STM): [sp] m, round,
+ * the end of the current run of groups' outputs (one LDMDB from r7 after the MAC loop);
+ * [sp + 12] the widened input's address and the MAC loop's entry (one LDM resets x and enters
+ * the loop), [sp + 20] the output block of this e; [sp + 28] the real output of a padded last
+ * group, [sp + 32] its rows; [sp + 40] the widened input (QE_FC_PACKED_MAX_DEPTH / 2 words);
+ * [sp + 296] the padded group's four outputs. The 21 output blocks (e = 1..21) are alike but for
+ * SSAT's shift: ASR by e is then no instruction of its own, and the MAC loop's end jumps to the
+ * block (LDR PC) instead. Every instruction there has its width spelt (.w), so that each block
+ * is exactly BYTES long, which the assembler checks. */
+#define MM2_LOOP(X, OUT, BYTES, ADDR)                                                         \
+    ".L" X "_pre:\n\t"                                                                        \
+    "adr.w r10, .L" X "_end\n\t"                                                              \
+    "sub r9, r10, r9\n\t"                                                                     \
+    "orr r9, r9, #1\n\t"                                                                      \
+    "adr.w r10, .L" X "_blocks\n\t"                                                           \
+    ADDR                                                                                      \
+    "mov r6, r8\n\t"                                                                          \
+    "add r8, sp, #40\n\t"                                                                     \
+    "stmia sp, {r4, r5, r6, r8, r9, r10}\n\t"                                                 \
+    "cmp r6, r11\n\t"                                                                         \
+    "beq .L" X "_done\n"                                                                      \
+    ".L" X "_group:\n\t"                                                                      \
+    "ldmia r1!, {r2, r3, r12, lr}\n\t"                                                        \
+    "ldm r7, {r0, pc}\n"                                                                      \
+    ".L" X "_start:\n\t"                                                                      \
+    MM_Q32                                                                                    \
+    "\n.L" X "_end:\n\t"                                                                      \
+    ".if (.L" X "_end - .L" X "_start) - 44 * 32\n\t"                                         \
+    ".error \"a QUAD_STEP is not 44 bytes\"\n\t"                                              \
+    ".endif\n\t"                                                                              \
+    "ldr.w pc, [r7, #8]\n"                                                                    \
+    ".L" X "_blocks:\n\t"                                                                     \
+    ".irp e, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21\n\t"    \
+    "ldmdb r7, {r4, r5, r8}\n\t"                                                              \
+    OUT("r2") OUT("r3") OUT("r12") OUT("lr")                                                  \
+    "cmp.w r11, r8\n\t"                                                                       \
+    "bne.w .L" X "_group\n\t"                                                                 \
+    "b.w .L" X "_done\n\t"                                                                    \
+    ".endr\n"                                                                                 \
+    ".L" X "_done:\n\t"                                                                       \
+    ".if (.L" X "_done - .L" X "_blocks) - 21 * " BYTES "\n\t"                                \
+    ".error \"an output block is not " BYTES " bytes\"\n\t"                                   \
+    ".endif\n\t"                                                                              \
+    "ldr r4, [sp, #32]\n\t"      /* the rows of a padded last group */                        \
+    "cmp r4, #0\n\t"                                                                          \
+    "bne .L" X "_tail\n\t"                                                                    \
+    "add sp, sp, #304\n\t"                                                                    \
+    "pop {r4-r11, pc}\n"                                                                      \
+    ".L" X "_tail:\n\t"                                                                       \
+    "add r5, sp, #300\n\t"                                                                    \
+    "cmp r11, r5\n\t"                                                                         \
+    "beq .L" X "_copy\n\t"                                                                    \
+    "str r11, [sp, #28]\n\t"     /* the padded group into the scratch group */                \
+    "sub r11, r5, #4\n\t"                                                                     \
+    "str r5, [sp, #8]\n\t"                                                                    \
+    "b .L" X "_group\n"                                                                       \
+    ".L" X "_copy:\n\t"          /* its real rows to the output */                            \
+    "ldr r6, [sp, #28]\n\t"                                                                   \
+    "sub r5, r5, #4\n"                                                                        \
+    ".L" X "_cp:\n\t"                                                                         \
+    "ldrb r8, [r5], #1\n\t"                                                                   \
+    "strb r8, [r6], #1\n\t"                                                                   \
+    "subs r4, r4, #1\n\t"                                                                     \
+    "bne .L" X "_cp\n\t"                                                                      \
+    "add sp, sp, #304\n\t"                                                                    \
+    "pop {r4-r11, pc}\n\t"
+
+__attribute__((naked)) void qe_fully_connected_s8_mm(const qe_fc_s8_mm_params_t *p,
+                                                     const int8_t *input,
+                                                     const QE_FLASH int32_t *stream,
+                                                     int8_t *output)
+{
+    (void)p;
+    (void)input;
+    (void)stream;
+    (void)output;
+    __asm volatile(
+        "push {r4-r11, lr}\n\t"
+        "sub sp, sp, #304\n\t"
+        "mov r7, r0\n\t"
+        "mov r11, r3\n\t"
+        "mov lr, r2\n\t"
+        "ldr r12, [r7, #24]\n\t"        /* the depth, a multiple of 4 */
+        "add r0, sp, #40\n\t"
+        "subs r12, r12, #16\n\t"
+        "blo .Lmm_rest\n"
+        ".Lmm_blk:\n\t"                 /* 16 inputs: x0|x2, x1|x3 per word, as widen_input */
+        "ldmia r1!, {r2, r4, r6, r9}\n\t"
+        "sxtb16 r3, r2, ror #8\n\t"
+        "sxtb16 r2, r2\n\t"
+        "sxtb16 r5, r4, ror #8\n\t"
+        "sxtb16 r4, r4\n\t"
+        "sxtb16 r8, r6, ror #8\n\t"
+        "sxtb16 r6, r6\n\t"
+        "sxtb16 r10, r9, ror #8\n\t"
+        "sxtb16 r9, r9\n\t"
+        "stmia r0!, {r2, r3, r4, r5, r6, r8, r9, r10}\n\t"
+        "subs r12, r12, #16\n\t"
+        "bhs .Lmm_blk\n"
+        ".Lmm_rest:\n\t"
+        "adds r12, r12, #16\n\t"
+        "beq .Lmm_widened\n"
+        ".Lmm_quad:\n\t"
+        "ldr r2, [r1], #4\n\t"
+        "sxtb16 r3, r2, ror #8\n\t"
+        "sxtb16 r2, r2\n\t"
+        "stmia r0!, {r2, r3}\n\t"
+        "subs r12, r12, #4\n\t"
+        "bne .Lmm_quad\n"
+        ".Lmm_widened:\n\t"
+        "ldm r7, {r4, r5, r6, r8, r9, r10}\n\t"   /* m, round, e, fix, entry, rows */
+        "add r7, sp, #12\n\t"
+        "and r12, r10, #3\n\t"
+        "str r12, [sp, #32]\n\t"        /* the padded last group's rows */
+        "bic r10, r10, #3\n\t"
+        "mov r1, lr\n\t"
+        "cmp r8, #0\n\t"
+        "add r8, r11, r10\n\t"          /* the whole groups' output end */
+        "bne .Lmmfix_pre\n\t"
+        MM2_LOOP("mmnofix", MM2_NOFIX_ASM, "64",
+                 "add r10, r10, r6, lsl #6\n\tsub r10, r10, #63\n\t")    /* + 64 (e - 1) + 1 */
+        MM2_LOOP("mmfix", MM2_FIX_ASM, "80",
+                 "add r12, r6, r6, lsl #2\n\tadd r10, r10, r12, lsl #4\n\tsub r10, r10, #79\n\t"));
+}
+
 /* The output stage of requant_mm_t (dsp.h): every whole group in mm_groups_*, a padded last
  * group into a scratch group (its padding rows' weights and bias' are zeros: defined values),
  * of which only the real rows are copied. */
@@ -523,6 +685,12 @@ void qe_fully_connected_s8_packed(const qe_fc_s8_packed_params_t *p, const int8_
                                   int8_t *output)
 {
     qe_fully_connected_s8_packed_reference(p, input, weights, bias, output);
+}
+
+void qe_fully_connected_s8_mm(const qe_fc_s8_mm_params_t *p, const int8_t *input,
+                              const QE_FLASH int32_t *stream, int8_t *output)
+{
+    qe_fully_connected_s8_mm_reference(p, input, stream, output);
 }
 
 #endif /* __ARM_FEATURE_DSP */
