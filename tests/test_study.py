@@ -452,8 +452,11 @@ def test_boards_in_a_study_are_checked_and_planned(tmp_path):
     ok = GOOD.replace("episodes = 3", 'episodes = 3\nboards = ["host", "mps2-an386"]\n'
                                       "board_episodes = 2\nbench_n = 7")
     (g,) = plan(load_study(_write(tmp_path, ok)))
-    assert g.keys[3:] == [("board", "dqn", "CartPole-v1", 0, s, b)
-                             for s in ("fp32", "int8") for b in ("host", "mps2-an386")]
+    assert g.keys[3:-2] == [("board", "dqn", "CartPole-v1", 0, s, b)
+                            for s in ("fp32", "int8") for b in ("host", "mps2-an386")]
+    # and the per-op cells of the grid's one MLP policy on its exactly counting board
+    assert g.keys[-2:] == [("perop", "dqn", "CartPole-v1", 0, s, "mps2-an386")
+                           for s in ("fp32", "int8")]
     assert g.board_seeds == [0, 1] and g.task.bench_n == 7
     assert row_key({"kind": "board", "algo": "dqn", "env": "E", "seed": 0, "scheme": "int8",
                     "board": "host"}) == ("board", "dqn", "E", 0, "int8", "host")
