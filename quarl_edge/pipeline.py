@@ -29,6 +29,7 @@ from .measure.bench import bench_cell as measure_cell
 from .measure.bench import run_bench
 from .measure.hil import hil_fp32, hil_policy, run_hil
 from .measure.hil_act import run_hil_act
+from .measure.perop import perop_cell as measure_perop_cell
 from .measure.perop import run_perop
 from .measure.selection import int8_judge
 from .measure.validate import validate as run_validate
@@ -140,6 +141,13 @@ def bench(run: Path, boards: list[Board], **options) -> list[dict]:
 def bench_per_op(run: Path, boards: list[Board], **options) -> list[dict]:
     """Each op's cost per (board, scheme) (measure/perop.py)."""
     return run_perop(Path(run), boards, **options)
+
+
+def perop_cell(run_dir: Path, board: Board, scheme: str, runs: int, obs: np.ndarray
+               ) -> list[dict]:
+    """One (board, scheme) cell of bench --per-op (measure/perop.py's perop_cell): its "op"
+    rows and its "total" row; its two sessions build the normal and the per-op firmware."""
+    return measure_perop_cell(Path(run_dir), board, scheme, runs, obs)
 
 
 def validate(model: Path, board: Board, out_dir: Path, **options) -> dict:

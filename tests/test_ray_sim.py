@@ -267,7 +267,9 @@ def test_a_4_node_cluster_and_the_local_pool_make_the_same_rows(sim_cluster, tmp
 
     rows_ray = read_results(out_ray / "results.jsonl")
     rows_pool = read_results(out_pool / "results.jsonl")
-    n = 1 + len(SCHEMES) + len(SCHEMES) * len(BOARDS)   # the run, its cells, its board cells
+    # the run, its cells, its board cells, and its per-op cells (fp32 and int8 on mps2-an386,
+    # the grid's one exactly counting emulated board: study/plan.perop_plan)
+    n = 1 + len(SCHEMES) + len(SCHEMES) * len(BOARDS) + 2
     assert sum_ray["status"] == sum_pool["status"] == {"ok": n}, (sum_ray, sum_pool)
     keys_ray = [row_key(r) for r in rows_ray]
     keys_pool = [row_key(r) for r in rows_pool]
@@ -283,13 +285,16 @@ def test_a_4_node_cluster_and_the_local_pool_make_the_same_rows(sim_cluster, tmp
     # the board cells ran on nodes that advertise their board; the local pool's on no node
     ran_on = {}
     for r in rows_ray:
-        if r["kind"] == "board":
+        if r["kind"] in ("board", "perop"):
             assert f"board:{r['board']}" in boards_of[r["node"]], (r["board"], r["node"])
             ran_on.setdefault(r["board"], set()).add(r["node"][:8])
-    assert all(r["node"] is None for r in rows_pool if r["kind"] == "board")
+    assert all(r["node"] is None for r in rows_pool if r["kind"] in ("board", "perop"))
+    perop = [r for r in rows_ray if r["kind"] == "perop"]
+    assert sorted(r["scheme"] for r in perop) == ["fp32", "int8"]
+    assert all(r["board"] == "mps2-an386" and r["within"] is True for r in perop)
     # the comparison compared what it says: instruction counts on the emulated board, the HIL
     # returns and bit-exactness on both boards
-    emu = [r for r in rows_ray if r.get("board") == "mps2-an386"]
+    emu = [r for r in rows_ray if r.get("board") == "mps2-an386" and r["kind"] == "board"]
     assert emu and all(r["unit"] == "instructions" and r["cost_mean"] > 0 for r in emu)
     assert all(r["bit_exact"] is True and r["matches_reference"] is True
                for r in rows_ray if r["kind"] == "board")

@@ -452,8 +452,11 @@ def test_boards_in_a_study_are_checked_and_planned(tmp_path):
     ok = GOOD.replace("episodes = 3", 'episodes = 3\nboards = ["host", "mps2-an386"]\n'
                                       "board_episodes = 2\nbench_n = 7")
     (g,) = plan(load_study(_write(tmp_path, ok)))
-    assert g.keys[3:] == [("board", "dqn", "CartPole-v1", 0, s, b)
-                             for s in ("fp32", "int8") for b in ("host", "mps2-an386")]
+    assert g.keys[3:-2] == [("board", "dqn", "CartPole-v1", 0, s, b)
+                            for s in ("fp32", "int8") for b in ("host", "mps2-an386")]
+    # and the per-op cells of the grid's one MLP policy on its exactly counting board
+    assert g.keys[-2:] == [("perop", "dqn", "CartPole-v1", 0, s, "mps2-an386")
+                           for s in ("fp32", "int8")]
     assert g.board_seeds == [0, 1] and g.task.bench_n == 7
     assert row_key({"kind": "board", "algo": "dqn", "env": "E", "seed": 0, "scheme": "int8",
                     "board": "host"}) == ("board", "dqn", "E", 0, "int8", "host")
@@ -495,3 +498,142 @@ def test_board_cells_locally_resume_and_a_board_too_small_is_a_row(tmp_path, mon
                        capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
     assert p.returncode == 0 and "10 done, 0 runs to do" in p.stdout, p.stdout + p.stderr
     assert len(read_results(out / "results.jsonl")) == len(rows)
+
+
+# ------------------------------------------------------------------------------ per-op cells
+PEROP_STUDY = """
+[study]
+name = "families"
+seeds = [3, 4]
+schemes = ["fp32", "int8", "int16x8"]
+episodes = 3
+boards = ["host", "lm3s6965evb", "mps2-an386"]
+[[task]]
+algo = "ppo"
+env = "CartPole-v1"
+steps = 100
+boards = ["host"]
+[[task]]
+algo = "dqn"
+env = "CartPole-v1"
+steps = 100
+[[task]]
+algo = "dqn"
+env = "Acrobot-v1"
+steps = 100
+[[task]]
+algo = "dqn"
+env = "QuarlEdge/MinAtar-Breakout-v0"
+steps = 100
+schemes = ["int16x8", "int8"]
+boards = ["atmega328p", "mps2-an386"]
+[[task]]
+algo = "ppo"
+env = "QuarlEdge/CartPoleNoVel-v0"
+steps = 100
+schemes = ["int16x8"]
+"""
+
+
+def test_per_op_cells_are_planned_once_per_network_family(tmp_path):
+    """One policy per family (MLP, CNN, LSTM): the first task with an exactly counting
+    emulated board and fp32 or int8 among its schemes, its first seed, its first such board;
+    the keys come last in that run's group and nowhere else."""
+    from quarl_edge.study.plan import family, perop_plan
+    study = load_study(_write(tmp_path, PEROP_STUDY))
+    assert [family(t) for t in study.tasks] == ["mlp", "mlp", "mlp", "cnn", "lstm"]
+    # ppo CartPole has only the host (wall clock): the MLP is DQN CartPole's, on lm3s6965evb
+    # (the first emulated board of the list); the CNN's only int8 (no fp32 in its schemes) on
+    # atmega328p (simavr's cycles); the LSTM task has neither fp32 nor int8: no LSTM cell
+    assert perop_plan(study) == {
+        ("dqn", "CartPole-v1", 3): ("mlp", "lm3s6965evb", ["fp32", "int8"]),
+        ("dqn", "QuarlEdge/MinAtar-Breakout-v0", 3): ("cnn", "atmega328p", ["int8"])}
+    keys = {(g.algo, g.env, g.seed): g.keys for g in plan(study)}
+    perop = [k for ks in keys.values() for k in ks if k[0] == "perop"]
+    assert perop == [("perop", "dqn", "CartPole-v1", 3, "fp32", "lm3s6965evb"),
+                     ("perop", "dqn", "CartPole-v1", 3, "int8", "lm3s6965evb"),
+                     ("perop", "dqn", "QuarlEdge/MinAtar-Breakout-v0", 3, "int8", "atmega328p")]
+    assert keys[("dqn", "CartPole-v1", 3)][-2:] == perop[:2]
+    assert row_key({"kind": "perop", "algo": "dqn", "env": "E", "seed": 0, "scheme": "int8",
+                    "board": "b", "ops": []}) == ("perop", "dqn", "E", 0, "int8", "b")
+    # a grid without an exactly counting emulated board has no per-op cell
+    host_only = load_study(_write(tmp_path, GOOD.replace("episodes = 3",
+                                                         'episodes = 3\nboards = ["host"]')))
+    assert perop_plan(host_only) == {} and all(k[0] != "perop" for g in plan(host_only)
+                                               for k in g.keys)
+
+
+def _study_cli(cfg: Path, out: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(CLI + ["study", str(cfg), "--out", str(out), *args],
+                          capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=600)
+
+
+def test_per_op_cells_in_a_study_resume_and_the_report_draws_them(tmp_path):
+    """A real study (the example run, host + mps2-an386, fp32 and int8): two per-op rows whose
+    ops add up to the whole inference; --status counts them; a results file made before
+    per-op cells gets them on --resume (the run not retrained) and a second --resume makes
+    nothing; the report draws perop.png and its table from the rows, and the same results
+    without per-op rows report with neither."""
+    from helpers_models import cached_example_study
+    out = tmp_path / "out"
+    cfg = cached_example_study(out, ["host", "mps2-an386"], name="perop",
+                               schemes=("fp32", "int8"))
+    p = _study_cli(cfg, out, "--json")
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert json.loads(p.stdout)["status"] == {"ok": 9}
+    rows = read_results(out / "results.jsonl")
+    perop = {r["scheme"]: r for r in rows if r["kind"] == "perop"}
+    assert list(perop) == ["fp32", "int8"] and [r["kind"] for r in rows[-2:]] == ["perop"] * 2
+    for r in perop.values():
+        assert r["board"] == "mps2-an386" and r["family"] == "mlp" and r["unit"] == "instructions"
+        assert r["status"] == "ok" and r["runs"] == 20 and r["noise"] == 0
+        assert sum(op["cost"] for op in r["ops"]) == r["sum"] and r["ops"][-1]["type"] == "(return)"
+        assert r["gap"] == r["sum"] - (r["whole"] - r["overhead"]) and r["within"] is True
+        assert abs(r["gap"]) <= r["tolerance"] == (len(r["ops"]) * r["overhead"])
+        assert sum(op["share"] for op in r["ops"]) == pytest.approx(1.0)
+        fc = [op for op in r["ops"] if op["type"] == "FULLY_CONNECTED"]
+        assert [op["macs"] for op in fc] == [4 * 64, 64 * 64, 64 * 2]
+    board = {r["scheme"]: r for r in rows if r["kind"] == "board" and r["board"] == "mps2-an386"}
+    # the per-op build's whole inference is the board cell's BENCH on the same observation
+    assert perop["int8"]["whole"] == board["int8"]["cost_min"]
+    assert {op["type"] for op in perop["int8"]["ops"]} >= {"QUANTIZE", "DEQUANTIZE"}
+    status = json.loads(_study_cli(cfg, out, "--status", "--json").stdout)
+    assert (status["rows"], status["rows_done"]) == (9, 9)
+
+    # results made before the study had per-op cells: --resume makes only them
+    lines = (out / "results.jsonl").read_text().splitlines(keepends=True)
+    (out / "results.jsonl").write_text("".join(x for x in lines if '"kind": "perop"' not in x))
+    status = json.loads(_study_cli(cfg, out, "--status", "--json").stdout)
+    assert (status["rows"], status["rows_done"], status["runs_done"]) == (9, 7, 0)
+    p = _study_cli(cfg, out, "--resume")
+    assert p.returncode == 0 and "7 done, 1 runs to do" in p.stdout, p.stdout + p.stderr
+    assert "train dqn" not in p.stdout and "per-op int8 on mps2-an386: 5 ops" in p.stdout
+    again = read_results(out / "results.jsonl")
+    assert [r["kind"] for r in again[7:]] == ["perop", "perop"] and len(again) == 9
+    p = _study_cli(cfg, out, "--resume")
+    assert p.returncode == 0 and "9 done, 0 runs to do" in p.stdout, p.stdout + p.stderr
+    assert len(read_results(out / "results.jsonl")) == 9
+
+    # the report: the figure and the table, numbers from the rows
+    rep = subprocess.run(CLI + ["report", str(out / "results.jsonl"), "--out", str(tmp_path / "r")],
+                         capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=300)
+    assert rep.returncode == 0, rep.stderr[-3000:]
+    md = (tmp_path / "r" / "report.md").read_text()
+    assert "## Per-op cost" in md and "![per-op cost per policy and scheme](perop.png)" in md
+    assert (tmp_path / "r" / "perop.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    int8 = again[-1]
+    fc_cost = sum(op["cost"] for op in int8["ops"] if op["type"] == "FULLY_CONNECTED")
+    fc_share = sum(op["share"] for op in int8["ops"] if op["type"] == "FULLY_CONNECTED")
+    assert (f"| MLP: DQN CartPole-v1 seed 0 on mps2-an386 | int8 | FULLY_CONNECTED | 3 | 4,480 | "
+            f"{fc_cost:,} instructions | {100 * fc_share:.1f} % |") in md
+    assert f"5 ops sum to {int8['sum']:,} instructions" in md
+    page = (tmp_path / "r" / "report.html").read_text()
+    assert "<h2>Per-op cost</h2>" in page and page.count('src="data:image/png;base64,') >= 6
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "results.jsonl").write_text("".join(
+        x for x in lines if '"kind": "perop"' not in x))
+    rep = subprocess.run(CLI + ["report", str(tmp_path / "old" / "results.jsonl")],
+                         capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=300)
+    assert rep.returncode == 0, rep.stderr[-3000:]
+    assert "Per-op" not in (tmp_path / "old" / "report.md").read_text()
+    assert not (tmp_path / "old" / "perop.png").exists()

@@ -1,5 +1,5 @@
 """A group's work: train (or reuse) one run and make its rows, the run row, one cell per scheme,
-the n-bit sweep points and the board cells (run_board_cell).
+the n-bit sweep points, the board cells (run_board_cell) and the per-op cells (run_perop_cell).
 
 A *run* is one training of (algo, env, seed), cached in OUT/runs/<algo>-<env>-s<seed>/ and reused
 by all its schemes and sweep points: the cells of one run form a group, and a group is the unit
@@ -43,7 +43,7 @@ from ..core.run import Run, load_keras, load_run
 from ..targets.boards import get_board
 from .analysis import (batch_runner, evaluate_runner, gaussian_policy_kl, policy_kl,
                        random_policy_return, weight_quantiles, weight_stats)
-from .plan import Group, not_applicable, run_dir_name
+from .plan import BOARD_KINDS, Group, family, not_applicable, run_dir_name
 from .results import jsonable, us_per_inference
 
 
@@ -101,13 +101,13 @@ def error_reason(e: Exception) -> str:
 def run_group(group: Group, out: Path, done: set, emit: Callable[[dict], None],
               log: Callable[[str], None] = lambda s: None, boards: bool = True) -> None:
     """Train (or reuse) one run and produce its pending rows, calling emit(row) per row.
-    `boards`: also its board cells, after every other row (on Ray they are tasks of their own,
-    scheduled onto the nodes that have the board: see farm.run_ray)."""
+    `boards`: also its board and per-op cells, after every other row (on Ray they are tasks of
+    their own, scheduled onto the nodes that have the board: see farm.run_ray)."""
     algo, env_id, seed = group.algo, group.env, group.seed
     base = {"study": group.study, "algo": algo, "env": env_id, "seed": seed}
     pending = [k for k in map(tuple, group.keys) if k not in done]
-    board_keys = [k for k in pending if k[0] == "board"]
-    pending = [k for k in pending if k[0] != "board"]
+    board_keys = [k for k in pending if k[0] in BOARD_KINDS]
+    pending = [k for k in pending if k[0] not in BOARD_KINDS]
     run_dir = Path(out) / "runs" / run_dir_name(algo, env_id, seed)
     if pending:
         run = _train_or_reuse(group, run_dir, log)
@@ -117,7 +117,15 @@ def run_group(group: Group, out: Path, done: set, emit: Callable[[dict], None],
         _sweep_points(group, run, pending, base, emit)
     if boards:
         for k in board_keys:
-            emit(run_board_cell(group, k[4], k[5], out))
+            emit(run_on_board(group, k, out))
+
+
+def run_on_board(group: Group, key: tuple, out: Path) -> dict:
+    """The row of one of a group's board keys (plan.BOARD_KINDS): a board cell or a per-op
+    cell. Never raises (the two functions' rule)."""
+    kind, _, _, _, scheme, board_id = key
+    cell = run_perop_cell if kind == "perop" else run_board_cell
+    return cell(group, scheme, board_id, out)
 
 
 @dataclass
@@ -353,17 +361,25 @@ def _no_fit_numbers(text: str, build_dir: Path, board_id: str) -> dict:
     return nums
 
 
+def _bench_observation(run_dir: Path, group: Group) -> np.ndarray:
+    """The observation BENCH (and PEROP) time: the run's first calibration observation, else
+    the env's first one on the first board seed."""
+    calib = Run(run_dir).load_calibration()
+    obs = calib[0] if calib is not None else make_gym(group.env).reset(
+        seed=group.board_seeds[0])[0]
+    return np.asarray(obs, np.float32)
+
+
 def _measure_board(run_dir: Path, build_dir: Path, board, scheme: str, group: Group) -> dict:
     meta = load_run(run_dir)
     model = Run(run_dir).tflite(scheme)    # made by the scheme's cell
     env_id, seeds = group.env, list(group.board_seeds)
     head = meta.get("action_head") or default_head(make_gym(env_id).action_space)
     calib = Run(run_dir).load_calibration()
-    obs = calib[0] if calib is not None else np.asarray(
-        make_gym(env_id).reset(seed=seeds[0])[0], np.float32)
     fp32 = Fp32Episodes.for_run(run_dir, env_id, head, seeds)
     bench = pipeline.bench_cell(run_dir, board, scheme, group.task.bench_n,
-                                np.asarray(obs, np.float32), episodes=(env_id, seeds, fp32))
+                                _bench_observation(run_dir, group),
+                                episodes=(env_id, seeds, fp32))
     build_dir.mkdir(parents=True, exist_ok=True)
     n_val = group.task.validate_n
     if calib is not None:
@@ -380,3 +396,37 @@ def _measure_board(run_dir: Path, build_dir: Path, board, scheme: str, group: Gr
                          "bit_exact": v["bit_exact"], "mismatches": v["mismatches"],
                          "differing": v["differing"], "classes": v["classes"],
                          "max_abs_diff": v["max_abs_diff"]}}
+
+
+# ---------------------------------------------------------------------------- per-op cells
+# A per-op cell's "op" row keys (measure/perop.py) kept in the row's "ops" list; the others
+# (board, scheme, unit, kind) are the row's own. Its "total" row's numbers go in the row.
+_OP_KEYS = ("slot", "op", "type", "inputs", "outputs", "macs", "cost", "share", "cost_per_mac")
+_TOTAL_KEYS = ("sum", "whole", "overhead", "noise", "gap", "tolerance", "within", "runs",
+               "repeats")
+
+
+def run_perop_cell(group: Group, scheme: str, board_id: str, out: Path) -> dict:
+    """One per-op cell (plan.perop_plan): the run's `scheme` model on board `board_id` timed op
+    by op (measure/perop.py's perop_cell, `bench_n` runs, the board cells' BENCH observation).
+    Returns its row; never raises: a model the board cannot hold is a "does-not-fit" row, any
+    other failure an "error" row."""
+    algo, env_id, seed = group.algo, group.env, group.seed
+    row = {"kind": "perop", "study": group.study, "algo": algo, "env": env_id, "seed": seed,
+           "scheme": scheme, "board": board_id, "family": family(group.task), **where_row()}
+    t0 = time.perf_counter()
+    run_dir = Path(out) / "runs" / run_dir_name(algo, env_id, seed)
+    try:
+        rows = pipeline.perop_cell(run_dir, get_board(board_id), scheme, group.task.bench_n,
+                                   _bench_observation(run_dir, group))
+    except QuarlError as e:
+        status = "does-not-fit" if _NO_FIT.search(str(e)) else "error"
+        return {**row, "status": status, "reason": error_reason(e),
+                "seconds": round(time.perf_counter() - t0, 2)}
+    except Exception as e:
+        return {**row, "status": "error", "reason": error_reason(e)}
+    total = next(r for r in rows if r["kind"] == "total")
+    return {**row, "status": "ok", "unit": total["unit"],
+            "ops": [{k: r[k] for k in _OP_KEYS} for r in rows if r["kind"] == "op"],
+            **{k: total[k] for k in _TOTAL_KEYS},
+            "seconds": round(time.perf_counter() - t0, 2), "run_dir": str(run_dir)}

@@ -13,7 +13,9 @@ The config (see studies/smoke.toml, studies/classic.toml):
     distill_steps = 4000              # qat-distill-int8: env steps of student rollouts (QAT by
                                       # on-policy distillation; default qat.DistillConfig.steps)
     sweep_modes = ["weights+activations"]
-    boards = ["host", "mps2-an386"]   # board cells: every scheme's model on each board
+    boards = ["host", "mps2-an386"]   # board cells: every scheme's model on each board; the
+                                      # first emulated board counting exactly also times one
+                                      # policy per network family op by op (plan.perop_plan)
     board_episodes = 5                # HIL episodes: the first N evaluation seeds (default all)
     bench_n = 100                     # inferences per BENCH (cost per inference)
     validate_n = 200                  # calibration observations validated against TFLM

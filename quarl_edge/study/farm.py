@@ -42,8 +42,8 @@ from ..core.errors import QuarlError
 from ..core.files import loads_json
 from ..targets.boards import all_boards
 from ..targets.ports import list_ports
-from .cells import error_reason, limit_threads, quiet, run_board_cell, run_group, where_row
-from .plan import Group
+from .cells import error_reason, limit_threads, quiet, run_group, run_on_board, where_row
+from .plan import BOARD_KINDS, Group
 from .results import Writer
 
 RAY_PIN = "ray==2.60.0"
@@ -254,11 +254,11 @@ def _drive_ray(ray, todo, out, done, writer, say) -> None:
 
     def submit_boards(g):
         for k in map(tuple, g.keys):
-            if k[0] != "board" or k in writer.finished:
+            if k[0] not in BOARD_KINDS or k in writer.finished:
                 continue
             res = board_resource(k[5])
             if res not in have:
-                writer.write({"kind": "board", "study": g.study, "algo": k[1],
+                writer.write({"kind": k[0], "study": g.study, "algo": k[1],
                               "env": k[2], "seed": k[3], "scheme": k[4], "board": k[5],
                               "status": "error",
                               "reason": f"no node of the Ray cluster advertises {res} "
@@ -266,11 +266,11 @@ def _drive_ray(ray, todo, out, done, writer, say) -> None:
                                         "the board)"})
                 continue
             ref = board_task.options(num_cpus=1, resources={res: 1},
-                                     max_retries=RAY_RETRIES).remote(g, k[4], k[5], out_dir)
+                                     max_retries=RAY_RETRIES).remote(g, k, out_dir)
             active[ref] = ("board", g, k)
 
     for g in todo:
-        if any(k[0] != "board" and tuple(k) not in done for k in g.keys):
+        if any(k[0] not in BOARD_KINDS and tuple(k) not in done for k in g.keys):
             active[group_task.remote(g, out_dir, done_keys)] = ("group", g, None)
         else:               # its run and host rows are done: only board cells to do
             submit_boards(g)
@@ -285,7 +285,7 @@ def _drive_ray(ray, todo, out, done, writer, say) -> None:
             try:
                 writer.write(ray.get(handle))
             except ray.exceptions.RayError as e:   # its worker died RAY_RETRIES + 1 times
-                writer.write({"kind": "board", "study": g.study, "algo": key[1],
+                writer.write({"kind": key[0], "study": g.study, "algo": key[1],
                               "env": key[2], "seed": key[3], "scheme": key[4], "board": key[5],
                               "status": "error", "reason": _ray_reason(e)})
             continue
@@ -341,8 +341,9 @@ def _ray_group(group: Group, out_dir: str, done_keys: list):
             return
 
 
-def _ray_board(group: Group, scheme: str, board_id: str, out_dir: str) -> dict:
-    """A Ray task on a node that advertises board:<board_id>: one board cell's row."""
+def _ray_board(group: Group, key: tuple, out_dir: str) -> dict:
+    """A Ray task on a node that advertises board:<key's board>: one board or per-op cell's
+    row."""
     quiet()
     limit_threads(1)
-    return run_board_cell(group, scheme, board_id, Path(out_dir))
+    return run_on_board(group, tuple(key), Path(out_dir))

@@ -258,3 +258,55 @@ def fig_pareto(res: Results, board: str, cells: list[dict], path: Path) -> bool:
 def pareto_name(board: str) -> str:
     return "pareto_" + re.sub(r"[^A-Za-z0-9_.-]", "_", board) + ".png"
 
+
+
+def fig_perop(panels: list[tuple[str, list[dict]]], path: Path) -> bool:
+    """Per-op cost (perop_section.perop_figure_data): per policy a panel, one horizontal bar
+    per scheme, its inference split op by op in the schedule's order into each op's share of
+    the ops' sum, coloured by op type (one colour per type across the panels; ops that cost
+    nothing are not drawn), an op of at least 8 % labelled with its slot and share, and the
+    bar's whole cost per inference in the board's unit at its end."""
+    panels = [(title, rows) for title, rows in panels if rows]
+    if not panels:
+        return False
+    plt = _plt()
+    types = list(dict.fromkeys(op["type"] for _, rows in panels for r in rows
+                               for op in r["ops"] if op["cost"]))
+    cmap = plt.get_cmap("tab10")
+    colour = {t: cmap(i % 10) for i, t in enumerate(types)}
+    fig, axes = plt.subplots(len(panels), 1, squeeze=False,
+                             figsize=_figsize(9.0, 1.2 + sum(0.6 + 0.45 * len(rows)
+                                                             for _, rows in panels)),
+                             gridspec_kw={"height_ratios": [0.6 + len(rows)
+                                                            for _, rows in panels]})
+    for ax, (title, rows) in zip(axes.flat, panels):
+        for i, r in enumerate(rows):
+            left = 0.0
+            for op in r["ops"]:
+                share = 100 * (op["share"] or 0.0)
+                if not op["cost"]:
+                    continue
+                ax.barh(i, share, left=left, color=colour[op["type"]], height=0.6,
+                        edgecolor="white", linewidth=1.2)
+                if share >= 8:
+                    ax.text(left + share / 2, i, f"#{op['slot']}\n{share:.0f} %", ha="center",
+                            va="center", fontsize=7)
+                left += share
+            ax.text(101, i, f"{r['whole']:,} {r['unit']}", va="center", fontsize=7)
+        ax.set_yticks(range(len(rows)), [r["scheme"] for r in rows], fontsize=8)
+        ax.set_ylim(len(rows) - 0.5, -0.5)
+        ax.set_xlim(0, 122)
+        ax.set_xticks(range(0, 101, 20))
+        ax.set_xlabel("share of the inference (%), op by op in the schedule's order (#slot); "
+                      "at the end: the whole cost per inference", fontsize=8)
+        ax.tick_params(axis="x", labelsize=8)
+        ax.set_title(title, fontsize=10)
+    fig.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=colour[t]) for t in types],
+               labels=types, loc="lower center", ncol=min(4, len(types)), fontsize=7,
+               frameon=False)
+    fig.suptitle("Per-op cost: where one inference goes")
+    fig.tight_layout(rect=(0, 0.03 + 0.03 * ((len(types) + 3) // 4), 1, 1))
+    with atomic_open(path, "wb") as f:
+        fig.savefig(f, dpi=DPI, format="png")
+    plt.close(fig)
+    return True

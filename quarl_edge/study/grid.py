@@ -10,7 +10,8 @@ run_study is the driver; each step is a module of this package:
     plan.py      the groups of work, one per (algo, env, seed), and the rows each yields
     status.py    --status: how far the grid has come, and an estimate of the time left
     results.py   OUT/results.jsonl: the row format, row keys, reading, appending (Writer)
-    cells.py     a group's work in whichever process runs it: training, cells, sweep, boards
+    cells.py     a group's work in whichever process runs it: training, cells, sweep, boards,
+                 per-op cells (one policy per network family: plan.perop_plan)
     pool.py      --workers N: spawned worker processes
     farm.py      --ray ADDRESS: Ray tasks, board cells on the nodes that have the board
 
@@ -41,7 +42,8 @@ from .results import STATUS_DONE, Writer, latest_rows, lock, read_results, resul
 def _describe(row: dict) -> str:
     what = {"run": "run", "cell": row.get("scheme"),
             "sweep": f"sweep {row.get('mode')} {row.get('bits')} bits",
-            "board": f"{row.get('scheme')} on {row.get('board')}"}.get(row["kind"])
+            "board": f"{row.get('scheme')} on {row.get('board')}",
+            "perop": f"per-op {row.get('scheme')} on {row.get('board')}"}.get(row["kind"])
     head = f"{row['algo']:4s} {row['env']:24s} seed {row['seed']}  {what}"
     if row.get("status") != "ok":
         return f"{head}: {row.get('status')} ({row.get('reason')})"
@@ -54,6 +56,11 @@ def _describe(row: dict) -> str:
                 + (f" (~{us:,.1f} µs)" if us is not None else "")
                 + f", flash {row.get('flash_bytes') or 0:,} B, bit-exact "
                 f"{'yes' if row.get('bit_exact') else 'NO'}")
+    if row["kind"] == "perop":
+        top = max(row["ops"], key=lambda o: o["cost"])
+        return (f"{head}: {len(row['ops']) - 1} ops, whole {row['whole']:,} {row['unit']}, "
+                f"largest #{top['slot']} {top['type']} {100 * (top['share'] or 0):.1f} %, "
+                f"sum {'within' if row['within'] else 'NOT within'} the timer's tolerance")
     if row["kind"] == "run":
         return f"{head}: fp32 return {row['fp32_return']:.1f} (validation {row.get('best_validation_return')})"
     extra = f", agree {row['agreement']:.3f}" if row.get("agreement") is not None else ""

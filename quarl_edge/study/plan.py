@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..quant import remedies
+from ..rl.train import resolve_config
+from ..targets.boards import get_board
 from .config import Study, Sweep, Task
 
 # Algorithms whose RL loop qat.py can fine-tune in (qat.qat_finetune refuses the others).
@@ -36,6 +38,52 @@ def not_applicable(scheme: str, algo: str, env_id: str, argmax_head: bool) -> st
         return (f"{scheme} is a remedy for argmax heads (quarl_edge/quant/remedies.py); "
                 f"{env_id} has continuous actions")
     return None
+
+
+# The per-op cells (kind "perop", cells.run_perop_cell): per network family one policy, its
+# fp32 and int8 models, on one board. A board's counter is exact when it counts instructions
+# (QEMU -icount) or cycles (simavr): the same op costs the same every time, so the ops add up
+# to the whole inference within the timer's overhead alone; the host's wall clock does not.
+PEROP_SCHEMES = ("fp32", "int8")
+# The kinds of rows made on a board (key: kind, algo, env, seed, scheme, board): a group makes
+# them after its other rows; on Ray each is a task of its own on a node that has the board.
+BOARD_KINDS = ("board", "perop")
+EXACT_UNITS = ("instructions", "cycles")
+
+
+def family(task: Task) -> str:
+    """The network family a task trains, from the config train would use: "lstm" (a recurrent
+    PPO policy, net = "lstm"), "cnn" (conv layers: the MinAtar DQN) or "mlp"."""
+    config = resolve_config(task.algo, task.env, task.steps, **task.options)
+    if getattr(config, "net", "mlp") == "lstm":
+        return "lstm"
+    return "cnn" if getattr(config, "conv", ()) else "mlp"
+
+
+def perop_board(task: Task) -> str | None:
+    """The board a task's per-op cells run on: the first of its boards that is emulated and
+    counts exactly (EXACT_UNITS); None when it has none."""
+    for board_id in task.boards:
+        board = get_board(board_id)
+        if board.kind == "emulated" and board.cost_unit in EXACT_UNITS:
+            return board_id
+    return None
+
+
+def perop_plan(study: Study) -> dict[tuple, tuple[str, str, list[str]]]:
+    """{(algo, env, seed): (family, board, schemes)}: per network family in the grid, the first
+    task (in the file's order) that has a per-op board and fp32 or int8 among its schemes, on
+    its first training seed."""
+    chosen, seen = {}, set()
+    for t in study.tasks:
+        fam = family(t)
+        board = perop_board(t)
+        schemes = [s for s in PEROP_SCHEMES if s in t.schemes]
+        if fam in seen or board is None or not schemes:
+            continue
+        seen.add(fam)
+        chosen[(t.algo, t.env, t.seeds[0])] = (fam, board, schemes)
+    return chosen
 
 
 def run_dir_name(algo: str, env_id: str, seed: int) -> str:
@@ -70,8 +118,10 @@ class Group:
 
 
 def plan(study: Study) -> list[Group]:
-    """The groups of work, one per (algo, env, seed): what to train and which rows it yields."""
+    """The groups of work, one per (algo, env, seed): what to train and which rows it yields
+    (the per-op cells of perop_plan's policies last)."""
     groups = []
+    perop = perop_plan(study)
     for t in study.tasks:
         sweeps = [s for s in study.sweeps if (s.algo, s.env) == (t.algo, t.env)]
         for seed in t.seeds:
@@ -82,5 +132,8 @@ def plan(study: Study) -> list[Group]:
             for s in sw:
                 keys.append(("sweep", t.algo, t.env, seed, "fp32", 32))
                 keys += [("sweep", t.algo, t.env, seed, m, b) for m in s.modes for b in s.bits]
+            if (t.algo, t.env, seed) in perop:
+                _, board, schemes = perop[(t.algo, t.env, seed)]
+                keys += [("perop", t.algo, t.env, seed, s, board) for s in schemes]
             groups.append(Group(t, seed, sw, list(dict.fromkeys(keys)), study.name))
     return groups

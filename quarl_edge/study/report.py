@@ -14,14 +14,17 @@ than MAX_WIDTH_PX, whatever the number of tasks):
     weight_histograms.png    the kernels' weight distribution per algorithm (pooled over runs)
     model_size.png           .tflite size per (algo, env) and scheme, as a grid
     pareto_<board>.png       per board: return vs cost per inference, marker area = flash
+    perop.png                per-op cost, one policy per network family (perop_section.py;
+                             only when the results hold per-op rows)
 
 The claims are one table (claim, verdict, n, the key numbers), then the tables of numbers
 behind each verdict. Cells skipped because their scheme does not apply to the task
 (plan.not_applicable: qat-int8 outside DQN, the tie remedies for continuous actions) are said
 once per rule; only other skipped or failed rows are listed.
 
-The claims, the board section, the figures and the rendering are modules of their own
-(claims.py, board_section.py, figures.py, render.py: their docstrings say how each is computed).
+The claims, the board section, the per-op section, the figures and the rendering are modules
+of their own (claims.py, board_section.py, perop_section.py, figures.py, render.py: their
+docstrings say how each is computed).
 """
 from __future__ import annotations
 
@@ -35,9 +38,10 @@ from ..core.errors import QuarlError
 from ..core.files import write_atomic
 from .board_section import board_blocks, board_cells, int8_vs_fp32
 from .claims import BOOTSTRAP_TEXT, claims, remedy_table
-from .figures import (fig_model_size, fig_pareto, fig_return_vs_bits, fig_return_vs_scheme,
-                      fig_weight_histograms, pareto_name)
-from .plan import not_applicable, scope
+from .figures import (fig_model_size, fig_pareto, fig_perop, fig_return_vs_bits,
+                      fig_return_vs_scheme, fig_weight_histograms, pareto_name)
+from .perop_section import perop_blocks, perop_figure_data
+from .plan import BOARD_KINDS, not_applicable, scope
 from .render import fmt, pct, to_html, to_markdown
 from .results import (Results, episodes_per_seed, ordered_schemes, read_results, task_name,
                       task_of)
@@ -50,7 +54,7 @@ def _blocks(res: Results, tolerance: float, figures: dict[str, bool], source: Pa
     return [*_head_blocks(res, tolerance, source, bench), *_claim_blocks(res, tolerance),
             *_training_blocks(res), *_scheme_blocks(res, figures), *_remedy_blocks(res),
             *_sweep_blocks(res, figures), *_figure_blocks(figures), *board_blocks(res, figures),
-            *_skip_blocks(res)]
+            *perop_blocks(res, figures), *_skip_blocks(res)]
 
 
 def _head_blocks(res: Results, tolerance: float, source: Path, bench: list[Path]) -> list:
@@ -253,7 +257,7 @@ def _skip_blocks(res: Results) -> list:
         for r in unexpected:
             what = str(r.get("scheme") or (f"{r.get('mode')} {r.get('bits')}"
                                            if r["kind"] == "sweep" else ""))
-            if r["kind"] == "board":
+            if r["kind"] in BOARD_KINDS:
                 what += f" on {r.get('board')}"
             grouped[(r["kind"], task_name(task_of(r)), what, str(r.get("status")),
                      str(r.get("reason", "")))].append(str(r.get("seed")))
@@ -315,7 +319,7 @@ def write_report(results: Path, out: Path | None = None, tolerance: float = 0.05
     rows = read_results(results)
     if not rows:
         raise QuarlError(f"{results} holds no rows")
-    bad = [r for r in rows if r.get("kind") not in ("run", "cell", "sweep", "board")]
+    bad = [r for r in rows if r.get("kind") not in ("run", "cell", "sweep", "board", "perop")]
     if bad:
         raise QuarlError(f"{results}: rows of unknown kind {bad[0].get('kind')!r}: not a study's "
                          "results file (bench rows go with --bench)")
@@ -335,6 +339,8 @@ def write_report(results: Path, out: Path | None = None, tolerance: float = 0.05
     for board in sorted({c["board"] for c in cells}):
         name = pareto_name(board)
         figures[name] = fig_pareto(res, board, cells, out / name)
+    if res.perop_ok:    # (no file, no key without per-op rows: older reports stay as they were)
+        figures["perop"] = fig_perop(perop_figure_data(res), out / "perop.png")
     write_atomic(out / "boards.json", json.dumps(
         {"cells": [{**c, "task": list(c["task"])} for c in cells],
          "int8_vs_fp32": int8_vs_fp32(cells)}, indent=2) + "\n")

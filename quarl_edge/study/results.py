@@ -18,6 +18,13 @@ fsync'ed per row, with plain strings and numbers:
                      tflite-runtime's reference kernels, agreement with fp32), us_per_inference,
                      bit_exact and validate (measure/validate.py's classes), and where it ran
                      (node, host, pid)
+    {"kind": "perop", ..., "scheme": "int8", "board": "mps2-an386", "family": "mlp",
+                     "status": "ok" | "does-not-fit" | "error", ...}  a per-op cell
+                     (cells.run_perop_cell; plan.perop_plan picks one policy per network
+                     family and its board): measure/perop.py's "op" rows as "ops" (slot, op,
+                     type, inputs, outputs, macs, cost, share, cost_per_mac) and its "total"
+                     row's numbers (sum, whole, overhead, noise, gap, tolerance, within, runs,
+                     repeats), in the board's unit
 
 Rows are read with today's keys (measure/rows.py's migrate): a file written before under older
 names (a board row's "precision" beside its "scheme") reads as one written now.
@@ -38,7 +45,7 @@ import numpy as np
 from ..core.errors import QuarlError
 from ..core.files import check_inside, loads_json, open_append, open_lock, read_own, writing
 from ..measure.rows import migrate
-from .plan import Group
+from .plan import BOARD_KINDS, Group
 from .statistics import normalised_loss
 
 # Rows --resume keeps; "does-not-fit": a board cell whose firmware the board cannot hold
@@ -53,7 +60,7 @@ def row_key(row: dict) -> tuple:
         return base + (row.get("scheme"),)
     if kind == "sweep":
         return base + (row.get("mode"), row.get("bits"))
-    if kind == "board":
+    if kind in BOARD_KINDS:
         return base + (row.get("scheme"), row.get("board"))
     return base
 
@@ -190,7 +197,7 @@ class Writer:
                    "seed": seed, "status": "error", "reason": reason}
             if kind == "cell":
                 row["scheme"] = rest[0]
-            elif kind == "board":
+            elif kind in BOARD_KINDS:
                 row["scheme"], row["board"] = rest
             elif kind == "sweep":
                 row["mode"], row["bits"] = rest
@@ -261,11 +268,15 @@ class Results:
         self.ok_cells = [r for r in self.cells if r.get("status") == "ok"]
         self.sweep = [r for r in self.all if r["kind"] == "sweep" and r.get("status") == "ok"]
         self.other = [r for r in self.all if r.get("status") not in ("ok",)
-                      and not (r["kind"] == "board" and r.get("status") in ("skipped", "does-not-fit"))]
+                      and not (r["kind"] in BOARD_KINDS
+                               and r.get("status") in ("skipped", "does-not-fit"))]
         boards = [r for r in self.all if r["kind"] == "board"]
         self.board_ok = [r for r in boards if r.get("status") == "ok"]
         self.board_no_fit = [r for r in boards if r.get("status") == "does-not-fit"]
         self.board_skipped = [r for r in boards if r.get("status") == "skipped"]
+        perop = [r for r in self.all if r["kind"] == "perop"]
+        self.perop_ok = [r for r in perop if r.get("status") == "ok"]
+        self.perop_no_fit = [r for r in perop if r.get("status") == "does-not-fit"]
         self.study = next((r.get("study") for r in self.all if r.get("study")), None)
         tasks = {task_of(r) for r in self.all if r["kind"] in ("run", "cell", "sweep")}
         self.tasks = sorted(tasks)
