@@ -145,8 +145,11 @@ def test_board_tables_pareto_plots_and_the_int8_claim_from_real_rows(tmp_path):
             assert f"| - | {r['flash_bytes']:,} |" in line
     # the count of board cells equal to each host interpreter, per family, from the rows
     int8 = [r for r in boards if r["scheme"] not in ("fp32", "int16x8") and r.get("episodes")]
+    ref = [r for r in int8 if r.get("matches_tflite_ref") is not None]
+    ref_part = (f"tflite-runtime's reference kernels in "
+                f"{sum(bool(r['matches_tflite_ref']) for r in ref)} of {len(ref)}; " if ref else "")
     assert int8 and (f"{len(int8)} int8 cells ({', '.join(sorted({r['scheme'] for r in int8}))}"
-                     "): the same returns as its optimized kernels in "
+                     "): the same returns as " + ref_part + "its optimized kernels in "
                      f"{sum(bool(r['matches_tflite']) for r in int8)} of {len(int8)}; TF Lite "
                      f"Micro in {len(int8)} of {len(int8)}") in section
     assert ("| host-tiny | int8 | - | does not fit (needs 40,263 B flash; arena 128 B; "
