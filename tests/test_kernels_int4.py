@@ -197,6 +197,8 @@ def random_case(rng: np.random.Generator, max_depth: int = 300, mm: bool = False
         shift = int(np.clip(fit + i(-1, 1), -21, -1)) if i(0, 3) else i(-21, -1)
         if i(0, 2) == 0:        # a left shift (the dsp variant's S4_LEFT_ASM stage)
             shift = int(np.clip(fit + i(-1, 1), 0, 30)) if i(0, 1) else i(0, 30)
+            if mm and i(0, 1):  # the s4 mm stream's blocks for L = 0..3 and its general one
+                shift = i(0, 5)
         act_min, act_max = -128, 127
         out_offset = [-128, -127, 0, 127, i(-128, 127)][i(0, 4)]
     else:
@@ -235,9 +237,25 @@ def edge_cases() -> list[S4Case]:
     return out
 
 
+def left_mm_cases() -> list[S4Case]:
+    """The s4 mm stream's left shifts 0..5 (blocks for L = 0..3, the general one above), padded
+    and whole last groups, one quad and the deepest layout."""
+    rng = np.random.default_rng(3939)
+    out = []
+    for k, (depth, rows) in enumerate([(4, 5), (16, 8), (36, 3), (128, 6), (8, 4), (64, 7)] * 2):
+        x = rng.integers(-128, 128, depth).astype(np.int8)
+        w = rng.integers(-8, 8, rows * depth).astype(np.int8)
+        bias = rng.integers(-3000, 3000, rows).astype(np.int32)
+        out.append(S4Case(1, depth, rows, int(rng.integers(-127, 129)), 0,
+                          [-128, 5, 127][k % 3], int(rng.integers(1 << 30, INT32_MAX)), k % 6,
+                          -128, 127, x, w, bias, k % 4))
+    return out
+
+
 BLOCKS = 10                 # fc_s4_check.c's output blocks per case
 CASES = (edge_cases() + [random_case(np.random.default_rng(1000 + k)) for k in range(300)]
-         + [random_case(np.random.default_rng(2000 + k), mm=True) for k in range(120)])
+         + [random_case(np.random.default_rng(2000 + k), mm=True) for k in range(120)]
+         + left_mm_cases())
 
 
 def outputs(cases, out: bytes) -> list[list[bytes]]:
@@ -300,6 +318,7 @@ def test_the_cases_cover_the_s4_mm_stream():
     mm = [c for c in CASES if c.mm() is not None]
     modes = [c.mm()[0][3] for c in mm]
     assert len(mm) > 40 and min(modes.count(k) for k in (0, 1, 2)) >= 8
+    assert {c.shift for c in mm if c.shift >= 0} >= {0, 1, 2, 3, 4}
     assert {c.rows % 4 for c in mm} == {0, 1, 2, 3} and any(c.depth == 4 for c in mm)
     assert any(c.batches == 1 and c.depth % 4 == 0 and c.layout and c.mm() is None
                and s4_mm_mode(c.mult, c.shift, c.out_offset, c.act_min, c.act_max) for c in CASES)

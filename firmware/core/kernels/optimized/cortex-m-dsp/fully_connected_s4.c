@@ -497,9 +497,17 @@ void qe_fully_connected_s4_packed(const qe_fc_s8_packed_params_t *p, const int8_
 #define S4MM_LEFT(A)                                                                          \
     "lsl.w " A ", " A ", r9\n\t" "smmlar " A ", " A ", r4, r5\n\t" "ssat " A ", #8, " A "\n\t" \
     "strb.w " A ", [r11], #1\n\t"
+/* left shifts L = 0..3: 2^L folded into the four shifts (r6 is then 16 X 2^L: exact, the
+ * accumulators being multiples of 2^12, 2^8, 2^4), so an output is SMMLAR, SSAT, STRB */
+#define S4MM_LEFTL(A)                                                                         \
+    "smmlar " A ", " A ", r4, r5\n\t" "ssat " A ", #8, " A "\n\t" "strb.w " A ", [r11], #1\n\t"
+#define S4MM_SHIFTS                                                                           \
+    "asr.w r2, r2, #11\n\t" "rsb.w r3, r6, r3, asr #7\n\t" "rsb.w r12, r6, r12, asr #3\n\t"     \
+    "rsb.w lr, r6, lr, lsl #1\n\t"
 #define S4MM_BLOCKS(X, OUT, BYTES)                                                            \
     ".L" X ":\n\t"                                                                            \
     ".irp e, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21\n\t"    \
+    S4MM_SHIFTS                                                                               \
     OUT("r2") OUT("r3") OUT("r12") OUT("lr")                                                  \
     "cmp.w r11, r8\n\t"                                                                       \
     "bne.w .Ls4mm_group\n\t"                                                                  \
@@ -583,18 +591,27 @@ __attribute__((naked)) void qe_fully_connected_s4_mm(const qe_fc_s4_mm_params_t 
         "cmp r9, #1\n\t"
         "beq .Ls4mm_selfix\n\t"
         "bhi .Ls4mm_selleft\n\t"
-        "adr.w r0, .Ls4mm_nofix\n\t"    /* + 60 (e - 1) */
-        "sub r2, r8, #1\n\t"
-        "rsb r2, r2, r2, lsl #4\n\t"
-        "add r0, r0, r2, lsl #2\n\t"
-        "b .Ls4mm_sel\n"
-        ".Ls4mm_selfix:\n\t"            /* + 76 (e - 1) */
-        "adr.w r0, .Ls4mm_fix\n\t"
+        "adr.w r0, .Ls4mm_nofix\n\t"    /* + 76 (e - 1) */
         "sub r2, r8, #1\n\t"
         "movs r3, #76\n\t"
         "mla r0, r2, r3, r0\n\t"
         "b .Ls4mm_sel\n"
+        ".Ls4mm_selfix:\n\t"            /* + 92 (e - 1) */
+        "adr.w r0, .Ls4mm_nofix\n\t"   /* (.Ls4mm_fix: beyond ADR's reach) */
+        "addw r0, r0, #(21 * 76)\n\t"
+        "sub r2, r8, #1\n\t"
+        "movs r3, #92\n\t"
+        "mla r0, r2, r3, r0\n\t"
+        "b .Ls4mm_sel\n"
         ".Ls4mm_selleft:\n\t"
+        "cmp r8, #3\n\t"
+        "bhi .Ls4mm_selgen\n\t"
+        "lsl r6, r6, r8\n\t"          /* 16 X 2^L */
+        "adr.w r0, .Ls4mm_leftl\n\t"    /* + 76 L */
+        "movs r3, #76\n\t"
+        "mla r0, r8, r3, r0\n\t"
+        "b .Ls4mm_sel\n"
+        ".Ls4mm_selgen:\n\t"
         "adr.w r0, .Ls4mm_left\n"
         ".Ls4mm_sel:\n\t"
         "orr r0, r0, #1\n\t"
@@ -619,18 +636,33 @@ __attribute__((naked)) void qe_fully_connected_s4_mm(const qe_fc_s4_mm_params_t 
         "sub lr, lr, r2\n\t"
         "sub lr, lr, r3\n\t"
         "sub lr, lr, r12\n\t"
-        "asr r2, r2, #11\n\t"
-        "rsb r3, r6, r3, asr #7\n\t"
-        "rsb r12, r6, r12, asr #3\n\t"
-        "rsb lr, r6, lr, lsl #1\n\t"
         "ldr.w pc, [r7, #8]\n"
+        ".Ls4mm_leftl:\n\t"
+        ".irp L, 0, 1, 2, 3\n\t"
+        "asr.w r2, r2, #(11 - \\L)\n\t"
+        "rsb.w r3, r6, r3, asr #(7 - \\L)\n\t"
+        ".if \\L - 3\n\t"
+        "rsb.w r12, r6, r12, asr #(3 - \\L)\n\t"
+        ".else\n\t"
+        "rsb.w r12, r6, r12\n\t"
+        ".endif\n\t"
+        "rsb.w lr, r6, lr, lsl #(1 + \\L)\n\t"
+        S4MM_LEFTL("r2") S4MM_LEFTL("r3") S4MM_LEFTL("r12") S4MM_LEFTL("lr")
+        "cmp.w r11, r8\n\t"
+        "bne.w .Ls4mm_group\n\t"
+        "b.w .Ls4mm_done\n\t"
+        ".endr\n"
         ".Ls4mm_left:\n\t"
+        ".if (.Ls4mm_left - .Ls4mm_leftl) - 4 * 76\n\t"
+        ".error \"a left output block is not 76 bytes\"\n\t"
+        ".endif\n\t"
+        S4MM_SHIFTS
         S4MM_LEFT("r2") S4MM_LEFT("r3") S4MM_LEFT("r12") S4MM_LEFT("lr")
         "cmp.w r11, r8\n\t"
         "bne.w .Ls4mm_group\n\t"
         "b.w .Ls4mm_done\n\t"
-        S4MM_BLOCKS("s4mm_nofix", S4MM_NOFIX, "60")
-        S4MM_BLOCKS("s4mm_fix", S4MM_FIX, "76")
+        S4MM_BLOCKS("s4mm_nofix", S4MM_NOFIX, "76")
+        S4MM_BLOCKS("s4mm_fix", S4MM_FIX, "92")
         ".Ls4mm_done:\n\t"
         "ldr r4, [sp, #36]\n\t"         /* the rows of a padded last group */
         "cmp r4, #0\n\t"
