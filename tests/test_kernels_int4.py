@@ -36,7 +36,7 @@ from quarl_edge.converters.ops.optimized.avr.fully_connected_s4 import (acc_boun
                                                                         avr_s4_stream)
 from quarl_edge.converters.ops.optimized.cortex_m0.fully_connected_s4 import s4_pairs_stream
 from quarl_edge.converters.ops.optimized.cortex_m_dsp.fully_connected_s4 import (
-    S4_QUAD_BYTES, pack_fc_s4_mm, pack_fc_s4_weights, s4_mm_mode)
+    pack_fc_s4_mm, pack_fc_s4_weights, s4_mm_entry, s4_mm_mode)
 
 CHECK_S4 = Path(__file__).parent / "c" / "fc_s4_check.c"
 DSP_S4 = FW / "core" / "kernels" / "optimized" / "cortex-m-dsp" / "fully_connected_s4.c"
@@ -122,7 +122,7 @@ class S4Case:
         if stream is None:
             return None
         return [self.mult, mode["round"], mode["shift"], mode["mode"],
-                S4_QUAD_BYTES * self.depth // 4, self.rows, self.depth, self.out_offset,
+                s4_mm_entry(self.depth), self.rows, self.depth, self.out_offset,
                 self.shift], stream
 
     def mm_block(self) -> bytes:

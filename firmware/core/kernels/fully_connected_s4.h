@@ -70,7 +70,7 @@ typedef struct {
     int32_t round;              /* modes 0/1: 2^(e-1) + output_offset * 2^e; mode 2: output_offset */
     uint32_t shift;             /* modes 0/1: e = -output_shift in [1, 21]; mode 2: output_shift */
     uint32_t mode;              /* 0: right shift, 1: right shift with the sign fix, 2: left */
-    uint32_t entry;             /* 64 * accum_depth / 4 (the DSP kernel's MAC loop entry) */
+    uint32_t entry;             /* the DSP kernel's MAC loop entry: 62 q + 2 (q odd), q = depth / 4 */
     uint32_t output_depth;      /* the real rows; the stream has them padded to 4 */
     uint32_t accum_depth;       /* a multiple of 4, <= QE_FC_PACKED_MAX_DEPTH */
     int32_t output_offset;      /* in [-128, 127] */

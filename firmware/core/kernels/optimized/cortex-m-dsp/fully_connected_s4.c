@@ -518,6 +518,24 @@ void qe_fully_connected_s4_packed(const qe_fc_s8_packed_params_t *p, const int8_
     ".error \"an output block is not " BYTES " bytes\"\n\t"                                   \
     ".endif\n\t"
 
+/* The MAC loop of the s4 mm stream: per pair of quads one LDM of four weight words and two LDRDs
+ * of the widened input at fixed offsets from the frame (r7: the input is widened to the frame's
+ * last quads, so no x pointer is reset per group), S4_HALF's arithmetic with r0 the one
+ * temporary: 31 instructions per 32 MACs (S4_QUAD: 32). Even quad counts enter the 16 pairs,
+ * odd ones the 15 pairs followed by one quad (the frame's quad 30). */
+#define S4P_HALF(W, X)                                                                        \
+    "and.w r0, " W ", #0xF000F000\n\t" "smlad r2, r0, " X ", r2\n\t"                          \
+    "and.w r0, " W ", #0x0F000F00\n\t" "smlad r3, r0, " X ", r3\n\t"                          \
+    "and.w r0, " W ", #0x00F000F0\n\t" "smlad r12, r0, " X ", r12\n\t"                        \
+    "smlad lr, " W ", " X ", lr\n\t"
+#define S4P_PAIR                                                                              \
+    "ldmia.w r1!, {r4, r5, r6, r8}\n\t" "ldrd r9, r10, [r7, #(24 + 16 * \\j)]\n\t"             \
+    S4P_HALF("r4", "r9") S4P_HALF("r5", "r10")                                                \
+    "ldrd r9, r10, [r7, #(32 + 16 * \\j)]\n\t" S4P_HALF("r6", "r9") S4P_HALF("r8", "r10")
+#define S4P_POST                                                                              \
+    "ldmdb r7, {r4, r5, r6, r8, r9}\n\t" "sub.w lr, lr, r2\n\t" "sub.w lr, lr, r3\n\t"          \
+    "sub.w lr, lr, r12\n\t" "ldr.w pc, [r7, #8]\n"
+
 typedef char s4mm_check_mode[(offsetof(qe_fc_s4_mm_params_t, mode) == 12) ? 1 : -1];
 typedef char s4mm_check_rows[(offsetof(qe_fc_s4_mm_params_t, output_depth) == 20) ? 1 : -1];
 typedef char s4mm_check_depth[(offsetof(qe_fc_s4_mm_params_t, accum_depth) == 24) ? 1 : -1];
@@ -538,7 +556,10 @@ __attribute__((naked)) void qe_fully_connected_s4_mm(const qe_fc_s4_mm_params_t 
         "mov r11, r3\n\t"
         "str r2, [sp, #32]\n\t"
         "ldr r12, [r7, #24]\n\t"        /* the depth, a multiple of 4 */
-        "add r0, sp, #48\n\t"
+        "add r0, sp, #300\n\t"         /* x: the frame's quads 32 - q (q even), 31 - q .. */
+        "sub r0, r0, r12, lsl #1\n\t"
+        "and r2, r12, #4\n\t"
+        "sub r0, r0, r2, lsl #1\n\t"
         "mov.w lr, #0\n\t"
         "subs r12, r12, #16\n\t"
         "blo .Ls4mm_rest\n"
@@ -585,20 +606,29 @@ __attribute__((naked)) void qe_fully_connected_s4_mm(const qe_fc_s4_mm_params_t 
         "str r3, [sp, #36]\n\t"         /* the padded last group's rows */
         "bic r12, r12, #3\n\t"
         "add lr, r11, r12\n\t"          /* the whole groups' output end */
+        "ldr r0, [r7, #24]\n\t"
+        "tst r0, #4\n\t"               /* an odd number of quads: the odd loop */
+        "bne 1f\n\t"
         "adr.w r0, .Ls4mm_end\n\t"
+        "b 2f\n"
+        "1:\n\t"
+        "adr.w r0, .Ls4mm_end\n\t"
+        "addw r0, r0, #1944\n"          /* .Ls4mm_oend */
+        "2:\n\t"
         "sub r10, r0, r10\n\t"
-        "orr r12, r10, #1\n\t"          /* the MAC loop's entry, Thumb bit */
+        "orr r10, r10, #1\n\t"          /* the MAC loop's entry, Thumb bit */
         "cmp r9, #1\n\t"
         "beq .Ls4mm_selfix\n\t"
         "bhi .Ls4mm_selleft\n\t"
-        "adr.w r0, .Ls4mm_nofix\n\t"    /* + 76 (e - 1) */
+        "adr.w r0, .Ls4mm_end\n\t"      /* .Ls4mm_nofix, + 76 (e - 1) */
+        "addw r0, r0, #2360\n\t"
         "sub r2, r8, #1\n\t"
         "movs r3, #76\n\t"
         "mla r0, r2, r3, r0\n\t"
         "b .Ls4mm_sel\n"
         ".Ls4mm_selfix:\n\t"            /* + 92 (e - 1) */
-        "adr.w r0, .Ls4mm_nofix\n\t"   /* (.Ls4mm_fix: beyond ADR's reach) */
-        "addw r0, r0, #(21 * 76)\n\t"
+        "adr.w r0, .Ls4mm_end\n\t"      /* .Ls4mm_fix */
+        "addw r0, r0, #3956\n\t"
         "sub r2, r8, #1\n\t"
         "movs r3, #92\n\t"
         "mla r0, r2, r3, r0\n\t"
@@ -607,17 +637,18 @@ __attribute__((naked)) void qe_fully_connected_s4_mm(const qe_fc_s4_mm_params_t 
         "cmp r8, #3\n\t"
         "bhi .Ls4mm_selgen\n\t"
         "lsl r6, r6, r8\n\t"          /* 16 X 2^L */
-        "adr.w r0, .Ls4mm_leftl\n\t"    /* + 76 L */
+        "adr.w r0, .Ls4mm_end\n\t"      /* .Ls4mm_leftl, + 76 L */
+        "addw r0, r0, #1964\n\t"
         "movs r3, #76\n\t"
         "mla r0, r8, r3, r0\n\t"
         "b .Ls4mm_sel\n"
         ".Ls4mm_selgen:\n\t"
-        "adr.w r0, .Ls4mm_left\n"
+        "adr.w r0, .Ls4mm_end\n\t"      /* .Ls4mm_left */
+        "addw r0, r0, #2268\n"
         ".Ls4mm_sel:\n\t"
         "orr r0, r0, #1\n\t"
         "mov r9, r8\n\t"                /* L (the right blocks do not read it) */
         "mov r8, lr\n\t"
-        "add r10, sp, #48\n\t"
         "mov lr, r0\n\t"
         "stmia sp, {r4, r5, r6, r8, r9, r10, r12, lr}\n\t"
         "add r7, sp, #20\n\t"
@@ -625,19 +656,31 @@ __attribute__((naked)) void qe_fully_connected_s4_mm(const qe_fc_s4_mm_params_t 
         "beq.w .Ls4mm_done\n"
         ".Ls4mm_group:\n\t"
         "ldmia r1!, {r2, r3, r12, lr}\n\t"    /* the head */
-        "ldm r7, {r0, pc}\n"
+        "ldr.w pc, [r7]\n"
         ".Ls4mm_start:\n\t"
-        S4_Q32
-        "\n.Ls4mm_end:\n\t"
-        ".if (.Ls4mm_end - .Ls4mm_start) - 64 * 32\n\t"
-        ".error \"an S4_QUAD is not 64 bytes\"\n\t"
+        ".irp j, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15\n\t"
+        S4P_PAIR
+        ".endr\n"
+        ".Ls4mm_end:\n\t"
+        ".if (.Ls4mm_end - .Ls4mm_start) - 124 * 16\n\t"
+        ".error \"an S4P_PAIR is not 124 bytes\"\n\t"
         ".endif\n\t"
-        "ldmdb r7, {r4, r5, r6, r8, r9}\n\t"
-        "sub lr, lr, r2\n\t"
-        "sub lr, lr, r3\n\t"
-        "sub lr, lr, r12\n\t"
-        "ldr.w pc, [r7, #8]\n"
+        S4P_POST
+        ".irp j, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14\n\t"
+        S4P_PAIR
+        ".endr\n\t"
+        "ldmia.w r1!, {r4, r5}\n\t"    /* the odd quad: the frame's quad 30 */
+        "ldrd r9, r10, [r7, #264]\n\t"
+        S4P_HALF("r4", "r9") S4P_HALF("r5", "r10")
+        "\n.Ls4mm_oend:\n\t"
+        ".if (.Ls4mm_oend - .Ls4mm_end) - 1944\n\t"
+        ".error \"the odd loop is not where the set-up looks\"\n\t"
+        ".endif\n\t"
+        S4P_POST
         ".Ls4mm_leftl:\n\t"
+        ".if (.Ls4mm_leftl - .Ls4mm_end) - 1964\n\t"
+        ".error \"leftl is not where the set-up looks\"\n\t"
+        ".endif\n\t"
         ".irp L, 0, 1, 2, 3\n\t"
         "asr.w r2, r2, #(11 - \\L)\n\t"
         "rsb.w r3, r6, r3, asr #(7 - \\L)\n\t"
@@ -663,6 +706,15 @@ __attribute__((naked)) void qe_fully_connected_s4_mm(const qe_fc_s4_mm_params_t 
         "b.w .Ls4mm_done\n\t"
         S4MM_BLOCKS("s4mm_nofix", S4MM_NOFIX, "76")
         S4MM_BLOCKS("s4mm_fix", S4MM_FIX, "92")
+        ".if (.Ls4mm_nofix - .Ls4mm_end) - 2360\n\t"
+        ".error \"nofix is not where the set-up looks\"\n\t"
+        ".endif\n\t"
+        ".if (.Ls4mm_fix - .Ls4mm_end) - 3956\n\t"
+        ".error \"fix is not where the set-up looks\"\n\t"
+        ".endif\n\t"
+        ".if (.Ls4mm_left - .Ls4mm_end) - 2268\n\t"
+        ".error \"left is not where the set-up looks\"\n\t"
+        ".endif\n\t"
         ".Ls4mm_done:\n\t"
         "ldr r4, [sp, #36]\n\t"         /* the rows of a padded last group */
         "cmp r4, #0\n\t"

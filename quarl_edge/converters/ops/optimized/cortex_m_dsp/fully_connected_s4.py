@@ -40,7 +40,12 @@ def pack_fc_s4_weights(w: np.ndarray, bias: np.ndarray | None, input_offset: int
     return np.concatenate([words, groups_bias], axis=1).reshape(-1).astype(np.uint32), d_pad
 
 
-S4_QUAD_BYTES = 64        # cortex-m-dsp/fully_connected_s4.c: one unrolled quad of the MAC loop
+def s4_mm_entry(depth: int) -> int:
+    """qe_fc_s4_mm_params_t's entry: the bytes back from the end of the DSP kernel's unrolled MAC
+    loop (cortex-m-dsp/fully_connected_s4.c: 124 a pair of quads; odd quad counts take the odd
+    loop, whose last quad is 64 bytes)."""
+    q = depth // 4
+    return 62 * q + 2 * (q % 2)
 
 
 def pack_fc_s4_mm(w: np.ndarray, bias: np.ndarray | None, input_offset: int, filter_offset: int,
@@ -111,7 +116,7 @@ def lower_fully_connected_s4_mm(op: Operator, model: TFLiteModel, pname: str, ke
               f"    .round = {mode['round']},\n"
               f"    .shift = {mode['shift']}u,\n"
               f"    .mode = {mode['mode']}u,\n"
-              f"    .entry = {S4_QUAD_BYTES * accum_depth // 4}u,\n"
+              f"    .entry = {s4_mm_entry(accum_depth)}u,\n"
               f"    .output_depth = {output_depth}u,\n"
               f"    .accum_depth = {accum_depth}u,\n"
               f"    .output_offset = {out.zero_point},\n"
