@@ -2,8 +2,10 @@
 (issue 39): tests/c/fc_s4_check.c runs, per random case, the reference and the variant on
 TFLite's packing (qe_fully_connected_s4) and, where the generator gives the variant's layout,
 the reference and the variant on that layout (qe_fully_connected_s4_packed, its stream from
-quarl_edge/converters/ops/optimized/cortex_m_dsp/fully_connected_s4.py's pack_fc_s4_weights). All four
-outputs must be equal, so the layout's packing, its portable definition and the asm are checked
+quarl_edge/converters/ops/optimized/cortex_m_dsp/fully_connected_s4.py's pack_fc_s4_weights) and,
+for one-batch depths that are multiples of 4 with a stage it covers, on the s4 mm stream
+(qe_fully_connected_s4_mm, pack_fc_s4_mm: its asm on mps2-an386, its right-shift, sign-fix,
+left-shift blocks and both MAC loops). All outputs must be equal, so the layout's packing, its portable definition and the asm are checked
 against the kernel that test_int4_golden.py checks against TF Lite Micro. Shapes: depths 1..300
 (odd, not multiples of 4 or 8; over 128 only TFLite's packing), 1..70 rows (not multiples of 2, 4
 or 8), 1-3 batches; offsets, biases, multipliers and shifts at their extremes, the accumulators
@@ -376,6 +378,21 @@ def test_the_checker_sees_a_difference(tmp_module):
     exe = host_checker(tmp_module, variant_fc=DSP_S4, defines=VARIANT, check=CHECK_S4)
     res = subprocess.run([str(exe)], input=bytes(enc), capture_output=True, timeout=60)
     assert res.returncode == 1
+
+
+def test_the_checker_sees_a_difference_in_the_s4_mm_stream(tmp_module):
+    """A corrupted s4 mm stream (a weight nibble, or a head word) makes the checker report it."""
+    rng = np.random.default_rng(6)
+    c = S4Case(1, 8, 4, 3, 0, 0, 1 << 30, -1, -128, 127, rng.integers(-128, 128, 8).astype(np.int8),
+               rng.integers(-8, 8, 32).astype(np.int8), None, 0)
+    assert c.mm() is not None
+    exe = host_checker(tmp_module, variant_fc=DSP_S4, defines=VARIANT, check=CHECK_S4)
+    assert run_s4_host(exe, [c])[0] == 0
+    for at in (36 + 16 + 1, 36 + 4 + 2):     # the first weight word's row 0, d = 0; head word 1
+        enc = bytearray(c.encode())
+        enc[-len(c.mm_block()) + at] ^= 0x10
+        res = subprocess.run([str(exe)], input=bytes(enc), capture_output=True, timeout=60)
+        assert res.returncode == 1, at
 
 
 def test_under_sanitizers(tmp_module):
