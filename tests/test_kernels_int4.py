@@ -418,6 +418,18 @@ def test_variant_equals_reference_on_cortex_m4(tmp_module, host_out):
     assert_all_equal(CASES, status, out, host=host_out)
 
 
+@pytest.mark.parametrize("board_id", ["mps2-an500", "mps2-an505", "netduinoplus2"])
+def test_the_s4_mm_stream_on_the_other_dsp_boards(tmp_module, host_out, board_id):
+    """The s4 mm stream's asm (and the variant's other int4 paths, every tenth case) on the
+    Cortex-M7, the Cortex-M33 and the STM32F405's M4, equal to the host's outputs."""
+    idx = [k for k, c in enumerate(CASES) if c.mm() is not None or k % 10 == 0]
+    cases = [CASES[k] for k in idx]
+    assert len([c for c in cases if c.mm() is not None]) > 40
+    elf = board_checker(board_id, tmp_module, DSP_S4, VARIANT, check=CHECK_S4)
+    status, out = run_board(board_id, elf, cases, files=("s4_cases.bin", "s4_out.bin"))
+    assert_all_equal(cases, status, out, host=[host_out[k] for k in idx])
+
+
 # ------------------------------------------------------------- cortex-m0 / rv32: the row pairs
 def test_the_pairs_layout_packs_rows_and_bias():
     """fully_connected_s4.h's row-pair bytes spelled out: per input (w1 << 4 | w0), (w3 << 4 |
