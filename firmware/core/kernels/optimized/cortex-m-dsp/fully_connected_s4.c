@@ -472,21 +472,25 @@ void qe_fully_connected_s4_packed(const qe_fc_s8_packed_params_t *p, const int8_
  * accumulators' starting values, in front of its words; one batch, depth a multiple of 4): the
  * whole op in one hand-allocated asm function, as fully_connected.c's qe_fully_connected_s8_mm
  * (issue 39: the C set-up, the per-group reloads and the older output stage were a third of
- * CartPole int8x4's instructions). Registers in the MAC loop as in S4_GROUPS (x r0, stream r1,
- * accumulators r2, r3, r12, lr, data r4-r6, r8-r10), the output r11, r7 the frame.
+ * CartPole int8x4's instructions). Registers in the MAC loop: the stream r1, accumulators r2,
+ * r3, r12, lr, weight words r4-r6, r8, input words r9, r10, the temporary r0 (S4P_PAIR), the
+ * output r11, r7 the frame.
  *  - The input widened 16 values per LDM + 8 SXTB16 + STM, their sum X by 8 SADD16 (lanes hold
- *    at most 64 values: no overflow), 4 at a time after.
- *  - Per group: LDM of its head into the accumulators (with the stream), LDM of x and PC into the
- *    unrolled MAC loop (S4_QUAD: 16 instructions per 16 MACs), LDMDB of m, round, 16 X, the end
- *    and L, seven instructions that make the four doubled accumulators (ASR #11 of a0, RSB of
- *    16 X from a1 ASR #7 and a2 ASR #3, and from 2 (a3 - a0 - a1 - a2): fully_connected_s4.h),
- *    LDR PC to the output block: right shifts as the int8 mm stream's (SMMLAR, SSAT with ASR #e,
- *    STRB; + the sign fix's ADD), one block per e; left shifts LSL by L, SMMLAR with the offset as
- *    its addend (offset + SMMULR(2 acc 2^L, m), S4_LEFT_ASM's value), SSAT, STRB. Then CMP + BNE.
+ *    at most 64 values: no overflow), 4 at a time after, into the frame's last q quads (q even)
+ *    or the q before its last (q odd), where the MAC loop reads it at fixed offsets.
+ *  - Per group: LDM of its head into the accumulators (with the stream), LDR PC into the
+ *    unrolled MAC loop (S4P_PAIR: 31 instructions per 32 MACs), LDMDB of m, round, 16 X, the end
+ *    and L, three SUBs (a3 - a0 - a1 - a2), LDR PC to the output block, whose four shifts make
+ *    the doubled accumulators (ASR #11 of a0, RSB of 16 X from a1 ASR #7, a2 ASR #3 and from
+ *    2 (a3 - a0 - a1 - a2): fully_connected_s4.h); then right shifts as the int8 mm stream's
+ *    (SMMLAR, SSAT with ASR #e, STRB; + the sign fix's ADD), one block per e; left shifts L <= 3
+ *    with 2^L in the four shifts, SMMLAR with the offset as its addend (offset + SMMULR(2 acc
+ *    2^L, m), S4_LEFT_ASM's value), SSAT, STRB, one block per L; L > 3 the same after an LSL by
+ *    L. Then CMP + BNE.
  * Frame: [sp] m, round, 16 X, the end of the current run of groups' outputs, L; [sp + 20] the
- * widened input's address and the MAC loop's entry, [sp + 28] the output block; [sp + 32] the
- * stream on entry, then the real output of a padded last group, [sp + 36] its rows; [sp + 48]
- * the widened input; [sp + 304] the padded group's four outputs. */
+ * MAC loop's entry, [sp + 28] the output block; [sp + 32] the stream on entry, then the real
+ * output of a padded last group, [sp + 36] its rows; [sp + 44] 32 quads of widened input
+ * (r7 + 24 + 8 k); [sp + 304] the padded group's four outputs. */
 #define S4MM_NOFIX(A)                                                                         \
     "smmlar " A ", " A ", r4, r5\n\t" "ssat " A ", #8, " A ", asr #\\e\n\t"                   \
     "strb.w " A ", [r11], #1\n\t"
