@@ -65,6 +65,16 @@ def cartpole_int8x4(tmp_path_factory):
     return path
 
 
+def test_cartpole_int8x4_on_the_s4_mm_stream_is_bit_exact_on_mps2_an386(cartpole_int8x4, tmp_path):
+    """Every layer on the cortex-m-dsp s4 mm stream (one batch, depths 4 and 64: the odd and the
+    even MAC loop; the first layer's left shift 0, the others' right shifts; the 2-row head a
+    padded group), TF Lite Micro's outputs on 60 random inputs."""
+    res = validate(cartpole_int8x4, get_board("mps2-an386"), tmp_path / "fw", random_n=60)
+    model_c = (tmp_path / "fw" / "gen" / "model.c").read_text()
+    assert model_c.count("qe_fully_connected_s4_mm(") == 3 and ".mode = 2u," in model_c
+    assert res["bit_exact"] and res["mismatches"] == 0 and res["n"] == 60
+
+
 def test_cartpole_int8x4_with_the_avr_variant_is_bit_exact_on_atmega328p(cartpole_int8x4, tmp_path):
     """Every layer on the avr int4 stream (the first with a left shift: the left-shift output
     stage), TF Lite Micro's outputs on 60 random inputs."""

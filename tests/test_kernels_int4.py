@@ -2,8 +2,10 @@
 (issue 39): tests/c/fc_s4_check.c runs, per random case, the reference and the variant on
 TFLite's packing (qe_fully_connected_s4) and, where the generator gives the variant's layout,
 the reference and the variant on that layout (qe_fully_connected_s4_packed, its stream from
-quarl_edge/converters/ops/optimized/cortex_m_dsp/fully_connected_s4.py's pack_fc_s4_weights). All four
-outputs must be equal, so the layout's packing, its portable definition and the asm are checked
+quarl_edge/converters/ops/optimized/cortex_m_dsp/fully_connected_s4.py's pack_fc_s4_weights) and,
+for one-batch depths that are multiples of 4 with a stage it covers, on the s4 mm stream
+(qe_fully_connected_s4_mm, pack_fc_s4_mm: its asm on mps2-an386, its right-shift, sign-fix,
+left-shift blocks and both MAC loops). All outputs must be equal, so the layout's packing, its portable definition and the asm are checked
 against the kernel that test_int4_golden.py checks against TF Lite Micro. Shapes: depths 1..300
 (odd, not multiples of 4 or 8; over 128 only TFLite's packing), 1..70 rows (not multiples of 2, 4
 or 8), 1-3 batches; offsets, biases, multipliers and shifts at their extremes, the accumulators
@@ -35,7 +37,8 @@ from quarl_edge.converters.ops.optimized.avr.fully_connected_s4 import (acc_boun
                                                                         avr_output_stage_left,
                                                                         avr_s4_stream)
 from quarl_edge.converters.ops.optimized.cortex_m0.fully_connected_s4 import s4_pairs_stream
-from quarl_edge.converters.ops.optimized.cortex_m_dsp.fully_connected_s4 import pack_fc_s4_weights
+from quarl_edge.converters.ops.optimized.cortex_m_dsp.fully_connected_s4 import (
+    pack_fc_s4_mm, pack_fc_s4_weights, s4_mm_entry, s4_mm_mode)
 
 CHECK_S4 = Path(__file__).parent / "c" / "fc_s4_check.c"
 DSP_S4 = FW / "core" / "kernels" / "optimized" / "cortex-m-dsp" / "fully_connected_s4.c"
@@ -107,13 +110,34 @@ class S4Case:
                *st["round_pos"], *st["round_neg"]]
         return struct.pack("<19i", *hdr) + bias_p.astype("<i4").tobytes() + stream.tobytes()
 
+    def mm(self):
+        """(qe_fc_s4_mm_params_t's fields, the s4 mm stream) where the generator would give it
+        (one batch, depth a multiple of 4 within the layout, a stage s4_mm_mode covers, the
+        stream's bounds), else None."""
+        if self.batches != 1 or self.depth % 4 or self.stream()[0] is None:
+            return None
+        mode = s4_mm_mode(self.mult, self.shift, self.out_offset, self.act_min, self.act_max)
+        if mode is None:
+            return None
+        stream = pack_fc_s4_mm(self.w.reshape(self.rows, self.depth), self.bias, self.io,
+                               self.fo, self.shift if mode["mode"] == 2 else None)
+        if stream is None:
+            return None
+        return [self.mult, mode["round"], mode["shift"], mode["mode"],
+                s4_mm_entry(self.depth), self.rows, self.depth, self.out_offset,
+                self.shift], stream
+
+    def mm_block(self) -> bytes:
+        m = self.mm()
+        return b"" if m is None else struct.pack("<9i", *m[0]) + m[1].astype("<u4").tobytes()
+
     @property
     def layout(self) -> bool:
         return self.stream()[0] is not None
 
     @property
     def out_bytes(self) -> int:
-        return self.batches * self.rows * 8
+        return self.batches * self.rows * BLOCKS
 
     def encode(self) -> bytes:
         stream, d_pad = self.stream()
@@ -123,23 +147,28 @@ class S4Case:
              self.out_offset, self.mult, self.shift, self.act_min, self.act_max,
              int(self.bias is not None), words, d_pad, self.misalign,
              0 if pairs is None else pairs.size,
-             0 if self.avr() is None else self.avr()[0].size]
+             0 if self.avr() is None else self.avr()[0].size,
+             0 if self.mm() is None else self.mm()[1].size]
         n = self.w.size
         nib = (self.w.astype(np.int64) & 15).astype(np.uint8)
         if n % 2:
             nib = np.append(nib, np.uint8(0))
         packed = (nib[0::2] | (nib[1::2] << 4)).astype(np.uint8)
         assert np.array_equal(unpack_int4(packed, n), self.w)     # TFLite's packing
-        return (struct.pack("<17i", *h) + self.x.astype(np.int8).tobytes() + packed.tobytes()
+        return (struct.pack("<18i", *h) + self.x.astype(np.int8).tobytes() + packed.tobytes()
                 + (b"" if self.bias is None else self.bias.astype("<i4").tobytes())
                 + (b"" if stream is None else stream.astype("<u4").tobytes())
-                + (b"" if pairs is None else pairs.astype("<u4").tobytes()) + self.avr_block())
+                + (b"" if pairs is None else pairs.astype("<u4").tobytes()) + self.avr_block()
+                + self.mm_block())
 
 
-def random_case(rng: np.random.Generator, max_depth: int = 300) -> S4Case:
+def random_case(rng: np.random.Generator, max_depth: int = 300, mm: bool = False) -> S4Case:
+    """mm: one batch, a depth that is a multiple of 4 within the layout (the s4 mm stream's)."""
     i = lambda lo, hi: int(rng.integers(lo, hi, endpoint=True))   # noqa: E731
     batches, rows = i(1, 3), i(1, 70)
     depth = i(1, max_depth) if i(0, 2) else i(1, PACKED_MAX_DEPTH)
+    if mm:
+        batches, depth = 1, 4 * i(1, PACKED_MAX_DEPTH // 4)
     rows = min(rows, 256 // batches)
     io = i(-127, 128) if i(0, 4) else rng.choice([-127, 128])
     fo = 0 if i(0, 3) else i(-8, 8)             # TFLite's int4 is symmetric; others off-layout
@@ -164,12 +193,14 @@ def random_case(rng: np.random.Generator, max_depth: int = 300) -> S4Case:
            @ (x.reshape(batches, depth).astype(np.int64) + io).T)
     if bias is not None:
         acc += bias[:, None]
-    if i(0, 1):                 # requant_mm_t's stage: right shift 1..21, normalized, full range
+    if i(0, 1) or (mm and i(0, 3)):     # requant_mm_t's stage: right shift 1..21, normalized, full range
         mult = [1 << 30, INT32_MAX, i(1 << 30, INT32_MAX)][i(0, 2)]
         fit = int(np.floor(np.log2(100.0 / max(int(np.abs(acc).max()), 1))))
         shift = int(np.clip(fit + i(-1, 1), -21, -1)) if i(0, 3) else i(-21, -1)
         if i(0, 2) == 0:        # a left shift (the dsp variant's S4_LEFT_ASM stage)
             shift = int(np.clip(fit + i(-1, 1), 0, 30)) if i(0, 1) else i(0, 30)
+            if mm and i(0, 1):  # the s4 mm stream's blocks for L = 0..3 and its general one
+                shift = i(0, 5)
         act_min, act_max = -128, 127
         out_offset = [-128, -127, 0, 127, i(-128, 127)][i(0, 4)]
     else:
@@ -208,13 +239,31 @@ def edge_cases() -> list[S4Case]:
     return out
 
 
-CASES = edge_cases() + [random_case(np.random.default_rng(1000 + k)) for k in range(300)]
+def left_mm_cases() -> list[S4Case]:
+    """The s4 mm stream's left shifts 0..5 (blocks for L = 0..3, the general one above), padded
+    and whole last groups, one quad and the deepest layout."""
+    rng = np.random.default_rng(3939)
+    out = []
+    for k, (depth, rows) in enumerate([(4, 5), (16, 8), (36, 3), (128, 6), (8, 4), (64, 7)] * 2):
+        x = rng.integers(-128, 128, depth).astype(np.int8)
+        w = rng.integers(-8, 8, rows * depth).astype(np.int8)
+        bias = rng.integers(-3000, 3000, rows).astype(np.int32)
+        out.append(S4Case(1, depth, rows, int(rng.integers(-127, 129)), 0,
+                          [-128, 5, 127][k % 3], int(rng.integers(1 << 30, INT32_MAX)), k % 6,
+                          -128, 127, x, w, bias, k % 4))
+    return out
+
+
+BLOCKS = 10                 # fc_s4_check.c's output blocks per case
+CASES = (edge_cases() + [random_case(np.random.default_rng(1000 + k)) for k in range(300)]
+         + [random_case(np.random.default_rng(2000 + k), mm=True) for k in range(120)]
+         + left_mm_cases())
 
 
 def outputs(cases, out: bytes) -> list[list[bytes]]:
     res, pos = [], 0
     for c in cases:
-        n, k = c.batches * c.rows, 8
+        n, k = c.batches * c.rows, BLOCKS
         res.append([out[pos + j * n:pos + (j + 1) * n] for j in range(k)])
         pos += c.out_bytes
     assert pos == len(out)
@@ -265,6 +314,35 @@ def test_the_cases_cover_the_layout_and_both_output_stages():
     assert any(c.fo != 0 for c in layout)
 
 
+def test_the_cases_cover_the_s4_mm_stream():
+    """The s4 mm stream's cases: each output stage (right shift with and without the sign fix,
+    left shift), padded last groups, one-quad depths; and cases its bounds turn away."""
+    mm = [c for c in CASES if c.mm() is not None]
+    modes = [c.mm()[0][3] for c in mm]
+    assert len(mm) > 40 and min(modes.count(k) for k in (0, 1, 2)) >= 8
+    assert {c.shift for c in mm if c.shift >= 0} >= {0, 1, 2, 3, 4}
+    assert {c.rows % 4 for c in mm} == {0, 1, 2, 3} and any(c.depth == 4 for c in mm)
+    assert any(c.batches == 1 and c.depth % 4 == 0 and c.layout and c.mm() is None
+               and s4_mm_mode(c.mult, c.shift, c.out_offset, c.act_min, c.act_max) for c in CASES)
+
+
+def test_the_s4_mm_stream_heads_and_bounds():
+    """fully_connected_s4.h's head: 4096 b0, 256 b1, 16 b2, 4096 b0 + 256 b1 + 16 b2 + b3 (mod
+    2^32) in front of the int4 layout's words; row 0's bound 2^19 and a left shift's turn the
+    stream away."""
+    w = np.array([[-8, 1, 2, 3], [7, 0, 0, 0], [-1, 0, 0, 0], [0, 0, 0, -8]])
+    words, _ = pack_fc_s4_weights(w, np.array([10, 20, 30, 40]), 2, 0)
+    s = pack_fc_s4_mm(w, np.array([10, 20, 30, 40]), 2, 0, None)
+    b = [10 + 2 * -2, 20 + 14, 30 - 2, 40 - 16]
+    assert list(s[:4].view(np.int32)) == [4096 * b[0], 256 * b[1], 16 * b[2],
+                                          4096 * b[0] + 256 * b[1] + 16 * b[2] + b[3]]
+    assert np.array_equal(s[4:], words[:-4])
+    assert pack_fc_s4_mm(w, np.array([1 << 19, 0, 0, 0]), 0, 0, None) is None
+    assert pack_fc_s4_mm(w, np.array([0, 1 << 22, 0, 0]), 0, 0, None) is not None
+    assert pack_fc_s4_mm(w, np.array([0, 1 << 22, 0, 0]), 0, 0, 7) is not None
+    assert pack_fc_s4_mm(w, np.array([0, 1 << 22, 0, 0]), 0, 0, 8) is None     # 2^31
+
+
 def test_the_layout_packs_rows_and_bias():
     """fully_connected_s4.h's word, spelled out: row 0 two's complement in bits 12..15, rows
     1..3 + 8 below it; per quad half 0 (d = 0, 2) then half 1 (d = 1, 3); the group's bias' after
@@ -295,11 +373,26 @@ def test_the_checker_sees_a_difference(tmp_module):
     enc = bytearray(c.encode())
     assert run_s4_host(host_checker(tmp_module, variant_fc=DSP_S4, defines=VARIANT,
                                     check=CHECK_S4), [c])[0] == 0
-    enc[-4 * stream.size - 4 * c.pairs().size - len(c.avr_block()) + 1] ^= 0x10   # dsp stream's first word: row 0's
+    enc[-4 * stream.size - 4 * c.pairs().size - len(c.avr_block()) - len(c.mm_block()) + 1] ^= 0x10   # dsp stream's first word: row 0's
     # weight of d = 0, +- 1
     exe = host_checker(tmp_module, variant_fc=DSP_S4, defines=VARIANT, check=CHECK_S4)
     res = subprocess.run([str(exe)], input=bytes(enc), capture_output=True, timeout=60)
     assert res.returncode == 1
+
+
+def test_the_checker_sees_a_difference_in_the_s4_mm_stream(tmp_module):
+    """A corrupted s4 mm stream (a weight nibble, or a head word) makes the checker report it."""
+    rng = np.random.default_rng(6)
+    c = S4Case(1, 8, 4, 3, 0, 0, 1 << 30, -1, -128, 127, rng.integers(-128, 128, 8).astype(np.int8),
+               rng.integers(-8, 8, 32).astype(np.int8), None, 0)
+    assert c.mm() is not None
+    exe = host_checker(tmp_module, variant_fc=DSP_S4, defines=VARIANT, check=CHECK_S4)
+    assert run_s4_host(exe, [c])[0] == 0
+    for at in (36 + 16 + 1, 36 + 4 + 2):     # the first weight word's row 0, d = 0; head word 1
+        enc = bytearray(c.encode())
+        enc[-len(c.mm_block()) + at] ^= 0x10
+        res = subprocess.run([str(exe)], input=bytes(enc), capture_output=True, timeout=60)
+        assert res.returncode == 1, at
 
 
 def test_under_sanitizers(tmp_module):
@@ -313,7 +406,8 @@ def test_the_dsp_path_is_compiled_for_cortex_m4(tmp_module):
     elf = board_checker("mps2-an386", tmp_module, DSP_S4, VARIANT, check=CHECK_S4)
     dis = subprocess.run(["arm-none-eabi-objdump", "-d", str(elf)], capture_output=True,
                          text=True).stdout
-    for fn in ("s4_groups_fix", "s4_groups_nofix", "s4_groups_left", "s4_packed_other"):
+    for fn in ("s4_groups_fix", "s4_groups_nofix", "s4_groups_left", "s4_packed_other",
+               "qe_fully_connected_s4_mm"):
         body = dis.split(f"<{fn}>:", 1)[1].split("\n\n", 1)[0]
         assert "smlad" in body, fn
 
@@ -322,6 +416,18 @@ def test_variant_equals_reference_on_cortex_m4(tmp_module, host_out):
     elf = board_checker("mps2-an386", tmp_module, DSP_S4, VARIANT, check=CHECK_S4)
     status, out = run_board("mps2-an386", elf, CASES, files=("s4_cases.bin", "s4_out.bin"))
     assert_all_equal(CASES, status, out, host=host_out)
+
+
+@pytest.mark.parametrize("board_id", ["mps2-an500", "mps2-an505", "netduinoplus2"])
+def test_the_s4_mm_stream_on_the_other_dsp_boards(tmp_module, host_out, board_id):
+    """The s4 mm stream's asm (and the variant's other int4 paths, every tenth case) on the
+    Cortex-M7, the Cortex-M33 and the STM32F405's M4, equal to the host's outputs."""
+    idx = [k for k, c in enumerate(CASES) if c.mm() is not None or k % 10 == 0]
+    cases = [CASES[k] for k in idx]
+    assert len([c for c in cases if c.mm() is not None]) > 40
+    elf = board_checker(board_id, tmp_module, DSP_S4, VARIANT, check=CHECK_S4)
+    status, out = run_board(board_id, elf, cases, files=("s4_cases.bin", "s4_out.bin"))
+    assert_all_equal(cases, status, out, host=[host_out[k] for k in idx])
 
 
 # ------------------------------------------------------------- cortex-m0 / rv32: the row pairs
@@ -346,7 +452,8 @@ def small_case(c: S4Case) -> bool:
     return (c.batches * c.depth <= 512 and (c.rows * c.depth + 1) // 2 <= 1536
             and c.batches * c.rows <= 128 and (p is None or p.size <= 1024)
             and (s is None or s.size <= 512)
-            and (c.avr() is None or c.avr()[0].size <= 2048))
+            and (c.avr() is None or c.avr()[0].size <= 2048)
+            and (c.mm() is None or c.mm()[1].size <= 256))
 
 
 def test_the_pairs_cases_cover_chunks_and_stages():

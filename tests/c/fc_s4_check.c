@@ -4,19 +4,21 @@
  * and rv32's, -DQE_S4_AVR for avr's) or the reference file alone, and per case every layout of the same weights:
  * TFLite's packing (qe_fully_connected_s4) and, where the generator gives them, the cortex-m-dsp
  * layout (qe_fully_connected_s4_packed), the row-pair layout (qe_fully_connected_s4_pairs) and
- * the avr int4 stream (qe_fully_connected_s4_avr), their streams from
- * quarl_edge/converters/ops/optimized/. Outputs, per case, eight blocks: the reference and
- * the variant on TFLite's packing, on the dsp layout, on the row pairs, on the avr stream (an absent layout's
+ * the avr int4 stream (qe_fully_connected_s4_avr) and the s4 mm stream (qe_fully_connected_s4_mm,
+ * the input copied word-aligned), their streams from quarl_edge/converters/ops/optimized/.
+ * Outputs, per case, ten blocks: the reference and the variant on TFLite's packing, on the dsp
+ * layout, on the row pairs, on the avr stream, on the s4 mm stream (an absent layout's
  * blocks are the first block again); the test compares them all (and the board's with the
  * host's). A function the variant does not override is the reference's, under both names.
  *
- * A case: int32 header[17] = {has dsp stream, batches, depth, rows, input_offset,
+ * A case: int32 header[18] = {has dsp stream, batches, depth, rows, input_offset,
  * filter_offset, output_offset, multiplier, shift, act_min, act_max, has_bias, dsp stream
- * words, padded_depth, input misalignment (0..3), pairs stream words (0: none), avr stream bytes (0: none)}, then
+ * words, padded_depth, input misalignment (0..3), pairs stream words (0: none), avr stream bytes (0: none), s4 mm stream words (0: none)}, then
  * the int8 input (batches * depth), the packed weights ((rows * depth + 1) / 2 bytes), the bias
  * (rows int32, if any), the dsp stream, the pairs stream (uint32 each), and with an avr stream
  * int32 avr[19] = {sat_low, sat_high, fast, byte_moves, m_prime[5], round[0][5], round[1][5]},
- * its bias' (one int32 per row padded to 4) and its bytes. */
+ * its bias' (one int32 per row padded to 4) and its bytes, and with an s4 mm stream int32 mm[9]
+ * (qe_fc_s4_mm_params_t's fields in order) and its words. */
 #include <stdint.h>
 #include <string.h>
 
@@ -35,6 +37,12 @@ void qe_fully_connected_s4_packed_reference(const qe_fc_s8_packed_params_t *p,
 #else
 #define qe_fully_connected_s4_reference qe_fully_connected_s4
 #define qe_fully_connected_s4_packed_reference qe_fully_connected_s4_packed
+#endif
+#ifdef QE_S4_DSP
+void qe_fully_connected_s4_mm_reference(const qe_fc_s4_mm_params_t *p, const int8_t *input,
+                                        const QE_FLASH uint32_t *stream, int8_t *output);
+#else
+#define qe_fully_connected_s4_mm_reference qe_fully_connected_s4_mm
 #endif
 #ifdef QE_S4_PAIRS
 void qe_fully_connected_s4_pairs_reference(const qe_fc_s8_params_t *p, const int8_t *input,
@@ -56,12 +64,14 @@ void qe_fully_connected_s4_avr_reference(const qe_fc_s8_avr_params_t *p, const i
 #define MAX_WB 1536u
 #define MAX_STREAM 1024u
 #define MAX_AVR 2048u
+#define MAX_MM 256u
 #else
 #define MAX_IN 1024u
 #define MAX_OUT 256u
 #define MAX_WB 10752u
 #define MAX_STREAM 3072u
 #define MAX_AVR 12288u
+#define MAX_MM (MAX_STREAM / 2u)
 #endif
 
 static int8_t input_buf[MAX_IN + 4];
@@ -70,11 +80,13 @@ static int32_t bias[MAX_OUT];
 static uint32_t stream[MAX_STREAM / 2u], pairs[MAX_STREAM];
 static uint8_t avr_stream[MAX_AVR];
 static int32_t avr_bias[MAX_OUT + 4u];
-static int8_t out[8][MAX_OUT];
+static uint32_t mm_stream[MAX_MM];
+static uint32_t mm_in[QE_FC_PACKED_MAX_DEPTH / 4u];     /* one batch, word-aligned */
+static int8_t out[10][MAX_OUT];
 
 int main(void)
 {
-    int32_t h[17];
+    int32_t h[18];
     int status = 0;
 
     if (!io_open()) {
@@ -83,8 +95,9 @@ int main(void)
     while (io_read(h, sizeof h)) {
         const uint32_t layout = (uint32_t)h[0], batches = (uint32_t)h[1], depth = (uint32_t)h[2],
                        rows = (uint32_t)h[3], words = (uint32_t)h[12],
-                       pwords = (uint32_t)h[15], abytes = (uint32_t)h[16];
-        int32_t avr[19];
+                       pwords = (uint32_t)h[15], abytes = (uint32_t)h[16],
+                       mwords = (uint32_t)h[17];
+        int32_t avr[19], mm[9];
         const uint32_t wbytes = (rows * depth + 1u) / 2u, outs = batches * rows;
         int8_t *const in = input_buf + (h[14] & 3);
         const int has_bias = h[11] != 0;
@@ -95,7 +108,9 @@ int main(void)
             || (has_bias && !io_read(bias, 4u * rows)) || !io_read(stream, 4u * words)
             || !io_read(pairs, 4u * pwords) || abytes > MAX_AVR
             || (abytes && (!io_read(avr, sizeof avr) || !io_read(avr_bias, 4u * ((rows + 3u) & ~3u))
-                           || !io_read(avr_stream, abytes)))) {
+                           || !io_read(avr_stream, abytes)))
+            || mwords > MAX_MM || (mwords && (batches != 1u || depth > QE_FC_PACKED_MAX_DEPTH))
+            || (mwords && (!io_read(mm, sizeof mm) || !io_read(mm_stream, 4u * mwords)))) {
             return io_exit(2);
         }
         memset(out, 0x5A, sizeof out);
@@ -150,8 +165,19 @@ int main(void)
                 memcpy(out[6], out[0], outs);
                 memcpy(out[7], out[0], outs);
             }
+            if (mwords) {
+                const qe_fc_s4_mm_params_t pm = {mm[0], mm[1], (uint32_t)mm[2], (uint32_t)mm[3],
+                                                 (uint32_t)mm[4], (uint32_t)mm[5],
+                                                 (uint32_t)mm[6], mm[7], mm[8]};
+                memcpy(mm_in, in, depth);
+                qe_fully_connected_s4_mm_reference(&pm, (const int8_t *)mm_in, mm_stream, out[8]);
+                qe_fully_connected_s4_mm(&pm, (const int8_t *)mm_in, mm_stream, out[9]);
+            } else {
+                memcpy(out[8], out[0], outs);
+                memcpy(out[9], out[0], outs);
+            }
         }
-        for (k = 0; k < 8u; ++k) {
+        for (k = 0; k < 10u; ++k) {
             io_write(out[k], outs);
             if (memcmp(out[k], out[0], outs) != 0) {
                 status = 1;

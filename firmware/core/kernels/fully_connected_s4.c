@@ -93,6 +93,37 @@ void qe_fully_connected_s4_packed(const qe_fc_s8_packed_params_t *p, const int8_
     }
 }
 
+/* The s4 mm stream (fully_connected_s4.h, qe_fc_s4_mm_params_t): each group's head decoded into
+ * its four bias' (exact: the generator's multiples), then the int4 layout's weights. */
+void qe_fully_connected_s4_mm(const qe_fc_s4_mm_params_t *p, const int8_t *input,
+                              const QE_FLASH uint32_t *stream, int8_t *output)
+{
+    const uint32_t n = p->accum_depth, rows = p->output_depth;
+    const uint32_t group_words = QE_FC_PACKED_ROWS + n / 2u;
+    uint32_t o, d;
+
+    for (o = 0; o < rows; ++o) {
+        const QE_FLASH uint32_t *group = stream + (o / QE_FC_PACKED_ROWS) * group_words;
+        const uint32_t r = o % QE_FC_PACKED_ROWS;
+        const uint32_t h0 = group[0], h1 = group[1], h2 = group[2], h3 = group[3];
+        int32_t acc;
+        if (r == 0u) {
+            acc = (int32_t)h0 / 4096;
+        } else if (r == 1u) {
+            acc = (int32_t)h1 / 256;
+        } else if (r == 2u) {
+            acc = (int32_t)h2 / 16;
+        } else {
+            acc = (int32_t)(h3 - h0 - h1 - h2);
+        }
+        for (d = 0; d < n; ++d) {
+            acc += s4_packed_weight(group + QE_FC_PACKED_ROWS, r, d) * (int32_t)input[d];
+        }
+        output[o] = (int8_t)qe_requantize_output(acc, p->multiplier, p->output_shift,
+                                                 p->output_offset, -128, 127);
+    }
+}
+
 /* The cortex-m0 / rv32 row-pair layout (fully_connected_s4.h), read in the plainest way: the
  * definition the variants' versions are compared with. */
 void qe_fully_connected_s4_pairs(const qe_fc_s8_params_t *p, const int8_t *input,

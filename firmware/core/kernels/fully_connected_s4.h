@@ -51,6 +51,35 @@ void qe_fully_connected_s4(const qe_fc_s8_params_t *p, const int8_t *input,
 void qe_fully_connected_s4_packed(const qe_fc_s8_packed_params_t *p, const int8_t *input,
                                   const QE_FLASH uint32_t *stream, int8_t *output);
 
+/* int4 weights in the "s4 mm stream" (issue 39; converters/ops/optimized/cortex_m_dsp/
+ * fully_connected_s4.py, pack_fc_s4_mm): the same results as qe_fully_connected_s4, bit for bit,
+ * for one batch, accum_depth a multiple of 4 (<= QE_FC_PACKED_MAX_DEPTH), the full int8 output
+ * range, and a stage the cortex-m-dsp kernel's asm covers (mode 0/1: requant_mm_t's right shift
+ * e in [1, 21] without / with the sign fix; mode 2: a left shift L = output_shift in [0, 30]), the
+ * input word-aligned. The int4 layout above with each group's four bias' words replaced by a
+ * head in front of its words, the accumulators' starting values:
+ *     h0 = 4096 b0, h1 = 256 b1, h2 = 16 b2, h3 = 4096 b0 + 256 b1 + 16 b2 + b3 (mod 2^32)
+ * (b_r the row's bias' = bias + input_offset * sum_d w'), so that after the MAC loop a0 >> 11,
+ * (a1 >> 7) - 16 X, (a2 >> 3) - 16 X and 2 (a3 - a0 - a1 - a2) - 16 X (X = sum_d x[d]) are the
+ * doubled accumulators 2 acc exactly. The generator admits the stream only where every such value
+ * lies in int32 for every int8 input: per row |b| + 128 sum_d |w'| < 2^30 (doubled), and for rows
+ * 0, 1, 2 the scaled sums (that bound + 1024 accum_depth for rows 1 and 2) below 2^19, 2^23, 2^27;
+ * mode 2 also needs that bound times 2^(L+1) below 2^31 (no wrap, no saturation). */
+typedef struct {
+    int32_t multiplier;         /* m, in [2^30, 2^31) */
+    int32_t round;              /* modes 0/1: 2^(e-1) + output_offset * 2^e; mode 2: output_offset */
+    uint32_t shift;             /* modes 0/1: e = -output_shift in [1, 21]; mode 2: output_shift */
+    uint32_t mode;              /* 0: right shift, 1: right shift with the sign fix, 2: left */
+    uint32_t entry;             /* the DSP kernel's MAC loop entry: 62 q + 2 (q odd), q = depth / 4 */
+    uint32_t output_depth;      /* the real rows; the stream has them padded to 4 */
+    uint32_t accum_depth;       /* a multiple of 4, <= QE_FC_PACKED_MAX_DEPTH */
+    int32_t output_offset;      /* in [-128, 127] */
+    int32_t output_shift;       /* TFLite's (the portable definition's requantization) */
+} qe_fc_s4_mm_params_t;
+
+void qe_fully_connected_s4_mm(const qe_fc_s4_mm_params_t *p, const int8_t *input,
+                              const QE_FLASH uint32_t *stream, int8_t *output);
+
 /* int4 weights in the generator's row-pair layout for cores without SIMD multiply-accumulate
  * (the cortex-m0 and rv32 variants: converters/ops/optimized/cortex_m0/fully_connected_s4.py,
  * s4_pairs_stream): the same results as qe_fully_connected_s4, bit for bit, half a byte per

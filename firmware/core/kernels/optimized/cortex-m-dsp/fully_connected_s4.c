@@ -27,9 +27,11 @@
 
 #define qe_fully_connected_s4 qe_fully_connected_s4_reference
 #define qe_fully_connected_s4_packed qe_fully_connected_s4_packed_reference
+#define qe_fully_connected_s4_mm qe_fully_connected_s4_mm_reference
 #include "../../fully_connected_s4.c"
 #undef qe_fully_connected_s4
 #undef qe_fully_connected_s4_packed
+#undef qe_fully_connected_s4_mm
 
 #if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
 
@@ -465,7 +467,291 @@ void qe_fully_connected_s4_packed(const qe_fc_s8_packed_params_t *p, const int8_
     }
 }
 
+/* ------------------------------------------------------------------------ the s4 mm stream
+ * qe_fully_connected_s4_mm (fully_connected_s4.h: the int4 layout with each group's head, the
+ * accumulators' starting values, in front of its words; one batch, depth a multiple of 4): the
+ * whole op in one hand-allocated asm function, as fully_connected.c's qe_fully_connected_s8_mm
+ * (issue 39: the C set-up, the per-group reloads and the older output stage were a third of
+ * CartPole int8x4's instructions). Registers in the MAC loop: the stream r1, accumulators r2,
+ * r3, r12, lr, weight words r4-r6, r8, input words r9, r10, the temporary r0 (S4P_PAIR), the
+ * output r11, r7 the frame.
+ *  - The input widened 16 values per LDM + 8 SXTB16 + STM, their sum X by 8 SADD16 (lanes hold
+ *    at most 64 values: no overflow), 4 at a time after, into the frame's last q quads (q even)
+ *    or the q before its last (q odd), where the MAC loop reads it at fixed offsets.
+ *  - Per group: LDM of its head into the accumulators (with the stream), LDR PC into the
+ *    unrolled MAC loop (S4P_PAIR: 31 instructions per 32 MACs), LDMDB of m, round, 16 X, the end
+ *    and L, three SUBs (a3 - a0 - a1 - a2), LDR PC to the output block, whose four shifts make
+ *    the doubled accumulators (ASR #11 of a0, RSB of 16 X from a1 ASR #7, a2 ASR #3 and from
+ *    2 (a3 - a0 - a1 - a2): fully_connected_s4.h); then right shifts as the int8 mm stream's
+ *    (SMMLAR, SSAT with ASR #e, STRB; + the sign fix's ADD), one block per e; left shifts L <= 3
+ *    with 2^L in the four shifts, SMMLAR with the offset as its addend (offset + SMMULR(2 acc
+ *    2^L, m), S4_LEFT_ASM's value), SSAT, STRB, one block per L; L > 3 the same after an LSL by
+ *    L. Then CMP + BNE.
+ * Frame: [sp] m, round, 16 X, the end of the current run of groups' outputs, L; [sp + 20] the
+ * MAC loop's entry, [sp + 28] the output block; [sp + 32] the stream on entry, then the real
+ * output of a padded last group, [sp + 36] its rows; [sp + 44] 32 quads of widened input
+ * (r7 + 24 + 8 k); [sp + 304] the padded group's four outputs. */
+#define S4MM_NOFIX(A)                                                                         \
+    "smmlar " A ", " A ", r4, r5\n\t" "ssat " A ", #8, " A ", asr #\\e\n\t"                   \
+    "strb.w " A ", [r11], #1\n\t"
+#define S4MM_FIX(A)                                                                           \
+    "add.w r10, r5, " A ", asr #31\n\t"                                                       \
+    "smmlar " A ", " A ", r4, r10\n\t" "ssat " A ", #8, " A ", asr #\\e\n\t"                  \
+    "strb.w " A ", [r11], #1\n\t"
+#define S4MM_LEFT(A)                                                                          \
+    "lsl.w " A ", " A ", r9\n\t" "smmlar " A ", " A ", r4, r5\n\t" "ssat " A ", #8, " A "\n\t" \
+    "strb.w " A ", [r11], #1\n\t"
+/* left shifts L = 0..3: 2^L folded into the four shifts (r6 is then 16 X 2^L: exact, the
+ * accumulators being multiples of 2^12, 2^8, 2^4), so an output is SMMLAR, SSAT, STRB */
+#define S4MM_LEFTL(A)                                                                         \
+    "smmlar " A ", " A ", r4, r5\n\t" "ssat " A ", #8, " A "\n\t" "strb.w " A ", [r11], #1\n\t"
+#define S4MM_SHIFTS                                                                           \
+    "asr.w r2, r2, #11\n\t" "rsb.w r3, r6, r3, asr #7\n\t" "rsb.w r12, r6, r12, asr #3\n\t"     \
+    "rsb.w lr, r6, lr, lsl #1\n\t"
+#define S4MM_BLOCKS(X, OUT, BYTES)                                                            \
+    ".L" X ":\n\t"                                                                            \
+    ".irp e, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21\n\t"    \
+    S4MM_SHIFTS                                                                               \
+    OUT("r2") OUT("r3") OUT("r12") OUT("lr")                                                  \
+    "cmp.w r11, r8\n\t"                                                                       \
+    "bne.w .Ls4mm_group\n\t"                                                                  \
+    "b.w .Ls4mm_done\n\t"                                                                     \
+    ".endr\n"                                                                                 \
+    ".L" X "_after:\n\t"                                                                      \
+    ".if (.L" X "_after - .L" X ") - 21 * " BYTES "\n\t"                                      \
+    ".error \"an output block is not " BYTES " bytes\"\n\t"                                   \
+    ".endif\n\t"
+
+/* The MAC loop of the s4 mm stream: per pair of quads one LDM of four weight words and two LDRDs
+ * of the widened input at fixed offsets from the frame (r7: the input is widened to the frame's
+ * last quads, so no x pointer is reset per group), S4_HALF's arithmetic with r0 the one
+ * temporary: 31 instructions per 32 MACs (S4_QUAD: 32). Even quad counts enter the 16 pairs,
+ * odd ones the 15 pairs followed by one quad (the frame's quad 30). */
+#define S4P_HALF(W, X)                                                                        \
+    "and.w r0, " W ", #0xF000F000\n\t" "smlad r2, r0, " X ", r2\n\t"                          \
+    "and.w r0, " W ", #0x0F000F00\n\t" "smlad r3, r0, " X ", r3\n\t"                          \
+    "and.w r0, " W ", #0x00F000F0\n\t" "smlad r12, r0, " X ", r12\n\t"                        \
+    "smlad lr, " W ", " X ", lr\n\t"
+#define S4P_PAIR                                                                              \
+    "ldmia.w r1!, {r4, r5, r6, r8}\n\t" "ldrd r9, r10, [r7, #(24 + 16 * \\j)]\n\t"             \
+    S4P_HALF("r4", "r9") S4P_HALF("r5", "r10")                                                \
+    "ldrd r9, r10, [r7, #(32 + 16 * \\j)]\n\t" S4P_HALF("r6", "r9") S4P_HALF("r8", "r10")
+#define S4P_POST                                                                              \
+    "ldmdb r7, {r4, r5, r6, r8, r9}\n\t" "sub.w lr, lr, r2\n\t" "sub.w lr, lr, r3\n\t"          \
+    "sub.w lr, lr, r12\n\t" "ldr.w pc, [r7, #8]\n"
+
+typedef char s4mm_check_mode[(offsetof(qe_fc_s4_mm_params_t, mode) == 12) ? 1 : -1];
+typedef char s4mm_check_rows[(offsetof(qe_fc_s4_mm_params_t, output_depth) == 20) ? 1 : -1];
+typedef char s4mm_check_depth[(offsetof(qe_fc_s4_mm_params_t, accum_depth) == 24) ? 1 : -1];
+
+__attribute__((naked)) void qe_fully_connected_s4_mm(const qe_fc_s4_mm_params_t *p,
+                                                     const int8_t *input,
+                                                     const QE_FLASH uint32_t *stream,
+                                                     int8_t *output)
+{
+    (void)p;
+    (void)input;
+    (void)stream;
+    (void)output;
+    __asm volatile(
+        "push {r4-r11, lr}\n\t"
+        "sub sp, sp, #312\n\t"
+        "mov r7, r0\n\t"
+        "mov r11, r3\n\t"
+        "str r2, [sp, #32]\n\t"
+        "ldr r12, [r7, #24]\n\t"        /* the depth, a multiple of 4 */
+        "add r0, sp, #300\n\t"         /* x: the frame's quads 32 - q (q even), 31 - q .. */
+        "sub r0, r0, r12, lsl #1\n\t"
+        "and r2, r12, #4\n\t"
+        "sub r0, r0, r2, lsl #1\n\t"
+        "mov.w lr, #0\n\t"
+        "subs r12, r12, #16\n\t"
+        "blo .Ls4mm_rest\n"
+        ".Ls4mm_blk:\n\t"               /* 16 inputs: x0|x2, x1|x3 per word */
+        "ldmia r1!, {r2, r4, r6, r9}\n\t"
+        "sxtb16 r3, r2, ror #8\n\t"
+        "sxtb16 r2, r2\n\t"
+        "sxtb16 r5, r4, ror #8\n\t"
+        "sxtb16 r4, r4\n\t"
+        "sxtb16 r8, r6, ror #8\n\t"
+        "sxtb16 r6, r6\n\t"
+        "sxtb16 r10, r9, ror #8\n\t"
+        "sxtb16 r9, r9\n\t"
+        "stmia r0!, {r2, r3, r4, r5, r6, r8, r9, r10}\n\t"
+        "sadd16 r2, r2, r3\n\t"
+        "sadd16 r4, r4, r5\n\t"
+        "sadd16 r6, r6, r8\n\t"
+        "sadd16 r9, r9, r10\n\t"
+        "sadd16 r2, r2, r4\n\t"
+        "sadd16 r6, r6, r9\n\t"
+        "sadd16 lr, lr, r2\n\t"
+        "sadd16 lr, lr, r6\n\t"
+        "subs r12, r12, #16\n\t"
+        "bhs .Ls4mm_blk\n"
+        ".Ls4mm_rest:\n\t"
+        "adds r12, r12, #16\n\t"
+        "beq .Ls4mm_widened\n"
+        ".Ls4mm_quad:\n\t"
+        "ldr r2, [r1], #4\n\t"
+        "sxtb16 r3, r2, ror #8\n\t"
+        "sxtb16 r2, r2\n\t"
+        "stmia r0!, {r2, r3}\n\t"
+        "sadd16 lr, lr, r2\n\t"
+        "sadd16 lr, lr, r3\n\t"
+        "subs r12, r12, #4\n\t"
+        "bne .Ls4mm_quad\n"
+        ".Ls4mm_widened:\n\t"
+        "sxth r6, lr\n\t"
+        "add r6, r6, lr, asr #16\n\t"   /* X */
+        "lsl r6, r6, #4\n\t"            /* 16 X */
+        "ldr r1, [sp, #32]\n\t"         /* the stream */
+        "ldm r7, {r4, r5, r8, r9, r10, r12}\n\t"  /* m, round, shift, mode, entry, rows */
+        "and r3, r12, #3\n\t"
+        "str r3, [sp, #36]\n\t"         /* the padded last group's rows */
+        "bic r12, r12, #3\n\t"
+        "add lr, r11, r12\n\t"          /* the whole groups' output end */
+        "ldr r0, [r7, #24]\n\t"
+        "tst r0, #4\n\t"               /* an odd number of quads: the odd loop */
+        "bne 1f\n\t"
+        "adr.w r0, .Ls4mm_end\n\t"
+        "b 2f\n"
+        "1:\n\t"
+        "adr.w r0, .Ls4mm_end\n\t"
+        "addw r0, r0, #1944\n"          /* .Ls4mm_oend */
+        "2:\n\t"
+        "sub r10, r0, r10\n\t"
+        "orr r10, r10, #1\n\t"          /* the MAC loop's entry, Thumb bit */
+        "cmp r9, #1\n\t"
+        "beq .Ls4mm_selfix\n\t"
+        "bhi .Ls4mm_selleft\n\t"
+        "adr.w r0, .Ls4mm_end\n\t"      /* .Ls4mm_nofix, + 76 (e - 1) */
+        "addw r0, r0, #2360\n\t"
+        "sub r2, r8, #1\n\t"
+        "movs r3, #76\n\t"
+        "mla r0, r2, r3, r0\n\t"
+        "b .Ls4mm_sel\n"
+        ".Ls4mm_selfix:\n\t"            /* + 92 (e - 1) */
+        "adr.w r0, .Ls4mm_end\n\t"      /* .Ls4mm_fix */
+        "addw r0, r0, #3956\n\t"
+        "sub r2, r8, #1\n\t"
+        "movs r3, #92\n\t"
+        "mla r0, r2, r3, r0\n\t"
+        "b .Ls4mm_sel\n"
+        ".Ls4mm_selleft:\n\t"
+        "cmp r8, #3\n\t"
+        "bhi .Ls4mm_selgen\n\t"
+        "lsl r6, r6, r8\n\t"          /* 16 X 2^L */
+        "adr.w r0, .Ls4mm_end\n\t"      /* .Ls4mm_leftl, + 76 L */
+        "addw r0, r0, #1964\n\t"
+        "movs r3, #76\n\t"
+        "mla r0, r8, r3, r0\n\t"
+        "b .Ls4mm_sel\n"
+        ".Ls4mm_selgen:\n\t"
+        "adr.w r0, .Ls4mm_end\n\t"      /* .Ls4mm_left */
+        "addw r0, r0, #2268\n"
+        ".Ls4mm_sel:\n\t"
+        "orr r0, r0, #1\n\t"
+        "mov r9, r8\n\t"                /* L (the right blocks do not read it) */
+        "mov r8, lr\n\t"
+        "mov lr, r0\n\t"
+        "stmia sp, {r4, r5, r6, r8, r9, r10, r12, lr}\n\t"
+        "add r7, sp, #20\n\t"
+        "cmp r8, r11\n\t"
+        "beq.w .Ls4mm_done\n"
+        ".Ls4mm_group:\n\t"
+        "ldmia r1!, {r2, r3, r12, lr}\n\t"    /* the head */
+        "ldr.w pc, [r7]\n"
+        ".Ls4mm_start:\n\t"
+        ".irp j, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15\n\t"
+        S4P_PAIR
+        ".endr\n"
+        ".Ls4mm_end:\n\t"
+        ".if (.Ls4mm_end - .Ls4mm_start) - 124 * 16\n\t"
+        ".error \"an S4P_PAIR is not 124 bytes\"\n\t"
+        ".endif\n\t"
+        S4P_POST
+        ".irp j, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14\n\t"
+        S4P_PAIR
+        ".endr\n\t"
+        "ldmia.w r1!, {r4, r5}\n\t"    /* the odd quad: the frame's quad 30 */
+        "ldrd r9, r10, [r7, #264]\n\t"
+        S4P_HALF("r4", "r9") S4P_HALF("r5", "r10")
+        "\n.Ls4mm_oend:\n\t"
+        ".if (.Ls4mm_oend - .Ls4mm_end) - 1944\n\t"
+        ".error \"the odd loop is not where the set-up looks\"\n\t"
+        ".endif\n\t"
+        S4P_POST
+        ".Ls4mm_leftl:\n\t"
+        ".if (.Ls4mm_leftl - .Ls4mm_end) - 1964\n\t"
+        ".error \"leftl is not where the set-up looks\"\n\t"
+        ".endif\n\t"
+        ".irp L, 0, 1, 2, 3\n\t"
+        "asr.w r2, r2, #(11 - \\L)\n\t"
+        "rsb.w r3, r6, r3, asr #(7 - \\L)\n\t"
+        ".if \\L - 3\n\t"
+        "rsb.w r12, r6, r12, asr #(3 - \\L)\n\t"
+        ".else\n\t"
+        "rsb.w r12, r6, r12\n\t"
+        ".endif\n\t"
+        "rsb.w lr, r6, lr, lsl #(1 + \\L)\n\t"
+        S4MM_LEFTL("r2") S4MM_LEFTL("r3") S4MM_LEFTL("r12") S4MM_LEFTL("lr")
+        "cmp.w r11, r8\n\t"
+        "bne.w .Ls4mm_group\n\t"
+        "b.w .Ls4mm_done\n\t"
+        ".endr\n"
+        ".Ls4mm_left:\n\t"
+        ".if (.Ls4mm_left - .Ls4mm_leftl) - 4 * 76\n\t"
+        ".error \"a left output block is not 76 bytes\"\n\t"
+        ".endif\n\t"
+        S4MM_SHIFTS
+        S4MM_LEFT("r2") S4MM_LEFT("r3") S4MM_LEFT("r12") S4MM_LEFT("lr")
+        "cmp.w r11, r8\n\t"
+        "bne.w .Ls4mm_group\n\t"
+        "b.w .Ls4mm_done\n\t"
+        S4MM_BLOCKS("s4mm_nofix", S4MM_NOFIX, "76")
+        S4MM_BLOCKS("s4mm_fix", S4MM_FIX, "92")
+        ".if (.Ls4mm_nofix - .Ls4mm_end) - 2360\n\t"
+        ".error \"nofix is not where the set-up looks\"\n\t"
+        ".endif\n\t"
+        ".if (.Ls4mm_fix - .Ls4mm_end) - 3956\n\t"
+        ".error \"fix is not where the set-up looks\"\n\t"
+        ".endif\n\t"
+        ".if (.Ls4mm_left - .Ls4mm_end) - 2268\n\t"
+        ".error \"left is not where the set-up looks\"\n\t"
+        ".endif\n\t"
+        ".Ls4mm_done:\n\t"
+        "ldr r4, [sp, #36]\n\t"         /* the rows of a padded last group */
+        "cmp r4, #0\n\t"
+        "bne .Ls4mm_tail\n\t"
+        "add sp, sp, #312\n\t"
+        "pop {r4-r11, pc}\n"
+        ".Ls4mm_tail:\n\t"
+        "add r5, sp, #308\n\t"
+        "cmp r11, r5\n\t"
+        "beq .Ls4mm_copy\n\t"
+        "str r11, [sp, #32]\n\t"        /* the padded group into the scratch group */
+        "sub r11, r5, #4\n\t"
+        "str r5, [sp, #12]\n\t"
+        "b .Ls4mm_group\n"
+        ".Ls4mm_copy:\n\t"              /* its real rows to the output */
+        "ldr r6, [sp, #32]\n\t"
+        "sub r5, r5, #4\n"
+        ".Ls4mm_cp:\n\t"
+        "ldrb r8, [r5], #1\n\t"
+        "strb r8, [r6], #1\n\t"
+        "subs r4, r4, #1\n\t"
+        "bne .Ls4mm_cp\n\t"
+        "add sp, sp, #312\n\t"
+        "pop {r4-r11, pc}\n\t");
+}
+
 #else /* no DSP extension (the host): the portable definition */
+
+void qe_fully_connected_s4_mm(const qe_fc_s4_mm_params_t *p, const int8_t *input,
+                              const QE_FLASH uint32_t *stream, int8_t *output)
+{
+    qe_fully_connected_s4_mm_reference(p, input, stream, output);
+}
 
 void qe_fully_connected_s4_packed(const qe_fc_s8_packed_params_t *p, const int8_t *input,
                                   const QE_FLASH uint32_t *stream, int8_t *output)

@@ -40,6 +40,96 @@ def pack_fc_s4_weights(w: np.ndarray, bias: np.ndarray | None, input_offset: int
     return np.concatenate([words, groups_bias], axis=1).reshape(-1).astype(np.uint32), d_pad
 
 
+def s4_mm_entry(depth: int) -> int:
+    """qe_fc_s4_mm_params_t's entry: the bytes back from the end of the DSP kernel's unrolled MAC
+    loop (cortex-m-dsp/fully_connected_s4.c: 124 a pair of quads; odd quad counts take the odd
+    loop, whose last quad is 64 bytes)."""
+    q = depth // 4
+    return 62 * q + 2 * (q % 2)
+
+
+def pack_fc_s4_mm(w: np.ndarray, bias: np.ndarray | None, input_offset: int, filter_offset: int,
+                  left_shift: int | None) -> np.ndarray | None:
+    """The s4 mm stream of fully_connected_s4.h (qe_fc_s4_mm_params_t) for int4 weights
+    [rows][depth] (integers, depth a multiple of 4): per group of four rows its head h0..h3
+    (4096 b0, 256 b1, 16 b2, 4096 b0 + 256 b1 + 16 b2 + b3 mod 2^32), then its words of the int4
+    layout (pack_fc_s4_weights). None when a bound of the header's fails for some row (B = |b| +
+    128 sum_d |w'|, any int8 input): B < 2^30; row 0 B < 2^19, rows 1 and 2 B + 1024 depth < 2^23
+    and 2^27 (the scaled accumulators stay in int32); with left_shift L, B 2^(L+1) < 2^31.
+    Raises ValueError as pack_fc_s4_weights."""
+    rows, depth = w.shape
+    assert depth % 4 == 0
+    words, _ = pack_fc_s4_weights(w, bias, input_offset, filter_offset)
+    full, b = offset_int4_rows(w, bias, input_offset, filter_offset, PACKED_ROWS)
+    bound = np.abs(b) + 128 * np.abs(full).sum(axis=1)
+    lim = np.array([1 << 19, (1 << 23) - 1024 * depth, (1 << 27) - 1024 * depth, 1 << 30])
+    if (bound >= 1 << 30).any() or (bound.reshape(-1, PACKED_ROWS) >= lim).any():
+        return None
+    if left_shift is not None and (bound << (left_shift + 1) >= 1 << 31).any():
+        return None
+    g = b.reshape(-1, PACKED_ROWS)
+    head = np.stack([4096 * g[:, 0], 256 * g[:, 1], 16 * g[:, 2],
+                     4096 * g[:, 0] + 256 * g[:, 1] + 16 * g[:, 2] + g[:, 3]], axis=1) & 0xFFFFFFFF
+    groups = len(g)
+    body = words.reshape(groups, -1)[:, :-PACKED_ROWS].astype(np.int64)
+    return np.concatenate([head, body], axis=1).reshape(-1).astype(np.uint32)
+
+
+def s4_mm_mode(multiplier: int, shift: int, output_offset: int, act_min: int,
+               act_max: int) -> dict | None:
+    """qe_fc_s4_mm_params_t's output stage fields, or None where the kernel's asm has none."""
+    if (act_min, act_max) != (-128, 127) or multiplier < 1 << 30:
+        return None
+    if -21 <= shift <= -1:
+        e = -shift
+        return dict(round=(1 << (e - 1)) + output_offset * (1 << e), shift=e,
+                    mode=int(output_offset != -128))
+    if 0 <= shift <= 30:
+        return dict(round=output_offset, shift=shift, mode=2)
+    return None
+
+
+def lower_fully_connected_s4_mm(op: Operator, model: TFLiteModel, pname: str, kernel: Kernel,
+                                wi: np.ndarray) -> Kernel | None:
+    """The s4 mm stream (qe_fully_connected_s4_mm) where it applies: one batch, depth a multiple
+    of 4, an output stage s4_mm_mode covers and pack_fc_s4_mm's bounds; else None."""
+    x, w, bias, out, act = weighted_operands(op, model, "weights")
+    output_depth, accum_depth = w.shape
+    real, multiplier, shift, act_min, act_max = per_tensor_stage(x, w, out, act)
+    mode = s4_mm_mode(multiplier, shift, out.zero_point, act_min, act_max)
+    if out.size // output_depth != 1 or accum_depth % 4 or mode is None:
+        return None
+    stream = pack_fc_s4_mm(wi, None if bias is None else bias.data, -x.zero_point,
+                           -w.zero_point, shift if mode["mode"] == 2 else None)
+    if stream is None:
+        return None
+    sname = c_ident(w.name, f"w{w.index}_") + "_s4_mm"
+    consts = [f"/* {c_comment(w.describe())}, scale {w.scale:.9g}, zero point {w.zero_point}: "
+              f"the s4 mm stream of the kernel variant (fully_connected_s4.h), {output_depth} "
+              f"rows in groups of {PACKED_ROWS}, each group's head (4096 b0, 256 b1, 16 b2, "
+              f"4096 b0 + 256 b1 + 16 b2 + b3) then its words, depth {accum_depth}, four rows' "
+              f"nibbles per 16-bit lane */\n"
+              + c_array("uint32_t", sname, stream, 6, lambda v: f"0x{int(v):08x}u")]
+    const_bytes = 4 * stream.size
+    params = (f"static const qe_fc_s4_mm_params_t {pname} = {{\n"
+              f"    .multiplier = {multiplier},  /* {real:.17g} = m * 2^(shift - 31) */\n"
+              f"    .round = {mode['round']},\n"
+              f"    .shift = {mode['shift']}u,\n"
+              f"    .mode = {mode['mode']}u,\n"
+              f"    .entry = {s4_mm_entry(accum_depth)}u,\n"
+              f"    .output_depth = {output_depth}u,\n"
+              f"    .accum_depth = {accum_depth}u,\n"
+              f"    .output_offset = {out.zero_point},\n"
+              f"    .output_shift = {shift},\n}};\n")
+    call = (f"qe_fully_connected_s4_mm(&{pname}, (const int8_t *)@T{x.index}@, {sname}, "
+            f"(int8_t *)@T{out.index}@);")
+    ref_bytes = (w.size + 1) // 2 + (4 * bias.size if bias is not None else 0)
+    return Kernel(op, call, params, consts, const_bytes,
+                  kernel.comment.replace("int4 weights:", "int4 weights (s4 mm stream):")
+                  + f"; layout {const_bytes} B of flash (reference layout {ref_bytes} B)",
+                  headers=kernel.headers, layout_extra_bytes=const_bytes - ref_bytes)
+
+
 def lower_fully_connected_s4_packed(op: Operator, model: TFLiteModel, pname: str,
                                     kernel: Kernel) -> Kernel:
     """`kernel`, the reference lowering's qe_fully_connected_s4 (it validated the op), or the
@@ -54,6 +144,9 @@ def lower_fully_connected_s4_packed(op: Operator, model: TFLiteModel, pname: str
                                                   -x.zero_point, -w.zero_point)
     except ValueError:
         return kernel
+    mm = lower_fully_connected_s4_mm(op, model, pname, kernel, wi)
+    if mm is not None:
+        return mm
     real, multiplier, shift, act_min, act_max = per_tensor_stage(x, w, out, act)
     batches = out.size // output_depth
     wname = c_ident(w.name, f"w{w.index}_") + "_s4_packed"
