@@ -89,4 +89,39 @@ void qe_conv_s8_wide(const qe_conv_s8_wide_params_t *p, const int8_t *input,
                      const QE_FLASH int32_t *filter, const QE_FLASH int32_t *bias,
                      int8_t *output, int16_t *scratch);
 
+/* int8 CONV_2D with the filter laid out by the generator for the variants without SIMD
+ * (cortex-m0, rv32; converters/ops/optimized/cortex_m0/conv.py, lower_conv_rows): the same
+ * results as qe_conv_s8 on the original filter, bit for bit; this file's portable definition is
+ * the one the variants are tested against. The kernel gathers each output pixel's window
+ * (depth = k_h * k_w * in_c values, in the filter's order) into a column of int32 -- the input,
+ * or the input's zero point (-input_offset) where the tap lies in the padding -- and runs the
+ * output channels over it as FULLY_CONNECTED rows.
+ *
+ * filter: int32 words, the output channels in groups of QE_CONV_ROWS (4, the last padded with
+ * zero channels); per group, per d < padded_depth (depth rounded up to even, zeros past depth),
+ * the four channels' w[oc][d] (so one LDM of four words feeds four MULs by one column value).
+ * bias': bias[oc] + input_offset * sum_d w[oc][d], one int32 per padded channel: the column's
+ * zero points in the padding then add w * (-input_offset) + input_offset * w = 0, the
+ * reference's skipped tap, and every other tap w * (x + input_offset), exactly (the generator's
+ * int32 bound covers every partial sum).
+ *
+ * rq, when not QE_FLASH_NULL: per padded channel QE_CONV_RQ_WORDS int32, the right-shift output
+ * stage of the cortex-m0 variant precomputed (its requant_right.h, requant_right_t's ten words as
+ * requant_right_init sets them, then sat_low and sat_above of fully_connected.h's pairs params:
+ * accumulators <= sat_low give activation_min, > sat_above activation_max); present only when
+ * every channel's shift is a right shift. The portable definition ignores it. */
+#define QE_CONV_ROWS 4u
+#define QE_CONV_ROWS_MAX_DEPTH 128u   /* padded_depth: the variants' column on the stack */
+#define QE_CONV_RQ_WORDS 12u
+
+typedef struct {
+    qe_conv_s8_params_t c;            /* geometry, offsets, activation, multipliers, shifts */
+    const QE_FLASH int32_t *rq;       /* see above, or QE_FLASH_NULL */
+    uint16_t padded_depth;            /* k_h * k_w * in_c rounded up to even */
+} qe_conv_s8_rows_params_t;
+
+/* bias' is never QE_FLASH_NULL: one int32 per padded output channel */
+void qe_conv_s8_rows(const qe_conv_s8_rows_params_t *p, const int8_t *input,
+                     const QE_FLASH int32_t *filter, const QE_FLASH int32_t *bias, int8_t *output);
+
 #endif
