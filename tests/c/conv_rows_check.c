@@ -7,8 +7,9 @@
  *
  * Input (host: stdin; board: conv_cases.bin), repeated cases: the int32 header[24] of
  * tests/c/conv_kernels_check.c (kind 0), the input, the filter, the bias if any, the
- * multipliers and shifts, then int32 padded_depth, has_rq, words[padded_out_c * padded_depth],
+ * multipliers and shifts, then int32 padded_depth, has_rq, wide_h, wide_w, words[padded_out_c * padded_depth],
  * bias'[padded_out_c], rq[12 * padded_out_c] if has_rq (padded_out_c: out_c rounded up to 4).
+ * The boards' buffers are small (MAX_*: 16 KiB of RAM); the test sends them cases that fit.
  * Output (host: stdout; board: conv_out.bin): per case qe_conv_s8's output bytes, then the
  * variant's. Exit status 0 when every case matched (the portable rows definition too), 1 when
  * one did not, 2 on bad input. */
@@ -18,13 +19,24 @@
 #include "kernels/conv.h"
 
 void qe_conv_s8_rows_reference(const qe_conv_s8_rows_params_t *p, const int8_t *input,
-                               const int32_t *filter, const int32_t *bias, int8_t *output);
+                               const int32_t *filter, const int32_t *bias, int8_t *output,
+                               int32_t *scratch);
 
+#if defined(__arm__) || defined(__riscv)   /* microbit, hifive1: 16 KiB of RAM */
+#define MAX_IN 1024
+#define MAX_F 1536
+#define MAX_OUT 1024
+#define MAX_CH 16
+#define MAX_WORDS 768
+#define MAX_SCRATCH 640
+#else
 #define MAX_IN 16384
 #define MAX_F 16384
 #define MAX_OUT 16384
 #define MAX_CH 256
 #define MAX_WORDS 8192
+#define MAX_SCRATCH 8192
+#endif
 #define IN_FILE "conv_cases.bin"
 #define OUT_FILE "conv_out.bin"
 
@@ -34,11 +46,12 @@ static int8_t input_buf[MAX_IN + 4], filter_buf[MAX_F + 4];
 static int32_t bias[MAX_CH], multipliers[MAX_CH];
 static int8_t shifts[MAX_CH];
 static int8_t out_ref[MAX_OUT + 1], out_opt[MAX_OUT + 1], out_pref[MAX_OUT + 1];
+static int32_t scratch[MAX_SCRATCH];
 static int32_t words[MAX_WORDS], bias_p[MAX_CH], rq[QE_CONV_RQ_WORDS * MAX_CH];
 
 int main(void)
 {
-    int32_t h[24], e[2];
+    int32_t h[24], e[4];
     int status = 0;
 
     if (!io_open()) {
@@ -60,7 +73,8 @@ int main(void)
             || (has_bias && !io_read(bias, 4u * out_c))
             || !io_read(multipliers, 4u * out_c) || !io_read(shifts, out_c)
             || !io_read(e, sizeof e) || e[0] <= 0 || (e[0] & 1)
-            || e[0] > (int32_t)QE_CONV_ROWS_MAX_DEPTH) {
+            || e[0] > (int32_t)QE_CONV_ROWS_MAX_DEPTH || e[2] <= 0 || e[3] <= 0
+            || (uint32_t)e[2] * (uint32_t)e[3] * (uint32_t)h[4] + (uint32_t)e[0] > MAX_SCRATCH) {
             return io_exit(2);
         }
         n_w = padded_c * (uint32_t)e[0];
@@ -93,12 +107,15 @@ int main(void)
         p->shifts = shifts;
         pp.rq = e[1] ? rq : QE_FLASH_NULL;
         pp.padded_depth = (uint16_t)e[0];
+        pp.wide_h = (uint16_t)e[2];
+        pp.wide_w = (uint16_t)e[3];
         memset(out_ref, 0x5A, sizeof out_ref);
         memset(out_opt, 0xA5, sizeof out_opt);
         memset(out_pref, 0x3C, sizeof out_pref);
         qe_conv_s8(p, in, f, has_bias ? bias : QE_FLASH_NULL, out_ref);
-        qe_conv_s8_rows(&pp, in, words, bias_p, out_opt);
-        qe_conv_s8_rows_reference(&pp, in, words, bias_p, out_pref);
+        memset(scratch, 0x77, sizeof scratch);
+        qe_conv_s8_rows(&pp, in, words, bias_p, out_opt, scratch);
+        qe_conv_s8_rows_reference(&pp, in, words, bias_p, out_pref, scratch);
         if (memcmp(out_ref, out_opt, n_out) != 0 || memcmp(out_ref, out_pref, n_out) != 0
             || (uint8_t)out_opt[n_out] != 0xA5u || (uint8_t)out_pref[n_out] != 0x3Cu) {
             status = 1;

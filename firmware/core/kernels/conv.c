@@ -120,13 +120,15 @@ void qe_conv_s8_packed(const qe_conv_s8_packed_params_t *p, const int8_t *input,
 /* The generator's rows filter (conv.h, qe_conv_s8_rows_params_t), read one weight at a time:
  * the definition the cortex-m0 and rv32 variants' versions are compared with. */
 void qe_conv_s8_rows(const qe_conv_s8_rows_params_t *p, const int8_t *input,
-                     const QE_FLASH int32_t *filter, const QE_FLASH int32_t *bias, int8_t *output)
+                     const QE_FLASH int32_t *filter, const QE_FLASH int32_t *bias, int8_t *output,
+                     int32_t *scratch)
 {
     const qe_window_t *g = &p->c.g;
     const uint32_t pd = p->padded_depth;
     const int32_t zero_point = -p->c.input_offset;
     int32_t b, oy, ox, oc, ky, kx, c;
 
+    (void)scratch;
     for (b = 0; b < g->batches; ++b) {
         for (oy = 0; oy < g->out_h; ++oy) {
             const int32_t iy0 = oy * (int32_t)g->stride_h - (int32_t)g->pad_top;

@@ -1,6 +1,7 @@
 """CONV_2D on the cortex-m0 and rv32 variants (firmware/core/kernels/optimized/cortex-m0/conv.c,
 which rv32/conv.c includes): an int8 CONV_2D whose depth (k_h * k_w * in_c, rounded up to even)
-is at most ROWS_MAX_DEPTH gets the rows filter (conv.h, qe_conv_s8_rows: int32 weights, four
+is at most ROWS_MAX_DEPTH and whose scratch (the widened image and the column) fits SCRATCH_MAX
+gets the rows filter (conv.h, qe_conv_s8_rows: int32 weights, four
 output channels interleaved, the input offset folded into bias') and, when every channel's
 shift is a right shift, the cortex-m0 output stage precomputed per channel (rq_table); every
 other op the reference lowering (quarl_edge/converters/ops/conv.py), whose steps this starts
@@ -18,6 +19,17 @@ from .fully_connected import saturation_bounds
 ROWS = 4                 # conv.h: QE_CONV_ROWS
 ROWS_MAX_DEPTH = 128     # conv.h: QE_CONV_ROWS_MAX_DEPTH
 RQ_WORDS = 12            # conv.h: QE_CONV_RQ_WORDS
+SCRATCH_MAX = 8192       # arena bytes for the widened image and the column
+
+
+def rows_wide_shape(g: dict) -> tuple[int, int]:
+    """conv.h's qe_conv_s8_rows scratch image (wide_h, wide_w): the input padded by pad_top /
+    pad_left and far enough below / right for every window tap."""
+    wide_h = max(g["pad_top"] + g["in_h"],
+                 (g["out_h"] - 1) * g["stride_h"] + (g["k_h"] - 1) * g["dil_h"] + 1)
+    wide_w = max(g["pad_left"] + g["in_w"],
+                 (g["out_w"] - 1) * g["stride_w"] + (g["k_w"] - 1) * g["dil_w"] + 1)
+    return wide_h, wide_w
 
 
 def rows_conv_filter(w: np.ndarray, bias: np.ndarray | None,
@@ -75,7 +87,9 @@ def lower_conv_rows(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
         return lower_conv(op, model, pname)
     s = int8_stage(op, model, c)
     g, x, w, bias, out = c.g, c.x, c.w, c.bias, c.out
-    if c.taps + (c.taps & 1) > ROWS_MAX_DEPTH:
+    wide_h, wide_w = rows_wide_shape(g)
+    scratch = 4 * (wide_h * wide_w * g["in_c"] + c.taps + (c.taps & 1))
+    if c.taps + (c.taps & 1) > ROWS_MAX_DEPTH or scratch > SCRATCH_MAX:
         return conv_s8_kernel(op, pname, c, s)
     words, bias_p, d_pad = rows_conv_filter(w.data, None if bias is None else bias.data,
                                             -x.zero_point)
@@ -103,11 +117,13 @@ def lower_conv_rows(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
               f"        .activation_min = {s.act_min},\n        .activation_max = {s.act_max},\n"
               f"        .multipliers = {pname}_mult,\n        .shifts = {pname}_shift,\n    }},\n"
               f"    .rq = {f'{pname}_rq' if rq is not None else 'QE_FLASH_NULL'},\n"
-              f"    .padded_depth = {d_pad}u,\n}};\n")
+              f"    .padded_depth = {d_pad}u,\n"
+              f"    .wide_h = {wide_h}u,\n    .wide_w = {wide_w}u,\n}};\n")
     call = (f"qe_conv_s8_rows(&{pname}, (const int8_t *)@T{x.index}@, {wname}, {pname}_bias, "
-            f"(int8_t *)@T{out.index}@);")
+            f"(int8_t *)@T{out.index}@, (int32_t *)@S{op.index}@);")
     ref_bytes = w.size + 5 * oc + (4 * bias.size if bias is not None else 0)
     return Kernel(op, call, params, consts, const_bytes,
                   c.comment.replace("CONV_2D int8:", "CONV_2D int8 (rows):")
-                  + f"; layout {const_bytes} B of flash (reference layout {ref_bytes} B)",
+                  + f"; layout {const_bytes} B of flash (reference layout {ref_bytes} B), "
+                  f"{scratch} B of scratch", scratch_bytes=scratch,
                   layout_extra_bytes=const_bytes - ref_bytes)
