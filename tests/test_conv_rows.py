@@ -39,33 +39,44 @@ VARIANT = {"microbit": KDIR / "cortex-m0" / "conv.c", "hifive1": KDIR / "rv32" /
 FILES = ("conv_cases.bin", "conv_out.bin")
 
 
-def rows_extra(c: ConvCase) -> ConvCase:
+def rows_extra(c: ConvCase, with_steps: bool = True) -> ConvCase:
     """A CONV_2D case (depth <= 128) with the generator's rows layout (rows_conv_filter, rq_table)."""
-    from quarl_edge.converters.ops.optimized.cortex_m0.conv import rows_conv_filter, rows_wide_shape, rq_table
+    from quarl_edge.converters.ops.optimized.cortex_m0.conv import (rows_conv_filter, rows_wide_shape,
+                                                                    rq_table, steps_table)
     h = c.header
     keys = ("batches", "in_h", "in_w", "in_c", "out_h", "out_w", "out_c", "k_h", "k_w",
             "stride_h", "stride_w", "dil_h", "dil_w", "pad_top", "pad_left")
     wide_h, wide_w = rows_wide_shape(dict(zip(keys, h[1:16])))
     words, bias_p, d_pad = rows_conv_filter(c.f.reshape(h[7], h[8], h[9], h[4]), c.bias, h[17])
     rq = rq_table(list(c.mults), list(c.shifts), h[18], h[19], h[20], bias_p.size)
-    extra = (struct.pack("<4i", d_pad, int(rq is not None), wide_h, wide_w) + words.astype("<i4").tobytes()
-             + bias_p.astype("<i4").tobytes() + (b"" if rq is None else rq.astype("<i4").tobytes()))
+    steps = None if rq is None or not with_steps else steps_table(
+        list(c.mults), list(c.shifts), h[18], h[19], h[20], bias_p.size)
+    n_steps = 0 if steps is None else steps.size
+    extra = (struct.pack("<5i", d_pad, int(rq is not None), wide_h, wide_w, n_steps) + words.astype("<i4").tobytes()
+             + bias_p.astype("<i4").tobytes() + (b"" if rq is None else rq.astype("<i4").tobytes())
+             + (b"" if steps is None else steps.astype("<i4").tobytes()))
     return dataclasses.replace(c, header=[CONV, *h[1:]], extra=extra)
 
 
 @st.composite
 def rows_case(draw) -> ConvCase:
     # conv_case's packed cases: depth <= 128, mostly right shifts; the packed extra replaced
-    return rows_extra(draw(conv_case(PACKED)))
+    return rows_extra(draw(conv_case(PACKED)), with_steps=draw(st.booleans()))
 
 
-def fits_board(c: ConvCase) -> bool:
+# the checker's buffers on microbit and hifive1 (conv_rows_check.c): out, words, scratch, steps
+BOARD_MAX = {"steps": (512, 512, 512, 1040), "layers": (1024, 1024, 800, 0)}
+
+
+def fits_board(c: ConvCase, build: str = "steps") -> bool:
     """Whether a case fits the checker's buffers on microbit and hifive1 (conv_rows_check.c)."""
     h = c.header
-    d_pad, _, wide_h, wide_w = struct.unpack("<4i", c.extra[:16])
+    d_pad, _, wide_h, wide_w, n_steps = struct.unpack("<5i", c.extra[:20])
     oc_pad = -(-h[7] // 4) * 4
-    return (h[1] * h[2] * h[3] * h[4] <= 1024 and c.f.size <= 1536 and c.out_bytes <= 1024
-            and oc_pad <= 16 and oc_pad * d_pad <= 768 and wide_h * wide_w * h[4] + d_pad <= 640)
+    m_out, m_words, m_scratch, m_steps = BOARD_MAX[build]
+    return (h[1] * h[2] * h[3] * h[4] <= 1024 and c.f.size <= 1024 and c.out_bytes <= m_out
+            and oc_pad <= 16 and oc_pad * d_pad <= m_words
+            and wide_h * wide_w * h[4] + d_pad + oc_pad <= m_scratch and n_steps <= m_steps)
 
 
 def fixed_cases() -> list[ConvCase]:
@@ -77,15 +88,17 @@ def fixed_cases() -> list[ConvCase]:
             h = list(c.header)
             h[18:21] = [oo, lo, hi]
             out.append(rows_extra(dataclasses.replace(c, header=h)))
+            out.append(rows_extra(dataclasses.replace(c, header=h), with_steps=False))
     rng = np.random.default_rng(7)
     for in_c in (4, 5, 6, 7):
-        out.append(rows_extra(ConvCase(
+        case = ConvCase(
             [CONV, 1, 10, 10, in_c, 8, 8, 16, 3, 3, 1, 1, 1, 1, 0, 0, 1, 128, -128, -128, 127, 1,
              in_c % 4, 0],
             rng.choice(np.array([-128, 127], np.int8), 100 * in_c),
             rng.integers(-127, 128, 16 * 9 * in_c).astype(np.int8),
             rng.integers(-20000, 20000, 16).astype(np.int32),
-            rng.integers(1 << 30, 2**31 - 1, 16), rng.integers(-12, -6, 16).astype(np.int8))))
+            rng.integers(1 << 30, 2**31 - 1, 16), rng.integers(-12, -6, 16).astype(np.int8))
+        out += [rows_extra(case), rows_extra(case, with_steps=False)]
     return out
 
 
@@ -101,15 +114,16 @@ def _host(tmp: Path, sanitize: bool = False) -> Path:
     return exe
 
 
-def _board(board_id: str, tmp: Path) -> Path:
+def _board(board_id: str, tmp: Path, build: str = "steps") -> Path:
     board = get_board(board_id)
     if shutil.which(board.cc) is None or shutil.which(board.connect.get("qemu", "qemu-system-arm")) is None:
         pytest.skip(f"{board.cc} or QEMU is not installed")
-    elf = tmp / f"rows_check_{board_id}.elf"
+    elf = tmp / f"rows_check_{board_id}_{build}.elf"
     srcs = [CHECK, VARIANT[board_id], FW / "core" / "requant.c",
             *(c for d in family_dirs(board) for c in sorted(d.glob("*.c")))]
     cmd = [board.cc, *COMMON_CFLAGS, *(expand_flag(board, f) for f in board.cflags),
-           *board_defines(board), f"-I{FW / 'core'}", *(f"-I{d}" for d in family_dirs(board)),
+           *board_defines(board), *(["-DQE_ROWS_CHECK_LAYERS"] if build == "layers" else []),
+           f"-I{FW / 'core'}", *(f"-I{d}" for d in family_dirs(board)),
            *map(str, srcs), "-o", str(elf), *(expand_flag(board, f) for f in board.ldflags)]
     res = subprocess.run(cmd, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
@@ -133,7 +147,9 @@ def board_elf(request, tmp_module) -> tuple[str, Path]:
 
 def test_fixed_cases_on_the_host(host_exe):
     cases = fixed_cases()
-    assert sum(c.extra[4:8] == b"\x01\0\0\0" for c in cases) == len(cases)   # all with rq
+    heads = [struct.unpack("<5i", c.extra[:20]) for c in cases]
+    assert all(h[1] == 1 for h in heads)                       # all with rq
+    assert sum(h[4] > 0 for h in heads) >= len(cases) // 2     # most with step tables too
     assert_same(cases, *run_host(host_exe, cases))
 
 
@@ -155,7 +171,7 @@ def test_random_cases_under_sanitizers(tmp_module, cases):
 def test_the_checker_sees_a_difference(host_exe):
     """A wrong layout (one weight changed) must fail: the test can fail."""
     c = fixed_cases()[-1]
-    words_at = 24 * 4 + c.x.size + c.f.size + 4 * c.bias.size + 4 * c.mults.size + c.shifts.size + 16
+    words_at = 24 * 4 + c.x.size + c.f.size + 4 * c.bias.size + 4 * c.mults.size + c.shifts.size + 20
     enc = bytearray(c.encode())
     enc[words_at] ^= 0x01
     res = subprocess.run([str(host_exe)], input=bytes(enc), capture_output=True, timeout=60)
@@ -167,13 +183,14 @@ def test_the_asm_walk_is_compiled_for_microbit(tmp_module):
     dis = subprocess.run(["arm-none-eabi-objdump", "-d", str(elf)], capture_output=True,
                          text=True).stdout
     body = dis.split("<qe_conv_s8_rows>:", 1)[1].split("\n\n", 1)[0]
-    assert "ldmia" in body or "ldm" in body
-    assert body.count("muls") >= 8
+    assert "ldmia\tr1!, {r4, r5, r6, r7}" in body       # the four weights of a column value
+    assert body.count("add\tr8, r4") >= 2 and body.count("adcs\tr6, r4") == 1
 
 
 @settings(max_examples=6, deadline=None, suppress_health_check=[*HC, HealthCheck.filter_too_much])
 @given(st.lists(rows_case().filter(fits_board), min_size=6, max_size=10))
 def test_random_cases_on_the_boards(board_elf, host_exe, cases):
+    """Random shapes in the build with step tables (four channels' full range)."""
     board_id, elf = board_elf
     _, host_out = run_host(host_exe, cases)
     host_ref = [ref for ref, _ in split(cases, host_out)]
@@ -181,10 +198,12 @@ def test_random_cases_on_the_boards(board_elf, host_exe, cases):
     assert_same(cases, status, out, host_ref)
 
 
-def test_fixed_cases_on_the_boards(board_elf, host_exe):
-    board_id, elf = board_elf
-    cases = [c for c in fixed_cases() if fits_board(c)]
-    assert len(cases) >= 8          # the MinAtar layers among them
+@pytest.mark.parametrize("board_id", ["microbit", "hifive1"])
+def test_fixed_cases_on_the_boards(tmp_module, host_exe, board_id):
+    """The MinAtar layers (a build with room for them) and the benchmark CNN's where they fit."""
+    elf = _board(board_id, tmp_module, "layers")
+    cases = [c for c in fixed_cases() if fits_board(c, "layers")]
+    assert len(cases) >= 8 and sum(c.header[2] == 10 for c in cases) == 4   # MinAtar's
     _, host_out = run_host(host_exe, cases)
     status, out = run_board(board_id, elf, cases, FILES)
     assert_same(cases, status, out, [ref for ref, _ in split(cases, host_out)])

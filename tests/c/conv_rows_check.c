@@ -7,8 +7,8 @@
  *
  * Input (host: stdin; board: conv_cases.bin), repeated cases: the int32 header[24] of
  * tests/c/conv_kernels_check.c (kind 0), the input, the filter, the bias if any, the
- * multipliers and shifts, then int32 padded_depth, has_rq, wide_h, wide_w, words[padded_out_c * padded_depth],
- * bias'[padded_out_c], rq[12 * padded_out_c] if has_rq (padded_out_c: out_c rounded up to 4).
+ * multipliers and shifts, then int32 padded_depth, has_rq, wide_h, wide_w, n_steps, words[padded_out_c * padded_depth],
+ * bias'[padded_out_c], rq[12 * padded_out_c] if has_rq, steps[n_steps] (padded_out_c: out_c rounded up to 4).
  * The boards' buffers are small (MAX_*: 16 KiB of RAM); the test sends them cases that fit.
  * Output (host: stdout; board: conv_out.bin): per case qe_conv_s8's output bytes, then the
  * variant's. Exit status 0 when every case matched (the portable rows definition too), 1 when
@@ -22,13 +22,23 @@ void qe_conv_s8_rows_reference(const qe_conv_s8_rows_params_t *p, const int8_t *
                                const int32_t *filter, const int32_t *bias, int8_t *output,
                                int32_t *scratch);
 
-#if defined(__arm__) || defined(__riscv)   /* microbit, hifive1: 16 KiB of RAM */
+#if (defined(__arm__) || defined(__riscv)) && defined(QE_ROWS_CHECK_LAYERS)
+/* microbit, hifive1 (16 KiB of RAM), built for whole layers (MinAtar's), no step tables */
 #define MAX_IN 1024
-#define MAX_F 1536
+#define MAX_F 1024
 #define MAX_OUT 1024
 #define MAX_CH 16
-#define MAX_WORDS 768
-#define MAX_SCRATCH 640
+#define MAX_WORDS 1024
+#define MAX_SCRATCH 800
+#define MAX_STEPS 1
+#elif defined(__arm__) || defined(__riscv)   /* ... and for step tables, on smaller layers */
+#define MAX_IN 1024
+#define MAX_F 1024
+#define MAX_OUT 512
+#define MAX_CH 16
+#define MAX_WORDS 512
+#define MAX_SCRATCH 512
+#define MAX_STEPS 1040      /* four channels' full-range step tables */
 #else
 #define MAX_IN 16384
 #define MAX_F 16384
@@ -36,6 +46,7 @@ void qe_conv_s8_rows_reference(const qe_conv_s8_rows_params_t *p, const int8_t *
 #define MAX_CH 256
 #define MAX_WORDS 8192
 #define MAX_SCRATCH 8192
+#define MAX_STEPS 16384
 #endif
 #define IN_FILE "conv_cases.bin"
 #define OUT_FILE "conv_out.bin"
@@ -46,12 +57,12 @@ static int8_t input_buf[MAX_IN + 4], filter_buf[MAX_F + 4];
 static int32_t bias[MAX_CH], multipliers[MAX_CH];
 static int8_t shifts[MAX_CH];
 static int8_t out_ref[MAX_OUT + 1], out_opt[MAX_OUT + 1], out_pref[MAX_OUT + 1];
-static int32_t scratch[MAX_SCRATCH];
+static int32_t scratch[MAX_SCRATCH], steps[MAX_STEPS];
 static int32_t words[MAX_WORDS], bias_p[MAX_CH], rq[QE_CONV_RQ_WORDS * MAX_CH];
 
 int main(void)
 {
-    int32_t h[24], e[4];
+    int32_t h[24], e[5];
     int status = 0;
 
     if (!io_open()) {
@@ -74,12 +85,13 @@ int main(void)
             || !io_read(multipliers, 4u * out_c) || !io_read(shifts, out_c)
             || !io_read(e, sizeof e) || e[0] <= 0 || (e[0] & 1)
             || e[0] > (int32_t)QE_CONV_ROWS_MAX_DEPTH || e[2] <= 0 || e[3] <= 0
-            || (uint32_t)e[2] * (uint32_t)e[3] * (uint32_t)h[4] + (uint32_t)e[0] > MAX_SCRATCH) {
+            || (uint32_t)e[2] * (uint32_t)e[3] * (uint32_t)h[4] + (uint32_t)e[0] + padded_c > MAX_SCRATCH) {
             return io_exit(2);
         }
         n_w = padded_c * (uint32_t)e[0];
         if (n_w > MAX_WORDS || !io_read(words, 4u * n_w) || !io_read(bias_p, 4u * padded_c)
-            || (e[1] && !io_read(rq, 4u * QE_CONV_RQ_WORDS * padded_c))) {
+            || (e[1] && !io_read(rq, 4u * QE_CONV_RQ_WORDS * padded_c))
+            || e[4] < 0 || e[4] > MAX_STEPS || (e[4] && !io_read(steps, 4u * (uint32_t)e[4]))) {
             return io_exit(2);
         }
         memset(&pp, 0, sizeof pp);
@@ -106,6 +118,7 @@ int main(void)
         p->multipliers = multipliers;
         p->shifts = shifts;
         pp.rq = e[1] ? rq : QE_FLASH_NULL;
+        pp.steps = e[4] ? steps : QE_FLASH_NULL;
         pp.padded_depth = (uint16_t)e[0];
         pp.wide_h = (uint16_t)e[2];
         pp.wide_w = (uint16_t)e[3];

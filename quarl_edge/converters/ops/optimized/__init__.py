@@ -62,6 +62,9 @@ VARIANT_LOWERINGS = {
 # layout (cgen.generate(pack_weights=False): the packed firmware would not fit the board's flash).
 UNPACKED_LOWERINGS = {
     "cortex-m-dsp": {"CONV_2D": lower_conv_pointwise_as_fc, "DEPTHWISE_CONV_2D": lower_conv},
+    # the rows filter is four times the int8 filter's flash, with its step tables
+    "cortex-m0": {"CONV_2D": lower_conv},
+    "rv32": {"CONV_2D": lower_conv},
 }
 
 __all__ = ["UNPACKED_LOWERINGS", "VARIANT_LOWERINGS"]

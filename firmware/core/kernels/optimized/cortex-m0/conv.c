@@ -42,71 +42,118 @@ typedef struct {
 
 typedef char conv_rq_is_rq_words[(sizeof(conv_rq_t) == 4u * QE_CONV_RQ_WORDS) ? 1 : -1];
 
+/* What one pixel's channel groups need (field offsets are the asm's) */
+typedef struct {
+    const int32_t *col;         /* 0: the column */
+    const int32_t *bias;        /* 4: the next group's bias' (advanced) */
+    int32_t *acc;               /* 8: the next group's accumulators (advanced) */
+    const int32_t *acc_end;     /* 12: past the last group's */
+} pixel_t;
+
 #if defined(__ARM_ARCH_6M__)
 
 #define ONE_VALUE(X)                                                              \
-    "ldm %[w]!, {r4, r5, r6, r7}\n\t"                                             \
+    "ldm r1!, {r4, r5, r6, r7}\n\t"                                               \
     "muls r4, " X ", r4\n\t"                                                      \
-    "add %[a0], r4\n\t"                                                           \
+    "add r8, r4\n\t"                                                              \
     "muls r5, " X ", r5\n\t"                                                      \
-    "add %[a1], r5\n\t"                                                           \
+    "add r9, r5\n\t"                                                              \
     "muls r6, " X ", r6\n\t"                                                      \
-    "add %[a2], r6\n\t"                                                           \
+    "add r10, r6\n\t"                                                             \
     "muls r7, " X ", r7\n\t"                                                      \
-    "add %[a3], r7\n\t"
+    "add r11, r7\n\t"
 
-/* acc[0..3] += one channel group's weights times the column (x to x_end, an even count) */
-static const int32_t *rows_dot(const int32_t *x, const int32_t *x_end, const int32_t *w,
-                               int32_t acc[4])
+/* Every channel group of one pixel: acc[o] = bias'[o] + the column times channel o's weights
+ * (the column from col to col_end, an even count; w the filter; the context in lr). Per group:
+ * bias' by one LDM into r8-r11, per two column values 21 instructions (LDM of both, per value
+ * one LDM of four weights, four MULS and ADDs, CMP/BNE), the sums out by one STM. */
+static void pixel_macs(pixel_t *ctx, const int32_t *col_end, const int32_t *w)
 {
-    register int32_t a0 __asm("r8") = acc[0];
-    register int32_t a1 __asm("r9") = acc[1];
-    register int32_t a2 __asm("r10") = acc[2];
-    register int32_t a3 __asm("r11") = acc[3];
-    register const int32_t *e __asm("r12") = x_end;
-    __asm volatile(".syntax unified\n"
+    register pixel_t *c __asm("r0") = ctx;
+    register const int32_t *wr __asm("r1") = w;
+    register const int32_t *e __asm("r12") = col_end;
+    __asm volatile(".syntax unified\n\t"
+                   "mov lr, r0\n"
+                   "0:\n\t"                                  /* a group */
+                   "mov r3, lr\n\t"
+                   "ldr r2, [r3, #4]\n\t"
+                   "ldm r2!, {r4, r5, r6, r7}\n\t"
+                   "str r2, [r3, #4]\n\t"
+                   "mov r8, r4\n\t"
+                   "mov r9, r5\n\t"
+                   "mov r10, r6\n\t"
+                   "mov r11, r7\n\t"
+                   "ldr r0, [r3, #0]\n"
                    "1:\n\t"
-                   "ldm %[x]!, {r2, r3}\n\t"
+                   "ldm r0!, {r2, r3}\n\t"
                    ONE_VALUE("r2")
                    ONE_VALUE("r3")
-                   "cmp %[x], %[e]\n\t"
+                   "cmp r0, r12\n\t"
                    "bne 1b\n\t"
-                   : [x] "+l"(x), [w] "+l"(w), [a0] "+r"(a0), [a1] "+r"(a1), [a2] "+r"(a2),
-                     [a3] "+r"(a3)
-                   : [e] "r"(e)
-                   : "r2", "r3", "r4", "r5", "r6", "r7", "cc", "memory");
-    acc[0] = a0;
-    acc[1] = a1;
-    acc[2] = a2;
-    acc[3] = a3;
-    return w;
+                   "mov r4, r8\n\t"
+                   "mov r5, r9\n\t"
+                   "mov r6, r10\n\t"
+                   "mov r7, r11\n\t"
+                   "mov r3, lr\n\t"
+                   "ldr r2, [r3, #8]\n\t"
+                   "stm r2!, {r4, r5, r6, r7}\n\t"
+                   "str r2, [r3, #8]\n\t"
+                   "ldr r0, [r3, #12]\n\t"
+                   "cmp r2, r0\n\t"
+                   "bne 0b\n\t"
+                   : "+l"(c), "+l"(wr)
+                   : "r"(e)
+                   : "r2", "r3", "r4", "r5", "r6", "r7", "r8", "r9", "r10", "r11", "lr", "cc",
+                     "memory");
 }
 #undef ONE_VALUE
 
-#else /* the host and rv32: the same walk in C, two column values a pass (wrapping as MULS/ADD) */
-
-static const int32_t *rows_dot(const int32_t *x, const int32_t *x_end, const int32_t *w,
-                               int32_t acc[4])
+/* The outputs of acc[0..n) by conv.h's step tables (each channel's block: lo, span, mul, add,
+ * then its table; block the bytes from one to the next): 18 instructions an output (15
+ * saturated). */
+static void steps_outputs(const int32_t *acc, const int32_t *acc_end, const uint32_t *q,
+                          int8_t *out, uint32_t block, int32_t act_min, int32_t act_max)
 {
-    uint32_t a0 = (uint32_t)acc[0], a1 = (uint32_t)acc[1], a2 = (uint32_t)acc[2],
-             a3 = (uint32_t)acc[3];
-    for (; x != x_end; x += 2, w += 8) {
-        const uint32_t x0 = (uint32_t)x[0], x1 = (uint32_t)x[1];
-        a0 += (uint32_t)w[0] * x0 + (uint32_t)w[4] * x1;
-        a1 += (uint32_t)w[1] * x0 + (uint32_t)w[5] * x1;
-        a2 += (uint32_t)w[2] * x0 + (uint32_t)w[6] * x1;
-        a3 += (uint32_t)w[3] * x0 + (uint32_t)w[7] * x1;
-    }
-    acc[0] = (int32_t)a0;
-    acc[1] = (int32_t)a1;
-    acc[2] = (int32_t)a2;
-    acc[3] = (int32_t)a3;
-    return w;
+    register const int32_t *a __asm("r0") = acc;
+    register const uint32_t *qr __asm("r1") = q;
+    register int8_t *o __asm("r2") = out;
+    register int32_t amin __asm("r8") = act_min;
+    register uint32_t step __asm("r9") = block - 16u;
+    register const int32_t *end __asm("r10") = acc_end;
+    register int32_t amax __asm("r11") = act_max;
+    __asm volatile(".syntax unified\n"
+                   "1:\n\t"
+                   "ldm r0!, {r3}\n\t"                     /* a */
+                   "ldm r1!, {r4, r5, r6, r7}\n\t"         /* lo, span, mul, add */
+                   "subs r3, r3, r4\n\t"                   /* u = a - lo */
+                   "cmp r3, r5\n\t"
+                   "bhi 7f\n\t"
+                   "muls r6, r3, r6\n\t"
+                   "adds r6, r6, r7\n\t"
+                   "lsrs r6, r6, #24\n\t"                  /* k: the index or one less */
+                   "lsls r7, r6, #2\n\t"
+                   "ldr r7, [r1, r7]\n\t"                  /* t[k] */
+                   "cmp r3, r7\n\t"                        /* C: u >= t[k] */
+                   "mov r4, r8\n\t"
+                   "adcs r6, r6, r4\n\t"                   /* act_min + k + C */
+                   "b 8f\n"
+                   "7:\n\t"                                /* saturated */
+                   "adds r3, r3, r4\n\t"
+                   "mov r6, r11\n\t"
+                   "cmp r3, r4\n\t"
+                   "bge 8f\n\t"
+                   "mov r6, r8\n"
+                   "8:\n\t"
+                   "strb r6, [r2]\n\t"
+                   "adds r2, r2, #1\n\t"
+                   "add r1, r9\n\t"
+                   "cmp r0, r10\n\t"
+                   "bne 1b\n\t"
+                   : "+l"(a), "+l"(qr), "+l"(o)
+                   : "r"(amin), "r"(step), "r"(end), "r"(amax)
+                   : "r3", "r4", "r5", "r6", "r7", "cc", "memory");
 }
 
-#endif /* __ARM_ARCH_6M__ */
-
-#if defined(__ARM_ARCH_6M__)
 /* n int32 words from src to dst (n >= 1), four per LDM/STM pair */
 static int32_t *copy_words(int32_t *dst, const int32_t *src, uint32_t n)
 {
@@ -132,7 +179,46 @@ static int32_t *copy_words(int32_t *dst, const int32_t *src, uint32_t n)
                    : "r4", "r5", "r6", "r7", "cc", "memory");
     return dst;
 }
-#else
+
+#else /* the host and rv32: the same walks in C (wrapping as MULS/ADD) */
+
+static void pixel_macs(pixel_t *ctx, const int32_t *col_end, const int32_t *w)
+{
+    while (ctx->acc != ctx->acc_end) {
+        const int32_t *x = ctx->col;
+        uint32_t a0 = (uint32_t)ctx->bias[0], a1 = (uint32_t)ctx->bias[1],
+                 a2 = (uint32_t)ctx->bias[2], a3 = (uint32_t)ctx->bias[3];
+        for (; x != col_end; x += 2, w += 8) {       /* two column values a pass */
+            const uint32_t x0 = (uint32_t)x[0], x1 = (uint32_t)x[1];
+            a0 += (uint32_t)w[0] * x0 + (uint32_t)w[4] * x1;
+            a1 += (uint32_t)w[1] * x0 + (uint32_t)w[5] * x1;
+            a2 += (uint32_t)w[2] * x0 + (uint32_t)w[6] * x1;
+            a3 += (uint32_t)w[3] * x0 + (uint32_t)w[7] * x1;
+        }
+        ctx->acc[0] = (int32_t)a0;
+        ctx->acc[1] = (int32_t)a1;
+        ctx->acc[2] = (int32_t)a2;
+        ctx->acc[3] = (int32_t)a3;
+        ctx->acc += 4;
+        ctx->bias += 4;
+    }
+}
+
+static void steps_outputs(const int32_t *acc, const int32_t *acc_end, const uint32_t *q,
+                          int8_t *out, uint32_t block, int32_t act_min, int32_t act_max)
+{
+    for (; acc != acc_end; ++acc, ++out, q = (const uint32_t *)((const char *)q + block)) {
+        const int32_t a = *acc;
+        const uint32_t u = (uint32_t)a - q[0];
+        if (u > q[1]) {
+            *out = (int8_t)(a < (int32_t)q[0] ? act_min : act_max);
+        } else {
+            const uint32_t k = (u * q[2] + q[3]) >> 24;
+            *out = (int8_t)(act_min + (int32_t)k + (int32_t)(u >= q[4u + k]));
+        }
+    }
+}
+
 static int32_t *copy_words(int32_t *dst, const int32_t *src, uint32_t n)
 {
     do {
@@ -140,29 +226,8 @@ static int32_t *copy_words(int32_t *dst, const int32_t *src, uint32_t n)
     } while (--n != 0u);
     return dst;
 }
-#endif
 
-/* One group's outputs (n <= 4 channels from o) */
-static void group_outputs(const qe_conv_s8_rows_params_t *p, const conv_rq_t *rq,
-                          const int32_t acc[4], uint32_t o, uint32_t n, int8_t *out)
-{
-    const int32_t act_min = p->c.activation_min, act_max = p->c.activation_max;
-    uint32_t r;
-    if (rq != NULL) {
-        const conv_rq_t *q = rq + o;
-        for (r = 0; r < n; ++r, ++q) {
-            const int32_t a = acc[r];
-            out[r] = (int8_t)(a <= q->sat_low ? act_min
-                              : a > q->sat_above ? act_max : requant_right_output(&q->rr, a));
-        }
-    } else {
-        for (r = 0; r < n; ++r) {
-            out[r] = (int8_t)qe_requantize_output(acc[r], p->c.multipliers[o + r],
-                                                  p->c.shifts[o + r], p->c.output_offset,
-                                                  act_min, act_max);
-        }
-    }
-}
+#endif /* __ARM_ARCH_6M__ */
 
 void qe_conv_s8_rows(const qe_conv_s8_rows_params_t *p, const int8_t *input,
                      const QE_FLASH int32_t *filter, const QE_FLASH int32_t *bias, int8_t *output,
@@ -170,6 +235,7 @@ void qe_conv_s8_rows(const qe_conv_s8_rows_params_t *p, const int8_t *input,
 {
     const qe_window_t *g = &p->c.g;
     const uint32_t pd = p->padded_depth, in_c = g->in_c, out_c = g->out_c;
+    const uint32_t out_cp = (out_c + 3u) & ~3u;
     const uint32_t wide_h = p->wide_h, wide_w = p->wide_w, k_h = g->k_h, k_w = g->k_w;
     const uint32_t depth = k_h * k_w * in_c;
     const uint32_t row_words = wide_w * in_c;                   /* one image row */
@@ -178,10 +244,14 @@ void qe_conv_s8_rows(const qe_conv_s8_rows_params_t *p, const int8_t *input,
     const uint32_t run_step = (uint32_t)g->dil_w * in_c, ky_step = (uint32_t)g->dil_h * row_words;
     const uint32_t ox_step = (uint32_t)g->stride_w * in_c, oy_step = (uint32_t)g->stride_h * row_words;
     const int32_t zero_point = -p->c.input_offset;
+    const int32_t act_min = p->c.activation_min, act_max = p->c.activation_max;
     const conv_rq_t *const rq = (const conv_rq_t *)p->rq;
+    const uint32_t *const steps = (const uint32_t *)p->steps;
+    const uint32_t block = 4u * (uint32_t)(act_max - act_min + 5);   /* a step table's bytes */
     int32_t *const img = scratch;
     int32_t *const col = scratch + wide_h * row_words;
-    uint32_t b, y, xw, c, d, oy, ox, ky, kx, o;
+    int32_t *const acc = col + pd;                  /* out_cp accumulators */
+    uint32_t b, y, xw, c, d, oy, ox, ky, kx, r;
 
     (void)requant_right_init;                       /* the generator ran it (conv.h's rq) */
     for (d = depth; d < pd; ++d) {                  /* the padding of the depth: weights 0 */
@@ -209,27 +279,38 @@ void qe_conv_s8_rows(const qe_conv_s8_rows_params_t *p, const int8_t *input,
         }
         for (oy = 0; oy < g->out_h; ++oy) {
             const int32_t *win = img + oy * oy_step;
-            for (ox = 0; ox < g->out_w; ++ox, win += ox_step) {
-                const int32_t *w = (const int32_t *)filter;
+            for (ox = 0; ox < g->out_w; ++ox, win += ox_step, out += out_c) {
                 const int32_t *src = win;
                 int32_t *x = col;
+                pixel_t px;
                 for (ky = 0; ky < k_h; ++ky, src += ky_step) {  /* the window, filter order */
                     const int32_t *s = src;
                     for (kx = 0; kx < runs; ++kx, s += run_step) {
                         x = copy_words(x, s, run);
                     }
                 }
-                for (o = 0; o < out_c; o += QE_CONV_ROWS) {
-                    int32_t acc[4];
-                    acc[0] = bias[o];
-                    acc[1] = bias[o + 1u];
-                    acc[2] = bias[o + 2u];
-                    acc[3] = bias[o + 3u];
-                    w = rows_dot(col, col + pd, w, acc);
-                    group_outputs(p, rq, acc, o, (out_c - o < QE_CONV_ROWS) ? out_c - o
-                                                                         : QE_CONV_ROWS, out + o);
+                px.col = col;
+                px.bias = (const int32_t *)bias;
+                px.acc = acc;
+                px.acc_end = acc + out_cp;
+                pixel_macs(&px, col + pd, (const int32_t *)filter);
+                if (steps != NULL) {
+                    steps_outputs(acc, acc + out_c, steps, out, block, act_min, act_max);
+                } else if (rq != NULL) {
+                    for (r = 0; r < out_c; ++r) {
+                        const conv_rq_t *q = &rq[r];
+                        const int32_t a = acc[r];
+                        out[r] = (int8_t)(a <= q->sat_low ? act_min
+                                          : a > q->sat_above ? act_max
+                                          : requant_right_output(&q->rr, a));
+                    }
+                } else {
+                    for (r = 0; r < out_c; ++r) {
+                        out[r] = (int8_t)qe_requantize_output(acc[r], p->c.multipliers[r],
+                                                              p->c.shifts[r], p->c.output_offset,
+                                                              act_min, act_max);
+                    }
                 }
-                out += out_c;
             }
         }
     }

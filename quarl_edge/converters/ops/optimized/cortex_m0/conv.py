@@ -14,7 +14,7 @@ from ....emit import c_array, c_comment
 from ...common import Kernel, window_c
 from ...conv import conv_operands, conv_s8_kernel, int8_stage, lower_conv
 from ....tflite_model import Operator, TFLiteModel
-from .fully_connected import saturation_bounds
+from .fully_connected import saturation_bounds, step_table
 
 ROWS = 4                 # conv.h: QE_CONV_ROWS
 ROWS_MAX_DEPTH = 128     # conv.h: QE_CONV_ROWS_MAX_DEPTH
@@ -74,6 +74,32 @@ def rq_table(mults, shifts, offset: int, act_min: int, act_max: int,
     return np.where(a >= (1 << 31), a - (1 << 32), a)
 
 
+STEPS_MAX_BYTES = 32768  # the step tables' flash, at most (MinAtar's 16 channels: 16.6 KB)
+
+
+def steps_table(mults, shifts, offset: int, act_min: int, act_max: int,
+                padded: int) -> np.ndarray | None:
+    """conv.h's steps: per padded channel a block {lo, span, mul, add} of step_table (its index
+    from 0: add without act_min's 2^24 multiple) then the channel's n + 1 steps t[k] (the least
+    u whose output index is k + 1); None when step_table does not apply to a channel or
+    the tables would pass STEPS_MAX_BYTES. Padding channels repeat channel 0."""
+    n = act_max - act_min
+    if 4 * padded * (n + 5) > STEPS_MAX_BYTES:
+        return None
+    blocks = []
+    for c in range(padded):
+        m, s = (int(mults[c]), int(shifts[c])) if c < len(mults) else (int(mults[0]), int(shifts[0]))
+        sat_low, sat_above = saturation_bounds(m, s, offset, act_min, act_max)
+        t = step_table(m, s, offset, act_min, act_max, sat_low, sat_above)
+        if t is None:
+            return None
+        lo, mul, add, steps = t
+        blocks += [lo, sat_above - lo, mul, (add - (act_min << 24)) & 0xFFFFFFFF]
+        blocks += [int(steps[(act_min + k) & 0xFF]) for k in range(n + 1)]
+    a = np.array(blocks, np.int64) & 0xFFFFFFFF
+    return np.where(a >= (1 << 31), a - (1 << 32), a)
+
+
 def _c_int32(v) -> str:
     v = int(v)
     return "(-2147483647 - 1)" if v == -(1 << 31) else str(v)
@@ -88,13 +114,15 @@ def lower_conv_rows(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
     s = int8_stage(op, model, c)
     g, x, w, bias, out = c.g, c.x, c.w, c.bias, c.out
     wide_h, wide_w = rows_wide_shape(g)
-    scratch = 4 * (wide_h * wide_w * g["in_c"] + c.taps + (c.taps & 1))
+    scratch = 4 * (wide_h * wide_w * g["in_c"] + c.taps + (c.taps & 1) + -(-g["out_c"] // ROWS) * ROWS)
     if c.taps + (c.taps & 1) > ROWS_MAX_DEPTH or scratch > SCRATCH_MAX:
         return conv_s8_kernel(op, pname, c, s)
     words, bias_p, d_pad = rows_conv_filter(w.data, None if bias is None else bias.data,
                                             -x.zero_point)
     oc = g["out_c"]
     rq = rq_table(s.mults, s.shifts, out.zero_point, s.act_min, s.act_max, bias_p.size)
+    steps = None if rq is None else steps_table(s.mults, s.shifts, out.zero_point, s.act_min,
+                                                s.act_max, bias_p.size)
     wname = c.wname + "_rows"
     consts = [f"/* {c_comment(w.describe())}, {s.n_ch} scale(s): rows for the kernel variant "
               f"(conv.h, qe_conv_s8_rows), {oc} channels in groups of {ROWS}, depth {c.taps} "
@@ -110,6 +138,11 @@ def lower_conv_rows(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
                       "(cortex-m0/requant_right.h), sat_low, sat_above */\n"
                       + c_array("int32_t", f"{pname}_rq", rq, 6, _c_int32))
         const_bytes += 4 * rq.size
+    if steps is not None:
+        consts.append("/* the output stage as step tables (conv.h): per padded channel lo, span, "
+                      "mul, add, then its table */\n"
+                      + c_array("int32_t", f"{pname}_steps", steps, 8, _c_int32))
+        const_bytes += 4 * steps.size
     params = (f"static const qe_conv_s8_rows_params_t {pname} = {{\n"
               f"    .c = {{\n" + "".join("    " + ln + "\n" for ln in window_c(g).splitlines())
               + f"        .input_offset = {-x.zero_point},\n"
@@ -117,6 +150,7 @@ def lower_conv_rows(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
               f"        .activation_min = {s.act_min},\n        .activation_max = {s.act_max},\n"
               f"        .multipliers = {pname}_mult,\n        .shifts = {pname}_shift,\n    }},\n"
               f"    .rq = {f'{pname}_rq' if rq is not None else 'QE_FLASH_NULL'},\n"
+              f"    .steps = {f'{pname}_steps' if steps is not None else 'QE_FLASH_NULL'},\n"
               f"    .padded_depth = {d_pad}u,\n"
               f"    .wide_h = {wide_h}u,\n    .wide_w = {wide_w}u,\n}};\n")
     call = (f"qe_conv_s8_rows(&{pname}, (const int8_t *)@T{x.index}@, {wname}, {pname}_bias, "
