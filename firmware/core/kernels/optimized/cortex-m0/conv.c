@@ -51,6 +51,12 @@ typedef struct {
 } pixel_t;
 
 #if defined(__ARM_ARCH_6M__)
+#define QE_ROWS_COPY 1      /* ARMv6-M: the window is copied (LDM/STM) into the column */
+#else
+#define QE_ROWS_COPY 0      /* the others walk the image's rows (dil_w 1) */
+#endif
+
+#if defined(__ARM_ARCH_6M__)
 
 #define ONE_VALUE(X)                                                              \
     "ldm r1!, {r4, r5, r6, r7}\n\t"                                               \
@@ -182,11 +188,20 @@ static int32_t *copy_words(int32_t *dst, const int32_t *src, uint32_t n)
 
 #else /* the host and rv32: the same walks in C (wrapping as MULS/ADD) */
 
+/* The window in segments: nseg runs of run int32 (run >= 1), from src, stride apart (int32):
+ * the image rows themselves (no copy) when dil_w is 1, else the gathered column. */
+typedef struct {
+    const int32_t *src;
+    uint32_t stride;
+    uint32_t nseg;
+    uint32_t run;
+} segments_t;
+
 #if defined(__riscv) && __riscv_xlen == 32 && defined(__riscv_mul)   /* rv32 with M: MUL */
-/* RISC-V: two channel groups a pass in asm (eight accumulators in registers), per column value
+/* RISC-V: two channel groups a pass in asm (eight accumulators in registers), per window value
  * one LW of it and per channel LW, MUL, ADD (the weights at constant offsets from the two
- * groups' pointers): 25 instructions per 8 MACs, eight values a loop pass (+4), the depth's
- * remainder (pd mod 8, even) two values a pass first. */
+ * groups' pointers): 25 instructions per 8 MACs, eight values a loop pass (+4), per segment the
+ * remainder (run mod 8) first, by blocks of 4, 2 and 1 values. */
 #define QE_RV_MAC(A, W, X, K) "lw t2, " #K "(" W ")\n\tmul t2, t2, " X "\n\tadd " A ", " A ", t2\n\t"
 #define QE_RV_VALUE(X, XOFF, K)                                                   \
     "lw " X ", " #XOFF "(%[x])\n\t"                                                \
@@ -195,20 +210,42 @@ static int32_t *copy_words(int32_t *dst, const int32_t *src, uint32_t n)
     QE_RV_MAC("%[b0]", "%[w1]", X, K) QE_RV_MAC("%[b1]", "%[w1]", X, K + 4)        \
     QE_RV_MAC("%[b2]", "%[w1]", X, K + 8) QE_RV_MAC("%[b3]", "%[w1]", X, K + 12)
 
-static void two_groups(const int32_t *x, const int32_t *x_end, const int32_t *w0,
-                       const int32_t *w1, const int32_t *bias, int32_t *acc)
+static inline __attribute__((always_inline)) void two_groups(
+    const segments_t *sg, const int32_t *w0, const int32_t *w1, const int32_t *bias, int32_t *acc)
 {
     int32_t a0 = bias[0], a1 = bias[1], a2 = bias[2], a3 = bias[3];
     int32_t b0 = bias[4], b1 = bias[5], b2 = bias[6], b3 = bias[7];
-    const int32_t *mid = x + ((uint32_t)(x_end - x) & 6u);     /* the remainder's end */
-    __asm volatile("beq %[x], %[mid], 2f\n"
-                   "1:\n\t"
+    const int32_t *x = sg->src;
+    const uint32_t rem = 4u * (sg->run & 7u), run = 4u * sg->run;
+    const uint32_t skip = 4u * sg->stride - run;            /* segment end to the next start */
+    uint32_t nseg = sg->nseg;
+    const int32_t *e;
+    __asm volatile("0:\n\t"                                 /* a segment */
+                   "add %[e], %[x], %[run]\n\t"
+                   "andi t0, %[rem], 16\n\t"             /* the remainder: 4, 2, 1 */
+                   "beqz t0, 5f\n\t"
+                   QE_RV_VALUE("t0", 0, 0)
+                   QE_RV_VALUE("t0", 4, 16)
+                   QE_RV_VALUE("t0", 8, 32)
+                   QE_RV_VALUE("t0", 12, 48)
+                   "addi %[x], %[x], 16\n\t"
+                   "addi %[w0], %[w0], 64\n\t"
+                   "addi %[w1], %[w1], 64\n"
+                   "5:\n\t"
+                   "andi t0, %[rem], 8\n\t"
+                   "beqz t0, 6f\n\t"
                    QE_RV_VALUE("t0", 0, 0)
                    QE_RV_VALUE("t0", 4, 16)
                    "addi %[x], %[x], 8\n\t"
                    "addi %[w0], %[w0], 32\n\t"
-                   "addi %[w1], %[w1], 32\n\t"
-                   "bne %[x], %[mid], 1b\n"
+                   "addi %[w1], %[w1], 32\n"
+                   "6:\n\t"
+                   "andi t0, %[rem], 4\n\t"
+                   "beqz t0, 2f\n\t"
+                   QE_RV_VALUE("t0", 0, 0)
+                   "addi %[x], %[x], 4\n\t"
+                   "addi %[w0], %[w0], 16\n\t"
+                   "addi %[w1], %[w1], 16\n"
                    "2:\n\t"
                    "beq %[x], %[e], 4f\n"
                    "3:\n\t"
@@ -225,10 +262,13 @@ static void two_groups(const int32_t *x, const int32_t *x_end, const int32_t *w0
                    "addi %[w1], %[w1], 128\n\t"
                    "bne %[x], %[e], 3b\n"
                    "4:\n\t"
+                   "add %[x], %[x], %[skip]\n\t"
+                   "addi %[n], %[n], -1\n\t"
+                   "bnez %[n], 0b\n\t"
                    : [x] "+r"(x), [w0] "+r"(w0), [w1] "+r"(w1), [a0] "+r"(a0), [a1] "+r"(a1),
                      [a2] "+r"(a2), [a3] "+r"(a3), [b0] "+r"(b0), [b1] "+r"(b1), [b2] "+r"(b2),
-                     [b3] "+r"(b3)
-                   : [mid] "r"(mid), [e] "r"(x_end)
+                     [b3] "+r"(b3), [n] "+r"(nseg), [e] "=&r"(e)
+                   : [rem] "r"(rem), [run] "r"(run), [skip] "r"(skip)
                    : "t0", "t2", "memory");
     acc[0] = a0;
     acc[1] = a1;
@@ -243,17 +283,20 @@ static void two_groups(const int32_t *x, const int32_t *x_end, const int32_t *w0
 #undef QE_RV_MAC
 #else
 /* the host: two groups as the RISC-V walk, in C */
-static void two_groups(const int32_t *x, const int32_t *x_end, const int32_t *w0,
-                       const int32_t *w1, const int32_t *bias, int32_t *acc)
+static void two_groups(const segments_t *sg, const int32_t *w0, const int32_t *w1,
+                       const int32_t *bias, int32_t *acc)
 {
-    uint32_t a[8], r;
+    uint32_t a[8], r, n, k;
+    const int32_t *x;
     for (r = 0; r < 8u; ++r) {
         a[r] = (uint32_t)bias[r];
     }
-    for (; x != x_end; ++x, w0 += 4, w1 += 4) {
-        for (r = 0; r < 4u; ++r) {
-            a[r] += (uint32_t)w0[r] * (uint32_t)*x;
-            a[4u + r] += (uint32_t)w1[r] * (uint32_t)*x;
+    for (n = 0, x = sg->src; n < sg->nseg; ++n, x += sg->stride) {
+        for (k = 0; k < sg->run; ++k, w0 += 4, w1 += 4) {
+            for (r = 0; r < 4u; ++r) {
+                a[r] += (uint32_t)w0[r] * (uint32_t)x[k];
+                a[4u + r] += (uint32_t)w1[r] * (uint32_t)x[k];
+            }
         }
     }
     for (r = 0; r < 8u; ++r) {
@@ -262,27 +305,30 @@ static void two_groups(const int32_t *x, const int32_t *x_end, const int32_t *w0
 }
 #endif
 
-static void pixel_macs(pixel_t *ctx, const int32_t *col_end, const int32_t *w)
+/* Every channel group of one pixel (the host and rv32): two groups a pass, a last single one in
+ * C; pd int32 of weights per channel (the depth's padding weight, if any, is skipped: the
+ * segments cover the depth) */
+static void pixel_segments(const segments_t *sg, uint32_t pd, const int32_t *w,
+                           const int32_t *bias, int32_t *acc, const int32_t *acc_end)
 {
-    const uint32_t pd = (uint32_t)(col_end - ctx->col);
-    const int32_t *bias = ctx->bias;
-    int32_t *acc = ctx->acc;
-    while (acc != ctx->acc_end) {
-        if (ctx->acc_end - acc >= 8) {
-            two_groups(ctx->col, col_end, w, w + 4u * pd, bias, acc);
+    while (acc != acc_end) {
+        if (acc_end - acc >= 8) {
+            two_groups(sg, w, w + 4u * pd, bias, acc);
             acc += 8;
             bias += 8;
             w += 8u * pd;
         } else {
-            const int32_t *x = ctx->col;
             uint32_t a0 = (uint32_t)bias[0], a1 = (uint32_t)bias[1], a2 = (uint32_t)bias[2],
-                     a3 = (uint32_t)bias[3];
-            for (; x != col_end; x += 2, w += 8) {           /* two column values a pass */
-                const uint32_t x0 = (uint32_t)x[0], x1 = (uint32_t)x[1];
-                a0 += (uint32_t)w[0] * x0 + (uint32_t)w[4] * x1;
-                a1 += (uint32_t)w[1] * x0 + (uint32_t)w[5] * x1;
-                a2 += (uint32_t)w[2] * x0 + (uint32_t)w[6] * x1;
-                a3 += (uint32_t)w[3] * x0 + (uint32_t)w[7] * x1;
+                     a3 = (uint32_t)bias[3], n, k;
+            const int32_t *x, *wg = w;
+            for (n = 0, x = sg->src; n < sg->nseg; ++n, x += sg->stride) {
+                for (k = 0; k < sg->run; ++k, wg += 4) {
+                    const uint32_t v = (uint32_t)x[k];
+                    a0 += (uint32_t)wg[0] * v;
+                    a1 += (uint32_t)wg[1] * v;
+                    a2 += (uint32_t)wg[2] * v;
+                    a3 += (uint32_t)wg[3] * v;
+                }
             }
             acc[0] = (int32_t)a0;
             acc[1] = (int32_t)a1;
@@ -290,6 +336,7 @@ static void pixel_macs(pixel_t *ctx, const int32_t *col_end, const int32_t *w)
             acc[3] = (int32_t)a3;
             acc += 4;
             bias += 4;
+            w += 4u * pd;
         }
     }
 }
@@ -370,20 +417,36 @@ void qe_conv_s8_rows(const qe_conv_s8_rows_params_t *p, const int8_t *input,
         for (oy = 0; oy < g->out_h; ++oy) {
             const int32_t *win = img + oy * oy_step;
             for (ox = 0; ox < g->out_w; ++ox, win += ox_step, out += out_c) {
-                const int32_t *src = win;
-                int32_t *x = col;
-                pixel_t px;
-                for (ky = 0; ky < k_h; ++ky, src += ky_step) {  /* the window, filter order */
-                    const int32_t *s = src;
-                    for (kx = 0; kx < runs; ++kx, s += run_step) {
-                        x = copy_words(x, s, run);
+                if (QE_ROWS_COPY || g->dil_w != 1u) {       /* the window into the column */
+                    const int32_t *src = win;
+                    int32_t *x = col;
+                    for (ky = 0; ky < k_h; ++ky, src += ky_step) {   /* in the filter's order */
+                        const int32_t *s = src;
+                        for (kx = 0; kx < runs; ++kx, s += run_step) {
+                            x = copy_words(x, s, run);
+                        }
                     }
                 }
-                px.col = col;
-                px.bias = (const int32_t *)bias;
-                px.acc = acc;
-                px.acc_end = acc + out_cp;
-                pixel_macs(&px, col + pd, (const int32_t *)filter);
+#if defined(__ARM_ARCH_6M__)
+                {
+                    pixel_t px;
+                    px.col = col;
+                    px.bias = (const int32_t *)bias;
+                    px.acc = acc;
+                    px.acc_end = acc + out_cp;
+                    pixel_macs(&px, col + pd, (const int32_t *)filter);
+                }
+#else
+                {
+                    segments_t sg;                  /* the image's rows, or the column */
+                    sg.src = (g->dil_w == 1u) ? win : col;
+                    sg.stride = (g->dil_w == 1u) ? ky_step : pd;
+                    sg.nseg = (g->dil_w == 1u) ? k_h : 1u;
+                    sg.run = (g->dil_w == 1u) ? run : depth;
+                    pixel_segments(&sg, pd, (const int32_t *)filter, (const int32_t *)bias, acc,
+                                   acc + out_cp);
+                }
+#endif
                 if (steps != NULL) {
                     steps_outputs(acc, acc + out_c, steps, out, block, act_min, act_max);
                 } else if (rq != NULL) {
