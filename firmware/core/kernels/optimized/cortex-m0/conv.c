@@ -344,14 +344,17 @@ static void pixel_segments(const segments_t *sg, uint32_t pd, const int32_t *w,
 static void steps_outputs(const int32_t *acc, const int32_t *acc_end, const uint32_t *q,
                           int8_t *out, uint32_t block, int32_t act_min, int32_t act_max)
 {
-    for (; acc != acc_end; ++acc, ++out, q = (const uint32_t *)((const char *)q + block)) {
+    /* the bytes as uint8_t: STRB/SB keeps the low byte, no sign extension */
+    uint8_t *o = (uint8_t *)out;
+    const uint32_t min1 = (uint32_t)act_min + 1u;
+    for (; acc != acc_end; ++acc, ++o, q = (const uint32_t *)((const char *)q + block)) {
         const int32_t a = *acc;
         const uint32_t u = (uint32_t)a - q[0];
         if (u > q[1]) {
-            *out = (int8_t)(a < (int32_t)q[0] ? act_min : act_max);
+            *o = (uint8_t)(a < (int32_t)q[0] ? act_min : act_max);
         } else {
             const uint32_t k = (u * q[2] + q[3]) >> 24;
-            *out = (int8_t)(act_min + (int32_t)k + (int32_t)(u >= q[4u + k]));
+            *o = (uint8_t)(min1 + k - (uint32_t)(u < q[4u + k]));
         }
     }
 }
