@@ -238,10 +238,24 @@ def test_only_the_variants_get_the_rows_layout(minatar_cnn, tmp_path):
         assert gm.layout_extra_bytes > 0 and "_rq[" in gm.c_path.read_text()
 
 
+@pytest.fixture(scope="module")
+def bench_cnn(tmp_module) -> Path:
+    """benchmarks/speed.py's cnn: 16x16x2, conv 3x3 stride 2 SAME (8), depthwise, conv 1x1 (12)."""
+    from helpers_models import convert, random_cnn
+    calib = np.random.default_rng(0).standard_normal((64, 16, 16, 2)).astype(np.float32)
+    path = tmp_module / "cnn_16x16x2_int8.tflite"
+    path.write_bytes(convert(random_cnn(1, (16, 16, 2), pool="max", n_actions=5, head=None,
+                                       filters=8, pointwise=12, hidden=0), "int8", calib))
+    return path
+
+
 @pytest.mark.parametrize("board_id", ["microbit", "hifive1"])
-def test_minatar_cnn_is_bit_exact_with_tflm(minatar_cnn, tmp_path, board_id):
+@pytest.mark.parametrize("model, n_conv", [("minatar_cnn", 1), ("bench_cnn", 2)])
+def test_cnns_are_bit_exact_with_tflm(request, tmp_path, board_id, model, n_conv):
     from quarl_edge.measure.validate import validate
-    res = validate(minatar_cnn, get_board(board_id), tmp_path / "fw", random_n=40)
-    assert "optimized/" in (tmp_path / "fw" / "build.cmd").read_text()
-    assert (tmp_path / "fw" / "gen" / "model.c").read_text().count("qe_conv_s8_rows(&") == 1
+    path = request.getfixturevalue(model)
+    res = validate(path, get_board(board_id), tmp_path / "fw", random_n=40)
+    variant = {"microbit": "cortex-m0", "hifive1": "rv32"}[board_id]
+    assert f"optimized/{variant}/conv.c" in (tmp_path / "fw" / "build.cmd").read_text()
+    assert (tmp_path / "fw" / "gen" / "model.c").read_text().count("qe_conv_s8_rows(&") == n_conv
     assert res["bit_exact"] and res["mismatches"] == 0 and res["n"] == 40
