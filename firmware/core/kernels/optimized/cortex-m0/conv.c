@@ -279,6 +279,72 @@ static inline __attribute__((always_inline)) void two_groups(
     acc[6] = b2;
     acc[7] = b3;
 }
+#define QE_RV_VALUE1(X, XOFF, K)                                                  \
+    "lw " X ", " #XOFF "(%[x])\n\t"                                                \
+    QE_RV_MAC("%[a0]", "%[w0]", X, K) QE_RV_MAC("%[a1]", "%[w0]", X, K + 4)        \
+    QE_RV_MAC("%[a2]", "%[w0]", X, K + 8) QE_RV_MAC("%[a3]", "%[w0]", X, K + 12)
+
+/* the last single group (out_c mod 8 is 1..4): the same walk, 13 instructions per 4 MACs */
+static inline __attribute__((always_inline)) void one_group(
+    const segments_t *sg, const int32_t *w0, const int32_t *bias, int32_t *acc)
+{
+    int32_t a0 = bias[0], a1 = bias[1], a2 = bias[2], a3 = bias[3];
+    const int32_t *x = sg->src;
+    const uint32_t rem = 4u * (sg->run & 7u), run = 4u * sg->run;
+    const uint32_t skip = 4u * sg->stride - run;            /* segment end to the next start */
+    uint32_t nseg = sg->nseg;
+    const int32_t *e;
+    __asm volatile("0:\n\t"                                 /* a segment */
+                   "add %[e], %[x], %[run]\n\t"
+                   "andi t0, %[rem], 16\n\t"             /* the remainder: 4, 2, 1 */
+                   "beqz t0, 5f\n\t"
+                   QE_RV_VALUE1("t0", 0, 0)
+                   QE_RV_VALUE1("t0", 4, 16)
+                   QE_RV_VALUE1("t0", 8, 32)
+                   QE_RV_VALUE1("t0", 12, 48)
+                   "addi %[x], %[x], 16\n\t"
+                   "addi %[w0], %[w0], 64\n\t"
+                   "5:\n\t"
+                   "andi t0, %[rem], 8\n\t"
+                   "beqz t0, 6f\n\t"
+                   QE_RV_VALUE1("t0", 0, 0)
+                   QE_RV_VALUE1("t0", 4, 16)
+                   "addi %[x], %[x], 8\n\t"
+                   "addi %[w0], %[w0], 32\n\t"
+                   "6:\n\t"
+                   "andi t0, %[rem], 4\n\t"
+                   "beqz t0, 2f\n\t"
+                   QE_RV_VALUE1("t0", 0, 0)
+                   "addi %[x], %[x], 4\n\t"
+                   "addi %[w0], %[w0], 16\n\t"
+                   "2:\n\t"
+                   "beq %[x], %[e], 4f\n"
+                   "3:\n\t"
+                   QE_RV_VALUE1("t0", 0, 0)
+                   QE_RV_VALUE1("t0", 4, 16)
+                   QE_RV_VALUE1("t0", 8, 32)
+                   QE_RV_VALUE1("t0", 12, 48)
+                   QE_RV_VALUE1("t0", 16, 64)
+                   QE_RV_VALUE1("t0", 20, 80)
+                   QE_RV_VALUE1("t0", 24, 96)
+                   QE_RV_VALUE1("t0", 28, 112)
+                   "addi %[x], %[x], 32\n\t"
+                   "addi %[w0], %[w0], 128\n\t"
+                   "bne %[x], %[e], 3b\n"
+                   "4:\n\t"
+                   "add %[x], %[x], %[skip]\n\t"
+                   "addi %[n], %[n], -1\n\t"
+                   "bnez %[n], 0b\n\t"
+                   : [x] "+r"(x), [w0] "+r"(w0), [a0] "+r"(a0), [a1] "+r"(a1),
+                     [a2] "+r"(a2), [a3] "+r"(a3), [n] "+r"(nseg), [e] "=&r"(e)
+                   : [rem] "r"(rem), [run] "r"(run), [skip] "r"(skip)
+                   : "t0", "t2", "memory");
+    acc[0] = a0;
+    acc[1] = a1;
+    acc[2] = a2;
+    acc[3] = a3;
+}
+#undef QE_RV_VALUE1
 #undef QE_RV_VALUE
 #undef QE_RV_MAC
 #else
@@ -303,10 +369,30 @@ static void two_groups(const segments_t *sg, const int32_t *w0, const int32_t *w
         acc[r] = (int32_t)a[r];
     }
 }
+
+static void one_group(const segments_t *sg, const int32_t *w, const int32_t *bias, int32_t *acc)
+{
+    uint32_t a0 = (uint32_t)bias[0], a1 = (uint32_t)bias[1], a2 = (uint32_t)bias[2],
+             a3 = (uint32_t)bias[3], n, k;
+    const int32_t *x;
+    for (n = 0, x = sg->src; n < sg->nseg; ++n, x += sg->stride) {
+        for (k = 0; k < sg->run; ++k, w += 4) {
+            const uint32_t v = (uint32_t)x[k];
+            a0 += (uint32_t)w[0] * v;
+            a1 += (uint32_t)w[1] * v;
+            a2 += (uint32_t)w[2] * v;
+            a3 += (uint32_t)w[3] * v;
+        }
+    }
+    acc[0] = (int32_t)a0;
+    acc[1] = (int32_t)a1;
+    acc[2] = (int32_t)a2;
+    acc[3] = (int32_t)a3;
+}
 #endif
 
-/* Every channel group of one pixel (the host and rv32): two groups a pass, a last single one in
- * C; pd int32 of weights per channel (the depth's padding weight, if any, is skipped: the
+/* Every channel group of one pixel (the host and rv32): two groups a pass, then a last single
+ * one; pd int32 of weights per channel (the depth's padding weight, if any, is skipped: the
  * segments cover the depth) */
 static void pixel_segments(const segments_t *sg, uint32_t pd, const int32_t *w,
                            const int32_t *bias, int32_t *acc, const int32_t *acc_end)
@@ -318,22 +404,7 @@ static void pixel_segments(const segments_t *sg, uint32_t pd, const int32_t *w,
             bias += 8;
             w += 8u * pd;
         } else {
-            uint32_t a0 = (uint32_t)bias[0], a1 = (uint32_t)bias[1], a2 = (uint32_t)bias[2],
-                     a3 = (uint32_t)bias[3], n, k;
-            const int32_t *x, *wg = w;
-            for (n = 0, x = sg->src; n < sg->nseg; ++n, x += sg->stride) {
-                for (k = 0; k < sg->run; ++k, wg += 4) {
-                    const uint32_t v = (uint32_t)x[k];
-                    a0 += (uint32_t)wg[0] * v;
-                    a1 += (uint32_t)wg[1] * v;
-                    a2 += (uint32_t)wg[2] * v;
-                    a3 += (uint32_t)wg[3] * v;
-                }
-            }
-            acc[0] = (int32_t)a0;
-            acc[1] = (int32_t)a1;
-            acc[2] = (int32_t)a2;
-            acc[3] = (int32_t)a3;
+            one_group(sg, w, bias, acc);
             acc += 4;
             bias += 4;
             w += 4u * pd;
