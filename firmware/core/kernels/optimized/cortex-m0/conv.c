@@ -8,13 +8,18 @@
  *  - per two column values one LDM of both, then per value one LDM of the four channels' int32
  *    weights, four MULS and four ADDs into the accumulators (r8-r11): 19 instructions per 8 MACs,
  *    21 with the loop's CMP/BNE;
- *  - the output stage per channel from the generator's table (conv.h's rq): the saturation
- *    bounds first (a ReLU's negative half costs a compare), else requant_right_output (TFLM's
- *    double rounding without a long multiply, requant_right.h); without the table requant.h's.
+ *  - the output stage per channel: the generator's step tables (conv.h's steps; an asm loop,
+ *    18 instructions an output), else its requant_right_t table (conv.h's rq: the saturation
+ *    bounds first, else requant_right_output, TFLM's double rounding without a long multiply),
+ *    else requant.h's.
+ *
+ * On RISC-V (rv32/conv.c includes this file) the window is not copied when dil_w is 1: the walk
+ * reads the image's rows in place, two channel groups a pass in asm (eight accumulators: 25
+ * instructions per 8 MACs), the outputs by the step tables in C.
  *
  * Why the integers are the reference's: the products are exact (|w| <= 127, |col| <= 128) and
- * every partial sum lies within the generator's int32 bound (conv.h). Without __ARM_ARCH_6M__
- * the walk is the same in C (the host tests, ASan/UBSan; rv32). The other CONV_2D functions are
+ * every partial sum lies within the generator's int32 bound (conv.h). On the host the walks are
+ * the same in C (the tests, ASan/UBSan). The other CONV_2D functions are
  * the reference's, included below with the rows one renamed out of the way (*_reference, which
  * the tests compare against). */
 #include <stddef.h>
