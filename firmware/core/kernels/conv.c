@@ -117,6 +117,56 @@ void qe_conv_s8_packed(const qe_conv_s8_packed_params_t *p, const int8_t *input,
     }
 }
 
+/* The generator's rows filter (conv.h, qe_conv_s8_rows_params_t), read one weight at a time:
+ * the definition the cortex-m0 and rv32 variants' versions are compared with. */
+void qe_conv_s8_rows(const qe_conv_s8_rows_params_t *p, const int8_t *input,
+                     const QE_FLASH int32_t *filter, const QE_FLASH int32_t *bias, int8_t *output,
+                     int32_t *scratch)
+{
+    const qe_window_t *g = &p->c.g;
+    const uint32_t pd = p->padded_depth;
+    const int32_t zero_point = -p->c.input_offset;
+    int32_t b, oy, ox, oc, ky, kx, c;
+
+    (void)scratch;
+    for (b = 0; b < g->batches; ++b) {
+        for (oy = 0; oy < g->out_h; ++oy) {
+            const int32_t iy0 = oy * (int32_t)g->stride_h - (int32_t)g->pad_top;
+            for (ox = 0; ox < g->out_w; ++ox) {
+                const int32_t ix0 = ox * (int32_t)g->stride_w - (int32_t)g->pad_left;
+                int8_t *out = output + (((uint32_t)b * g->out_h + (uint32_t)oy) * g->out_w
+                                        + (uint32_t)ox) * g->out_c;
+                for (oc = 0; oc < g->out_c; ++oc) {
+                    const QE_FLASH int32_t *wg = filter + ((uint32_t)oc / QE_CONV_ROWS) * pd
+                                                 * QE_CONV_ROWS + (uint32_t)oc % QE_CONV_ROWS;
+                    int32_t acc = bias[oc];
+                    uint32_t d = 0;
+                    for (ky = 0; ky < g->k_h; ++ky) {
+                        const int32_t iy = iy0 + (int32_t)g->dil_h * ky;
+                        for (kx = 0; kx < g->k_w; ++kx) {
+                            const int32_t ix = ix0 + (int32_t)g->dil_w * kx;
+                            const int inside = iy >= 0 && iy < (int32_t)g->in_h && ix >= 0
+                                               && ix < (int32_t)g->in_w;
+                            const int8_t *in = inside ? input + (((uint32_t)b * g->in_h
+                                                                  + (uint32_t)iy) * g->in_w
+                                                                 + (uint32_t)ix) * g->in_c
+                                                      : input;
+                            for (c = 0; c < g->in_c; ++c, ++d) {
+                                const int32_t v = inside ? (int32_t)in[c] : zero_point;
+                                acc += wg[d * QE_CONV_ROWS] * v;
+                            }
+                        }
+                    }
+                    out[oc] = (int8_t)qe_requantize_output(acc, p->c.multipliers[oc],
+                                                           p->c.shifts[oc], p->c.output_offset,
+                                                           p->c.activation_min,
+                                                           p->c.activation_max);
+                }
+            }
+        }
+    }
+}
+
 /* The generator's filter for qe_conv_s8_wide (conv.h), read one weight at a time: tap = ky * k_w
  * + kx, pairs = in_cp / 2. */
 static int32_t conv_wide_weight(const QE_FLASH int32_t *filter, uint32_t taps, uint32_t pairs,

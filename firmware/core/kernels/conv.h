@@ -89,4 +89,54 @@ void qe_conv_s8_wide(const qe_conv_s8_wide_params_t *p, const int8_t *input,
                      const QE_FLASH int32_t *filter, const QE_FLASH int32_t *bias,
                      int8_t *output, int16_t *scratch);
 
+/* int8 CONV_2D with the filter laid out by the generator for the variants without SIMD
+ * (cortex-m0, rv32; converters/ops/optimized/cortex_m0/conv.py, lower_conv_rows): the same
+ * results as qe_conv_s8 on the original filter, bit for bit; this file's portable definition is
+ * the one the variants are tested against (it ignores rq, steps and scratch). The variants widen the
+ * input once per batch into an int32 image in scratch, padded with the input's zero point
+ * (-input_offset) to wide_h x wide_w (pad_top / pad_left before it), copy each output pixel's
+ * window (depth = k_h * k_w * in_c values, in the filter's order) from it into a column of int32
+ * after the image in scratch, and run the output channels over the column as FULLY_CONNECTED rows.
+ *
+ * filter: int32 words, the output channels in groups of QE_CONV_ROWS (4, the last padded with
+ * zero channels); per group, per d < padded_depth (depth rounded up to even, zeros past depth),
+ * the four channels' w[oc][d] (so one LDM of four words feeds four MULs by one column value).
+ * bias': bias[oc] + input_offset * sum_d w[oc][d], one int32 per padded channel: the column's
+ * zero points in the padding then add w * (-input_offset) + input_offset * w = 0, the
+ * reference's skipped tap, and every other tap w * (x + input_offset), exactly (the generator's
+ * int32 bound covers every partial sum).
+ *
+ * rq, when not QE_FLASH_NULL: per padded channel QE_CONV_RQ_WORDS int32, the right-shift output
+ * stage of the cortex-m0 variant precomputed (its requant_right.h, requant_right_t's ten words as
+ * requant_right_init sets them, then sat_low and sat_above of fully_connected.h's pairs params:
+ * accumulators <= sat_low give activation_min, > sat_above activation_max); present only when
+ * every channel's shift is a right shift.
+ *
+ * steps, when not QE_FLASH_NULL (then rq is not either): the output stage as step tables
+ * (converters/ops/optimized/cortex_m0/fully_connected.py, step_table, per channel, with the
+ * index from 0): per padded channel a block of n + 5 int32 (n = activation_max -
+ * activation_min): {lo, span, mul, add}, then the channel's table t[0..n]. For an accumulator a, u = a - lo
+ * (uint32); u > span: saturated (a < lo: activation_min, else activation_max); else
+ * k = (u * mul + add) >> 24 (uint32, wrapping) is the output's index or one less, and the
+ * output is activation_min + k + (u >= t[k]).
+ *
+ * scratch: wide_h * wide_w * in_c + padded_depth + out_c rounded up to 4 int32 of arena (4-byte
+ * aligned): the image, the column, the accumulators. */
+#define QE_CONV_ROWS 4u
+#define QE_CONV_ROWS_MAX_DEPTH 128u   /* padded_depth */
+#define QE_CONV_RQ_WORDS 12u
+
+typedef struct {
+    qe_conv_s8_params_t c;            /* geometry, offsets, activation, multipliers, shifts */
+    const QE_FLASH int32_t *rq;       /* see above, or QE_FLASH_NULL */
+    const QE_FLASH int32_t *steps;    /* see above, or QE_FLASH_NULL */
+    uint16_t padded_depth;            /* k_h * k_w * in_c rounded up to even */
+    uint16_t wide_h, wide_w;          /* the scratch image's rows and columns */
+} qe_conv_s8_rows_params_t;
+
+/* bias' is never QE_FLASH_NULL: one int32 per padded output channel */
+void qe_conv_s8_rows(const qe_conv_s8_rows_params_t *p, const int8_t *input,
+                     const QE_FLASH int32_t *filter, const QE_FLASH int32_t *bias, int8_t *output,
+                     int32_t *scratch);
+
 #endif

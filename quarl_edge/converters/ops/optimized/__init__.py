@@ -16,6 +16,7 @@ from functools import partial
 
 from ..conv import lower_conv
 from .avr.fully_connected_s4 import lower_fully_connected_avr_any
+from .cortex_m0.conv import lower_conv_rows
 from .cortex_m0.fully_connected import lower_fully_connected_pairs
 from .cortex_m0.quantize import lower_quantize_inv
 from .cortex_m_dsp.conv import lower_conv_packed, lower_conv_pointwise_as_fc
@@ -36,6 +37,8 @@ VARIANT_LOWERINGS = {
                                    int4_layout=True),
     },
     "cortex-m0": {
+        # int8, depth <= 128: int32 weights, four channels per LDM, over a gathered window (conv.h)
+        "CONV_2D": lower_conv_rows,
         # int8 per tensor: chunked row pairs, one MULS for two rows' products (fully_connected.h)
         "FULLY_CONNECTED": lower_fully_connected_pairs,
         # float -> int8: the scale's reciprocal from the generator, not a division per call
@@ -44,6 +47,7 @@ VARIANT_LOWERINGS = {
     # cores without SIMD multiply-accumulate (RISC-V rv32imc/imac): cortex-m0's layouts, run by
     # that variant's portable C (firmware/core/kernels/optimized/rv32/ includes its files)
     "rv32": {
+        "CONV_2D": lower_conv_rows,
         "FULLY_CONNECTED": lower_fully_connected_pairs,
         "QUANTIZE": lower_quantize_inv,
     },
@@ -58,6 +62,9 @@ VARIANT_LOWERINGS = {
 # layout (cgen.generate(pack_weights=False): the packed firmware would not fit the board's flash).
 UNPACKED_LOWERINGS = {
     "cortex-m-dsp": {"CONV_2D": lower_conv_pointwise_as_fc, "DEPTHWISE_CONV_2D": lower_conv},
+    # the rows filter is four times the int8 filter's flash, with its step tables
+    "cortex-m0": {"CONV_2D": lower_conv},
+    "rv32": {"CONV_2D": lower_conv},
 }
 
 __all__ = ["UNPACKED_LOWERINGS", "VARIANT_LOWERINGS"]
