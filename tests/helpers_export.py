@@ -69,9 +69,18 @@ def host_actions(run: Path, scheme: str | None, obs: np.ndarray,
 
 
 
+def imported_run(source: Path, env_id: str, out: Path, *schemes: str) -> Path:
+    """`source` imported to the run `out` and quantized to `schemes`, in this process: what
+    `quarl-edge import` and `quarl-edge quantize` call, without a process per step that imports
+    TensorFlow again (those CLIs run in test_import*.py and test_docs_runs.py). The fixtures'
+    runs are the input of the export tests, not what they test."""
+    from quarl_edge import api
+    api.import_policy(source, out=out, env=env_id)
+    assert [q.scheme for q in api.quantize(out, schemes)] == list(schemes)
+    return out
+
+
 def pendulum_run(d: Path) -> Path:
     """The SB3 SAC Pendulum actor (ONNX), imported and quantized to int8 in `d`/pendulum."""
-    cli("import", PENDULUM_ONNX, "--env", "Pendulum-v1", "--out", d / "pendulum")
-    cli("quantize", d / "pendulum", "--scheme", "int8")
-    return d / "pendulum"
+    return imported_run(PENDULUM_ONNX, "Pendulum-v1", d / "pendulum", "int8")
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers_export import (CARTPOLE, RPPO, cli, export, host_actions, observations,
-                            pendulum_run)
+from helpers_export import (CARTPOLE, RPPO, cli, export, host_actions, imported_run,
+                            observations, pendulum_run)
 from helpers_hostile import assert_refused, assert_unchanged, run_hostile, snapshot
 
 STRICT = ["-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror"]
@@ -29,10 +29,10 @@ def runs(tmp_path_factory):
     """CartPole's int16x8 and int8-acc (accumulator readout) models (a copy of the example run),
     the Pendulum run (imported, int8), a copy whose head is scale, the recurrent run."""
     d = tmp_path_factory.mktemp("runs")
-    cli("import", RPPO, "--env", "CartPole-v1", "--out", d / "rnn")
-    cli("quantize", d / "rnn", "--scheme", "int8")
+    imported_run(RPPO, "CartPole-v1", d / "rnn", "int8")
     shutil.copytree(CARTPOLE, d / "cartpole", ignore=shutil.ignore_patterns("build", "results"))
-    cli("quantize", d / "cartpole", "--scheme", "int16x8", "int8-acc", "dyn-int8")
+    from quarl_edge import api     # in this process, as imported_run: no TensorFlow import again
+    api.quantize(d / "cartpole", ["int16x8", "int8-acc", "dyn-int8"])
     pendulum_run(d)
     shutil.copytree(d / "pendulum", d / "pendulum_scale")
     meta = json.loads((d / "pendulum_scale" / "run.json").read_text())

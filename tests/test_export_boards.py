@@ -133,9 +133,14 @@ def c_rows(name: str, obs: np.ndarray) -> str:
 
 
 @pytest.fixture(scope="module")
-def firmware(tmp_path_factory):
+def pend(tmp_path_factory):
+    """The Pendulum run, imported and quantized once for the module's two firmware fixtures."""
+    return pendulum_run(tmp_path_factory.mktemp("pendulum"))
+
+
+@pytest.fixture(scope="module")
+def firmware(tmp_path_factory, pend):
     d = tmp_path_factory.mktemp("mps2")
-    pend = pendulum_run(d)
     libs = {"cp8": export(CARTPOLE, "cp8", d / "cp8", board="mps2-an386"),
             "pend": export(pend, "pend", d / "pend", board="mps2-an386")}
     obs = {"cp8": observations("CartPole-v1", 30), "pend": observations("Pendulum-v1", 30)}
@@ -293,9 +298,8 @@ needs_avr = pytest.mark.skipif(
 
 
 @pytest.fixture(scope="module")
-def avr_libs(tmp_path_factory):
+def avr_libs(tmp_path_factory, pend):
     d = tmp_path_factory.mktemp("avr")
-    pend = pendulum_run(d)
     export(CARTPOLE, "cp8", d / "cp8", board="atmega328p")
     export(pend, "pend", d / "pend", board="atmega328p")
     return d, {"cp8": CARTPOLE, "pend": pend}

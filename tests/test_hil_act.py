@@ -12,7 +12,7 @@ import shutil
 import pytest
 
 import quarl_edge as qe
-from helpers_export import CARTPOLE, RPPO, cli, pendulum_run
+from helpers_export import CARTPOLE, RPPO, imported_run, pendulum_run
 
 TOOLS = {"host": ("gcc",), "mps2-an386": ("arm-none-eabi-gcc", "qemu-system-arm"),
          "atmega328p": ("avr-gcc", "simavr")}
@@ -22,8 +22,7 @@ TOOLS = {"host": ("gcc",), "mps2-an386": ("arm-none-eabi-gcc", "qemu-system-arm"
 def runs(tmp_path_factory):
     d = tmp_path_factory.mktemp("act")
     shutil.copytree(CARTPOLE, d / "cartpole", ignore=shutil.ignore_patterns("build", "results"))
-    cli("import", RPPO, "--env", "CartPole-v1", "--out", d / "rnn")
-    cli("quantize", d / "rnn", "--scheme", "int8")
+    imported_run(RPPO, "CartPole-v1", d / "rnn", "int8")
     return {"cartpole": d / "cartpole", "pendulum": pendulum_run(d), "rnn": d / "rnn"}
 
 

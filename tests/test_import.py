@@ -169,8 +169,10 @@ def test_sb3_pipeline_on_the_host_board(imported, name, episodes):
     """import -> quantize fp32 int8 -> hil: the board's int8 return is TF Lite Micro's, and the
     fp32 model's return is SB3's own on the same seeds (SB3's and sb3-contrib's policies)."""
     run = imported[name]
-    p = cli("quantize", run, "--scheme", "fp32", "int8", "--json")
-    assert p.returncode == 0, p.stderr
+    # quantize in this process (a CLI process would import TensorFlow again, four times over);
+    # `quarl-edge quantize` runs through the CLI in test_a_cnn_policy_takes_the_envs_images_...
+    from quarl_edge import api
+    assert [q.scheme for q in api.quantize(run, ["fp32", "int8"])] == ["fp32", "int8"]
     exp = np.load(FIX / f"{name}.expected.npz")
     p = cli("hil", run, "--scheme", "int8", "--board", "host", "--episodes", episodes, "--json")
     assert p.returncode == 0, p.stderr

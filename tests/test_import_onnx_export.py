@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from quarl_edge.api import import_policy
 from quarl_edge.core.nets import keras_runner
 from quarl_edge.core.run import load_keras, load_run
 
@@ -58,8 +59,11 @@ def test_the_fixtures_cover_both_exporters_and_opsets():
 def test_a_real_export_imports_and_equals_onnxruntime_and_torch(tmp_path, name):
     entry = MADE[name]
     src, run = FIX / name, tmp_path / "run"
-    p = cli("import", src, "--env", entry["env"], "--out", run)
-    assert p.returncode == 0, p.stderr[-3000:]
+    # in this process, not through the CLI: 16 files, and a CLI process per file spent most of
+    # its time importing TensorFlow (`quarl-edge import` itself is run on two of them below and
+    # in test_import.py / test_docs_runs.py); import_policy is what the CLI calls
+    res = import_policy(src, out=run, env=entry["env"])
+    assert res.run_dir == str(run)
     info = load_run(run)
     assert info["source"]["kind"] == "onnx" and info["source"]["opset"] == entry["opset"]
     assert info["fidelity"]["ok"] and info["fidelity"]["reference"].startswith("onnxruntime")

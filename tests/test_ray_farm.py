@@ -238,6 +238,8 @@ def test_a_farm_head_asks_for_its_token(tmp_path):
             f"quarl-edge: error: the Ray cluster at {LOOPBACK}:{port} refuses this study: its "
             "token is missing or wrong (RAY_AUTH_MODE is not set); export RAY_AUTH_MODE=token")
     finally:
-        left = _stop(temp.name)
+        # 5 s for SIGTERM, not _stop's 15: a process of the head outlived SIGTERM for the
+        # whole 15 s here (the test spent them waiting); this throwaway head may be SIGKILLed
+        left = _stop(temp.name, grace_s=5.0)
         subprocess.run(["rm", "-rf", str(temp)])
         assert not left, f"processes of the head still running: {left}"
