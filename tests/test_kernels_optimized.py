@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 from helpers_fc_cases import (CHECK, DSP_BOARDS, FW, INT32_MAX, M0_DEFINES, M0_FC, M0_HOST_DEFINES,
                               PACKED, PAIRS, PC, S8, VARIANT_FC, Case, avr_output_stage_cases, edge_cases, fc_case, int32_add_overflows,
-                              MM, as_mm, mm_cases, mm_stage_cases, output_stage_cases, packed_edge_cases,
+                              as_mm, mm_cases, mm_stage_cases, output_stage_cases, packed_edge_cases,
                               shrunk_case)
 from helpers_fc_checker import (assert_same, board_checker, host_checker, m0_cases, run_board,
                                 run_host, split)

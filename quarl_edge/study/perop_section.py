@@ -14,8 +14,6 @@ Results without per-op rows get no section and no figure (their report is as bef
 """
 from __future__ import annotations
 
-from collections import defaultdict
-
 from .render import fmt
 from .results import Results, ordered_schemes, task_name
 
