@@ -71,6 +71,9 @@ PARSE_ONLY = [
     (r"^quarl-edge (bench|hil) .*(--control-hz|--per-op)\b",
      "benches or plays on three emulated boards (minutes on a loaded machine): "
      "tests/test_deadline.py and tests/test_perop.py run them"),
+    (r"^quarl-edge bench examples/cartpole_dqn --boards netduinoplus2\b",
+     "builds and benches on an emulated STM32F405 (QEMU): tests/test_energy.py checks that estimate's "
+     "arithmetic and that bench prints its range"),
     (r"^quarl-edge emulate\b|--flasher gdb=",
      "starts an emulator that runs until Ctrl-C, or flashes through its GDB server: "
      "tests/test_flash_emulated.py runs emulate, flash and hil end to end"),
