@@ -6,7 +6,7 @@ export PYTHON VENV
 PY := $(VENV)/bin/python
 QE := $(VENV)/bin/quarl-edge
 
-.PHONY: setup demo demo-pretrained test test-core test-slow ray-sim bench docs header wheel clean sb3-fixtures onnx-fixtures rl-zoo-table fuzz tflm-integration vs-tflm
+.PHONY: setup demo demo-pretrained test test-long test-core test-slow ray-sim bench docs header wheel clean sb3-fixtures onnx-fixtures rl-zoo-table fuzz tflm-integration vs-tflm
 
 setup:
 	./scripts/setup.sh
@@ -26,8 +26,13 @@ XDIST = -n $(TEST_JOBS) --dist loadfile --durations=15
 test: setup
 	$(PY) -m pytest -q $(XDIST)
 
-# The core suite: everything but the tests that train with TF-Agents (marker `train`); what CI
-# runs on the second Python.
+# The end-to-end runs `make test` leaves out to stay within its 15 minutes (marker `long`: study
+# grids and Ray clusters through the CLI, emulated flashing, concurrent sessions); CI runs them.
+test-long: setup
+	$(PY) -m pytest -q $(XDIST) -m 'long and not slow and not sb3 and not userenv'
+
+# The core suite: everything but the tests that train with TF-Agents (marker `train`), the
+# `long` ones included; what CI runs on the second Python.
 test-core: setup
 	$(PY) -m pytest -q $(XDIST) -m 'not slow and not sb3 and not userenv and not train'
 

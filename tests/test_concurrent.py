@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from helpers_models import copy_example_tree
 
 
@@ -25,6 +26,7 @@ def lines(path):
     return [json.loads(ln) for ln in path.read_text().splitlines()]
 
 
+@pytest.mark.long
 def test_two_hil_and_two_bench_at_once_keep_both_results(tmp_path):
     run = copy_example_tree(tmp_path / "run")
     results = run / "results"

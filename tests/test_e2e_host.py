@@ -115,6 +115,7 @@ def test_demo_pretrained_prints_the_table(tmp_path):
     assert out.count(" ns (p99") == 2          # fp32 and int8 firmware latencies, in ns
 
 
+@pytest.mark.long
 def test_train_then_quantize_through_the_cli(tmp_path):
     run = tmp_path / "run"
     proc = cli("train", "--env", "CartPole-v1", "--algo", "dqn", "--steps", "300",

@@ -87,6 +87,7 @@ def check_hil(capsys, port: str, board: str, out: Path) -> dict:
     return res
 
 
+@pytest.mark.long
 def test_avrdude_flashes_through_optiboot_and_hil_plays_on_the_uno(tmp_path, capsys):
     with Emulation("arduino-uno") as em:
         assert em.port.startswith("/dev/pts/")
@@ -104,6 +105,7 @@ def test_avrdude_flashes_through_optiboot_and_hil_plays_on_the_uno(tmp_path, cap
         assert em.stop() == 0
 
 
+@pytest.mark.long
 def test_gdb_loads_through_qemus_gdb_stub_and_hil_plays(tmp_path, capsys):
     with Emulation("netduinoplus2") as em:
         gdb_server, serial = em.lines[0], em.lines[1].removeprefix("serial ")

@@ -64,6 +64,7 @@ def _board_workers() -> list[int]:
     return pids
 
 
+@pytest.mark.long
 def test_board_cells_run_on_the_board_node_and_a_killed_worker_loses_and_repeats_nothing(
         cluster, tmp_path):
     c, head_id, board_node = cluster
@@ -191,6 +192,7 @@ def test_farm_node_auth_says_where_the_token_is_and_makes_it_once(tmp_path, monk
     assert ray_auth(head=True) == ({}, {"mode": "disabled", "token": None})
 
 
+@pytest.mark.long
 def test_a_farm_head_asks_for_its_token(tmp_path):
     """`farm-node --head` with no token anywhere: it makes one, says where (never the token
     itself), and the head it starts refuses a driver without the token and takes one with

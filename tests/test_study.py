@@ -244,6 +244,7 @@ def _check_redo(out: Path) -> None:
     assert p.returncode == 2 and "--redo dqn/Pendulum-v1: not a task of smoke" in p.stderr
 
 
+@pytest.mark.long
 def test_smoke_study_and_report_through_the_cli(tmp_path):
     out = tmp_path / "smoke"
     p = _smoke_study(out, "--json", timeout=600)
@@ -361,6 +362,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.long
 def test_sigkill_mid_grid_then_resume_loses_and_repeats_nothing(tmp_path):
     cfg = _write(tmp_path, KILL_STUDY)
     out = tmp_path / "out"
@@ -467,6 +469,7 @@ def test_boards_in_a_study_are_checked_and_planned(tmp_path):
     assert "unknown board 'nope'" in p.stderr
 
 
+@pytest.mark.long
 def test_board_cells_locally_resume_and_a_board_too_small_is_a_row(tmp_path, monkeypatch):
     """The study's board cells in one process (no Ray) on the host board and on a board file
     whose flash is too small for the firmware: a "does-not-fit" row with the numbers; resuming
@@ -568,6 +571,7 @@ def _study_cli(cfg: Path, out: Path, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=600)
 
 
+@pytest.mark.long
 def test_per_op_cells_in_a_study_resume_and_the_report_draws_them(tmp_path):
     """A real study (the example run, host + mps2-an386, fp32 and int8): two per-op rows whose
     ops add up to the whole inference; --status counts them; a results file made before
