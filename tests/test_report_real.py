@@ -109,16 +109,29 @@ NO_FIT = {"kind": "board", "study": "boards-example", "algo": "dqn", "env": "Car
           "arena_bytes": 128, "weight_bytes": 5000, "seconds": 12.48}
 
 
-def test_board_tables_pareto_plots_and_the_int8_claim_from_real_rows(tmp_path):
+def test_board_tables_pareto_plots_and_the_int8_claim_from_real_rows(tmp_path, monkeypatch):
     """The committed board study (the shipped example run on five boards) through the report:
-    per task one scheme x board table, one Pareto plot per board embedded in the HTML, and the
-    int8-vs-fp32 line per board whose numbers are the rows' own."""
+    per task one scheme x board table, one Pareto plot per board embedded in the HTML (with a
+    µJ axis on the boards with energy figures), and the int8-vs-fp32 line per board whose
+    numbers are the rows' own."""
+    from matplotlib.axes import Axes
     rows = read_results(BOARDS_EXAMPLE)
     boards = [r for r in rows if r["kind"] == "board" and r["status"] == "ok"]
     assert len({r["board"] for r in boards}) >= 4
     path = tmp_path / "results.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows + [NO_FIT]))
+    energy_axes = []                   # (the panel's title, cost -> µJ) of each top axis drawn
+    real = Axes.secondary_xaxis
+
+    def spy(ax, location, functions=None, **kw):
+        energy_axes.append((ax, functions[0]))
+        return real(ax, location, functions=functions, **kw)
+    monkeypatch.setattr(Axes, "secondary_xaxis", spy)
     out = write_report(path, tmp_path / "rep")
+    # the Pareto plots' energy axis: only the atmega328p has figures among these boards, and its
+    # top axis reads a cost of C cycles as C x 5 V x 650 µA/MHz / 1e6 µJ (boards/atmega328p.toml)
+    assert len(energy_axes) == 1 and energy_axes[0][0].get_title() == "DQN CartPole-v1"
+    assert energy_axes[0][1](66_475.0) == pytest.approx(66_475 * 5 * 650 / 1e6, rel=1e-9)
     md = out["markdown"].read_text()
     section = md[md.index("## On the board"):]
     header = ("| board | scheme | seeds (n) × episodes | return (mean ± std) | normalised loss | agreement | "

@@ -198,7 +198,8 @@ def fig_pareto(res: Results, board: str, cells: list[dict], path: Path) -> bool:
     costs span more than 10×), one point per scheme, its area the firmware's flash; the
     Pareto front (no other scheme both cheaper and better) joined by a line; each point's bar
     is its 95 % bootstrap interval over training seeds (board_cells' return_ci), n in the
-    legend."""
+    legend. On a board with energy figures (every cell has its µJ estimate, a fixed multiple
+    of its cost: measure/energy.py) the panel's top axis reads the same points in µJ."""
     cells = [c for c in cells if c["board"] == board and c["fits"] and c["return"] is not None]
     tasks = sorted({c["task"] for c in cells})
     if not tasks:
@@ -247,7 +248,14 @@ def fig_pareto(res: Results, board: str, cells: list[dict], path: Path) -> bool:
         ax.set_ylabel("board return (mean over seeds)", fontsize=8)
         ax.tick_params(labelsize=8)
         ax.grid(alpha=0.3)
-        ax.set_title(task_name(t), fontsize=10)
+        per_cost = {c["uj"] / c["cost"] for c in pts if c.get("uj") and c["cost"]}
+        if per_cost and all(c.get("uj") for c in pts):
+            k = sum(per_cost) / len(per_cost)     # one factor per board: µJ per unit of cost
+            top = ax.secondary_xaxis("top", functions=(lambda x, k=k: x * k,
+                                                       lambda x, k=k: x / k))
+            top.set_xlabel("µJ per inference (estimate, datasheet figures)", fontsize=7)
+            top.tick_params(labelsize=7)
+        ax.set_title(task_name(t), fontsize=10, pad=22 if per_cost else 6)
         ax.legend(fontsize=6, loc="best", markerscale=0.4)
     return _save(fig, path, axes, len(tasks),
                  f"{board}: return vs cost per inference (marker area: flash)\nbars: 95 % "
