@@ -59,6 +59,12 @@ def offset_int4_rows(w: np.ndarray, bias: np.ndarray | None, input_offset: int,
     return full, bias_p
 
 
+def int4_reference_bytes(w, bias) -> int:
+    """The flash the reference lowering gives this op's constants: the packed int4 weights (two
+    a byte) and the int32 bias; a variant's layout reports its bytes beyond these."""
+    return (w.size + 1) // 2 + (4 * bias.size if bias is not None else 0)
+
+
 def lower_fc_s4(op, model: TFLiteModel, pname, x, w, bias, out, act, batches, accum_depth,
                 output_depth, wname, comment_shapes) -> Kernel:
     """int8 input and output, packed int4 weights per tensor (see the module's docstring)."""

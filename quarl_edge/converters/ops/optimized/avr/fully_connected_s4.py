@@ -13,7 +13,8 @@ from .... import qmath
 from ....emit import c_array, c_comment, c_ident
 from ...common import Kernel, weighted_operands
 from ...fully_connected import per_tensor_stage
-from ...fully_connected_s4 import offset_int4_rows, packed_int4, unpack_int4
+from ...fully_connected_s4 import (int4_reference_bytes, offset_int4_rows, packed_int4,
+                                   unpack_int4)
 from ....tflite_model import Operator, TFLiteModel
 from ..common import greedy_chunks
 from .fully_connected import (AVR_DOT_LIMIT, AVR_MAX_CHUNK, AVR_ROWS, avr_output_stage,
@@ -146,7 +147,7 @@ def lower_fully_connected_s4_avr(op: Operator, model: TFLiteModel, pname: str,
               f"    .output_depth = {output_depth}u,\n}};\n")
     call = (f"qe_fully_connected_s4_avr(&{pname}, (const int8_t *)@T{x.index}@, {wname}, "
             f"{bname}, (int8_t *)@T{out.index}@);")
-    ref_bytes = (w.size + 1) // 2 + (4 * bias.size if bias is not None else 0)
+    ref_bytes = int4_reference_bytes(w, bias)
     return Kernel(op, call, params, consts, const_bytes,
                   kernel.comment.replace("int4 weights:", "int4 weights (avr stream):")
                   + f"; layout {const_bytes} B of flash (reference layout {ref_bytes} B)",

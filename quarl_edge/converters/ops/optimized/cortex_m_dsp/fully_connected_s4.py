@@ -11,7 +11,8 @@ import numpy as np
 from ....emit import c_array, c_comment, c_ident
 from ...common import Kernel, weighted_operands
 from ...fully_connected import per_tensor_stage
-from ...fully_connected_s4 import offset_int4_rows, packed_int4, unpack_int4
+from ...fully_connected_s4 import (int4_reference_bytes, offset_int4_rows, packed_int4,
+                                   unpack_int4)
 from ..common import PACKED_MAX_DEPTH
 from ....tflite_model import Operator, TFLiteModel
 
@@ -123,7 +124,7 @@ def lower_fully_connected_s4_mm(op: Operator, model: TFLiteModel, pname: str, ke
               f"    .output_shift = {shift},\n}};\n")
     call = (f"qe_fully_connected_s4_mm(&{pname}, (const int8_t *)@T{x.index}@, {sname}, "
             f"(int8_t *)@T{out.index}@);")
-    ref_bytes = (w.size + 1) // 2 + (4 * bias.size if bias is not None else 0)
+    ref_bytes = int4_reference_bytes(w, bias)
     return Kernel(op, call, params, consts, const_bytes,
                   kernel.comment.replace("int4 weights:", "int4 weights (s4 mm stream):")
                   + f"; layout {const_bytes} B of flash (reference layout {ref_bytes} B)",
@@ -167,7 +168,7 @@ def lower_fully_connected_s4_packed(op: Operator, model: TFLiteModel, pname: str
               f"    .padded_depth = {d_pad}u,\n    .output_depth = {output_depth}u,\n}};\n")
     call = (f"qe_fully_connected_s4_packed(&{pname}, (const int8_t *)@T{x.index}@, {wname}, "
             f"(int8_t *)@T{out.index}@);")
-    ref_bytes = (w.size + 1) // 2 + (4 * bias.size if bias is not None else 0)
+    ref_bytes = int4_reference_bytes(w, bias)
     return Kernel(op, call, params, consts, const_bytes,
                   kernel.comment.replace("int4 weights:", "int4 weights (int4 layout):")
                   + f"; layout {const_bytes} B of flash (reference layout {ref_bytes} B)",
