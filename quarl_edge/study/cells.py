@@ -43,7 +43,7 @@ from ..core.run import Run, load_keras, load_run
 from ..targets.boards import get_board
 from .analysis import (batch_runner, evaluate_runner, gaussian_policy_kl, policy_kl,
                        random_policy_return, weight_quantiles, weight_stats)
-from .plan import BOARD_KINDS, Group, family, not_applicable, run_dir_name
+from .plan import BOARD_KINDS, QAT_SCHEMES, Group, family, not_applicable, run_dir_name
 from .results import jsonable, us_per_inference
 
 
@@ -221,7 +221,7 @@ def _scheme_cell(group: Group, run: _Run, scheme: str) -> tuple[dict, int]:
     """Quantize the run with `scheme` and play it on the evaluation seeds: (the cell's numbers,
     the model's size in bytes)."""
     task = group.task
-    qat = ({"steps": task.qat_steps, **task.qat} if scheme in ("qat-int8", "qat-int8x4")
+    qat = ({"steps": task.qat_steps, **task.qat} if scheme in QAT_SCHEMES
            else None)
     distill = None
     if scheme == "qat-distill-int8":

@@ -15,12 +15,14 @@ from .config import Study, Sweep, Task
 
 # Algorithms whose RL loop qat.py can fine-tune in (qat.qat_finetune refuses the others).
 QAT_ALGOS = ("dqn",)
+# The schemes made by fine-tuning in the RL loop (8-bit weights, and 4-bit: rl/qat_lowbit.py).
+QAT_SCHEMES = ("qat-int8", "qat-int8x4")
 
 
 def scope(scheme: str) -> str | None:
     """What a task needs for `scheme` to apply, for the schemes that do not apply to every task
     (the rule of not_applicable, in words); None for the others."""
-    if scheme == "qat-int8":
+    if scheme in QAT_SCHEMES:
         return (f"fine-tunes in the RL loop of {', '.join(a.upper() for a in QAT_ALGOS)} only "
                 "(quarl_edge/rl/qat.py)")
     if scheme in remedies.NAMES:
@@ -31,8 +33,8 @@ def scope(scheme: str) -> str | None:
 def not_applicable(scheme: str, algo: str, env_id: str, argmax_head: bool) -> str | None:
     """Why `scheme` does not apply to (algo, env): the reason its cell is recorded "skipped"
     with; None when it applies. `argmax_head`: the env's actions are discrete."""
-    if scheme == "qat-int8" and algo not in QAT_ALGOS:
-        return (f"qat-int8 fine-tunes in the RL loop of {', '.join(QAT_ALGOS)} only "
+    if scheme in QAT_SCHEMES and algo not in QAT_ALGOS:
+        return (f"{scheme} fine-tunes in the RL loop of {', '.join(QAT_ALGOS)} only "
                 f"(quarl_edge/rl/qat.py); {algo} is not supported")
     if scheme in remedies.NAMES and not argmax_head:
         return (f"{scheme} is a remedy for argmax heads (quarl_edge/quant/remedies.py); "
