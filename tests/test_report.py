@@ -123,6 +123,38 @@ def test_qat_verdict_each_outcome_from_constructed_rows():
     assert c2["test"] == "paired bootstrap of the mean difference over training seeds"
 
 
+def test_four_bit_claims_appear_with_4_bit_cells_and_decide_by_the_interval():
+    """Claim 4 per method (int8x4 post-training, qat-int8x4 in the RL loop): absent without
+    4-bit cells; with them, the loss's interval over seeds decides as for 6-8 bits, the same
+    runs' int8 loss is beside it, and QAT is paired with int8x4 of the same seed."""
+    base = _grid(lambda r: 0.01, qat_delta=0.0)
+    assert len(claims(Results(base), 0.05)) == 3
+    ptq_loss = {0: 0.20, 1: 0.30, 2: 0.25}            # of the gain of 200, per seed
+    rows = list(base)
+    for r in base:
+        if r["kind"] == "cell" and r["scheme"] == "int8":
+            fp32 = r["fp32_return"]
+            rows.append({**r, "scheme": "int8x4", "mean_return": fp32 * (1 - ptq_loss[r["seed"]])})
+            rows.append({**r, "scheme": "qat-int8x4", "mean_return": fp32 * (1 - 0.01)})
+    found = {c["claim"]: c for c in claims(Results(rows), 0.05)}
+    ptq = found["4-bit weights lose no reward (post-training: int8x4)"]
+    qat = found["4-bit weights lose no reward (quantization-aware, in the RL loop: qat-int8x4)"]
+    assert ptq["n"] == qat["n"] == 6 and ptq["n_seeds"] == 6
+    assert ptq["effect"] == pytest.approx(0.25) and ptq["verdict"] == "disagree"
+    assert ptq["ci"][0] > 0.05
+    assert qat["effect"] == pytest.approx(0.01) and qat["verdict"] == "agree"
+    assert "0 of 6 int8x4 policies are within 5%" in ptq["evidence"][1]
+    assert "The same 6 runs at int8: mean loss +1.0 %" in ptq["evidence"][2]
+    assert "qat-int8x4 − int8x4 (paired by training seed): mean +24.0 %" in qat["evidence"][3]
+    assert qat["evidence"][3].endswith("QAT >= PTQ at 4 bits -> agree (claim 2's rule).")
+    # a spread across the tolerance: inconclusive, never decided by a count
+    spread = [dict(r, mean_return=200.0 * (1 - (0.0 if r["seed"] == 0 else 0.12)))
+              if r.get("scheme") == "int8x4" else r for r in rows]
+    ptq = {c["claim"]: c for c in claims(Results(spread), 0.05)}[
+        "4-bit weights lose no reward (post-training: int8x4)"]
+    assert ptq["ci"][0] < 0.05 < ptq["ci"][1] and ptq["verdict"] == "inconclusive"
+
+
 def test_weight_range_verdict_inconclusive_when_the_interval_holds_zero():
     loss = {1: 0.02, 2: 0.01, 3: 0.03, 4: 0.01, 5: 0.03, 6: 0.02}
     c3 = {c["claim"]: c for c in claims(Results(_grid(lambda r: loss[r], 0.0)), 0.05)}[C3]

@@ -223,3 +223,27 @@ def test_board_cells_carry_the_interval_over_seeds_the_pareto_bars_draw():
     lines = int8_vs_fp32(two)
     assert lines and all(", 95 % CI over seeds [" in ln for ln in lines)
     assert not any("CI" in ln for ln in int8_vs_fp32(one))
+
+
+def test_int4_against_int8_per_board_from_the_rows():
+    """The section's 4-bit paragraph: per board the median ratio of int8x4's flash and cost to
+    int8's over the tasks with both, from the rows; a cell where int8 did not fit says whether
+    int8x4 does. The boards-example rows, with an int8x4 twin of each int8 board row."""
+    from quarl_edge.study.board_section import board_cells, int4_vs_int8
+    rows = read_results(BOARDS_EXAMPLE)
+    assert int4_vs_int8(board_cells(Results(rows))) == []     # no int8x4 cells: nothing said
+    int8 = [r for r in rows if r["kind"] == "board" and r["scheme"] == "int8"
+            and r["status"] == "ok"]
+    twins = [dict(r, scheme="int8x4", flash_bytes=r["flash_bytes"] - 1000,
+                  cost_mean=r["cost_mean"] * 1.5) for r in int8]
+    no_fit = dict(int8[0], scheme="int8", board="tiny-board", status="does-not-fit",
+                  needs_flash_bytes=40_000, board_flash_bytes=32_768)
+    rescued = dict(int8[0], scheme="int8x4", board="tiny-board", flash_bytes=30_000)
+    blocks = int4_vs_int8(board_cells(Results(rows + twins + [no_fit, rescued])))
+    text = blocks[0][1]
+    for r in int8:
+        ratio = (r["flash_bytes"] - 1000) / r["flash_bytes"]
+        assert f"{r['board']}: flash {ratio:.2f}×, cost 1.50× over 1 task" in text
+    assert ("Where int8 did not fit: DQN CartPole-v1 on tiny-board: int8 needs 40,000 B of "
+            "flash of the board's 32,768 B; int8x4 fits (30,000 B, return") in blocks[1][1]
+    assert blocks[2][0] == "details" and len(blocks[2][2][2]) == len(int8)

@@ -181,6 +181,53 @@ def int8_vs_fp32(cells: list[dict]) -> list[str]:
     return out
 
 
+def int4_vs_int8(cells: list[dict]) -> list:
+    """4-bit weights against int8 on the boards (issue 39): per board, the median ratio of
+    int8x4's flash and cost per inference to int8's over the tasks with both; the cells where
+    int8 did not fit, and whether int8x4 does; then per task and board the numbers (collapsed).
+    Blocks; none without int8x4 board cells."""
+    by = {(c["task"], c["board"], c["scheme"]): c for c in cells}
+    pairs = sorted((t, b) for (t, b, s) in by if s == "int8x4")
+    if not pairs:
+        return []
+    ratios, rows, rescued = defaultdict(list), [], []
+    for task, board in pairs:
+        q4, q8 = by[(task, board, "int8x4")], by.get((task, board, "int8"))
+        qat = by.get((task, board, "qat-int8x4"))
+        if q8 is not None and not q8["fits"]:
+            rescued.append(f"{task_name(task)} on {board}: int8 needs "
+                           f"{fmt_bytes(q8.get('needs_flash'))} B of flash of the board's "
+                           f"{fmt_bytes(q8.get('board_flash'))} B; int8x4 "
+                           + (f"fits ({fmt_bytes(q4['flash'])} B, return {q4['return']:,.1f}, "
+                              f"loss {pct(q4['loss'])})" if q4["fits"] else
+                              f"still does not fit (needs {fmt_bytes(q4.get('needs_flash'))} B)"))
+        if q8 is None or not (q8["fits"] and q4["fits"]) or not q8["cost"]:
+            continue
+        flash = q4["flash"] / q8["flash"] if q4.get("flash") and q8.get("flash") else None
+        cost = q4["cost"] / q8["cost"]
+        ratios[board].append((flash, cost))
+        rows.append([task_name(task), board, fmt_bytes(q8["flash"]), fmt_bytes(q4["flash"]),
+                     "-" if flash is None else f"{flash:.2f}×",
+                     f"{q8['cost']:,.0f}", f"{q4['cost']:,.0f} {q4['unit']}", f"{cost:.2f}×",
+                     pct(q8["loss"]), pct(q4["loss"]),
+                     pct(qat["loss"]) if qat and qat["fits"] else "-"])
+    B = [] if not ratios else [("p", "**4-bit weights against int8 on the boards** (int8x4: int8 activations, int4 "
+               "weights packed two to a byte; the firmware's flash and the cost per inference, "
+               "means over seeds; median over the tasks with both): " + "; ".join(
+                   f"{board}: flash {np.median([f for f, _ in rs if f is not None]):.2f}×, "
+                   f"cost {np.median([c for _, c in rs]):.2f}× over {len(rs)} "
+                   + ("task" if len(rs) == 1 else "tasks")
+                   for board, rs in sorted(ratios.items())) + ".")]
+    if rescued:
+        B.append(("p", "Where int8 did not fit: " + "; ".join(rescued) + "."))
+    if rows:
+        B.append(("details", "int8x4 against int8, per task and board",
+                  ("table", ["task", "board", "int8 flash (B)", "int8x4 flash (B)", "× flash",
+                             "int8 cost", "int8x4 cost", "× cost", "int8 loss",
+                             "int8x4 loss", "qat-int8x4 loss"], rows)))
+    return B
+
+
 def _reference_checks(cells: list[dict]) -> list:
     """One paragraph: how many board cells that played episodes returned the same as each host
     interpreter on every seed, per family of schemes (int8, int16x8, float)."""
@@ -250,6 +297,7 @@ def board_blocks(res: Results, figures: dict[str, bool] | None = None) -> list:
     if claims_:
         B.append(("p", "**QuaRL's speed and memory claim, on the boards:**"))
         B += [("p", text) for text in claims_]
+    B += int4_vs_int8(cells)
     for task in sorted({c["task"] for c in cells}):
         rows = [_board_row(c) for c in cells if c["task"] == task]
         B.append(("h", 3, f"{task_name(task)}: scheme × board"))

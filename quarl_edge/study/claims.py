@@ -29,6 +29,11 @@ the verdict is inconclusive:
      sweep's points), with its bootstrap interval and a permutation p-value. Agree if the
      lower bound is above 0, disagree if the upper bound is below 0; fewer than 4 runs, or no
      variation in the loss, is insufficient data.
+  4. 4-bit weights lose no reward (QuaRL's journal version: 4-5 bit policies), once per method,
+     and only in a study with such cells: post-training (int8x4: int8 activations, int4
+     weights) and quantization-aware in the RL loop (qat-int8x4, DQN); effect and rule as
+     claim 1's (a seed's loss; agree if the upper bound is below the tolerance). The QAT claim
+     also pairs qat-int8x4 with int8x4 of the same seed, as claim 2 pairs QAT with int8.
 
 Tie remedies (quarl_edge/quant/remedies.py) for argmax heads: per task, int8 against int8-centred,
 int8-acc and int8-i16head (mean return over seeds, ties, agreement); the winner is the highest
@@ -48,6 +53,7 @@ from .statistics import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, LEVEL, interval_ve
 REMEDIES = ("int8-centred", "int8-acc", "int8-centred-acc", "int8-i16head")   # quarl_edge/quant/remedies.py
 EIGHT_BIT = ("int8", "dyn-int8", "qat-int8", "qat-distill-int8")
 QAT_METHODS = {"qat-int8": "RL-loop QAT", "qat-distill-int8": "distillation QAT"}
+FOUR_BIT = {"int8x4": "post-training", "qat-int8x4": "quantization-aware, in the RL loop"}
 
 
 def _qat_pairs(res: Results, by_run: dict, scheme: str) -> list[tuple]:
@@ -137,11 +143,13 @@ BOOTSTRAP_TEXT = (f"Intervals: percentile bootstrap, {BOOTSTRAP_RESAMPLES} resam
 
 
 def claims(res: Results, tolerance: float) -> list[dict]:
-    """QuaRL's three claims, each {"claim", "verdict", "n", "evidence": [sentences], "summary":
+    """QuaRL's claims, each {"claim", "verdict", "n", "evidence": [sentences], "summary":
     the key numbers in one line, "tables": [{"title", "columns", "rows" (display strings),
-    "collapsed" (optional)}]: the numbers behind the verdict}; all computed from the rows."""
+    "collapsed" (optional)}]: the numbers behind the verdict}; all computed from the rows.
+    The three of the paper always; the 4-bit ones where the study has 4-bit cells."""
     return [_eight_bits(res, tolerance), _qat_vs_ptq(res, tolerance),
-            _weight_range(res)]
+            _weight_range(res), *(_four_bits(res, tolerance, scheme) for scheme in FOUR_BIT
+                                  if any(r["scheme"] == scheme for r in res.cells))]
 
 
 def _eight_bits(res: Results, tolerance: float) -> dict:
@@ -205,6 +213,67 @@ def _eight_bits(res: Results, tolerance: float) -> dict:
     return {"claim": "6-8 bit policies lose no reward", "n": len(items),
             "verdict": st["verdict"] if items else "insufficient data",
             **_claim_stats(st, episodes, "mean normalised loss of 6-8 bit policies per seed",
+                           "percentile bootstrap of the mean over training seeds", rule),
+            "evidence": ev, "summary": summary, "tables": tables}
+
+
+def _four_bits(res: Results, tolerance: float, scheme: str) -> dict:
+    """Claim 4, for one method (FOUR_BIT): policies with 4-bit weights lose no reward. Each
+    learned run's loss; the interval over seeds decides as in claim 1. Beside it, the same
+    runs at int8, and for QAT the pairs with int8x4 of the same seed (QAT >= PTQ at 4 bits)."""
+    method = FOUR_BIT[scheme]
+    cells = {(r["algo"], r["env"], r["seed"]): r for r in res.ok_cells
+             if r["scheme"] == scheme and res.learned(r) and res.loss(r) is not None}
+    per_run = {k: res.loss(r) for k, r in cells.items()}
+    st = _interval_stats(per_run, tolerance, "below")
+    episodes = episodes_per_seed(res)
+    claim = f"4-bit weights lose no reward ({method}: {scheme})"
+    rule = (f"Effect: a training seed's normalised loss with {scheme}, averaged over seeds. "
+            f"Agree when the upper bound of its 95 % interval is below the {tolerance:.0%} "
+            "tolerance, disagree when the lower bound is above it, otherwise (or without an "
+            "interval) inconclusive.")
+    if not per_run:
+        skipped = [r for r in res.cells if r["scheme"] == scheme and r.get("status") == "skipped"]
+        text = (f"No learned run has a cell of {scheme}"
+                + (f" ({len(skipped)} skipped: {skipped[0].get('reason')})" if skipped else "")
+                + ".")
+        return {"claim": claim, "n": 0, "verdict": "insufficient data",
+                **_claim_stats(st, episodes, f"mean normalised loss of {scheme} per seed",
+                               "percentile bootstrap of the mean over training seeds", rule),
+                "evidence": [text], "summary": text, "tables": []}
+    losses = np.array(list(per_run.values()))
+    worst = max(per_run, key=per_run.get)
+    within = int(np.sum(losses <= tolerance))
+    ev = [f"Mean loss {pct(st['effect'])}, {_ci_text(st)}, {_n_text(st, episodes)} -> "
+          f"{st['verdict']}.",
+          f"{within} of {len(per_run)} {scheme} policies are within {tolerance:.0%} of their fp32 "
+          f"return (median loss {pct(float(np.median(losses)))}, worst {pct(per_run[worst])} for "
+          f"{task_name(worst[:2])} seed {worst[2]})."]
+    int8 = {(r["algo"], r["env"], r["seed"]): res.loss(r) for r in res.ok_cells
+            if r["scheme"] == "int8" and res.learned(r) and res.loss(r) is not None}
+    same = [k for k in per_run if k in int8]
+    if same:
+        ev.append(f"The same {len(same)} runs at int8: mean loss "
+                  f"{pct(float(np.mean([int8[k] for k in same])))}.")
+    tables = [_stats_table(f"Normalised loss of {scheme} per training seed, per task and pooled",
+                           st, episodes)]
+    if scheme == "qat-int8x4":
+        ptq = {(r["algo"], r["env"], r["seed"]): r for r in res.ok_cells
+               if r["scheme"] == "int8x4" and res.learned(r)}
+        diffs = {k: (cells[k]["mean_return"] - ptq[k]["mean_return"])
+                 / abs(res.runs[k]["fp32_return"] - res.runs[k]["random_return"])
+                 for k in cells if k in ptq}
+        if diffs:
+            pst = _interval_stats(diffs, -tolerance, "above")
+            ev.append(f"qat-int8x4 − int8x4 (paired by training seed): mean {pct(pst['effect'])} "
+                      f"of the fp32-over-random gain, {_ci_text(pst)}, {_n_text(pst, episodes)}: "
+                      f"QAT >= PTQ at 4 bits -> {pst['verdict']} (claim 2's rule).")
+            tables.append(_stats_table("qat-int8x4 − int8x4 per task and pooled (mean "
+                                       "difference over seeds, % of the gain)", pst, episodes))
+    summary = (f"mean loss {pct(st['effect'])}, {_ci_text(st)} ({_n_text(st, episodes)}); "
+               f"{within} of {len(per_run)} within {tolerance:.0%}")
+    return {"claim": claim, "n": len(per_run), "verdict": st["verdict"], "scheme": scheme,
+            **_claim_stats(st, episodes, f"mean normalised loss of {scheme} per seed",
                            "percentile bootstrap of the mean over training seeds", rule),
             "evidence": ev, "summary": summary, "tables": tables}
 
