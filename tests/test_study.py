@@ -503,6 +503,23 @@ def test_board_cells_locally_resume_and_a_board_too_small_is_a_row(tmp_path, mon
     assert len(read_results(out / "results.jsonl")) == len(rows)
 
 
+def test_a_board_cell_makes_its_model_when_the_cell_came_before(tmp_path):
+    """A board added to a study, or a run trained again on --resume, meets board cells whose
+    scheme cell was done in an earlier run: the board cell quantizes the model as the cell
+    would (here int8x4: packed int4 weights), not an error row "no int8x4 model"."""
+    from helpers_models import cached_example_study
+    from quarl_edge.study.cells import run_board_cell
+    out = tmp_path / "out"
+    cfg = cached_example_study(out, ["host"], name="added", schemes=["int8x4"])
+    (g,) = plan(load_study(cfg))
+    model = out / "runs" / "dqn-CartPole-v1-s0" / "models" / "int8x4.tflite"
+    assert not model.exists()
+    row = run_board_cell(g, "int8x4", "host", out)
+    assert row["status"] == "ok", row
+    assert model.is_file() and row["model_bytes"] == model.stat().st_size
+    assert row["bit_exact"] is True and row["matches_reference"] is True
+
+
 # ------------------------------------------------------------------------------ per-op cells
 PEROP_STUDY = """
 [study]

@@ -221,16 +221,7 @@ def _scheme_cell(group: Group, run: _Run, scheme: str) -> tuple[dict, int]:
     """Quantize the run with `scheme` and play it on the evaluation seeds: (the cell's numbers,
     the model's size in bytes)."""
     task = group.task
-    qat = ({"steps": task.qat_steps, **task.qat} if scheme in QAT_SCHEMES
-           else None)
-    distill = None
-    if scheme == "qat-distill-int8":
-        distill = dict(task.distill)
-        if task.distill_steps is not None:
-            distill["steps"] = task.distill_steps
-    # The readout remedies run the int8 model with another readout of its head.
-    path = pipeline.quantize(run.dir, "int8" if scheme in remedies.RUNNERS else scheme,
-                             calib_size=task.calib_size, seed=0, qat=qat, distill=distill)
+    path = _quantize(group, run.dir, scheme)
     if remedies.readout_metadata(path) == remedies.READOUT_ACCUMULATORS:   # int8-acc
         runner = batch_runner(remedies.accumulator_runner(path))
     elif scheme == "int8-i16head":
@@ -250,6 +241,30 @@ def _scheme_cell(group: Group, run: _Run, scheme: str) -> tuple[dict, int]:
             "loss", "env_steps", "rounds", "seconds", "best_round",
             "best_validation_return", "teacher_validation_return")}
     return {**res, "kl": kl}, path.stat().st_size
+
+
+def _quantize(group: Group, run_dir: Path, scheme: str) -> Path:
+    """Quantize the run with `scheme` as its cell does (the task's calibration size, QAT and
+    distillation options); the readout remedies run the int8 model with another readout of its
+    head, so they make that. The model's path."""
+    task = group.task
+    qat = ({"steps": task.qat_steps, **task.qat} if scheme in QAT_SCHEMES
+           else None)
+    distill = None
+    if scheme == "qat-distill-int8":
+        distill = dict(task.distill)
+        if task.distill_steps is not None:
+            distill["steps"] = task.distill_steps
+    return pipeline.quantize(run_dir, "int8" if scheme in remedies.RUNNERS else scheme,
+                             calib_size=task.calib_size, seed=0, qat=qat, distill=distill)
+
+
+def board_model(group: Group, run_dir: Path, scheme: str) -> None:
+    """Make the run's `scheme` model if it is not there. The scheme's cell makes it, but a board
+    or per-op cell can come without its cell: a board added to a study, or a run trained again
+    whose cells' rows were done before (`--resume`)."""
+    if not Run(run_dir).has_model("int8" if scheme in remedies.RUNNERS else scheme):
+        _quantize(group, run_dir, scheme)
 
 
 def _sweep_points(group: Group, run: _Run, pending: list, base: dict,
@@ -330,6 +345,7 @@ def run_board_cell(group: Group, scheme: str, board_id: str, out: Path) -> dict:
         reason = not_applicable(scheme, algo, env_id, hasattr(space, "n"))
         if reason:     # as its scheme cell
             return {**row, "status": "skipped", "reason": reason}
+        board_model(group, run_dir, scheme)
         return {**row, **_measure_board(run_dir, build_dir, board, scheme, group),
                 "seconds": round(time.perf_counter() - t0, 2), "run_dir": str(run_dir)}
     except QuarlError as e:
@@ -372,7 +388,7 @@ def _bench_observation(run_dir: Path, group: Group) -> np.ndarray:
 
 def _measure_board(run_dir: Path, build_dir: Path, board, scheme: str, group: Group) -> dict:
     meta = load_run(run_dir)
-    model = Run(run_dir).tflite(scheme)    # made by the scheme's cell
+    model = Run(run_dir).tflite(scheme)    # made by the scheme's cell, or board_model
     env_id, seeds = group.env, list(group.board_seeds)
     head = meta.get("action_head") or default_head(make_gym(env_id).action_space)
     calib = Run(run_dir).load_calibration()
@@ -417,6 +433,7 @@ def run_perop_cell(group: Group, scheme: str, board_id: str, out: Path) -> dict:
     t0 = time.perf_counter()
     run_dir = Path(out) / "runs" / run_dir_name(algo, env_id, seed)
     try:
+        board_model(group, run_dir, scheme)
         rows = pipeline.perop_cell(run_dir, get_board(board_id), scheme, group.task.bench_n,
                                    _bench_observation(run_dir, group))
     except QuarlError as e:
