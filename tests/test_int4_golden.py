@@ -53,6 +53,27 @@ def test_int8x4_mlp_bit_exact_with_tflm(tmp_path, seed, input_dim, widths, acts,
         assert f"uint8_t {c_ident(t.name, f'w{t.index}_')}[{(t.size + 1) // 2}]" in model_c
 
 
+def test_int8x4_cnn_keeps_int8_convs_and_packs_its_dense_layers(tmp_path):
+    """A CNN policy in int8x4 (MinAtar's shape: conv, pool, dense): FULLY_CONNECTED gets int4
+    weights, CONV_2D and DEPTHWISE_CONV_2D keep int8 per-channel weights (the ops our firmware
+    runs with int4 weights are FULLY_CONNECTED), and the generated C is bit-exact with TFLM."""
+    from helpers_models import random_cnn
+    from quarl_edge.quant.lowbit import int4_weights
+    rng = np.random.default_rng(5)
+    fp32 = convert(random_cnn(5, input_shape=(10, 10, 4)), "float")
+    model = int4_weights(fp32, rng.random((64, 10, 10, 4)).astype(np.float32))
+    parsed = tflite_model.parse(model)
+    weights = {op.opcode: parsed.tensors[op.inputs[1]] for op in parsed.operators
+               if op.opcode in ("FULLY_CONNECTED", "CONV_2D", "DEPTHWISE_CONV_2D")}
+    assert weights["FULLY_CONNECTED"].dtype == "int4"
+    assert weights["CONV_2D"].dtype == weights["DEPTHWISE_CONV_2D"].dtype == "int8"
+    assert len(weights["CONV_2D"].quantization.scale) == weights["CONV_2D"].shape[0] > 1
+    inputs = rng.integers(0, 2, (60, 1, 10, 10, 4)).astype(np.float32)   # 0/1 images
+    r = _compare(model, inputs, tmp_path, "int8x4 CNN")
+    assert r["gm"].ops[0] == "QUANTIZE" and r["gm"].ops[-1] == "DEQUANTIZE"
+    assert "qe_fully_connected_s4(&" in (tmp_path / "gen" / "model.c").read_text()
+
+
 def test_quantize_int8x4_cartpole(tmp_path):
     """`quantize --scheme int8x4` on the example run: int4 weights for every layer, half the
     weight bytes of int8 (+ the biases), and the generated C bit-exact with TFLM."""

@@ -7,9 +7,10 @@ quantization (its experimental low-bit QAT flag), not from a representative data
 no post-training int4; litert-quantizer calibrates the float model on the same observations as
 int8 (min/max) and writes full-integer models with packed INT4 weights.
 
-The recipe: every op it supports static, int8 activations, int4 weights per tensor. Per tensor
-because TF Lite Micro's FULLY_CONNECTED refuses per-channel int4 weights (its Prepare fails),
-and the dense policies here are FULLY_CONNECTED only. The graph's input and output (the
+The recipe: every op it supports static, int8 activations; FULLY_CONNECTED with int4 weights
+per tensor, the others (a CNN's convs) with int8 weights per channel. Per tensor because TF Lite
+Micro's FULLY_CONNECTED refuses per-channel int4 weights (its Prepare fails); int8 convs because
+FULLY_CONNECTED is the op our firmware runs with int4 weights. The graph's input and output (the
 quantizer's virtual INPUT and OUTPUT ops) are left unquantized, so that, as in the int8 scheme,
 the model has float32 I/O with QUANTIZE and DEQUANTIZE at its edges (what HIL plays).
 """
@@ -51,7 +52,14 @@ def int4_weights(float_tflite: bytes, calibration: np.ndarray) -> bytes:
     name = sig["inputs"][0]
     data = {key: [{name: np.asarray(x, np.float32)[None]} for x in calibration]}
     q = qz.Quantizer(float_tflite)
+    # int8 everywhere (conv weights per channel, as the int8 scheme's), then int4 weights for
+    # FULLY_CONNECTED: the op our firmware runs with int4 weights (TF Lite Micro also has int4
+    # CONV_2D; a CNN policy's convs keep int8 weights, a small share of its bytes: MinAtar's
+    # 3x3 conv holds 0.4 % of its weights).
     q.add_static_config(regex=".*", operation_name=qtyping.TFLOperationName.ALL_SUPPORTED,
+                        activation_num_bits=8, weight_num_bits=8,
+                        weight_granularity=qtyping.QuantGranularity.CHANNELWISE)
+    q.add_static_config(regex=".*", operation_name=qtyping.TFLOperationName.FULLY_CONNECTED,
                         activation_num_bits=8, weight_num_bits=4,
                         weight_granularity=qtyping.QuantGranularity.TENSORWISE)
     from litert_quantizer.algorithm_manager import AlgorithmName
