@@ -61,14 +61,14 @@ def test_int8x4_cnn_keeps_int8_convs_and_packs_its_dense_layers(tmp_path):
     from quarl_edge.quant.lowbit import int4_weights
     rng = np.random.default_rng(5)
     fp32 = convert(random_cnn(5, input_shape=(10, 10, 4)), "float")
-    model = int4_weights(fp32, rng.random((64, 10, 10, 4)).astype(np.float32))
+    model = int4_weights(fp32, rng.random((16, 10, 10, 4)).astype(np.float32))
     parsed = tflite_model.parse(model)
     weights = {op.opcode: parsed.tensors[op.inputs[1]] for op in parsed.operators
                if op.opcode in ("FULLY_CONNECTED", "CONV_2D", "DEPTHWISE_CONV_2D")}
     assert weights["FULLY_CONNECTED"].dtype == "int4"
     assert weights["CONV_2D"].dtype == weights["DEPTHWISE_CONV_2D"].dtype == "int8"
     assert len(weights["CONV_2D"].quantization.scale) == weights["CONV_2D"].shape[0] > 1
-    inputs = rng.integers(0, 2, (60, 1, 10, 10, 4)).astype(np.float32)   # 0/1 images
+    inputs = rng.integers(0, 2, (24, 1, 10, 10, 4)).astype(np.float32)   # 0/1 images
     r = _compare(model, inputs, tmp_path, "int8x4 CNN")
     assert r["gm"].ops[0] == "QUANTIZE" and r["gm"].ops[-1] == "DEQUANTIZE"
     assert "qe_fully_connected_s4(&" in (tmp_path / "gen" / "model.c").read_text()

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from quarl_edge.core.errors import QuarlError
-from quarl_edge.study.claims import claims
+from quarl_edge.study.claims import _four_bits, claims
 from quarl_edge.study.report import write_report
 from quarl_edge.study.results import Results
 from quarl_edge.study.statistics import normalised_loss, reward_threshold, spearman
@@ -150,8 +150,7 @@ def test_four_bit_claims_appear_with_4_bit_cells_and_decide_by_the_interval():
     # a spread across the tolerance: inconclusive, never decided by a count
     spread = [dict(r, mean_return=200.0 * (1 - (0.0 if r["seed"] == 0 else 0.12)))
               if r.get("scheme") == "int8x4" else r for r in rows]
-    ptq = {c["claim"]: c for c in claims(Results(spread), 0.05)}[
-        "4-bit weights lose no reward (post-training: int8x4)"]
+    ptq = _four_bits(Results(spread), 0.05, "int8x4")
     assert ptq["ci"][0] < 0.05 < ptq["ci"][1] and ptq["verdict"] == "inconclusive"
 
 
