@@ -9,7 +9,8 @@ counts around the 4-row groups, odd depths), offsets at their ends, biases up to
 generator's int32 bound and random requantization (right shifts mostly: the precomputed output
 stage; left shifts: requant.h's): on the host (portable C, and under ASan/UBSan), on microbit
 (Cortex-M0, the ARMv6-M asm walk) and hifive1 (rv32) under QEMU, where the outputs must also
-equal the host reference's. End to end: a MinAtar-shaped DQN CNN and the benchmark CNN built for
+equal the host reference's. End to end: a MinAtar-shaped DQN CNN (its 1,024 -> 128 FC on the
+variants' byte lanes, fully_connected.h) and the benchmark CNN built for
 microbit and hifive1 are bit-exact with TF Lite Micro (quarl_edge.validate), and only the boards
 with those variants get the layout."""
 from __future__ import annotations
