@@ -27,7 +27,8 @@
  *       variant's qe_fully_connected_s8_pairs on the generator's chunked row pairs (header[15]:
  *       the stream's length in words) against the reference's qe_fully_connected_s8:
  *       int32 stream[header[15]], int32 bias'[padded rows], int32 sat_low, sat_above, then the
- *       step table: uint32 present (0 or 1), lo, mul, add, and when present uint32 steps[256]
+ *       step table: uint32 present (0 or 1), lo, mul, add, and when present uint32 steps[256];
+ *       the reference file's portable qe_fully_connected_s8_pairs (*_reference) must agree too
  *   kind 7 (built with -DQE_CHECK_PAIRS_LAYOUT): s8 per tensor, any depth, the variant's
  *       qe_fully_connected_s8_bytes on the generator's byte lanes (header[15]: the words' count)
  *       against the reference's qe_fully_connected_s8, and the reference file's portable
@@ -61,6 +62,9 @@ void qe_fully_connected_s8_pc_reference(const qe_fc_pc_params_t *p, const int8_t
                                         const int8_t *weights, const int32_t *bias,
                                         int8_t *output);
 #ifdef QE_CHECK_PAIRS_LAYOUT
+void qe_fully_connected_s8_pairs_reference(const qe_fc_s8_pairs_params_t *p, const int8_t *input,
+                                           const int32_t *stream, const int32_t *bias,
+                                           int8_t *output);
 void qe_fully_connected_s8_bytes_reference(const qe_fc_s8_pairs_params_t *p, const int8_t *input,
                                            const uint32_t *words, const int32_t *bias,
                                            int8_t *output, int32_t *scratch);
@@ -161,11 +165,19 @@ int main(void)
                                                     pairs_steps_h[3]};
                 qe_fully_connected_s8_reference(&p, in, w, b, (int8_t *)out_ref);
                 qe_fully_connected_s8_pairs(&pp, in, pairs_stream, packed_bias, (int8_t *)out_opt);
-            }
-            io_write(out_ref, out_bytes);
-            io_write(out_opt, out_bytes);
-            if (memcmp(out_ref, out_opt, out_bytes) != 0 || ((uint8_t *)out_opt)[out_bytes] != 0xA5u) {
-                status = 1;
+                io_write(out_ref, out_bytes);
+                io_write(out_opt, out_bytes);
+                if (memcmp(out_ref, out_opt, out_bytes) != 0
+                    || ((uint8_t *)out_opt)[out_bytes] != 0xA5u) {
+                    status = 1;
+                }
+                /* the reference file's portable definition, on the same stream */
+                memset(out_opt, 0xA5, sizeof out_opt);
+                qe_fully_connected_s8_pairs_reference(&pp, in, pairs_stream, packed_bias,
+                                                      (int8_t *)out_opt);
+                if (memcmp(out_ref, out_opt, out_bytes) != 0) {
+                    status = 1;
+                }
             }
             continue;
         }

@@ -264,7 +264,7 @@ void qe_fully_connected_s8_pairs(const qe_fc_s8_pairs_params_t *p, const int8_t 
             for (r = 0; r < QE_FC_PAIRS_ROWS; ++r) {
                 acc[r] = bias[o + r];
             }
-            while ((len = *s++) != 0) {
+            while ((len = *s++ / 4) != 0) {       /* the chunk's word is 4 L */
                 for (; len > 0; --len, ++d, s += 2) {
                     for (r = 0; r < QE_FC_PAIRS_ROWS; ++r) {
                         /* value 65536 * hi + lo, |lo| <= 255: lo is the low half, sign-extended */
