@@ -382,8 +382,14 @@ def test_pairs_stream_words_are_two_rows_and_chunks_sum_in_16_bits(case):
     assert pos == s.size
 
 
-def test_the_pairs_layout_on_the_host_under_sanitizers(tmp_module):
-    exe = host_checker(tmp_module, sanitize=True, variant_fc=M0_FC, defines=M0_HOST_DEFINES)
+@pytest.fixture(scope="module")
+def m0_san_exe(tmp_module) -> Path:
+    """The cortex-m0 checker for the host under ASan/UBSan (the pairs and the byte lanes)."""
+    return host_checker(tmp_module, sanitize=True, variant_fc=M0_FC, defines=M0_HOST_DEFINES)
+
+
+def test_the_pairs_layout_on_the_host_under_sanitizers(m0_san_exe):
+    exe = m0_san_exe
     cases = pairs_edge_cases()
     assert len(cases) > 400
     status, out = run_host(exe, cases)
@@ -528,10 +534,9 @@ def test_deep_cases_on_the_host(m0_host_exe):
     assert_same(cases, status, out, twin=True)
 
 
-def test_deep_cases_under_sanitizers(tmp_module):
-    exe = host_checker(tmp_module, sanitize=True, variant_fc=M0_FC, defines=M0_HOST_DEFINES)
+def test_deep_cases_under_sanitizers(m0_san_exe):
     cases = deep_cases()
-    status, out = run_host(exe, cases)
+    status, out = run_host(m0_san_exe, cases)
     assert_same(cases, status, out, twin=True)
 
 
