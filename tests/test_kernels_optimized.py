@@ -559,6 +559,28 @@ def test_random_bytes_cases_on_the_host(m0_host_exe, cases):
     assert_same(cases, status, out, twin=True)
 
 
+@pytest.mark.parametrize("depths, calls", [
+    ((129, 128, 4), ["qe_fully_connected_s8_bytes(", "qe_fully_connected_s8_pairs("]),
+    ((2056, 4), ["qe_fully_connected_s8("])])
+def test_the_generator_gives_the_byte_lanes_past_depth_128(tmp_path, depths, calls):
+    """cortex-m0 and rv32: depth 129 the byte lanes (with its scratch), 128 the row pairs, 2,056
+    the reference kernel (its widened input would pass BYTES_SCRATCH_MAX)."""
+    from helpers_models import convert, random_mlp
+    from quarl_edge.converters import cgen
+    model = random_mlp(0, depths[0], list(depths[1:]), ["relu"] * (len(depths) - 2) + ["none"], 2.0)
+    path = tmp_path / "mlp.tflite"
+    calib = np.random.default_rng(0).standard_normal((16, depths[0])).astype(np.float32)
+    path.write_bytes(convert(model, "int8", calib))
+    for v in ("cortex-m0", "rv32"):
+        gm = cgen.generate(path, tmp_path / v, kernels=v)
+        fcs = [ln.strip().split("&", 1)[0] for ln in gm.c_path.read_text()
+               .split("void qe_model_invoke(void)", 1)[1].splitlines()
+               if ln.strip().startswith("qe_fully_connected")]
+        assert fcs == calls, fcs
+        text = gm.c_path.read_text()
+        assert ("scratch of op" in text) == (depths[0] <= 2048)
+
+
 def bytes_fits_board(c: Case) -> bool:
     d_pad = -(-c.depth // 8) * 8
     return (c.batches * c.depth <= 1024 and c.rows * c.depth <= 2048 and c.rows <= 64

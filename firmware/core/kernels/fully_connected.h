@@ -228,7 +228,7 @@ typedef struct {
     int32_t sat_low;
     int32_t sat_above;
     uint16_t batches;
-    uint16_t accum_depth;       /* <= QE_FC_PACKED_MAX_DEPTH */
+    uint16_t accum_depth;       /* <= QE_FC_PACKED_MAX_DEPTH (the pairs; the byte lanes: any) */
     uint16_t output_depth;      /* the real rows (outputs) */
     /* the output stage as a step table (converters/ops/optimized/cortex_m0/fully_connected.py,
      * step_table; NULL: none, and the portable definition ignores it): for sat_low < acc <=

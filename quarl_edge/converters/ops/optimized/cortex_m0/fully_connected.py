@@ -61,6 +61,10 @@ def pairs_fc_stream(w: np.ndarray, bias: np.ndarray | None, input_offset: int,
 
 BYTES_ROWS = 4                   # fully_connected.h: QE_FC_BYTES_ROWS
 BYTES_DEPTH_STEP = 8             # fully_connected.h: QE_FC_BYTES_DEPTH_STEP
+# The widened input's arena scratch, at most (as the rows conv's SCRATCH_MAX): depths up to
+# 2,048. A deeper layer keeps the reference kernel, which needs no scratch: the build falls back
+# to the reference layout when the firmware overflows the board's flash, not its RAM.
+BYTES_SCRATCH_MAX = 8192
 
 
 def bytes_fc_words(w: np.ndarray, bias: np.ndarray | None, input_offset: int,
@@ -164,8 +168,9 @@ def step_table(multiplier: int, shift: int, offset: int, act_min: int, act_max: 
 def lower_fully_connected_pairs(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
     """For the cortex-m0 variant: an int8 per-tensor FULLY_CONNECTED with accum_depth <=
     PACKED_MAX_DEPTH gets the chunked pair layout (pairs_fc_stream, qe_fully_connected_s8_pairs),
-    a deeper one the byte lanes where every w' is an int8 (bytes_fc_words,
-    qe_fully_connected_s8_bytes, with 4 x the padded depth bytes of arena scratch), an int8 x
+    a deeper one the byte lanes where every w' is an int8 and the widened input fits
+    BYTES_SCRATCH_MAX (bytes_fc_words, qe_fully_connected_s8_bytes, with 4 x the padded depth
+    bytes of arena scratch), an int8 x
     int4 one the int4 row-pair layout (fully_connected_s4.py); every other one the lowering of
     the reference boards."""
     kernel = lower_fully_connected(op, model, pname)     # validates the op completely
@@ -179,7 +184,7 @@ def lower_fully_connected_pairs(op: Operator, model: TFLiteModel, pname: str) ->
     if accum_depth > PACKED_MAX_DEPTH:
         laid = bytes_fc_words(w.data, None if bias is None else bias.data, -x.zero_point,
                               -w.zero_point)
-        if laid is None:
+        if laid is None or 4 * laid[2] > BYTES_SCRATCH_MAX:
             return kernel
         words, bias_p, d_pad = laid
         scratch = 4 * d_pad                       # the widened input of one batch
