@@ -27,7 +27,8 @@ Models: "cnn" is a 16x16x2 int8 CNN policy (float I/O) of the shapes issue 13 me
 stride 2 (8 filters), depthwise 3x3, conv 1x1 (12 filters), max pool 2x2, FC 192 -> 5, 20,928
 MACs; "cartpole" is the shipped examples/cartpole_dqn int8 policy (4 -> 64 -> 64 -> 2);
 "mlp32", "mlp64" (any "mlpN") are int8 MLP policies 8 -> N -> N -> 4 with ReLU and random
-weights. "SMLAD bound" (DSP cores) is 0.5 instructions per MAC: two multiply-accumulates per
+weights; "minatar" is the MinAtar DQN's shape (10x10x4, conv 3x3 x 16, FC 1,024 -> 128 -> 6) with
+random weights. "SMLAD bound" (DSP cores) is 0.5 instructions per MAC: two multiply-accumulates per
 instruction and nothing else. On AVR ("avr" variant) the floor of the MAC loop is given instead:
 per input of a four-row pass LD (2 cycles) and per row LPM (3), MULS (2), ADD + ADC (2), 7.5
 cycles per MAC.
@@ -71,6 +72,23 @@ def mlp_model(path: Path, width: int) -> Path:
     rng = np.random.default_rng(width)
     model = random_mlp(width, 8, [width, width, 4], ["relu", "relu", "none"], 2.0)
     path.write_bytes(convert(model, "int8", rng.standard_normal((64, 8)).astype(np.float32)))
+    return path
+
+
+def minatar_model(path: Path) -> Path:
+    """The MinAtar DQN's shape (quarl_edge/rl/defaults.py; tests/test_conv_rows.py's minatar_cnn,
+    the same seed): 10x10x4 -> conv 16 3x3 VALID ReLU -> flatten (1,024) -> dense 128 ReLU ->
+    dense 6, random weights, int8 (calibrated on sparse 0/1 frames, as MinAtar's)."""
+    import tensorflow as tf
+    from helpers_models import convert
+    tf.keras.backend.clear_session()
+    tf.keras.utils.set_random_seed(4)
+    inp = tf.keras.Input((10, 10, 4))
+    x = tf.keras.layers.Conv2D(16, 3, strides=1, activation="relu", padding="valid")(inp)
+    x = tf.keras.layers.Dense(128, activation="relu")(tf.keras.layers.Flatten()(x))
+    model = tf.keras.Model(inp, tf.keras.layers.Dense(6)(x))
+    calib = (np.random.default_rng(0).random((32, 10, 10, 4)) > 0.8).astype(np.float32)
+    path.write_bytes(convert(model, "int8", calib))
     return path
 
 
@@ -124,8 +142,19 @@ def _count(board, elf: Path, x: np.ndarray, spec) -> int:
             stats = link.bench(3)
         finally:
             link.close()
-    assert stats.min == stats.max, f"{board.id}: counts vary ({stats.min}..{stats.max})"
+    if stats.min != stats.max and VARYING_OK:
+        print(f"{elf}: BENCH counts vary ({stats.min}..{stats.max}): the minimum taken",
+              file=sys.stderr, flush=True)
+    else:
+        assert stats.min == stats.max, f"{board.id}: counts vary ({stats.min}..{stats.max})"
     return int(stats.min)
+
+
+# --varying-ok: a firmware whose BENCH counts are not all equal gives its minimum (said on
+# stderr) instead of stopping the run. MinAtar's model on microbit and hifive1 does that from its
+# CONV_2D on, with the reference kernels too (the cut firmware of QUANTIZE alone does not): one
+# BENCH costs up to ~34,000 instructions more than the minimum; not investigated here.
+VARYING_OK = False
 
 
 def per_op(model_path: Path, board, work: Path, x: np.ndarray) -> dict:
@@ -312,7 +341,13 @@ def main() -> None:
     ap.add_argument("--before", type=Path,
                     help="an earlier run's .jsonl: --md also gets a before/after table of "
                          "instructions per MAC (with TF Lite Micro's from vs_tflm.jsonl)")
+    ap.add_argument("--varying-ok", action="store_true",
+                    help="take BENCH's minimum where its counts vary (said on stderr)")
+    ap.add_argument("--no-build-times", action="store_true",
+                    help="skip the cold / warm build-time rows (they rebuild every source)")
     a = ap.parse_args()
+    global VARYING_OK
+    VARYING_OK = a.varying_ok
     before = read_rows(a.before) if a.before else None
     if a.render:
         if a.md is None:
@@ -329,6 +364,8 @@ def main() -> None:
         for name in a.models.split(","):
             if name == "cnn":
                 paths[name] = cnn_model(tmp / "cnn_16x16x2_int8.tflite")
+            elif name == "minatar":
+                paths[name] = minatar_model(tmp / "minatar_dqn_int8.tflite")
             elif name.startswith("mlp"):
                 paths[name] = mlp_model(tmp / f"{name}_int8.tflite", int(name[3:]))
             else:
@@ -340,6 +377,7 @@ def main() -> None:
             for name, path in paths.items():
                 x = (rng.standard_normal(16 * 16 * 2) if name == "cnn"
                      else rng.standard_normal(8) if name.startswith("mlp")
+                     else (rng.random(10 * 10 * 4) > 0.8) if name == "minatar"
                      else np.load(ROOT / "examples" / "cartpole_dqn" / "calibration.npy")[0])
                 res = {}
                 for kset in ("reference", variant):
@@ -349,6 +387,8 @@ def main() -> None:
                                        np.asarray(x, np.float32))
                 rows.append(model_row(board, name, path, macs_per_op(path), res, variant))
                 print(render_row(rows[-1]), flush=True)
+            if a.no_build_times:
+                continue
             cold, warm = build_times(board, list(paths.values()) * 2, tmp)
             rows.append({"kind": "build_time", "board": bid, "cold_s": cold, "warm_s": warm})
             print(render_row(rows[-1]), flush=True)

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from quarl_edge.converters import qmath
 from quarl_edge.converters.ops.optimized.avr.fully_connected import avr_fc_stream, avr_output_stage
 from quarl_edge.converters.ops.optimized.common import PACKED_MAX_DEPTH
-from quarl_edge.converters.ops.optimized.cortex_m0.fully_connected import (pairs_fc_stream, step_table,
+from quarl_edge.converters.ops.optimized.cortex_m0.fully_connected import (bytes_fc_words,
+                                                                           pairs_fc_stream, step_table,
                                                                            saturation_bounds)
 from quarl_edge.converters.ops.optimized.cortex_m_dsp.fully_connected import (dsp_mm_stage, mm_params,
                                                                                pack_fc_mm, pack_fc_weights)
@@ -38,6 +39,7 @@ S8, PC, ACC, PACKED = 0, 1, 2, 3   # PACKED: kind S8 through the generator's pac
 AVR = 4                           # kind S8 through the avr variant's stream (avr_fc_stream)
 PAIRS = 5                         # kind S8 through the cortex-m0 variant's row pairs (pairs_fc_stream)
 MM = 6                            # kind S8, one batch, through the cortex-m-dsp mm stream (pack_fc_mm)
+BYTES = 7                         # kind S8, any depth, through the cortex-m0 variant's byte lanes (bytes_fc_words)
 # the 8-bit AVR variant: only qe_fully_connected_s8_avr (its other FC functions are the reference's)
 AVR_VARIANT = "avr"
 AVR_FC = FW / "core" / "kernels" / "optimized" / AVR_VARIANT / "fully_connected.c"
@@ -80,6 +82,11 @@ class Case:
             stream, bias_p, _ = pairs_fc_stream(self.w.reshape(self.rows, self.depth), self.bias,
                                                 self.input_offset, self.filter_offset)
             packed = (stream, bias_p, stream.size)
+        if self.kind == BYTES:
+            laid = bytes_fc_words(self.w.reshape(self.rows, self.depth), self.bias,
+                                  self.input_offset, self.filter_offset)
+            assert laid is not None, "not a bytes case (see as_bytes)"
+            packed = (laid[0], laid[1], laid[0].size)
         if self.kind == MM:
             stream = pack_fc_mm(self.w.reshape(self.rows, self.depth), self.bias,
                                 self.input_offset, self.filter_offset)
@@ -99,7 +106,7 @@ class Case:
             out += self.mults.astype("<i4").tobytes() + self.shifts.astype(np.int8).tobytes()
         if self.kind == ACC:
             out += self.scales.astype("<f4").tobytes()
-        if packed and self.kind == PAIRS:
+        if packed and self.kind in (PAIRS, BYTES):
             sat = saturation_bounds(self.multiplier, self.shift, self.output_offset, self.act_min,
                                     self.act_max)
             # the output stage's step table where the generator would give one (step_table)
@@ -108,8 +115,8 @@ class Case:
             steps = (struct.pack("<4i", 0, 0, 0, 0) if table is None else
                      struct.pack("<4I", 1, table[0] & 0xFFFFFFFF, *table[1:3])
                      + table[3].astype("<u4").tobytes())
-            out += (packed[0].astype("<i4").tobytes() + packed[1].astype("<i4").tobytes()
-                    + struct.pack("<2i", *sat) + steps)
+            out += (packed[0].astype("<i4" if self.kind == PAIRS else "<u4").tobytes()
+                    + packed[1].astype("<i4").tobytes() + struct.pack("<2i", *sat) + steps)
         elif packed and self.kind == AVR:
             st = self.avr_stage()
             out += (packed[0].astype(np.int8).tobytes() + packed[1].astype("<i4").tobytes()
@@ -153,7 +160,7 @@ def fc_case(draw, kind=None, max_depth=300, max_rows=70) -> Case:
     io = i(-127, 128)
     if kind in (PACKED, PAIRS):
         depth = min(depth, PACKED_MAX_DEPTH)
-    fo = i(-127, 128) if kind in (S8, PACKED, AVR, PAIRS) and i(0, 2) else 0
+    fo = i(-127, 128) if kind in (S8, PACKED, AVR, PAIRS, BYTES) and i(0, 2) else 0
     rng = np.random.default_rng(i(0, 2**32 - 1))
     style = i(0, 3)     # uniform, extremes only, mostly zeros, narrow
     def int8s(n):
@@ -192,9 +199,16 @@ def fc_case(draw, kind=None, max_depth=300, max_rows=70) -> Case:
     hi = i(lo, 127)
     scales = (rng.standard_normal(rows) * 10.0 ** rng.integers(-8, 2, rows)).astype(np.float32)
     c = Case(kind, batches, depth, rows, io, fo, i(-128, 127), mult, shift, lo, hi,
-             i(0, 1) if kind not in (S8, PACKED, AVR, PAIRS) else 0, i(0, 3), i(0, 3), x, w, bias, mults,
+             i(0, 1) if kind not in (S8, PACKED, AVR, PAIRS, BYTES) else 0, i(0, 3), i(0, 3), x, w, bias, mults,
              shifts, scales)
-    return as_avr(c) if kind == AVR else c
+    return as_avr(c) if kind == AVR else as_bytes(c) if kind == BYTES else c
+
+
+def as_bytes(c: Case) -> Case:
+    """A case for the byte lanes (kind BYTES): every w' = w + filter_offset an int8, so the
+    filter offset is clamped into the range the weights allow (0 always is: w is an int8)."""
+    fo = int(np.clip(c.filter_offset, -128 - int(c.w.min()), 127 - int(c.w.max())))
+    return dataclasses.replace(c, kind=BYTES, filter_offset=fo)
 
 
 def as_avr(c: Case) -> Case:

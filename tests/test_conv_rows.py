@@ -9,7 +9,8 @@ counts around the 4-row groups, odd depths), offsets at their ends, biases up to
 generator's int32 bound and random requantization (right shifts mostly: the precomputed output
 stage; left shifts: requant.h's): on the host (portable C, and under ASan/UBSan), on microbit
 (Cortex-M0, the ARMv6-M asm walk) and hifive1 (rv32) under QEMU, where the outputs must also
-equal the host reference's. End to end: a MinAtar-shaped DQN CNN and the benchmark CNN built for
+equal the host reference's. End to end: a MinAtar-shaped DQN CNN (its 1,024 -> 128 FC on the
+variants' byte lanes, fully_connected.h) and the benchmark CNN built for
 microbit and hifive1 are bit-exact with TF Lite Micro (quarl_edge.validate), and only the boards
 with those variants get the layout."""
 from __future__ import annotations
@@ -232,10 +233,17 @@ def test_only_the_variants_get_the_rows_layout(minatar_cnn, tmp_path):
     schedule = lambda gm: gm.c_path.read_text().split("void qe_model_invoke(void)", 1)[1]  # noqa: E731
     ref = cgen.generate(minatar_cnn, tmp_path / "ref")
     assert "qe_conv_s8(" in schedule(ref) and "_rows(" not in schedule(ref)
+    assert "qe_fully_connected_s8(" in schedule(ref) and "_bytes(" not in schedule(ref)
     for v in ("cortex-m0", "rv32"):
         gm = cgen.generate(minatar_cnn, tmp_path / v, kernels=v)
         assert schedule(gm).count("qe_conv_s8_rows(") == 1 and "qe_conv_s8(" not in schedule(gm)
         assert gm.layout_extra_bytes > 0 and "_rq[" in gm.c_path.read_text()
+        # the 1,024-deep FC on the byte lanes (one byte a weight: 4 x 128 x 1,024 bytes of
+        # words and the bias'), the 128-deep head on the row pairs; none left to the reference
+        assert schedule(gm).count("qe_fully_connected_s8_bytes(") == 1
+        assert schedule(gm).count("qe_fully_connected_s8_pairs(") == 1
+        assert "qe_fully_connected_s8(" not in schedule(gm)
+        assert "_bytes[32768]" in gm.c_path.read_text()
 
 
 @pytest.fixture(scope="module")
@@ -257,5 +265,8 @@ def test_cnns_are_bit_exact_with_tflm(request, tmp_path, board_id, model, n_conv
     res = validate(path, get_board(board_id), tmp_path / "fw", random_n=40)
     variant = {"microbit": "cortex-m0", "hifive1": "rv32"}[board_id]
     assert f"optimized/{variant}/conv.c" in (tmp_path / "fw" / "build.cmd").read_text()
-    assert (tmp_path / "fw" / "gen" / "model.c").read_text().count("qe_conv_s8_rows(&") == n_conv
+    model_c = (tmp_path / "fw" / "gen" / "model.c").read_text()
+    assert model_c.count("qe_conv_s8_rows(&") == n_conv
+    if model == "minatar_cnn":      # its 1,024 -> 128 FC on the byte lanes (the asm walks)
+        assert model_c.count("qe_fully_connected_s8_bytes(&") == 1
     assert res["bit_exact"] and res["mismatches"] == 0 and res["n"] == 40

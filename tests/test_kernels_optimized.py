@@ -27,8 +27,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from helpers_fc_cases import (CHECK, DSP_BOARDS, FW, INT32_MAX, M0_DEFINES, M0_FC, M0_HOST_DEFINES,
-                              PACKED, PAIRS, PC, S8, VARIANT_FC, Case, avr_output_stage_cases, edge_cases, fc_case, int32_add_overflows,
+from helpers_fc_cases import (BYTES, CHECK, DSP_BOARDS, FW, INT32_MAX, M0_DEFINES, M0_FC, M0_HOST_DEFINES,
+                              PACKED, PAIRS, PC, S8, VARIANT_FC, Case, as_bytes, avr_output_stage_cases, edge_cases, fc_case, int32_add_overflows,
                               as_mm, mm_cases, mm_stage_cases, output_stage_cases, packed_edge_cases,
                               shrunk_case)
 from helpers_fc_checker import (assert_same, board_checker, host_checker, m0_cases, run_board,
@@ -36,7 +36,7 @@ from helpers_fc_checker import (assert_same, board_checker, host_checker, m0_cas
 from quarl_edge.converters.ops.optimized.common import PACKED_MAX_DEPTH
 from quarl_edge.converters import qmath
 from quarl_edge.converters.ops.optimized.cortex_m0.fully_connected import (PAIRS_ROWS, STEPS_MAX_SPAN,
-                                                                   pairs_fc_stream,
+                                                                   bytes_fc_words, pairs_fc_stream,
                                                                    saturation_bounds, step_table)
 from quarl_edge.converters.ops.optimized.cortex_m_dsp.fully_connected import pack_fc_weights
 from quarl_edge.targets.build import COMMON_CFLAGS
@@ -382,8 +382,14 @@ def test_pairs_stream_words_are_two_rows_and_chunks_sum_in_16_bits(case):
     assert pos == s.size
 
 
-def test_the_pairs_layout_on_the_host_under_sanitizers(tmp_module):
-    exe = host_checker(tmp_module, sanitize=True, variant_fc=M0_FC, defines=M0_HOST_DEFINES)
+@pytest.fixture(scope="module")
+def m0_san_exe(tmp_module) -> Path:
+    """The cortex-m0 checker for the host under ASan/UBSan (the pairs and the byte lanes)."""
+    return host_checker(tmp_module, sanitize=True, variant_fc=M0_FC, defines=M0_HOST_DEFINES)
+
+
+def test_the_pairs_layout_on_the_host_under_sanitizers(m0_san_exe):
+    exe = m0_san_exe
     cases = pairs_edge_cases()
     assert len(cases) > 400
     status, out = run_host(exe, cases)
@@ -455,6 +461,159 @@ def test_random_pairs_cases_on_rv32(rv32_elf, cases):
     cases = pairs_m0_cases(cases)
     status, out = run_board("hifive1", rv32_elf, cases)
     assert_same(cases, status, out, twin=True)
+
+
+# ------------------------------------------------------------------------------ cortex-m0, rv32: byte lanes
+def deep_case(batches: int, depth: int, rows: int, seed: int, style: str = "uniform",
+              io: int = 128, fo: int = 0, out_offset: int = -128, relu: bool = True) -> Case:
+    """An int8 per-tensor case for the byte lanes (layers deeper than PACKED_MAX_DEPTH): weights
+    uniform or at the int8 extremes, inputs as a ReLU layer's (io = 128: x + 128 >= 0) or
+    anything, a bias up to the generator's int32 bound, the right shift that spreads the outputs
+    over the int8 range (as a real layer's), so that the step table applies."""
+    rng = np.random.default_rng(seed)
+    pick = (lambda n: rng.choice(np.array([-128, 127], np.int8), n)) if style == "extremes" \
+        else (lambda n: rng.integers(-128, 128, n).astype(np.int8))
+    x, w = pick(batches * depth), pick(rows * depth)
+    worst = depth * (128 + abs(fo)) * (128 + abs(io))
+    bias = rng.integers(-(INT32_MAX - worst), INT32_MAX - worst, rows, endpoint=True).astype(np.int32) \
+        if style == "extremes" else rng.integers(-20000, 20000, rows).astype(np.int32)
+    acc = ((w.reshape(rows, depth).astype(np.int64) + fo)
+           @ (x.reshape(batches, depth).astype(np.int64) + io).T) + bias[:, None]
+    shift = int(np.floor(np.log2(100.0 / max(int(np.abs(acc).max()), 1))))
+    c = Case(BYTES, batches, depth, rows, io, fo, out_offset, int(rng.integers(1 << 30, INT32_MAX)),
+             max(shift, -31), out_offset if relu else -128, 127, 0, 0, 0, x, w, bias,
+             np.zeros(rows, np.int32), np.zeros(rows, np.int8), np.zeros(rows, np.float32))
+    return as_bytes(c)
+
+
+def deep_cases() -> list[Case]:
+    """MinAtar's 1,024 -> 128 (with and without the step table: the second's shift is a left
+    one), odd and unaligned depths (300, 129, 1,001), three batches, weights and inputs at the
+    int8 extremes with a bias at the int32 bound, a filter offset."""
+    return [deep_case(1, 1024, 128, 0), deep_case(1, 1024, 128, 1, relu=False),
+            dataclasses.replace(deep_case(1, 1024, 20, 2), shift=3),
+            deep_case(2, 300, 6, 3), deep_case(3, 129, 9, 4, io=-5), deep_case(1, 1001, 5, 5),
+            deep_case(2, 300, 7, 6, style="extremes"), deep_case(1, 1024, 4, 7, style="extremes"),
+            deep_case(1, 300, 4, 8, fo=3, io=-127), deep_case(1, 8, 3, 9)]
+
+
+def bytes_board_cases() -> list[Case]:
+    """Deep cases that fit the micro:bit checker's buffers (the widened input in its 704 words,
+    rows x depth <= 2048, the words in 1024): depths 700, 300, 129 and 17."""
+    return [deep_case(1, 700, 2, 10), deep_case(1, 700, 2, 11, style="extremes"),
+            deep_case(1, 300, 6, 12), deep_case(1, 300, 6, 13, style="extremes", relu=False),
+            deep_case(3, 129, 8, 14, io=-5), deep_case(2, 17, 9, 15, fo=-2)]
+
+
+@settings(max_examples=40, deadline=None)
+@given(case=fc_case(kind=BYTES, max_depth=1100, max_rows=12))
+def test_bytes_words_are_four_rows_offset_binary(case):
+    """Byte k of group g's word d is w'[4g+k][d] + 128 (padding rows and inputs: 128, w' = 0),
+    bias' = bias + input_offset * sum w'; weights with a w' outside int8 get no byte layout."""
+    words, bias_p, d_pad = bytes_fc_words(case.w.reshape(case.rows, case.depth), case.bias,
+                                          case.input_offset, case.filter_offset)
+    wp = case.w.reshape(case.rows, case.depth).astype(np.int64) + case.filter_offset
+    groups = -(-case.rows // 4)
+    assert d_pad % 8 == 0 and case.depth <= d_pad < case.depth + 8
+    assert words.dtype == np.uint32 and words.size == groups * d_pad
+    u = np.stack([(words.reshape(groups, d_pad).astype(np.int64) >> (8 * k)) & 0xFF
+                  for k in range(4)], axis=1).reshape(4 * groups, d_pad) - 128
+    assert np.array_equal(u[:case.rows, :case.depth], wp)
+    assert not u[case.rows:].any() and not u[:, case.depth:].any()
+    want = (0 if case.bias is None else case.bias.astype(np.int64)) + case.input_offset * wp.sum(1)
+    assert np.array_equal(bias_p[:case.rows], want) and not bias_p[case.rows:].any()
+    w = case.w.reshape(case.rows, case.depth)
+    if w.max() > -128:          # a filter offset that takes the largest weight past 127
+        assert bytes_fc_words(w, case.bias, case.input_offset, 128 - int(w.max())) is None
+
+
+def test_deep_cases_on_the_host(m0_host_exe):
+    cases = deep_cases()
+    assert sum(c.depth == 1024 and c.rows == 128 for c in cases) == 2
+    status, out = run_host(m0_host_exe, cases)
+    assert_same(cases, status, out, twin=True)
+
+
+def test_deep_cases_under_sanitizers(m0_san_exe):
+    cases = deep_cases()
+    status, out = run_host(m0_san_exe, cases)
+    assert_same(cases, status, out, twin=True)
+
+
+def test_the_bytes_checker_sees_a_difference(m0_host_exe):
+    """A wrong layout must fail (kind 7 compares, the test can fail): row 0's bytes all 0,
+    i.e. its w' all -128."""
+    c = deep_case(1, 300, 6, 3)
+    enc = bytearray(c.encode())
+    at = 64 + c.x.size + c.w.size + 4 * c.bias.size        # the words
+    for d in range(304):
+        enc[at + 4 * d] = 0
+    res = subprocess.run([str(m0_host_exe)], input=bytes(enc), capture_output=True, timeout=60)
+    assert res.returncode == 1
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cases=st.lists(fc_case(kind=BYTES, max_depth=1100, max_rows=24), min_size=1, max_size=6))
+def test_random_bytes_cases_on_the_host(m0_host_exe, cases):
+    status, out = run_host(m0_host_exe, cases)
+    assert_same(cases, status, out, twin=True)
+
+
+@pytest.mark.parametrize("depths, calls", [
+    ((129, 128, 4), ["qe_fully_connected_s8_bytes(", "qe_fully_connected_s8_pairs("]),
+    ((2056, 4), ["qe_fully_connected_s8("])])
+def test_the_generator_gives_the_byte_lanes_past_depth_128(tmp_path, depths, calls):
+    """cortex-m0 and rv32: depth 129 the byte lanes (with its scratch), 128 the row pairs, 2,056
+    the reference kernel (its widened input would pass BYTES_SCRATCH_MAX)."""
+    from helpers_models import convert, random_mlp
+    from quarl_edge.converters import cgen
+    model = random_mlp(0, depths[0], list(depths[1:]), ["relu"] * (len(depths) - 2) + ["none"], 2.0)
+    path = tmp_path / "mlp.tflite"
+    calib = np.random.default_rng(0).standard_normal((16, depths[0])).astype(np.float32)
+    path.write_bytes(convert(model, "int8", calib))
+    for v in ("cortex-m0", "rv32"):
+        gm = cgen.generate(path, tmp_path / v, kernels=v)
+        fcs = [ln.strip().split("&", 1)[0] for ln in gm.c_path.read_text()
+               .split("void qe_model_invoke(void)", 1)[1].splitlines()
+               if ln.strip().startswith("qe_fully_connected")]
+        assert fcs == calls, fcs
+        text = gm.c_path.read_text()
+        assert ("scratch of op" in text) == (depths[0] <= 2048)
+
+
+def bytes_fits_board(c: Case) -> bool:
+    d_pad = -(-c.depth // 8) * 8
+    return (c.batches * c.depth <= 1024 and c.rows * c.depth <= 2048 and c.rows <= 64
+            and d_pad <= 704 and -(-c.rows // 4) * d_pad <= 1024)
+
+
+@pytest.mark.parametrize("board_id", ["microbit", "hifive1"])
+def test_bytes_cases_on_the_boards(request, board_id):
+    """The ARMv6-M and RISC-V walks (asm) of the byte lanes under QEMU: fixed deep cases and
+    random ones (Hypothesis, a few), against the reference on the board and the Python twin."""
+    elf = request.getfixturevalue("m0_elf" if board_id == "microbit" else "rv32_elf")
+    fixed = bytes_board_cases()
+    assert all(bytes_fits_board(c) for c in fixed)
+
+    @settings(max_examples=3, deadline=None)
+    @given(st.lists(fc_case(kind=BYTES, max_depth=700, max_rows=8), min_size=6, max_size=12))
+    def run(cases):
+        cases = fixed + [c for c in cases if bytes_fits_board(c)]
+        status, out = run_board(board_id, elf, cases)
+        assert_same(cases, status, out, twin=True)
+    run()
+
+
+@pytest.mark.parametrize("board_id, objdump, wants", [
+    ("microbit", "arm-none-eabi-objdump", ("muls", "lsrs", "ldmia")),
+    ("hifive1", "riscv64-unknown-elf-objdump", ("\tmul\t", "\tsrl", "\tlw\t"))])
+def test_the_bytes_walk_is_compiled_for_the_boards(request, board_id, objdump, wants):
+    elf = request.getfixturevalue("m0_elf" if board_id == "microbit" else "rv32_elf")
+    dis = subprocess.run([objdump, "-d", str(elf)], capture_output=True, text=True).stdout
+    body = dis.split("<qe_fully_connected_s8_bytes>:", 1)[1].split("\n\n", 1)[0]
+    assert all(wnt in body for wnt in wants)
+    n_mul = body.count("muls") if board_id == "microbit" else body.count("\tmul\t")
+    assert n_mul >= 32                    # eight inputs a pass, four products each, inline
 
 
 @settings(max_examples=60, deadline=None)

@@ -27,7 +27,13 @@
  *       variant's qe_fully_connected_s8_pairs on the generator's chunked row pairs (header[15]:
  *       the stream's length in words) against the reference's qe_fully_connected_s8:
  *       int32 stream[header[15]], int32 bias'[padded rows], int32 sat_low, sat_above, then the
- *       step table: uint32 present (0 or 1), lo, mul, add, and when present uint32 steps[256]
+ *       step table: uint32 present (0 or 1), lo, mul, add, and when present uint32 steps[256];
+ *       the reference file's portable qe_fully_connected_s8_pairs (*_reference) must agree too
+ *   kind 7 (built with -DQE_CHECK_PAIRS_LAYOUT): s8 per tensor, any depth, the variant's
+ *       qe_fully_connected_s8_bytes on the generator's byte lanes (header[15]: the words' count)
+ *       against the reference's qe_fully_connected_s8, and the reference file's portable
+ *       qe_fully_connected_s8_bytes (*_reference) too: uint32 words[header[15]], then as kind 5
+ *       (bias', sat_low, sat_above, the step table); the widened input in pairs_stream
  *   kind 6: s8 per tensor, one batch, the variant's qe_fully_connected_s8_mm on the generator's
  *       mm stream (header[15]: its length in words) against the reference's
  *       qe_fully_connected_s8: int32 params[8] (qe_fc_s8_mm_params_t, the generator's),
@@ -55,6 +61,14 @@ void qe_fully_connected_s8_reference(const qe_fc_s8_params_t *p, const int8_t *i
 void qe_fully_connected_s8_pc_reference(const qe_fc_pc_params_t *p, const int8_t *input,
                                         const int8_t *weights, const int32_t *bias,
                                         int8_t *output);
+#ifdef QE_CHECK_PAIRS_LAYOUT
+void qe_fully_connected_s8_pairs_reference(const qe_fc_s8_pairs_params_t *p, const int8_t *input,
+                                           const int32_t *stream, const int32_t *bias,
+                                           int8_t *output);
+void qe_fully_connected_s8_bytes_reference(const qe_fc_s8_pairs_params_t *p, const int8_t *input,
+                                           const uint32_t *words, const int32_t *bias,
+                                           int8_t *output, int32_t *scratch);
+#endif
 void qe_fully_connected_s8_acc_f32_reference(const qe_fc_s8_acc_params_t *p, const int8_t *input,
                                              const int8_t *weights, const int32_t *bias,
                                              float *output);
@@ -64,6 +78,11 @@ void qe_fully_connected_s8_acc_f32_reference(const qe_fc_s8_acc_params_t *p, con
 #define MAX_W 2048
 #define MAX_OUT 64
 #define MAX_PACKED 1024
+#elif defined(QE_CHECK_PAIRS_LAYOUT)  /* the host's cortex-m0 build: a 1,024 x 128 layer (kind 7) */
+#define MAX_IN 4096
+#define MAX_W 131072
+#define MAX_OUT 256
+#define MAX_PACKED 32768
 #else
 #define MAX_IN 4096
 #define MAX_W 32768
@@ -94,7 +113,7 @@ static uint8_t avr_stage[20];
 #else
 #define MAX_PAIRS 65536
 #endif
-static int32_t pairs_stream[MAX_PAIRS];
+static int32_t pairs_stream[MAX_PAIRS];   /* kind 7: the widened input (scratch) */
 static int32_t pairs_sat[2];
 static uint32_t pairs_steps_h[4];     /* 1, lo, mul, add of the step table (0: none) */
 static uint32_t pairs_steps[256];
@@ -146,11 +165,64 @@ int main(void)
                                                     pairs_steps_h[3]};
                 qe_fully_connected_s8_reference(&p, in, w, b, (int8_t *)out_ref);
                 qe_fully_connected_s8_pairs(&pp, in, pairs_stream, packed_bias, (int8_t *)out_opt);
+                io_write(out_ref, out_bytes);
+                io_write(out_opt, out_bytes);
+                if (memcmp(out_ref, out_opt, out_bytes) != 0
+                    || ((uint8_t *)out_opt)[out_bytes] != 0xA5u) {
+                    status = 1;
+                }
+                /* the reference file's portable definition, on the same stream */
+                memset(out_opt, 0xA5, sizeof out_opt);
+                qe_fully_connected_s8_pairs_reference(&pp, in, pairs_stream, packed_bias,
+                                                      (int8_t *)out_opt);
+                if (memcmp(out_ref, out_opt, out_bytes) != 0) {
+                    status = 1;
+                }
             }
-            io_write(out_ref, out_bytes);
-            io_write(out_opt, out_bytes);
-            if (memcmp(out_ref, out_opt, out_bytes) != 0 || ((uint8_t *)out_opt)[out_bytes] != 0xA5u) {
-                status = 1;
+            continue;
+        }
+        if (kind == 7u) {
+            const uint32_t dpad = (depth + QE_FC_BYTES_DEPTH_STEP - 1u) / QE_FC_BYTES_DEPTH_STEP
+                                  * QE_FC_BYTES_DEPTH_STEP;
+            if (batches * depth > MAX_IN || rows * depth > MAX_W || rows > MAX_OUT
+                || batches == 0u || depth == 0u || rows == 0u || dpad > MAX_PAIRS
+                || (uint32_t)h[15] != prows / 4u * dpad || (uint32_t)h[15] > MAX_PACKED
+                || !io_read(in, batches * depth) || !io_read(w, rows * depth)
+                || (has_bias && !io_read(bias, 4u * rows))
+                || !io_read(packed, 4u * (uint32_t)h[15])
+                || !io_read(packed_bias, 4u * prows) || !io_read(pairs_sat, sizeof pairs_sat)
+                || !io_read(pairs_steps_h, sizeof pairs_steps_h) || pairs_steps_h[0] > 1u
+                || (pairs_steps_h[0] && !io_read(pairs_steps, sizeof pairs_steps))) {
+                return io_exit(2);
+            }
+            memset(out_ref, 0x5A, sizeof out_ref);
+            memset(out_opt, 0xA5, sizeof out_opt);
+            {
+                const qe_fc_s8_params_t p = {h[4], h[5], h[6], h[7], h[8], h[9], h[10],
+                                             (uint16_t)batches, (uint16_t)depth, (uint16_t)rows};
+                const qe_fc_s8_pairs_params_t pp = {h[6], h[7], h[8], h[9], h[10],
+                                                    pairs_sat[0], pairs_sat[1],
+                                                    (uint16_t)batches, (uint16_t)depth,
+                                                    (uint16_t)rows,
+                                                    pairs_steps_h[0] ? pairs_steps : NULL,
+                                                    (int32_t)pairs_steps_h[1], pairs_steps_h[2],
+                                                    pairs_steps_h[3]};
+                qe_fully_connected_s8_reference(&p, in, w, b, (int8_t *)out_ref);
+                qe_fully_connected_s8_bytes(&pp, in, (const uint32_t *)packed, packed_bias,
+                                            (int8_t *)out_opt, pairs_stream);
+                io_write(out_ref, out_bytes);
+                io_write(out_opt, out_bytes);
+                if (memcmp(out_ref, out_opt, out_bytes) != 0
+                    || ((uint8_t *)out_opt)[out_bytes] != 0xA5u) {
+                    status = 1;
+                }
+                /* the reference file's portable definition, on the same layout */
+                memset(out_opt, 0xA5, sizeof out_opt);
+                qe_fully_connected_s8_bytes_reference(&pp, in, (const uint32_t *)packed,
+                                                      packed_bias, (int8_t *)out_opt, NULL);
+                if (memcmp(out_ref, out_opt, out_bytes) != 0) {
+                    status = 1;
+                }
             }
             continue;
         }

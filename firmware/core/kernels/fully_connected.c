@@ -264,7 +264,7 @@ void qe_fully_connected_s8_pairs(const qe_fc_s8_pairs_params_t *p, const int8_t 
             for (r = 0; r < QE_FC_PAIRS_ROWS; ++r) {
                 acc[r] = bias[o + r];
             }
-            while ((len = *s++) != 0) {
+            while ((len = *s++ / 4) != 0) {       /* the chunk's word is 4 L */
                 for (; len > 0; --len, ++d, s += 2) {
                     for (r = 0; r < QE_FC_PAIRS_ROWS; ++r) {
                         /* value 65536 * hi + lo, |lo| <= 255: lo is the low half, sign-extended */
@@ -279,6 +279,37 @@ void qe_fully_connected_s8_pairs(const qe_fc_s8_pairs_params_t *p, const int8_t 
             for (r = 0; r < QE_FC_PAIRS_ROWS && o + r < rows; ++r) {
                 output[b * rows + o + r] = (int8_t)qe_requantize_output(
                     acc[r], p->output_multiplier, p->output_shift, p->output_offset,
+                    p->activation_min, p->activation_max);
+            }
+        }
+    }
+}
+
+/* The byte-lane layout (fully_connected.h, qe_fully_connected_s8_bytes), each weight decoded from
+ * its byte (int32 sums): the definition the cortex-m0 and rv32 variants are compared with. It
+ * needs no scratch. */
+void qe_fully_connected_s8_bytes(const qe_fc_s8_pairs_params_t *p, const int8_t *input,
+                                 const QE_FLASH uint32_t *words, const QE_FLASH int32_t *bias,
+                                 int8_t *output, int32_t *scratch)
+{
+    const uint32_t n = p->accum_depth, rows = p->output_depth;
+    const uint32_t padded = (n + QE_FC_BYTES_DEPTH_STEP - 1u) / QE_FC_BYTES_DEPTH_STEP
+                            * QE_FC_BYTES_DEPTH_STEP;
+    uint32_t b, o, r, d;
+
+    (void)scratch;
+    for (b = 0; b < p->batches; ++b) {
+        const int8_t *in = input + b * n;
+        for (o = 0; o < rows; o += QE_FC_BYTES_ROWS) {
+            const QE_FLASH uint32_t *g = words + (o / QE_FC_BYTES_ROWS) * padded;
+            for (r = 0; r < QE_FC_BYTES_ROWS && o + r < rows; ++r) {
+                int32_t acc = bias[o + r];
+                for (d = 0; d < n; ++d) {
+                    const int32_t w = (int32_t)((g[d] >> (8u * r)) & 0xFFu) - 128;
+                    acc += w * (int32_t)in[d];
+                }
+                output[b * rows + o + r] = (int8_t)qe_requantize_output(
+                    acc, p->output_multiplier, p->output_shift, p->output_offset,
                     p->activation_min, p->activation_max);
             }
         }

@@ -228,7 +228,7 @@ typedef struct {
     int32_t sat_low;
     int32_t sat_above;
     uint16_t batches;
-    uint16_t accum_depth;       /* <= QE_FC_PACKED_MAX_DEPTH */
+    uint16_t accum_depth;       /* <= QE_FC_PACKED_MAX_DEPTH (the pairs; the byte lanes: any) */
     uint16_t output_depth;      /* the real rows (outputs) */
     /* the output stage as a step table (converters/ops/optimized/cortex_m0/fully_connected.py,
      * step_table; NULL: none, and the portable definition ignores it): for sat_low < acc <=
@@ -243,5 +243,33 @@ typedef struct {
 void qe_fully_connected_s8_pairs(const qe_fc_s8_pairs_params_t *p, const int8_t *input,
                                  const QE_FLASH int32_t *stream, const QE_FLASH int32_t *bias,
                                  int8_t *output);
+
+/* int8 per-tensor FULLY_CONNECTED of any depth in the byte-lane layout of the cortex-m0 and rv32
+ * variants (converters/ops/optimized/cortex_m0/fully_connected.py, bytes_fc_words; the layers
+ * deeper than QE_FC_PACKED_MAX_DEPTH, whose row pairs would take twice the int8 weights' flash and
+ * a widened input longer than the stack buffer): the same results as qe_fully_connected_s8 on
+ * the original weights, bit for bit. The generator uses it only when every w' = w +
+ * filter_offset is an int8 (TFLite's symmetric weights), bias' = bias + input_offset * sum w'.
+ *
+ * Layout: rows in groups of QE_FC_BYTES_ROWS (4, the last padded with zero rows), per group and
+ * per input d < padded depth (accum_depth rounded up to QE_FC_BYTES_DEPTH_STEP; the padding's
+ * weights are 0) one uint32 word whose byte k (little-endian) is u_k = w'[4g+k][d] + 128, in
+ * [0, 255]: one byte a weight, as the int8 weights. The kernel multiplies the word and its
+ * logical right shifts by 8, 16 and 24 bits by x[d] and sums each over the depth (32-bit sums,
+ * wrapping): S_k = sum_d (word >> 8k) x[d]. Since u_k = (word >> 8k) - 256 (word >> 8(k+1)),
+ *     acc[4g+k] = bias' - 128 X + S_k - 256 S_(k+1)   (mod 2^32; S_4 = 0, X = sum_d x[d]),
+ * which is the reference's accumulator modulo 2^32, hence equal to it: the reference lowering
+ * admits only layers whose accumulator cannot leave int32. No chunk, no bound on the weights
+ * beyond that: any depth (accum_depth is a uint16_t).
+ *
+ * scratch: the arena's (the generator's Kernel.scratch_bytes), 4 * padded depth bytes,
+ * word-aligned: the input of one batch widened to int32 (zeros past accum_depth). The params are
+ * the pairs layout's (output stage, saturation bounds, step table). */
+#define QE_FC_BYTES_ROWS 4u
+#define QE_FC_BYTES_DEPTH_STEP 8u    /* the ARMv6-M walk takes eight inputs a pass */
+
+void qe_fully_connected_s8_bytes(const qe_fc_s8_pairs_params_t *p, const int8_t *input,
+                                 const QE_FLASH uint32_t *words, const QE_FLASH int32_t *bias,
+                                 int8_t *output, int32_t *scratch);
 
 #endif

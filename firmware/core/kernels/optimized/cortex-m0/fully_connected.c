@@ -30,9 +30,11 @@
 
 #define qe_fully_connected_s8_packed qe_fully_connected_s8_packed_reference
 #define qe_fully_connected_s8_pairs qe_fully_connected_s8_pairs_reference
+#define qe_fully_connected_s8_bytes qe_fully_connected_s8_bytes_reference
 #include "../../fully_connected.c"
 #undef qe_fully_connected_s8_packed
 #undef qe_fully_connected_s8_pairs
+#undef qe_fully_connected_s8_bytes
 
 /* The input of one batch as int32 in the weight words' order, zeros past accum_depth. */
 static void widen_input(const int8_t *in, uint32_t n, uint32_t padded, int32_t *xb)
@@ -505,6 +507,142 @@ void qe_fully_connected_s8_pairs(const qe_fc_s8_pairs_params_t *p, const int8_t 
                     out[o + r] = (int8_t)qe_requantize_output(acc[r], multiplier, shift, offset,
                                                               act_min, act_max);
                 }
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------ byte lanes
+ * qe_fully_connected_s8_bytes on the generator's byte-lane layout (../../fully_connected.h), for
+ * layers deeper than QE_FC_PACKED_MAX_DEPTH (MinAtar's 1,024 -> 128): one word holds one input's
+ * weights of four rows as offset-binary bytes u_k = w' + 128 (the int8 weights' flash, where the
+ * row pairs would take twice that: MinAtar's 1,024 x 128 layer would not fit the micro:bit's 256
+ * KB). Per input the word and its right shifts by 8, 16 and 24 are multiplied by x and summed
+ * (S_0..S_3, wrapping): u_k = (word >> 8k) - 256 (word >> 8(k+1)), so row k's sum of u x is
+ * S_k - 256 S_(k+1) modulo 2^32, and its accumulator bias' - 128 X + that (X: the input's sum,
+ * taken while widening it), modulo 2^32 the reference's int32 accumulator and so equal to it
+ * (fully_connected.h). Exact for any depth and any weights, with no chunks: the cost per MAC does
+ * not depend on the weights (the row pairs' chunks get short when the weights are large). */
+#if defined(__ARM_ARCH_6M__)
+
+/* One input of a row group: its x in X, its word in W (both low registers; W is consumed), r6
+ * the temporary: LSRS, MULS, ADD per row but the last (MULS, ADD): 11 instructions per 4 MACs. */
+#define BYTES_ONE(X, W)                                                           \
+    "lsrs r6, " W ", #8\n\t"                                                      \
+    "muls " W ", " X ", " W "\n\t"                                                \
+    "add %[s0], " W "\n\t"                                                        \
+    "lsrs " W ", r6, #8\n\t"                                                      \
+    "muls r6, " X ", r6\n\t"                                                      \
+    "add %[s1], r6\n\t"                                                           \
+    "lsrs r6, " W ", #8\n\t"                                                      \
+    "muls " W ", " X ", " W "\n\t"                                                \
+    "add %[s2], " W "\n\t"                                                        \
+    "muls r6, " X ", r6\n\t"                                                      \
+    "add %[s3], r6\n\t"
+
+/* two inputs: one LDM of the widened inputs, one of the two words */
+#define BYTES_TWO                                                                 \
+    "ldm %[x]!, {r2, r3}\n\t"                                                     \
+    "ldm %[w]!, {r4, r5}\n\t"                                                     \
+    BYTES_ONE("r2", "r4")                                                         \
+    BYTES_ONE("r3", "r5")
+
+/* s[0..3] = S_0..S_3 of one row group over x[0 .. x_end) (a multiple of 8 inputs, >= 8): eight
+ * inputs a pass, 98 instructions per 32 MACs; the sums in r8-r11 (ADD takes high registers). */
+static const uint32_t *bytes_group(const int32_t *x, const int32_t *x_end, const uint32_t *w,
+                                   uint32_t s[4])
+{
+    register uint32_t s0 __asm("r8") = 0u;
+    register uint32_t s1 __asm("r9") = 0u;
+    register uint32_t s2 __asm("r10") = 0u;
+    register uint32_t s3 __asm("r11") = 0u;
+    __asm volatile(".syntax unified\n"
+                   "1:\n\t"
+                   BYTES_TWO BYTES_TWO BYTES_TWO BYTES_TWO
+                   "cmp %[x], %[end]\n\t"
+                   "bne 1b\n\t"
+                   : [x] "+l"(x), [w] "+l"(w), [s0] "+r"(s0), [s1] "+r"(s1), [s2] "+r"(s2),
+                     [s3] "+r"(s3)
+                   : [end] "r"(x_end)
+                   : "r2", "r3", "r4", "r5", "r6", "cc", "memory");
+    s[0] = s0;
+    s[1] = s1;
+    s[2] = s2;
+    s[3] = s3;
+    return w;
+}
+#undef BYTES_ONE
+#undef BYTES_TWO
+
+#elif !defined(QE_FC_BYTES_GROUP_OWN) /* the host (and rv32 off RISC-V): the same sums in C */
+
+static const uint32_t *bytes_group(const int32_t *x, const int32_t *x_end, const uint32_t *w,
+                                   uint32_t s[4])
+{
+    uint32_t s0 = 0u, s1 = 0u, s2 = 0u, s3 = 0u;
+    for (; x != x_end; ++x, ++w) {              /* modulo 2^32, as MULS and ADD */
+        const uint32_t v = *w, xv = (uint32_t)*x;
+        s0 += v * xv;
+        s1 += (v >> 8) * xv;
+        s2 += (v >> 16) * xv;
+        s3 += (v >> 24) * xv;
+    }
+    s[0] = s0;
+    s[1] = s1;
+    s[2] = s2;
+    s[3] = s3;
+    return w;
+}
+
+#endif /* __ARM_ARCH_6M__ */
+
+void qe_fully_connected_s8_bytes(const qe_fc_s8_pairs_params_t *p, const int8_t *input,
+                                 const QE_FLASH uint32_t *words, const QE_FLASH int32_t *bias,
+                                 int8_t *output, int32_t *scratch)
+{
+    const uint32_t n = p->accum_depth, rows = p->output_depth;
+    const uint32_t padded = (n + QE_FC_BYTES_DEPTH_STEP - 1u) / QE_FC_BYTES_DEPTH_STEP
+                            * QE_FC_BYTES_DEPTH_STEP;
+    const int32_t multiplier = p->output_multiplier, shift = p->output_shift;
+    const int32_t offset = p->output_offset, act_min = p->activation_min,
+                  act_max = p->activation_max, sat_low = p->sat_low, sat_above = p->sat_above;
+    requant_right_t rr;
+    const int fast = requant_right_init(&rr, multiplier, shift, offset, act_min, act_max);
+    const uint32_t *const steps = p->steps;
+    const uint32_t s_lo = (uint32_t)p->steps_lo, s_span = (uint32_t)sat_above - s_lo;
+    const uint32_t s_mul = p->steps_mul, s_add = p->steps_add;
+    uint32_t b, o, r, d;
+
+    for (b = 0; b < p->batches; ++b) {
+        int8_t *out = output + b * rows;
+        const uint32_t *w = (const uint32_t *)words;
+        const int8_t *in = input + b * n;
+        uint32_t sum = 0u, c;
+        for (d = 0; d < n; ++d) {                       /* widened, and X = sum x */
+            const int32_t v = in[d];
+            scratch[d] = v;
+            sum += (uint32_t)v;
+        }
+        for (; d < padded; ++d) {
+            scratch[d] = 0;
+        }
+        c = 0u - (sum << 7);                            /* -128 X, modulo 2^32 */
+        for (o = 0; o < rows; o += QE_FC_BYTES_ROWS) {
+            uint32_t s[5];
+            int32_t acc[4];
+            w = bytes_group(scratch, scratch + padded, w, s);
+            s[4] = 0u;
+            for (r = 0; r < 4u; ++r) {                  /* bias' - 128 X + S_r - 256 S_(r+1) */
+                acc[r] = (int32_t)((uint32_t)bias[o + r] + c + s[r] - (s[r + 1u] << 8));
+            }
+            for (r = 0; r < QE_FC_BYTES_ROWS && o + r < rows; ++r) {
+                const int32_t a = acc[r];
+                out[o + r] = steps != NULL
+                    ? steps_output(steps, a, s_lo, s_span, s_mul, s_add, sat_low, act_min, act_max)
+                    : fast ? (int8_t)(a <= sat_low ? act_min
+                                      : a > sat_above ? act_max : requant_right_output(&rr, a))
+                           : (int8_t)qe_requantize_output(a, multiplier, shift, offset, act_min,
+                                                          act_max);
             }
         }
     }

@@ -211,6 +211,51 @@ static const int32_t *steps_groups(const steps_groups_t *g, const int32_t *w)
 }
 #undef QE_RV_OUT
 #undef QE_RV_SAT
+
+/* The byte-lane layout (fully_connected.h, qe_fully_connected_s8_bytes: the layers deeper than
+ * QE_FC_PACKED_MAX_DEPTH): S_0..S_3 of one row group over x[0 .. x_end) (a multiple of 8 inputs,
+ * >= 8), eight inputs a pass: per input LW of x, LW of the word, then per row MUL and ADD and
+ * between rows SRLI 8 (13 instructions per 4 MACs; the pointers move once a pass). cortex-m0's
+ * file combines the sums (acc = bias' - 128 X + S_k - 256 S_(k+1)) and runs the output stage. */
+#define QE_FC_BYTES_GROUP_OWN 1
+
+#define QE_RV_BYTES_ONE(K)                                                        \
+    "lw t0, 4*" K "(%[x])\n\t"                                                    \
+    "lw t1, 4*" K "(%[w])\n\t"                                                    \
+    "mul t2, t1, t0\n\t"                                                         \
+    "srli t1, t1, 8\n\t"                                                         \
+    "add %[s0], %[s0], t2\n\t"                                                   \
+    "mul t2, t1, t0\n\t"                                                         \
+    "srli t1, t1, 8\n\t"                                                         \
+    "add %[s1], %[s1], t2\n\t"                                                   \
+    "mul t2, t1, t0\n\t"                                                         \
+    "srli t1, t1, 8\n\t"                                                         \
+    "add %[s2], %[s2], t2\n\t"                                                   \
+    "mul t2, t1, t0\n\t"                                                         \
+    "add %[s3], %[s3], t2\n\t"
+
+static const uint32_t *bytes_group(const int32_t *x, const int32_t *x_end, const uint32_t *w,
+                                   uint32_t s[4])
+{
+    uint32_t s0 = 0u, s1 = 0u, s2 = 0u, s3 = 0u;
+    __asm volatile("1:\n\t"
+                   QE_RV_BYTES_ONE("0") QE_RV_BYTES_ONE("1") QE_RV_BYTES_ONE("2")
+                   QE_RV_BYTES_ONE("3") QE_RV_BYTES_ONE("4") QE_RV_BYTES_ONE("5")
+                   QE_RV_BYTES_ONE("6") QE_RV_BYTES_ONE("7")
+                   "addi %[x], %[x], 32\n\t"
+                   "addi %[w], %[w], 32\n\t"
+                   "bne %[x], %[end], 1b\n\t"
+                   : [x] "+r"(x), [w] "+r"(w), [s0] "+r"(s0), [s1] "+r"(s1), [s2] "+r"(s2),
+                     [s3] "+r"(s3)
+                   : [end] "r"(x_end)
+                   : "t0", "t1", "t2", "memory");
+    s[0] = s0;
+    s[1] = s1;
+    s[2] = s2;
+    s[3] = s3;
+    return w;
+}
+#undef QE_RV_BYTES_ONE
 #endif
 
 #include "../cortex-m0/fully_connected.c"

@@ -1,8 +1,10 @@
 """FULLY_CONNECTED on the cortex-m0 variant (firmware/core/kernels/optimized/cortex-m0/
-fully_connected.c): an int8 per-tensor FULLY_CONNECTED with accum_depth <= PACKED_MAX_DEPTH gets
-its weights as chunked row pairs, one MULS for two rows' products (pairs_fc_stream,
-qe_fully_connected_s8_pairs); every other one the reference lowering
-(quarl_edge/converters/ops/fully_connected.py)."""
+fully_connected.c; rv32 takes the same lowering): an int8 per-tensor FULLY_CONNECTED with
+accum_depth <= PACKED_MAX_DEPTH gets its weights as chunked row pairs, one MULS for two rows'
+products (pairs_fc_stream, qe_fully_connected_s8_pairs); a deeper one whose w + filter_offset are
+int8 the byte lanes, four rows' offset-binary bytes a word (bytes_fc_words,
+qe_fully_connected_s8_bytes: the int8 weights' flash, where row pairs would take twice that);
+every other one the reference lowering (quarl_edge/converters/ops/fully_connected.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -55,6 +57,41 @@ def pairs_fc_stream(w: np.ndarray, bias: np.ndarray | None, input_offset: int,
         stream.append(0)
     assert np.abs(bias_p).max(initial=0) <= qmath.INT32_MAX
     return np.array(stream, np.int64).astype(np.int32), bias_p.astype(np.int32), chunks
+
+
+BYTES_ROWS = 4                   # fully_connected.h: QE_FC_BYTES_ROWS
+BYTES_DEPTH_STEP = 8             # fully_connected.h: QE_FC_BYTES_DEPTH_STEP
+# The widened input's arena scratch, at most (as the rows conv's SCRATCH_MAX): depths up to
+# 2,048. A deeper layer keeps the reference kernel, which needs no scratch: the build falls back
+# to the reference layout when the firmware overflows the board's flash, not its RAM.
+BYTES_SCRATCH_MAX = 8192
+
+
+def bytes_fc_words(w: np.ndarray, bias: np.ndarray | None, input_offset: int,
+                   filter_offset: int) -> tuple[np.ndarray, np.ndarray, int] | None:
+    """The layout of qe_fully_connected_s8_bytes (fully_connected.h; the cortex-m0 and rv32
+    variants) for int8 weights [rows][depth]: (uint32 words, int32 bias' per padded row, padded
+    depth), or None when some w' = w + filter_offset is not an int8 (then no byte holds it).
+    Rows in groups of 4 (the last padded with zero rows), the depth padded with zero weights to a
+    multiple of BYTES_DEPTH_STEP; per group and input d one word, byte k = w'[4g+k][d] + 128.
+    bias' = bias + input_offset * sum_d w'. No bound besides the reference lowering's (the
+    accumulator in int32): the kernel's sums are exact modulo 2^32 (fully_connected.h)."""
+    rows, depth = w.shape
+    wp = w.astype(np.int64) + filter_offset
+    if wp.size and (wp.min() < -128 or wp.max() > 127):
+        return None
+    b = (np.zeros(rows, np.int64) if bias is None else bias.astype(np.int64)) \
+        + input_offset * wp.sum(axis=1)
+    r_pad = -(-rows // BYTES_ROWS) * BYTES_ROWS
+    d_pad = -(-depth // BYTES_DEPTH_STEP) * BYTES_DEPTH_STEP
+    full = np.zeros((r_pad, d_pad), np.int64)
+    full[:rows, :depth] = wp
+    u = (full + 128).reshape(r_pad // BYTES_ROWS, BYTES_ROWS, d_pad)     # [group][k][d]
+    words = u[:, 0] | (u[:, 1] << 8) | (u[:, 2] << 16) | (u[:, 3] << 24)  # [group][d]
+    bias_p = np.zeros(r_pad, np.int64)
+    bias_p[:rows] = b
+    assert np.abs(bias_p).max(initial=0) <= qmath.INT32_MAX
+    return words.reshape(-1).astype(np.uint32), bias_p.astype(np.int32), d_pad
 
 
 def saturation_bounds(multiplier: int, shift: int, offset: int, act_min: int,
@@ -131,8 +168,11 @@ def step_table(multiplier: int, shift: int, offset: int, act_min: int, act_max: 
 def lower_fully_connected_pairs(op: Operator, model: TFLiteModel, pname: str) -> Kernel:
     """For the cortex-m0 variant: an int8 per-tensor FULLY_CONNECTED with accum_depth <=
     PACKED_MAX_DEPTH gets the chunked pair layout (pairs_fc_stream, qe_fully_connected_s8_pairs),
-    an int8 x int4 one the int4 row-pair layout (fully_connected_s4.py); every other one the
-    lowering of the reference boards."""
+    a deeper one the byte lanes where every w' is an int8 and the widened input fits
+    BYTES_SCRATCH_MAX (bytes_fc_words, qe_fully_connected_s8_bytes, with 4 x the padded depth
+    bytes of arena scratch), an int8 x
+    int4 one the int4 row-pair layout (fully_connected_s4.py); every other one the lowering of
+    the reference boards."""
     kernel = lower_fully_connected(op, model, pname)     # validates the op completely
     if kernel.call.startswith("qe_fully_connected_s4("):
         return lower_fully_connected_s4_pairs(op, model, pname, kernel)
@@ -140,22 +180,38 @@ def lower_fully_connected_pairs(op: Operator, model: TFLiteModel, pname: str) ->
         return kernel
     x, w, bias, out, act = weighted_operands(op, model, "weights")
     output_depth, accum_depth = w.shape
+    scratch = 0
     if accum_depth > PACKED_MAX_DEPTH:
-        return kernel
-    stream, bias_p, chunks = pairs_fc_stream(w.data, None if bias is None else bias.data,
-                                             -x.zero_point, -w.zero_point)
+        laid = bytes_fc_words(w.data, None if bias is None else bias.data, -x.zero_point,
+                              -w.zero_point)
+        if laid is None or 4 * laid[2] > BYTES_SCRATCH_MAX:
+            return kernel
+        words, bias_p, d_pad = laid
+        scratch = 4 * d_pad                       # the widened input of one batch
+    else:
+        stream, bias_p, chunks = pairs_fc_stream(w.data, None if bias is None else bias.data,
+                                                 -x.zero_point, -w.zero_point)
     batches = out.size // output_depth
     real, multiplier, shift, act_min, act_max = per_tensor_stage(x, w, out, act)
-    wname = c_ident(w.name, f"w{w.index}_") + "_pairs"
     bname = f"{pname}_bias"
-    consts = [f"/* {c_comment(w.describe())}, scale {w.scale:.9g}, zero point {w.zero_point}: "
-              f"chunked row pairs for the kernel variant (fully_connected.h), {output_depth} rows "
-              f"in groups of {PAIRS_ROWS}, depth {accum_depth} in {len(chunks)} chunks of int16 "
-              f"sums (mean length {np.mean(chunks):.1f}) */\n"
-              + c_array("int32_t", wname, stream, 8, lambda v: str(int(v))),
-              "/* bias + input_offset * sum(weights + filter_offset), per padded row */\n"
-              + c_array("int32_t", bname, bias_p, 8, lambda v: str(int(v)))]
-    const_bytes = 4 * stream.size + 4 * bias_p.size
+    if scratch:
+        wname = c_ident(w.name, f"w{w.index}_") + "_bytes"
+        consts = [f"/* {c_comment(w.describe())}, scale {w.scale:.9g}, zero point {w.zero_point}: "
+                  f"byte lanes for the kernel variant (fully_connected.h, qe_fully_connected_s8_bytes), "
+                  f"{output_depth} rows in groups of {BYTES_ROWS}, per input one word of their "
+                  f"w' + 128, depth {accum_depth} padded to {d_pad} */\n"
+                  + c_array("uint32_t", wname, words, 8, lambda v: f"{int(v)}u")]
+        const_bytes = 4 * words.size + 4 * bias_p.size
+    else:
+        wname = c_ident(w.name, f"w{w.index}_") + "_pairs"
+        consts = [f"/* {c_comment(w.describe())}, scale {w.scale:.9g}, zero point {w.zero_point}: "
+                  f"chunked row pairs for the kernel variant (fully_connected.h), {output_depth} rows "
+                  f"in groups of {PAIRS_ROWS}, depth {accum_depth} in {len(chunks)} chunks of int16 "
+                  f"sums (mean length {np.mean(chunks):.1f}) */\n"
+                  + c_array("int32_t", wname, stream, 8, lambda v: str(int(v)))]
+        const_bytes = 4 * stream.size + 4 * bias_p.size
+    consts.append("/* bias + input_offset * sum(weights + filter_offset), per padded row */\n"
+                  + c_array("int32_t", bname, bias_p, 8, lambda v: str(int(v))))
     sat_low, sat_above = saturation_bounds(multiplier, shift, out.zero_point, act_min, act_max)
     table = step_table(multiplier, shift, out.zero_point, act_min, act_max, sat_low, sat_above)
     steps_c = ""
@@ -178,9 +234,17 @@ def lower_fully_connected_pairs(op: Operator, model: TFLiteModel, pname: str) ->
               f"    .sat_above = {c_int32(sat_above)},  /* > this: activation_max */\n"
               f"    .batches = {batches}u,\n    .accum_depth = {accum_depth}u,\n"
               f"    .output_depth = {output_depth}u,\n{steps_c}}};\n")
+    ref_bytes = w.size + (4 * bias.size if bias is not None else 0)
+    if scratch:
+        call = (f"qe_fully_connected_s8_bytes(&{pname}, (const int8_t *)@T{x.index}@, {wname}, "
+                f"{bname}, (int8_t *)@T{out.index}@, (int32_t *)@S{op.index}@);")
+        return Kernel(op, call, params, consts, const_bytes,
+                      kernel.comment.replace("FULLY_CONNECTED int8:", "FULLY_CONNECTED int8 (bytes):")
+                      + f"; layout {const_bytes} B of flash (reference layout {ref_bytes} B), "
+                      f"{scratch} B of scratch", scratch_bytes=scratch,
+                      layout_extra_bytes=const_bytes - ref_bytes)
     call = (f"qe_fully_connected_s8_pairs(&{pname}, (const int8_t *)@T{x.index}@, {wname}, "
             f"{bname}, (int8_t *)@T{out.index}@);")
-    ref_bytes = w.size + (4 * bias.size if bias is not None else 0)
     return Kernel(op, call, params, consts, const_bytes,
                   kernel.comment.replace("FULLY_CONNECTED int8:", "FULLY_CONNECTED int8 (pairs):")
                   + f"; layout {const_bytes} B of flash (reference layout {ref_bytes} B)",
