@@ -110,6 +110,18 @@ def test_quantize_qat_int8x4_cartpole(tmp_path):
     r = _compare(path.read_bytes(), (2 * rng.standard_normal((100, 1, 4))).astype(np.float32),
                  tmp_path / "c", "qat-int8x4 CartPole")
     assert r["gm"].ops == ["QUANTIZE"] + ["FULLY_CONNECTED"] * 3 + ["DEQUANTIZE"]
+    # the converter writes its int4 FULLY_CONNECTED as op version 10, which tflite-runtime
+    # 2.14's reference kernels do not know: the host references load it (LiteRT then), as a
+    # board cell's check needs, and both kernel sets run it
+    from quarl_edge.core import tflite_host
+    from quarl_edge.measure.reference import TFLiteRuntime
+    assert {op.version for op in m.operators if op.opcode == "FULLY_CONNECTED"} == {10}
+    x = [np.ones((1, 4), np.float32)]
+    for kernels in ("optimized", "reference"):
+        ref = TFLiteRuntime(path, kernels)
+        assert np.all(np.isfinite(ref.run(x)[0]))
+        if kernels == "reference" and tflite_host.runtime_name() == "tflite-runtime":
+            assert type(ref.interp).__module__ == "ai_edge_litert.interpreter"
 
 
 # ------------------------------------------------------------------- refused models

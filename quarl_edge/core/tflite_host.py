@@ -84,13 +84,26 @@ def interpreter_module(name: str | None = None):
     return _load(name or runtime_name())
 
 
-def Interpreter(*args, **kwargs):   # noqa: N802 (reads like the class it makes)
-    """An Interpreter of the chosen runtime, with tflite-runtime's keyword arguments."""
-    return interpreter_module().Interpreter(*args, **kwargs)
+def Interpreter(*args, runtime: str | None = None, **kwargs):   # noqa: N802 (reads like the class it makes)
+    """An Interpreter of the chosen runtime (or of `runtime`), with tflite-runtime's keyword
+    arguments."""
+    return interpreter_module(runtime).Interpreter(*args, **kwargs)
 
 
-def resolver(kernels: str):
+def newer_runtime(error: Exception) -> str | None:
+    """The newer interpreter to load a model with when the chosen one refused it for an op
+    version it does not know ("Didn't find op for builtin opcode ... version N"): tflite-runtime
+    2.14 predates the int4 FULLY_CONNECTED (version 10) that the TFLite converter's low-bit QAT
+    writes (the qat-int8x4 scheme), which LiteRT runs. None when there is no such interpreter:
+    another error, LiteRT already chosen or not installed, or ${ENV} naming the runtime."""
+    if ("Didn't find op for builtin opcode" not in str(error) or os.environ.get(ENV, "").strip()
+            or runtime_name() == "litert" or "litert" not in installed()):
+        return None
+    return "litert"
+
+
+def resolver(kernels: str, runtime: str | None = None):
     """The op resolver for a kernel set: "optimized" (the builtin kernels, no default delegate:
     the ops that run are the model's own) or "reference" (TFLite's reference kernels)."""
-    types = interpreter_module().OpResolverType
+    types = interpreter_module(runtime).OpResolverType
     return types.BUILTIN_REF if kernels == "reference" else types.BUILTIN_WITHOUT_DEFAULT_DELEGATES

@@ -122,22 +122,29 @@ def tflite_runtime_interpreter(model_path: Path, kernels: str = "optimized"):
     kernels) or "reference" (TFLite's reference kernels, see TFLITE_KERNELS)."""
     if kernels not in TFLITE_KERNELS:
         raise ValueError(f"kernels must be one of {TFLITE_KERNELS}, not {kernels!r}")
-    resolver = tflite_host.resolver(kernels)
     model_path = Path(model_path)
     if not model_path.is_file():
         raise QuarlError(f"no model at {model_path}")
     check_model_file(model_path)
-    try:
-        interpreter = tflite_host.Interpreter(model_path=str(model_path),
-                                              experimental_op_resolver_type=resolver)
-        interpreter.allocate_tensors()
-        for details in (interpreter.get_tensor_details, interpreter.get_input_details,
-                        interpreter.get_output_details):
-            details()          # names are decoded here: a corrupt one is a UnicodeDecodeError
-    except (ValueError, RuntimeError, MemoryError) as e:
-        raise ModelError(f"{model_path} is not a valid TFLite model "
-                         f"({tflite_host.runtime_name()}: {type(e).__name__}: {e})") from None
-    return interpreter
+    runtime = None
+    while True:
+        try:
+            interpreter = tflite_host.Interpreter(
+                model_path=str(model_path), runtime=runtime,
+                experimental_op_resolver_type=tflite_host.resolver(kernels, runtime))
+            interpreter.allocate_tensors()
+            for details in (interpreter.get_tensor_details, interpreter.get_input_details,
+                            interpreter.get_output_details):
+                details()      # names are decoded here: a corrupt one is a UnicodeDecodeError
+            return interpreter
+        except (ValueError, RuntimeError, MemoryError) as e:
+            # an op version tflite-runtime 2.14 does not know (qat-int8x4's int4
+            # FULLY_CONNECTED): the same model on LiteRT, once
+            runtime = tflite_host.newer_runtime(e) if runtime is None else None
+            if runtime is None:
+                raise ModelError(f"{model_path} is not a valid TFLite model "
+                                 f"({tflite_host.runtime_name()}: {type(e).__name__}: {e})"
+                                 ) from None
 
 
 class TFLiteRuntime:
