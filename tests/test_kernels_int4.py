@@ -327,14 +327,15 @@ def test_the_cases_cover_the_s4_mm_stream():
 
 
 def test_the_s4_mm_stream_heads_and_bounds():
-    """fully_connected_s4.h's head: 4096 b0, 256 b1, 16 b2, 4096 b0 + 256 b1 + 16 b2 + b3 (mod
-    2^32) in front of the int4 layout's words; row 0's bound 2^19 and a left shift's turn the
+    """fully_connected_s4.h's head: the running sums 4096 b0, + 256 b1, + 16 b2, + b3 (mod 2^32)
+    in front of the int4 layout's words; row 0's bound 2^19 and a left shift's turn the
     stream away."""
     w = np.array([[-8, 1, 2, 3], [7, 0, 0, 0], [-1, 0, 0, 0], [0, 0, 0, -8]])
     words, _ = pack_fc_s4_weights(w, np.array([10, 20, 30, 40]), 2, 0)
     s = pack_fc_s4_mm(w, np.array([10, 20, 30, 40]), 2, 0, None)
     b = [10 + 2 * -2, 20 + 14, 30 - 2, 40 - 16]
-    assert list(s[:4].view(np.int32)) == [4096 * b[0], 256 * b[1], 16 * b[2],
+    assert list(s[:4].view(np.int32)) == [4096 * b[0], 4096 * b[0] + 256 * b[1],
+                                          4096 * b[0] + 256 * b[1] + 16 * b[2],
                                           4096 * b[0] + 256 * b[1] + 16 * b[2] + b[3]]
     assert np.array_equal(s[4:], words[:-4])
     assert pack_fc_s4_mm(w, np.array([1 << 19, 0, 0, 0]), 0, 0, None) is None

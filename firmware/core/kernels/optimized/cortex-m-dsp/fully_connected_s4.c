@@ -522,23 +522,34 @@ void qe_fully_connected_s4_packed(const qe_fc_s8_packed_params_t *p, const int8_
     ".error \"an output block is not " BYTES " bytes\"\n\t"                                   \
     ".endif\n\t"
 
-/* The MAC loop of the s4 mm stream: per pair of quads one LDM of four weight words and two LDRDs
- * of the widened input at fixed offsets from the frame (r7: the input is widened to the frame's
- * last quads, so no x pointer is reset per group), S4_HALF's arithmetic with r0 the one
- * temporary: 31 instructions per 32 MACs (S4_QUAD: 32). Even quad counts enter the 16 pairs,
- * odd ones the 15 pairs followed by one quad (the frame's quad 30). */
+/* The MAC loop of the s4 mm stream: per pair of quads one LDM of four weight words and one LDM of
+ * the four widened input words (r0 walks the input from the start of its quads: one LDR a group
+ * resets it), per word S4P_HALF: 4 SMLADs and 3 BICs, no temporary. Per word W and input word X
+ * the unmasked word first, then W is cleared in place from the bottom nibble up, so the four
+ * accumulators take the lane sums of nested masks:
+ *     lr  += X . W                           = 4096 A0 + 256 (A1 + 8 X) + 16 (A2 + 8 X) + A3 + 8 X
+ *     r12 += X . (W & 0xFFF0FFF0)            = 4096 A0 + 256 (A1 + 8 X) + 16 (A2 + 8 X)
+ *     r3  += X . (W & 0xFF00FF00)            = 4096 A0 + 256 (A1 + 8 X)
+ *     r2  += X . (W & 0xF000F000)            = 4096 A0
+ * (clearing a lane's low bits leaves its int16 value the sum of the kept fields, the top nibble
+ * still two's complement), and three SUBs after the loop (lr - r12, r12 - r3, r3 - r2, in that
+ * order) leave exactly the four scaled rows that the int4 layout's masks gave. 30 instructions
+ * per 32 MACs (the masks into a temporary with two LDRDs of the input: 31; S4_QUAD: 32); the
+ * four input words take r7, r9, r10, r11, so the frame is read through sp and the output
+ * pointer is kept in the frame across the MAC loop (one STR a group, and the LDM of the
+ * constants after the loop reloads it). Even quad counts enter the 16 pairs, odd ones the 15
+ * pairs followed by one quad. */
 #define S4P_HALF(W, X)                                                                        \
-    "and.w r0, " W ", #0xF000F000\n\t" "smlad r2, r0, " X ", r2\n\t"                          \
-    "and.w r0, " W ", #0x0F000F00\n\t" "smlad r3, r0, " X ", r3\n\t"                          \
-    "and.w r0, " W ", #0x00F000F0\n\t" "smlad r12, r0, " X ", r12\n\t"                        \
-    "smlad lr, " W ", " X ", lr\n\t"
+    "smlad lr, " W ", " X ", lr\n\t"     "bic.w " W ", " W ", #0x000F000F\n\t"              \
+    "smlad r12, " W ", " X ", r12\n\t"   "bic.w " W ", " W ", #0x00F000F0\n\t"              \
+    "smlad r3, " W ", " X ", r3\n\t"     "bic.w " W ", " W ", #0x0F000F00\n\t"              \
+    "smlad r2, " W ", " X ", r2\n\t"
 #define S4P_PAIR                                                                              \
-    "ldmia.w r1!, {r4, r5, r6, r8}\n\t" "ldrd r9, r10, [r7, #(24 + 16 * \\j)]\n\t"             \
-    S4P_HALF("r4", "r9") S4P_HALF("r5", "r10")                                                \
-    "ldrd r9, r10, [r7, #(32 + 16 * \\j)]\n\t" S4P_HALF("r6", "r9") S4P_HALF("r8", "r10")
+    "ldmia.w r1!, {r4, r5, r6, r8}\n\t" "ldmia.w r0!, {r7, r9, r10, r11}\n\t"                \
+    S4P_HALF("r4", "r7") S4P_HALF("r5", "r9") S4P_HALF("r6", "r10") S4P_HALF("r8", "r11")
 #define S4P_POST                                                                              \
-    "ldmdb r7, {r4, r5, r6, r8, r9}\n\t" "sub.w lr, lr, r2\n\t" "sub.w lr, lr, r3\n\t"          \
-    "sub.w lr, lr, r12\n\t" "ldr.w pc, [r7, #8]\n"
+    "ldm.w sp, {r4, r5, r6, r8, r9, r11}\n\t" "sub.w lr, lr, r12\n\t"                        \
+    "sub.w r12, r12, r3\n\t" "sub.w r3, r3, r2\n\t" "ldr.w pc, [sp, #28]\n"
 
 typedef char s4mm_check_mode[(offsetof(qe_fc_s4_mm_params_t, mode) == 12) ? 1 : -1];
 typedef char s4mm_check_rows[(offsetof(qe_fc_s4_mm_params_t, output_depth) == 20) ? 1 : -1];
@@ -564,6 +575,7 @@ __attribute__((naked)) void qe_fully_connected_s4_mm(const qe_fc_s4_mm_params_t 
         "sub r0, r0, r12, lsl #1\n\t"
         "and r2, r12, #4\n\t"
         "sub r0, r0, r2, lsl #1\n\t"
+        "str r0, [sp, #40]\n\t"         /* where the MAC loop's input starts */
         "mov.w lr, #0\n\t"
         "subs r12, r12, #16\n\t"
         "blo .Ls4mm_rest\n"
@@ -617,7 +629,7 @@ __attribute__((naked)) void qe_fully_connected_s4_mm(const qe_fc_s4_mm_params_t 
         "b 2f\n"
         "1:\n\t"
         "adr.w r0, .Ls4mm_end\n\t"
-        "addw r0, r0, #1944\n"          /* .Ls4mm_oend */
+        "addw r0, r0, #1884\n"          /* .Ls4mm_oend */
         "2:\n\t"
         "sub r10, r0, r10\n\t"
         "orr r10, r10, #1\n\t"          /* the MAC loop's entry, Thumb bit */
@@ -625,14 +637,14 @@ __attribute__((naked)) void qe_fully_connected_s4_mm(const qe_fc_s4_mm_params_t 
         "beq .Ls4mm_selfix\n\t"
         "bhi .Ls4mm_selleft\n\t"
         "adr.w r0, .Ls4mm_end\n\t"      /* .Ls4mm_nofix, + 76 (e - 1) */
-        "addw r0, r0, #2360\n\t"
+        "addw r0, r0, #2300\n\t"
         "sub r2, r8, #1\n\t"
         "movs r3, #76\n\t"
         "mla r0, r2, r3, r0\n\t"
         "b .Ls4mm_sel\n"
         ".Ls4mm_selfix:\n\t"            /* + 92 (e - 1) */
         "adr.w r0, .Ls4mm_end\n\t"      /* .Ls4mm_fix */
-        "addw r0, r0, #3956\n\t"
+        "addw r0, r0, #3896\n\t"
         "sub r2, r8, #1\n\t"
         "movs r3, #92\n\t"
         "mla r0, r2, r3, r0\n\t"
@@ -642,47 +654,49 @@ __attribute__((naked)) void qe_fully_connected_s4_mm(const qe_fc_s4_mm_params_t 
         "bhi .Ls4mm_selgen\n\t"
         "lsl r6, r6, r8\n\t"          /* 16 X 2^L */
         "adr.w r0, .Ls4mm_end\n\t"      /* .Ls4mm_leftl, + 76 L */
-        "addw r0, r0, #1964\n\t"
+        "addw r0, r0, #1904\n\t"
         "movs r3, #76\n\t"
         "mla r0, r8, r3, r0\n\t"
         "b .Ls4mm_sel\n"
         ".Ls4mm_selgen:\n\t"
         "adr.w r0, .Ls4mm_end\n\t"      /* .Ls4mm_left */
-        "addw r0, r0, #2268\n"
+        "addw r0, r0, #2208\n"
         ".Ls4mm_sel:\n\t"
         "orr r0, r0, #1\n\t"
         "mov r9, r8\n\t"                /* L (the right blocks do not read it) */
         "mov r8, lr\n\t"
         "mov lr, r0\n\t"
         "stmia sp, {r4, r5, r6, r8, r9, r10, r12, lr}\n\t"
-        "add r7, sp, #20\n\t"
+        "str r10, [sp, #24]\n\t"       /* the MAC loop's entry after the output pointer */
         "cmp r8, r11\n\t"
         "beq.w .Ls4mm_done\n"
         ".Ls4mm_group:\n\t"
+        "str r11, [sp, #20]\n\t"       /* the output pointer: r11 is an input word in the loop */
         "ldmia r1!, {r2, r3, r12, lr}\n\t"    /* the head */
-        "ldr.w pc, [r7]\n"
+        "ldr r0, [sp, #40]\n\t"
+        "ldr.w pc, [sp, #24]\n"
         ".Ls4mm_start:\n\t"
         ".irp j, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15\n\t"
         S4P_PAIR
         ".endr\n"
         ".Ls4mm_end:\n\t"
-        ".if (.Ls4mm_end - .Ls4mm_start) - 124 * 16\n\t"
-        ".error \"an S4P_PAIR is not 124 bytes\"\n\t"
+        ".if (.Ls4mm_end - .Ls4mm_start) - 120 * 16\n\t"
+        ".error \"an S4P_PAIR is not 120 bytes\"\n\t"
         ".endif\n\t"
         S4P_POST
         ".irp j, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14\n\t"
         S4P_PAIR
         ".endr\n\t"
         "ldmia.w r1!, {r4, r5}\n\t"    /* the odd quad: the frame's quad 30 */
-        "ldrd r9, r10, [r7, #264]\n\t"
-        S4P_HALF("r4", "r9") S4P_HALF("r5", "r10")
+        "ldmia.w r0!, {r7, r9}\n\t"
+        S4P_HALF("r4", "r7") S4P_HALF("r5", "r9")
         "\n.Ls4mm_oend:\n\t"
-        ".if (.Ls4mm_oend - .Ls4mm_end) - 1944\n\t"
+        ".if (.Ls4mm_oend - .Ls4mm_end) - 1884\n\t"
         ".error \"the odd loop is not where the set-up looks\"\n\t"
         ".endif\n\t"
         S4P_POST
         ".Ls4mm_leftl:\n\t"
-        ".if (.Ls4mm_leftl - .Ls4mm_end) - 1964\n\t"
+        ".if (.Ls4mm_leftl - .Ls4mm_end) - 1904\n\t"
         ".error \"leftl is not where the set-up looks\"\n\t"
         ".endif\n\t"
         ".irp L, 0, 1, 2, 3\n\t"
@@ -710,13 +724,13 @@ __attribute__((naked)) void qe_fully_connected_s4_mm(const qe_fc_s4_mm_params_t 
         "b.w .Ls4mm_done\n\t"
         S4MM_BLOCKS("s4mm_nofix", S4MM_NOFIX, "76")
         S4MM_BLOCKS("s4mm_fix", S4MM_FIX, "92")
-        ".if (.Ls4mm_nofix - .Ls4mm_end) - 2360\n\t"
+        ".if (.Ls4mm_nofix - .Ls4mm_end) - 2300\n\t"
         ".error \"nofix is not where the set-up looks\"\n\t"
         ".endif\n\t"
-        ".if (.Ls4mm_fix - .Ls4mm_end) - 3956\n\t"
+        ".if (.Ls4mm_fix - .Ls4mm_end) - 3896\n\t"
         ".error \"fix is not where the set-up looks\"\n\t"
         ".endif\n\t"
-        ".if (.Ls4mm_left - .Ls4mm_end) - 2268\n\t"
+        ".if (.Ls4mm_left - .Ls4mm_end) - 2208\n\t"
         ".error \"left is not where the set-up looks\"\n\t"
         ".endif\n\t"
         ".Ls4mm_done:\n\t"
