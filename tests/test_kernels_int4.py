@@ -254,10 +254,33 @@ def left_mm_cases() -> list[S4Case]:
     return out
 
 
+def entry_mm_cases() -> list[S4Case]:
+    """The s4 mm stream at every quad count 1..32 (each entry of its two unrolled MAC loops, the
+    input placed just before the frame's constants), every stage, padded and whole last groups;
+    and its largest heads, whose running sums (4096 b0, + 256 b1, + 16 b2, + b3) wrap in 32 bits."""
+    rng = np.random.default_rng(3940)
+    out = []
+    for q in range(1, 33):
+        depth, rows = 4 * q, 1 + q % 9
+        x = rng.integers(-128, 128, depth).astype(np.int8)
+        w = rng.integers(-8, 8, rows * depth).astype(np.int8)
+        bias = rng.integers(-3000, 3000, rows).astype(np.int32)
+        out.append(S4Case(1, depth, rows, int(rng.integers(-127, 129)), 0, [-128, 5, 127][q % 3],
+                          int(rng.integers(1 << 30, INT32_MAX)), [-1, -9, -21, 0, 3][q % 5],
+                          -128, 127, x, w, bias, q % 4))
+    depth = 128
+    w = rng.integers(-8, 8, 4 * depth).astype(np.int8)
+    bias = np.array([(1 << 19) - (1 << 17) - 1, (1 << 23) - (1 << 18) - 1,
+                     (1 << 27) - (1 << 18) - 1, -(1 << 29)], np.int32)
+    out.append(S4Case(1, depth, 4, 0, 0, 7, int(rng.integers(1 << 30, INT32_MAX)), -21, -128, 127,
+                      rng.integers(-128, 128, depth).astype(np.int8), w, bias, 0))
+    return out
+
+
 BLOCKS = 10                 # fc_s4_check.c's output blocks per case
 CASES = (edge_cases() + [random_case(np.random.default_rng(1000 + k)) for k in range(300)]
          + [random_case(np.random.default_rng(2000 + k), mm=True) for k in range(120)]
-         + left_mm_cases())
+         + left_mm_cases() + entry_mm_cases())
 
 
 def outputs(cases, out: bytes) -> list[list[bytes]]:
@@ -322,6 +345,17 @@ def test_the_cases_cover_the_s4_mm_stream():
     assert len(mm) > 40 and min(modes.count(k) for k in (0, 1, 2)) >= 8
     assert {c.shift for c in mm if c.shift >= 0} >= {0, 1, 2, 3, 4}
     assert {c.rows % 4 for c in mm} == {0, 1, 2, 3} and any(c.depth == 4 for c in mm)
+    assert {c.depth // 4 for c in mm} == set(range(1, 33))     # every MAC loop entry
+    running = []
+    for c in mm:                     # the heads' running sums of the padded rows' bias'
+        w = np.zeros((-(-c.rows // 4) * 4, c.depth), np.int64)
+        w[:c.rows] = c.w.reshape(c.rows, c.depth).astype(np.int64) + c.fo
+        b = c.io * w.sum(axis=1)
+        b[:c.rows] += c.bias if c.bias is not None else 0
+        r = np.cumsum(b.reshape(-1, 4) * [4096, 256, 16, 1], axis=1)
+        assert np.array_equal(c.mm()[1].reshape(len(r), -1)[:, :4], r & 0xFFFFFFFF)
+        running.append(r)
+    assert any((np.abs(r) >= 1 << 31).any() for r in running)  # a head that wraps
     assert any(c.batches == 1 and c.depth % 4 == 0 and c.layout and c.mm() is None
                and s4_mm_mode(c.mult, c.shift, c.out_offset, c.act_min, c.act_max) for c in CASES)
 
