@@ -38,7 +38,7 @@ from quarl_edge.converters.ops.optimized.avr.fully_connected_s4 import (acc_boun
                                                                         avr_s4_stream)
 from quarl_edge.converters.ops.optimized.cortex_m0.fully_connected_s4 import s4_pairs_stream
 from quarl_edge.converters.ops.optimized.cortex_m_dsp.fully_connected_s4 import (
-    pack_fc_s4_mm, pack_fc_s4_weights, s4_mm_entry, s4_mm_mode)
+    pack_fc_s4_mm, pack_fc_s4_weights, s4_mm_block, s4_mm_entry, s4_mm_mode)
 
 CHECK_S4 = Path(__file__).parent / "c" / "fc_s4_check.c"
 DSP_S4 = FW / "core" / "kernels" / "optimized" / "cortex-m-dsp" / "fully_connected_s4.c"
@@ -125,11 +125,11 @@ class S4Case:
             return None
         return [self.mult, mode["round"], mode["shift"], mode["mode"],
                 s4_mm_entry(self.depth), self.rows, self.depth, self.out_offset,
-                self.shift], stream
+                self.shift, *s4_mm_block(mode["mode"], mode["shift"])], stream
 
     def mm_block(self) -> bytes:
         m = self.mm()
-        return b"" if m is None else struct.pack("<9i", *m[0]) + m[1].astype("<u4").tobytes()
+        return b"" if m is None else struct.pack("<11i", *m[0]) + m[1].astype("<u4").tobytes()
 
     @property
     def layout(self) -> bool:
@@ -423,7 +423,7 @@ def test_the_checker_sees_a_difference_in_the_s4_mm_stream(tmp_module):
     assert c.mm() is not None
     exe = host_checker(tmp_module, variant_fc=DSP_S4, defines=VARIANT, check=CHECK_S4)
     assert run_s4_host(exe, [c])[0] == 0
-    for at in (36 + 16 + 1, 36 + 4 + 2):     # the first weight word's row 0, d = 0; head word 1
+    for at in (44 + 16 + 1, 44 + 4 + 2):     # the first weight word's row 0, d = 0; head word 1
         enc = bytearray(c.encode())
         enc[-len(c.mm_block()) + at] ^= 0x10
         res = subprocess.run([str(exe)], input=bytes(enc), capture_output=True, timeout=60)

@@ -72,11 +72,13 @@ typedef struct {
     int32_t round;              /* modes 0/1: 2^(e-1) + output_offset * 2^e; mode 2: output_offset */
     uint32_t shift;             /* modes 0/1: e = -output_shift in [1, 21]; mode 2: output_shift */
     uint32_t mode;              /* 0: right shift, 1: right shift with the sign fix, 2: left */
-    uint32_t entry;             /* the DSP kernel's MAC loop entry: 60 q + 4 (q odd), q = depth / 4 */
+    uint32_t entry;             /* the DSP kernel's MAC loop entry, bytes before its odd loop's end */
     uint32_t output_depth;      /* the real rows; the stream has them padded to 4 */
     uint32_t accum_depth;       /* a multiple of 4, <= QE_FC_PACKED_MAX_DEPTH */
     int32_t output_offset;      /* in [-128, 127] */
     int32_t output_shift;       /* TFLite's (the portable definition's requantization) */
+    uint32_t block;             /* the DSP kernel's output block, bytes after its odd loop's end */
+    uint32_t xshift;            /* 16 X's shift there: 4, or 4 + L for the blocks of L <= 3 */
 } qe_fc_s4_mm_params_t;
 
 void qe_fully_connected_s4_mm(const qe_fc_s4_mm_params_t *p, const int8_t *input,

@@ -556,6 +556,8 @@ void qe_fully_connected_s4_packed(const qe_fc_s8_packed_params_t *p, const int8_
 typedef char s4mm_check_mode[(offsetof(qe_fc_s4_mm_params_t, mode) == 12) ? 1 : -1];
 typedef char s4mm_check_rows[(offsetof(qe_fc_s4_mm_params_t, output_depth) == 20) ? 1 : -1];
 typedef char s4mm_check_depth[(offsetof(qe_fc_s4_mm_params_t, accum_depth) == 24) ? 1 : -1];
+typedef char s4mm_check_block[(offsetof(qe_fc_s4_mm_params_t, block) == 36) ? 1 : -1];
+typedef char s4mm_check_xshift[(offsetof(qe_fc_s4_mm_params_t, xshift) == 40) ? 1 : -1];
 
 __attribute__((naked)) void qe_fully_connected_s4_mm(const qe_fc_s4_mm_params_t *p,
                                                      const int8_t *input,
@@ -615,54 +617,19 @@ __attribute__((naked)) void qe_fully_connected_s4_mm(const qe_fc_s4_mm_params_t 
         ".Ls4mm_widened:\n\t"
         "sxth r6, lr\n\t"
         "add r6, r6, lr, asr #16\n\t"   /* X */
-        "lsl r6, r6, #4\n\t"            /* 16 X */
         "ldr r1, [sp, #32]\n\t"         /* the stream */
         "ldm r7, {r4, r5, r8, r9, r10, r12}\n\t"  /* m, round, shift, mode, entry, rows */
         "and r3, r12, #3\n\t"
         "str r3, [sp, #36]\n\t"         /* the padded last group's rows */
         "bic r12, r12, #3\n\t"
         "add lr, r11, r12\n\t"          /* the whole groups' output end */
-        "ldr r0, [r7, #24]\n\t"
-        "tst r0, #4\n\t"               /* an odd number of quads: the odd loop */
-        "bne 1f\n\t"
-        "adr.w r0, .Ls4mm_end\n\t"
-        "b 2f\n"
-        "1:\n\t"
-        "adr.w r0, .Ls4mm_end\n\t"
-        "addw r0, r0, #1880\n"          /* .Ls4mm_oend */
-        "2:\n\t"
-        "sub r10, r0, r10\n\t"
+        "ldrd r0, r2, [r7, #36]\n\t"    /* block, xshift: the generator's */
+        "lsl r6, r6, r2\n\t"            /* 16 X (2^L for the blocks of L <= 3) */
+        "adr.w r3, .Ls4mm_oend\n\t"
+        "sub r10, r3, r10\n\t"
         "orr r10, r10, #1\n\t"          /* the MAC loop's entry, Thumb bit */
-        "cmp r9, #1\n\t"
-        "beq .Ls4mm_selfix\n\t"
-        "bhi .Ls4mm_selleft\n\t"
-        "adr.w r0, .Ls4mm_end\n\t"      /* .Ls4mm_nofix, + 76 (e - 1) */
-        "addw r0, r0, #2292\n\t"
-        "sub r2, r8, #1\n\t"
-        "movs r3, #76\n\t"
-        "mla r0, r2, r3, r0\n\t"
-        "b .Ls4mm_sel\n"
-        ".Ls4mm_selfix:\n\t"            /* + 92 (e - 1) */
-        "adr.w r0, .Ls4mm_end\n\t"      /* .Ls4mm_fix */
-        "addw r0, r0, #3888\n\t"
-        "sub r2, r8, #1\n\t"
-        "movs r3, #92\n\t"
-        "mla r0, r2, r3, r0\n\t"
-        "b .Ls4mm_sel\n"
-        ".Ls4mm_selleft:\n\t"
-        "cmp r8, #3\n\t"
-        "bhi .Ls4mm_selgen\n\t"
-        "lsl r6, r6, r8\n\t"          /* 16 X 2^L */
-        "adr.w r0, .Ls4mm_end\n\t"      /* .Ls4mm_leftl, + 76 L */
-        "addw r0, r0, #1896\n\t"
-        "movs r3, #76\n\t"
-        "mla r0, r8, r3, r0\n\t"
-        "b .Ls4mm_sel\n"
-        ".Ls4mm_selgen:\n\t"
-        "adr.w r0, .Ls4mm_end\n\t"      /* .Ls4mm_left */
-        "addw r0, r0, #2200\n"
-        ".Ls4mm_sel:\n\t"
-        "orr r0, r0, #1\n\t"
+        "add r0, r3, r0\n\t"
+        "orr r0, r0, #1\n\t"            /* the output block */
         "mov r9, r8\n\t"                /* L (the right blocks do not read it) */
         "mov r8, lr\n\t"
         "mov lr, r0\n\t"
@@ -692,12 +659,12 @@ __attribute__((naked)) void qe_fully_connected_s4_mm(const qe_fc_s4_mm_params_t 
         S4P_HALF("r4", "r7") S4P_HALF("r5", "r9")
         "\n.Ls4mm_oend:\n\t"
         ".if (.Ls4mm_oend - .Ls4mm_end) - 1880\n\t"
-        ".error \"the odd loop is not where the set-up looks\"\n\t"
+        ".error \"the odd loop is not where the generator's ODD_END says\"\n\t"
         ".endif\n\t"
         S4P_POST
         ".Ls4mm_leftl:\n\t"
         ".if (.Ls4mm_leftl - .Ls4mm_end) - 1896\n\t"
-        ".error \"leftl is not where the set-up looks\"\n\t"
+        ".error \"leftl is not where the generator's BLOCKS say\"\n\t"
         ".endif\n\t"
         ".irp L, 0, 1, 2, 3\n\t"
         "asr.w r2, r2, #(11 - \\L)\n\t"
@@ -725,13 +692,13 @@ __attribute__((naked)) void qe_fully_connected_s4_mm(const qe_fc_s4_mm_params_t 
         S4MM_BLOCKS("s4mm_nofix", S4MM_NOFIX, "76")
         S4MM_BLOCKS("s4mm_fix", S4MM_FIX, "92")
         ".if (.Ls4mm_nofix - .Ls4mm_end) - 2292\n\t"
-        ".error \"nofix is not where the set-up looks\"\n\t"
+        ".error \"nofix is not where the generator's BLOCKS say\"\n\t"
         ".endif\n\t"
         ".if (.Ls4mm_fix - .Ls4mm_end) - 3888\n\t"
-        ".error \"fix is not where the set-up looks\"\n\t"
+        ".error \"fix is not where the generator's BLOCKS say\"\n\t"
         ".endif\n\t"
         ".if (.Ls4mm_left - .Ls4mm_end) - 2200\n\t"
-        ".error \"left is not where the set-up looks\"\n\t"
+        ".error \"left is not where the generator's BLOCKS say\"\n\t"
         ".endif\n\t"
         ".Ls4mm_done:\n\t"
         "ldr r4, [sp, #36]\n\t"         /* the rows of a padded last group */

@@ -41,12 +41,31 @@ def pack_fc_s4_weights(w: np.ndarray, bias: np.ndarray | None, input_offset: int
     return np.concatenate([words, groups_bias], axis=1).reshape(-1).astype(np.uint32), d_pad
 
 
+# cortex-m-dsp/fully_connected_s4.c's code layout, which its .if checks pin: the even MAC loop ends
+# ODD_END bytes before the odd loop's end (.Ls4mm_oend), the output blocks start after it
+ODD_END = 1880
+BLOCKS = {"leftl": (16, 76), "left": (320, 0), "nofix": (412, 76), "fix": (2008, 92)}
+
+
 def s4_mm_entry(depth: int) -> int:
-    """qe_fc_s4_mm_params_t's entry: the bytes back from the end of the DSP kernel's unrolled MAC
-    loop (cortex-m-dsp/fully_connected_s4.c: 120 a pair of quads; odd quad counts take the odd
-    loop, whose last quad is 64 bytes)."""
+    """qe_fc_s4_mm_params_t's entry: the bytes back from the end of the DSP kernel's odd MAC loop
+    to the quad to enter (cortex-m-dsp/fully_connected_s4.c: 120 a pair of quads; even quad
+    counts enter the first loop, which ends ODD_END bytes before; odd ones the odd loop, whose
+    last quad is 64 bytes)."""
     q = depth // 4
-    return 60 * q + 4 * (q % 2)
+    return 60 * q + 4 if q % 2 else ODD_END + 60 * q
+
+
+def s4_mm_block(mode: int, shift: int) -> tuple[int, int]:
+    """qe_fc_s4_mm_params_t's block (its output block, bytes after the end of the DSP kernel's odd
+    MAC loop) and xshift (16 X's shift: 2^L folded in for the blocks of L <= 3) for s4_mm_mode's
+    mode and shift (e, or L)."""
+    if mode == 2:
+        if shift <= 3:
+            return BLOCKS["leftl"][0] + BLOCKS["leftl"][1] * shift, 4 + shift
+        return BLOCKS["left"][0], 4
+    base, size = BLOCKS["fix" if mode == 1 else "nofix"]
+    return base + size * (shift - 1), 4
 
 
 def pack_fc_s4_mm(w: np.ndarray, bias: np.ndarray | None, input_offset: int, filter_offset: int,
@@ -106,6 +125,7 @@ def lower_fully_connected_s4_mm(op: Operator, model: TFLiteModel, pname: str, ke
     if stream is None:
         return None
     sname = c_ident(w.name, f"w{w.index}_") + "_s4_mm"
+    block, xshift = s4_mm_block(mode["mode"], mode["shift"])
     consts = [f"/* {c_comment(w.describe())}, scale {w.scale:.9g}, zero point {w.zero_point}: "
               f"the s4 mm stream of the kernel variant (fully_connected_s4.h), {output_depth} "
               f"rows in groups of {PACKED_ROWS}, each group's head (4096 b0, + 256 b1, + 16 b2, "
@@ -122,7 +142,9 @@ def lower_fully_connected_s4_mm(op: Operator, model: TFLiteModel, pname: str, ke
               f"    .output_depth = {output_depth}u,\n"
               f"    .accum_depth = {accum_depth}u,\n"
               f"    .output_offset = {out.zero_point},\n"
-              f"    .output_shift = {shift},\n}};\n")
+              f"    .output_shift = {shift},\n"
+              f"    .block = {block}u,\n"
+              f"    .xshift = {xshift}u,\n}};\n")
     call = (f"qe_fully_connected_s4_mm(&{pname}, (const int8_t *)@T{x.index}@, {sname}, "
             f"(int8_t *)@T{out.index}@);")
     ref_bytes = int4_reference_bytes(w, bias)
