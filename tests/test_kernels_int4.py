@@ -360,6 +360,56 @@ def test_the_cases_cover_the_s4_mm_stream():
                and s4_mm_mode(c.mult, c.shift, c.out_offset, c.act_min, c.act_max) for c in CASES)
 
 
+def nested_mask_kernel(stream: np.ndarray, x: np.ndarray, rows: int) -> np.ndarray:
+    """The DSP kernel's arithmetic on the s4 mm stream, step for step in wrapping int32 (numpy's
+    int64 reduced mod 2^32): per group the head into the accumulators, per word four SMLADs of
+    the word and of it with its bottom one, two, three nibbles cleared (BIC), then the three SUBs
+    and the four shifts; returns the doubled accumulators 2 acc (padded rows dropped)."""
+    wrap = lambda v: ((v + (1 << 31)) % (1 << 32)) - (1 << 31)  # noqa: E731
+    i16 = lambda v: ((v + (1 << 15)) % (1 << 16)) - (1 << 15)   # noqa: E731
+    depth = len(x)
+    xs = x.astype(np.int64)
+    x16 = 16 * int(xs.sum())
+    groups = stream.astype(np.int64).reshape(-1, 4 + depth // 2)
+    out = []
+    for g in groups:
+        a = [wrap(int(v)) for v in g[:4]]                 # r2, r3, r12, lr
+        for k, word in enumerate(g[4:]):
+            q, h = divmod(k, 2)                           # lanes: x[4q + h], x[4q + h + 2]
+            lo, hi = int(xs[4 * q + h]), int(xs[4 * q + h + 2])
+            for acc, mask in ((3, 0xFFFFFFFF), (2, 0xFFF0FFF0), (1, 0xFF00FF00), (0, 0xF000F000)):
+                m = int(word) & mask
+                a[acc] = wrap(a[acc] + i16(m & 0xFFFF) * lo + i16(m >> 16) * hi)
+        a[3], a[2], a[1] = wrap(a[3] - a[2]), wrap(a[2] - a[1]), wrap(a[1] - a[0])
+        out += [a[0] >> 11, (a[1] >> 7) - x16, (a[2] >> 3) - x16, 2 * a[3] - x16]
+    return np.array(out[:rows], np.int64)
+
+
+@settings(max_examples=150, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), rows=st.integers(1, 9), quads=st.integers(1, 32),
+       io=st.integers(-127, 128), big=st.booleans())
+def test_the_nested_masks_give_the_doubled_accumulators(seed, rows, quads, io, big):
+    """The s4 mm stream's representation (running-sum heads, nested masks, three SUBs, four
+    shifts: fully_connected_s4.h, the DSP kernel's S4P_HALF) gives exactly 2 (bias' + sum w' x)
+    for any shape and any int8 input, heads up to the generator's bounds (big: the largest it
+    admits, whose running sums wrap) included; every intermediate a wrapping int32, as the
+    M4's. The asm itself is checked on the boards above (entry_mm_cases and the random ones)."""
+    rng = np.random.default_rng(seed)
+    depth = 4 * quads
+    w = rng.integers(-8, 8, (rows, depth))
+    x = rng.choice(np.array([-128, 127]), depth) if big else rng.integers(-128, 128, depth)
+    if big:                               # each row's bias' just inside its bound
+        lim = np.array([1 << 19, (1 << 23) - 1024 * depth, (1 << 27) - 1024 * depth, 1 << 30])
+        room = lim[np.arange(rows) % 4] - 1 - 128 * np.abs(w).sum(axis=1) - abs(io) * 8 * depth
+        bias = (room * rng.choice([-1, 1], rows)).astype(np.int64)
+    else:
+        bias = rng.integers(-5000, 5000, rows)
+    stream = pack_fc_s4_mm(w, bias, io, 0, None)
+    assert stream is not None
+    expect = 2 * (bias + io * w.sum(axis=1) + w @ x)
+    assert np.array_equal(nested_mask_kernel(stream, x, rows), expect)
+
+
 def test_the_s4_mm_stream_heads_and_bounds():
     """fully_connected_s4.h's head: the running sums 4096 b0, + 256 b1, + 16 b2, + b3 (mod 2^32)
     in front of the int4 layout's words; row 0's bound 2^19 and a left shift's turn the
