@@ -63,21 +63,22 @@ void qe_fully_connected_s4_packed(const qe_fc_s8_packed_params_t *p, const int8_
  * (b_r the row's bias' = bias + input_offset * sum_d w'), so that after the MAC loop, with a0..a3
  * those accumulators and a1 - a0, a2 - a1, a3 - a2 the int4 layout's masked sums, a0 >> 11,
  * ((a1 - a0) >> 7) - 16 X, ((a2 - a1) >> 3) - 16 X and 2 (a3 - a2) - 16 X (X = sum_d x[d]) are
- * the doubled accumulators 2 acc exactly. The generator admits the stream only where every such value
- * lies in int32 for every int8 input: per row |b| + 128 sum_d |w'| < 2^30 (doubled), and for rows
- * 0, 1, 2 the scaled sums (that bound + 1024 accum_depth for rows 1 and 2) below 2^19, 2^23, 2^27;
- * mode 2 also needs that bound times 2^(L+1) below 2^31 (no wrap, no saturation). */
+ * the doubled accumulators 2 acc exactly. The generator admits the stream only where every such
+ * value lies in int32 for every int8 input: per row |b| + 128 sum_d |w'| < 2^30 (doubled), and for
+ * rows 0, 1, 2 the scaled sums (that bound + 1024 accum_depth for rows 1 and 2) below 2^19, 2^23,
+ * 2^27; mode 2 also needs that bound times 2^(L+1) below 2^31 (no wrap, no saturation). The
+ * running sums themselves may wrap: their differences are those values. */
 typedef struct {
     int32_t multiplier;         /* m, in [2^30, 2^31) */
     int32_t round;              /* modes 0/1: 2^(e-1) + output_offset * 2^e; mode 2: output_offset */
     uint32_t shift;             /* modes 0/1: e = -output_shift in [1, 21]; mode 2: output_shift */
     uint32_t mode;              /* 0: right shift, 1: right shift with the sign fix, 2: left */
-    uint32_t entry;             /* the DSP kernel's MAC loop entry, bytes before its odd loop's end */
+    uint32_t entry;             /* the DSP MAC loop's entry, bytes before its odd loop's end */
     uint32_t output_depth;      /* the real rows; the stream has them padded to 4 */
     uint32_t accum_depth;       /* a multiple of 4, <= QE_FC_PACKED_MAX_DEPTH */
     int32_t output_offset;      /* in [-128, 127] */
     int32_t output_shift;       /* TFLite's (the portable definition's requantization) */
-    uint32_t block;             /* the DSP kernel's output block, bytes after its odd loop's end */
+    uint32_t block;             /* the DSP output block, bytes after the odd MAC loop's end */
     uint32_t xshift;            /* 16 X's shift there: 4, or 4 + L for the blocks of L <= 3 */
 } qe_fc_s4_mm_params_t;
 
