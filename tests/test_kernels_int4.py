@@ -38,7 +38,7 @@ from quarl_edge.converters.ops.optimized.avr.fully_connected_s4 import (acc_boun
                                                                         avr_s4_stream)
 from quarl_edge.converters.ops.optimized.cortex_m0.fully_connected_s4 import s4_pairs_stream
 from quarl_edge.converters.ops.optimized.cortex_m_dsp.fully_connected_s4 import (
-    pack_fc_s4_mm, pack_fc_s4_weights, s4_mm_entry, s4_mm_mode)
+    pack_fc_s4_mm, pack_fc_s4_weights, s4_mm_block, s4_mm_entry, s4_mm_mode)
 
 CHECK_S4 = Path(__file__).parent / "c" / "fc_s4_check.c"
 DSP_S4 = FW / "core" / "kernels" / "optimized" / "cortex-m-dsp" / "fully_connected_s4.c"
@@ -125,11 +125,11 @@ class S4Case:
             return None
         return [self.mult, mode["round"], mode["shift"], mode["mode"],
                 s4_mm_entry(self.depth), self.rows, self.depth, self.out_offset,
-                self.shift], stream
+                self.shift, *s4_mm_block(mode["mode"], mode["shift"])], stream
 
     def mm_block(self) -> bytes:
         m = self.mm()
-        return b"" if m is None else struct.pack("<9i", *m[0]) + m[1].astype("<u4").tobytes()
+        return b"" if m is None else struct.pack("<11i", *m[0]) + m[1].astype("<u4").tobytes()
 
     @property
     def layout(self) -> bool:
@@ -254,10 +254,33 @@ def left_mm_cases() -> list[S4Case]:
     return out
 
 
+def entry_mm_cases() -> list[S4Case]:
+    """The s4 mm stream at every quad count 1..32 (each entry of its two unrolled MAC loops, the
+    input placed just before the frame's constants), every stage, padded and whole last groups;
+    and its largest heads, whose running sums (4096 b0, + 256 b1, + 16 b2, + b3) wrap in 32 bits."""
+    rng = np.random.default_rng(3940)
+    out = []
+    for q in range(1, 33):
+        depth, rows = 4 * q, 1 + q % 9
+        x = rng.integers(-128, 128, depth).astype(np.int8)
+        w = rng.integers(-8, 8, rows * depth).astype(np.int8)
+        bias = rng.integers(-3000, 3000, rows).astype(np.int32)
+        out.append(S4Case(1, depth, rows, int(rng.integers(-127, 129)), 0, [-128, 5, 127][q % 3],
+                          int(rng.integers(1 << 30, INT32_MAX)), [-1, -9, -21, 0, 3][q % 5],
+                          -128, 127, x, w, bias, q % 4))
+    depth = 128
+    w = rng.integers(-8, 8, 4 * depth).astype(np.int8)
+    bias = np.array([(1 << 19) - (1 << 17) - 1, (1 << 23) - (1 << 18) - 1,
+                     (1 << 27) - (1 << 18) - 1, -(1 << 29)], np.int32)
+    out.append(S4Case(1, depth, 4, 0, 0, 7, int(rng.integers(1 << 30, INT32_MAX)), -21, -128, 127,
+                      rng.integers(-128, 128, depth).astype(np.int8), w, bias, 0))
+    return out
+
+
 BLOCKS = 10                 # fc_s4_check.c's output blocks per case
 CASES = (edge_cases() + [random_case(np.random.default_rng(1000 + k)) for k in range(300)]
          + [random_case(np.random.default_rng(2000 + k), mm=True) for k in range(120)]
-         + left_mm_cases())
+         + left_mm_cases() + entry_mm_cases())
 
 
 def outputs(cases, out: bytes) -> list[list[bytes]]:
@@ -322,19 +345,81 @@ def test_the_cases_cover_the_s4_mm_stream():
     assert len(mm) > 40 and min(modes.count(k) for k in (0, 1, 2)) >= 8
     assert {c.shift for c in mm if c.shift >= 0} >= {0, 1, 2, 3, 4}
     assert {c.rows % 4 for c in mm} == {0, 1, 2, 3} and any(c.depth == 4 for c in mm)
+    assert {c.depth // 4 for c in mm} == set(range(1, 33))     # every MAC loop entry
+    running = []
+    for c in mm:                     # the heads' running sums of the padded rows' bias'
+        w = np.zeros((-(-c.rows // 4) * 4, c.depth), np.int64)
+        w[:c.rows] = c.w.reshape(c.rows, c.depth).astype(np.int64) + c.fo
+        b = c.io * w.sum(axis=1)
+        b[:c.rows] += c.bias if c.bias is not None else 0
+        r = np.cumsum(b.reshape(-1, 4) * [4096, 256, 16, 1], axis=1)
+        assert np.array_equal(c.mm()[1].reshape(len(r), -1)[:, :4], r & 0xFFFFFFFF)
+        running.append(r)
+    assert any((np.abs(r) >= 1 << 31).any() for r in running)  # a head that wraps
     assert any(c.batches == 1 and c.depth % 4 == 0 and c.layout and c.mm() is None
                and s4_mm_mode(c.mult, c.shift, c.out_offset, c.act_min, c.act_max) for c in CASES)
 
 
+def nested_mask_kernel(stream: np.ndarray, x: np.ndarray, rows: int) -> np.ndarray:
+    """The DSP kernel's arithmetic on the s4 mm stream, step for step in wrapping int32 (numpy's
+    int64 reduced mod 2^32): per group the head into the accumulators, per word four SMLADs of
+    the word and of it with its bottom one, two, three nibbles cleared (BIC), then the three SUBs
+    and the four shifts; returns the doubled accumulators 2 acc (padded rows dropped)."""
+    wrap = lambda v: ((v + (1 << 31)) % (1 << 32)) - (1 << 31)  # noqa: E731
+    i16 = lambda v: ((v + (1 << 15)) % (1 << 16)) - (1 << 15)   # noqa: E731
+    depth = len(x)
+    xs = x.astype(np.int64)
+    x16 = 16 * int(xs.sum())
+    groups = stream.astype(np.int64).reshape(-1, 4 + depth // 2)
+    out = []
+    for g in groups:
+        a = [wrap(int(v)) for v in g[:4]]                 # r2, r3, r12, lr
+        for k, word in enumerate(g[4:]):
+            q, h = divmod(k, 2)                           # lanes: x[4q + h], x[4q + h + 2]
+            lo, hi = int(xs[4 * q + h]), int(xs[4 * q + h + 2])
+            for acc, mask in ((3, 0xFFFFFFFF), (2, 0xFFF0FFF0), (1, 0xFF00FF00), (0, 0xF000F000)):
+                m = int(word) & mask
+                a[acc] = wrap(a[acc] + i16(m & 0xFFFF) * lo + i16(m >> 16) * hi)
+        a[3], a[2], a[1] = wrap(a[3] - a[2]), wrap(a[2] - a[1]), wrap(a[1] - a[0])
+        out += [a[0] >> 11, (a[1] >> 7) - x16, (a[2] >> 3) - x16, 2 * a[3] - x16]
+    return np.array(out[:rows], np.int64)
+
+
+@settings(max_examples=150, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), rows=st.integers(1, 9), quads=st.integers(1, 32),
+       io=st.integers(-127, 128), big=st.booleans())
+def test_the_nested_masks_give_the_doubled_accumulators(seed, rows, quads, io, big):
+    """The s4 mm stream's representation (running-sum heads, nested masks, three SUBs, four
+    shifts: fully_connected_s4.h, the DSP kernel's S4P_HALF) gives exactly 2 (bias' + sum w' x)
+    for any shape and any int8 input, heads up to the generator's bounds (big: the largest it
+    admits, whose running sums wrap) included; every intermediate a wrapping int32, as the
+    M4's. The asm itself is checked on the boards above (entry_mm_cases and the random ones)."""
+    rng = np.random.default_rng(seed)
+    depth = 4 * quads
+    w = rng.integers(-8, 8, (rows, depth))
+    x = rng.choice(np.array([-128, 127]), depth) if big else rng.integers(-128, 128, depth)
+    if big:                               # each row's bias' just inside its bound
+        lim = np.array([1 << 19, (1 << 23) - 1024 * depth, (1 << 27) - 1024 * depth, 1 << 30])
+        room = lim[np.arange(rows) % 4] - 1 - 128 * np.abs(w).sum(axis=1) - abs(io) * 8 * depth
+        bias = (room * rng.choice([-1, 1], rows)).astype(np.int64)
+    else:
+        bias = rng.integers(-5000, 5000, rows)
+    stream = pack_fc_s4_mm(w, bias, io, 0, None)
+    assert stream is not None
+    expect = 2 * (bias + io * w.sum(axis=1) + w @ x)
+    assert np.array_equal(nested_mask_kernel(stream, x, rows), expect)
+
+
 def test_the_s4_mm_stream_heads_and_bounds():
-    """fully_connected_s4.h's head: 4096 b0, 256 b1, 16 b2, 4096 b0 + 256 b1 + 16 b2 + b3 (mod
-    2^32) in front of the int4 layout's words; row 0's bound 2^19 and a left shift's turn the
+    """fully_connected_s4.h's head: the running sums 4096 b0, + 256 b1, + 16 b2, + b3 (mod 2^32)
+    in front of the int4 layout's words; row 0's bound 2^19 and a left shift's turn the
     stream away."""
     w = np.array([[-8, 1, 2, 3], [7, 0, 0, 0], [-1, 0, 0, 0], [0, 0, 0, -8]])
     words, _ = pack_fc_s4_weights(w, np.array([10, 20, 30, 40]), 2, 0)
     s = pack_fc_s4_mm(w, np.array([10, 20, 30, 40]), 2, 0, None)
     b = [10 + 2 * -2, 20 + 14, 30 - 2, 40 - 16]
-    assert list(s[:4].view(np.int32)) == [4096 * b[0], 256 * b[1], 16 * b[2],
+    assert list(s[:4].view(np.int32)) == [4096 * b[0], 4096 * b[0] + 256 * b[1],
+                                          4096 * b[0] + 256 * b[1] + 16 * b[2],
                                           4096 * b[0] + 256 * b[1] + 16 * b[2] + b[3]]
     assert np.array_equal(s[4:], words[:-4])
     assert pack_fc_s4_mm(w, np.array([1 << 19, 0, 0, 0]), 0, 0, None) is None
@@ -388,7 +473,7 @@ def test_the_checker_sees_a_difference_in_the_s4_mm_stream(tmp_module):
     assert c.mm() is not None
     exe = host_checker(tmp_module, variant_fc=DSP_S4, defines=VARIANT, check=CHECK_S4)
     assert run_s4_host(exe, [c])[0] == 0
-    for at in (36 + 16 + 1, 36 + 4 + 2):     # the first weight word's row 0, d = 0; head word 1
+    for at in (44 + 16 + 1, 44 + 4 + 2):     # the first weight word's row 0, d = 0; head word 1
         enc = bytearray(c.encode())
         enc[-len(c.mm_block()) + at] ^= 0x10
         res = subprocess.run([str(exe)], input=bytes(enc), capture_output=True, timeout=60)

@@ -17,7 +17,7 @@
  * the int8 input (batches * depth), the packed weights ((rows * depth + 1) / 2 bytes), the bias
  * (rows int32, if any), the dsp stream, the pairs stream (uint32 each), and with an avr stream
  * int32 avr[19] = {sat_low, sat_high, fast, byte_moves, m_prime[5], round[0][5], round[1][5]},
- * its bias' (one int32 per row padded to 4) and its bytes, and with an s4 mm stream int32 mm[9]
+ * its bias' (one int32 per row padded to 4) and its bytes, and with an s4 mm stream int32 mm[11]
  * (qe_fc_s4_mm_params_t's fields in order) and its words. */
 #include <stdint.h>
 #include <string.h>
@@ -97,7 +97,7 @@ int main(void)
                        rows = (uint32_t)h[3], words = (uint32_t)h[12],
                        pwords = (uint32_t)h[15], abytes = (uint32_t)h[16],
                        mwords = (uint32_t)h[17];
-        int32_t avr[19], mm[9];
+        int32_t avr[19], mm[11];
         const uint32_t wbytes = (rows * depth + 1u) / 2u, outs = batches * rows;
         int8_t *const in = input_buf + (h[14] & 3);
         const int has_bias = h[11] != 0;
@@ -168,7 +168,8 @@ int main(void)
             if (mwords) {
                 const qe_fc_s4_mm_params_t pm = {mm[0], mm[1], (uint32_t)mm[2], (uint32_t)mm[3],
                                                  (uint32_t)mm[4], (uint32_t)mm[5],
-                                                 (uint32_t)mm[6], mm[7], mm[8]};
+                                                 (uint32_t)mm[6], mm[7], mm[8],
+                                                 (uint32_t)mm[9], (uint32_t)mm[10]};
                 memcpy(mm_in, in, depth);
                 qe_fully_connected_s4_mm_reference(&pm, (const int8_t *)mm_in, mm_stream, out[8]);
                 qe_fully_connected_s4_mm(&pm, (const int8_t *)mm_in, mm_stream, out[9]);

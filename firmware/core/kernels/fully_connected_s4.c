@@ -107,14 +107,15 @@ void qe_fully_connected_s4_mm(const qe_fc_s4_mm_params_t *p, const int8_t *input
         const uint32_t r = o % QE_FC_PACKED_ROWS;
         const uint32_t h0 = group[0], h1 = group[1], h2 = group[2], h3 = group[3];
         int32_t acc;
+        /* running sums: 4096 b0, + 256 b1, + 16 b2, + b3 (mod 2^32; each difference exact) */
         if (r == 0u) {
             acc = (int32_t)h0 / 4096;
         } else if (r == 1u) {
-            acc = (int32_t)h1 / 256;
+            acc = (int32_t)(h1 - h0) / 256;
         } else if (r == 2u) {
-            acc = (int32_t)h2 / 16;
+            acc = (int32_t)(h2 - h1) / 16;
         } else {
-            acc = (int32_t)(h3 - h0 - h1 - h2);
+            acc = (int32_t)(h3 - h2);
         }
         for (d = 0; d < n; ++d) {
             acc += s4_packed_weight(group + QE_FC_PACKED_ROWS, r, d) * (int32_t)input[d];

@@ -57,24 +57,29 @@ void qe_fully_connected_s4_packed(const qe_fc_s8_packed_params_t *p, const int8_
  * range, and a stage the cortex-m-dsp kernel's asm covers (mode 0/1: requant_mm_t's right shift
  * e in [1, 21] without / with the sign fix; mode 2: a left shift L = output_shift in [0, 30]), the
  * input word-aligned. The int4 layout above with each group's four bias' words replaced by a
- * head in front of its words, the accumulators' starting values:
- *     h0 = 4096 b0, h1 = 256 b1, h2 = 16 b2, h3 = 4096 b0 + 256 b1 + 16 b2 + b3 (mod 2^32)
- * (b_r the row's bias' = bias + input_offset * sum_d w'), so that after the MAC loop a0 >> 11,
- * (a1 >> 7) - 16 X, (a2 >> 3) - 16 X and 2 (a3 - a0 - a1 - a2) - 16 X (X = sum_d x[d]) are the
- * doubled accumulators 2 acc exactly. The generator admits the stream only where every such value
- * lies in int32 for every int8 input: per row |b| + 128 sum_d |w'| < 2^30 (doubled), and for rows
- * 0, 1, 2 the scaled sums (that bound + 1024 accum_depth for rows 1 and 2) below 2^19, 2^23, 2^27;
- * mode 2 also needs that bound times 2^(L+1) below 2^31 (no wrap, no saturation). */
+ * head in front of its words, the starting values of the DSP kernel's accumulators, which sum
+ * the lanes under nested masks (the whole word, then its bottom one, two, three nibbles cleared):
+ *     h0 = 4096 b0, h1 = h0 + 256 b1, h2 = h1 + 16 b2, h3 = h2 + b3 (running sums, mod 2^32)
+ * (b_r the row's bias' = bias + input_offset * sum_d w'), so that after the MAC loop, with a0..a3
+ * those accumulators and a1 - a0, a2 - a1, a3 - a2 the int4 layout's masked sums, a0 >> 11,
+ * ((a1 - a0) >> 7) - 16 X, ((a2 - a1) >> 3) - 16 X and 2 (a3 - a2) - 16 X (X = sum_d x[d]) are
+ * the doubled accumulators 2 acc exactly. The generator admits the stream only where every such
+ * value lies in int32 for every int8 input: per row |b| + 128 sum_d |w'| < 2^30 (doubled), and for
+ * rows 0, 1, 2 the scaled sums (that bound + 1024 accum_depth for rows 1 and 2) below 2^19, 2^23,
+ * 2^27; mode 2 also needs that bound times 2^(L+1) below 2^31 (no wrap, no saturation). The
+ * running sums themselves may wrap: their differences are those values. */
 typedef struct {
     int32_t multiplier;         /* m, in [2^30, 2^31) */
     int32_t round;              /* modes 0/1: 2^(e-1) + output_offset * 2^e; mode 2: output_offset */
     uint32_t shift;             /* modes 0/1: e = -output_shift in [1, 21]; mode 2: output_shift */
     uint32_t mode;              /* 0: right shift, 1: right shift with the sign fix, 2: left */
-    uint32_t entry;             /* the DSP kernel's MAC loop entry: 62 q + 2 (q odd), q = depth / 4 */
+    uint32_t entry;             /* the DSP MAC loop's entry, bytes before its odd loop's end */
     uint32_t output_depth;      /* the real rows; the stream has them padded to 4 */
     uint32_t accum_depth;       /* a multiple of 4, <= QE_FC_PACKED_MAX_DEPTH */
     int32_t output_offset;      /* in [-128, 127] */
     int32_t output_shift;       /* TFLite's (the portable definition's requantization) */
+    uint32_t block;             /* the DSP output block, bytes after the odd MAC loop's end */
+    uint32_t xshift;            /* 16 X's shift there: 4, or 4 + L for the blocks of L <= 3 */
 } qe_fc_s4_mm_params_t;
 
 void qe_fully_connected_s4_mm(const qe_fc_s4_mm_params_t *p, const int8_t *input,

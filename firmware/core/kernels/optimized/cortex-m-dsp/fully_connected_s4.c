@@ -472,25 +472,27 @@ void qe_fully_connected_s4_packed(const qe_fc_s8_packed_params_t *p, const int8_
  * accumulators' starting values, in front of its words; one batch, depth a multiple of 4): the
  * whole op in one hand-allocated asm function, as fully_connected.c's qe_fully_connected_s8_mm
  * (issue 39: the C set-up, the per-group reloads and the older output stage were a third of
- * CartPole int8x4's instructions). Registers in the MAC loop: the stream r1, accumulators r2,
- * r3, r12, lr, weight words r4-r6, r8, input words r9, r10, the temporary r0 (S4P_PAIR), the
- * output r11, r7 the frame.
+ * CartPole int8x4's instructions). Registers in the MAC loop: the stream r1, the input r0,
+ * accumulators r2, r3, r12, lr, weight words r4-r6, r8, input words r7, r9-r11 (S4P_PAIR).
  *  - The input widened 16 values per LDM + 8 SXTB16 + STM, their sum X by 8 SADD16 (lanes hold
- *    at most 64 values: no overflow), 4 at a time after, into the frame's last q quads (q even)
- *    or the q before its last (q odd), where the MAC loop reads it at fixed offsets.
- *  - Per group: LDM of its head into the accumulators (with the stream), LDR PC into the
- *    unrolled MAC loop (S4P_PAIR: 31 instructions per 32 MACs), LDMDB of m, round, 16 X, the end
- *    and L, three SUBs (a3 - a0 - a1 - a2), LDR PC to the output block, whose four shifts make
- *    the doubled accumulators (ASR #11 of a0, RSB of 16 X from a1 ASR #7, a2 ASR #3 and from
- *    2 (a3 - a0 - a1 - a2): fully_connected_s4.h); then right shifts as the int8 mm stream's
- *    (SMMLAR, SSAT with ASR #e, STRB; + the sign fix's ADD), one block per e; left shifts L <= 3
- *    with 2^L in the four shifts, SMMLAR with the offset as its addend (offset + SMMULR(2 acc
- *    2^L, m), S4_LEFT_ASM's value), SSAT, STRB, one block per L; L > 3 the same after an LSL by
- *    L. Then CMP + BNE.
- * Frame: [sp] m, round, 16 X, the end of the current run of groups' outputs, L; [sp + 20] the
- * MAC loop's entry, [sp + 28] the output block; [sp + 32] the stream on entry, then the real
- * output of a padded last group, [sp + 36] its rows; [sp + 44] 32 quads of widened input
- * (r7 + 24 + 8 k); [sp + 304] the padded group's four outputs. */
+ *    at most 64 values: no overflow), 4 at a time after, into the frame's last q quads before
+ *    the constants, so that the MAC loop, which reads it from its start, ends with r0 at them.
+ *  - Per group: STR of the output pointer (r11 holds an input word in the loop), LDM of its head
+ *    into the accumulators (with the stream), LDM {r0, pc} of the input's start and the unrolled
+ *    MAC loop's entry (S4P_PAIR: 30 instructions per 32 MACs), three SUBs (the nested masks'
+ *    sums into the int4 layout's: a3 - a2, a2 - a1, a1 - a0), LDM from r0 of m, round, 16 X,
+ *    the end, L, the output pointer and, into pc, the output block, whose four shifts make the
+ *    doubled accumulators (ASR #11 of a0, RSB of 16 X from a1 ASR #7, a2 ASR #3 and from 2 a3:
+ *    fully_connected_s4.h); then right shifts as the int8 mm stream's (SMMLAR, SSAT with ASR #e,
+ *    STRB; + the sign fix's ADD), one block per e; left shifts L <= 3 with 2^L in the four
+ *    shifts, SMMLAR with the offset as its addend (offset + SMMULR(2 acc 2^L, m), S4_LEFT_ASM's
+ *    value), SSAT, STRB, one block per L; L > 3 the same after an LSL by L. Then CMP + BNE.
+ *    25 instructions a group besides its MAC loop (29 with the sign fix).
+ * Frame: [sp] the input's start, [sp + 4] the MAC loop's entry; [sp + 32] the stream on entry,
+ * then the real output of a padded last group, [sp + 36] its rows; [sp + 44] 32 quads of
+ * widened input, the op's q last up to [sp + 300]; [sp + 300] m, round, 16 X, the end of the
+ * current run of groups' outputs, L, the output pointer, the output block; [sp + 328] the padded
+ * group's four outputs. */
 #define S4MM_NOFIX(A)                                                                         \
     "smmlar " A ", " A ", r4, r5\n\t" "ssat " A ", #8, " A ", asr #\\e\n\t"                   \
     "strb.w " A ", [r11], #1\n\t"
@@ -522,27 +524,40 @@ void qe_fully_connected_s4_packed(const qe_fc_s8_packed_params_t *p, const int8_
     ".error \"an output block is not " BYTES " bytes\"\n\t"                                   \
     ".endif\n\t"
 
-/* The MAC loop of the s4 mm stream: per pair of quads one LDM of four weight words and two LDRDs
- * of the widened input at fixed offsets from the frame (r7: the input is widened to the frame's
- * last quads, so no x pointer is reset per group), S4_HALF's arithmetic with r0 the one
- * temporary: 31 instructions per 32 MACs (S4_QUAD: 32). Even quad counts enter the 16 pairs,
- * odd ones the 15 pairs followed by one quad (the frame's quad 30). */
+/* The MAC loop of the s4 mm stream: per pair of quads one LDM of four weight words and one LDM of
+ * the four widened input words (r0 walks the input from the start of its quads: one LDR a group
+ * resets it), per word S4P_HALF: 4 SMLADs and 3 BICs, no temporary. Per word W and input word X
+ * the unmasked word first, then W is cleared in place from the bottom nibble up, so the four
+ * accumulators take the lane sums of nested masks:
+ *     lr  += X . W                           = 4096 A0 + 256 (A1 + 8 X) + 16 (A2 + 8 X) + A3 + 8 X
+ *     r12 += X . (W & 0xFFF0FFF0)            = 4096 A0 + 256 (A1 + 8 X) + 16 (A2 + 8 X)
+ *     r3  += X . (W & 0xFF00FF00)            = 4096 A0 + 256 (A1 + 8 X)
+ *     r2  += X . (W & 0xF000F000)            = 4096 A0
+ * (clearing a lane's low bits leaves its int16 value the sum of the kept fields, the top nibble
+ * still two's complement), and three SUBs after the loop (lr - r12, r12 - r3, r3 - r2, in that
+ * order) leave exactly the four scaled rows that the int4 layout's masks gave. 30 instructions
+ * per 32 MACs (the masks into a temporary with two LDRDs of the input: 31; S4_QUAD: 32); the
+ * four input words take r7, r9, r10, r11, so the frame is read through sp and the output
+ * pointer is kept in the frame across the MAC loop (one STR a group, and the LDM of the
+ * constants after the loop reloads it). Even quad counts enter the 16 pairs, odd ones the 15
+ * pairs followed by one quad. */
 #define S4P_HALF(W, X)                                                                        \
-    "and.w r0, " W ", #0xF000F000\n\t" "smlad r2, r0, " X ", r2\n\t"                          \
-    "and.w r0, " W ", #0x0F000F00\n\t" "smlad r3, r0, " X ", r3\n\t"                          \
-    "and.w r0, " W ", #0x00F000F0\n\t" "smlad r12, r0, " X ", r12\n\t"                        \
-    "smlad lr, " W ", " X ", lr\n\t"
+    "smlad lr, " W ", " X ", lr\n\t"     "bic.w " W ", " W ", #0x000F000F\n\t"              \
+    "smlad r12, " W ", " X ", r12\n\t"   "bic.w " W ", " W ", #0x00F000F0\n\t"              \
+    "smlad r3, " W ", " X ", r3\n\t"     "bic.w " W ", " W ", #0x0F000F00\n\t"              \
+    "smlad r2, " W ", " X ", r2\n\t"
 #define S4P_PAIR                                                                              \
-    "ldmia.w r1!, {r4, r5, r6, r8}\n\t" "ldrd r9, r10, [r7, #(24 + 16 * \\j)]\n\t"             \
-    S4P_HALF("r4", "r9") S4P_HALF("r5", "r10")                                                \
-    "ldrd r9, r10, [r7, #(32 + 16 * \\j)]\n\t" S4P_HALF("r6", "r9") S4P_HALF("r8", "r10")
+    "ldmia.w r1!, {r4, r5, r6, r8}\n\t" "ldmia.w r0!, {r7, r9, r10, r11}\n\t"                \
+    S4P_HALF("r4", "r7") S4P_HALF("r5", "r9") S4P_HALF("r6", "r10") S4P_HALF("r8", "r11")
 #define S4P_POST                                                                              \
-    "ldmdb r7, {r4, r5, r6, r8, r9}\n\t" "sub.w lr, lr, r2\n\t" "sub.w lr, lr, r3\n\t"          \
-    "sub.w lr, lr, r12\n\t" "ldr.w pc, [r7, #8]\n"
+    "sub.w lr, lr, r12\n\t" "sub.w r12, r12, r3\n\t" "sub.w r3, r3, r2\n\t"                  \
+    "ldm.w r0, {r4, r5, r6, r8, r9, r11, pc}\n"
 
 typedef char s4mm_check_mode[(offsetof(qe_fc_s4_mm_params_t, mode) == 12) ? 1 : -1];
 typedef char s4mm_check_rows[(offsetof(qe_fc_s4_mm_params_t, output_depth) == 20) ? 1 : -1];
 typedef char s4mm_check_depth[(offsetof(qe_fc_s4_mm_params_t, accum_depth) == 24) ? 1 : -1];
+typedef char s4mm_check_block[(offsetof(qe_fc_s4_mm_params_t, block) == 36) ? 1 : -1];
+typedef char s4mm_check_xshift[(offsetof(qe_fc_s4_mm_params_t, xshift) == 40) ? 1 : -1];
 
 __attribute__((naked)) void qe_fully_connected_s4_mm(const qe_fc_s4_mm_params_t *p,
                                                      const int8_t *input,
@@ -555,15 +570,14 @@ __attribute__((naked)) void qe_fully_connected_s4_mm(const qe_fc_s4_mm_params_t 
     (void)output;
     __asm volatile(
         "push {r4-r11, lr}\n\t"
-        "sub sp, sp, #312\n\t"
+        "sub sp, sp, #336\n\t"
         "mov r7, r0\n\t"
         "mov r11, r3\n\t"
         "str r2, [sp, #32]\n\t"
         "ldr r12, [r7, #24]\n\t"        /* the depth, a multiple of 4 */
-        "add r0, sp, #300\n\t"         /* x: the frame's quads 32 - q (q even), 31 - q .. */
+        "add r0, sp, #300\n\t"         /* x: the frame's last q quads, up to the constants */
         "sub r0, r0, r12, lsl #1\n\t"
-        "and r2, r12, #4\n\t"
-        "sub r0, r0, r2, lsl #1\n\t"
+        "str r0, [sp]\n\t"             /* where the MAC loop's input starts */
         "mov.w lr, #0\n\t"
         "subs r12, r12, #16\n\t"
         "blo .Ls4mm_rest\n"
@@ -603,87 +617,54 @@ __attribute__((naked)) void qe_fully_connected_s4_mm(const qe_fc_s4_mm_params_t 
         ".Ls4mm_widened:\n\t"
         "sxth r6, lr\n\t"
         "add r6, r6, lr, asr #16\n\t"   /* X */
-        "lsl r6, r6, #4\n\t"            /* 16 X */
         "ldr r1, [sp, #32]\n\t"         /* the stream */
         "ldm r7, {r4, r5, r8, r9, r10, r12}\n\t"  /* m, round, shift, mode, entry, rows */
         "and r3, r12, #3\n\t"
         "str r3, [sp, #36]\n\t"         /* the padded last group's rows */
         "bic r12, r12, #3\n\t"
         "add lr, r11, r12\n\t"          /* the whole groups' output end */
-        "ldr r0, [r7, #24]\n\t"
-        "tst r0, #4\n\t"               /* an odd number of quads: the odd loop */
-        "bne 1f\n\t"
-        "adr.w r0, .Ls4mm_end\n\t"
-        "b 2f\n"
-        "1:\n\t"
-        "adr.w r0, .Ls4mm_end\n\t"
-        "addw r0, r0, #1944\n"          /* .Ls4mm_oend */
-        "2:\n\t"
-        "sub r10, r0, r10\n\t"
+        "ldrd r0, r2, [r7, #36]\n\t"    /* block, xshift: the generator's */
+        "lsl r6, r6, r2\n\t"            /* 16 X (2^L for the blocks of L <= 3) */
+        "adr.w r3, .Ls4mm_oend\n\t"
+        "sub r10, r3, r10\n\t"
         "orr r10, r10, #1\n\t"          /* the MAC loop's entry, Thumb bit */
-        "cmp r9, #1\n\t"
-        "beq .Ls4mm_selfix\n\t"
-        "bhi .Ls4mm_selleft\n\t"
-        "adr.w r0, .Ls4mm_end\n\t"      /* .Ls4mm_nofix, + 76 (e - 1) */
-        "addw r0, r0, #2360\n\t"
-        "sub r2, r8, #1\n\t"
-        "movs r3, #76\n\t"
-        "mla r0, r2, r3, r0\n\t"
-        "b .Ls4mm_sel\n"
-        ".Ls4mm_selfix:\n\t"            /* + 92 (e - 1) */
-        "adr.w r0, .Ls4mm_end\n\t"      /* .Ls4mm_fix */
-        "addw r0, r0, #3956\n\t"
-        "sub r2, r8, #1\n\t"
-        "movs r3, #92\n\t"
-        "mla r0, r2, r3, r0\n\t"
-        "b .Ls4mm_sel\n"
-        ".Ls4mm_selleft:\n\t"
-        "cmp r8, #3\n\t"
-        "bhi .Ls4mm_selgen\n\t"
-        "lsl r6, r6, r8\n\t"          /* 16 X 2^L */
-        "adr.w r0, .Ls4mm_end\n\t"      /* .Ls4mm_leftl, + 76 L */
-        "addw r0, r0, #1964\n\t"
-        "movs r3, #76\n\t"
-        "mla r0, r8, r3, r0\n\t"
-        "b .Ls4mm_sel\n"
-        ".Ls4mm_selgen:\n\t"
-        "adr.w r0, .Ls4mm_end\n\t"      /* .Ls4mm_left */
-        "addw r0, r0, #2268\n"
-        ".Ls4mm_sel:\n\t"
-        "orr r0, r0, #1\n\t"
+        "add r0, r3, r0\n\t"
+        "orr r0, r0, #1\n\t"            /* the output block */
         "mov r9, r8\n\t"                /* L (the right blocks do not read it) */
         "mov r8, lr\n\t"
         "mov lr, r0\n\t"
-        "stmia sp, {r4, r5, r6, r8, r9, r10, r12, lr}\n\t"
-        "add r7, sp, #20\n\t"
+        "add r2, sp, #300\n\t"         /* the constants, after the input: the MAC loop ends */
+        "stmia r2, {r4, r5, r6, r8, r9, r11, lr}\n\t"   /* with r0 pointing at them */
+        "str r10, [sp, #4]\n\t"        /* the MAC loop's entry after its input's start */
         "cmp r8, r11\n\t"
         "beq.w .Ls4mm_done\n"
         ".Ls4mm_group:\n\t"
+        "str r11, [sp, #320]\n\t"      /* the output pointer: r11 is an input word in the loop */
         "ldmia r1!, {r2, r3, r12, lr}\n\t"    /* the head */
-        "ldr.w pc, [r7]\n"
+        "ldm sp, {r0, pc}\n"            /* the input's start, the MAC loop's entry */
         ".Ls4mm_start:\n\t"
         ".irp j, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15\n\t"
         S4P_PAIR
         ".endr\n"
         ".Ls4mm_end:\n\t"
-        ".if (.Ls4mm_end - .Ls4mm_start) - 124 * 16\n\t"
-        ".error \"an S4P_PAIR is not 124 bytes\"\n\t"
+        ".if (.Ls4mm_end - .Ls4mm_start) - 120 * 16\n\t"
+        ".error \"an S4P_PAIR is not 120 bytes\"\n\t"
         ".endif\n\t"
         S4P_POST
         ".irp j, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14\n\t"
         S4P_PAIR
         ".endr\n\t"
-        "ldmia.w r1!, {r4, r5}\n\t"    /* the odd quad: the frame's quad 30 */
-        "ldrd r9, r10, [r7, #264]\n\t"
-        S4P_HALF("r4", "r9") S4P_HALF("r5", "r10")
+        "ldmia.w r1!, {r4, r5}\n\t"    /* the odd quad, the input's last */
+        "ldmia.w r0!, {r7, r9}\n\t"
+        S4P_HALF("r4", "r7") S4P_HALF("r5", "r9")
         "\n.Ls4mm_oend:\n\t"
-        ".if (.Ls4mm_oend - .Ls4mm_end) - 1944\n\t"
-        ".error \"the odd loop is not where the set-up looks\"\n\t"
+        ".if (.Ls4mm_oend - .Ls4mm_end) - 1880\n\t"
+        ".error \"the odd loop is not where the generator's ODD_END says\"\n\t"
         ".endif\n\t"
         S4P_POST
         ".Ls4mm_leftl:\n\t"
-        ".if (.Ls4mm_leftl - .Ls4mm_end) - 1964\n\t"
-        ".error \"leftl is not where the set-up looks\"\n\t"
+        ".if (.Ls4mm_leftl - .Ls4mm_end) - 1896\n\t"
+        ".error \"leftl is not where the generator's BLOCKS say\"\n\t"
         ".endif\n\t"
         ".irp L, 0, 1, 2, 3\n\t"
         "asr.w r2, r2, #(11 - \\L)\n\t"
@@ -710,28 +691,28 @@ __attribute__((naked)) void qe_fully_connected_s4_mm(const qe_fc_s4_mm_params_t 
         "b.w .Ls4mm_done\n\t"
         S4MM_BLOCKS("s4mm_nofix", S4MM_NOFIX, "76")
         S4MM_BLOCKS("s4mm_fix", S4MM_FIX, "92")
-        ".if (.Ls4mm_nofix - .Ls4mm_end) - 2360\n\t"
-        ".error \"nofix is not where the set-up looks\"\n\t"
+        ".if (.Ls4mm_nofix - .Ls4mm_end) - 2292\n\t"
+        ".error \"nofix is not where the generator's BLOCKS say\"\n\t"
         ".endif\n\t"
-        ".if (.Ls4mm_fix - .Ls4mm_end) - 3956\n\t"
-        ".error \"fix is not where the set-up looks\"\n\t"
+        ".if (.Ls4mm_fix - .Ls4mm_end) - 3888\n\t"
+        ".error \"fix is not where the generator's BLOCKS say\"\n\t"
         ".endif\n\t"
-        ".if (.Ls4mm_left - .Ls4mm_end) - 2268\n\t"
-        ".error \"left is not where the set-up looks\"\n\t"
+        ".if (.Ls4mm_left - .Ls4mm_end) - 2200\n\t"
+        ".error \"left is not where the generator's BLOCKS say\"\n\t"
         ".endif\n\t"
         ".Ls4mm_done:\n\t"
         "ldr r4, [sp, #36]\n\t"         /* the rows of a padded last group */
         "cmp r4, #0\n\t"
         "bne .Ls4mm_tail\n\t"
-        "add sp, sp, #312\n\t"
+        "add sp, sp, #336\n\t"
         "pop {r4-r11, pc}\n"
         ".Ls4mm_tail:\n\t"
-        "add r5, sp, #308\n\t"
+        "add r5, sp, #332\n\t"
         "cmp r11, r5\n\t"
         "beq .Ls4mm_copy\n\t"
         "str r11, [sp, #32]\n\t"        /* the padded group into the scratch group */
         "sub r11, r5, #4\n\t"
-        "str r5, [sp, #12]\n\t"
+        "str r5, [sp, #312]\n\t"       /* the end */
         "b .Ls4mm_group\n"
         ".Ls4mm_copy:\n\t"              /* its real rows to the output */
         "ldr r6, [sp, #32]\n\t"
@@ -741,7 +722,7 @@ __attribute__((naked)) void qe_fully_connected_s4_mm(const qe_fc_s4_mm_params_t 
         "strb r8, [r6], #1\n\t"
         "subs r4, r4, #1\n\t"
         "bne .Ls4mm_cp\n\t"
-        "add sp, sp, #312\n\t"
+        "add sp, sp, #336\n\t"
         "pop {r4-r11, pc}\n\t");
 }
 

@@ -41,19 +41,39 @@ def pack_fc_s4_weights(w: np.ndarray, bias: np.ndarray | None, input_offset: int
     return np.concatenate([words, groups_bias], axis=1).reshape(-1).astype(np.uint32), d_pad
 
 
+# cortex-m-dsp/fully_connected_s4.c's code layout, which its .if checks pin: the even MAC loop ends
+# ODD_END bytes before the odd loop's end (.Ls4mm_oend), the output blocks start after it
+ODD_END = 1880
+BLOCKS = {"leftl": (16, 76), "left": (320, 0), "nofix": (412, 76), "fix": (2008, 92)}
+
+
 def s4_mm_entry(depth: int) -> int:
-    """qe_fc_s4_mm_params_t's entry: the bytes back from the end of the DSP kernel's unrolled MAC
-    loop (cortex-m-dsp/fully_connected_s4.c: 124 a pair of quads; odd quad counts take the odd
-    loop, whose last quad is 64 bytes)."""
+    """qe_fc_s4_mm_params_t's entry: the bytes back from the end of the DSP kernel's odd MAC loop
+    to the quad to enter (cortex-m-dsp/fully_connected_s4.c: 120 a pair of quads; even quad
+    counts enter the first loop, which ends ODD_END bytes before; odd ones the odd loop, whose
+    last quad is 64 bytes)."""
     q = depth // 4
-    return 62 * q + 2 * (q % 2)
+    return 60 * q + 4 if q % 2 else ODD_END + 60 * q
+
+
+def s4_mm_block(mode: int, shift: int) -> tuple[int, int]:
+    """qe_fc_s4_mm_params_t's block (its output block, bytes after the end of the DSP kernel's odd
+    MAC loop) and xshift (16 X's shift: 2^L folded in for the blocks of L <= 3) for s4_mm_mode's
+    mode and shift (e, or L)."""
+    if mode == 2:
+        if shift <= 3:
+            return BLOCKS["leftl"][0] + BLOCKS["leftl"][1] * shift, 4 + shift
+        return BLOCKS["left"][0], 4
+    base, size = BLOCKS["fix" if mode == 1 else "nofix"]
+    return base + size * (shift - 1), 4
 
 
 def pack_fc_s4_mm(w: np.ndarray, bias: np.ndarray | None, input_offset: int, filter_offset: int,
                   left_shift: int | None) -> np.ndarray | None:
     """The s4 mm stream of fully_connected_s4.h (qe_fc_s4_mm_params_t) for int4 weights
     [rows][depth] (integers, depth a multiple of 4): per group of four rows its head h0..h3
-    (4096 b0, 256 b1, 16 b2, 4096 b0 + 256 b1 + 16 b2 + b3 mod 2^32), then its words of the int4
+    (4096 b0, 4096 b0 + 256 b1, 4096 b0 + 256 b1 + 16 b2, 4096 b0 + 256 b1 + 16 b2 + b3 mod 2^32:
+    the nested masks' accumulators start there), then its words of the int4
     layout (pack_fc_s4_weights). None when a bound of the header's fails for some row (B = |b| +
     128 sum_d |w'|, any int8 input): B < 2^30; row 0 B < 2^19, rows 1 and 2 B + 1024 depth < 2^23
     and 2^27 (the scaled accumulators stay in int32); with left_shift L, B 2^(L+1) < 2^31.
@@ -69,8 +89,8 @@ def pack_fc_s4_mm(w: np.ndarray, bias: np.ndarray | None, input_offset: int, fil
     if left_shift is not None and (bound << (left_shift + 1) >= 1 << 31).any():
         return None
     g = b.reshape(-1, PACKED_ROWS)
-    head = np.stack([4096 * g[:, 0], 256 * g[:, 1], 16 * g[:, 2],
-                     4096 * g[:, 0] + 256 * g[:, 1] + 16 * g[:, 2] + g[:, 3]], axis=1) & 0xFFFFFFFF
+    head = np.cumsum(np.stack([4096 * g[:, 0], 256 * g[:, 1], 16 * g[:, 2], g[:, 3]], axis=1),
+                     axis=1) & 0xFFFFFFFF
     groups = len(g)
     body = words.reshape(groups, -1)[:, :-PACKED_ROWS].astype(np.int64)
     return np.concatenate([head, body], axis=1).reshape(-1).astype(np.uint32)
@@ -105,10 +125,11 @@ def lower_fully_connected_s4_mm(op: Operator, model: TFLiteModel, pname: str, ke
     if stream is None:
         return None
     sname = c_ident(w.name, f"w{w.index}_") + "_s4_mm"
+    block, xshift = s4_mm_block(mode["mode"], mode["shift"])
     consts = [f"/* {c_comment(w.describe())}, scale {w.scale:.9g}, zero point {w.zero_point}: "
               f"the s4 mm stream of the kernel variant (fully_connected_s4.h), {output_depth} "
-              f"rows in groups of {PACKED_ROWS}, each group's head (4096 b0, 256 b1, 16 b2, "
-              f"4096 b0 + 256 b1 + 16 b2 + b3) then its words, depth {accum_depth}, four rows' "
+              f"rows in groups of {PACKED_ROWS}, each group's head (4096 b0, + 256 b1, + 16 b2, "
+              f"+ b3: running sums) then its words, depth {accum_depth}, four rows' "
               f"nibbles per 16-bit lane */\n"
               + c_array("uint32_t", sname, stream, 6, lambda v: f"0x{int(v):08x}u")]
     const_bytes = 4 * stream.size
@@ -121,7 +142,9 @@ def lower_fully_connected_s4_mm(op: Operator, model: TFLiteModel, pname: str, ke
               f"    .output_depth = {output_depth}u,\n"
               f"    .accum_depth = {accum_depth}u,\n"
               f"    .output_offset = {out.zero_point},\n"
-              f"    .output_shift = {shift},\n}};\n")
+              f"    .output_shift = {shift},\n"
+              f"    .block = {block}u,\n"
+              f"    .xshift = {xshift}u,\n}};\n")
     call = (f"qe_fully_connected_s4_mm(&{pname}, (const int8_t *)@T{x.index}@, {sname}, "
             f"(int8_t *)@T{out.index}@);")
     ref_bytes = int4_reference_bytes(w, bias)
