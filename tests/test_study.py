@@ -520,6 +520,32 @@ def test_a_board_cell_makes_its_model_when_the_cell_came_before(tmp_path):
     assert row["bit_exact"] is True and row["matches_reference"] is True
 
 
+def test_a_retrained_run_that_is_not_the_recorded_policy_is_said(tmp_path):
+    """A run trained again while its run row was done (its directory gone): the same policy is
+    silent; another one (training that is not deterministic) is said, with the --redo to run."""
+    from helpers_models import EXAMPLE_RUN, cached_example_study
+    from quarl_edge.core.nets import weighted_layers
+    from quarl_edge.core.run import load_keras, load_run
+    from quarl_edge.study.analysis import weight_stats
+    from quarl_edge.study.cells import _check_retrained, _Run
+    from quarl_edge.study.results import jsonable
+    out = tmp_path / "out"
+    cfg = cached_example_study(out, ["host"], name="again", schemes=["int8"])
+    (g,) = plan(load_study(cfg))
+    info = load_run(EXAMPLE_RUN)
+    stats = weight_stats(weighted_layers(load_keras(EXAMPLE_RUN)))
+    run = _Run(EXAMPLE_RUN, False, info, 0.0, [], None, True, False, None, [], None, stats)
+    row = {"kind": "run", "study": "again", "algo": "dqn", "env": "CartPole-v1", "seed": 0,
+           "status": "ok", "best_validation_return": info["best_greedy_return"],
+           "weights": jsonable(stats)}
+    for recorded, said in ((row, []), ({**row, "best_validation_return": -1.0}, [1])):
+        (out / "results.jsonl").write_text(json.dumps(recorded) + "\n")
+        lines = []
+        _check_retrained(g, run, out, lines.append)
+        assert len(lines) == len(said), lines
+    assert "not the recorded policy" in lines[0] and "--redo dqn/CartPole-v1" in lines[0]
+
+
 # ------------------------------------------------------------------------------ per-op cells
 PEROP_STUDY = """
 [study]

@@ -44,7 +44,7 @@ from ..targets.boards import get_board
 from .analysis import (batch_runner, evaluate_runner, gaussian_policy_kl, policy_kl,
                        random_policy_return, weight_quantiles, weight_stats)
 from .plan import BOARD_KINDS, QAT_SCHEMES, Group, family, not_applicable, run_dir_name
-from .results import jsonable, us_per_inference
+from .results import jsonable, latest_rows, read_results, results_file, us_per_inference
 
 
 STUDY_TRAIN = "study-train.json"    # RUN/study-train.json: the training budget a study asked for
@@ -113,11 +113,31 @@ def run_group(group: Group, out: Path, done: set, emit: Callable[[dict], None],
         run = _train_or_reuse(group, run_dir, log)
         if ("run", algo, env_id, seed) in pending:
             emit(_run_row(group, run, base))
+        elif not run.cached:
+            _check_retrained(group, run, out, log)
         _scheme_cells(group, run, pending, base, emit)
         _sweep_points(group, run, pending, base, emit)
     if boards:
         for k in board_keys:
             emit(run_on_board(group, k, out))
+
+
+def _check_retrained(group: Group, run: "_Run", out: Path, log: Callable[[str], None]) -> None:
+    """A run trained again whose run row was done before (its directory was gone): say so when
+    the policy is not the recorded one (its best validation return or its weights' statistics
+    differ: training that is not deterministic, e.g. SAC's or a CNN's on TensorFlow's CPU
+    kernels), since the run's earlier rows are then of another policy than its new ones."""
+    prior = latest_rows(read_results(results_file(out))).get(
+        ("run", group.algo, group.env, group.seed))
+    if prior is None:
+        return
+    same = (prior.get("best_validation_return") == run.info.get("best_greedy_return")
+            and prior.get("weights") == json.loads(json.dumps(jsonable(run.stats))))
+    if not same:
+        log(f"{group.algo} {group.env} seed {group.seed}: retrained, and not the recorded policy "
+            f"(best validation return {run.info.get('best_greedy_return')} against "
+            f"{prior.get('best_validation_return')}): its earlier rows are of the other one; "
+            f"make them again with --redo {group.algo}/{group.env}")
 
 
 def run_on_board(group: Group, key: tuple, out: Path) -> dict:
