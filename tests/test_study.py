@@ -503,6 +503,7 @@ def test_board_cells_locally_resume_and_a_board_too_small_is_a_row(tmp_path, mon
     assert len(read_results(out / "results.jsonl")) == len(rows)
 
 
+@pytest.mark.long
 def test_a_board_cell_makes_its_model_when_the_cell_came_before(tmp_path):
     """A board added to a study, or a run trained again on --resume, meets board cells whose
     scheme cell was done in an earlier run: the board cell quantizes the model as the cell
