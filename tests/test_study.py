@@ -241,7 +241,7 @@ def _check_redo(out: Path) -> None:
     assert len(rows) == 30 and rows[20]["kind"] == "run" and rows[20]["cached"] is True
     assert rows[20]["fp32_return"] == rows[10]["fp32_return"]
     p = _smoke_study(out, "--resume", "--redo", "dqn/Pendulum-v1")
-    assert p.returncode == 2 and "--redo dqn/Pendulum-v1: not a task of smoke" in p.stderr
+    assert p.returncode == 2 and "--redo dqn/Pendulum-v1: not a task (or task/sSEED run) of smoke" in p.stderr
 
 
 @pytest.mark.long
@@ -544,7 +544,24 @@ def test_a_retrained_run_that_is_not_the_recorded_policy_is_said(tmp_path):
         lines = []
         _check_retrained(g, run, out, lines.append)
         assert len(lines) == len(said), lines
-    assert "not the recorded policy" in lines[0] and "--redo dqn/CartPole-v1" in lines[0]
+    assert "not the recorded policy" in lines[0] and "--redo dqn/CartPole-v1/s0" in lines[0]
+
+
+def test_redo_names_a_task_or_one_run_of_it(tmp_path):
+    """--redo ALGO/ENV forgets every row of the task, ALGO/ENV/sSEED those of one run."""
+    from quarl_edge.study.grid import forget_rows
+    cfg = _write(tmp_path, GOOD.replace("seeds = [0]", "seeds = [0, 1]"))
+    groups = plan(load_study(cfg))
+    every = {tuple(k): {} for g in groups for k in g.keys}
+    for redo, left in ((["dqn/CartPole-v1"], set()), (["dqn/CartPole-v1/s1"], {0})):
+        done = dict(every)
+        forget_rows(groups, tmp_path, done, redo, lambda s: None)
+        assert {k[3] for k in done} == left
+    p = subprocess.run(CLI + ["study", str(cfg), "--out", str(tmp_path / "o"), "--resume",
+                              "--redo", "dqn/CartPole-v1/s7"],
+                       capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=120)
+    assert p.returncode == 2 and "--redo dqn/CartPole-v1/s7: not a task (or task/sSEED run)" \
+        in p.stderr
 
 
 # ------------------------------------------------------------------------------ per-op cells

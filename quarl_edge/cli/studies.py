@@ -27,8 +27,8 @@ def _add_study(sub) -> None:
     s.add_argument("config", metavar="CONFIG.toml", help="the study (studies/*.toml)")
     s.add_argument("--workers", type=positive_int, default=1, help="parallel processes (one run each)")
     s.add_argument("--resume", action="store_true", help="continue OUT/results.jsonl")
-    s.add_argument("--redo", action="append", default=[], metavar="ALGO/ENV",
-                   help="with --resume: make this task's rows again (e.g. after the evaluation "
+    s.add_argument("--redo", action="append", default=[], metavar="ALGO/ENV[/sSEED]",
+                   help="with --resume: make this task's (or this run's) rows again (e.g. after the evaluation "
                         "changed), reusing its trained runs; repeatable")
     s.add_argument("--out", default=None, metavar="DIR",
                    help="output directory (default: results/<study name>)")

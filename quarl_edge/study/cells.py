@@ -137,7 +137,7 @@ def _check_retrained(group: Group, run: "_Run", out: Path, log: Callable[[str], 
         log(f"{group.algo} {group.env} seed {group.seed}: retrained, and not the recorded policy "
             f"(best validation return {run.info.get('best_greedy_return')} against "
             f"{prior.get('best_validation_return')}): its earlier rows are of the other one; "
-            f"make them again with --redo {group.algo}/{group.env}")
+            f"make them again with --redo {group.algo}/{group.env}/s{group.seed}")
 
 
 def run_on_board(group: Group, key: tuple, out: Path) -> dict:

@@ -17,7 +17,7 @@ run_study is the driver; each step is a module of this package:
 
 `--resume` skips every row already in the file whose status is ok or skipped (errors are tried
 again); a last line cut by a kill is dropped. `--redo ALGO/ENV` makes that task's rows again
-(after a change to the evaluation), reusing its trained runs. Without --resume an existing
+(after a change to the evaluation), reusing its trained runs; `--redo ALGO/ENV/sSEED` one run's. Without --resume an existing
 non-empty results file is refused. The report (report.py) keeps the last row per key.
 """
 from __future__ import annotations
@@ -79,9 +79,11 @@ def run_study(config: Path, out: Path | None = None, workers: int = 1, resume: b
     line per event and finished row; `progress` draws a bar over the rows on stderr."""
     study = load_study(config)
     tasks = {f"{t.algo}/{t.env}" for t in study.tasks}
-    unknown = sorted(set(redo) - tasks)
+    runs = {f"{t.algo}/{t.env}/s{seed}" for t in study.tasks for seed in t.seeds}
+    unknown = sorted(set(redo) - tasks - runs)
     if unknown:
-        raise QuarlError(f"--redo {', '.join(unknown)}: not a task of {study.name}; its tasks: "
+        raise QuarlError(f"--redo {', '.join(unknown)}: not a task (or task/sSEED run) of "
+                         f"{study.name}; its tasks: "
                          f"{', '.join(sorted(tasks))}")
     out = Path(out) if out else Path("results") / study.name
     if workers < 1:
@@ -177,11 +179,11 @@ def rows_done(rows: dict, groups: list[Group], out: Path, redo, say: Callable[[s
 
 def forget_rows(groups: list[Group], out: Path, done: dict, redo, say: Callable[[str], None]
                 ) -> None:
-    """Drop from `done` the rows to make again: those of the tasks named in `redo`, and those
-    of every run trained with other hyperparameters than its group would train now (the run is
-    then retrained)."""
+    """Drop from `done` the rows to make again: those of the tasks and runs named in `redo`
+    ("algo/env", "algo/env/sSEED"), and those of every run trained with other hyperparameters
+    than its group would train now (the run is then retrained)."""
     for g in groups:
-        if f"{g.algo}/{g.env}" not in redo:
+        if f"{g.algo}/{g.env}" not in redo and f"{g.algo}/{g.env}/s{g.seed}" not in redo:
             changed = stale_hyperparameters(out / "runs" / run_dir_name(g.algo, g.env, g.seed), g)
             if not changed or not any(tuple(k) in done for k in g.keys):
                 continue
