@@ -6,7 +6,9 @@ variants' int4 layouts) and with this tree's ("after"). Every figure is measured
 Models: the example CartPole DQN run (examples/cartpole_dqn: its int8.tflite, and its fp32.tflite
 quantized to int8x4 on its calibration.npy with quarl_edge.quant.lowbit.int4_weights, as
 `quantize --scheme int8x4` does) and a larger MLP, 8 -> 128 -> 128 -> 4 with ReLU and random
-weights, built as benchmarks/speed.py builds its mlpN (tests/helpers_models.py, seed 128).
+weights, built as benchmarks/speed.py builds its mlpN (tests/helpers_models.py, seed 128), and
+(`--models minatar`) MinAtar's DQN shape, benchmarks/speed.py's minatar (10x10x4, conv 3x3 x 16,
+FC 1,024 -> 128 -> 6, random weights; int8x4 packs both FCs and keeps the conv int8).
 
 "Before" runs in a subprocess on the a52f18d tree (git archive of quarl_edge/, quarl_edge/converters/,
 firmware/, boards/ into a temporary directory, imported through PYTHONPATH with QUARL_EDGE_HOME
@@ -52,6 +54,15 @@ def make_models(tmp: Path) -> dict[str, dict[str, Path]]:
     out["mlp128"] = {"int8": tmp / "mlp128_int8.tflite", "int8x4": tmp / "mlp128_int8x4.tflite"}
     out["mlp128"]["int8"].write_bytes(convert(mlp, "int8", mcal))
     out["mlp128"]["int8x4"].write_bytes(int4_weights(convert(mlp, "float"), mcal))
+    # MinAtar's DQN shape (benchmarks/speed.py --models minatar, the same model and frames):
+    # the FC 1,024 -> 128 is the deep int4 layer (the conv stays int8)
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from speed import minatar_keras
+    net, frames = minatar_keras()
+    out["minatar"] = {"int8": tmp / "minatar_int8.tflite", "int8x4": tmp / "minatar_int8x4.tflite"}
+    out["minatar"]["int8"].write_bytes(convert(net, "int8", frames))
+    out["minatar"]["int8x4"].write_bytes(int4_weights(convert(net, "float"), frames))
+    np.save(tmp / "minatar_obs.npy", frames[1])
     np.save(tmp / "cartpole_obs.npy", cal[0])
     np.save(tmp / "mlp128_obs.npy", mcal[0])
     return out

@@ -13,12 +13,20 @@
  *
  * Why the integers are the reference's, bit for bit: every product is exact (|4096 w| <= 32768,
  * |x + io| <= 255), and SMLAD adds in 32 bits; the sum is 4096 times the reference's
- * sum_d w (x + io), and |that| <= accum_depth * 8 * 255 * 4096 < 2^31 for accum_depth <= 256,
- * so no partial sum overflows in any order and dividing by 4096 is exact. The weights' offset
- * (-zero point) is folded in as in fully_connected.c's variant: + offset * sum_d (x + io). Odd
- * depths (rows that start mid-byte) and depths over 256 run the reference. A depth that is not a
- * multiple of 8 ends in a group padded with zero inputs: the nibbles read past a row's end (the
- * next row's; at the array's end a word filled only from the row's own bytes) add 0. */
+ * sum_d w (x + io), and |that| <= 256 * 8 * 255 * 4096 < 2^31 over a block of at most 256 inputs
+ * (QE_S4_DSP_BLOCK), so no partial sum overflows in any order and dividing it by 4096 is exact.
+ * Deeper rows (issue 39: MinAtar's FC 1,024 -> 128, which ran the reference at 4.1x int8's
+ * cost) are cut into such blocks, each block's exact sum added into an int32 accumulator per
+ * row, and the output stage runs once at the end: the same integer as the reference's. Why
+ * blocks and not one buffer: the widened input takes 2 bytes an input, so a block's 256 inputs
+ * (512 B) and the accumulators of QE_S4_DSP_ROWS rows (256 B) bound the stack for any depth; the
+ * rows are taken QE_S4_DSP_ROWS at a time, each block widened once per such chunk (~2
+ * instructions an input, against 128 rows x 1 MAC an input). The weights' offset (-zero point)
+ * is folded in as in fully_connected.c's variant: + offset * sum_d (x + io). Odd depths (rows
+ * that start mid-byte) run the reference. A depth that is not a multiple of 8 ends in a group
+ * padded with zero inputs: the nibbles read past a row's end (the next row's; at the array's end
+ * a word filled only from the row's own bytes) add 0; every earlier block is 32 whole words of
+ * its row. */
 #include <stddef.h>
 #include <stdint.h>
 
@@ -35,7 +43,8 @@
 
 #if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
 
-#define QE_S4_DSP_MAX_DEPTH 256u
+#define QE_S4_DSP_BLOCK 256u        /* inputs a block: 4096 |sum| < 2^31 (above) */
+#define QE_S4_DSP_ROWS 64u          /* rows a chunk: their int32 accumulators on the stack */
 
 /* x + io as int16 pairs in the lane order above, for ceil(n / 8) groups of 8: the last group's
  * lanes past the depth are 0, so the weights' bytes read beyond a row (the next row's, or a
@@ -122,16 +131,17 @@ void qe_fully_connected_s4(const qe_fc_s8_params_t *p, const int8_t *input,
                            const QE_FLASH uint8_t *weights, const QE_FLASH int32_t *bias,
                            int8_t *output)
 {
-    const uint32_t n = p->accum_depth, rows = p->output_depth, groups = (n + 7u) / 8u;
+    const uint32_t n = p->accum_depth, rows = p->output_depth;
     const uint32_t row_bytes = n / 2u, total = rows * row_bytes;
     const int32_t io = p->input_offset;
-    uint32_t pairs[QE_S4_DSP_MAX_DEPTH / 2u];
+    uint32_t pairs[QE_S4_DSP_BLOCK / 2u];
+    int32_t acc[QE_S4_DSP_ROWS];
     requant_t rq;
     requant_mm_t mm;
     int mode;
-    uint32_t b, o;
+    uint32_t b, c, d0, o;
 
-    if ((n & 1u) != 0u || n > QE_S4_DSP_MAX_DEPTH) {
+    if ((n & 1u) != 0u) {
         qe_fully_connected_s4_reference(p, input, weights, bias, output);
         return;
     }
@@ -144,32 +154,45 @@ void qe_fully_connected_s4(const qe_fc_s8_params_t *p, const int8_t *input,
         const int8_t *in = input + b * n;
         int8_t *out = output + b * rows;
         const int32_t base = (p->filter_offset != 0) ? p->filter_offset * sum_inputs(in, n, io) : 0;
-        widen_s4_inputs(in, n, groups, io, pairs);
-        for (o = 0; o < rows; o += 2u) {
-            /* n even: rows start on a byte; an odd last row pairs with itself */
-            const uint8_t *w0 = weights + o * row_bytes;
-            const uint8_t *w1 = (o + 1u < rows) ? w0 + row_bytes : w0;
-            /* the groups whose 4-byte words lie inside the array for both rows */
-            const uint32_t inside = ((uint32_t)(w1 - weights) + 4u * groups <= total) ? groups
-                                                                                     : groups - 1u;
-            int32_t acc[2];
-            uint32_t r;
-            dot_s4_2rows(w0, w1, pairs, inside, acc);
-            if (inside < groups) {
-                const uint32_t last = row_bytes - 4u * inside;      /* 1..4 */
-                acc[0] = dot_s4_word(load_u32_end(w0 + 4u * inside, last), pairs + 4u * inside,
-                                     acc[0]);
-                acc[1] = dot_s4_word(load_u32_end(w1 + 4u * inside, last), pairs + 4u * inside,
-                                     acc[1]);
+        for (c = 0; c < rows; c += QE_S4_DSP_ROWS) {          /* a chunk of rows */
+            const uint32_t c_end = (rows - c > QE_S4_DSP_ROWS) ? c + QE_S4_DSP_ROWS : rows;
+            for (o = c; o < c_end; ++o) {
+                acc[o - c] = base;
             }
-            for (r = 0; r < 2u && o + r < rows; ++r) {
-                /* exact: a multiple of 4096 (see above) */
-                int32_t a = base + acc[r] / 4096;
-                if (bias != QE_FLASH_NULL) {
-                    a += bias[o + r];
+            for (d0 = 0; d0 < n; d0 += QE_S4_DSP_BLOCK) {     /* a block of inputs */
+                const uint32_t k = (n - d0 > QE_S4_DSP_BLOCK) ? QE_S4_DSP_BLOCK : n - d0;
+                const uint32_t groups = (k + 7u) / 8u;
+                widen_s4_inputs(in + d0, k, groups, io, pairs);
+                for (o = c; o < c_end; o += 2u) {
+                    /* n even: rows start on a byte; an odd last row pairs with itself */
+                    const uint8_t *w0 = weights + o * row_bytes + d0 / 2u;
+                    const uint8_t *w1 = (o + 1u < rows) ? w0 + row_bytes : w0;
+                    /* the groups whose 4-byte words lie inside the array for both rows */
+                    const uint32_t inside = ((uint32_t)(w1 - weights) + 4u * groups <= total)
+                                                ? groups : groups - 1u;
+                    int32_t a[2];
+                    dot_s4_2rows(w0, w1, pairs, inside, a);
+                    if (inside < groups) {              /* the array's end: the last block */
+                        const uint32_t last = k / 2u - 4u * inside;      /* 1..4 bytes */
+                        a[0] = dot_s4_word(load_u32_end(w0 + 4u * inside, last),
+                                           pairs + 4u * inside, a[0]);
+                        a[1] = dot_s4_word(load_u32_end(w1 + 4u * inside, last),
+                                           pairs + 4u * inside, a[1]);
+                    }
+                    /* exact: multiples of 4096 (see above); an odd last row's a[1] is unused */
+                    acc[o - c] += a[0] >> 12;          /* gcc's >> is ASR */
+                    if (o + 1u < c_end) {
+                        acc[o + 1u - c] += a[1] >> 12;
+                    }
                 }
-                out[o + r] = (mode != REQUANT_MM_NONE) ? requant_mm_s8(&mm, a, mode == REQUANT_MM_FIX)
-                                                       : requant_s8(&rq, a);
+            }
+            for (o = c; o < c_end; ++o) {
+                int32_t v = acc[o - c];
+                if (bias != QE_FLASH_NULL) {
+                    v += bias[o];
+                }
+                out[o] = (mode != REQUANT_MM_NONE) ? requant_mm_s8(&mm, v, mode == REQUANT_MM_FIX)
+                                                   : requant_s8(&rq, v);
             }
         }
     }
