@@ -7,7 +7,8 @@ for one-batch depths that are multiples of 4 with a stage it covers, on the s4 m
 (qe_fully_connected_s4_mm, pack_fc_s4_mm: its asm on mps2-an386, its right-shift, sign-fix,
 left-shift blocks and both MAC loops). All outputs must be equal, so the layout's packing, its portable definition and the asm are checked
 against the kernel that test_int4_golden.py checks against TF Lite Micro. Shapes: depths 1..300
-(odd, not multiples of 4 or 8; over 128 only TFLite's packing), 1..70 rows (not multiples of 2, 4
+(odd, not multiples of 4 or 8; over 128 only TFLite's packing) and deep_cases' 1,002 and 1,024
+(the dsp variant's blocks of 256 inputs), 1..70 rows (not multiples of 2, 4
 or 8), 1-3 batches; offsets, biases, multipliers and shifts at their extremes, the accumulators
 at the generator's bound; output stages requant_mm_t's and the left shifts' (the asm groups) and
 the others.
@@ -277,10 +278,41 @@ def entry_mm_cases() -> list[S4Case]:
     return out
 
 
+def deep_cases() -> list[S4Case]:
+    """FCs deeper than the dsp variant's 256-input block (MinAtar's 1,024 -> 128 shape: issue 39),
+    which it sums block by block in int32, QE_S4_DSP_ROWS (64) rows a chunk: 1,024 deep (whole
+    blocks) with every weight -8 and every x + io -255 or 255 (each block's 4096-scaled sum at
+    its bound, 2^31 - 2^23, and the total's sign both ways), random ones at 1,024; 1,002 (a last
+    block of 234 inputs ending mid-word at the array's end, two batches, an odd row count); 300
+    with 70 rows (two chunks, the second's last row pairing with itself); 301 (odd: the
+    reference). Both output stages."""
+    rng = np.random.default_rng(41)
+    out = []
+    for k, (batches, depth, rows) in enumerate([(1, 1024, 5), (1, 1024, 5), (1, 1024, 9),
+                                                 (2, 1002, 3), (1, 300, 70), (3, 300, 9),
+                                                 (1, 301, 4)]):
+        x = rng.integers(-128, 128, batches * depth).astype(np.int8)
+        w = rng.integers(-8, 8, rows * depth).astype(np.int8)
+        io = int(rng.integers(-127, 129))
+        if k < 2:                       # the extremes: w' x' = +-2040 for every input
+            w[:] = -8
+            x[:] = [-128, 127][k]
+            io = [-127, 128][k]
+        bias = rng.integers(-1 << 20, 1 << 20, rows).astype(np.int32) if k % 3 else None
+        acc = (w.reshape(rows, depth).astype(np.int64)
+               @ (x.reshape(batches, depth).astype(np.int64) + io).T)
+        fit = int(np.floor(np.log2(100.0 / max(int(np.abs(acc).max()), 1))))
+        right = k % 2 == 0              # requant_mm_t's stage, else the general one (act range)
+        out.append(S4Case(batches, depth, rows, io, 0, [-128, 5][k % 2],
+                          int(rng.integers(1 << 30, INT32_MAX)), int(np.clip(fit, -31, -1)),
+                          -128 if right else -100, 127 if right else 90, x, w, bias, k % 4))
+    return out
+
+
 BLOCKS = 10                 # fc_s4_check.c's output blocks per case
 CASES = (edge_cases() + [random_case(np.random.default_rng(1000 + k)) for k in range(300)]
          + [random_case(np.random.default_rng(2000 + k), mm=True) for k in range(120)]
-         + left_mm_cases() + entry_mm_cases())
+         + left_mm_cases() + entry_mm_cases() + deep_cases())
 
 
 def outputs(cases, out: bytes) -> list[list[bytes]]:

@@ -66,7 +66,7 @@ void qe_fully_connected_s4_avr_reference(const qe_fc_s8_avr_params_t *p, const i
 #define MAX_AVR 2048u
 #define MAX_MM 256u
 #else
-#define MAX_IN 1024u
+#define MAX_IN 2048u                /* deep_cases: 2 batches of 1,002 */
 #define MAX_OUT 256u
 #define MAX_WB 10752u
 #define MAX_STREAM 3072u
