@@ -94,7 +94,7 @@ def test_minatar_shaped_int8x4_dqn_is_bit_exact_on_mps2_an386(tmp_path):
     model.write_bytes(int4_weights(convert(net, "float"), frames))
     res = validate(model, get_board("mps2-an386"), tmp_path / "fw", random_n=20)
     model_c = (tmp_path / "fw" / "gen" / "model.c").read_text()
-    assert "qe_fully_connected_s4(" in model_c and ".accum_depth = 1024" in model_c
+    assert "qe_fully_connected_s4_packed(" in model_c and ".padded_depth = 1024u" in model_c
     assert res["bit_exact"] and res["mismatches"] == 0 and res["n"] == 20
 
 

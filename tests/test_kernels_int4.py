@@ -7,8 +7,8 @@ for one-batch depths that are multiples of 4 with a stage it covers, on the s4 m
 (qe_fully_connected_s4_mm, pack_fc_s4_mm: its asm on mps2-an386, its right-shift, sign-fix,
 left-shift blocks and both MAC loops). All outputs must be equal, so the layout's packing, its portable definition and the asm are checked
 against the kernel that test_int4_golden.py checks against TF Lite Micro. Shapes: depths 1..300
-(odd, not multiples of 4 or 8; over 128 only TFLite's packing) and deep_cases' 1,002 and 1,024
-(the dsp variant's blocks of 256 inputs), 1..70 rows (not multiples of 2, 4
+(odd, not multiples of 4 or 8; over 128 the layout padded to a multiple of 8, pack_fc_s4_deep)
+and deep_cases' 1,002 and 1,024 (the dsp variant's blocks), 1..70 rows (not multiples of 2, 4
 or 8), 1-3 batches; offsets, biases, multipliers and shifts at their extremes, the accumulators
 at the generator's bound; output stages requant_mm_t's and the left shifts' (the asm groups) and
 the others.
@@ -39,7 +39,7 @@ from quarl_edge.converters.ops.optimized.avr.fully_connected_s4 import (acc_boun
                                                                         avr_s4_stream)
 from quarl_edge.converters.ops.optimized.cortex_m0.fully_connected_s4 import s4_pairs_stream
 from quarl_edge.converters.ops.optimized.cortex_m_dsp.fully_connected_s4 import (
-    pack_fc_s4_mm, pack_fc_s4_weights, s4_mm_block, s4_mm_entry, s4_mm_mode)
+    pack_fc_s4_deep, pack_fc_s4_mm, pack_fc_s4_weights, s4_mm_block, s4_mm_entry, s4_mm_mode)
 
 CHECK_S4 = Path(__file__).parent / "c" / "fc_s4_check.c"
 DSP_S4 = FW / "core" / "kernels" / "optimized" / "cortex-m-dsp" / "fully_connected_s4.c"
@@ -69,11 +69,11 @@ class S4Case:
     misalign: int
 
     def stream(self):
-        if self.depth > PACKED_MAX_DEPTH:
-            return None, 0
+        """The dsp variant's int4 layout as the generator gives it (deeper than the packed
+        kernels' 128: padded to a multiple of 8, run in blocks), or (None, 0)."""
+        pack = pack_fc_s4_deep if self.depth > PACKED_MAX_DEPTH else pack_fc_s4_weights
         try:
-            return pack_fc_s4_weights(self.w.reshape(self.rows, self.depth), self.bias,
-                                      self.io, self.fo)
+            return pack(self.w.reshape(self.rows, self.depth), self.bias, self.io, self.fo)
         except ValueError:          # w + filter_offset outside int4: TFLite's packing only
             return None, 0
 
@@ -115,7 +115,8 @@ class S4Case:
         """(qe_fc_s4_mm_params_t's fields, the s4 mm stream) where the generator would give it
         (one batch, depth a multiple of 4 within the layout, a stage s4_mm_mode covers, the
         stream's bounds), else None."""
-        if self.batches != 1 or self.depth % 4 or self.stream()[0] is None:
+        if (self.batches != 1 or self.depth % 4 or self.depth > PACKED_MAX_DEPTH
+                or self.stream()[0] is None):
             return None
         mode = s4_mm_mode(self.mult, self.shift, self.out_offset, self.act_min, self.act_max)
         if mode is None:
@@ -279,18 +280,21 @@ def entry_mm_cases() -> list[S4Case]:
 
 
 def deep_cases() -> list[S4Case]:
-    """FCs deeper than the dsp variant's 256-input block (MinAtar's 1,024 -> 128 shape: issue 39),
-    which it sums block by block in int32, QE_S4_DSP_ROWS (64) rows a chunk: 1,024 deep (whole
-    blocks) with every weight -8 and every x + io -255 or 255 (each block's 4096-scaled sum at
-    its bound, 2^31 - 2^23, and the total's sign both ways), random ones at 1,024; 1,002 (a last
-    block of 234 inputs ending mid-word at the array's end, two batches, an odd row count); 300
-    with 70 rows (two chunks, the second's last row pairing with itself); 301 (odd: the
-    reference). Both output stages."""
+    """FCs deeper than 128 (MinAtar's 1,024 -> 128 shape: issue 39), which the dsp variant runs
+    in blocks summed in int32: on TFLite's packing blocks of 256 inputs, QE_S4_DSP_ROWS (64) rows
+    a chunk; on the int4 layout (pack_fc_s4_deep) blocks of 128, QE_S4_DEEP_ROWS (128) rows a
+    chunk. 1,024 deep (whole blocks) with every weight -8 and every x + io -255 or 255 (a
+    256-block's 4096-scaled sum at its bound, 2^31 - 2^23; the layout's sums at their largest;
+    the total's sign both ways), random ones at 1,024; 1,002 (last blocks of 234 and 106 inputs,
+    ending mid-word at the array's end, two batches, an odd row count); 300 with 70 rows (two
+    chunks of TFLite's packing, the second's last row pairing with itself); 136 with 130 rows
+    (two chunks of the layout, the second a padded group); 301 (odd: the reference on TFLite's
+    packing, the layout's last pair of quads half padding). Both output stages."""
     rng = np.random.default_rng(41)
     out = []
-    for k, (batches, depth, rows) in enumerate([(1, 1024, 5), (1, 1024, 5), (1, 1024, 9),
+    for k, (batches, depth, rows) in enumerate([(1, 1024, 5), (1, 1024, 5), (1, 1024, 7),
                                                  (2, 1002, 3), (1, 300, 70), (3, 300, 9),
-                                                 (1, 301, 4)]):
+                                                 (1, 301, 4), (1, 136, 130)]):
         x = rng.integers(-128, 128, batches * depth).astype(np.int8)
         w = rng.integers(-8, 8, rows * depth).astype(np.int8)
         io = int(rng.integers(-127, 129))

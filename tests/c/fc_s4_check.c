@@ -70,14 +70,18 @@ void qe_fully_connected_s4_avr_reference(const qe_fc_s8_avr_params_t *p, const i
 #define MAX_OUT 256u
 #define MAX_WB 10752u
 #define MAX_STREAM 3072u
+#define MAX_DSP 4096u               /* deep_cases: 136 x 130 rows, 2,376 words */
 #define MAX_AVR 12288u
 #define MAX_MM (MAX_STREAM / 2u)
+#endif
+#ifndef MAX_DSP
+#define MAX_DSP (MAX_STREAM / 2u)   /* the dsp layout's words */
 #endif
 
 static int8_t input_buf[MAX_IN + 4];
 static uint8_t weights[MAX_WB];
 static int32_t bias[MAX_OUT];
-static uint32_t stream[MAX_STREAM / 2u], pairs[MAX_STREAM];
+static uint32_t stream[MAX_DSP], pairs[MAX_STREAM];
 static uint8_t avr_stream[MAX_AVR];
 static int32_t avr_bias[MAX_OUT + 4u];
 static uint32_t mm_stream[MAX_MM];
@@ -102,7 +106,7 @@ int main(void)
         int8_t *const in = input_buf + (h[14] & 3);
         const int has_bias = h[11] != 0;
         uint32_t k;
-        if (batches * depth > MAX_IN || wbytes > MAX_WB || outs > MAX_OUT || words > MAX_STREAM / 2u
+        if (batches * depth > MAX_IN || wbytes > MAX_WB || outs > MAX_OUT || words > MAX_DSP
             || pwords > MAX_STREAM || rows > MAX_OUT || batches == 0u || depth == 0u
             || rows == 0u || !io_read(in, batches * depth) || !io_read(weights, wbytes)
             || (has_bias && !io_read(bias, 4u * rows)) || !io_read(stream, 4u * words)
