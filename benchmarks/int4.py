@@ -16,7 +16,8 @@ pointing at it): the same models, boards and input, only the generator and kerne
 hifive1 builds with the rv32 kernel variant in both (its board file sets it since issue 41; at a52f18d
 it still said reference).
 
-    .venv/bin/python benchmarks/int4.py [--boards mps2-an386,...] [--md results/bench/int4.md]
+    .venv/bin/python benchmarks/int4.py [--boards mps2-an386,...] [--models cartpole,mlp128,minatar]
+        [--md results/bench/int4.md]
 """
 from __future__ import annotations
 
@@ -86,10 +87,16 @@ def measure(jobs: list[dict]) -> list[dict]:
                 obs = np.load(j["obs"])
                 s.link.infer([obs.reshape(spec.shape).astype(spec.dtype)])
                 st = s.link.bench(5)
-                assert st.min == st.max, f"{board.id}: costs vary ({st.min}..{st.max})"
+                # MinAtar's model on microbit and hifive1 gives BENCH counts that vary (up to
+                # ~34,000 more than the minimum, int8 and int8x4, reference kernels too; see
+                # benchmarks/speed.py's VARYING_OK): its minimum, the spread noted under the table
+                assert st.min == st.max or j["model"] == "minatar", \
+                    f"{board.id}: costs vary ({st.min}..{st.max})"
                 mem = s.memory()
                 row.update(cost=int(st.min), unit=board.cost_unit, flash=mem.get("flash_bytes"),
                            weights=mem.get("weights_bytes"))
+                if st.min != st.max:
+                    row["max"] = int(st.max)
         except Exception as e:              # a build that does not fit is a row too
             row["error"] = str(e).splitlines()[0][:160]
         print(json.dumps(row), file=sys.stderr, flush=True)
@@ -147,6 +154,10 @@ def table(before: list[dict], after: list[dict], boards: list[str], models: list
             for r in (i8a, x4b, x4a):
                 if r is not None and "error" in r:
                     notes.append(f"{m} {b} {r['scheme']}: {r['error']}")
+                if r is not None and "max" in r:
+                    notes.append(f"{m} {b} {r['scheme']}{' before' if r is x4b else ''}: BENCH "
+                                 f"counts vary, {r['cost']:,}..{r['max']:,}; the table has the "
+                                 f"minimum")
             unit = next((r["unit"] for r in (i8a, x4a, x4b) if ok(r)), "")
             ratio = f"{x4a['cost'] / i8a['cost']:.2f}x" if ok(x4a) and ok(i8a) else "—"
             gain = f"{x4b['cost'] / x4a['cost']:.2f}x" if ok(x4a) and ok(x4b) else "—"
@@ -161,7 +172,7 @@ def table(before: list[dict], after: list[dict], boards: list[str], models: list
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--boards", default=",".join(BOARDS))
-    ap.add_argument("--models", default="cartpole,mlp128")
+    ap.add_argument("--models", default="cartpole,mlp128,minatar")
     ap.add_argument("--md", type=Path, default=ROOT / "results" / "bench" / "int4.md")
     a = ap.parse_args()
     boards, models = a.boards.split(","), a.models.split(",")

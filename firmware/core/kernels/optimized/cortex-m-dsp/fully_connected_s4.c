@@ -36,10 +36,12 @@
 #define qe_fully_connected_s4 qe_fully_connected_s4_reference
 #define qe_fully_connected_s4_packed qe_fully_connected_s4_packed_reference
 #define qe_fully_connected_s4_mm qe_fully_connected_s4_mm_reference
+#define qe_fully_connected_s4_deep qe_fully_connected_s4_deep_reference
 #include "../../fully_connected_s4.c"
 #undef qe_fully_connected_s4
 #undef qe_fully_connected_s4_packed
 #undef qe_fully_connected_s4_mm
+#undef qe_fully_connected_s4_deep
 
 #if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
 
@@ -434,21 +436,13 @@ __attribute__((noinline)) static void s4_packed_other(const qe_fc_s8_packed_para
     }
 }
 
-/* the int4 layout deeper than QE_FC_PACKED_MAX_DEPTH (below, after the s4 mm stream's MAC loop,
- * which it reuses) */
-static void s4_packed_deep(const qe_fc_s8_packed_params_t *p, const int8_t *input,
-                           const QE_FLASH uint32_t *stream, int8_t *output);
-
 void qe_fully_connected_s4_packed(const qe_fc_s8_packed_params_t *p, const int8_t *input,
                                   const QE_FLASH uint32_t *stream, int8_t *output)
 {
     requant_mm_t mm;
     const int mode = requant_mm_init(&mm, p->output_multiplier, p->output_shift,
                                      p->output_offset, p->activation_min, p->activation_max);
-    if (p->padded_depth > QE_FC_PACKED_MAX_DEPTH) {   /* the deep layout (above) */
-        s4_packed_deep(p, input, stream, output);
-        return;
-    }
+
     const uint32_t n = p->accum_depth, rows = p->output_depth;
     const uint32_t whole = rows & ~(QE_FC_PACKED_ROWS - 1u);
     void (*groups)(s4_ctx_t *);
@@ -769,7 +763,8 @@ __attribute__((naked)) void qe_fully_connected_s4_mm(const qe_fc_s4_mm_params_t 
  * instructions per 32 MACs) from accumulators at 0, whose per-block sums are exact in int32 for
  * every int8 input and int4 weight (|x| <= 128, 128 inputs: 4096 |A0| <= 2^29, 256 |A1 + 8 X|
  * <= 256 * 15 * 2^14 < 2^26, the running sums' differences exact mod 2^32), turned into the
- * rows' sums (three SUBs, ASR #12, #8, #4) and added into one int32 accumulator per row. After
+ * rows' sums (three SUBs, ASR #12, #8, #4) and added into one int32 accumulator per row
+ * (qe_fully_connected_s4_deep: the header's own entry for these layers). After
  * the last block the group's bias' and -8 X (rows 1..3: their nibbles are offset binary, w' +
  * 8) are added, then the output stage, once. The accumulators add modulo 2^32 (uint32_t): the
  * result is the reference's int32 accumulator exactly, whatever the partial sums. Rows in
@@ -846,10 +841,8 @@ static int32_t s4_deep_widen(const int8_t *in, uint32_t k, uint32_t pairs, uint3
     return x_sum;
 }
 
-__attribute__((noinline)) static void s4_packed_deep(const qe_fc_s8_packed_params_t *p,
-                                                     const int8_t *input,
-                                                     const QE_FLASH uint32_t *stream,
-                                                     int8_t *output)
+void qe_fully_connected_s4_deep(const qe_fc_s8_packed_params_t *p, const int8_t *input,
+                                const QE_FLASH uint32_t *stream, int8_t *output)
 {
     const uint32_t n = p->accum_depth, rows = p->output_depth;
     const uint32_t weight_words = (uint32_t)p->padded_depth / 2u;
@@ -913,6 +906,12 @@ void qe_fully_connected_s4_packed(const qe_fc_s8_packed_params_t *p, const int8_
                                   const QE_FLASH uint32_t *stream, int8_t *output)
 {
     qe_fully_connected_s4_packed_reference(p, input, stream, output);
+}
+
+void qe_fully_connected_s4_deep(const qe_fc_s8_packed_params_t *p, const int8_t *input,
+                                const QE_FLASH uint32_t *stream, int8_t *output)
+{
+    qe_fully_connected_s4_deep_reference(p, input, stream, output);
 }
 
 #endif /* __ARM_FEATURE_DSP */

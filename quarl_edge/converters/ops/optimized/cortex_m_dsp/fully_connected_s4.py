@@ -3,8 +3,8 @@ cortex-m-dsp/fully_connected_s4.c): an int8 x int4 per-tensor FULLY_CONNECTED wh
 filter_offset are int4 gets the generator's int4 layout (fully_connected_s4.h, pack_fc_s4_weights:
 four rows' nibbles per 16-bit lane, half a byte per weight as TFLite's packing), run by
 qe_fully_connected_s4_packed (or the s4 mm stream where it applies); deeper than PACKED_MAX_DEPTH
-with the depth padded to a multiple of 8 (pack_fc_s4_deep: the kernel runs it in blocks of 128
-inputs); every other one the lowering of the reference boards (quarl_edge/converters/ops/
+with the depth padded to a multiple of 8 (pack_fc_s4_deep), run by qe_fully_connected_s4_deep in
+blocks of 128 inputs; every other one the lowering of the reference boards (quarl_edge/converters/ops/
 fully_connected_s4.py, TFLite's packing)."""
 from __future__ import annotations
 
@@ -204,8 +204,8 @@ def lower_fully_connected_s4_packed(op: Operator, model: TFLiteModel, pname: str
               f"    .activation_max = {act_max},\n"
               f"    .batches = {batches}u,\n    .accum_depth = {accum_depth}u,\n"
               f"    .padded_depth = {d_pad}u,\n    .output_depth = {output_depth}u,\n}};\n")
-    call = (f"qe_fully_connected_s4_packed(&{pname}, (const int8_t *)@T{x.index}@, {wname}, "
-            f"(int8_t *)@T{out.index}@);")
+    fn = "qe_fully_connected_s4_deep" if deep else "qe_fully_connected_s4_packed"
+    call = f"{fn}(&{pname}, (const int8_t *)@T{x.index}@, {wname}, (int8_t *)@T{out.index}@);"
     ref_bytes = int4_reference_bytes(w, bias)
     return Kernel(op, call, params, consts, const_bytes,
                   kernel.comment.replace("int4 weights:", "int4 weights (int4 layout):")
