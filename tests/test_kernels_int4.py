@@ -446,6 +446,54 @@ def test_the_nested_masks_give_the_doubled_accumulators(seed, rows, quads, io, b
     assert np.array_equal(nested_mask_kernel(stream, x, rows), expect)
 
 
+def deep_block_kernel(stream: np.ndarray, x: np.ndarray, rows: int) -> np.ndarray:
+    """The DSP kernel's arithmetic on the deep layout (qe_fully_connected_s4_deep), step for step
+    in wrapping int32: per group and block of <= 128 inputs the accumulators from 0, the nested
+    masks' four SMLADs a word, the three SUBs and ASR #12, #8, #4, added into the group's
+    accumulators; after the last block + bias' and, rows 1..3, - 8 X. Returns acc (padded rows
+    dropped)."""
+    wrap = lambda v: ((v + (1 << 31)) % (1 << 32)) - (1 << 31)  # noqa: E731
+    i16 = lambda v: ((v + (1 << 15)) % (1 << 16)) - (1 << 15)   # noqa: E731
+    xs = np.pad(x.astype(np.int64), (0, -len(x) % 8))         # the widened input's zero padding
+    groups = stream.astype(np.int64).reshape(-1, len(xs) // 2 + 4)
+    out = []
+    for g in groups:
+        acc = [0, 0, 0, 0]
+        for d0 in range(0, len(xs), PACKED_MAX_DEPTH):
+            a = [0, 0, 0, 0]                                  # r2, r3, r12, lr
+            for k in range(d0 // 2, min(len(xs), d0 + PACKED_MAX_DEPTH) // 2):
+                q, h = divmod(k, 2)
+                lo, hi = int(xs[4 * q + h]), int(xs[4 * q + h + 2])
+                for r, mask in ((3, 0xFFFFFFFF), (2, 0xFFF0FFF0), (1, 0xFF00FF00),
+                                (0, 0xF000F000)):
+                    m = int(g[k]) & mask
+                    a[r] = wrap(a[r] + i16(m & 0xFFFF) * lo + i16(m >> 16) * hi)
+            a[3], a[2], a[1] = wrap(a[3] - a[2]), wrap(a[2] - a[1]), wrap(a[1] - a[0])
+            for r, sh in enumerate((12, 8, 4, 0)):
+                acc[r] = wrap(acc[r] + (a[r] >> sh))
+        x8 = 8 * int(xs.sum())
+        out += [wrap(acc[r] + wrap(int(g[-4 + r])) - (x8 if r else 0)) for r in range(4)]
+    return np.array(out[:rows], np.int64)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), rows=st.integers(1, 6), depth=st.integers(129, 700),
+       io=st.integers(-127, 128), big=st.booleans())
+def test_the_deep_layout_blocks_give_the_accumulators(seed, rows, depth, io, big):
+    """The deep layout (pack_fc_s4_deep: depth padded to 8) through the DSP kernel's blocks of 128
+    gives exactly bias' + sum w' x for any depth and int8 input, the extremes (every w' -8 or 7,
+    every x -128 or 127) included: no generation-time bound is needed. The asm itself is
+    checked on the boards (deep_cases and the random cases over 128)."""
+    rng = np.random.default_rng(seed)
+    w = rng.choice(np.array([-8, 7]), (rows, depth)) if big else rng.integers(-8, 8, (rows, depth))
+    x = rng.choice(np.array([-128, 127]), depth) if big else rng.integers(-128, 128, depth)
+    bias = rng.integers(-5000, 5000, rows)
+    stream, d_pad = pack_fc_s4_deep(w, bias, io, 0)
+    assert d_pad % 8 == 0 and d_pad - depth < 8
+    expect = bias + io * w.sum(axis=1) + w @ x
+    assert np.array_equal(deep_block_kernel(stream, x, rows), expect)
+
+
 def test_the_s4_mm_stream_heads_and_bounds():
     """fully_connected_s4.h's head: the running sums 4096 b0, + 256 b1, + 16 b2, + b3 (mod 2^32)
     in front of the int4 layout's words; row 0's bound 2^19 and a left shift's turn the
