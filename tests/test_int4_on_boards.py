@@ -1,7 +1,8 @@
 """int8x4 policies (int8 activations, packed int4 weights) validated bit-exact against TF Lite
 Micro on the emulated boards: mps2-an386 (the cortex-m-dsp variant: depths <= 128 on its int4
-layout, qe_fully_connected_s4_packed; deeper ones on TFLite's packing, groups of 8 weights by
-SMLAD, the reference over 256), microbit (the cortex-m0 variant's row pairs,
+layout, qe_fully_connected_s4_packed / the s4 mm stream; deeper ones on the same layout padded to
+a multiple of 8, qe_fully_connected_s4_deep, in blocks of 128 inputs summed in int32: "mid",
+"deep" and a MinAtar-shaped DQN's 1,024 -> 128), microbit (the cortex-m0 variant's row pairs,
 qe_fully_connected_s4_pairs) and atmega328p (the avr variant's int4 stream,
 qe_fully_connected_s4_avr: nibbles + 8, two rows a byte, LPM/SWAP/MULSU into 16-bit chunk
 sums); on the ATmega328P also the CartPole int8x4 policy and a random int8x4 MLP with padded row
@@ -22,8 +23,8 @@ MODELS = [
     # depth 12: a group + a padded one; 7 rows: the last pairs with itself, its word cut short
     ("groups_and_tail", 12, [7, 64, 3], ["relu", "relu6", "none"]),
     ("odd_depth", 9, [5, 2], ["relu", "none"]),                       # rows start mid-byte
-    ("mid", 200, [6], ["none"]),                                      # 129..256: TFLite's packing
-    ("deep", 300, [3], ["none"]),                                     # over 256: the reference
+    ("mid", 200, [6], ["none"]),                  # deep layout: blocks of 128 and 72 inputs
+    ("deep", 300, [3], ["none"]),                 # 128, 128, 44 (padded to 48) inputs
 ]
 SMALL = ("groups_and_tail", "odd_depth")        # the ones that fit the ATmega328P's 2 KiB
 
@@ -73,6 +74,28 @@ def test_cartpole_int8x4_on_the_s4_mm_stream_is_bit_exact_on_mps2_an386(cartpole
     model_c = (tmp_path / "fw" / "gen" / "model.c").read_text()
     assert model_c.count("qe_fully_connected_s4_mm(") == 3 and ".mode = 2u," in model_c
     assert res["bit_exact"] and res["mismatches"] == 0 and res["n"] == 60
+
+
+def test_minatar_shaped_int8x4_dqn_is_bit_exact_on_mps2_an386(tmp_path):
+    """MinAtar's DQN shape (10x10x4, conv 16 3x3 VALID ReLU kept int8, FC 1,024 -> 128 ReLU and
+    128 -> 6 with packed int4 weights; random weights, calibrated on sparse 0/1 frames as
+    tests/test_conv_rows.py's minatar_cnn): the 1,024-deep FC runs the cortex-m-dsp variant's
+    qe_fully_connected_s4_deep, eight blocks of 128 inputs (issue 39; it ran the reference before),
+    TF Lite Micro's outputs on 20 random frames."""
+    import tensorflow as tf
+    tf.keras.backend.clear_session()
+    tf.keras.utils.set_random_seed(4)
+    inp = tf.keras.Input((10, 10, 4))
+    x = tf.keras.layers.Conv2D(16, 3, strides=1, activation="relu", padding="valid")(inp)
+    x = tf.keras.layers.Dense(128, activation="relu")(tf.keras.layers.Flatten()(x))
+    net = tf.keras.Model(inp, tf.keras.layers.Dense(6)(x))
+    frames = (np.random.default_rng(0).random((32, 10, 10, 4)) > 0.8).astype(np.float32)
+    model = tmp_path / "minatar_int8x4.tflite"
+    model.write_bytes(int4_weights(convert(net, "float"), frames))
+    res = validate(model, get_board("mps2-an386"), tmp_path / "fw", random_n=20)
+    model_c = (tmp_path / "fw" / "gen" / "model.c").read_text()
+    assert "qe_fully_connected_s4_deep(" in model_c and ".padded_depth = 1024u" in model_c
+    assert res["bit_exact"] and res["mismatches"] == 0 and res["n"] == 20
 
 
 def test_cartpole_int8x4_with_the_avr_variant_is_bit_exact_on_atmega328p(cartpole_int8x4, tmp_path):

@@ -7,7 +7,8 @@ for one-batch depths that are multiples of 4 with a stage it covers, on the s4 m
 (qe_fully_connected_s4_mm, pack_fc_s4_mm: its asm on mps2-an386, its right-shift, sign-fix,
 left-shift blocks and both MAC loops). All outputs must be equal, so the layout's packing, its portable definition and the asm are checked
 against the kernel that test_int4_golden.py checks against TF Lite Micro. Shapes: depths 1..300
-(odd, not multiples of 4 or 8; over 128 only TFLite's packing), 1..70 rows (not multiples of 2, 4
+(odd, not multiples of 4 or 8; over 128 the layout padded to a multiple of 8, pack_fc_s4_deep)
+and deep_cases' 1,002 and 1,024 (the dsp variant's blocks), 1..70 rows (not multiples of 2, 4
 or 8), 1-3 batches; offsets, biases, multipliers and shifts at their extremes, the accumulators
 at the generator's bound; output stages requant_mm_t's and the left shifts' (the asm groups) and
 the others.
@@ -38,7 +39,7 @@ from quarl_edge.converters.ops.optimized.avr.fully_connected_s4 import (acc_boun
                                                                         avr_s4_stream)
 from quarl_edge.converters.ops.optimized.cortex_m0.fully_connected_s4 import s4_pairs_stream
 from quarl_edge.converters.ops.optimized.cortex_m_dsp.fully_connected_s4 import (
-    pack_fc_s4_mm, pack_fc_s4_weights, s4_mm_block, s4_mm_entry, s4_mm_mode)
+    pack_fc_s4_deep, pack_fc_s4_mm, pack_fc_s4_weights, s4_mm_block, s4_mm_entry, s4_mm_mode)
 
 CHECK_S4 = Path(__file__).parent / "c" / "fc_s4_check.c"
 DSP_S4 = FW / "core" / "kernels" / "optimized" / "cortex-m-dsp" / "fully_connected_s4.c"
@@ -68,11 +69,11 @@ class S4Case:
     misalign: int
 
     def stream(self):
-        if self.depth > PACKED_MAX_DEPTH:
-            return None, 0
+        """The dsp variant's int4 layout as the generator gives it (deeper than the packed
+        kernels' 128: padded to a multiple of 8, run in blocks), or (None, 0)."""
+        pack = pack_fc_s4_deep if self.depth > PACKED_MAX_DEPTH else pack_fc_s4_weights
         try:
-            return pack_fc_s4_weights(self.w.reshape(self.rows, self.depth), self.bias,
-                                      self.io, self.fo)
+            return pack(self.w.reshape(self.rows, self.depth), self.bias, self.io, self.fo)
         except ValueError:          # w + filter_offset outside int4: TFLite's packing only
             return None, 0
 
@@ -114,7 +115,8 @@ class S4Case:
         """(qe_fc_s4_mm_params_t's fields, the s4 mm stream) where the generator would give it
         (one batch, depth a multiple of 4 within the layout, a stage s4_mm_mode covers, the
         stream's bounds), else None."""
-        if self.batches != 1 or self.depth % 4 or self.stream()[0] is None:
+        if (self.batches != 1 or self.depth % 4 or self.depth > PACKED_MAX_DEPTH
+                or self.stream()[0] is None):
             return None
         mode = s4_mm_mode(self.mult, self.shift, self.out_offset, self.act_min, self.act_max)
         if mode is None:
@@ -277,10 +279,46 @@ def entry_mm_cases() -> list[S4Case]:
     return out
 
 
+def deep_cases() -> list[S4Case]:
+    """FCs deeper than 128 (MinAtar's 1,024 -> 128 shape: issue 39), which the dsp variant runs
+    in blocks summed in int32: on TFLite's packing blocks of 256 inputs, QE_S4_DSP_ROWS (64) rows
+    a chunk; on the int4 layout (pack_fc_s4_deep) blocks of 128, QE_S4_DEEP_ROWS (128) rows a
+    chunk. 1,024 deep (whole blocks) with every weight -8 and every x + io -255 or 255 (a
+    256-block's 4096-scaled sum at its bound, 2^31 - 2^23; the layout's sums at their largest;
+    the total's sign both ways), random ones at 1,024; 1,002 (last blocks of 234 and 106 inputs,
+    ending mid-word at the array's end, two batches, an odd row count); 300 with 70 rows (two
+    chunks of TFLite's packing, the second's last row pairing with itself); 136 with 130 rows
+    (two chunks of the layout, the second a padded group); 301 (odd: the reference on TFLite's
+    packing, the layout's last pair of quads half padding). Both output stages."""
+    rng = np.random.default_rng(41)
+    out = []
+    for k, (batches, depth, rows) in enumerate([(1, 1024, 5), (1, 1024, 5), (1, 1024, 7),
+                                                 (2, 1002, 3), (1, 300, 70), (3, 300, 9),
+                                                 (1, 301, 4), (1, 136, 130)]):
+        x = rng.integers(-128, 128, batches * depth).astype(np.int8)
+        w = rng.integers(-8, 8, rows * depth).astype(np.int8)
+        io = int(rng.integers(-127, 129))
+        if k < 2:                       # the extremes: w' x' = +-2040 for every input
+            w[:] = -8
+            x[:] = [-128, 127][k]
+            io = [-127, 128][k]
+        bias = rng.integers(-1 << 20, 1 << 20, rows).astype(np.int32) if k % 3 else None
+        acc = (w.reshape(rows, depth).astype(np.int64)
+               @ (x.reshape(batches, depth).astype(np.int64) + io).T)
+        fit = int(np.floor(np.log2(100.0 / max(int(np.abs(acc).max()), 1))))
+        right = k % 2 == 0              # requant_mm_t's stage, else the general one (act range)
+        out.append(S4Case(batches, depth, rows, io, 0, [-128, 5][k % 2],
+                          int(rng.integers(1 << 30, INT32_MAX)), int(np.clip(fit, -31, -1)),
+                          -128 if right else -100, 127 if right else 90, x, w, bias, k % 4))
+    return out
+
+
 BLOCKS = 10                 # fc_s4_check.c's output blocks per case
 CASES = (edge_cases() + [random_case(np.random.default_rng(1000 + k)) for k in range(300)]
          + [random_case(np.random.default_rng(2000 + k), mm=True) for k in range(120)]
          + left_mm_cases() + entry_mm_cases())
+DEEP = deep_cases()         # for the dsp variant's deep paths; not the avr run's (below)
+CASES = CASES + DEEP
 
 
 def outputs(cases, out: bytes) -> list[list[bytes]]:
@@ -408,6 +446,54 @@ def test_the_nested_masks_give_the_doubled_accumulators(seed, rows, quads, io, b
     assert stream is not None
     expect = 2 * (bias + io * w.sum(axis=1) + w @ x)
     assert np.array_equal(nested_mask_kernel(stream, x, rows), expect)
+
+
+def deep_block_kernel(stream: np.ndarray, x: np.ndarray, rows: int) -> np.ndarray:
+    """The DSP kernel's arithmetic on the deep layout (qe_fully_connected_s4_deep), step for step
+    in wrapping int32: per group and block of <= 128 inputs the accumulators from 0, the nested
+    masks' four SMLADs a word, the three SUBs and ASR #12, #8, #4, added into the group's
+    accumulators; after the last block + bias' and, rows 1..3, - 8 X. Returns acc (padded rows
+    dropped)."""
+    wrap = lambda v: ((v + (1 << 31)) % (1 << 32)) - (1 << 31)  # noqa: E731
+    i16 = lambda v: ((v + (1 << 15)) % (1 << 16)) - (1 << 15)   # noqa: E731
+    xs = np.pad(x.astype(np.int64), (0, -len(x) % 8))         # the widened input's zero padding
+    groups = stream.astype(np.int64).reshape(-1, len(xs) // 2 + 4)
+    out = []
+    for g in groups:
+        acc = [0, 0, 0, 0]
+        for d0 in range(0, len(xs), PACKED_MAX_DEPTH):
+            a = [0, 0, 0, 0]                                  # r2, r3, r12, lr
+            for k in range(d0 // 2, min(len(xs), d0 + PACKED_MAX_DEPTH) // 2):
+                q, h = divmod(k, 2)
+                lo, hi = int(xs[4 * q + h]), int(xs[4 * q + h + 2])
+                for r, mask in ((3, 0xFFFFFFFF), (2, 0xFFF0FFF0), (1, 0xFF00FF00),
+                                (0, 0xF000F000)):
+                    m = int(g[k]) & mask
+                    a[r] = wrap(a[r] + i16(m & 0xFFFF) * lo + i16(m >> 16) * hi)
+            a[3], a[2], a[1] = wrap(a[3] - a[2]), wrap(a[2] - a[1]), wrap(a[1] - a[0])
+            for r, sh in enumerate((12, 8, 4, 0)):
+                acc[r] = wrap(acc[r] + (a[r] >> sh))
+        x8 = 8 * int(xs.sum())
+        out += [wrap(acc[r] + wrap(int(g[-4 + r])) - (x8 if r else 0)) for r in range(4)]
+    return np.array(out[:rows], np.int64)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), rows=st.integers(1, 6), depth=st.integers(129, 700),
+       io=st.integers(-127, 128), big=st.booleans())
+def test_the_deep_layout_blocks_give_the_accumulators(seed, rows, depth, io, big):
+    """The deep layout (pack_fc_s4_deep: depth padded to 8) through the DSP kernel's blocks of 128
+    gives exactly bias' + sum w' x for any depth and int8 input, the extremes (every w' -8 or 7,
+    every x -128 or 127) included: no generation-time bound is needed. The asm itself is
+    checked on the boards (deep_cases and the random cases over 128)."""
+    rng = np.random.default_rng(seed)
+    w = rng.choice(np.array([-8, 7]), (rows, depth)) if big else rng.integers(-8, 8, (rows, depth))
+    x = rng.choice(np.array([-128, 127]), depth) if big else rng.integers(-128, 128, depth)
+    bias = rng.integers(-5000, 5000, rows)
+    stream, d_pad = pack_fc_s4_deep(w, bias, io, 0)
+    assert d_pad % 8 == 0 and d_pad - depth < 8
+    expect = bias + io * w.sum(axis=1) + w @ x
+    assert np.array_equal(deep_block_kernel(stream, x, rows), expect)
 
 
 def test_the_s4_mm_stream_heads_and_bounds():
@@ -700,7 +786,10 @@ AVR_FLASH_FOR_CASES = 16000
 
 
 def _avr_fits(c: S4Case) -> bool:
-    return c.batches * c.depth <= 768 and c.batches * c.rows <= 384 and c.avr() is not None
+    """In the ATmega328P's flash; not DEEP (the avr variant did not change with them: its
+    random cases of depth up to 300 cover it, and DEEP's big ones would take simavr ~30 s)."""
+    return (c.batches * c.depth <= 768 and c.batches * c.rows <= 384 and c.avr() is not None
+            and not any(c is d for d in DEEP))
 
 
 def _avr_case_bytes(c: S4Case) -> int:

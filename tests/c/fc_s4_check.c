@@ -3,7 +3,7 @@
  * overrides are then *_reference: -DQE_S4_DSP for cortex-m-dsp's, -DQE_S4_PAIRS for cortex-m0's
  * and rv32's, -DQE_S4_AVR for avr's) or the reference file alone, and per case every layout of the same weights:
  * TFLite's packing (qe_fully_connected_s4) and, where the generator gives them, the cortex-m-dsp
- * layout (qe_fully_connected_s4_packed), the row-pair layout (qe_fully_connected_s4_pairs) and
+ * layout (qe_fully_connected_s4_packed; deeper than 128 qe_fully_connected_s4_deep), the row-pair layout (qe_fully_connected_s4_pairs) and
  * the avr int4 stream (qe_fully_connected_s4_avr) and the s4 mm stream (qe_fully_connected_s4_mm,
  * the input copied word-aligned), their streams from quarl_edge/converters/ops/optimized/.
  * Outputs, per case, ten blocks: the reference and the variant on TFLite's packing, on the dsp
@@ -34,9 +34,13 @@ void qe_fully_connected_s4_reference(const qe_fc_s8_params_t *p, const int8_t *i
 void qe_fully_connected_s4_packed_reference(const qe_fc_s8_packed_params_t *p,
                                             const int8_t *input, const QE_FLASH uint32_t *stream,
                                             int8_t *output);
+void qe_fully_connected_s4_deep_reference(const qe_fc_s8_packed_params_t *p,
+                                          const int8_t *input, const QE_FLASH uint32_t *stream,
+                                          int8_t *output);
 #else
 #define qe_fully_connected_s4_reference qe_fully_connected_s4
 #define qe_fully_connected_s4_packed_reference qe_fully_connected_s4_packed
+#define qe_fully_connected_s4_deep_reference qe_fully_connected_s4_deep
 #endif
 #ifdef QE_S4_DSP
 void qe_fully_connected_s4_mm_reference(const qe_fc_s4_mm_params_t *p, const int8_t *input,
@@ -66,18 +70,22 @@ void qe_fully_connected_s4_avr_reference(const qe_fc_s8_avr_params_t *p, const i
 #define MAX_AVR 2048u
 #define MAX_MM 256u
 #else
-#define MAX_IN 1024u
+#define MAX_IN 2048u                /* deep_cases: 2 batches of 1,002 */
 #define MAX_OUT 256u
 #define MAX_WB 10752u
 #define MAX_STREAM 3072u
+#define MAX_DSP 4096u               /* deep_cases: 136 x 130 rows, 2,376 words */
 #define MAX_AVR 12288u
 #define MAX_MM (MAX_STREAM / 2u)
+#endif
+#ifndef MAX_DSP
+#define MAX_DSP (MAX_STREAM / 2u)   /* the dsp layout's words */
 #endif
 
 static int8_t input_buf[MAX_IN + 4];
 static uint8_t weights[MAX_WB];
 static int32_t bias[MAX_OUT];
-static uint32_t stream[MAX_STREAM / 2u], pairs[MAX_STREAM];
+static uint32_t stream[MAX_DSP], pairs[MAX_STREAM];
 static uint8_t avr_stream[MAX_AVR];
 static int32_t avr_bias[MAX_OUT + 4u];
 static uint32_t mm_stream[MAX_MM];
@@ -102,7 +110,7 @@ int main(void)
         int8_t *const in = input_buf + (h[14] & 3);
         const int has_bias = h[11] != 0;
         uint32_t k;
-        if (batches * depth > MAX_IN || wbytes > MAX_WB || outs > MAX_OUT || words > MAX_STREAM / 2u
+        if (batches * depth > MAX_IN || wbytes > MAX_WB || outs > MAX_OUT || words > MAX_DSP
             || pwords > MAX_STREAM || rows > MAX_OUT || batches == 0u || depth == 0u
             || rows == 0u || !io_read(in, batches * depth) || !io_read(weights, wbytes)
             || (has_bias && !io_read(bias, 4u * rows)) || !io_read(stream, 4u * words)
@@ -125,7 +133,10 @@ int main(void)
             qe_fully_connected_s4(&p, in, weights, b, out[1]);
             const qe_fc_s8_params_t p0 = {0, 0, h[6], h[7], h[8], h[9], h[10],
                                           (uint16_t)batches, (uint16_t)depth, (uint16_t)rows};
-            if (layout) {
+            if (layout && depth > QE_FC_PACKED_MAX_DEPTH) {   /* the generator's deep entry */
+                qe_fully_connected_s4_deep_reference(&pp, in, stream, out[2]);
+                qe_fully_connected_s4_deep(&pp, in, stream, out[3]);
+            } else if (layout) {
                 qe_fully_connected_s4_packed_reference(&pp, in, stream, out[2]);
                 qe_fully_connected_s4_packed(&pp, in, stream, out[3]);
             } else {

@@ -93,6 +93,13 @@ void qe_fully_connected_s4_packed(const qe_fc_s8_packed_params_t *p, const int8_
     }
 }
 
+/* The deep layout is the int4 layout (fully_connected_s4.h): the same plain reading. */
+void qe_fully_connected_s4_deep(const qe_fc_s8_packed_params_t *p, const int8_t *input,
+                                const QE_FLASH uint32_t *stream, int8_t *output)
+{
+    qe_fully_connected_s4_packed(p, input, stream, output);
+}
+
 /* The s4 mm stream (fully_connected_s4.h, qe_fc_s4_mm_params_t): each group's head decoded into
  * its four bias' (exact: the generator's multiples), then the int4 layout's weights. */
 void qe_fully_connected_s4_mm(const qe_fc_s4_mm_params_t *p, const int8_t *input,

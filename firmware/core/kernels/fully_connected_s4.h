@@ -51,6 +51,14 @@ void qe_fully_connected_s4(const qe_fc_s8_params_t *p, const int8_t *input,
 void qe_fully_connected_s4_packed(const qe_fc_s8_packed_params_t *p, const int8_t *input,
                                   const QE_FLASH uint32_t *stream, int8_t *output);
 
+/* The int4 layout above for accum_depth > QE_FC_PACKED_MAX_DEPTH (issue 39: MinAtar's FC 1,024 ->
+ * 128; converters/ops/optimized/cortex_m_dsp/fully_connected_s4.py, pack_fc_s4_deep): the same
+ * layout with padded_depth a multiple of 8, the same results as qe_fully_connected_s4 bit for
+ * bit. Its own entry, so that a firmware whose int4 layers are all deep or on the s4 mm stream
+ * does not link the packed kernels' unrolled groups (~6 KB on cortex-m-dsp). */
+void qe_fully_connected_s4_deep(const qe_fc_s8_packed_params_t *p, const int8_t *input,
+                                const QE_FLASH uint32_t *stream, int8_t *output);
+
 /* int4 weights in the "s4 mm stream" (issue 39; converters/ops/optimized/cortex_m_dsp/
  * fully_connected_s4.py, pack_fc_s4_mm): the same results as qe_fully_connected_s4, bit for bit,
  * for one batch, accum_depth a multiple of 4 (<= QE_FC_PACKED_MAX_DEPTH), the full int8 output

@@ -13,12 +13,20 @@
  *
  * Why the integers are the reference's, bit for bit: every product is exact (|4096 w| <= 32768,
  * |x + io| <= 255), and SMLAD adds in 32 bits; the sum is 4096 times the reference's
- * sum_d w (x + io), and |that| <= accum_depth * 8 * 255 * 4096 < 2^31 for accum_depth <= 256,
- * so no partial sum overflows in any order and dividing by 4096 is exact. The weights' offset
- * (-zero point) is folded in as in fully_connected.c's variant: + offset * sum_d (x + io). Odd
- * depths (rows that start mid-byte) and depths over 256 run the reference. A depth that is not a
- * multiple of 8 ends in a group padded with zero inputs: the nibbles read past a row's end (the
- * next row's; at the array's end a word filled only from the row's own bytes) add 0. */
+ * sum_d w (x + io), and |that| <= 256 * 8 * 255 * 4096 < 2^31 over a block of at most 256 inputs
+ * (QE_S4_DSP_BLOCK), so no partial sum overflows in any order and dividing it by 4096 is exact.
+ * Deeper rows (issue 39: MinAtar's FC 1,024 -> 128, which ran the reference at 4.1x int8's
+ * cost) are cut into such blocks, each block's exact sum added into an int32 accumulator per
+ * row, and the output stage runs once at the end: the same integer as the reference's. Why
+ * blocks and not one buffer: the widened input takes 2 bytes an input, so a block's 256 inputs
+ * (512 B) and the accumulators of QE_S4_DSP_ROWS rows (256 B) bound the stack for any depth; the
+ * rows are taken QE_S4_DSP_ROWS at a time, each block widened once per such chunk (~2
+ * instructions an input, against 128 rows x 1 MAC an input). The weights' offset (-zero point)
+ * is folded in as in fully_connected.c's variant: + offset * sum_d (x + io). Odd depths (rows
+ * that start mid-byte) run the reference. A depth that is not a multiple of 8 ends in a group
+ * padded with zero inputs: the nibbles read past a row's end (the next row's; at the array's end
+ * a word filled only from the row's own bytes) add 0; every earlier block is 32 whole words of
+ * its row. */
 #include <stddef.h>
 #include <stdint.h>
 
@@ -28,14 +36,17 @@
 #define qe_fully_connected_s4 qe_fully_connected_s4_reference
 #define qe_fully_connected_s4_packed qe_fully_connected_s4_packed_reference
 #define qe_fully_connected_s4_mm qe_fully_connected_s4_mm_reference
+#define qe_fully_connected_s4_deep qe_fully_connected_s4_deep_reference
 #include "../../fully_connected_s4.c"
 #undef qe_fully_connected_s4
 #undef qe_fully_connected_s4_packed
 #undef qe_fully_connected_s4_mm
+#undef qe_fully_connected_s4_deep
 
 #if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
 
-#define QE_S4_DSP_MAX_DEPTH 256u
+#define QE_S4_DSP_BLOCK 256u        /* inputs a block: 4096 |sum| < 2^31 (above) */
+#define QE_S4_DSP_ROWS 64u          /* rows a chunk: their int32 accumulators on the stack */
 
 /* x + io as int16 pairs in the lane order above, for ceil(n / 8) groups of 8: the last group's
  * lanes past the depth are 0, so the weights' bytes read beyond a row (the next row's, or a
@@ -122,16 +133,17 @@ void qe_fully_connected_s4(const qe_fc_s8_params_t *p, const int8_t *input,
                            const QE_FLASH uint8_t *weights, const QE_FLASH int32_t *bias,
                            int8_t *output)
 {
-    const uint32_t n = p->accum_depth, rows = p->output_depth, groups = (n + 7u) / 8u;
+    const uint32_t n = p->accum_depth, rows = p->output_depth;
     const uint32_t row_bytes = n / 2u, total = rows * row_bytes;
     const int32_t io = p->input_offset;
-    uint32_t pairs[QE_S4_DSP_MAX_DEPTH / 2u];
+    uint32_t pairs[QE_S4_DSP_BLOCK / 2u];
+    int32_t acc[QE_S4_DSP_ROWS];
     requant_t rq;
     requant_mm_t mm;
     int mode;
-    uint32_t b, o;
+    uint32_t b, c, d0, o;
 
-    if ((n & 1u) != 0u || n > QE_S4_DSP_MAX_DEPTH) {
+    if ((n & 1u) != 0u) {
         qe_fully_connected_s4_reference(p, input, weights, bias, output);
         return;
     }
@@ -144,32 +156,45 @@ void qe_fully_connected_s4(const qe_fc_s8_params_t *p, const int8_t *input,
         const int8_t *in = input + b * n;
         int8_t *out = output + b * rows;
         const int32_t base = (p->filter_offset != 0) ? p->filter_offset * sum_inputs(in, n, io) : 0;
-        widen_s4_inputs(in, n, groups, io, pairs);
-        for (o = 0; o < rows; o += 2u) {
-            /* n even: rows start on a byte; an odd last row pairs with itself */
-            const uint8_t *w0 = weights + o * row_bytes;
-            const uint8_t *w1 = (o + 1u < rows) ? w0 + row_bytes : w0;
-            /* the groups whose 4-byte words lie inside the array for both rows */
-            const uint32_t inside = ((uint32_t)(w1 - weights) + 4u * groups <= total) ? groups
-                                                                                     : groups - 1u;
-            int32_t acc[2];
-            uint32_t r;
-            dot_s4_2rows(w0, w1, pairs, inside, acc);
-            if (inside < groups) {
-                const uint32_t last = row_bytes - 4u * inside;      /* 1..4 */
-                acc[0] = dot_s4_word(load_u32_end(w0 + 4u * inside, last), pairs + 4u * inside,
-                                     acc[0]);
-                acc[1] = dot_s4_word(load_u32_end(w1 + 4u * inside, last), pairs + 4u * inside,
-                                     acc[1]);
+        for (c = 0; c < rows; c += QE_S4_DSP_ROWS) {          /* a chunk of rows */
+            const uint32_t c_end = (rows - c > QE_S4_DSP_ROWS) ? c + QE_S4_DSP_ROWS : rows;
+            for (o = c; o < c_end; ++o) {
+                acc[o - c] = base;
             }
-            for (r = 0; r < 2u && o + r < rows; ++r) {
-                /* exact: a multiple of 4096 (see above) */
-                int32_t a = base + acc[r] / 4096;
-                if (bias != QE_FLASH_NULL) {
-                    a += bias[o + r];
+            for (d0 = 0; d0 < n; d0 += QE_S4_DSP_BLOCK) {     /* a block of inputs */
+                const uint32_t k = (n - d0 > QE_S4_DSP_BLOCK) ? QE_S4_DSP_BLOCK : n - d0;
+                const uint32_t groups = (k + 7u) / 8u;
+                widen_s4_inputs(in + d0, k, groups, io, pairs);
+                for (o = c; o < c_end; o += 2u) {
+                    /* n even: rows start on a byte; an odd last row pairs with itself */
+                    const uint8_t *w0 = weights + o * row_bytes + d0 / 2u;
+                    const uint8_t *w1 = (o + 1u < rows) ? w0 + row_bytes : w0;
+                    /* the groups whose 4-byte words lie inside the array for both rows */
+                    const uint32_t inside = ((uint32_t)(w1 - weights) + 4u * groups <= total)
+                                                ? groups : groups - 1u;
+                    int32_t a[2];
+                    dot_s4_2rows(w0, w1, pairs, inside, a);
+                    if (inside < groups) {              /* the array's end: the last block */
+                        const uint32_t last = k / 2u - 4u * inside;      /* 1..4 bytes */
+                        a[0] = dot_s4_word(load_u32_end(w0 + 4u * inside, last),
+                                           pairs + 4u * inside, a[0]);
+                        a[1] = dot_s4_word(load_u32_end(w1 + 4u * inside, last),
+                                           pairs + 4u * inside, a[1]);
+                    }
+                    /* exact: multiples of 4096 (see above); an odd last row's a[1] is unused */
+                    acc[o - c] += a[0] >> 12;          /* gcc's >> is ASR */
+                    if (o + 1u < c_end) {
+                        acc[o + 1u - c] += a[1] >> 12;
+                    }
                 }
-                out[o + r] = (mode != REQUANT_MM_NONE) ? requant_mm_s8(&mm, a, mode == REQUANT_MM_FIX)
-                                                       : requant_s8(&rq, a);
+            }
+            for (o = c; o < c_end; ++o) {
+                int32_t v = acc[o - c];
+                if (bias != QE_FLASH_NULL) {
+                    v += bias[o];
+                }
+                out[o] = (mode != REQUANT_MM_NONE) ? requant_mm_s8(&mm, v, mode == REQUANT_MM_FIX)
+                                                   : requant_s8(&rq, v);
             }
         }
     }
@@ -417,6 +442,7 @@ void qe_fully_connected_s4_packed(const qe_fc_s8_packed_params_t *p, const int8_
     requant_mm_t mm;
     const int mode = requant_mm_init(&mm, p->output_multiplier, p->output_shift,
                                      p->output_offset, p->activation_min, p->activation_max);
+
     const uint32_t n = p->accum_depth, rows = p->output_depth;
     const uint32_t whole = rows & ~(QE_FC_PACKED_ROWS - 1u);
     void (*groups)(s4_ctx_t *);
@@ -726,6 +752,148 @@ __attribute__((naked)) void qe_fully_connected_s4_mm(const qe_fc_s4_mm_params_t 
         "pop {r4-r11, pc}\n\t");
 }
 
+/* ------------------------------------------------------------ the int4 layout deeper than 128
+ * (issue 39: MinAtar's FC 1,024 -> 128). Why the layout's kernels above stop at 128: the
+ * widened input's stack buffer (QE_FC_PACKED_MAX_DEPTH / 2 words), the unrolled MAC loops' 32
+ * quads entered by a computed jump, and the accumulators' scaling: over the whole depth, row
+ * 0's 4096 A0 and the others' scaled sums no longer fit int32 for every int8 input. So the
+ * generator gives deeper layers the same layout with the depth padded to a multiple of 8 (whole
+ * pairs of quads), and this kernel cuts it into blocks of at most 128 inputs: per block and
+ * group one call of s4_deep_block, the s4 mm stream's MAC loop (S4P_PAIR: the nested masks, 30
+ * instructions per 32 MACs) from accumulators at 0, whose per-block sums are exact in int32 for
+ * every int8 input and int4 weight (|x| <= 128, 128 inputs: 4096 |A0| <= 2^29, 256 |A1 + 8 X|
+ * <= 256 * 15 * 2^14 < 2^26, the running sums' differences exact mod 2^32), turned into the
+ * rows' sums (three SUBs, ASR #12, #8, #4) and added into one int32 accumulator per row
+ * (qe_fully_connected_s4_deep: the header's own entry for these layers). After
+ * the last block the group's bias' and -8 X (rows 1..3: their nibbles are offset binary, w' +
+ * 8) are added, then the output stage, once. The accumulators add modulo 2^32 (uint32_t): the
+ * result is the reference's int32 accumulator exactly, whatever the partial sums. Rows in
+ * chunks of QE_S4_DEEP_ROWS (their accumulators on the stack, 512 B; the block's widened input
+ * 256 B), each block widened once per chunk (MinAtar's 128 rows: once). */
+#define QE_S4_DEEP_ROWS 128u
+
+/* one block of one group: acc[0..3] += the four rows' sums over `pairs` pairs of quads (1..16)
+ * of weights w and widened input x (r0 = x, r1 = w: S4P_PAIR's registers) */
+__attribute__((naked, noinline)) static void s4_deep_block(const uint32_t *x, const uint32_t *w,
+                                                           uint32_t pairs, uint32_t *acc)
+{
+    (void)x;
+    (void)w;
+    (void)pairs;
+    (void)acc;
+    __asm volatile(
+        "push {r3-r11, lr}\n\t"         /* acc at [sp] */
+        "lsl r4, r2, #7\n\t"            /* the entry: 120 bytes a pair back from the end */
+        "sub r4, r4, r2, lsl #3\n\t"
+        "adr.w r5, .Ls4deep_end\n\t"
+        "sub r4, r5, r4\n\t"
+        "orr r4, r4, #1\n\t"
+        "movs r2, #0\n\t"
+        "movs r3, #0\n\t"
+        "mov.w r12, #0\n\t"
+        "mov.w lr, #0\n\t"
+        "bx r4\n\t"
+        ".Ls4deep_start:\n\t"
+        ".irp j, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15\n\t"
+        S4P_PAIR
+        ".endr\n"
+        ".Ls4deep_end:\n\t"
+        ".if (.Ls4deep_end - .Ls4deep_start) - 120 * 16\n\t"
+        ".error \"an S4P_PAIR is not 120 bytes\"\n\t"
+        ".endif\n\t"
+        "sub.w lr, lr, r12\n\t"          /* the nested masks' sums into the rows' (above) */
+        "sub.w r12, r12, r3\n\t"
+        "sub.w r3, r3, r2\n\t"
+        "ldr r0, [sp]\n\t"
+        "ldm r0, {r4, r5, r6, r7}\n\t"
+        "add.w r4, r4, r2, asr #12\n\t"   /* exact: multiples of 4096, 256, 16 */
+        "add.w r5, r5, r3, asr #8\n\t"
+        "add.w r6, r6, r12, asr #4\n\t"
+        "add.w r7, r7, lr\n\t"
+        "stm r0, {r4, r5, r6, r7}\n\t"
+        "pop {r3-r11, pc}\n\t");
+}
+
+/* the block's inputs in[0..k) widened in SXTB16's order (x0|x2, x1|x3 a quad), zeros to 8 *
+ * pairs (2 * pairs quads); returns their sum */
+static int32_t s4_deep_widen(const int8_t *in, uint32_t k, uint32_t pairs, uint32_t *xw)
+{
+    const uint32_t quads = k / 4u;
+    int32_t x_sum = 0;
+    uint32_t q;
+
+    for (q = 0; q < quads; ++q) {
+        const uint32_t v = load_s8x4(in + 4u * q);
+        const uint32_t a = (uint32_t)__sxtb16(v), b = (uint32_t)sxtb16_ror8(v);
+        xw[2u * q] = a;
+        xw[2u * q + 1u] = b;
+        x_sum = __smlad((int16x2_t)a, (int16x2_t)0x00010001u, x_sum);   /* both lanes */
+        x_sum = __smlad((int16x2_t)b, (int16x2_t)0x00010001u, x_sum);
+    }
+    if (k & 3u) {
+        x_sum += s4_widen_tail(in + 4u * quads, k & 3u, xw + 2u * quads);
+        ++q;
+    }
+    for (; q < 2u * pairs; ++q) {           /* two quads a pair */
+        xw[2u * q] = 0u;
+        xw[2u * q + 1u] = 0u;
+    }
+    return x_sum;
+}
+
+void qe_fully_connected_s4_deep(const qe_fc_s8_packed_params_t *p, const int8_t *input,
+                                const QE_FLASH uint32_t *stream, int8_t *output)
+{
+    const uint32_t n = p->accum_depth, rows = p->output_depth;
+    const uint32_t weight_words = (uint32_t)p->padded_depth / 2u;
+    const uint32_t group_words = weight_words + QE_FC_PACKED_ROWS;
+    uint32_t xw[QE_FC_PACKED_MAX_DEPTH / 2u];
+    uint32_t acc[QE_S4_DEEP_ROWS];
+    requant_t rq;
+    requant_mm_t mm;
+    int mode;
+    uint32_t b, c, d0, o;
+
+    requant_init(&rq, p->output_multiplier, p->output_shift, p->output_offset,
+                 p->activation_min, p->activation_max);
+    mode = requant_mm_init(&mm, p->output_multiplier, p->output_shift, p->output_offset,
+                           p->activation_min, p->activation_max);
+    for (b = 0; b < p->batches; ++b) {
+        const int8_t *in = input + b * n;
+        int8_t *out = output + b * rows;
+        for (c = 0; c < rows; c += QE_S4_DEEP_ROWS) {      /* a chunk of whole groups */
+            const uint32_t c_end = (rows - c > QE_S4_DEEP_ROWS) ? c + QE_S4_DEEP_ROWS : rows;
+            const uint32_t groups = (c_end - c + QE_FC_PACKED_ROWS - 1u) / QE_FC_PACKED_ROWS;
+            const uint32_t *const first = stream + (c / QE_FC_PACKED_ROWS) * group_words;
+            int32_t x_sum = 0;
+            uint32_t g;
+            for (o = 0; o < QE_FC_PACKED_ROWS * groups; ++o) {
+                acc[o] = 0u;
+            }
+            for (d0 = 0; d0 < n; d0 += QE_FC_PACKED_MAX_DEPTH) {   /* a block of inputs */
+                const uint32_t k = (n - d0 > QE_FC_PACKED_MAX_DEPTH) ? QE_FC_PACKED_MAX_DEPTH
+                                                                     : n - d0;
+                const uint32_t pairs = (k + 7u) / 8u;
+                x_sum += s4_deep_widen(in + d0, k, pairs, xw);
+                for (g = 0; g < groups; ++g) {
+                    s4_deep_block(xw, first + g * group_words + d0 / 2u, pairs,
+                                  acc + QE_FC_PACKED_ROWS * g);
+                }
+            }
+            for (o = c; o < c_end; ++o) {
+                const uint32_t r = o % QE_FC_PACKED_ROWS;
+                const uint32_t *const group = first + ((o - c) / QE_FC_PACKED_ROWS) * group_words;
+                /* + bias'; rows 1..3 less 8 X (offset binary); mod 2^32, hence exact */
+                const uint32_t v = acc[o - c] + group[weight_words + r]
+                                   - ((r != 0u) ? 8u * (uint32_t)x_sum : 0u);
+                out[o] = (mode != REQUANT_MM_NONE)
+                             ? requant_mm_s8(&mm, (int32_t)v, mode == REQUANT_MM_FIX)
+                             : requant_s8(&rq, (int32_t)v);
+            }
+        }
+    }
+}
+
 #else /* no DSP extension (the host): the portable definition */
 
 void qe_fully_connected_s4_mm(const qe_fc_s4_mm_params_t *p, const int8_t *input,
@@ -738,6 +906,12 @@ void qe_fully_connected_s4_packed(const qe_fc_s8_packed_params_t *p, const int8_
                                   const QE_FLASH uint32_t *stream, int8_t *output)
 {
     qe_fully_connected_s4_packed_reference(p, input, stream, output);
+}
+
+void qe_fully_connected_s4_deep(const qe_fc_s8_packed_params_t *p, const int8_t *input,
+                                const QE_FLASH uint32_t *stream, int8_t *output)
+{
+    qe_fully_connected_s4_deep_reference(p, input, stream, output);
 }
 
 #endif /* __ARM_FEATURE_DSP */

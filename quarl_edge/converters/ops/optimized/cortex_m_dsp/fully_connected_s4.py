@@ -1,9 +1,11 @@
 """FULLY_CONNECTED with int4 weights on the cortex-m-dsp variant (firmware/core/kernels/optimized/
-cortex-m-dsp/fully_connected_s4.c): an int8 x int4 per-tensor FULLY_CONNECTED with accum_depth <=
-PACKED_MAX_DEPTH whose weights + filter_offset are int4 gets the generator's int4 layout
-(fully_connected_s4.h, pack_fc_s4_weights: four rows' nibbles per 16-bit lane, half a byte per
-weight as TFLite's packing), run by qe_fully_connected_s4_packed; every other one the lowering of
-the reference boards (quarl_edge/converters/ops/fully_connected_s4.py, TFLite's packing)."""
+cortex-m-dsp/fully_connected_s4.c): an int8 x int4 per-tensor FULLY_CONNECTED whose weights +
+filter_offset are int4 gets the generator's int4 layout (fully_connected_s4.h, pack_fc_s4_weights:
+four rows' nibbles per 16-bit lane, half a byte per weight as TFLite's packing), run by
+qe_fully_connected_s4_packed (or the s4 mm stream where it applies); deeper than PACKED_MAX_DEPTH
+with the depth padded to a multiple of 8 (pack_fc_s4_deep), run by qe_fully_connected_s4_deep in
+blocks of 128 inputs; every other one the lowering of the reference boards (quarl_edge/converters/ops/
+fully_connected_s4.py, TFLite's packing)."""
 from __future__ import annotations
 
 import numpy as np
@@ -39,6 +41,20 @@ def pack_fc_s4_weights(w: np.ndarray, bias: np.ndarray | None, input_offset: int
     words = (lanes[..., 0] | (lanes[..., 1] << 16)).reshape(r_pad // PACKED_ROWS, -1)
     groups_bias = (bias_p & 0xFFFFFFFF).reshape(-1, PACKED_ROWS)
     return np.concatenate([words, groups_bias], axis=1).reshape(-1).astype(np.uint32), d_pad
+
+
+def pack_fc_s4_deep(w: np.ndarray, bias: np.ndarray | None, input_offset: int,
+                    filter_offset: int) -> tuple[np.ndarray, int]:
+    """The int4 layout for depths over PACKED_MAX_DEPTH (fully_connected_s4.h): pack_fc_s4_weights
+    with the depth padded to a multiple of 8 (w' = 0: bias' unchanged), so that the DSP
+    kernel's blocks of <= 128 inputs are whole pairs of quads (s4_packed_deep). Exact for every
+    int8 input and int4 w' (the kernel's per-block sums cannot leave int32; its accumulators add
+    mod 2^32): no bound to check here beyond the reference lowering's."""
+    depth = w.shape[1]
+    stream, d_pad = pack_fc_s4_weights(
+        np.pad(w, ((0, 0), (0, -depth % 8)), constant_values=-filter_offset), bias, input_offset,
+        filter_offset)
+    return stream, d_pad
 
 
 # cortex-m-dsp/fully_connected_s4.c's code layout, which its .if checks pin: the even MAC loop ends
@@ -160,15 +176,14 @@ def lower_fully_connected_s4_packed(op: Operator, model: TFLiteModel, pname: str
     int4 layout's qe_fully_connected_s4_packed where it applies."""
     x, w, bias, out, act = weighted_operands(op, model, "weights")
     output_depth, accum_depth = w.shape
-    if accum_depth > PACKED_MAX_DEPTH:
-        return kernel
     wi = unpack_int4(packed_int4(op, w, "weights"), w.size).reshape(w.shape)
+    deep = accum_depth > PACKED_MAX_DEPTH
     try:
-        stream, d_pad = pack_fc_s4_weights(wi, None if bias is None else bias.data,
-                                                  -x.zero_point, -w.zero_point)
+        stream, d_pad = (pack_fc_s4_deep if deep else pack_fc_s4_weights)(
+            wi, None if bias is None else bias.data, -x.zero_point, -w.zero_point)
     except ValueError:
         return kernel
-    mm = lower_fully_connected_s4_mm(op, model, pname, kernel, wi)
+    mm = None if deep else lower_fully_connected_s4_mm(op, model, pname, kernel, wi)
     if mm is not None:
         return mm
     real, multiplier, shift, act_min, act_max = per_tensor_stage(x, w, out, act)
@@ -189,8 +204,8 @@ def lower_fully_connected_s4_packed(op: Operator, model: TFLiteModel, pname: str
               f"    .activation_max = {act_max},\n"
               f"    .batches = {batches}u,\n    .accum_depth = {accum_depth}u,\n"
               f"    .padded_depth = {d_pad}u,\n    .output_depth = {output_depth}u,\n}};\n")
-    call = (f"qe_fully_connected_s4_packed(&{pname}, (const int8_t *)@T{x.index}@, {wname}, "
-            f"(int8_t *)@T{out.index}@);")
+    fn = "qe_fully_connected_s4_deep" if deep else "qe_fully_connected_s4_packed"
+    call = f"{fn}(&{pname}, (const int8_t *)@T{x.index}@, {wname}, (int8_t *)@T{out.index}@);"
     ref_bytes = int4_reference_bytes(w, bias)
     return Kernel(op, call, params, consts, const_bytes,
                   kernel.comment.replace("int4 weights:", "int4 weights (int4 layout):")
