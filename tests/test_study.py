@@ -107,11 +107,12 @@ def test_the_shipped_configs_are_valid():
     assert all(s.bits == list(range(2, 9)) for s in classic.sweeps)
     rows = sum(len(g.keys) for g in plan(classic))
     assert rows == 33 * 12 + 6 * 15  # per run: a run row + 11 schemes; sweeps: fp32 + 2 modes x 7
-    # the classic grid's tasks again, with the same budgets and options, on five boards
+    # the classic grid's tasks again, with the same budgets and options, on six boards
     boards = load_study(ROOT / "studies" / "classic-boards.toml")
     same = lambda t: (t.algo, t.env, t.steps, t.options)   # noqa: E731
     assert list(map(same, boards.tasks)) == list(map(same, classic.tasks))
-    assert all(t.boards == ["host", "mps2-an386", "lm3s6965evb", "microbit", "atmega328p"]
+    assert all(t.boards == ["host", "mps2-an386", "lm3s6965evb", "microbit", "atmega328p",
+                           "hifive1"]
                and t.seeds == [0, 1, 2, 3, 4] and t.board_episodes == 10
                for t in boards.tasks)   # issue 27: five seeds, 10 HIL episodes per board cell
     minatar = load_study(ROOT / "studies" / "minatar.toml")
