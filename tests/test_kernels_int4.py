@@ -31,7 +31,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers_fc_cases import FW, INT32_MAX
-from helpers_fc_checker import board_checker, host_checker, run_board, run_host
+from helpers_fc_checker import board_checker, host_checker, run_board
 from quarl_edge.converters.ops.fully_connected_s4 import unpack_int4
 from quarl_edge.converters.ops.optimized.common import PACKED_MAX_DEPTH
 from quarl_edge.converters.ops.optimized.avr.fully_connected_s4 import (acc_bound_of,
