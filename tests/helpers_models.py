@@ -399,3 +399,18 @@ def assert_import_refused(p: subprocess.CompletedProcess, words: str, out: Path,
     assert len(p.stderr.strip().splitlines()) == 1, p.stderr
     assert not out.exists() and not marker.exists()
     assert not [f for f in out.parent.iterdir() if f.name.startswith(f".{out.name}.import")]
+
+
+def minatar_keras():
+    """The MinAtar DQN's shape (quarl_edge/rl/defaults.py, dqn.py) with random weights (seed 4):
+    10x10x4, conv 16 3x3 stride 1 VALID relu, flatten, dense 128 relu, dense 6; and 32 0/1
+    calibration frames. benchmarks/speed.py's minatar_keras is the same model."""
+    import tensorflow as tf
+    tf.keras.backend.clear_session()
+    tf.keras.utils.set_random_seed(4)
+    inp = tf.keras.Input((10, 10, 4))
+    x = tf.keras.layers.Conv2D(16, 3, strides=1, activation="relu", padding="valid")(inp)
+    x = tf.keras.layers.Dense(128, activation="relu")(tf.keras.layers.Flatten()(x))
+    model = tf.keras.Model(inp, tf.keras.layers.Dense(6)(x))
+    calib = (np.random.default_rng(0).random((32, 10, 10, 4)) > 0.8).astype(np.float32)
+    return model, calib

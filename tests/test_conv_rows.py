@@ -214,15 +214,8 @@ def test_fixed_cases_on_the_boards(tmp_module, host_exe, board_id):
 def minatar_cnn(tmp_module) -> Path:
     """The MinAtar DQN's shape (quarl_edge/rl/defaults.py, dqn.py): 10x10x4, conv 16 3x3
     stride 1 VALID relu, flatten, dense 128 relu, dense 6; random weights."""
-    import tensorflow as tf
-    from helpers_models import convert
-    tf.keras.backend.clear_session()
-    tf.keras.utils.set_random_seed(4)
-    inp = tf.keras.Input((10, 10, 4))
-    x = tf.keras.layers.Conv2D(16, 3, strides=1, activation="relu", padding="valid")(inp)
-    x = tf.keras.layers.Dense(128, activation="relu")(tf.keras.layers.Flatten()(x))
-    model = tf.keras.Model(inp, tf.keras.layers.Dense(6)(x))
-    calib = (np.random.default_rng(0).random((32, 10, 10, 4)) > 0.8).astype(np.float32)
+    from helpers_models import convert, minatar_keras
+    model, calib = minatar_keras()
     path = tmp_module / "minatar_dqn.tflite"
     path.write_bytes(convert(model, "int8", calib))
     return path

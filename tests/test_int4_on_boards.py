@@ -82,14 +82,8 @@ def test_minatar_shaped_int8x4_dqn_is_bit_exact_on_mps2_an386(tmp_path):
     tests/test_conv_rows.py's minatar_cnn): the 1,024-deep FC runs the cortex-m-dsp variant's
     qe_fully_connected_s4_deep, eight blocks of 128 inputs (issue 39; it ran the reference before),
     TF Lite Micro's outputs on 20 random frames."""
-    import tensorflow as tf
-    tf.keras.backend.clear_session()
-    tf.keras.utils.set_random_seed(4)
-    inp = tf.keras.Input((10, 10, 4))
-    x = tf.keras.layers.Conv2D(16, 3, strides=1, activation="relu", padding="valid")(inp)
-    x = tf.keras.layers.Dense(128, activation="relu")(tf.keras.layers.Flatten()(x))
-    net = tf.keras.Model(inp, tf.keras.layers.Dense(6)(x))
-    frames = (np.random.default_rng(0).random((32, 10, 10, 4)) > 0.8).astype(np.float32)
+    from helpers_models import minatar_keras
+    net, frames = minatar_keras()
     model = tmp_path / "minatar_int8x4.tflite"
     model.write_bytes(int4_weights(convert(net, "float"), frames))
     res = validate(model, get_board("mps2-an386"), tmp_path / "fw", random_n=20)
