@@ -56,14 +56,15 @@ QAT_METHODS = {"qat-int8": "RL-loop QAT", "qat-distill-int8": "distillation QAT"
 FOUR_BIT = {"int8x4": "post-training", "qat-int8x4": "quantization-aware, in the RL loop"}
 
 
-def _qat_pairs(res: Results, by_run: dict, scheme: str) -> list[tuple]:
-    """(run key, (R_qat - R_int8) / gain, loss of the QAT cell) for each learned run with both."""
+def _qat_pairs(res: Results, by_run: dict, scheme: str, ptq: str = "int8") -> list[tuple]:
+    """(run key, (R_qat - R_ptq) / gain, loss of the QAT cell) for each learned run with both
+    (`ptq`: int8, or int8x4 for the 4-bit QAT)."""
     pairs = []
     for key, cells in sorted(by_run.items()):
-        if scheme in cells and "int8" in cells and res.learned(cells["int8"]):
+        if scheme in cells and ptq in cells and res.learned(cells[ptq]):
             run = res.runs[key]
             gain = abs(run["fp32_return"] - run["random_return"])
-            diff = (cells[scheme]["mean_return"] - cells["int8"]["mean_return"]) / gain
+            diff = (cells[scheme]["mean_return"] - cells[ptq]["mean_return"]) / gain
             pairs.append((key, diff, res.loss(cells[scheme])))
     return pairs
 
@@ -258,11 +259,8 @@ def _four_bits(res: Results, tolerance: float, scheme: str) -> dict:
     tables = [_stats_table(f"Normalised loss of {scheme} per training seed, per task and pooled",
                            st, episodes)]
     if scheme == "qat-int8x4":
-        ptq = {(r["algo"], r["env"], r["seed"]): r for r in res.ok_cells
-               if r["scheme"] == "int8x4" and res.learned(r)}
-        diffs = {k: (cells[k]["mean_return"] - ptq[k]["mean_return"])
-                 / abs(res.runs[k]["fp32_return"] - res.runs[k]["random_return"])
-                 for k in cells if k in ptq}
+        diffs = {k: d for k, d, _ in _qat_pairs(res, _cells_by_run(res), scheme, ptq="int8x4")
+                 if k in cells}
         if diffs:
             pst = _interval_stats(diffs, -tolerance, "above")
             ev.append(f"qat-int8x4 − int8x4 (paired by training seed): mean {pct(pst['effect'])} "
@@ -316,10 +314,16 @@ def _qat_vs_ptq(res: Results, tolerance: float) -> dict:
 
 def _qat_method_pairs(res: Results) -> dict[str, list[tuple]]:
     """Per QAT method, its pairs with int8 of the same run (see _qat_pairs)."""
+    by_run = _cells_by_run(res)
+    return {m: _qat_pairs(res, by_run, m) for m in QAT_METHODS}
+
+
+def _cells_by_run(res: Results) -> dict:
+    """{(algo, env, seed): {scheme: its ok cell row}}."""
     by_run = defaultdict(dict)
     for r in res.ok_cells:
         by_run[(r["algo"], r["env"], r["seed"])][r["scheme"]] = r
-    return {m: _qat_pairs(res, by_run, m) for m in QAT_METHODS}
+    return by_run
 
 
 def _qat_method_evidence(res: Results, rl: list, dist: list, stats: dict,
