@@ -126,25 +126,33 @@ def tflite_runtime_interpreter(model_path: Path, kernels: str = "optimized"):
     if not model_path.is_file():
         raise QuarlError(f"no model at {model_path}")
     check_model_file(model_path)
-    runtime = None
-    while True:
+    try:
+        return _open_interpreter(model_path, kernels, None)
+    except (ValueError, RuntimeError, MemoryError) as e:
+        error = e
+        # an op version tflite-runtime 2.14 does not know (qat-int8x4's int4 FULLY_CONNECTED):
+        # the same model on LiteRT
+        newer = tflite_host.newer_runtime(e)
+    if newer is not None:
         try:
-            interpreter = tflite_host.Interpreter(
-                model_path=str(model_path), runtime=runtime,
-                experimental_op_resolver_type=tflite_host.resolver(kernels, runtime))
-            interpreter.allocate_tensors()
-            for details in (interpreter.get_tensor_details, interpreter.get_input_details,
-                            interpreter.get_output_details):
-                details()      # names are decoded here: a corrupt one is a UnicodeDecodeError
-            return interpreter
+            return _open_interpreter(model_path, kernels, newer)
         except (ValueError, RuntimeError, MemoryError) as e:
-            # an op version tflite-runtime 2.14 does not know (qat-int8x4's int4
-            # FULLY_CONNECTED): the same model on LiteRT, once
-            runtime = tflite_host.newer_runtime(e) if runtime is None else None
-            if runtime is None:
-                raise ModelError(f"{model_path} is not a valid TFLite model "
-                                 f"({tflite_host.runtime_name()}: {type(e).__name__}: {e})"
-                                 ) from None
+            error = e
+    raise ModelError(f"{model_path} is not a valid TFLite model "
+                     f"({tflite_host.runtime_name()}: {type(error).__name__}: {error})") from None
+
+
+def _open_interpreter(model_path: Path, kernels: str, runtime: str | None):
+    """The interpreter of `runtime` (None: the chosen one) on the model, tensors allocated and
+    their names decoded (a corrupt one is a UnicodeDecodeError, a ValueError)."""
+    interpreter = tflite_host.Interpreter(
+        model_path=str(model_path), runtime=runtime,
+        experimental_op_resolver_type=tflite_host.resolver(kernels, runtime))
+    interpreter.allocate_tensors()
+    for details in (interpreter.get_tensor_details, interpreter.get_input_details,
+                    interpreter.get_output_details):
+        details()
+    return interpreter
 
 
 class TFLiteRuntime:
