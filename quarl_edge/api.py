@@ -186,7 +186,8 @@ def quantize(run: PathLike, schemes: str | Iterable[str] = ("fp32", "fp16", "int
              distill_steps: int | None = None, progress: bool = False) -> list[QuantizeResult]:
     """Convert the run's network to RUN/models/<scheme>.tflite for each scheme
     (quarl_edge.quant.schemes.SCHEMES: fp32, fp16, int8, dyn-int8, int16x8, int8x4, qat-int8,
-    qat-distill-int8, int8-centred, int8-acc, int8-centred-acc)."""
+    qat-int8x4, qat-distill-int8, qat-distill-int8x4, int8-centred, int8-acc,
+    int8-centred-acc)."""
     _count("calib_size", calib_size)
     for name, value in (("qat_steps", qat_steps), ("distill_steps", distill_steps)):
         if value is not None:

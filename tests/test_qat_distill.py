@@ -120,6 +120,33 @@ def test_td3_actor_is_full_int8_and_close_to_its_teacher(td3_run):
     assert np.isfinite(log["best_validation_return"])
 
 
+def test_td3_actor_at_4_bits_is_int8x4_and_bit_exact_with_tflm(td3_run, tmp_path):
+    """qat-distill-int8x4, the 4-bit QAT for actor-critic runs (the RL-loop one is DQN's): the
+    student's Dense kernels fake-quantized to 4 bits, converted as qat-int8x4: INT4 weights per
+    tensor, int8 activations, float I/O; the generated C equals TF Lite Micro bit for bit; its
+    own log, the 8-bit one untouched."""
+    from quarl_edge.converters import tflite_model
+    from test_kernels_golden import _compare
+    before = (td3_run / "qat-distill.json").read_bytes() \
+        if (td3_run / "qat-distill.json").exists() else None
+    path = quantize(td3_run, "qat-distill-int8x4", calib_size=200,
+                    distill={**FAST, "steps": 400})
+    assert path.name == "qat-distill-int8x4.tflite"
+    m = tflite_model.load(path)
+    w4 = [t for t in m.tensors if t.dtype == "int4"]
+    assert len(w4) == 4 and all(not t.quantization.per_channel for t in w4)   # 3 + 8 + 8 + 1 wide
+    assert not [t for t in m.tensors if t.is_constant and t.dtype == "int8"]
+    log = json.loads((td3_run / "qat-distill-int8x4.json").read_text())
+    assert log["config"]["weight_bits"] == 4 and log["output"] == "action" and log["rounds"] == 2
+    assert ((td3_run / "qat-distill.json").read_bytes() if before is not None else None) == before
+    calib = np.load(td3_run / "calibration.npy")
+    r = _compare(path.read_bytes(), calib[:, None], tmp_path / "c", "qat-distill-int8x4 TD3")
+    assert r["gm"].ops == ["QUANTIZE"] + ["FULLY_CONNECTED"] * 3 + [
+        "TANH", "FULLY_CONNECTED", "DEQUANTIZE"]
+    ref = load_keras(td3_run)(calib).numpy()
+    assert np.abs(r["got"].reshape(ref.shape) - ref).max() < 0.5   # 4-bit weights: coarser
+
+
 def test_errors(dqn_run, td3_run):
     with pytest.raises(QuarlError, match="unknown qat-distill option.*episodes_per_round"):
         quantize(dqn_run, "qat-distill-int8", calib_size=50, distill={"stepz": 1})
@@ -128,6 +155,11 @@ def test_errors(dqn_run, td3_run):
     with pytest.raises(QuarlError, match="argmax heads"):
         quantize(td3_run, "qat-distill-int8", calib_size=50,
                  distill={"loss": "centred", "steps": 0})
+    with pytest.raises(QuarlError, match="weight_bits must be 8 or 4"):
+        quantize(dqn_run, "qat-distill-int8", calib_size=50, distill={"weight_bits": 2})
+    # the RL-loop QAT refuses an actor-critic run and names the scheme that does it
+    with pytest.raises(QuarlError, match="dqn only; this run is 'td3'.*qat-distill-int8x4"):
+        quantize(td3_run, "qat-int8x4", calib_size=50, qat={"steps": 0})
 
 
 def test_study_runs_the_scheme_for_every_algorithm(dqn_run, tmp_path):

@@ -136,7 +136,14 @@ def test_four_bit_claims_appear_with_4_bit_cells_and_decide_by_the_interval():
             fp32 = r["fp32_return"]
             rows.append({**r, "scheme": "int8x4", "mean_return": fp32 * (1 - ptq_loss[r["seed"]])})
             rows.append({**r, "scheme": "qat-int8x4", "mean_return": fp32 * (1 - 0.01)})
+            rows.append({**r, "scheme": "qat-distill-int8x4", "mean_return": fp32 * (1 - 0.10)})
     found = {c["claim"]: c for c in claims(Results(rows), 0.05)}
+    # the distillation method's claim, and its pairing with int8x4, counted on its own
+    dist = found["4-bit weights lose no reward (quantization-aware, by distillation: "
+                 "qat-distill-int8x4)"]
+    assert dist["effect"] == pytest.approx(0.10) and dist["verdict"] == "disagree"
+    assert "qat-distill-int8x4 − int8x4 (paired by training seed): mean +15.0 %" \
+        in dist["evidence"][3]
     ptq = found["4-bit weights lose no reward (post-training: int8x4)"]
     qat = found["4-bit weights lose no reward (quantization-aware, in the RL loop: qat-int8x4)"]
     assert ptq["n"] == qat["n"] == 6 and ptq["n_seeds"] == 6

@@ -61,8 +61,8 @@ def _rel_err(path, model, probe):
 
 def test_scheme_registry():
     assert list(SCHEMES) == ["fp32", "fp16", "int8", "dyn-int8", "int16x8", "int8x4", "qat-int8",
-                            "qat-int8x4", "qat-distill-int8", "int8-centred", "int8-acc",
-                            "int8-centred-acc"]
+                            "qat-int8x4", "qat-distill-int8", "qat-distill-int8x4",
+                            "int8-centred", "int8-acc", "int8-centred-acc"]
 
 
 def test_dyn_int8_is_hybrid_int8_weights_float_activations(run_dir, models, probe):

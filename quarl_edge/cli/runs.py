@@ -135,9 +135,9 @@ def _add_quantize(sub) -> None:
     s.add_argument("--calib-size", type=positive_int, default=1000,
                    help="calibration observations for the integer schemes")
     s.add_argument("--qat-steps", type=positive_int, default=None,
-                   help="qat-int8: env steps of fine-tuning in the DQN loop (default 5000)")
+                   help="qat-int8(x4): env steps of fine-tuning in the DQN loop (default 5000)")
     s.add_argument("--distill-steps", type=positive_int, default=None,
-                   help="qat-distill-int8: env steps of student rollouts in the on-policy "
+                   help="qat-distill-int8(x4): env steps of student rollouts in the on-policy "
                         "distillation (default 3000)")
     json_option(s)
 

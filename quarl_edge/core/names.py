@@ -16,7 +16,7 @@ from __future__ import annotations
 
 ALGOS = ("dqn", "ppo", "sac", "td3", "ddpg")
 SCHEMES = ("fp32", "fp16", "int8", "dyn-int8", "int16x8", "int8x4", "qat-int8", "qat-int8x4",
-           "qat-distill-int8", "int8-centred", "int8-acc", "int8-centred-acc")
+           "qat-distill-int8", "qat-distill-int8x4", "int8-centred", "int8-acc", "int8-centred-acc")
 HEADS = ("argmax", "identity", "scale")
 SWEEP_MODES = ("weights+activations", "weights", "activations")
 IMPORT_KINDS = ("sb3", "rl-zoo", "onnx", "keras", "savedmodel")

@@ -23,6 +23,8 @@ Schemes (SCHEMES maps each name to its converter):
   qat-distill-int8  quantization-aware training by on-policy distillation (quarl_edge/rl/qat.py,
         qat_distill): the same fake-quantized copy, fitted to the fp32 network's outputs on the
         states its own greedy policy visits (DAgger); every algorithm; converted as qat-int8
+  qat-distill-int8x4  qat-distill-int8 with the Dense kernels fake-quantized to 4 bits, converted
+        as qat-int8x4: the 4-bit QAT for every algorithm (the RL-loop one is DQN's only)
   int8-centred  int8, after folding advantage-style centring into the last layer (Q - mean_a Q;
         argmax unchanged): a remedy for int8 ties of argmax heads (quarl_edge/quant/remedies.py);
         discrete-action policies only
@@ -154,6 +156,9 @@ SCHEMES: dict[str, Scheme] = {
     "qat-distill-int8": Scheme(_qat_int8, True, "quantization-aware training by on-policy "
                                                 "distillation from the fp32 network, then full "
                                                 "integer int8, float32 I/O"),
+    "qat-distill-int8x4": Scheme(_qat_int8x4, True, "quantization-aware training by on-policy "
+                                                    "distillation with 4-bit weights, then int8 "
+                                                    "activations x int4 weights, float32 I/O"),
     "int8-centred": Scheme(_int8, True, "int8 after centring the outputs over actions "
                                         "(argmax heads only)", prepare=_centre, argmax_head_only=True),
     "int8-acc": Scheme(_int8, True, "int8; greedy action from the head's int32 accumulators "
@@ -183,7 +188,7 @@ def quantize(run_dir: Path, scheme: str, calib_size: int = 1000, calib_episodes:
     fine-tuning bars on stderr.
 
     `qat`: options of qat.QATConfig for the qat-int8 scheme (e.g. {"steps": 2000});
-    `distill`: options of qat.DistillConfig for qat-distill-int8."""
+    `distill`: options of qat.DistillConfig for qat-distill-int8 and qat-distill-int8x4."""
     if scheme not in SCHEMES:
         raise QuarlError(f"unknown quantization scheme {scheme!r}; known: {', '.join(SCHEMES)}")
     run_dir = Path(run_dir)
@@ -207,8 +212,10 @@ def quantize(run_dir: Path, scheme: str, calib_size: int = 1000, calib_episodes:
         bits = {"weight_bits": 4} if scheme == "qat-int8x4" else {}
         model = qat_finetune(run_dir, calibration, seed=seed, progress=progress,
                              **{**(qat or {}), **bits})
-    elif scheme == "qat-distill-int8":
-        model = qat_distill(run_dir, calibration, seed=seed, progress=progress, **(distill or {}))
+    elif scheme in ("qat-distill-int8", "qat-distill-int8x4"):
+        bits = {"weight_bits": 4} if scheme == "qat-distill-int8x4" else {}
+        model = qat_distill(run_dir, calibration, seed=seed, progress=progress,
+                            **{**(distill or {}), **bits})
 
     flatbuffer = convert_keras(model, scheme, calibration)
     if spec.requantize is not None:

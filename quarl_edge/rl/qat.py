@@ -1,5 +1,7 @@
-"""Quantization-aware training (QAT): in the RL loop (`qat-int8`, DQN) and by on-policy
-distillation from the fp32 network (`qat-distill-int8`, every algorithm; see the end).
+"""Quantization-aware training (QAT): in the RL loop (`qat-int8`, `qat-int8x4`: DQN) and by
+on-policy distillation from the fp32 network (`qat-distill-int8`, `qat-distill-int8x4`: every
+algorithm; see the end). The x4 schemes fake-quantize the Dense kernels to 4 bits
+(rl/qat_lowbit.py); everything else is the same.
 
 QuaRL's finding is that QAT matches or beats post-training quantization, and this module does
 QAT the RL way: the trained network is copied into a fake-quantized tfmot model (TensorFlow
@@ -48,7 +50,7 @@ copy (`qat_model`, same range initialisation), the teacher is the run's fp32 net
     ones).
   - Selection: the greedy student on the validation seeds after every `eval_every` rounds and
     after the last; the best is kept (ties: the later), as in the RL-loop QAT.
-  - Log: RUN/qat-distill.json (config, seeds, rounds, states, seconds, the teacher's validation
+  - Log: RUN/qat-distill.json (4-bit weights: RUN/qat-distill-int8x4.json; config, seeds, rounds, states, seconds, the teacher's validation
     return, the curve with each round's validation return, loss and MSE to the teacher on the
     calibration observations, and the best round).
 
@@ -197,8 +199,12 @@ def qat_finetune(run_dir: Path, calibration: np.ndarray, seed: int = 0, progress
     run = load_run(run_dir)
     cfg = _config(QATConfig, options, "qat")
     if run.get("algo", "dqn") != "dqn":
+        # runs keep no critic or value network, so an actor-critic policy cannot be trained
+        # further by its own RL loss; distillation needs only the policy network
+        distill = "qat-distill-int8" if cfg.weight_bits == 8 else "qat-distill-int8x4"
         raise QuarlError(f"qat-int8 fine-tunes in the RL loop of dqn only; this run is "
-                         f"{run.get('algo')!r} (known: dqn)")
+                         f"{run.get('algo')!r} (known: dqn); QAT for every algorithm: the "
+                         f"scheme {distill} (on-policy distillation)")
     if calibration is None:
         raise QuarlError("qat-int8 needs calibration observations to initialise its ranges")
     model = load_keras(run_dir)
@@ -299,10 +305,13 @@ class DistillConfig:
     freeze_ranges: bool = False      # True: keep the calibrated ranges (training=False)
     eval_every: int = 1              # rounds between validations (and after the last round)
     eval_episodes: int = 10
+    weight_bits: int = 8             # 4: the qat-distill-int8x4 scheme (rl/qat_lowbit.py)
 
     def __post_init__(self):
         if self.steps < 0:
             raise QuarlError(f"distill steps must be >= 0, got {self.steps}")
+        if self.weight_bits not in (8, 4):
+            raise QuarlError(f"distill weight_bits must be 8 or 4, got {self.weight_bits}")
         if min(self.episodes_per_round, self.updates_per_round, self.batch_size,
                self.eval_every, self.eval_episodes) <= 0:
             raise QuarlError("distill episodes_per_round, updates_per_round, batch_size, "
@@ -333,7 +342,8 @@ def qat_distill(run_dir: Path, calibration: np.ndarray, seed: int = 0, progress:
                 **options):
     """QAT by on-policy distillation from the run's fp32 network (any algorithm); returns the
     tfmot model (the best on the validation seeds), ready for
-    quantize.convert_keras(model, "qat-distill-int8"). Log: RUN/qat-distill.json."""
+    quantize.convert_keras(model, "qat-distill-int8") (weight_bits=4: "qat-distill-int8x4").
+    Log: RUN/qat-distill.json (weight_bits=4: RUN/qat-distill-int8x4.json)."""
 
     run_dir = Path(run_dir)
     run = load_run(run_dir)
@@ -341,7 +351,13 @@ def qat_distill(run_dir: Path, calibration: np.ndarray, seed: int = 0, progress:
     if calibration is None:
         raise QuarlError("qat-distill-int8 needs calibration observations (ranges and data)")
     model = load_keras(run_dir)
-    return distill(model, run, calibration, cfg, seed, run_dir / "qat-distill.json", progress)
+    return distill(model, run, calibration, cfg, seed, run_dir / distill_log_name(cfg.weight_bits),
+                   progress)
+
+
+def distill_log_name(weight_bits: int = 8) -> str:
+    """The distillation log's file name in the run directory, per weight width."""
+    return "qat-distill.json" if weight_bits == 8 else f"qat-distill-int8x{weight_bits}.json"
 
 
 def distill(model, run: dict, calibration: np.ndarray, cfg: DistillConfig, seed: int,
@@ -365,7 +381,7 @@ def distill(model, run: dict, calibration: np.ndarray, cfg: DistillConfig, seed:
 
     tf.keras.utils.set_random_seed(seed)
     rng = np.random.default_rng(seed)
-    student = qat_model(model, calibration)
+    student = qat_model(model, calibration, cfg.weight_bits)
     policy, train_step = _distill_steps(student, cfg, loss_kind)
     val_seeds = [VALIDATION_SEED_BASE + k for k in range(cfg.eval_episodes)]
 

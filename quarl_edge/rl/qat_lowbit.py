@@ -12,6 +12,13 @@ weights per tensor, int8 activations, float32 I/O.
 from __future__ import annotations
 
 WEIGHT_BITS = (8, 4)
+# TFLite's int8 TANH writes its output at scale 1/128, zero point 0: the range [-1, 127/128].
+# tfmot fake-quantizes a tanh layer before its activation only (the converter knows TANH's fixed
+# output), and so does this config; but with the converter's low-bit QAT flag a TANH with no
+# fake-quant after it stays float32 (DEQUANTIZE, float TANH, then a hybrid FULLY_CONNECTED
+# that no int8 kernel runs). An explicit fixed fake-quant at exactly TANH's output
+# quantization keeps the op int8 and changes no value.
+TANH_OUT = (-1.0, 127.0 / 128.0)
 
 
 def quantize_model_int4(model):
@@ -23,7 +30,8 @@ def quantize_model_int4(model):
 
     def annotate(layer):
         if isinstance(layer, tf.keras.layers.Dense):
-            return keras_q.quantize_annotate_layer(layer, config_cls())
+            tanh = tf.keras.activations.serialize(layer.activation) == "tanh"
+            return keras_q.quantize_annotate_layer(layer, config_cls(tanh))
         return keras_q.quantize_annotate_layer(layer)
 
     annotated = tf.keras.models.clone_model(model, clone_function=annotate)
@@ -36,7 +44,11 @@ def _int4_dense_config(keras_q):
     quantizers = keras_q.quantizers
 
     class Int4DenseQuantizeConfig(keras_q.QuantizeConfig):
-        """Dense: kernel 4-bit symmetric per tensor, activation 8-bit asymmetric."""
+        """Dense: kernel 4-bit symmetric per tensor, activation 8-bit asymmetric; a tanh
+        layer's output also at TFLite's fixed int8 TANH quantization (see TANH_OUT)."""
+
+        def __init__(self, tanh: bool = False):
+            self.tanh = tanh
 
         def get_weights_and_quantizers(self, layer):
             return [(layer.kernel, quantizers.LastValueQuantizer(
@@ -53,9 +65,12 @@ def _int4_dense_config(keras_q):
             layer.activation = quantize_activations[0]
 
         def get_output_quantizers(self, layer):
-            return []
+            if not self.tanh:
+                return []
+            return [quantizers.FixedQuantizer(num_bits=8, init_min=TANH_OUT[0],
+                                              init_max=TANH_OUT[1], narrow_range=False)]
 
         def get_config(self):
-            return {}
+            return {"tanh": self.tanh}
 
     return Int4DenseQuantizeConfig

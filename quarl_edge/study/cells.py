@@ -37,13 +37,14 @@ from ..core.noise import quiet_third_party
 from ..quant import remedies
 from ..quant.nbit import nbit_sweep
 from ..core.envs import default_head, make_gym, play_batched
+from ..rl.qat import distill_log_name
 from ..rl.train import config_changes, resolve_config
 from ..core.nets import keras_runner, ppo_action_std, weighted_layers
 from ..core.run import Run, load_keras, load_run
 from ..targets.boards import get_board
 from .analysis import (batch_runner, evaluate_runner, gaussian_policy_kl, policy_kl,
                        random_policy_return, weight_quantiles, weight_stats)
-from .plan import BOARD_KINDS, QAT_SCHEMES, Group, family, not_applicable, run_dir_name
+from .plan import BOARD_KINDS, DISTILL_SCHEMES, QAT_SCHEMES, Group, family, not_applicable, run_dir_name
 from .results import jsonable, latest_rows, read_results, results_file, us_per_inference
 
 
@@ -255,8 +256,8 @@ def _scheme_cell(group: Group, run: _Run, scheme: str) -> tuple[dict, int]:
         kl = policy_kl(run.reference(run.states), runner(run.states))
     elif run.action_std is not None:
         kl = gaussian_policy_kl(run.reference(run.states), runner(run.states), run.action_std)
-    if scheme == "qat-distill-int8":   # the distillation's log, in brief
-        log_ = json.loads((run.dir / "qat-distill.json").read_text())
+    if scheme in DISTILL_SCHEMES:   # the distillation's log, in brief
+        log_ = json.loads((run.dir / distill_log_name(DISTILL_SCHEMES[scheme])).read_text())
         res["distill"] = {k: log_[k] for k in (
             "loss", "env_steps", "rounds", "seconds", "best_round",
             "best_validation_return", "teacher_validation_return")}
@@ -271,7 +272,7 @@ def _quantize(group: Group, run_dir: Path, scheme: str) -> Path:
     qat = ({"steps": task.qat_steps, **task.qat} if scheme in QAT_SCHEMES
            else None)
     distill = None
-    if scheme == "qat-distill-int8":
+    if scheme in DISTILL_SCHEMES:
         distill = dict(task.distill)
         if task.distill_steps is not None:
             distill["steps"] = task.distill_steps

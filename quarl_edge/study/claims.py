@@ -31,9 +31,10 @@ the verdict is inconclusive:
      variation in the loss, is insufficient data.
   4. 4-bit weights lose no reward (QuaRL's journal version: 4-5 bit policies), once per method,
      and only in a study with such cells: post-training (int8x4: int8 activations, int4
-     weights) and quantization-aware in the RL loop (qat-int8x4, DQN); effect and rule as
-     claim 1's (a seed's loss; agree if the upper bound is below the tolerance). The QAT claim
-     also pairs qat-int8x4 with int8x4 of the same seed, as claim 2 pairs QAT with int8.
+     weights), quantization-aware in the RL loop (qat-int8x4, DQN) and by distillation
+     (qat-distill-int8x4, every algorithm); effect and rule as claim 1's (a seed's loss; agree
+     if the upper bound is below the tolerance). Each QAT claim also pairs its cells with
+     int8x4 of the same seed, as claim 2 pairs QAT with int8.
 
 Tie remedies (quarl_edge/quant/remedies.py) for argmax heads: per task, int8 against int8-centred,
 int8-acc and int8-i16head (mean return over seeds, ties, agreement); the winner is the highest
@@ -53,7 +54,8 @@ from .statistics import (BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, LEVEL, interval_ve
 REMEDIES = ("int8-centred", "int8-acc", "int8-centred-acc", "int8-i16head")   # quarl_edge/quant/remedies.py
 EIGHT_BIT = ("int8", "dyn-int8", "qat-int8", "qat-distill-int8")
 QAT_METHODS = {"qat-int8": "RL-loop QAT", "qat-distill-int8": "distillation QAT"}
-FOUR_BIT = {"int8x4": "post-training", "qat-int8x4": "quantization-aware, in the RL loop"}
+FOUR_BIT = {"int8x4": "post-training", "qat-int8x4": "quantization-aware, in the RL loop",
+            "qat-distill-int8x4": "quantization-aware, by distillation"}
 
 
 def _qat_pairs(res: Results, by_run: dict, scheme: str, ptq: str = "int8") -> list[tuple]:
@@ -258,15 +260,15 @@ def _four_bits(res: Results, tolerance: float, scheme: str) -> dict:
                   f"{pct(float(np.mean([int8[k] for k in same])))}.")
     tables = [_stats_table(f"Normalised loss of {scheme} per training seed, per task and pooled",
                            st, episodes)]
-    if scheme == "qat-int8x4":
+    if scheme != "int8x4":
         diffs = {k: d for k, d, _ in _qat_pairs(res, _cells_by_run(res), scheme, ptq="int8x4")
                  if k in cells}
         if diffs:
             pst = _interval_stats(diffs, -tolerance, "above")
-            ev.append(f"qat-int8x4 − int8x4 (paired by training seed): mean {pct(pst['effect'])} "
+            ev.append(f"{scheme} − int8x4 (paired by training seed): mean {pct(pst['effect'])} "
                       f"of the fp32-over-random gain, {_ci_text(pst)}, {_n_text(pst, episodes)}: "
                       f"QAT >= PTQ at 4 bits -> {pst['verdict']} (claim 2's rule).")
-            tables.append(_stats_table("qat-int8x4 − int8x4 per task and pooled (mean "
+            tables.append(_stats_table(f"{scheme} − int8x4 per task and pooled (mean "
                                        "difference over seeds, % of the gain)", pst, episodes))
     summary = (f"mean loss {pct(st['effect'])}, {_ci_text(st)} ({_n_text(st, episodes)}); "
                f"{within} of {len(per_run)} within {tolerance:.0%}")

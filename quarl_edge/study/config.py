@@ -10,7 +10,7 @@ The config (see studies/smoke.toml, studies/classic.toml):
     # eval_seeds = [0, 5, 7]          # ... or on these seeds
     calib_size = 1000                 # calibration observations (integer schemes)
     qat_steps = 5000                  # qat-int8: env steps of fine-tuning in the RL loop
-    distill_steps = 4000              # qat-distill-int8: env steps of student rollouts (QAT by
+    distill_steps = 4000              # qat-distill-*: env steps of student rollouts (QAT by
                                       # on-policy distillation; default qat.DistillConfig.steps)
     sweep_modes = ["weights+activations"]
     boards = ["host", "mps2-an386"]   # board cells: every scheme's model on each board; the
@@ -38,8 +38,9 @@ The config (see studies/smoke.toml, studies/classic.toml):
     bits = [2, 3, 4, 5, 6, 7, 8]
     # modes = ["weights+activations", "weights"]
 
-qat-int8 runs for DQN only (the other algorithms' cells are "skipped"); qat-distill-int8 runs
-for every algorithm, from the exported policy network alone.
+qat-int8 and qat-int8x4 run for DQN only (the other algorithms' cells are "skipped");
+qat-distill-int8 and qat-distill-int8x4 run for every algorithm, from the exported policy
+network alone.
 
 Everything in the config is checked before anything runs (unknown algo, env, scheme, option,
 an algo that cannot act in an env's action space); errors name the offending entry.

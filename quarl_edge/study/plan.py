@@ -17,6 +17,8 @@ from .config import Study, Sweep, Task
 QAT_ALGOS = ("dqn",)
 # The schemes made by fine-tuning in the RL loop (8-bit weights, and 4-bit: rl/qat_lowbit.py).
 QAT_SCHEMES = ("qat-int8", "qat-int8x4")
+# The schemes made by on-policy distillation (every algorithm), with their weights' bits.
+DISTILL_SCHEMES = {"qat-distill-int8": 8, "qat-distill-int8x4": 4}
 
 
 def scope(scheme: str) -> str | None:

@@ -236,7 +236,7 @@ def us_per_inference(cost: float | None, unit: str | None, clock_hz: int | None
 
 # ------------------------------------------------------------------ the rows, for the report
 SCHEME_ORDER = ["fp32", "fp16", "dyn-int8", "int8", "int16x8", "int8x4", "qat-int8",
-                "qat-int8x4", "qat-distill-int8", "int8-centred", "int8-acc", "int8-centred-acc",
+                "qat-int8x4", "qat-distill-int8", "qat-distill-int8x4", "int8-centred", "int8-acc", "int8-centred-acc",
                 "int8-i16head"]
 
 
