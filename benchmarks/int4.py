@@ -57,8 +57,7 @@ def make_models(tmp: Path) -> dict[str, dict[str, Path]]:
     out["mlp128"]["int8x4"].write_bytes(int4_weights(convert(mlp, "float"), mcal))
     # MinAtar's DQN shape (benchmarks/speed.py --models minatar, the same model and frames):
     # the FC 1,024 -> 128 is the deep int4 layer (the conv stays int8)
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from speed import minatar_keras
+    from helpers_models import minatar_keras
     net, frames = minatar_keras()
     out["minatar"] = {"int8": tmp / "minatar_int8.tflite", "int8x4": tmp / "minatar_int8x4.tflite"}
     out["minatar"]["int8"].write_bytes(convert(net, "int8", frames))

@@ -79,24 +79,10 @@ def minatar_model(path: Path) -> Path:
     """The MinAtar DQN's shape (quarl_edge/rl/defaults.py; tests/test_conv_rows.py's minatar_cnn,
     the same seed): 10x10x4 -> conv 16 3x3 VALID ReLU -> flatten (1,024) -> dense 128 ReLU ->
     dense 6, random weights, int8 (calibrated on sparse 0/1 frames, as MinAtar's)."""
-    from helpers_models import convert
+    from helpers_models import convert, minatar_keras
     model, calib = minatar_keras()
     path.write_bytes(convert(model, "int8", calib))
     return path
-
-
-def minatar_keras():
-    """minatar_model's Keras model (random weights, seed 4) and its calibration frames (benchmarks/
-    int4.py quantizes the same model to int8x4)."""
-    import tensorflow as tf
-    tf.keras.backend.clear_session()
-    tf.keras.utils.set_random_seed(4)
-    inp = tf.keras.Input((10, 10, 4))
-    x = tf.keras.layers.Conv2D(16, 3, strides=1, activation="relu", padding="valid")(inp)
-    x = tf.keras.layers.Dense(128, activation="relu")(tf.keras.layers.Flatten()(x))
-    model = tf.keras.Model(inp, tf.keras.layers.Dense(6)(x))
-    calib = (np.random.default_rng(0).random((32, 10, 10, 4)) > 0.8).astype(np.float32)
-    return model, calib
 
 
 def macs_per_op(model_path: Path) -> list[int]:

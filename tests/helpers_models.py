@@ -404,7 +404,7 @@ def assert_import_refused(p: subprocess.CompletedProcess, words: str, out: Path,
 def minatar_keras():
     """The MinAtar DQN's shape (quarl_edge/rl/defaults.py, dqn.py) with random weights (seed 4):
     10x10x4, conv 16 3x3 stride 1 VALID relu, flatten, dense 128 relu, dense 6; and 32 0/1
-    calibration frames. benchmarks/speed.py's minatar_keras is the same model."""
+    calibration frames. benchmarks/speed.py and int4.py measure it (--models minatar)."""
     import tensorflow as tf
     tf.keras.backend.clear_session()
     tf.keras.utils.set_random_seed(4)
