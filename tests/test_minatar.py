@@ -6,6 +6,7 @@ training budget, is a long run, not a test.)"""
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pytest
@@ -139,3 +140,43 @@ def test_a_cnn_dqn_goes_through_the_study_qat_sweep_and_a_board(tmp_path):
     kmax = next(v for v in conv.weights if v.name.split("/")[-1].startswith("kernel_max"))
     assert kmax.shape == (16,)
     assert np.allclose(kmax.numpy(), np.abs(kernel).reshape(-1, 16).max(axis=0))
+
+
+@pytest.mark.long   # two trainings: ~25-35 s on the loaded 2-core machine
+def test_a_cnn_dqn_seed_retrains_to_the_same_weights(tmp_path, monkeypatch):
+    """A seed gives the same CNN DQN weights however the threads are scheduled (the study's
+    --resume retrains a missing run, on a busy machine, and takes it for the recorded one).
+    tf.data's prefetch thread draws the next round's first replay batches while the loop goes
+    on collecting, and the loop's next flush writes the buffer: unless the loop waits for those
+    draws (ReplaySamples.settle), who comes first decides the batches. Here 21-step windows of
+    2,048 make each draw (~20 ms) slower than a gradient step of the tiny network, so at the
+    end of a round the prefetch thread is still behind, and 4 env steps later the flush comes.
+    Run "a" is the loop slowed after each round (as on an idle machine, where the draws always
+    came first); run "b" the loop at full speed. Without the wait they differed (3 of 3)."""
+    from quarl_edge.core.run import load_keras
+    from quarl_edge.rl import common
+    from quarl_edge.rl.train import train
+
+    tiny = dict(conv=((4, 3, 1),), hidden=(16,), learning_starts=100, train_every=4,
+                updates_per_train=4, batch_size=2048, n_step=20, buffer_size=1000,
+                epsilon_decay_steps=300, target_update_period=50, eval_every=200,
+                eval_episodes=1, log_every=10, select_int8=False)
+    round_call = common.GradientRounds.__call__
+
+    def slowed_round(self, k):
+        loss = round_call(self, k)
+        time.sleep(0.15)   # > 2 draws: the look-ahead is drawn before the flush
+        return loss
+
+    weights, curves = [], []
+    for name in ("a", "b"):
+        if name == "a":
+            monkeypatch.setattr(common.GradientRounds, "__call__", slowed_round)
+        train("QuarlEdge/MinAtar-Breakout-v0", "dqn", 200, 0, tmp_path / name, progress=False,
+              **tiny)
+        monkeypatch.undo()
+        weights.append(load_keras(tmp_path / name).get_weights())
+        curves.append((tmp_path / name / "train_curve.csv").read_text())
+    assert len(weights[0]) == 6   # conv, dense, q_values: kernel and bias each
+    assert [np.array_equal(x, y) for x, y in zip(*weights)] == [True] * 6
+    assert curves[0] == curves[1]   # the losses of every 10th step too

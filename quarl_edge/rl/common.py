@@ -3,6 +3,7 @@ export of an actor network as a plain Keras MLP (checked against the agent's gre
 the run.json of an actor-critic run, and small TF-Agents helpers."""
 from __future__ import annotations
 
+import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -276,6 +277,57 @@ class StagedReplay:
             self._add_all(tf.nest.map_structure(lambda *xs: np.stack(xs), *part))
 
 
+class ReplaySamples:
+    """The batches the gradient rounds train on, sampled from a TFUniformReplayBuffer by tf.data:
+    `ahead` of them drawn in advance on tf.data's prefetch thread, and `settle`, which waits
+    until that thread has drawn them.
+
+    Why the wait: after a round, the prefetch thread draws the next round's first `ahead`
+    batches while the loop goes on collecting, and the loop's next flush (StagedReplay) writes
+    the buffer. Drawn before the flush, they come from the buffer as the round left it; drawn
+    after, from the grown buffer (other indices, other transitions). Which came first was up
+    to the thread scheduler: on a loaded machine (the study's 2 workers on 2 cores) a retrained
+    run was not the recorded one (MinAtar DQN 0 of 5, MountainCar DQN, 16 steps a round, 0 of
+    5), though each was fine alone. Not prefetching at all (what enable_op_determinism does to
+    this pipeline) also fixes the draws, but to other ones than the recorded runs drew: here
+    the loop waits (`settle`, after each round) until the look-ahead is drawn, which is what
+    an idle machine always did, so the recorded runs stay the runs a retraining gives.
+
+    Counting the draws: a map after the sampling adds 1 to a variable per batch drawn; with a
+    prefetch buffer of `ahead`, the thread stops at `ahead` batches beyond those taken."""
+
+    def __init__(self, replay, batch_size: int, num_steps: int, ahead: int = 2):
+        import tensorflow as tf
+        self._drawn = tf.Variable(0, dtype=tf.int64, trainable=False, name="batches_drawn")
+
+        def count(*element):
+            with tf.control_dependencies([self._drawn.assign_add(1)]):
+                return tf.nest.map_structure(tf.identity, element)
+
+        dataset = replay.as_dataset(sample_batch_size=batch_size, num_steps=num_steps)
+        self._iterator = iter(dataset.map(count).prefetch(ahead))
+        self._ahead = ahead
+        self._taken = 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return next(self._iterator)
+
+    def settle(self, taken: int, timeout: float = 600.0) -> None:
+        """`taken` more batches were taken (a round's): wait until the prefetch thread has drawn
+        the `ahead` after them, before anything writes the buffer again."""
+        self._taken += taken
+        want = self._taken + self._ahead
+        deadline = time.monotonic() + timeout
+        while int(self._drawn.numpy()) < want:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"tf.data drew {int(self._drawn.numpy())} replay batches "
+                                   f"in {timeout:.0f} s, {want} expected")
+            time.sleep(1e-4)
+
+
 def build_optimizers(agent) -> None:
     """Create the agent's optimizer variables (Adam's step count and moments) now, before the
     first traced train step, for exactly the variables that step updates.
@@ -317,7 +369,8 @@ class GradientRounds:
     TD3's losses draw random numbers, and the op seeds of those draws follow the graph around
     them: there the loop gives other draws than the single calls did, from the same
     distribution, the same for the same seed.
-    A graph loop cannot create variables: build_optimizers(agent) first."""
+    A graph loop cannot create variables: build_optimizers(agent) first.
+    With `samples` a ReplaySamples, each call returns once its look-ahead is drawn (why: there)."""
 
     def __init__(self, agent, samples, weights=None):
         import tensorflow as tf  # heavy: only when training
@@ -334,8 +387,12 @@ class GradientRounds:
             start = (tf.constant(0, tf.int64), tf.constant(0.0))
             return tf.while_loop(lambda i, _loss: i < n, body, start)[1]
         self._loop = loop
+        self._settle = getattr(samples, "settle", None)   # a ReplaySamples'
 
     def __call__(self, k: int) -> float:
         """Take k gradient steps; the last step's loss."""
         import tensorflow as tf  # heavy: only when training
-        return float(self._loop(tf.constant(k, tf.int64)))
+        loss = float(self._loop(tf.constant(k, tf.int64)))
+        if self._settle is not None:
+            self._settle(k)
+        return loss

@@ -23,7 +23,7 @@ from ..core.files import fresh, open_new
 from ..core.schema import int_sizes
 from ..core.nets import keras_runner, mlp_q_values
 from ..core.run import MODEL_FILES, VALIDATION_SEED_BASE, Run, write_run
-from .common import GradientRounds, StagedReplay, build_optimizers, run_record
+from .common import GradientRounds, ReplaySamples, StagedReplay, build_optimizers, run_record
 from ..core.envs import play_batched
 
 
@@ -246,8 +246,8 @@ def _make_replay(agent, cfg: DQNConfig):
     replay = tf_uniform_replay_buffer.TFUniformReplayBuffer(
         agent.collect_data_spec, batch_size=1, max_length=cfg.buffer_size)
     staged = StagedReplay(replay)   # each step's add_batch, made in one call per round
-    samples = iter(replay.as_dataset(sample_batch_size=cfg.batch_size,
-                                     num_steps=cfg.n_step + 1).prefetch(2))
+    # drawn 2 batches ahead, and each round waits for those draws (ReplaySamples says why)
+    samples = ReplaySamples(replay, cfg.batch_size, cfg.n_step + 1)
     build_optimizers(agent)
     gradient_round = GradientRounds(agent, samples)   # a round's updates in one traced call
     return staged, gradient_round

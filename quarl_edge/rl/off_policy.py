@@ -17,8 +17,8 @@ from ..core.files import open_new
 from ..core.run import Run
 from ..core.schema import int_sizes
 from .collect import NoisyActorSampler, SacSampler
-from .common import (GradientRounds, StagedReplay, build_optimizers, _agent_env, _save_actor_run,
-                     _validation_return, actor_layers)
+from .common import (GradientRounds, ReplaySamples, StagedReplay, build_optimizers, _agent_env,
+                     _save_actor_run, _validation_return, actor_layers)
 
 DDPG_OU_DAMPING = 0.15   # DdpgAgent's ou_damping (the OU noise's pull back to 0 per step)
 
@@ -86,7 +86,8 @@ def train_off_policy(algo: str, env_id: str, seed: int, out: Path, config: OffPo
     agent, actor_net = _make_agent(algo, env, cfg)
     replay = tf_uniform_replay_buffer.TFUniformReplayBuffer(
         agent.collect_data_spec, batch_size=1, max_length=cfg.buffer_size)
-    samples = iter(replay.as_dataset(sample_batch_size=cfg.batch_size, num_steps=2).prefetch(2))
+    # drawn 2 batches ahead, and each round waits for those draws (ReplaySamples says why)
+    samples = ReplaySamples(replay, cfg.batch_size, 2)
     staged = StagedReplay(replay)   # each step's add_batch, made in one call per round
     gradient_round = GradientRounds(agent, samples,   # a round's updates in one traced call
                                     boundary_weights if cfg.mask_boundaries else None)
