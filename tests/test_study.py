@@ -120,6 +120,8 @@ def test_the_shipped_configs_are_valid():
                                               "QuarlEdge/MinAtar-SpaceInvaders-v0"}
     assert all(t.seeds == [0, 1, 2, 3, 4] and "mps2-an386" in t.boards and t.board_episodes == 10
                for t in minatar.tasks)   # issue 27: five seeds, 10 HIL episodes per board cell
+    assert all("hifive1" in t.boards and {"int8x4", "qat-int8x4"} <= set(t.schemes)
+               for t in minatar.tasks)   # issues 41 and 39: the RISC-V column, int4 weights
 
 
 def test_unknown_config_fails_through_the_cli_before_anything_runs(tmp_path):
