@@ -279,3 +279,25 @@ def test_a_failing_tool_is_a_board_error_with_its_last_lines(tiny_elf, tmp_path,
     assert "pyocd failed flashing board mine (exit code 1)" in msg
     assert "No connected debug probes" in msg and "line 39" in msg and "line 5\n" not in msg
     assert f"command: {pyocd} flash -t stm32f446re {tiny_elf}" in msg
+
+
+def test_avrdude_out_of_step_before_writing_is_retried_and_nothing_else(tmp_path):
+    """flash() runs avrdude once more when it lost step with the boot loader before its first
+    page (stale answers to its early GET_SYNCs, seen on a loaded host's emulated Uno): the
+    classification of its log, on avrdude 7's own words from such a run."""
+    from quarl_edge.targets.flash import _lost_sync
+    lost = ('avrdude OS error: ioctl("TIOCMGET"): Inappropriate ioctl for device\n'
+            "avrdude error: protocol expects OK byte 0x10 but got 0x14\n"
+            "avrdude error: protocol expects sync byte 0x14 but got 0x10\n"
+            "avrdude error: initialization failed, rc=-1\n"
+            "avrdude done.  Thank you.\n")
+    cases = {"lost": (lost, True),
+             "no-answer": ("avrdude: stk500_recv(): programmer is not responding\n"
+                           "avrdude error: initialization failed, rc=-1\n", False),
+             "after-writing": ("avrdude: writing flash (9876 bytes):\n" + lost, False),
+             "verify": ("avrdude: verification error, first mismatch at byte 0x0100\n", False)}
+    for name, (text, want) in cases.items():
+        log = tmp_path / f"{name}.log"
+        log.write_text(text)
+        assert _lost_sync(log) is want, name
+    assert _lost_sync(tmp_path / "missing.log") is False

@@ -408,6 +408,28 @@ def flash(board, elf: Path, port: str | None = None, flasher: str | None = None,
         args = esptool_args(cfg, image, port, program)
     else:   # a tool in TOOLS without a runner here is a bug
         raise AssertionError(tool)
-    out = run_tool(board, tool, args, timeout, cwd, port=port if t.needs_port else None,
-                   log=elf.with_suffix(f".{tool}.log"))
+    log = elf.with_suffix(f".{tool}.log")
+    try:
+        out = run_tool(board, tool, args, timeout, cwd, port=port if t.needs_port else None,
+                       log=log)
+    except BoardError:
+        if tool != "avrdude" or not _lost_sync(log):
+            raise
+        # Once more, as one does by hand: opening the port again resets the board into its
+        # boot loader. avrdude sends two GET_SYNCs before it listens; a boot loader slow to
+        # start (a loaded host's emulator, a board with a slow reset) answers them late, and
+        # the stale answers put avrdude out of step ("protocol expects OK byte 0x10 but got
+        # 0x14"). Nothing was written: avrdude stops before its first page.
+        out = run_tool(board, tool, args, timeout, cwd, port=port if t.needs_port else None,
+                       log=log)
     return FlashResult(tool, image, command=args, port=port if t.needs_port else None, output=out)
+
+
+def _lost_sync(log: Path) -> bool:
+    """avrdude's log says it got out of step with the boot loader before writing anything."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return False
+    return ("initialization failed" in text and "protocol expects" in text
+            and "Writing" not in text and "writing" not in text)
